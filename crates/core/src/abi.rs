@@ -1,0 +1,317 @@
+//! The routerlab plugin ABI, version 1: the only contract between the host and a plugin.
+//!
+//! Everything here is `#[repr(C)]`, built from fixed-size integers, `f64` and pointers, with
+//! explicit `_reserved` fields so no struct has hidden padding. `include/routerlab.h` is
+//! generated from this file (`cargo xtask codegen`), so a C author and a Rust author see the
+//! same layout. Why it looks like this:
+//!
+//! - **One entry function per major** (`routerlab_plugin_entry_v1`): a function can refuse
+//!   to load by returning NULL, and a v2 host can still probe for the `_v1` symbol.
+//! - **`struct_size` first** in every struct that may grow: a minor version only appends
+//!   fields, and each side reads a field only when the other side's `struct_size` covers it.
+//! - **Enumerations are `u32` constants**, never Rust enums: an unknown value from a newer
+//!   plugin must be an error, not undefined behaviour.
+//! - **Strings are borrowed `(pointer, length)` UTF-8**, valid for one call. No allocation
+//!   ever changes owner; messages travel through a host-provided [`RlErrorSink`] that copies.
+//! - Only 64-bit targets are supported by v1 (pointers and lengths are 8 bytes, which is what
+//!   keeps the layouts free of padding).
+
+use core::ffi::{c_char, c_void};
+
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!("routerlab ABI v1 supports 64-bit targets only");
+
+/// Magic number at the start of the module descriptor: ASCII "RLAB".
+pub const RL_MAGIC: u32 = 0x524C_4142;
+/// Major version: a different major is a different entry symbol and is never loaded.
+pub const RL_ABI_MAJOR: u32 = 1;
+/// Minor version: minors only append fields and constants.
+pub const RL_ABI_MINOR: u32 = 0;
+/// The symbol every plugin library exports (NUL-terminated for `dlsym`).
+pub const RL_ENTRY_SYMBOL: &[u8] = b"routerlab_plugin_entry_v1\0";
+
+/// Status returned by every fallible call.
+pub type RlStatus = i32;
+/// Success.
+pub const RL_OK: RlStatus = 0;
+/// `match` only: no available endpoint could be chosen (not an error).
+pub const RL_NO_ENDPOINT: RlStatus = 1;
+/// An argument broke the contract (null pointer, unknown index).
+pub const RL_ERR_INVALID_ARGUMENT: RlStatus = -1;
+/// `create` only: the configuration was rejected; the message says why.
+pub const RL_ERR_CONFIG: RlStatus = -2;
+/// Any other failure inside the plugin.
+pub const RL_ERR_INTERNAL: RlStatus = -3;
+/// The plugin panicked; the message carries the payload and the instance is now poisoned.
+pub const RL_ERR_PANIC: RlStatus = -4;
+/// The instance panicked earlier and refuses further work.
+pub const RL_ERR_POISONED: RlStatus = -5;
+
+/// Plugin kind: picks an endpoint for each request.
+pub const RL_KIND_MATCHER: u32 = 1;
+/// Plugin kind: flags overloaded endpoints.
+pub const RL_KIND_DETECTOR: u32 = 2;
+
+/// Unit of `RlRequest::block_size` and `prompt_len`: bytes of prompt text.
+pub const RL_UNIT_BYTES: u32 = 0;
+/// Unit of `RlRequest::block_size` and `prompt_len`: tokens.
+pub const RL_UNIT_TOKENS: u32 = 1;
+
+/// Value of `RlRequest::output_tokens` when the trace does not say.
+pub const RL_UNKNOWN: u64 = u64::MAX;
+
+/// A borrowed UTF-8 string: `len` bytes at `ptr`, not NUL-terminated; valid for one call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RlStr {
+    /// First byte (may be null when `len` is 0).
+    pub ptr: *const u8,
+    /// Number of bytes.
+    pub len: u64,
+}
+
+/// Where a plugin writes at most one error message per call; the host copies it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RlErrorSink {
+    /// Host context, passed back to `write`.
+    pub ctx: *mut c_void,
+    /// Copies `msg`; may be called at most once per call into the plugin.
+    pub write: Option<unsafe extern "C" fn(ctx: *mut c_void, msg: RlStr)>,
+}
+
+/// One request, as the host presents it to matchers. Borrowed for the duration of one call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RlRequest {
+    /// `size_of::<RlRequest>()` of the host that built it.
+    pub struct_size: u32,
+    /// `RL_UNIT_BYTES` or `RL_UNIT_TOKENS`: the unit of `block_size` and `prompt_len`.
+    pub unit: u32,
+    /// Request id, unique within a replay.
+    pub id: u64,
+    /// Arrival time in logical nanoseconds since the start of the trace.
+    pub arrival_ns: u64,
+    /// Prompt text; empty for hash-only traces.
+    pub prompt: RlStr,
+    /// Chain of prefix-block hashes: hash `i` identifies the whole prefix up to block `i`.
+    pub block_hashes: *const u64,
+    /// Number of entries in `block_hashes`.
+    pub block_count: u64,
+    /// Size of one block in `unit`s (the last block may be partial).
+    pub block_size: u32,
+    /// Reserved, zero.
+    pub _reserved: u32,
+    /// Prompt length in `unit`s.
+    pub prompt_len: u64,
+    /// Expected output tokens, or `RL_UNKNOWN`.
+    pub output_tokens: u64,
+    /// Session id, 0 = none.
+    pub session_id: u64,
+    /// Id of the request whose prompt this one continues, 0 = none.
+    pub parent_id: u64,
+}
+
+/// The state of one endpoint. Lists of these carry a stride, so fields can be appended.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RlEndpointStatus {
+    /// `size_of::<RlEndpointStatus>()` of the host that built it.
+    pub struct_size: u32,
+    /// Stable endpoint index: never reused while the instance lives.
+    pub index: u32,
+    /// Endpoint name, e.g. `localhost:8000`.
+    pub name: RlStr,
+    /// Requests running on the endpoint.
+    pub running: u64,
+    /// Requests waiting in the endpoint's queue.
+    pub waiting: u64,
+    /// KV-cache blocks in use.
+    pub kv_blocks_used: u64,
+    /// KV-cache blocks in total; 0 = unbounded.
+    pub kv_blocks_total: u64,
+    /// `kv_blocks_used / kv_blocks_total`, 0 when unbounded.
+    pub kv_usage: f64,
+    /// Prompt tokens of requests routed here that have not finished.
+    pub inflight_prompt_tokens: u64,
+}
+
+/// A borrowed list of endpoint statuses; element `i` is at `items + i * stride` bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RlEndpointList {
+    /// First element.
+    pub items: *const RlEndpointStatus,
+    /// Number of elements.
+    pub len: u64,
+    /// Distance in bytes between elements (`>= 16`, normally `size_of::<RlEndpointStatus>()`).
+    pub stride: u64,
+}
+
+/// `create(name, config, out_instance, err)`: config is the plugin's own YAML or JSON text.
+pub type RlCreateFn = unsafe extern "C" fn(
+    name: RlStr,
+    config: RlStr,
+    out_instance: *mut *mut c_void,
+    err: *const RlErrorSink,
+) -> RlStatus;
+/// Frees an instance; called exactly once per successful `create`.
+pub type RlDestroyFn = unsafe extern "C" fn(instance: *mut c_void);
+/// Announces endpoints (their index and name) to a matcher.
+pub type RlAddEndpointsFn = unsafe extern "C" fn(
+    instance: *mut c_void,
+    endpoints: *const RlEndpointList,
+    err: *const RlErrorSink,
+) -> RlStatus;
+/// Removes endpoints by stable index.
+pub type RlRemoveEndpointsFn = unsafe extern "C" fn(
+    instance: *mut c_void,
+    indices: *const u32,
+    count: u64,
+    err: *const RlErrorSink,
+) -> RlStatus;
+/// Picks an endpoint: writes its stable index to `out_index` and returns `RL_OK`, or
+/// returns `RL_NO_ENDPOINT`. `unavailable` has one byte per list element (non-zero = do not
+/// choose).
+pub type RlMatchFn = unsafe extern "C" fn(
+    instance: *mut c_void,
+    request: *const RlRequest,
+    endpoints: *const RlEndpointList,
+    unavailable: *const u8,
+    out_index: *mut u32,
+    err: *const RlErrorSink,
+) -> RlStatus;
+/// Tells the matcher where a request went (`update`) or that it finished (`on_complete`).
+pub type RlRequestEndpointFn = unsafe extern "C" fn(
+    instance: *mut c_void,
+    request: *const RlRequest,
+    endpoint_index: u32,
+    err: *const RlErrorSink,
+) -> RlStatus;
+/// Writes one byte per list element into `out_unavailable` (non-zero = unavailable).
+pub type RlDetectFn = unsafe extern "C" fn(
+    instance: *mut c_void,
+    endpoints: *const RlEndpointList,
+    out_unavailable: *mut u8,
+    err: *const RlErrorSink,
+) -> RlStatus;
+
+/// Entry points of a matcher. Every field but `on_complete` is required.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RlMatcherVtable {
+    /// `size_of::<RlMatcherVtable>()` of the plugin's ABI version.
+    pub struct_size: u32,
+    /// Reserved, zero.
+    pub _reserved: u32,
+    /// Creates an instance.
+    pub create: Option<RlCreateFn>,
+    /// Frees an instance.
+    pub destroy: Option<RlDestroyFn>,
+    /// Adds endpoints.
+    pub add_endpoints: Option<RlAddEndpointsFn>,
+    /// Removes endpoints.
+    pub remove_endpoints: Option<RlRemoveEndpointsFn>,
+    /// Picks an endpoint for a request.
+    pub match_request: Option<RlMatchFn>,
+    /// Records that a request was routed to an endpoint.
+    pub update: Option<RlRequestEndpointFn>,
+    /// Optional (NULL allowed): a routed request finished on its endpoint.
+    pub on_complete: Option<RlRequestEndpointFn>,
+}
+
+/// Entry points of a detector.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RlDetectorVtable {
+    /// `size_of::<RlDetectorVtable>()` of the plugin's ABI version.
+    pub struct_size: u32,
+    /// Reserved, zero.
+    pub _reserved: u32,
+    /// Creates an instance.
+    pub create: Option<RlCreateFn>,
+    /// Frees an instance.
+    pub destroy: Option<RlDestroyFn>,
+    /// Flags unavailable endpoints.
+    pub detect: Option<RlDetectFn>,
+}
+
+/// Describes one plugin of a library. All strings are static and NUL-terminated.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RlPluginDescriptor {
+    /// `size_of::<RlPluginDescriptor>()` of the plugin's ABI version.
+    pub struct_size: u32,
+    /// `RL_KIND_MATCHER` or `RL_KIND_DETECTOR`.
+    pub kind: u32,
+    /// Name the plugin is loaded by: `[a-z0-9-]{1,64}`.
+    pub name: *const c_char,
+    /// The plugin's own version, e.g. `0.1.0`.
+    pub version: *const c_char,
+    /// One line saying what the plugin does.
+    pub description: *const c_char,
+    /// `*const RlMatcherVtable` or `*const RlDetectorVtable`, according to `kind`.
+    pub vtable: *const c_void,
+}
+
+/// What the entry function returns: a static description of the library.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RlModule {
+    /// `size_of::<RlModule>()` of the plugin's ABI version.
+    pub struct_size: u32,
+    /// `RL_MAGIC`.
+    pub magic: u32,
+    /// `RL_ABI_MAJOR` the library was built against.
+    pub abi_major: u32,
+    /// `RL_ABI_MINOR` the library was built against.
+    pub abi_minor: u32,
+    /// Number of entries in `plugins`.
+    pub plugin_count: u32,
+    /// Reserved, zero.
+    pub _reserved: u32,
+    /// Array of `plugin_count` descriptor pointers.
+    pub plugins: *const *const RlPluginDescriptor,
+}
+
+/// The entry function's type: called once, cheap, returns a static module or NULL to refuse.
+pub type RlEntryFn = unsafe extern "C" fn() -> *const RlModule;
+
+// SAFETY: descriptors and modules are immutable static data whose pointers refer to other
+// static data; sharing them between threads cannot race.
+#[allow(unsafe_code)]
+unsafe impl Sync for RlPluginDescriptor {}
+// SAFETY: as above.
+#[allow(unsafe_code)]
+unsafe impl Sync for RlModule {}
+
+/// A pointer to a static descriptor that may live in a `static` array.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug)]
+pub struct RlDescriptorRef(pub *const RlPluginDescriptor);
+// SAFETY: points at an immutable static descriptor.
+#[allow(unsafe_code)]
+unsafe impl Sync for RlDescriptorRef {}
+
+// Layout checks: these sizes are the v1.0 contract and must never shrink or move.
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<RlStr>() == 16);
+    assert!(size_of::<RlErrorSink>() == 16);
+    assert!(size_of::<RlRequest>() == 96);
+    assert!(offset_of!(RlRequest, prompt_len) == 64);
+    assert!(size_of::<RlEndpointStatus>() == 72);
+    assert!(offset_of!(RlEndpointStatus, inflight_prompt_tokens) == 64);
+    assert!(size_of::<RlEndpointList>() == 24);
+    assert!(size_of::<RlMatcherVtable>() == 64);
+    assert!(size_of::<RlDetectorVtable>() == 32);
+    assert!(size_of::<RlPluginDescriptor>() == 40);
+    assert!(size_of::<RlModule>() == 32);
+};
+
+impl RlStr {
+    /// Borrows a Rust string.
+    pub const fn from_str(s: &str) -> Self {
+        RlStr { ptr: s.as_ptr(), len: s.len() as u64 }
+    }
+}

@@ -1,0 +1,138 @@
+//! Plugin configuration: the text a plugin receives in `create`, read as YAML (JSON is a
+//! subset), with every key accounted for.
+//!
+//! Plugins read keys one at a time with a default and then call [`PluginConfig::finish`],
+//! which rejects whatever key was not read, naming it and the keys that exist. A typo such
+//! as `max_runing: 10` therefore fails loudly instead of silently running with the default.
+
+use std::collections::BTreeMap;
+
+use serde_yaml::Value;
+
+/// A plugin's parsed configuration.
+#[derive(Debug)]
+pub struct PluginConfig {
+    entries: BTreeMap<String, Value>,
+    known: Vec<&'static str>,
+}
+
+impl PluginConfig {
+    /// Parses config text; empty text (or `null`) is an empty config.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let value: Value = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_yaml::from_str(text).map_err(|e| format!("config is not valid YAML or JSON: {e}"))?
+        };
+        let entries = match value {
+            Value::Null => BTreeMap::new(),
+            Value::Mapping(map) => {
+                let mut entries = BTreeMap::new();
+                for (key, value) in map {
+                    let Value::String(key) = key else {
+                        return Err(format!("config keys must be strings, found {}", describe(&key)));
+                    };
+                    entries.insert(key, value);
+                }
+                entries
+            }
+            other => return Err(format!("config must be a mapping of keys, found {}", describe(&other))),
+        };
+        Ok(PluginConfig { entries, known: Vec::new() })
+    }
+
+    /// A non-negative integer, or `default` when the key is absent.
+    pub fn u64(&mut self, key: &'static str, default: u64) -> Result<u64, String> {
+        Ok(self.optional_u64(key)?.unwrap_or(default))
+    }
+
+    /// A non-negative integer, or `None` when the key is absent (or `null`).
+    pub fn optional_u64(&mut self, key: &'static str) -> Result<Option<u64>, String> {
+        match self.take(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64()),
+            Some(other) => Err(format!(
+                "config key `{key}`: expected a non-negative integer, found {}",
+                describe(&other)
+            )),
+        }
+    }
+
+    /// A finite number, or `default` when the key is absent.
+    pub fn f64(&mut self, key: &'static str, default: f64) -> Result<f64, String> {
+        match self.take(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(Value::Number(n)) if n.as_f64().is_some_and(f64::is_finite) => {
+                Ok(n.as_f64().unwrap_or(default))
+            }
+            Some(other) => {
+                Err(format!("config key `{key}`: expected a number, found {}", describe(&other)))
+            }
+        }
+    }
+
+    /// Fails when a key was given that the plugin never read.
+    pub fn finish(self) -> Result<(), String> {
+        let unknown: Vec<&str> =
+            self.entries.keys().map(String::as_str).filter(|k| !self.known.contains(k)).collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        let mut known = self.known.clone();
+        known.sort_unstable();
+        let known =
+            if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+        Err(format!("unknown config key `{}` (known keys: {known})", unknown.join("`, `")))
+    }
+
+    fn take(&mut self, key: &'static str) -> Option<Value> {
+        self.known.push(key);
+        self.entries.get(key).cloned()
+    }
+}
+
+fn describe(value: &Value) -> String {
+    match value {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("boolean {b}"),
+        Value::Number(n) => format!("number {n}"),
+        Value::String(s) => format!("string {s:?}"),
+        Value::Sequence(_) => "a list".into(),
+        Value::Mapping(_) => "a mapping".into(),
+        Value::Tagged(_) => "a tagged value".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_yaml_and_json_with_defaults() {
+        let mut yaml = PluginConfig::parse("seed: 7\nmax_usage: 0.5").unwrap();
+        assert_eq!(yaml.u64("seed", 0), Ok(7));
+        assert_eq!(yaml.f64("max_usage", 0.9), Ok(0.5));
+        assert_eq!(yaml.u64("absent", 3), Ok(3));
+        assert_eq!(yaml.finish(), Ok(()));
+        let mut json = PluginConfig::parse(r#"{"seed": 9}"#).unwrap();
+        assert_eq!(json.u64("seed", 0), Ok(9));
+        assert_eq!(PluginConfig::parse("").unwrap().finish(), Ok(()));
+    }
+
+    #[test]
+    fn names_the_bad_key() {
+        let mut cfg = PluginConfig::parse("max_runing: 3").unwrap();
+        cfg.u64("max_running", 400).unwrap();
+        assert_eq!(
+            cfg.finish(),
+            Err("unknown config key `max_runing` (known keys: max_running)".to_owned())
+        );
+        let mut cfg = PluginConfig::parse("seed: -1").unwrap();
+        assert_eq!(
+            cfg.u64("seed", 0),
+            Err("config key `seed`: expected a non-negative integer, found number -1".to_owned())
+        );
+        assert!(PluginConfig::parse("[1, 2]").unwrap_err().contains("mapping"));
+        assert!(PluginConfig::parse("a: [").unwrap_err().contains("not valid YAML"));
+    }
+}
