@@ -149,54 +149,66 @@ pub struct RlEndpointList {
 }
 
 /// `create(name, config, out_instance, err)`: config is the plugin's own YAML or JSON text.
-pub type RlCreateFn = unsafe extern "C" fn(
-    name: RlStr,
-    config: RlStr,
-    out_instance: *mut *mut c_void,
-    err: *const RlErrorSink,
-) -> RlStatus;
+pub type RlCreateFn = Option<
+    unsafe extern "C" fn(
+        name: RlStr,
+        config: RlStr,
+        out_instance: *mut *mut c_void,
+        err: *const RlErrorSink,
+    ) -> RlStatus,
+>;
 /// Frees an instance; called exactly once per successful `create`.
-pub type RlDestroyFn = unsafe extern "C" fn(instance: *mut c_void);
+pub type RlDestroyFn = Option<unsafe extern "C" fn(instance: *mut c_void)>;
 /// Announces endpoints (their index and name) to a matcher.
-pub type RlAddEndpointsFn = unsafe extern "C" fn(
-    instance: *mut c_void,
-    endpoints: *const RlEndpointList,
-    err: *const RlErrorSink,
-) -> RlStatus;
+pub type RlAddEndpointsFn = Option<
+    unsafe extern "C" fn(
+        instance: *mut c_void,
+        endpoints: *const RlEndpointList,
+        err: *const RlErrorSink,
+    ) -> RlStatus,
+>;
 /// Removes endpoints by stable index.
-pub type RlRemoveEndpointsFn = unsafe extern "C" fn(
-    instance: *mut c_void,
-    indices: *const u32,
-    count: u64,
-    err: *const RlErrorSink,
-) -> RlStatus;
+pub type RlRemoveEndpointsFn = Option<
+    unsafe extern "C" fn(
+        instance: *mut c_void,
+        indices: *const u32,
+        count: u64,
+        err: *const RlErrorSink,
+    ) -> RlStatus,
+>;
 /// Picks an endpoint: writes its stable index to `out_index` and returns `RL_OK`, or
 /// returns `RL_NO_ENDPOINT`. `unavailable` has one byte per list element (non-zero = do not
 /// choose).
-pub type RlMatchFn = unsafe extern "C" fn(
-    instance: *mut c_void,
-    request: *const RlRequest,
-    endpoints: *const RlEndpointList,
-    unavailable: *const u8,
-    out_index: *mut u32,
-    err: *const RlErrorSink,
-) -> RlStatus;
+pub type RlMatchFn = Option<
+    unsafe extern "C" fn(
+        instance: *mut c_void,
+        request: *const RlRequest,
+        endpoints: *const RlEndpointList,
+        unavailable: *const u8,
+        out_index: *mut u32,
+        err: *const RlErrorSink,
+    ) -> RlStatus,
+>;
 /// Tells the matcher where a request went (`update`) or that it finished (`on_complete`).
-pub type RlRequestEndpointFn = unsafe extern "C" fn(
-    instance: *mut c_void,
-    request: *const RlRequest,
-    endpoint_index: u32,
-    err: *const RlErrorSink,
-) -> RlStatus;
+pub type RlRequestEndpointFn = Option<
+    unsafe extern "C" fn(
+        instance: *mut c_void,
+        request: *const RlRequest,
+        endpoint_index: u32,
+        err: *const RlErrorSink,
+    ) -> RlStatus,
+>;
 /// Writes one byte per list element into `out_unavailable` (non-zero = unavailable).
-pub type RlDetectFn = unsafe extern "C" fn(
-    instance: *mut c_void,
-    endpoints: *const RlEndpointList,
-    out_unavailable: *mut u8,
-    err: *const RlErrorSink,
-) -> RlStatus;
+pub type RlDetectFn = Option<
+    unsafe extern "C" fn(
+        instance: *mut c_void,
+        endpoints: *const RlEndpointList,
+        out_unavailable: *mut u8,
+        err: *const RlErrorSink,
+    ) -> RlStatus,
+>;
 
-/// Entry points of a matcher. Every field but `on_complete` is required.
+/// Entry points of a matcher. Every field but `on_complete` is required (non-NULL).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct RlMatcherVtable {
@@ -205,19 +217,19 @@ pub struct RlMatcherVtable {
     /// Reserved, zero.
     pub _reserved: u32,
     /// Creates an instance.
-    pub create: Option<RlCreateFn>,
+    pub create: RlCreateFn,
     /// Frees an instance.
-    pub destroy: Option<RlDestroyFn>,
+    pub destroy: RlDestroyFn,
     /// Adds endpoints.
-    pub add_endpoints: Option<RlAddEndpointsFn>,
+    pub add_endpoints: RlAddEndpointsFn,
     /// Removes endpoints.
-    pub remove_endpoints: Option<RlRemoveEndpointsFn>,
+    pub remove_endpoints: RlRemoveEndpointsFn,
     /// Picks an endpoint for a request.
-    pub match_request: Option<RlMatchFn>,
+    pub match_request: RlMatchFn,
     /// Records that a request was routed to an endpoint.
-    pub update: Option<RlRequestEndpointFn>,
+    pub update: RlRequestEndpointFn,
     /// Optional (NULL allowed): a routed request finished on its endpoint.
-    pub on_complete: Option<RlRequestEndpointFn>,
+    pub on_complete: RlRequestEndpointFn,
 }
 
 /// Entry points of a detector.
@@ -229,11 +241,11 @@ pub struct RlDetectorVtable {
     /// Reserved, zero.
     pub _reserved: u32,
     /// Creates an instance.
-    pub create: Option<RlCreateFn>,
+    pub create: RlCreateFn,
     /// Frees an instance.
-    pub destroy: Option<RlDestroyFn>,
+    pub destroy: RlDestroyFn,
     /// Flags unavailable endpoints.
-    pub detect: Option<RlDetectFn>,
+    pub detect: RlDetectFn,
 }
 
 /// Describes one plugin of a library. All strings are static and NUL-terminated.
@@ -312,6 +324,9 @@ const _: () = {
 impl RlStr {
     /// Borrows a Rust string.
     pub const fn from_str(s: &str) -> Self {
-        RlStr { ptr: s.as_ptr(), len: s.len() as u64 }
+        RlStr {
+            ptr: s.as_ptr(),
+            len: s.len() as u64,
+        }
     }
 }

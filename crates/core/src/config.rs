@@ -22,7 +22,8 @@ impl PluginConfig {
         let value: Value = if text.trim().is_empty() {
             Value::Null
         } else {
-            serde_yaml::from_str(text).map_err(|e| format!("config is not valid YAML or JSON: {e}"))?
+            serde_yaml::from_str(text)
+                .map_err(|e| format!("config is not valid YAML or JSON: {e}"))?
         };
         let entries = match value {
             Value::Null => BTreeMap::new(),
@@ -30,15 +31,26 @@ impl PluginConfig {
                 let mut entries = BTreeMap::new();
                 for (key, value) in map {
                     let Value::String(key) = key else {
-                        return Err(format!("config keys must be strings, found {}", describe(&key)));
+                        return Err(format!(
+                            "config keys must be strings, found {}",
+                            describe(&key)
+                        ));
                     };
                     entries.insert(key, value);
                 }
                 entries
             }
-            other => return Err(format!("config must be a mapping of keys, found {}", describe(&other))),
+            other => {
+                return Err(format!(
+                    "config must be a mapping of keys, found {}",
+                    describe(&other)
+                ));
+            }
         };
-        Ok(PluginConfig { entries, known: Vec::new() })
+        Ok(PluginConfig {
+            entries,
+            known: Vec::new(),
+        })
     }
 
     /// A non-negative integer, or `default` when the key is absent.
@@ -65,24 +77,35 @@ impl PluginConfig {
             Some(Value::Number(n)) if n.as_f64().is_some_and(f64::is_finite) => {
                 Ok(n.as_f64().unwrap_or(default))
             }
-            Some(other) => {
-                Err(format!("config key `{key}`: expected a number, found {}", describe(&other)))
-            }
+            Some(other) => Err(format!(
+                "config key `{key}`: expected a number, found {}",
+                describe(&other)
+            )),
         }
     }
 
     /// Fails when a key was given that the plugin never read.
     pub fn finish(self) -> Result<(), String> {
-        let unknown: Vec<&str> =
-            self.entries.keys().map(String::as_str).filter(|k| !self.known.contains(k)).collect();
+        let unknown: Vec<&str> = self
+            .entries
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !self.known.contains(k))
+            .collect();
         if unknown.is_empty() {
             return Ok(());
         }
         let mut known = self.known.clone();
         known.sort_unstable();
-        let known =
-            if known.is_empty() { "none".to_owned() } else { known.join(", ") };
-        Err(format!("unknown config key `{}` (known keys: {known})", unknown.join("`, `")))
+        let known = if known.is_empty() {
+            "none".to_owned()
+        } else {
+            known.join(", ")
+        };
+        Err(format!(
+            "unknown config key `{}` (known keys: {known})",
+            unknown.join("`, `")
+        ))
     }
 
     fn take(&mut self, key: &'static str) -> Option<Value> {
@@ -132,7 +155,15 @@ mod tests {
             cfg.u64("seed", 0),
             Err("config key `seed`: expected a non-negative integer, found number -1".to_owned())
         );
-        assert!(PluginConfig::parse("[1, 2]").unwrap_err().contains("mapping"));
-        assert!(PluginConfig::parse("a: [").unwrap_err().contains("not valid YAML"));
+        assert!(
+            PluginConfig::parse("[1, 2]")
+                .unwrap_err()
+                .contains("mapping")
+        );
+        assert!(
+            PluginConfig::parse("a: [")
+                .unwrap_err()
+                .contains("not valid YAML")
+        );
     }
 }

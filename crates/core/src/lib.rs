@@ -20,4 +20,3 @@ pub mod sdk;
 pub use config::PluginConfig;
 pub use rng::SeededRng;
 pub use sdk::{Detector, EndpointStatus, Endpoints, Matcher, Request, Unit};
-

@@ -26,7 +26,13 @@ pub struct LruMap<V> {
 
 impl<V> Default for LruMap<V> {
     fn default() -> Self {
-        LruMap { index: U64Map::default(), slots: Vec::new(), free: Vec::new(), newest: NONE, oldest: NONE }
+        LruMap {
+            index: U64Map::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            newest: NONE,
+            oldest: NONE,
+        }
     }
 }
 
@@ -48,7 +54,9 @@ impl<V> LruMap<V> {
 
     /// The value for `key` (does not change recency).
     pub fn get(&self, key: u64) -> Option<&V> {
-        self.index.get(&key).map(|&slot| &self.slots[slot as usize].value)
+        self.index
+            .get(&key)
+            .map(|&slot| &self.slots[slot as usize].value)
     }
 
     /// The value for `key`, made most recent.
@@ -67,7 +75,12 @@ impl<V> LruMap<V> {
                 slot
             }
             None => {
-                let entry = Slot { key, value: make(), newer: NONE, older: NONE };
+                let entry = Slot {
+                    key,
+                    value: make(),
+                    newer: NONE,
+                    older: NONE,
+                };
                 let slot = match self.free.pop() {
                     Some(slot) => {
                         self.slots[slot as usize] = entry;

@@ -62,7 +62,10 @@ mod tests {
         for _ in 0..3000 {
             counts[a.below(3) as usize] += 1;
         }
-        assert!(counts.iter().all(|&n| (800..1200).contains(&n)), "{counts:?}");
+        assert!(
+            counts.iter().all(|&n| (800..1200).contains(&n)),
+            "{counts:?}"
+        );
         let f = a.unit_f64();
         assert!((0.0..1.0).contains(&f));
     }

@@ -60,7 +60,11 @@ impl<'a> Request<'a> {
     }
     /// Unit of the block size and the prompt length.
     pub fn unit(&self) -> Unit {
-        if self.raw.unit == RL_UNIT_TOKENS { Unit::Tokens } else { Unit::Bytes }
+        if self.raw.unit == RL_UNIT_TOKENS {
+            Unit::Tokens
+        } else {
+            Unit::Bytes
+        }
     }
     /// Prompt length in [`Request::unit`]s.
     pub fn prompt_len(&self) -> u64 {
@@ -165,7 +169,9 @@ impl<'a> Endpoints<'a> {
     }
     /// The endpoints that may be chosen, in list order.
     pub fn available(&self) -> impl Iterator<Item = EndpointStatus<'a>> + '_ {
-        (0..self.len()).filter(|pos| self.is_available(*pos)).map(|pos| self.get(pos))
+        (0..self.len())
+            .filter(|pos| self.is_available(*pos))
+            .map(|pos| self.get(pos))
     }
 }
 
@@ -198,7 +204,8 @@ pub trait Detector: Send + Sized + 'static {
     /// Builds an instance from its YAML/JSON config; the error is shown to the user.
     fn create(name: &str, config: &str) -> Result<Self, String>;
     /// Sets `unavailable[pos] = true` for each overloaded endpoint (all start false).
-    fn detect(&mut self, endpoints: &Endpoints<'_>, unavailable: &mut [bool]) -> Result<(), String>;
+    fn detect(&mut self, endpoints: &Endpoints<'_>, unavailable: &mut [bool])
+    -> Result<(), String>;
 }
 
 /// Builds the vtable of a matcher type; used by [`export_plugins!`].
@@ -215,7 +222,11 @@ impl<M: Matcher> MatcherExport<M> {
         remove_endpoints: Some(remove_endpoints_shim::<M>),
         match_request: Some(match_shim::<M>),
         update: Some(update_shim::<M>),
-        on_complete: if M::HAS_ON_COMPLETE { Some(on_complete_shim::<M>) } else { None },
+        on_complete: if M::HAS_ON_COMPLETE {
+            Some(on_complete_shim::<M>)
+        } else {
+            None
+        },
     };
 }
 
@@ -366,7 +377,10 @@ unsafe extern "C" fn create_shim<T: Send + 'static, K: CreateVia<T>>(
     });
     match built {
         Ok(Ok(value)) => {
-            let shell = Box::new(Shell { inner: Some(value), poison: None });
+            let shell = Box::new(Shell {
+                inner: Some(value),
+                poison: None,
+            });
             // SAFETY: checked non-null above; the host provides a writable slot.
             unsafe { *out_instance = Box::into_raw(shell).cast() };
             RL_OK
@@ -408,7 +422,10 @@ fn with_instance<T: 'static>(
     let shell = unsafe { &mut *instance.cast::<Shell<T>>() };
     let Some(inner) = shell.inner.as_mut() else {
         let why = shell.poison.as_deref().unwrap_or("unknown");
-        report(err, &format!("instance is poisoned by an earlier panic: {why}"));
+        report(
+            err,
+            &format!("instance is poisoned by an earlier panic: {why}"),
+        );
         return RL_ERR_POISONED;
     };
     match catch_unwind(AssertUnwindSafe(|| call(inner))) {
@@ -447,7 +464,10 @@ unsafe fn endpoints<'a>(
             return Err("endpoint list items are null".into());
         }
         if list.stride < size_of::<RlEndpointStatus>() as u64 {
-            return Err(format!("endpoint list stride {} is below the v1 size", list.stride));
+            return Err(format!(
+                "endpoint list stride {} is below the v1 size",
+                list.stride
+            ));
         }
     }
     let unavailable: &[u8] = if flags.is_null() || list.len == 0 {
@@ -456,7 +476,11 @@ unsafe fn endpoints<'a>(
         // SAFETY: the caller guarantees `len` readable flag bytes.
         unsafe { std::slice::from_raw_parts(flags, list.len as usize) }
     };
-    Ok(Endpoints { list, unavailable, _borrow: PhantomData })
+    Ok(Endpoints {
+        list,
+        unavailable,
+        _borrow: PhantomData,
+    })
 }
 
 /// Builds the request view of a call.
@@ -470,7 +494,10 @@ unsafe fn request<'a>(request: *const RlRequest) -> Result<Request<'a>, String> 
     // SAFETY: checked non-null; valid per the caller's contract.
     let raw = unsafe { &*request };
     if (raw.struct_size as usize) < size_of::<RlRequest>() {
-        return Err(format!("request struct_size {} is below the v1 size", raw.struct_size));
+        return Err(format!(
+            "request struct_size {} is below the v1 size",
+            raw.struct_size
+        ));
     }
     Ok(Request { raw })
 }

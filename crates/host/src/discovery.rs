@@ -40,17 +40,23 @@ pub enum PluginSpec {
 impl PluginSpec {
     /// Parses a command-line spec.
     pub fn parse(spec: &str) -> Result<PluginSpec, PluginError> {
-        let looks_like_path =
-            spec.contains(std::path::MAIN_SEPARATOR) || spec.contains('/') || spec.contains(DLL_SUFFIX);
+        let looks_like_path = spec.contains(std::path::MAIN_SEPARATOR)
+            || spec.contains('/')
+            || spec.contains(DLL_SUFFIX);
         if looks_like_path {
             let (file, name) = match spec.rsplit_once('#') {
                 Some((file, name)) => (file, Some(name.to_owned())),
                 None => (spec, None),
             };
-            return Ok(PluginSpec::Path { file: PathBuf::from(file), name });
+            return Ok(PluginSpec::Path {
+                file: PathBuf::from(file),
+                name,
+            });
         }
         if !is_valid_name(spec) {
-            return Err(PluginError::InvalidName { name: spec.to_owned() });
+            return Err(PluginError::InvalidName {
+                name: spec.to_owned(),
+            });
         }
         Ok(PluginSpec::Name(spec.to_owned()))
     }
@@ -59,12 +65,17 @@ impl PluginSpec {
 /// Whether `name` is a valid plugin name: `[a-z0-9-]{1,64}`.
 pub fn is_valid_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 /// The file name that holds plugin `name` on this platform.
 pub fn library_file_name(name: &str) -> String {
-    format!("{DLL_PREFIX}routerlab_{}{DLL_SUFFIX}", name.replace('-', "_"))
+    format!(
+        "{DLL_PREFIX}routerlab_{}{DLL_SUFFIX}",
+        name.replace('-', "_")
+    )
 }
 
 /// Whether a file name follows the plugin naming rule (so `plugins` lists it).
@@ -85,7 +96,10 @@ impl SearchPath {
             Some(value) => split(&value),
             None => Vec::new(),
         };
-        if let Some(exe_dir) = std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_owned)) {
+        if let Some(exe_dir) = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_owned))
+        {
             let parent = (exe_dir.file_name() == Some("deps".as_ref()))
                 .then(|| exe_dir.parent().map(Path::to_owned))
                 .flatten();
@@ -111,7 +125,10 @@ impl SearchPath {
         let tried: Vec<PathBuf> = self.dirs.iter().map(|dir| dir.join(&file)).collect();
         match tried.iter().find(|p| p.is_file()) {
             Some(found) => Ok(found.clone()),
-            None => Err(PluginError::NotFound { name: name.to_owned(), tried }),
+            None => Err(PluginError::NotFound {
+                name: name.to_owned(),
+                tried,
+            }),
         }
     }
 
@@ -121,12 +138,18 @@ impl SearchPath {
         let mut seen = std::collections::BTreeSet::new();
         let mut files = Vec::new();
         for dir in &self.dirs {
-            let Ok(entries) = std::fs::read_dir(dir) else { continue };
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
             let mut in_dir: Vec<PathBuf> = entries
                 .filter_map(Result::ok)
                 .map(|e| e.path())
                 .filter(|p| p.is_file())
-                .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(is_plugin_file_name))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(is_plugin_file_name)
+                })
                 .collect();
             in_dir.sort();
             for path in in_dir {
@@ -140,7 +163,9 @@ impl SearchPath {
 }
 
 fn split(value: &OsString) -> Vec<PathBuf> {
-    std::env::split_paths(value).filter(|p| !p.as_os_str().is_empty()).collect()
+    std::env::split_paths(value)
+        .filter(|p| !p.as_os_str().is_empty())
+        .collect()
 }
 
 #[cfg(test)]
@@ -152,15 +177,23 @@ mod tests {
         let expected = format!("{DLL_PREFIX}routerlab_max_kv_cache{DLL_SUFFIX}");
         assert_eq!(library_file_name("max-kv-cache"), expected);
         assert!(is_plugin_file_name(&expected));
-        assert!(!is_plugin_file_name(&format!("{DLL_PREFIX}other{DLL_SUFFIX}")));
+        assert!(!is_plugin_file_name(&format!(
+            "{DLL_PREFIX}other{DLL_SUFFIX}"
+        )));
     }
 
     #[test]
     fn specs_are_names_or_paths() {
-        assert_eq!(PluginSpec::parse("lcp").unwrap(), PluginSpec::Name("lcp".into()));
+        assert_eq!(
+            PluginSpec::parse("lcp").unwrap(),
+            PluginSpec::Name("lcp".into())
+        );
         assert_eq!(
             PluginSpec::parse("./x/libfoo.so#bar").unwrap(),
-            PluginSpec::Path { file: "./x/libfoo.so".into(), name: Some("bar".into()) }
+            PluginSpec::Path {
+                file: "./x/libfoo.so".into(),
+                name: Some("bar".into())
+            }
         );
         let err = PluginSpec::parse("Bad_Name").unwrap_err().to_string();
         assert!(err.contains("invalid plugin name `Bad_Name`"), "{err}");

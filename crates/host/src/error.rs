@@ -17,7 +17,9 @@ pub enum PluginError {
         tried: Vec<PathBuf>,
     },
     /// The name is not `[a-z0-9-]{1,64}` and is not a path.
-    #[error("invalid plugin name `{name}`: use lowercase letters, digits and `-` (at most 64), or give a path")]
+    #[error(
+        "invalid plugin name `{name}`: use lowercase letters, digits and `-` (at most 64), or give a path"
+    )]
     InvalidName {
         /// The rejected name.
         name: String,
@@ -162,10 +164,16 @@ impl fmt::Display for CallFailure {
             CallFailure::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             CallFailure::UnknownStatus(s, m) => write!(f, "unknown status {s}: {m}"),
             CallFailure::EndpointOutOfRange(i) => {
-                write!(f, "returned endpoint index {i}, which is not a current endpoint")
+                write!(
+                    f,
+                    "returned endpoint index {i}, which is not a current endpoint"
+                )
             }
             CallFailure::EndpointUnavailable(i) => {
-                write!(f, "returned endpoint index {i}, which was flagged unavailable")
+                write!(
+                    f,
+                    "returned endpoint index {i}, which was flagged unavailable"
+                )
             }
         }
     }
@@ -179,5 +187,9 @@ fn list_paths(paths: &[PathBuf]) -> String {
     if paths.is_empty() {
         return "no search directories (set ROUTERLAB_PLUGIN_PATH)".into();
     }
-    paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -50,7 +50,10 @@ impl RequestData<'_> {
             },
             id: self.id,
             arrival_ns: self.arrival_ns,
-            prompt: RlStr { ptr: self.prompt.as_ptr(), len: self.prompt.len() as u64 },
+            prompt: RlStr {
+                ptr: self.prompt.as_ptr(),
+                len: self.prompt.len() as u64,
+            },
             block_hashes: self.block_hashes.as_ptr(),
             block_count: self.block_hashes.len() as u64,
             block_size: self.block_size,
@@ -110,7 +113,10 @@ impl EndpointTable {
         self.raw.push(RlEndpointStatus {
             struct_size: size_of::<RlEndpointStatus>() as u32,
             index,
-            name: RlStr { ptr: name.as_ptr(), len: name.len() as u64 },
+            name: RlStr {
+                ptr: name.as_ptr(),
+                len: name.len() as u64,
+            },
             running: 0,
             waiting: 0,
             kv_blocks_used: 0,
@@ -245,12 +251,18 @@ fn failure_for(status: RlStatus, message: String) -> CallFailure {
     }
 }
 
+/// `RlCreateFn` once checked non-NULL.
+type CreateFn =
+    unsafe extern "C" fn(RlStr, RlStr, *mut *mut c_void, *const RlErrorSink) -> RlStatus;
+/// `RlDestroyFn` once checked non-NULL.
+type DestroyFn = unsafe extern "C" fn(*mut c_void);
+
 /// What the handles share: which plugin, its instance pointer, and the poison flag.
 struct Handle {
     library: &'static Library,
     plugin: &'static PluginInfo,
     instance: *mut c_void,
-    destroy: RlDestroyFn,
+    destroy: DestroyFn,
     poisoned: Option<String>,
 }
 
@@ -262,18 +274,29 @@ impl Handle {
     fn create(
         library: &'static Library,
         plugin: &'static PluginInfo,
-        create: RlCreateFn,
-        destroy: RlDestroyFn,
+        create: CreateFn,
+        destroy: DestroyFn,
         config: &str,
     ) -> Result<Handle, PluginError> {
         let mut instance: *mut c_void = std::ptr::null_mut();
         let (status, message) = with_sink(|err| {
             // SAFETY: name and config are valid for the call; `instance` is writable.
             unsafe {
-                create(RlStr::from_str(&plugin.name), RlStr::from_str(config), &mut instance, err)
+                create(
+                    RlStr::from_str(&plugin.name),
+                    RlStr::from_str(config),
+                    &mut instance,
+                    err,
+                )
             }
         });
-        let handle = Handle { library, plugin, instance, destroy, poisoned: None };
+        let handle = Handle {
+            library,
+            plugin,
+            instance,
+            destroy,
+            poisoned: None,
+        };
         if status != RL_OK {
             // A failed create gets no destroy.
             std::mem::forget(handle);
@@ -376,7 +399,9 @@ impl MatcherInstance {
         let f = self.vtable.add_endpoints.expect("checked by the loader");
         let list = table.raw_list();
         // SAFETY: `list` borrows `table` for the call; the instance is live.
-        self.handle.call("add_endpoints", &[], |inst, err| unsafe { f(inst, &list, err) })?;
+        self.handle.call("add_endpoints", &[], |inst, err| unsafe {
+            f(inst, &list, err)
+        })?;
         Ok(())
     }
 
@@ -384,9 +409,10 @@ impl MatcherInstance {
     pub fn remove_endpoints(&mut self, indices: &[u32]) -> Result<(), PluginError> {
         let f = self.vtable.remove_endpoints.expect("checked by the loader");
         // SAFETY: `indices` is valid for the call; the instance is live.
-        self.handle.call("remove_endpoints", &[], |inst, err| unsafe {
-            f(inst, indices.as_ptr(), indices.len() as u64, err)
-        })?;
+        self.handle
+            .call("remove_endpoints", &[], |inst, err| unsafe {
+                f(inst, indices.as_ptr(), indices.len() as u64, err)
+            })?;
         Ok(())
     }
 
@@ -399,7 +425,11 @@ impl MatcherInstance {
         table: &EndpointTable,
         unavailable: &[bool],
     ) -> Result<Option<usize>, PluginError> {
-        assert_eq!(unavailable.len(), table.len(), "one unavailable flag per endpoint");
+        assert_eq!(
+            unavailable.len(),
+            table.len(),
+            "one unavailable flag per endpoint"
+        );
         let f = self.vtable.match_request.expect("checked by the loader");
         let raw = request.to_raw();
         let list = table.raw_list();
@@ -407,17 +437,23 @@ impl MatcherInstance {
         let flags = unavailable.as_ptr().cast::<u8>();
         // SAFETY: request, list, flags (one byte per endpoint: `bool` is one byte) and the
         // out slot are valid for the call; the instance is live.
-        let status = self.handle.call("match", &[RL_NO_ENDPOINT], |inst, err| unsafe {
-            f(inst, &raw, &list, flags, &mut index, err)
-        })?;
+        let status = self
+            .handle
+            .call("match", &[RL_NO_ENDPOINT], |inst, err| unsafe {
+                f(inst, &raw, &list, flags, &mut index, err)
+            })?;
         if status == RL_NO_ENDPOINT {
             return Ok(None);
         }
         let Some(pos) = table.position(index) else {
-            return Err(self.handle.error("match", CallFailure::EndpointOutOfRange(index)));
+            return Err(self
+                .handle
+                .error("match", CallFailure::EndpointOutOfRange(index)));
         };
         if unavailable[pos] {
-            return Err(self.handle.error("match", CallFailure::EndpointUnavailable(index)));
+            return Err(self
+                .handle
+                .error("match", CallFailure::EndpointUnavailable(index)));
         }
         Ok(Some(pos))
     }
@@ -433,17 +469,27 @@ impl MatcherInstance {
         let raw = request.to_raw();
         let index = table.index(pos);
         // SAFETY: the request is valid for the call; the instance is live.
-        self.handle.call("update", &[], |inst, err| unsafe { f(inst, &raw, index, err) })?;
+        self.handle.call("update", &[], |inst, err| unsafe {
+            f(inst, &raw, index, err)
+        })?;
         Ok(())
     }
 
     /// Tells the matcher the request finished on the endpoint with stable index `index`.
     /// Does nothing when the plugin has no `on_complete`.
-    pub fn on_complete(&mut self, request: &RequestData<'_>, index: u32) -> Result<(), PluginError> {
-        let Some(f) = self.vtable.on_complete else { return Ok(()) };
+    pub fn on_complete(
+        &mut self,
+        request: &RequestData<'_>,
+        index: u32,
+    ) -> Result<(), PluginError> {
+        let Some(f) = self.vtable.on_complete else {
+            return Ok(());
+        };
         let raw = request.to_raw();
         // SAFETY: the request is valid for the call; the instance is live.
-        self.handle.call("on_complete", &[], |inst, err| unsafe { f(inst, &raw, index, err) })?;
+        self.handle.call("on_complete", &[], |inst, err| unsafe {
+            f(inst, &raw, index, err)
+        })?;
         Ok(())
     }
 }
@@ -468,7 +514,11 @@ impl DetectorInstance {
             unreachable!("required slots checked by the loader");
         };
         let handle = Handle::create(library, plugin, create, destroy, config)?;
-        Ok(DetectorInstance { handle, vtable, scratch: Vec::new() })
+        Ok(DetectorInstance {
+            handle,
+            vtable,
+            scratch: Vec::new(),
+        })
     }
 
     /// The plugin's name.
@@ -477,7 +527,11 @@ impl DetectorInstance {
     }
 
     /// Fills `unavailable` with one flag per list position of `table`.
-    pub fn detect(&mut self, table: &EndpointTable, unavailable: &mut Vec<bool>) -> Result<(), PluginError> {
+    pub fn detect(
+        &mut self,
+        table: &EndpointTable,
+        unavailable: &mut Vec<bool>,
+    ) -> Result<(), PluginError> {
         let f = self.vtable.detect.expect("checked by the loader");
         let list = table.raw_list();
         self.scratch.clear();
@@ -485,7 +539,9 @@ impl DetectorInstance {
         let out = self.scratch.as_mut_ptr();
         // SAFETY: `list` borrows `table` and `out` has one writable byte per endpoint, both
         // for the call; the instance is live.
-        self.handle.call("detect", &[], |inst, err| unsafe { f(inst, &list, out, err) })?;
+        self.handle.call("detect", &[], |inst, err| unsafe {
+            f(inst, &list, out, err)
+        })?;
         unavailable.clear();
         unavailable.extend(self.scratch.iter().map(|flag| *flag != 0));
         Ok(())

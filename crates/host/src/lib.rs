@@ -17,9 +17,7 @@ mod error;
 mod instance;
 mod loader;
 
-pub use discovery::{
-    PLUGIN_PATH_ENV, PluginSpec, SearchPath, is_valid_name, library_file_name,
-};
+pub use discovery::{PLUGIN_PATH_ENV, PluginSpec, SearchPath, is_valid_name, library_file_name};
 pub use error::{CallFailure, LibraryFault, PluginError};
 pub use instance::{DetectorInstance, EndpointLoad, EndpointTable, MatcherInstance, RequestData};
 pub use loader::{Library, PluginInfo, PluginKind, load_library};
@@ -38,7 +36,10 @@ pub fn find_plugin(
         }
         PluginSpec::Path { file, name } => {
             if !file.is_file() {
-                return Err(PluginError::NotFound { name: spec.to_owned(), tried: vec![file] });
+                return Err(PluginError::NotFound {
+                    name: spec.to_owned(),
+                    tried: vec![file],
+                });
             }
             let library = load_library(&file)?;
             let plugin = match name {
@@ -72,5 +73,9 @@ pub fn load_detector(
 
 /// Every plugin library on the search path, loaded, or the error that stopped each one.
 pub fn list_libraries(search: &SearchPath) -> Vec<Result<&'static Library, PluginError>> {
-    search.candidate_files().iter().map(|file| load_library(file)).collect()
+    search
+        .candidate_files()
+        .iter()
+        .map(|file| load_library(file))
+        .collect()
 }

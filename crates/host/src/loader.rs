@@ -74,7 +74,10 @@ pub struct Library {
 impl Library {
     /// The plugin called `name`, of kind `kind`.
     pub fn plugin(&self, name: &str, kind: PluginKind) -> Result<&PluginInfo, PluginError> {
-        let fault = |cause| PluginError::Library { file: self.path.clone(), cause };
+        let fault = |cause| PluginError::Library {
+            file: self.path.clone(),
+            cause,
+        };
         let Some(plugin) = self.plugins.iter().find(|p| p.name == name) else {
             return Err(fault(LibraryFault::NameMismatch {
                 wanted: name.to_owned(),
@@ -131,11 +134,16 @@ static LOADED: Mutex<Option<HashMap<PathBuf, &'static Library>>> = Mutex::new(No
 
 /// Loads and validates the library at `path` (once per process).
 pub fn load_library(path: &Path) -> Result<&'static Library, PluginError> {
-    let fault = |cause| PluginError::Library { file: path.to_owned(), cause };
+    let fault = |cause| PluginError::Library {
+        file: path.to_owned(),
+        cause,
+    };
     let canonical = path
         .canonicalize()
         .map_err(|e| fault(LibraryFault::Open(format!("cannot read file: {e}"))))?;
-    let mut loaded = LOADED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut loaded = LOADED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let loaded = loaded.get_or_insert_with(HashMap::new);
     if let Some(library) = loaded.get(&canonical) {
         return Ok(library);
@@ -147,7 +155,10 @@ pub fn load_library(path: &Path) -> Result<&'static Library, PluginError> {
 }
 
 fn open_and_validate(path: &Path, canonical: &Path) -> Result<Library, PluginError> {
-    let fault = |cause| PluginError::Library { file: path.to_owned(), cause };
+    let fault = |cause| PluginError::Library {
+        file: path.to_owned(),
+        cause,
+    };
     // SAFETY: loading a library runs its initialisers. That is the point of a plugin
     // system: the user chose to trust this file. RTLD_NOW makes missing symbols fail here
     // rather than mid-replay; RTLD_LOCAL keeps one plugin's symbols from another's.
@@ -177,24 +188,37 @@ fn open_and_validate(path: &Path, canonical: &Path) -> Result<Library, PluginErr
     let head = unsafe { std::ptr::read(module.cast::<[u32; 4]>()) };
     let [struct_size, magic, abi_major, abi_minor] = head;
     if magic != RL_MAGIC {
-        return Err(fault(LibraryFault::BadMagic { found: magic, expected: RL_MAGIC }));
+        return Err(fault(LibraryFault::BadMagic {
+            found: magic,
+            expected: RL_MAGIC,
+        }));
     }
     if abi_major != RL_ABI_MAJOR {
-        return Err(fault(LibraryFault::AbiMajor { found: abi_major, supported: RL_ABI_MAJOR }));
+        return Err(fault(LibraryFault::AbiMajor {
+            found: abi_major,
+            supported: RL_ABI_MAJOR,
+        }));
     }
     check_size("module", struct_size, size_of::<RlModule>()).map_err(fault)?;
     // SAFETY: the module's declared size covers the whole v1 struct.
     let module = unsafe { std::ptr::read(module) };
     let mut plugins = Vec::with_capacity(module.plugin_count as usize);
     if module.plugin_count > 0 && module.plugins.is_null() {
-        return Err(fault(LibraryFault::NullPointer("module plugin list".into())));
+        return Err(fault(LibraryFault::NullPointer(
+            "module plugin list".into(),
+        )));
     }
     for index in 0..module.plugin_count as usize {
         // SAFETY: the module promises `plugin_count` descriptor pointers at `plugins`.
         let descriptor = unsafe { *module.plugins.add(index) };
         plugins.push(validate_descriptor(index, descriptor).map_err(fault)?);
     }
-    Ok(Library { path: path.to_owned(), abi_major, abi_minor, plugins })
+    Ok(Library {
+        path: path.to_owned(),
+        abi_major,
+        abi_minor,
+        plugins,
+    })
 }
 
 fn validate_descriptor(
@@ -202,11 +226,17 @@ fn validate_descriptor(
     descriptor: *const RlPluginDescriptor,
 ) -> Result<PluginInfo, LibraryFault> {
     if descriptor.is_null() {
-        return Err(LibraryFault::NullPointer(format!("plugin #{index} descriptor")));
+        return Err(LibraryFault::NullPointer(format!(
+            "plugin #{index} descriptor"
+        )));
     }
     // SAFETY: non-null; `struct_size` is the first field of every version.
     let declared = unsafe { std::ptr::read(descriptor.cast::<u32>()) };
-    check_size(&format!("plugin #{index} descriptor"), declared, size_of::<RlPluginDescriptor>())?;
+    check_size(
+        &format!("plugin #{index} descriptor"),
+        declared,
+        size_of::<RlPluginDescriptor>(),
+    )?;
     // SAFETY: the declared size covers the v1 struct.
     let descriptor = unsafe { std::ptr::read(descriptor) };
     let kind = match descriptor.kind {
@@ -222,12 +252,19 @@ fn validate_descriptor(
     if descriptor.vtable.is_null() {
         return Err(LibraryFault::NullPointer(format!("plugin `{name}` vtable")));
     }
-    let missing = |slot| LibraryFault::MissingEntryPoint { plugin: name.clone(), slot };
+    let missing = |slot| LibraryFault::MissingEntryPoint {
+        plugin: name.clone(),
+        slot,
+    };
     // SAFETY: non-null; `struct_size` is the first field of both vtables.
     let vtable_size = unsafe { std::ptr::read(descriptor.vtable.cast::<u32>()) };
     let vtable = match kind {
         PluginKind::Matcher => {
-            check_size(&format!("plugin `{name}` vtable"), vtable_size, size_of::<RlMatcherVtable>())?;
+            check_size(
+                &format!("plugin `{name}` vtable"),
+                vtable_size,
+                size_of::<RlMatcherVtable>(),
+            )?;
             // SAFETY: the declared size covers the v1 matcher vtable.
             let v = unsafe { std::ptr::read(descriptor.vtable.cast::<RlMatcherVtable>()) };
             for (slot, present) in [
@@ -245,7 +282,11 @@ fn validate_descriptor(
             Vtable::Matcher(v)
         }
         PluginKind::Detector => {
-            check_size(&format!("plugin `{name}` vtable"), vtable_size, size_of::<RlDetectorVtable>())?;
+            check_size(
+                &format!("plugin `{name}` vtable"),
+                vtable_size,
+                size_of::<RlDetectorVtable>(),
+            )?;
             // SAFETY: the declared size covers the v1 detector vtable.
             let v = unsafe { std::ptr::read(descriptor.vtable.cast::<RlDetectorVtable>()) };
             for (slot, present) in [
@@ -273,7 +314,11 @@ fn validate_descriptor(
 
 fn check_size(what: &str, found: u32, minimum: usize) -> Result<(), LibraryFault> {
     if (found as usize) < minimum {
-        return Err(LibraryFault::StructSize { what: what.to_owned(), found, minimum });
+        return Err(LibraryFault::StructSize {
+            what: what.to_owned(),
+            found,
+            minimum,
+        });
     }
     Ok(())
 }
@@ -287,7 +332,9 @@ unsafe fn c_text(ptr: *const c_char) -> String {
         return String::new();
     }
     // SAFETY: guaranteed by the caller.
-    unsafe { CStr::from_ptr(ptr) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(ptr) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 fn one_line(text: &str) -> String {

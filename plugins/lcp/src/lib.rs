@@ -39,7 +39,11 @@ impl Holders {
         }
     }
     fn contains(&self, index: u32) -> bool {
-        if index < 64 { self.low & (1 << index) != 0 } else { self.high.contains(&index) }
+        if index < 64 {
+            self.low & (1 << index) != 0
+        } else {
+            self.high.contains(&index)
+        }
     }
     fn is_empty(&self) -> bool {
         self.low == 0 && self.high.is_empty()
@@ -99,15 +103,23 @@ impl Matcher for Lcp {
         endpoints: &Endpoints<'_>,
     ) -> Result<Option<u32>, String> {
         self.available.clear();
-        self.available.extend(endpoints.available().map(|e| e.index()));
+        self.available
+            .extend(endpoints.available().map(|e| e.index()));
         if self.available.is_empty() {
             return Ok(None);
         }
         self.best.clear();
         for hash in request.block_hashes() {
-            let Some(holders) = self.nodes.get(*hash) else { break };
+            let Some(holders) = self.nodes.get(*hash) else {
+                break;
+            };
             let before = self.best.len();
-            self.best.extend(self.available.iter().copied().filter(|i| holders.contains(*i)));
+            self.best.extend(
+                self.available
+                    .iter()
+                    .copied()
+                    .filter(|i| holders.contains(*i)),
+            );
             if self.best.len() > before {
                 // A deeper match replaces the shallower one.
                 self.best.drain(..before);
@@ -115,14 +127,20 @@ impl Matcher for Lcp {
                 self.best.truncate(before);
             }
         }
-        let pool = if self.best.is_empty() { &self.available } else { &self.best };
+        let pool = if self.best.is_empty() {
+            &self.available
+        } else {
+            &self.best
+        };
         let pick = pool[self.rng.below(pool.len() as u64) as usize];
         Ok(Some(pick))
     }
 
     fn update(&mut self, request: &Request<'_>, endpoint: u32) -> Result<(), String> {
         for hash in request.block_hashes().iter().rev() {
-            self.nodes.touch_or_insert_with(*hash, Holders::default).insert(endpoint);
+            self.nodes
+                .touch_or_insert_with(*hash, Holders::default)
+                .insert(endpoint);
         }
         if self.max_nodes > 0 {
             while self.nodes.len() > self.max_nodes {

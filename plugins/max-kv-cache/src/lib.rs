@@ -22,12 +22,21 @@ impl Detector for MaxKvCache {
         let max_waiting = config.optional_u64("max_waiting")?;
         config.finish()?;
         if !(0.0..=1.0).contains(&max_usage) {
-            return Err(format!("config key `max_usage`: must be within 0..=1, found {max_usage}"));
+            return Err(format!(
+                "config key `max_usage`: must be within 0..=1, found {max_usage}"
+            ));
         }
-        Ok(MaxKvCache { max_usage, max_waiting })
+        Ok(MaxKvCache {
+            max_usage,
+            max_waiting,
+        })
     }
 
-    fn detect(&mut self, endpoints: &Endpoints<'_>, unavailable: &mut [bool]) -> Result<(), String> {
+    fn detect(
+        &mut self,
+        endpoints: &Endpoints<'_>,
+        unavailable: &mut [bool],
+    ) -> Result<(), String> {
         for (flag, endpoint) in unavailable.iter_mut().zip(endpoints.iter()) {
             let full = endpoint.kv_usage() > self.max_usage;
             let queued = self.max_waiting.is_some_and(|max| endpoint.waiting() > max);

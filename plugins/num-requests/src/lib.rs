@@ -21,7 +21,11 @@ impl Detector for NumRequests {
         Ok(NumRequests { max_running })
     }
 
-    fn detect(&mut self, endpoints: &Endpoints<'_>, unavailable: &mut [bool]) -> Result<(), String> {
+    fn detect(
+        &mut self,
+        endpoints: &Endpoints<'_>,
+        unavailable: &mut [bool],
+    ) -> Result<(), String> {
         for (flag, endpoint) in unavailable.iter_mut().zip(endpoints.iter()) {
             *flag = endpoint.running() > self.max_running;
         }

@@ -34,7 +34,11 @@ fn simhash(features: impl Iterator<Item = u64>) -> u64 {
             *vote += if feature >> bit & 1 == 1 { 1 } else { -1 };
         }
     }
-    votes.iter().enumerate().filter(|(_, v)| **v > 0).fold(0, |acc, (bit, _)| acc | 1 << bit)
+    votes
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| **v > 0)
+        .fold(0, |acc, (bit, _)| acc | 1 << bit)
 }
 
 impl Simhash {
@@ -46,7 +50,11 @@ impl Simhash {
             simhash(head.iter().map(|h| hash64(&h.to_le_bytes(), 0)))
         } else {
             let head = &prompt[..prompt.len().min(self.max_prefix)];
-            simhash(head.split(u8::is_ascii_whitespace).filter(|w| !w.is_empty()).map(|w| hash64(w, 0)))
+            simhash(
+                head.split(u8::is_ascii_whitespace)
+                    .filter(|w| !w.is_empty())
+                    .map(|w| hash64(w, 0)),
+            )
         }
     }
 }
@@ -59,7 +67,9 @@ impl Matcher for Simhash {
         let virtual_nodes = config.u64("virtual_nodes", 100)?;
         config.finish()?;
         if virtual_nodes == 0 || virtual_nodes > 10_000 {
-            return Err(format!("config key `virtual_nodes`: must be 1..=10000, found {virtual_nodes}"));
+            return Err(format!(
+                "config key `virtual_nodes`: must be 1..=10000, found {virtual_nodes}"
+            ));
         }
         Ok(Simhash {
             max_prefix: max_prefix as usize,
@@ -74,7 +84,8 @@ impl Matcher for Simhash {
         for endpoint in endpoints.iter() {
             for vnode in 0..self.virtual_nodes {
                 let key = format!("{}#{vnode}", endpoint.name());
-                self.ring.push((hash64(key.as_bytes(), 0), endpoint.index()));
+                self.ring
+                    .push((hash64(key.as_bytes(), 0), endpoint.index()));
             }
         }
         self.ring.sort_unstable();
@@ -102,10 +113,12 @@ impl Matcher for Simhash {
         let position = self.position(request);
         let start = self.ring.partition_point(|(p, _)| *p < position);
         let (after, before) = (&self.ring[start..], &self.ring[..start]);
-        let found = after
-            .iter()
-            .chain(before)
-            .find(|(_, index)| self.available.get(*index as usize).copied().unwrap_or(false));
+        let found = after.iter().chain(before).find(|(_, index)| {
+            self.available
+                .get(*index as usize)
+                .copied()
+                .unwrap_or(false)
+        });
         Ok(found.map(|(_, index)| *index))
     }
 

@@ -1,0 +1,263 @@
+//! Every way a plugin can be wrong gets a one-line error naming the file and the cause, and
+//! the host survives all of them. Broken libraries are compiled from one C fixture with the
+//! system compiler, each with one field broken.
+
+mod support;
+
+use std::path::PathBuf;
+
+use routerlab_host::{SearchPath, library_file_name, load_matcher};
+use support::*;
+
+/// Compiles the broken fixture with `defines` as plugin `name`'s library in a fresh dir.
+fn broken_library(test: &str, defines: &[&str]) -> (SearchPath, PathBuf) {
+    let dir = scratch_dir(test);
+    let file = dir.join(library_file_name("broken"));
+    compile_c(
+        &workspace_root().join("crates/host/tests/fixtures/broken.c"),
+        &file,
+        defines,
+    );
+    (SearchPath::new(vec![dir]), file)
+}
+
+fn load_error(search: &SearchPath, name: &str) -> String {
+    let err = load_matcher(name, "", search)
+        .err()
+        .expect("loading must fail")
+        .to_string();
+    assert!(!err.contains('\n'), "error must be one line: {err}");
+    err
+}
+
+#[test]
+fn missing_file_lists_every_path_tried() {
+    let a = scratch_dir("missing-a");
+    let b = scratch_dir("missing-b");
+    let search = SearchPath::new(vec![a.clone(), b.clone()]);
+    let err = load_error(&search, "no-such-plugin");
+    let file = library_file_name("no-such-plugin");
+    assert_eq!(
+        err,
+        format!(
+            "plugin `no-such-plugin` not found; tried: {}, {}",
+            a.join(&file).display(),
+            b.join(&file).display()
+        )
+    );
+}
+
+#[test]
+fn a_file_that_is_not_a_shared_library() {
+    let dir = scratch_dir("not-a-library");
+    let file = dir.join(library_file_name("text"));
+    std::fs::write(&file, "this is not an ELF file\n").unwrap();
+    let err = load_error(&SearchPath::new(vec![dir]), "text");
+    assert!(
+        err.starts_with(&format!(
+            "{}: cannot load as a shared library:",
+            file.display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn entry_symbol_missing() {
+    let (search, file) = broken_library("no-entry", &["NO_ENTRY"]);
+    assert_eq!(
+        load_error(&search, "broken"),
+        format!(
+            "{}: entry symbol `routerlab_plugin_entry_v1` not found (not a routerlab ABI v1 plugin)",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn wrong_magic() {
+    let (search, file) = broken_library("magic", &["MAGIC=0x12345678"]);
+    assert_eq!(
+        load_error(&search, "broken"),
+        format!(
+            "{}: bad magic 0x12345678, expected 0x524c4142 (not a routerlab plugin)",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn abi_major_mismatch() {
+    let (search, file) = broken_library("major", &["MAJOR=2"]);
+    assert_eq!(
+        load_error(&search, "broken"),
+        format!("{}: ABI major 2, host supports 1", file.display())
+    );
+}
+
+#[test]
+fn struct_size_too_small() {
+    let (search, file) = broken_library("size", &["MODULE_SIZE=16"]);
+    assert_eq!(
+        load_error(&search, "broken"),
+        format!(
+            "{}: module struct_size 16 is smaller than the ABI v1 size 32",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn unknown_kind() {
+    let (search, file) = broken_library("kind", &["KIND=7"]);
+    assert_eq!(
+        load_error(&search, "broken"),
+        format!(
+            "{}: plugin #0: unknown kind 7 (expected 1 = matcher or 2 = detector)",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn name_mismatch() {
+    let (search, file) = broken_library("name", &["NAME=\"other-name\""]);
+    assert_eq!(
+        load_error(&search, "broken"),
+        format!(
+            "{}: no plugin named `broken` in this library (it exports: other-name (matcher))",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn invalid_descriptor_name() {
+    let (search, file) = broken_library("bad-name", &["NAME=\"Bad Name\""]);
+    assert_eq!(
+        load_error(&search, "broken"),
+        format!(
+            "{}: plugin #0: invalid name \"Bad Name\" (expected [a-z0-9-]{{1,64}})",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn config_rejected_surfaces_the_plugins_message() {
+    let err = load_matcher("lcp", "max_nodes: lots", &built_plugins())
+        .err()
+        .unwrap()
+        .to_string();
+    let file = build_dir().join(library_file_name("lcp"));
+    assert_eq!(
+        err,
+        format!(
+            "plugin `lcp` ({}): create: config rejected: config key `max_nodes`: expected a \
+             non-negative integer, found string \"lots\"",
+            file.display()
+        )
+    );
+}
+
+fn panicky() -> PathBuf {
+    let file = build_dir().join(format!(
+        "{}fixture_panicky{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    ));
+    assert!(
+        file.is_file(),
+        "{} missing: run `cargo build --workspace`",
+        file.display()
+    );
+    file
+}
+
+#[test]
+fn panic_in_create_is_reported_and_the_host_survives() {
+    let spec = format!("{}#panic-on-create", panicky().display());
+    let err = load_matcher(&spec, "", &SearchPath::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.starts_with("plugin `panic-on-create` ("), "{err}");
+    assert!(
+        err.ends_with(
+            "create: plugin panicked (instance poisoned): panicked: fixture: boom in create"
+        ),
+        "{err}"
+    );
+    // The host is still fine: load something else.
+    assert!(load_matcher("lcp", "", &built_plugins()).is_ok());
+}
+
+#[test]
+fn panic_in_match_poisons_the_instance() {
+    let spec = format!("{}#panic-on-match", panicky().display());
+    let mut matcher = load_matcher(&spec, "", &SearchPath::default()).unwrap();
+    let table = endpoints(2);
+    matcher.add_endpoints(&table).unwrap();
+    assert_eq!(
+        matcher
+            .match_request(&request(1, &[1]), &table, &[false; 2])
+            .unwrap(),
+        Some(0)
+    );
+    let err = matcher
+        .match_request(&request(2, &[1]), &table, &[false; 2])
+        .unwrap_err()
+        .to_string();
+    assert!(err.ends_with("match: plugin panicked (instance poisoned): panicked: fixture: boom in match for request 2"), "{err}");
+    // Poisoned: later calls fail without running the plugin, and say why.
+    let err = matcher
+        .match_request(&request(3, &[1]), &table, &[false; 2])
+        .unwrap_err()
+        .to_string();
+    assert!(err.ends_with("match: instance poisoned by an earlier panic: panicked: fixture: boom in match for request 2"), "{err}");
+    let err = matcher
+        .update(&request(3, &[1]), &table, 0)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("update: instance poisoned"), "{err}");
+    drop(matcher); // destroy still runs cleanly
+}
+
+#[test]
+fn endpoint_index_out_of_range_is_an_error() {
+    let (search, file) = broken_library("out-of-range", &["MATCH_INDEX=99"]);
+    let mut matcher = load_matcher("broken", "", &search).unwrap();
+    let table = endpoints(3);
+    let err = matcher
+        .match_request(&request(1, &[]), &table, &[false; 3])
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "plugin `broken` ({}): match: returned endpoint index 99, which is not a current endpoint",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn an_unavailable_endpoint_is_never_used() {
+    let (search, _) = broken_library("unavailable", &["MATCH_INDEX=0"]);
+    let mut matcher = load_matcher("broken", "", &search).unwrap();
+    let table = endpoints(2);
+    assert_eq!(
+        matcher
+            .match_request(&request(1, &[]), &table, &[false, false])
+            .unwrap(),
+        Some(0)
+    );
+    let err = matcher
+        .match_request(&request(2, &[]), &table, &[true, false])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.ends_with("match: returned endpoint index 0, which was flagged unavailable"),
+        "{err}"
+    );
+}
