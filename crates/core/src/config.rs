@@ -4,10 +4,17 @@
 //! Plugins read keys one at a time with a default and then call [`PluginConfig::finish`],
 //! which rejects whatever key was not read, naming it and the keys that exist. A typo such
 //! as `max_runing: 10` therefore fails loudly instead of silently running with the default.
+//!
+//! One key is reserved for every plugin: `seed`. The host adds it to each plugin's config
+//! (from `--seed`) so one flag reseeds a whole experiment; plugins that use no randomness
+//! simply never read it, and `finish` does not count it as unknown.
 
 use std::collections::BTreeMap;
 
 use serde_yaml::Value;
+
+/// The config key the host sets on every plugin.
+pub const SEED_KEY: &str = "seed";
 
 /// A plugin's parsed configuration.
 #[derive(Debug)]
@@ -84,13 +91,18 @@ impl PluginConfig {
         }
     }
 
-    /// Fails when a key was given that the plugin never read.
+    /// The reserved `seed` key (default 0): the only source of randomness a plugin may use.
+    pub fn seed(&mut self) -> Result<u64, String> {
+        self.u64(SEED_KEY, 0)
+    }
+
+    /// Fails when a key was given that the plugin never read (`seed` excepted).
     pub fn finish(self) -> Result<(), String> {
         let unknown: Vec<&str> = self
             .entries
             .keys()
             .map(String::as_str)
-            .filter(|k| !self.known.contains(k))
+            .filter(|k| *k != SEED_KEY && !self.known.contains(k))
             .collect();
         if unknown.is_empty() {
             return Ok(());
@@ -140,6 +152,8 @@ mod tests {
         let mut json = PluginConfig::parse(r#"{"seed": 9}"#).unwrap();
         assert_eq!(json.u64("seed", 0), Ok(9));
         assert_eq!(PluginConfig::parse("").unwrap().finish(), Ok(()));
+        // `seed` is reserved: never unknown, even when not read.
+        assert_eq!(PluginConfig::parse("seed: 4").unwrap().finish(), Ok(()));
     }
 
     #[test]

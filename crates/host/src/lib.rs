@@ -16,6 +16,7 @@ mod discovery;
 mod error;
 mod instance;
 mod loader;
+pub mod mapped;
 
 pub use discovery::{PLUGIN_PATH_ENV, PluginSpec, SearchPath, is_valid_name, library_file_name};
 pub use error::{CallFailure, LibraryFault, PluginError};

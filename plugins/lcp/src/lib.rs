@@ -71,7 +71,7 @@ impl Lcp {
 impl Matcher for Lcp {
     fn create(_name: &str, config: &str) -> Result<Self, String> {
         let mut config = PluginConfig::parse(config)?;
-        let seed = config.u64("seed", 0)?;
+        let seed = config.seed()?;
         let max_nodes = config.u64("max_nodes", 0)?;
         config.finish()?;
         Ok(Lcp {

@@ -1,0 +1,34 @@
+//! Read-only file maps for trace readers, so that crates outside the boundary need no
+//! `unsafe` to stream a large file without reading it into memory.
+
+use std::fs::File;
+use std::io;
+use std::ops::Deref;
+use std::path::Path;
+
+/// A whole file mapped read-only. Empty files are represented without a map.
+pub struct MappedFile {
+    map: Option<memmap2::Mmap>,
+}
+
+impl MappedFile {
+    /// Maps `path` read-only.
+    pub fn open(path: &Path) -> io::Result<MappedFile> {
+        let file = File::open(path)?;
+        if file.metadata()?.len() == 0 {
+            return Ok(MappedFile { map: None });
+        }
+        // SAFETY: the map is read-only and private. If another process truncates the file
+        // while it is mapped, reads past the new end fault (SIGBUS); like every tool that
+        // maps its input, we accept that for files the user asked us to read.
+        let map = unsafe { memmap2::Mmap::map(&file) }?;
+        Ok(MappedFile { map: Some(map) })
+    }
+}
+
+impl Deref for MappedFile {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or(&[])
+    }
+}

@@ -1,0 +1,153 @@
+//! The time-free replay: the original prototype's method, kept as the default.
+//!
+//! Requests are taken in file order and never finish. Before each decision the detector
+//! (if any) sees the current endpoint statuses; then the matcher picks, then learns its
+//! pick (`update`). Each endpoint has a prefix-cache model: a set of block hashes, unbounded
+//! by default (as the prototype) or a least-recently-used set of `cache_blocks` blocks. A
+//! request's hit is the run of leading blocks of its chain already in its endpoint's cache.
+//!
+//! Without a clock this mode cannot see queues: it measures where requests go and how much
+//! prefix they share, not how fast they are served.
+
+use routerlab_core::Unit;
+use routerlab_core::lru::LruMap;
+use routerlab_host::{DetectorInstance, EndpointLoad, EndpointTable, MatcherInstance, PluginError, RequestData};
+
+use crate::report::{Report, StatsBuilder};
+use crate::trace::{TraceError, TraceReader, TraceRequest};
+
+/// Settings of one replay (beyond the plugins and the trace).
+#[derive(Debug, Clone)]
+pub struct ReplaySettings {
+    /// Endpoint names, in endpoint order.
+    pub endpoints: Vec<String>,
+    /// Prefix-cache capacity per endpoint, in blocks; `None` = unbounded.
+    pub cache_blocks: Option<u64>,
+    /// When every endpoint is unavailable, route anyway instead of rejecting.
+    pub fail_open: bool,
+}
+
+/// Why a replay stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The trace is bad.
+    #[error("{0}")]
+    Trace(#[from] TraceError),
+    /// A plugin failed while routing a request.
+    #[error("{location}: {source}")]
+    Plugin {
+        /// `file:line` of the request being routed.
+        location: String,
+        /// The plugin's failure.
+        source: PluginError,
+    },
+}
+
+/// One endpoint's prefix cache.
+struct PrefixCache {
+    blocks: LruMap<()>,
+    capacity: Option<u64>,
+}
+
+impl PrefixCache {
+    /// Counts the leading blocks of `chain` already cached, then caches the whole chain.
+    fn serve(&mut self, chain: &[u64]) -> u64 {
+        let hits = chain.iter().take_while(|h| self.blocks.contains(**h)).count() as u64;
+        // Deepest first, root last: the root ends most recent, so eviction takes the deepest
+        // blocks of a chain before the shallow ones it hangs from.
+        for hash in chain.iter().rev() {
+            self.blocks.touch_or_insert_with(*hash, || ());
+        }
+        if let Some(capacity) = self.capacity {
+            while self.blocks.len() as u64 > capacity {
+                self.blocks.pop_oldest();
+            }
+        }
+        hits
+    }
+}
+
+/// Prompt tokens of a request: exact for token traces, bytes / 4 for text.
+pub fn prompt_tokens(unit: Unit, prompt_len: u64) -> u64 {
+    match unit {
+        Unit::Tokens => prompt_len,
+        Unit::Bytes => prompt_len.div_ceil(4),
+    }
+}
+
+/// Replays the whole trace through the plugins.
+pub fn replay(
+    reader: &mut TraceReader,
+    matcher: &mut MatcherInstance,
+    mut detector: Option<&mut DetectorInstance>,
+    settings: &ReplaySettings,
+) -> Result<Report, ReplayError> {
+    let unit = reader.unit();
+    let block_size = reader.block_size();
+    let n = settings.endpoints.len();
+    let mut table = EndpointTable::new(settings.endpoints.iter().cloned());
+    let plugin_error = |request: &TraceRequest, source| ReplayError::Plugin {
+        location: format!("request {} (line {})", request.seq, request.line),
+        source,
+    };
+    matcher.add_endpoints(&table).map_err(|source| ReplayError::Plugin {
+        location: "start".into(),
+        source,
+    })?;
+    let mut caches: Vec<PrefixCache> =
+        (0..n).map(|_| PrefixCache { blocks: LruMap::default(), capacity: settings.cache_blocks }).collect();
+    let mut loads = vec![EndpointLoad { kv_blocks_total: settings.cache_blocks.unwrap_or(0), ..Default::default() }; n];
+    // Endpoint of each request (by seq), for the share-prefix statistic; u16::MAX = rejected.
+    let mut endpoint_of: Vec<u16> = vec![u16::MAX];
+    let mut stats = StatsBuilder::new(n, unit);
+    let mut unavailable = vec![false; n];
+    let all_available = vec![false; n];
+    let mut request = TraceRequest::default();
+
+    while reader.next_into(&mut request)? {
+        let data = RequestData {
+            id: request.seq,
+            arrival_ns: request.arrival_ns.unwrap_or(0),
+            prompt: &request.prompt,
+            block_hashes: &request.blocks,
+            block_size,
+            unit,
+            prompt_len: request.prompt_len,
+            output_tokens: request.output_tokens,
+            session_id: request.session,
+            parent_id: request.parent_seq.unwrap_or(0),
+        };
+        match detector.as_deref_mut() {
+            Some(detector) => {
+                detector.detect(&table, &mut unavailable).map_err(|e| plugin_error(&request, e))?;
+            }
+            None => unavailable.fill(false),
+        }
+        let constrained = unavailable.contains(&true);
+        let everything_down = unavailable.iter().all(|u| *u);
+        let flags = if everything_down && settings.fail_open { &all_available } else { &unavailable };
+        let chosen = if everything_down && !settings.fail_open {
+            None
+        } else {
+            matcher.match_request(&data, &table, flags).map_err(|e| plugin_error(&request, e))?
+        };
+        let parent_endpoint = request.parent_seq.map(|p| endpoint_of[p as usize]);
+        let Some(pos) = chosen else {
+            stats.reject(constrained, parent_endpoint.is_some());
+            endpoint_of.push(u16::MAX);
+            continue;
+        };
+        matcher.update(&data, &table, pos).map_err(|e| plugin_error(&request, e))?;
+        let hit_blocks = caches[pos].serve(&request.blocks);
+        let hit_units = (hit_blocks * u64::from(block_size)).min(request.prompt_len);
+        stats.route(pos, request.prompt_len, hit_units, constrained, parent_endpoint.map(|p| p == pos as u16));
+        endpoint_of.push(pos as u16);
+
+        let load = &mut loads[pos];
+        load.running += 1;
+        load.kv_blocks_used = caches[pos].blocks.len() as u64;
+        load.inflight_prompt_tokens += prompt_tokens(unit, request.prompt_len);
+        table.set_load(pos, *load);
+    }
+    Ok(stats.finish())
+}

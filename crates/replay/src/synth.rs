@@ -1,0 +1,201 @@
+//! Synthetic traces: the prototype's chat workload, and a Mooncake-format stream for
+//! benchmarks. Both are fully determined by their settings and seed.
+//!
+//! The chat workload: each request, with probability `continue_chat_probability`, continues
+//! a uniformly chosen earlier request (its whole prompt, a newline, a new user turn);
+//! otherwise it starts a conversation (the fixed system prompt, a newline, a user turn). A
+//! user turn is the request number followed by `tokens_typed_by_user_per_request` words.
+
+use std::io::{self, Write};
+
+use routerlab_core::SeededRng;
+use serde::Serialize;
+
+/// Settings of the prototype's chat workload.
+#[derive(Debug, Clone)]
+pub struct ChatWorkload {
+    /// Number of requests.
+    pub requests: u64,
+    /// Probability that a request continues an earlier one.
+    pub continue_chat_probability: f64,
+    /// Words in each user turn after the request number.
+    pub tokens_typed_by_user_per_request: u64,
+    /// Seed of the generator.
+    pub seed: u64,
+}
+
+impl Default for ChatWorkload {
+    fn default() -> Self {
+        ChatWorkload { requests: 2200, continue_chat_probability: 0.2, tokens_typed_by_user_per_request: 100, seed: 0 }
+    }
+}
+
+/// Sentences of the fixed system prompt: written for this project, repeated in numbered
+/// sections until the prompt is about 8 KB.
+const SYSTEM_SENTENCES: &[&str] = &[
+    "You are the assistant of a small engineering team that runs a fleet of inference servers.",
+    "Answer in plain language, and prefer short, exact answers to long, vague ones.",
+    "When a question is about measurements, give the number, its unit and how it was obtained.",
+    "If you do not know something, say so and suggest how it could be found out.",
+    "Never invent command-line flags, file names or configuration keys.",
+    "When you show code, show complete code that compiles, and say which version it targets.",
+    "Keep a friendly tone, but do not pad answers with greetings or apologies.",
+    "If a request is ambiguous, state the reading you chose before answering it.",
+    "Treat every number the user gives you as data to check, not as a fact to repeat.",
+    "When comparing two designs, list what each costs as well as what each gains.",
+    "Explain trade-offs between cache affinity and load balance with concrete examples.",
+    "Remember that an overloaded server is slower than a cold cache on an idle one.",
+];
+
+/// The fixed system prompt (about 8 KB).
+pub fn system_prompt() -> String {
+    let mut prompt = String::from("System instructions for the routing laboratory assistant.\n");
+    let mut section = 1;
+    while prompt.len() < 8 * 1024 - 200 {
+        prompt.push_str(&format!("Section {section}.\n"));
+        for sentence in SYSTEM_SENTENCES {
+            prompt.push_str(sentence);
+            prompt.push(' ');
+        }
+        prompt.push('\n');
+        section += 1;
+    }
+    prompt
+}
+
+#[derive(Serialize)]
+struct ChatLine<'a> {
+    id: u64,
+    prompt: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parent: Option<u64>,
+    session: u64,
+}
+
+/// Writes the chat workload as chat JSONL.
+pub fn write_chat(workload: &ChatWorkload, out: &mut impl Write) -> io::Result<()> {
+    let mut rng = SeededRng::new(workload.seed);
+    let system = system_prompt();
+    // (prompt, session) of every request so far: continuations copy a whole prompt.
+    let mut history: Vec<(String, u64)> = Vec::with_capacity(workload.requests as usize);
+    for id in 0..workload.requests {
+        let mut turn = id.to_string();
+        for _ in 0..workload.tokens_typed_by_user_per_request {
+            turn.push_str(" hello");
+        }
+        let continues = !history.is_empty() && rng.unit_f64() < workload.continue_chat_probability;
+        let (prompt, parent, session) = if continues {
+            let parent = rng.below(history.len() as u64);
+            let (earlier, session) = &history[parent as usize];
+            (format!("{earlier}\n{turn}"), Some(parent), *session)
+        } else {
+            (format!("{system}\n{turn}"), None, id)
+        };
+        serde_json::to_writer(&mut *out, &ChatLine { id, prompt: &prompt, parent, session })?;
+        out.write_all(b"\n")?;
+        history.push((prompt, session));
+    }
+    Ok(())
+}
+
+/// Settings of the synthetic Mooncake-format stream used by benchmarks.
+#[derive(Debug, Clone)]
+pub struct MooncakeWorkload {
+    /// Number of requests.
+    pub requests: u64,
+    /// Probability that a request continues a recent conversation.
+    pub continue_chat_probability: f64,
+    /// Seed of the generator.
+    pub seed: u64,
+}
+
+/// Tokens per hash id in the generated stream (Mooncake's block size).
+pub const MOONCAKE_BLOCK: u64 = 512;
+
+/// Writes a Mooncake-format stream: 8 shared system prefixes of 4 blocks; conversations grow
+/// by 1–2 blocks a turn up to 64 blocks; continuations pick one of the 1,024 most recent
+/// conversations, so memory stays bounded however long the stream. Arrivals are Poisson at
+/// 20 requests/s.
+pub fn write_mooncake(workload: &MooncakeWorkload, out: &mut impl Write) -> io::Result<()> {
+    const RECENT: usize = 1024;
+    const SYSTEMS: u64 = 8;
+    const SYSTEM_BLOCKS: u64 = 4;
+    let mut rng = SeededRng::new(workload.seed);
+    let mut next_id = SYSTEMS * SYSTEM_BLOCKS;
+    let mut recent: Vec<Vec<u64>> = Vec::with_capacity(RECENT);
+    let mut clock_ms = 0.0f64;
+    let mut line = String::new();
+    for n in 0..workload.requests {
+        let continue_from = (!recent.is_empty() && rng.unit_f64() < workload.continue_chat_probability)
+            .then(|| rng.below(recent.len() as u64) as usize)
+            .filter(|i| recent[*i].len() < 62);
+        let mut ids = match continue_from {
+            Some(i) => recent[i].clone(),
+            None => {
+                let system = rng.below(SYSTEMS);
+                (0..SYSTEM_BLOCKS).map(|b| system * SYSTEM_BLOCKS + b).collect()
+            }
+        };
+        for _ in 0..1 + rng.below(2) {
+            ids.push(next_id);
+            next_id += 1;
+        }
+        let input_length = ids.len() as u64 * MOONCAKE_BLOCK - rng.below(MOONCAKE_BLOCK);
+        let output_length = 50 + rng.below(450);
+        clock_ms += -(1.0 - rng.unit_f64()).ln() * 50.0;
+        line.clear();
+        line.push_str(&format!(
+            "{{\"timestamp\": {}, \"input_length\": {input_length}, \"output_length\": {output_length}, \"hash_ids\": [",
+            clock_ms as u64
+        ));
+        for (i, id) in ids.iter().enumerate() {
+            if i > 0 {
+                line.push_str(", ");
+            }
+            line.push_str(&id.to_string());
+        }
+        line.push_str("]}\n");
+        out.write_all(line.as_bytes())?;
+        match continue_from {
+            Some(i) => recent[i] = ids,
+            None if recent.len() < RECENT => recent.push(ids),
+            None => recent[(n % RECENT as u64) as usize] = ids,
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_prompt_is_about_8_kb() {
+        let len = system_prompt().len();
+        assert!((7 * 1024..9 * 1024).contains(&len), "{len}");
+    }
+
+    #[test]
+    fn chat_workload_is_seeded_and_links_parents() {
+        let small = ChatWorkload { requests: 50, ..ChatWorkload::default() };
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        write_chat(&small, &mut a).unwrap();
+        write_chat(&small, &mut b).unwrap();
+        assert_eq!(a, b);
+        let mut c = Vec::new();
+        write_chat(&ChatWorkload { seed: 1, ..small }, &mut c).unwrap();
+        assert_ne!(a, c);
+        let lines: Vec<serde_json::Value> =
+            String::from_utf8(a).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 50);
+        for line in &lines {
+            if let Some(parent) = line.get("parent") {
+                let parent = &lines[parent.as_u64().unwrap() as usize];
+                let prompt = line["prompt"].as_str().unwrap();
+                assert!(prompt.starts_with(parent["prompt"].as_str().unwrap()));
+                assert_eq!(line["session"], parent["session"]);
+            }
+        }
+    }
+}

@@ -1,0 +1,726 @@
+//! Reading traces: chat JSONL and Mooncake JSONL, streamed from a memory map.
+//!
+//! The file is mapped, not read: lines are parsed one at a time into a reused
+//! [`TraceRequest`], so memory holds one prompt at a time plus what parent links need (an
+//! id → position map, only for traces that have ids). Every line is checked; a bad line is
+//! an error naming `file:line` and the field, unless the caller asked to skip bad lines, in
+//! which case they are counted by reason.
+//!
+//! Parsing has a fast path and a slow path. The fast path deserialises straight into typed,
+//! borrowed structs. When that fails, the line is parsed again as a generic JSON value only
+//! to find which field is wrong and say so; serde's own message names a column, not a field.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use routerlab_core::Unit;
+use routerlab_core::hash::chain;
+use routerlab_host::mapped::MappedFile;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Trace formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum TraceFormat {
+    /// routerlab's chat JSONL: prompts (or messages) with optional parents and sessions.
+    Chat,
+    /// Mooncake JSONL: lengths and prefix-block ids, no text.
+    Mooncake,
+}
+
+impl fmt::Display for TraceFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TraceFormat::Chat => "chat",
+            TraceFormat::Mooncake => "mooncake",
+        })
+    }
+}
+
+/// How to read a trace.
+#[derive(Debug, Clone)]
+pub struct TraceOptions {
+    /// Forced format, or `None` to detect it from the first line.
+    pub format: Option<TraceFormat>,
+    /// Block size for text prompts, in bytes.
+    pub block_size: u32,
+    /// Tokens per Mooncake hash id.
+    pub trace_block_size: u32,
+    /// Skip bad lines (counting them) instead of failing.
+    pub skip_invalid: bool,
+}
+
+/// Why a line is bad. The variant is the reason `--skip-invalid` counts by.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fault {
+    /// Not valid UTF-8.
+    InvalidUtf8,
+    /// Not valid JSON, or not an object.
+    InvalidJson,
+    /// A required field is absent.
+    MissingField,
+    /// A field has the wrong type or an out-of-range value.
+    InvalidField,
+    /// `hash_ids` has fewer ids than `input_length` needs.
+    HashIdsTooShort,
+    /// `parent` names no earlier request.
+    UnknownParent,
+    /// The same id appears twice.
+    DuplicateId,
+}
+
+impl Fault {
+    /// The reason, as counted and printed.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Fault::InvalidUtf8 => "invalid UTF-8",
+            Fault::InvalidJson => "invalid JSON",
+            Fault::MissingField => "missing field",
+            Fault::InvalidField => "invalid field",
+            Fault::HashIdsTooShort => "hash_ids too short",
+            Fault::UnknownParent => "unknown parent",
+            Fault::DuplicateId => "duplicate id",
+        }
+    }
+}
+
+/// A bad trace: file, line (1-based; 0 = the file as a whole), field and cause.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceError {
+    /// The trace file.
+    pub file: PathBuf,
+    /// The line, 1-based; 0 for whole-file problems.
+    pub line: usize,
+    /// The field at fault, if one is.
+    pub field: Option<String>,
+    /// The reason category.
+    pub fault: Fault,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if self.line > 0 {
+            write!(f, ":{}", self.line)?;
+        }
+        match &self.field {
+            Some(field) => write!(f, ": field `{field}`: {}", self.message),
+            None => write!(f, ": {}", self.message),
+        }
+    }
+}
+
+impl std::error::Error for TraceError {}
+
+/// One request of a trace, in a buffer the reader refills.
+#[derive(Debug, Default)]
+pub struct TraceRequest {
+    /// 1-based position among the requests read (skipped lines excluded); also the id
+    /// plugins see.
+    pub seq: u64,
+    /// Line in the file.
+    pub line: usize,
+    /// Position (`seq`) of the request this one continues.
+    pub parent_seq: Option<u64>,
+    /// Session number (1-based, order of first appearance), 0 = none.
+    pub session: u64,
+    /// Prompt text (chat traces); empty for Mooncake.
+    pub prompt: Vec<u8>,
+    /// Prompt length in `unit`s.
+    pub prompt_len: u64,
+    /// Prefix-block hash chain.
+    pub blocks: Vec<u64>,
+    /// Arrival time in nanoseconds, if the trace has one.
+    pub arrival_ns: Option<u64>,
+    /// Output tokens, if the trace says.
+    pub output_tokens: Option<u64>,
+}
+
+/// A streaming reader over a mapped trace file.
+pub struct TraceReader {
+    map: MappedFile,
+    offset: usize,
+    line: usize,
+    linker: Linker,
+    skipped: BTreeMap<&'static str, u64>,
+}
+
+/// Turns lines into requests and links them to their parents.
+struct Linker {
+    path: PathBuf,
+    format: TraceFormat,
+    options: TraceOptions,
+    seq: u64,
+    /// Chat ids (normalised to text) or Mooncake chat ids, to their `seq`.
+    ids: HashMap<String, u64>,
+    /// Session key to (session number, last `seq`).
+    sessions: HashMap<String, (u64, u64)>,
+}
+
+impl TraceReader {
+    /// Maps `path` and detects (or takes) its format. An empty file is an error.
+    pub fn open(path: &Path, options: TraceOptions) -> Result<TraceReader, TraceError> {
+        let whole = |message: String| TraceError {
+            file: path.to_owned(),
+            line: 0,
+            field: None,
+            fault: Fault::InvalidJson,
+            message,
+        };
+        let map = MappedFile::open(path).map_err(|e| whole(format!("cannot read trace: {e}")))?;
+        if map.is_empty() {
+            return Err(whole("trace is empty: no requests".into()));
+        }
+        let format = match options.format {
+            Some(format) => format,
+            None => detect_format(&map).ok_or_else(|| whole("trace is empty: no requests".into()))?,
+        };
+        Ok(TraceReader {
+            map,
+            offset: 0,
+            line: 0,
+            linker: Linker {
+                path: path.to_owned(),
+                format,
+                options,
+                seq: 0,
+                ids: HashMap::new(),
+                sessions: HashMap::new(),
+            },
+            skipped: BTreeMap::new(),
+        })
+    }
+
+    /// The trace's format.
+    pub fn format(&self) -> TraceFormat {
+        self.linker.format
+    }
+
+    /// The unit of lengths and blocks in this trace.
+    pub fn unit(&self) -> Unit {
+        match self.linker.format {
+            TraceFormat::Chat => Unit::Bytes,
+            TraceFormat::Mooncake => Unit::Tokens,
+        }
+    }
+
+    /// The block size of this trace's hash chains, in [`TraceReader::unit`]s.
+    pub fn block_size(&self) -> u32 {
+        match self.linker.format {
+            TraceFormat::Chat => self.linker.options.block_size,
+            TraceFormat::Mooncake => self.linker.options.trace_block_size,
+        }
+    }
+
+    /// Bytes of the file.
+    pub fn len_bytes(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Lines skipped so far, by reason.
+    pub fn skipped(&self) -> &BTreeMap<&'static str, u64> {
+        &self.skipped
+    }
+
+    /// Reads the next request into `out`. `Ok(false)` at the end of the trace.
+    pub fn next_into(&mut self, out: &mut TraceRequest) -> Result<bool, TraceError> {
+        loop {
+            let Some((start, end)) = self.next_line() else {
+                if self.linker.seq == 0 {
+                    return Err(self.linker.error_at(0, None, Fault::InvalidJson, "trace has no valid requests".into()));
+                }
+                return Ok(false);
+            };
+            let parsed = self.linker.parse_line(self.line, &self.map[start..end], out);
+            match parsed {
+                Ok(()) => return Ok(true),
+                Err(err) if self.linker.options.skip_invalid => {
+                    *self.skipped.entry(err.fault.reason()).or_insert(0) += 1;
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// The next non-blank line, without its line ending.
+    fn next_line(&mut self) -> Option<(usize, usize)> {
+        while self.offset < self.map.len() {
+            let rest = &self.map[self.offset..];
+            let end = memchr_newline(rest).unwrap_or(rest.len());
+            let start = self.offset;
+            self.offset += end + 1;
+            self.line += 1;
+            let mut line = &self.map[start..start + end];
+            if let [head @ .., b'\r'] = line {
+                line = head;
+            }
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            return Some((start, start + line.len()));
+        }
+        None
+    }
+}
+
+impl Linker {
+    fn error_at(&self, line: usize, field: Option<&str>, fault: Fault, message: String) -> TraceError {
+        TraceError { file: self.path.clone(), line, field: field.map(str::to_owned), fault, message }
+    }
+
+    fn parse_line(&mut self, line_no: usize, bytes: &[u8], out: &mut TraceRequest) -> Result<(), TraceError> {
+        let text = std::str::from_utf8(bytes).map_err(|e| {
+            self.error_at(line_no, None, Fault::InvalidUtf8, format!("invalid UTF-8 at byte {}", e.valid_up_to()))
+        })?;
+        match self.format {
+            TraceFormat::Chat => self.parse_chat(line_no, text, out),
+            TraceFormat::Mooncake => self.parse_mooncake(line_no, text, out),
+        }
+    }
+
+    fn parse_chat(&mut self, line_no: usize, text: &str, out: &mut TraceRequest) -> Result<(), TraceError> {
+        let parsed: ChatLine<'_> = serde_json::from_str(text)
+            .map_err(|e| diagnose(&self.path, line_no, text, TraceFormat::Chat, &e))?;
+        let id = match &parsed.id {
+            Some(id) => id.key(),
+            None => line_no.to_string(),
+        };
+        if self.ids.contains_key(&id) {
+            return Err(self.error_at(line_no, Some("id"), Fault::DuplicateId, format!("id {id} appears twice")));
+        }
+        let mut parent_seq = match &parsed.parent {
+            Some(parent) => {
+                let key = parent.key();
+                Some(*self.ids.get(&key).ok_or_else(|| {
+                    self.error_at(
+                        line_no,
+                        Some("parent"),
+                        Fault::UnknownParent,
+                        format!("parent {key} is not the id of an earlier request"),
+                    )
+                })?)
+            }
+            None => None,
+        };
+        if let Some(arrival) = parsed.arrival_s {
+            if !(arrival.is_finite() && arrival >= 0.0) {
+                return Err(self.error_at(
+                    line_no,
+                    Some("arrival_s"),
+                    Fault::InvalidField,
+                    format!("expected non-negative seconds, found {arrival}"),
+                ));
+            }
+        }
+        out.prompt.clear();
+        match (&parsed.prompt, &parsed.messages) {
+            (Some(prompt), None) => out.prompt.extend_from_slice(prompt.as_bytes()),
+            (None, Some(messages)) => flatten_messages(messages, &mut out.prompt),
+            (Some(_), Some(_)) => {
+                return Err(self.error_at(
+                    line_no,
+                    Some("messages"),
+                    Fault::InvalidField,
+                    "give either `prompt` or `messages`, not both".into(),
+                ));
+            }
+            (None, None) => {
+                return Err(self.error_at(
+                    line_no,
+                    Some("prompt"),
+                    Fault::MissingField,
+                    "missing: each line needs `prompt` (string) or `messages` (list)".into(),
+                ));
+            }
+        }
+        self.seq += 1;
+        let seq = self.seq;
+        self.ids.insert(id, seq);
+        let session_key = parsed.session.as_ref().map(IdValue::key);
+        out.session = self.session(session_key, seq, &mut parent_seq);
+        out.seq = seq;
+        out.line = line_no;
+        out.parent_seq = parent_seq;
+        out.prompt_len = out.prompt.len() as u64;
+        out.arrival_ns = parsed.arrival_s.map(|s| (s * 1e9).round() as u64);
+        out.output_tokens = parsed.output_tokens;
+        hash_text_blocks(&out.prompt, self.options.block_size as usize, &mut out.blocks);
+        Ok(())
+    }
+
+    fn parse_mooncake(&mut self, line_no: usize, text: &str, out: &mut TraceRequest) -> Result<(), TraceError> {
+        out.blocks.clear();
+        let parsed: MooncakeLine<'_> = {
+            let mut de = serde_json::Deserializer::from_str(text);
+            let seed = MooncakeSeed { blocks: &mut out.blocks };
+            serde::de::DeserializeSeed::deserialize(seed, &mut de)
+                .and_then(|v| de.end().map(|()| v))
+                .map_err(|e| diagnose(&self.path, line_no, text, TraceFormat::Mooncake, &e))?
+        };
+        let block = u64::from(self.options.trace_block_size);
+        let needed = parsed.input_length.div_ceil(block);
+        if (out.blocks.len() as u64) < needed {
+            return Err(self.error_at(
+                line_no,
+                Some("hash_ids"),
+                Fault::HashIdsTooShort,
+                format!(
+                    "{} ids, but input_length {} needs {needed} blocks of {block} tokens \
+                     (is --trace-block-size right?)",
+                    out.blocks.len(),
+                    parsed.input_length
+                ),
+            ));
+        }
+        out.blocks.truncate(needed as usize);
+        if let Some(ts) = parsed.timestamp {
+            if !(ts.is_finite() && ts >= 0.0) {
+                return Err(self.error_at(
+                    line_no,
+                    Some("timestamp"),
+                    Fault::InvalidField,
+                    format!("expected non-negative milliseconds, found {ts}"),
+                ));
+            }
+        }
+        let mut parent_seq = None;
+        if let Some(parent) = parsed.parent_chat_id.filter(|p| *p >= 0) {
+            let key = format!("chat:{parent}");
+            parent_seq = Some(*self.ids.get(&key).ok_or_else(|| {
+                self.error_at(
+                    line_no,
+                    Some("parent_chat_id"),
+                    Fault::UnknownParent,
+                    format!("parent_chat_id {parent} is not the chat_id of an earlier request"),
+                )
+            })?);
+        }
+        self.seq += 1;
+        let seq = self.seq;
+        if let Some(chat) = parsed.chat_id {
+            let key = format!("chat:{chat}");
+            if self.ids.insert(key, seq).is_some() {
+                return Err(self.error_at(line_no, Some("chat_id"), Fault::DuplicateId, format!("chat_id {chat} appears twice")));
+            }
+        }
+        out.session = self.session(parsed.session_id.as_ref().map(IdValue::key), seq, &mut parent_seq);
+        out.seq = seq;
+        out.line = line_no;
+        out.parent_seq = parent_seq;
+        out.prompt.clear();
+        out.prompt_len = parsed.input_length;
+        out.arrival_ns = parsed.timestamp.map(|ms| (ms * 1e6).round() as u64);
+        out.output_tokens = parsed.output_length;
+        Ok(())
+    }
+
+    /// Numbers the session and, with no explicit parent, links to its previous request.
+    fn session(&mut self, key: Option<String>, seq: u64, parent_seq: &mut Option<u64>) -> u64 {
+        let Some(key) = key else { return 0 };
+        let next_number = self.sessions.len() as u64 + 1;
+        let entry = self.sessions.entry(key).or_insert((next_number, 0));
+        if parent_seq.is_none() && entry.1 != 0 {
+            *parent_seq = Some(entry.1);
+        }
+        entry.1 = seq;
+        entry.0
+    }
+}
+
+fn memchr_newline(bytes: &[u8]) -> Option<usize> {
+    bytes.iter().position(|b| *b == b'\n')
+}
+
+/// Detects the format from the first non-blank line: Mooncake lines have `hash_ids`.
+fn detect_format(bytes: &[u8]) -> Option<TraceFormat> {
+    let first = bytes.split(|b| *b == b'\n').find(|line| !line.iter().all(u8::is_ascii_whitespace))?;
+    let needle = b"\"hash_ids\"";
+    let mooncake = first.windows(needle.len()).any(|w| w == needle);
+    Some(if mooncake { TraceFormat::Mooncake } else { TraceFormat::Chat })
+}
+
+/// Cuts `prompt` into blocks of `block_size` bytes (the last may be partial) and writes the
+/// chained hash of each: hash `i` covers bytes `0 .. (i + 1) * block_size`.
+pub fn hash_text_blocks(prompt: &[u8], block_size: usize, out: &mut Vec<u64>) {
+    out.clear();
+    let mut previous = 0u64;
+    for block in prompt.chunks(block_size.max(1)) {
+        previous = chain(previous, block);
+        out.push(previous);
+    }
+}
+
+/// The documented flattening of `messages`: for each message, `<|ROLE|>\n` + content + `\n`.
+pub fn flatten_messages(messages: &[Message<'_>], out: &mut Vec<u8>) {
+    for message in messages {
+        out.extend_from_slice(b"<|");
+        out.extend_from_slice(message.role.as_bytes());
+        out.extend_from_slice(b"|>\n");
+        out.extend_from_slice(message.content.as_bytes());
+        out.push(b'\n');
+    }
+}
+
+/// An id: string or integer; both normalise to the same text (`7` and `"7"` are one id).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum IdValue<'a> {
+    Int(i64),
+    #[serde(borrow)]
+    Text(Cow<'a, str>),
+}
+
+impl IdValue<'_> {
+    fn key(&self) -> String {
+        match self {
+            IdValue::Int(n) => n.to_string(),
+            IdValue::Text(s) => s.to_string(),
+        }
+    }
+}
+
+/// One OpenAI-style message.
+#[derive(Debug, Deserialize)]
+pub struct Message<'a> {
+    /// `system`, `user`, `assistant`, ...
+    #[serde(borrow)]
+    pub role: Cow<'a, str>,
+    /// The text.
+    #[serde(borrow)]
+    pub content: Cow<'a, str>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatLine<'a> {
+    #[serde(borrow, default)]
+    id: Option<IdValue<'a>>,
+    #[serde(borrow, default)]
+    prompt: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    messages: Option<Vec<Message<'a>>>,
+    #[serde(borrow, default)]
+    parent: Option<IdValue<'a>>,
+    #[serde(borrow, default)]
+    session: Option<IdValue<'a>>,
+    #[serde(default)]
+    arrival_s: Option<f64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+}
+
+/// A Mooncake line; `hash_ids` go straight into the reused block buffer.
+#[derive(Debug)]
+struct MooncakeLine<'a> {
+    timestamp: Option<f64>,
+    input_length: u64,
+    output_length: Option<u64>,
+    session_id: Option<IdValue<'a>>,
+    chat_id: Option<i64>,
+    parent_chat_id: Option<i64>,
+}
+
+struct MooncakeSeed<'b> {
+    blocks: &'b mut Vec<u64>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for MooncakeSeed<'_> {
+    type Value = MooncakeLine<'de>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<Self::Value, D::Error> {
+        de.deserialize_map(self)
+    }
+}
+
+struct HashIds<'b>(&'b mut Vec<u64>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for HashIds<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for HashIds<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of non-negative integers")
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(id) = seq.next_element::<u64>()? {
+            self.0.push(id);
+        }
+        Ok(())
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for MooncakeSeed<'_> {
+    type Value = MooncakeLine<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a Mooncake request object")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        use serde::de::Error;
+        let mut line = MooncakeLine {
+            timestamp: None,
+            input_length: 0,
+            output_length: None,
+            session_id: None,
+            chat_id: None,
+            parent_chat_id: None,
+        };
+        let (mut has_input, mut has_ids) = (false, false);
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match key.as_ref() {
+                "timestamp" => line.timestamp = map.next_value()?,
+                "input_length" => {
+                    line.input_length = map.next_value()?;
+                    has_input = true;
+                }
+                "output_length" => line.output_length = map.next_value()?,
+                "hash_ids" => {
+                    map.next_value_seed(HashIds(self.blocks))?;
+                    has_ids = true;
+                }
+                "session_id" => line.session_id = map.next_value()?,
+                "chat_id" => line.chat_id = map.next_value()?,
+                "parent_chat_id" => line.parent_chat_id = map.next_value()?,
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        if !has_input {
+            return Err(A::Error::missing_field("input_length"));
+        }
+        if !has_ids {
+            return Err(A::Error::missing_field("hash_ids"));
+        }
+        Ok(line)
+    }
+}
+
+/// What the fast path could not say: which field is wrong.
+fn diagnose(path: &Path, line: usize, text: &str, format: TraceFormat, serde_error: &serde_json::Error) -> TraceError {
+    let error = |field: Option<&str>, fault, message: String| TraceError {
+        file: path.to_owned(),
+        line,
+        field: field.map(str::to_owned),
+        fault,
+        message,
+    };
+    let value: Value = match serde_json::from_str(text) {
+        Ok(value) => value,
+        Err(e) => return error(None, Fault::InvalidJson, format!("invalid JSON: {e}")),
+    };
+    let Value::Object(object) = value else {
+        return error(None, Fault::InvalidJson, format!("expected a JSON object, found {}", kind(&value)));
+    };
+    let checks: &[(&str, Check, bool)] = match format {
+        TraceFormat::Chat => &[
+            ("id", Check::Id, false),
+            ("prompt", Check::Text, false),
+            ("messages", Check::Messages, false),
+            ("parent", Check::Id, false),
+            ("session", Check::Id, false),
+            ("arrival_s", Check::Number, false),
+            ("output_tokens", Check::Count, false),
+        ],
+        TraceFormat::Mooncake => &[
+            ("timestamp", Check::Number, false),
+            ("input_length", Check::Count, true),
+            ("output_length", Check::Count, false),
+            ("hash_ids", Check::Ids, true),
+            ("session_id", Check::Id, false),
+            ("chat_id", Check::Int, false),
+            ("parent_chat_id", Check::Int, false),
+        ],
+    };
+    for (field, check, required) in checks {
+        match object.get(*field) {
+            None | Some(Value::Null) if *required => {
+                return error(Some(field), Fault::MissingField, "missing".into());
+            }
+            None | Some(Value::Null) => {}
+            Some(value) => {
+                if let Err(expected) = check.apply(value) {
+                    return error(
+                        Some(field),
+                        Fault::InvalidField,
+                        format!("expected {expected}, found {}", shown(value)),
+                    );
+                }
+            }
+        }
+    }
+    error(None, Fault::InvalidJson, format!("cannot read line: {serde_error}"))
+}
+
+#[derive(Clone, Copy)]
+enum Check {
+    Id,
+    Text,
+    Messages,
+    Number,
+    Count,
+    Int,
+    Ids,
+}
+
+impl Check {
+    fn apply(self, value: &Value) -> Result<(), &'static str> {
+        let ok = match self {
+            Check::Id => value.is_string() || value.is_i64(),
+            Check::Text => value.is_string(),
+            Check::Messages => value.as_array().is_some_and(|items| {
+                items.iter().all(|m| m.get("role").is_some_and(Value::is_string) && m.get("content").is_some_and(Value::is_string))
+            }),
+            Check::Number => value.is_number(),
+            Check::Count => value.is_u64(),
+            Check::Int => value.is_i64(),
+            Check::Ids => value.as_array().is_some_and(|ids| ids.iter().all(Value::is_u64)),
+        };
+        if ok {
+            return Ok(());
+        }
+        Err(match self {
+            Check::Id => "a string or an integer",
+            Check::Text => "a string",
+            Check::Messages => "a list of {role, content} string objects",
+            Check::Number => "a number",
+            Check::Count => "a non-negative integer",
+            Check::Int => "an integer",
+            Check::Ids => "a list of non-negative integers",
+        })
+    }
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn shown(value: &Value) -> String {
+    match value {
+        Value::Number(_) | Value::Bool(_) => format!("{} {value}", kind(value)),
+        Value::String(s) if s.len() <= 40 => format!("a string {s:?}"),
+        _ => kind(value).to_owned(),
+    }
+}
+
+/// The unit of a request's lengths, by format (for readers of the report).
+pub fn unit_name(unit: Unit) -> &'static str {
+    match unit {
+        Unit::Bytes => "bytes",
+        Unit::Tokens => "tokens",
+    }
+}
