@@ -32,6 +32,14 @@ pub struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
+    /// A view of a raw request, for hosts and benchmarks that call a matcher directly.
+    ///
+    /// # Safety
+    /// Every pointer in `raw` must be valid for reads of its stated length for `'a`.
+    pub unsafe fn from_raw(raw: &'a RlRequest) -> Request<'a> {
+        Request { raw }
+    }
+
     /// Request id, unique within a replay.
     pub fn id(&self) -> u64 {
         self.raw.id
@@ -136,6 +144,20 @@ pub struct Endpoints<'a> {
 }
 
 impl<'a> Endpoints<'a> {
+    /// A view of a raw list, for hosts and benchmarks that call a plugin directly.
+    ///
+    /// # Safety
+    /// `list` must describe `len` valid statuses `stride >= size_of::<RlEndpointStatus>()`
+    /// bytes apart, whose pointers stay valid for `'a`; `unavailable` is empty or has `len`
+    /// flags.
+    pub unsafe fn from_raw(list: RlEndpointList, unavailable: &'a [u8]) -> Endpoints<'a> {
+        Endpoints {
+            list,
+            unavailable,
+            _borrow: PhantomData,
+        }
+    }
+
     /// Number of endpoints.
     pub fn len(&self) -> usize {
         self.list.len as usize

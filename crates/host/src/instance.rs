@@ -229,18 +229,19 @@ unsafe extern "C" fn write_error(ctx: *mut c_void, msg: RlStr) {
 }
 
 /// Calls into a plugin with a fresh error sink; returns the status and any message.
-fn with_sink(call: impl FnOnce(*const RlErrorSink) -> RlStatus) -> (RlStatus, String) {
+/// Nothing is allocated unless the plugin writes a message.
+fn with_sink(call: impl FnOnce(*const RlErrorSink) -> RlStatus) -> (RlStatus, Option<String>) {
     let mut message = ErrorMessage { text: None };
     let sink = RlErrorSink {
         ctx: (&raw mut message).cast(),
         write: Some(write_error),
     };
     let status = call(&sink);
-    let text = message.text.unwrap_or_else(|| "(no message)".to_owned());
-    (status, text)
+    (status, message.text)
 }
 
-fn failure_for(status: RlStatus, message: String) -> CallFailure {
+fn failure_for(status: RlStatus, message: Option<String>) -> CallFailure {
+    let message = message.unwrap_or_else(|| "(no message)".to_owned());
     match status {
         RL_ERR_CONFIG => CallFailure::Config(message),
         RL_ERR_PANIC => CallFailure::Panicked(message),
@@ -344,7 +345,7 @@ impl Handle {
             return Ok(status);
         }
         if matches!(status, RL_ERR_PANIC | RL_ERR_POISONED) {
-            self.poisoned = Some(message.clone());
+            self.poisoned = Some(message.clone().unwrap_or_else(|| "(no message)".to_owned()));
         }
         Err(self.error(name, failure_for(status, message)))
     }
@@ -408,11 +409,11 @@ impl MatcherInstance {
     /// Removes endpoints by stable index.
     pub fn remove_endpoints(&mut self, indices: &[u32]) -> Result<(), PluginError> {
         let f = self.vtable.remove_endpoints.expect("checked by the loader");
-        // SAFETY: `indices` is valid for the call; the instance is live.
-        self.handle
-            .call("remove_endpoints", &[], |inst, err| unsafe {
-                f(inst, indices.as_ptr(), indices.len() as u64, err)
-            })?;
+        let (ptr, count) = (indices.as_ptr(), indices.len() as u64);
+        self.handle.call("remove_endpoints", &[], |inst, err| {
+            // SAFETY: `indices` is valid for the call; the instance is live.
+            unsafe { f(inst, ptr, count, err) }
+        })?;
         Ok(())
     }
 

@@ -158,7 +158,10 @@ struct Failure {
 
 impl Failure {
     fn input(message: impl Into<String>) -> Failure {
-        Failure { message: message.into(), code: 2 }
+        Failure {
+            message: message.into(),
+            code: 2,
+        }
     }
 }
 
@@ -197,25 +200,49 @@ struct Resolved {
 fn resolve(args: ReplayArgs) -> Result<Resolved, Failure> {
     let (experiment, base) = match &args.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| Failure::input(format!("{}: cannot read experiment file: {e}", path.display())))?;
-            let experiment: Experiment = serde_yaml::from_str(&text)
-                .map_err(|e| Failure::input(format!("{}: {}", path.display(), one_line(&e.to_string()))))?;
-            (experiment, path.parent().map(Path::to_owned).unwrap_or_default())
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::input(format!(
+                    "{}: cannot read experiment file: {e}",
+                    path.display()
+                ))
+            })?;
+            let experiment: Experiment = serde_yaml::from_str(&text).map_err(|e| {
+                Failure::input(format!("{}: {}", path.display(), one_line(&e.to_string())))
+            })?;
+            (
+                experiment,
+                path.parent().map(Path::to_owned).unwrap_or_default(),
+            )
         }
         None => (Experiment::default(), PathBuf::new()),
     };
     let matcher = args.matcher.or(experiment.matcher).ok_or_else(|| {
-        Failure::input("no matcher: pass --matcher NAME (see `routerlab plugins` for what is installed)")
+        Failure::input(
+            "no matcher: pass --matcher NAME (see `routerlab plugins` for what is installed)",
+        )
     })?;
     let trace = match (args.trace, experiment.trace) {
         (Some(flag), _) => flag,
         (None, Some(in_file)) => base.join(in_file),
-        (None, None) => return Err(Failure::input("no trace: pass --trace PATH (e.g. traces/chat.jsonl)")),
+        (None, None) => {
+            return Err(Failure::input(
+                "no trace: pass --trace PATH (e.g. traces/chat.jsonl)",
+            ));
+        }
     };
     let seed = args.seed.or(experiment.seed).unwrap_or(0);
-    let matcher_config = plugin_config(args.matcher_config, experiment.matcher_config, seed, "matcher")?;
-    let detector_config = plugin_config(args.detector_config, experiment.detector_config, seed, "detector")?;
+    let matcher_config = plugin_config(
+        args.matcher_config,
+        experiment.matcher_config,
+        seed,
+        "matcher",
+    )?;
+    let detector_config = plugin_config(
+        args.detector_config,
+        experiment.detector_config,
+        seed,
+        "detector",
+    )?;
     let endpoints = match (args.endpoints, experiment.endpoints) {
         (Some(flag), _) => parse_endpoints(&flag)?,
         (None, Some(Value::Number(n))) => parse_endpoints(&n.to_string())?,
@@ -223,19 +250,32 @@ fn resolve(args: ReplayArgs) -> Result<Resolved, Failure> {
             .iter()
             .map(|v| v.as_str().map(str::to_owned))
             .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| Failure::input("experiment `endpoints`: expected a count or a list of names"))
-            .and_then(|names| check_endpoints(names))?,
-        (None, Some(_)) => return Err(Failure::input("experiment `endpoints`: expected a count or a list of names")),
+            .ok_or_else(|| {
+                Failure::input("experiment `endpoints`: expected a count or a list of names")
+            })
+            .and_then(check_endpoints)?,
+        (None, Some(_)) => {
+            return Err(Failure::input(
+                "experiment `endpoints`: expected a count or a list of names",
+            ));
+        }
         (None, None) => default_endpoints(10),
     };
     let block_size = args.block_size.or(experiment.block_size).unwrap_or(128);
-    let trace_block_size = args.trace_block_size.or(experiment.trace_block_size).unwrap_or(512);
+    let trace_block_size = args
+        .trace_block_size
+        .or(experiment.trace_block_size)
+        .unwrap_or(512);
     if block_size == 0 || trace_block_size == 0 {
-        return Err(Failure::input("--block-size and --trace-block-size must be at least 1"));
+        return Err(Failure::input(
+            "--block-size and --trace-block-size must be at least 1",
+        ));
     }
     let cache_blocks = args.cache_blocks.or(experiment.cache_blocks);
     if cache_blocks == Some(0) {
-        return Err(Failure::input("--cache-blocks must be at least 1 (omit it for an unbounded cache)"));
+        return Err(Failure::input(
+            "--cache-blocks must be at least 1 (omit it for an unbounded cache)",
+        ));
     }
     Ok(Resolved {
         matcher,
@@ -251,18 +291,29 @@ fn resolve(args: ReplayArgs) -> Result<Resolved, Failure> {
         },
         endpoints,
         cache_blocks,
-        format: args.format.or(experiment.format).unwrap_or(OutputFormat::Human),
+        format: args
+            .format
+            .or(experiment.format)
+            .unwrap_or(OutputFormat::Human),
         fail_open: args.fail_open || experiment.fail_open.unwrap_or(false),
     })
 }
 
 /// The config text handed to a plugin: flag text, else the experiment's value, with
 /// `seed` added unless it is set.
-fn plugin_config(flag: Option<String>, in_file: Option<Value>, seed: u64, which: &str) -> Result<String, Failure> {
+fn plugin_config(
+    flag: Option<String>,
+    in_file: Option<Value>,
+    seed: u64,
+    which: &str,
+) -> Result<String, Failure> {
     let value = match (flag, in_file) {
         (Some(text), _) if text.trim().is_empty() => Value::Null,
         (Some(text), _) => serde_yaml::from_str(&text).map_err(|e| {
-            Failure::input(format!("--{which}-config is not valid YAML or JSON: {}", one_line(&e.to_string())))
+            Failure::input(format!(
+                "--{which}-config is not valid YAML or JSON: {}",
+                one_line(&e.to_string())
+            ))
         })?,
         (None, Some(value)) => value,
         (None, None) => Value::Null,
@@ -291,7 +342,9 @@ fn default_endpoints(n: usize) -> Vec<String> {
 fn parse_endpoints(text: &str) -> Result<Vec<String>, Failure> {
     if let Ok(n) = text.trim().parse::<usize>() {
         if n == 0 || n > MAX_ENDPOINTS {
-            return Err(Failure::input(format!("--endpoints: expected 1 to {MAX_ENDPOINTS} endpoints, found {n}")));
+            return Err(Failure::input(format!(
+                "--endpoints: expected 1 to {MAX_ENDPOINTS} endpoints, found {n}"
+            )));
         }
         return Ok(default_endpoints(n));
     }
@@ -309,7 +362,10 @@ fn check_endpoints(names: Vec<String>) -> Result<Vec<String>, Failure> {
     let mut sorted = names.clone();
     sorted.sort();
     if let Some(pair) = sorted.windows(2).find(|w| w[0] == w[1]) {
-        return Err(Failure::input(format!("--endpoints: `{}` is listed twice", pair[0])));
+        return Err(Failure::input(format!(
+            "--endpoints: `{}` is listed twice",
+            pair[0]
+        )));
     }
     Ok(names)
 }
@@ -321,7 +377,8 @@ fn run_replay(args: ReplayArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::input(e.to_string()))?;
     let mut detector = match &settings.detector {
         Some(name) => Some(
-            load_detector(name, &settings.detector_config, &search).map_err(|e| Failure::input(e.to_string()))?,
+            load_detector(name, &settings.detector_config, &search)
+                .map_err(|e| Failure::input(e.to_string()))?,
         ),
         None => None,
     };
@@ -333,26 +390,48 @@ fn run_replay(args: ReplayArgs) -> Result<(), Failure> {
         cache_blocks: settings.cache_blocks,
         fail_open: settings.fail_open,
     };
-    let report = replay(&mut reader, &mut matcher, detector.as_mut(), &replay_settings).map_err(|e| match e {
+    let report = replay(
+        &mut reader,
+        &mut matcher,
+        detector.as_mut(),
+        &replay_settings,
+    )
+    .map_err(|e| match e {
         ReplayError::Trace(e) => Failure::input(e.to_string()),
-        plugin @ ReplayError::Plugin { .. } => Failure { message: plugin.to_string(), code: 1 },
+        plugin @ ReplayError::Plugin { .. } => Failure {
+            message: plugin.to_string(),
+            code: 1,
+        },
     })?;
     let elapsed = started.elapsed().as_secs_f64();
     if !reader.skipped().is_empty() {
         let total: u64 = reader.skipped().values().sum();
-        let reasons: Vec<String> = reader.skipped().iter().map(|(reason, n)| format!("{n} {reason}")).collect();
-        eprintln!("warning: skipped {total} invalid line(s) of {}: {}", settings.trace.display(), reasons.join(", "));
+        let reasons: Vec<String> = reader
+            .skipped()
+            .iter()
+            .map(|(reason, n)| format!("{n} {reason}"))
+            .collect();
+        eprintln!(
+            "warning: skipped {total} invalid line(s) of {}: {}",
+            settings.trace.display(),
+            reasons.join(", ")
+        );
     }
     let text = match settings.format {
         OutputFormat::Human => report.to_human(&settings.endpoints),
-        OutputFormat::Json => serde_json::to_string_pretty(&report).map(|s| s + "\n").expect("report serialises"),
+        OutputFormat::Json => serde_json::to_string_pretty(&report)
+            .map(|s| s + "\n")
+            .expect("report serialises"),
         OutputFormat::Yaml => serde_yaml::to_string(&report).expect("report serialises"),
     };
     let mut stdout = std::io::stdout().lock();
     stdout
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
-        .map_err(|e| Failure { message: format!("cannot write the report: {e}"), code: 1 })?;
+        .map_err(|e| Failure {
+            message: format!("cannot write the report: {e}"),
+            code: 1,
+        })?;
     if settings.format == OutputFormat::Human {
         eprintln!(
             "replayed {} requests in {:.3} s ({:.0} decisions/s, {:.1} MB/s of trace)",
@@ -366,8 +445,18 @@ fn run_replay(args: ReplayArgs) -> Result<(), Failure> {
 }
 
 fn run_plugins(args: PluginsArgs) -> Result<(), Failure> {
-    let search = if args.path.is_empty() { SearchPath::from_env() } else { SearchPath::new(args.path) };
-    let mut rows = vec![["NAME".to_owned(), "KIND".into(), "VERSION".into(), "ABI".into(), "FILE".into()]];
+    let search = if args.path.is_empty() {
+        SearchPath::from_env()
+    } else {
+        SearchPath::new(args.path)
+    };
+    let mut rows = vec![[
+        "NAME".to_owned(),
+        "KIND".into(),
+        "VERSION".into(),
+        "ABI".into(),
+        "FILE".into(),
+    ]];
     let mut failures = 0;
     for library in list_libraries(&search) {
         match library {
@@ -389,30 +478,46 @@ fn run_plugins(args: PluginsArgs) -> Result<(), Failure> {
         }
     }
     if rows.len() == 1 && failures == 0 {
-        let dirs: Vec<String> = search.dirs().iter().map(|d| d.display().to_string()).collect();
+        let dirs: Vec<String> = search
+            .dirs()
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect();
         return Err(Failure::input(format!(
             "no plugins found in: {} (build them with `cargo build --workspace`, or set ROUTERLAB_PLUGIN_PATH)",
             dirs.join(", ")
         )));
     }
-    let widths: Vec<usize> = (0..5).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..5)
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
     for row in &rows {
-        let line: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
         println!("{}", line.join("  ").trim_end());
     }
     if failures > 0 {
-        return Err(Failure::input(format!("{failures} plugin librar{} could not be loaded (see above)", if failures == 1 { "y" } else { "ies" })));
+        return Err(Failure::input(format!(
+            "{failures} plugin librar{} could not be loaded (see above)",
+            if failures == 1 { "y" } else { "ies" }
+        )));
     }
     Ok(())
 }
 
 fn run_gen_trace(args: GenTraceArgs) -> Result<(), Failure> {
     if !(0.0..=1.0).contains(&args.continue_chat_probability) {
-        return Err(Failure::input("--continue-chat-probability must be within 0..=1"));
+        return Err(Failure::input(
+            "--continue-chat-probability must be within 0..=1",
+        ));
     }
     let mut sink: Box<dyn std::io::Write> = match &args.output {
         Some(path) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(path).map_err(|e| Failure::input(format!("{}: cannot create: {e}", path.display())))?,
+            std::fs::File::create(path)
+                .map_err(|e| Failure::input(format!("{}: cannot create: {e}", path.display())))?,
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
@@ -435,7 +540,10 @@ fn run_gen_trace(args: GenTraceArgs) -> Result<(), Failure> {
             &mut sink,
         ),
     };
-    written.and_then(|()| sink.flush()).map_err(|e| Failure { message: format!("cannot write trace: {e}"), code: 1 })
+    written.and_then(|()| sink.flush()).map_err(|e| Failure {
+        message: format!("cannot write trace: {e}"),
+        code: 1,
+    })
 }
 
 fn one_line(text: &str) -> String {

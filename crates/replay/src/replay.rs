@@ -11,7 +11,9 @@
 
 use routerlab_core::Unit;
 use routerlab_core::lru::LruMap;
-use routerlab_host::{DetectorInstance, EndpointLoad, EndpointTable, MatcherInstance, PluginError, RequestData};
+use routerlab_host::{
+    DetectorInstance, EndpointLoad, EndpointTable, MatcherInstance, PluginError, RequestData,
+};
 
 use crate::report::{Report, StatsBuilder};
 use crate::trace::{TraceError, TraceReader, TraceRequest};
@@ -52,7 +54,10 @@ struct PrefixCache {
 impl PrefixCache {
     /// Counts the leading blocks of `chain` already cached, then caches the whole chain.
     fn serve(&mut self, chain: &[u64]) -> u64 {
-        let hits = chain.iter().take_while(|h| self.blocks.contains(**h)).count() as u64;
+        let hits = chain
+            .iter()
+            .take_while(|h| self.blocks.contains(**h))
+            .count() as u64;
         // Deepest first, root last: the root ends most recent, so eviction takes the deepest
         // blocks of a chain before the shallow ones it hangs from.
         for hash in chain.iter().rev() {
@@ -90,13 +95,25 @@ pub fn replay(
         location: format!("request {} (line {})", request.seq, request.line),
         source,
     };
-    matcher.add_endpoints(&table).map_err(|source| ReplayError::Plugin {
-        location: "start".into(),
-        source,
-    })?;
-    let mut caches: Vec<PrefixCache> =
-        (0..n).map(|_| PrefixCache { blocks: LruMap::default(), capacity: settings.cache_blocks }).collect();
-    let mut loads = vec![EndpointLoad { kv_blocks_total: settings.cache_blocks.unwrap_or(0), ..Default::default() }; n];
+    matcher
+        .add_endpoints(&table)
+        .map_err(|source| ReplayError::Plugin {
+            location: "start".into(),
+            source,
+        })?;
+    let mut caches: Vec<PrefixCache> = (0..n)
+        .map(|_| PrefixCache {
+            blocks: LruMap::default(),
+            capacity: settings.cache_blocks,
+        })
+        .collect();
+    let mut loads = vec![
+        EndpointLoad {
+            kv_blocks_total: settings.cache_blocks.unwrap_or(0),
+            ..Default::default()
+        };
+        n
+    ];
     // Endpoint of each request (by seq), for the share-prefix statistic; u16::MAX = rejected.
     let mut endpoint_of: Vec<u16> = vec![u16::MAX];
     let mut stats = StatsBuilder::new(n, unit);
@@ -119,17 +136,25 @@ pub fn replay(
         };
         match detector.as_deref_mut() {
             Some(detector) => {
-                detector.detect(&table, &mut unavailable).map_err(|e| plugin_error(&request, e))?;
+                detector
+                    .detect(&table, &mut unavailable)
+                    .map_err(|e| plugin_error(&request, e))?;
             }
             None => unavailable.fill(false),
         }
         let constrained = unavailable.contains(&true);
         let everything_down = unavailable.iter().all(|u| *u);
-        let flags = if everything_down && settings.fail_open { &all_available } else { &unavailable };
+        let flags = if everything_down && settings.fail_open {
+            &all_available
+        } else {
+            &unavailable
+        };
         let chosen = if everything_down && !settings.fail_open {
             None
         } else {
-            matcher.match_request(&data, &table, flags).map_err(|e| plugin_error(&request, e))?
+            matcher
+                .match_request(&data, &table, flags)
+                .map_err(|e| plugin_error(&request, e))?
         };
         let parent_endpoint = request.parent_seq.map(|p| endpoint_of[p as usize]);
         let Some(pos) = chosen else {
@@ -137,10 +162,18 @@ pub fn replay(
             endpoint_of.push(u16::MAX);
             continue;
         };
-        matcher.update(&data, &table, pos).map_err(|e| plugin_error(&request, e))?;
+        matcher
+            .update(&data, &table, pos)
+            .map_err(|e| plugin_error(&request, e))?;
         let hit_blocks = caches[pos].serve(&request.blocks);
         let hit_units = (hit_blocks * u64::from(block_size)).min(request.prompt_len);
-        stats.route(pos, request.prompt_len, hit_units, constrained, parent_endpoint.map(|p| p == pos as u16));
+        stats.route(
+            pos,
+            request.prompt_len,
+            hit_units,
+            constrained,
+            parent_endpoint.map(|p| p == pos as u16),
+        );
         endpoint_of.push(pos as u16);
 
         let load = &mut loads[pos];

@@ -74,6 +74,9 @@ pub struct Report {
     pub constrained_decisions: u64,
 }
 
+/// Largest length the histogram tells apart (2^40); longer misses count as this.
+const MAX_TRACKED: u64 = 1 << 40;
+
 /// Accumulates statistics request by request.
 pub struct StatsBuilder {
     unit: Unit,
@@ -97,7 +100,9 @@ impl StatsBuilder {
         StatsBuilder {
             unit,
             counts: vec![0; endpoints],
-            miss: Histogram::new(3).expect("3 significant digits is valid"),
+            // Fixed bounds: an auto-resizing histogram clamps `saturating_record` to its
+            // current (tiny) range instead of growing.
+            miss: Histogram::new_with_bounds(1, MAX_TRACKED, 3).expect("valid histogram bounds"),
             miss_sum: 0,
             miss_sum_sq: 0,
             miss_max: 0,
@@ -120,7 +125,14 @@ impl StatsBuilder {
     }
 
     /// A request routed to endpoint `pos`; `same_as_parent` is `None` without a parent.
-    pub fn route(&mut self, pos: usize, prompt_len: u64, hit_units: u64, constrained: bool, same_as_parent: Option<bool>) {
+    pub fn route(
+        &mut self,
+        pos: usize,
+        prompt_len: u64,
+        hit_units: u64,
+        constrained: bool,
+        same_as_parent: Option<bool>,
+    ) {
         self.requests += 1;
         self.counts[pos] += 1;
         self.constrained += u64::from(constrained);
@@ -149,13 +161,23 @@ impl StatsBuilder {
             let spread = u128::from(routed) * self.miss_sum_sq - self.miss_sum * self.miss_sum;
             (mean, (spread as f64 / (n * n)).sqrt())
         };
-        let percentile = |q: f64| if routed == 0 { 0 } else { self.miss.value_at_quantile(q) };
+        let percentile = |q: f64| {
+            if routed == 0 {
+                0
+            } else {
+                self.miss.value_at_quantile(q)
+            }
+        };
         let count_mean = self.counts.iter().sum::<u64>() as f64 / self.counts.len().max(1) as f64;
         let (max_over_mean, cv) = if count_mean == 0.0 {
             (0.0, 0.0)
         } else {
             let max = *self.counts.iter().max().unwrap_or(&0) as f64;
-            let var = self.counts.iter().map(|c| (*c as f64 - count_mean).powi(2)).sum::<f64>()
+            let var = self
+                .counts
+                .iter()
+                .map(|c| (*c as f64 - count_mean).powi(2))
+                .sum::<f64>()
                 / self.counts.len() as f64;
             (max / count_mean, var.sqrt() / count_mean)
         };
@@ -164,7 +186,11 @@ impl StatsBuilder {
             endpoints: self.counts.len() as u64,
             rejected: self.rejected,
             unit: unit_name(self.unit),
-            nreq: Nreq { counts: self.counts, max_over_mean: round6(max_over_mean), cv: round6(cv) },
+            nreq: Nreq {
+                counts: self.counts,
+                max_over_mean: round6(max_over_mean),
+                cv: round6(cv),
+            },
             cache_miss: CacheMiss {
                 mean: round6(mean),
                 std: round6(std),
@@ -178,7 +204,10 @@ impl StatsBuilder {
             } else {
                 round6(self.hit_units as f64 / self.prompt_units as f64)
             },
-            share_prefix: SharePrefix { total: self.share_total, same_endpoint: self.share_same },
+            share_prefix: SharePrefix {
+                total: self.share_total,
+                same_endpoint: self.share_same,
+            },
             constrained_decisions: self.constrained,
         }
     }
@@ -191,7 +220,11 @@ pub fn round6(x: f64) -> f64 {
 
 /// The counts as numpy prints an integer array: `[400 200   0 400]`.
 fn numpy_style(counts: &[u64]) -> String {
-    let width = counts.iter().map(|c| c.to_string().len()).max().unwrap_or(1);
+    let width = counts
+        .iter()
+        .map(|c| c.to_string().len())
+        .max()
+        .unwrap_or(1);
     let cells: Vec<String> = counts.iter().map(|c| format!("{c:>width$}")).collect();
     format!("[{}]", cells.join(" "))
 }
@@ -201,18 +234,35 @@ impl Report {
     pub fn to_human(&self, endpoint_names: &[String]) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "Nreq distribution: {}", numpy_style(&self.nreq.counts));
-        let _ = writeln!(out, "Cache-miss length: mean: {:.2}, std: {:.2}", self.cache_miss.mean, self.cache_miss.std);
+        let _ = writeln!(
+            out,
+            "Cache-miss length: mean: {:.2}, std: {:.2}",
+            self.cache_miss.mean, self.cache_miss.std
+        );
         let _ = writeln!(
             out,
             "{} out of {} share-prefix requests were routed to the same endpoint",
             self.share_prefix.same_endpoint, self.share_prefix.total
         );
         let _ = writeln!(out);
-        let name_width = endpoint_names.iter().map(String::len).max().unwrap_or(8).max(8);
-        let _ = writeln!(out, "{:<name_width$}  {:>9}  {:>6}", "endpoint", "requests", "share");
+        let name_width = endpoint_names
+            .iter()
+            .map(String::len)
+            .max()
+            .unwrap_or(8)
+            .max(8);
+        let _ = writeln!(
+            out,
+            "{:<name_width$}  {:>9}  {:>6}",
+            "endpoint", "requests", "share"
+        );
         let routed: u64 = self.nreq.counts.iter().sum();
         for (name, count) in endpoint_names.iter().zip(&self.nreq.counts) {
-            let share = if routed == 0 { 0.0 } else { *count as f64 * 100.0 / routed as f64 };
+            let share = if routed == 0 {
+                0.0
+            } else {
+                *count as f64 * 100.0 / routed as f64
+            };
             let _ = writeln!(out, "{name:<name_width$}  {count:>9}  {share:>5.1}%");
         }
         let _ = writeln!(out);
@@ -220,7 +270,10 @@ impl Report {
         let rows = [
             ("requests", self.requests.to_string()),
             ("rejected", self.rejected.to_string()),
-            ("constrained decisions", self.constrained_decisions.to_string()),
+            (
+                "constrained decisions",
+                self.constrained_decisions.to_string(),
+            ),
             ("load max/mean", format!("{:.3}", self.nreq.max_over_mean)),
             ("load cv", format!("{:.3}", self.nreq.cv)),
             ("hit ratio", format!("{:.4}", self.hit_ratio)),
@@ -228,10 +281,19 @@ impl Report {
                 "cache miss p50/p90/p99/max",
                 format!(
                     "{} / {} / {} / {} {unit}",
-                    self.cache_miss.p50, self.cache_miss.p90, self.cache_miss.p99, self.cache_miss.max
+                    self.cache_miss.p50,
+                    self.cache_miss.p90,
+                    self.cache_miss.p99,
+                    self.cache_miss.max
                 ),
             ),
-            ("same endpoint as parent", format!("{} of {}", self.share_prefix.same_endpoint, self.share_prefix.total)),
+            (
+                "same endpoint as parent",
+                format!(
+                    "{} of {}",
+                    self.share_prefix.same_endpoint, self.share_prefix.total
+                ),
+            ),
         ];
         for (label, value) in rows {
             let _ = writeln!(out, "{label:<28}{value}");
@@ -257,16 +319,33 @@ mod tests {
         stats.route(0, 100, 0, false, Some(true)); // miss 100
         stats.route(1, 50, 0, true, Some(false)); // miss 50
         stats.reject(true, true);
+        for _ in 0..7 {
+            stats.route(1, 3000, 1000, false, None); // miss 2000
+        }
         let report = stats.finish();
-        assert_eq!(report.requests, 4);
+        assert_eq!(report.requests, 11);
         assert_eq!(report.rejected, 1);
-        assert_eq!(report.nreq.counts, vec![2, 1]);
-        assert_eq!(report.nreq.max_over_mean, round6(2.0 / 1.5));
-        assert_eq!(report.cache_miss.mean, 50.0);
-        assert_eq!(report.cache_miss.std, round6((5000.0f64 / 3.0).sqrt()));
-        assert_eq!(report.cache_miss.max, 100);
-        assert_eq!(report.hit_ratio, 0.4);
-        assert_eq!(report.share_prefix, SharePrefix { total: 3, same_endpoint: 1 });
+        assert_eq!(report.nreq.counts, vec![2, 8]);
+        assert_eq!(report.nreq.max_over_mean, 1.6);
+        // Misses: 0, 100, 50 and seven of 2000.
+        let misses = [
+            0.0, 100.0, 50.0, 2000.0, 2000.0, 2000.0, 2000.0, 2000.0, 2000.0, 2000.0,
+        ];
+        let mean = misses.iter().sum::<f64>() / 10.0;
+        let var = misses.iter().map(|m| (m - mean) * (m - mean)).sum::<f64>() / 10.0;
+        assert_eq!(report.cache_miss.mean, round6(mean));
+        assert_eq!(report.cache_miss.std, round6(var.sqrt()));
+        assert_eq!(report.cache_miss.p50, 2000);
+        assert_eq!(report.cache_miss.p90, 2000);
+        assert_eq!(report.cache_miss.max, 2000);
+        assert_eq!(report.hit_ratio, round6(7100.0 / 21250.0));
+        assert_eq!(
+            report.share_prefix,
+            SharePrefix {
+                total: 3,
+                same_endpoint: 1
+            }
+        );
         assert_eq!(report.constrained_decisions, 2);
     }
 }

@@ -26,7 +26,12 @@ pub struct ChatWorkload {
 
 impl Default for ChatWorkload {
     fn default() -> Self {
-        ChatWorkload { requests: 2200, continue_chat_probability: 0.2, tokens_typed_by_user_per_request: 100, seed: 0 }
+        ChatWorkload {
+            requests: 2200,
+            continue_chat_probability: 0.2,
+            tokens_typed_by_user_per_request: 100,
+            seed: 0,
+        }
     }
 }
 
@@ -91,7 +96,15 @@ pub fn write_chat(workload: &ChatWorkload, out: &mut impl Write) -> io::Result<(
         } else {
             (format!("{system}\n{turn}"), None, id)
         };
-        serde_json::to_writer(&mut *out, &ChatLine { id, prompt: &prompt, parent, session })?;
+        serde_json::to_writer(
+            &mut *out,
+            &ChatLine {
+                id,
+                prompt: &prompt,
+                parent,
+                session,
+            },
+        )?;
         out.write_all(b"\n")?;
         history.push((prompt, session));
     }
@@ -114,26 +127,33 @@ pub const MOONCAKE_BLOCK: u64 = 512;
 
 /// Writes a Mooncake-format stream: 8 shared system prefixes of 4 blocks; conversations grow
 /// by 1–2 blocks a turn up to 64 blocks; continuations pick one of the 1,024 most recent
-/// conversations, so memory stays bounded however long the stream. Arrivals are Poisson at
-/// 20 requests/s.
+/// conversations (and share its `session_id`), so memory stays bounded however long the
+/// stream. Arrivals are Poisson at 20 requests/s.
 pub fn write_mooncake(workload: &MooncakeWorkload, out: &mut impl Write) -> io::Result<()> {
     const RECENT: usize = 1024;
     const SYSTEMS: u64 = 8;
     const SYSTEM_BLOCKS: u64 = 4;
     let mut rng = SeededRng::new(workload.seed);
     let mut next_id = SYSTEMS * SYSTEM_BLOCKS;
-    let mut recent: Vec<Vec<u64>> = Vec::with_capacity(RECENT);
+    // (hash ids, session) of recent conversations.
+    let mut recent: Vec<(Vec<u64>, u64)> = Vec::with_capacity(RECENT);
     let mut clock_ms = 0.0f64;
     let mut line = String::new();
     for n in 0..workload.requests {
-        let continue_from = (!recent.is_empty() && rng.unit_f64() < workload.continue_chat_probability)
+        let continue_from = (!recent.is_empty()
+            && rng.unit_f64() < workload.continue_chat_probability)
             .then(|| rng.below(recent.len() as u64) as usize)
-            .filter(|i| recent[*i].len() < 62);
-        let mut ids = match continue_from {
+            .filter(|i| recent[*i].0.len() < 62);
+        let (mut ids, session) = match continue_from {
             Some(i) => recent[i].clone(),
             None => {
                 let system = rng.below(SYSTEMS);
-                (0..SYSTEM_BLOCKS).map(|b| system * SYSTEM_BLOCKS + b).collect()
+                (
+                    (0..SYSTEM_BLOCKS)
+                        .map(|b| system * SYSTEM_BLOCKS + b)
+                        .collect(),
+                    n,
+                )
             }
         };
         for _ in 0..1 + rng.below(2) {
@@ -145,7 +165,8 @@ pub fn write_mooncake(workload: &MooncakeWorkload, out: &mut impl Write) -> io::
         clock_ms += -(1.0 - rng.unit_f64()).ln() * 50.0;
         line.clear();
         line.push_str(&format!(
-            "{{\"timestamp\": {}, \"input_length\": {input_length}, \"output_length\": {output_length}, \"hash_ids\": [",
+            "{{\"timestamp\": {}, \"session_id\": {session}, \"input_length\": {input_length}, \
+             \"output_length\": {output_length}, \"hash_ids\": [",
             clock_ms as u64
         ));
         for (i, id) in ids.iter().enumerate() {
@@ -157,9 +178,9 @@ pub fn write_mooncake(workload: &MooncakeWorkload, out: &mut impl Write) -> io::
         line.push_str("]}\n");
         out.write_all(line.as_bytes())?;
         match continue_from {
-            Some(i) => recent[i] = ids,
-            None if recent.len() < RECENT => recent.push(ids),
-            None => recent[(n % RECENT as u64) as usize] = ids,
+            Some(i) => recent[i] = (ids, session),
+            None if recent.len() < RECENT => recent.push((ids, session)),
+            None => recent[(n % RECENT as u64) as usize] = (ids, session),
         }
     }
     Ok(())
@@ -177,7 +198,10 @@ mod tests {
 
     #[test]
     fn chat_workload_is_seeded_and_links_parents() {
-        let small = ChatWorkload { requests: 50, ..ChatWorkload::default() };
+        let small = ChatWorkload {
+            requests: 50,
+            ..ChatWorkload::default()
+        };
         let mut a = Vec::new();
         let mut b = Vec::new();
         write_chat(&small, &mut a).unwrap();
@@ -186,8 +210,11 @@ mod tests {
         let mut c = Vec::new();
         write_chat(&ChatWorkload { seed: 1, ..small }, &mut c).unwrap();
         assert_ne!(a, c);
-        let lines: Vec<serde_json::Value> =
-            String::from_utf8(a).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let lines: Vec<serde_json::Value> = String::from_utf8(a)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(lines.len(), 50);
         for line in &lines {
             if let Some(parent) = line.get("parent") {

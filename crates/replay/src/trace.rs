@@ -22,7 +22,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// Trace formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum TraceFormat {
     /// routerlab's chat JSONL: prompts (or messages) with optional parents and sessions.
@@ -178,7 +180,9 @@ impl TraceReader {
         }
         let format = match options.format {
             Some(format) => format,
-            None => detect_format(&map).ok_or_else(|| whole("trace is empty: no requests".into()))?,
+            None => {
+                detect_format(&map).ok_or_else(|| whole("trace is empty: no requests".into()))?
+            }
         };
         Ok(TraceReader {
             map,
@@ -232,11 +236,18 @@ impl TraceReader {
         loop {
             let Some((start, end)) = self.next_line() else {
                 if self.linker.seq == 0 {
-                    return Err(self.linker.error_at(0, None, Fault::InvalidJson, "trace has no valid requests".into()));
+                    return Err(self.linker.error_at(
+                        0,
+                        None,
+                        Fault::InvalidJson,
+                        "trace has no valid requests".into(),
+                    ));
                 }
                 return Ok(false);
             };
-            let parsed = self.linker.parse_line(self.line, &self.map[start..end], out);
+            let parsed = self
+                .linker
+                .parse_line(self.line, &self.map[start..end], out);
             match parsed {
                 Ok(()) => return Ok(true),
                 Err(err) if self.linker.options.skip_invalid => {
@@ -269,13 +280,35 @@ impl TraceReader {
 }
 
 impl Linker {
-    fn error_at(&self, line: usize, field: Option<&str>, fault: Fault, message: String) -> TraceError {
-        TraceError { file: self.path.clone(), line, field: field.map(str::to_owned), fault, message }
+    fn error_at(
+        &self,
+        line: usize,
+        field: Option<&str>,
+        fault: Fault,
+        message: String,
+    ) -> TraceError {
+        TraceError {
+            file: self.path.clone(),
+            line,
+            field: field.map(str::to_owned),
+            fault,
+            message,
+        }
     }
 
-    fn parse_line(&mut self, line_no: usize, bytes: &[u8], out: &mut TraceRequest) -> Result<(), TraceError> {
+    fn parse_line(
+        &mut self,
+        line_no: usize,
+        bytes: &[u8],
+        out: &mut TraceRequest,
+    ) -> Result<(), TraceError> {
         let text = std::str::from_utf8(bytes).map_err(|e| {
-            self.error_at(line_no, None, Fault::InvalidUtf8, format!("invalid UTF-8 at byte {}", e.valid_up_to()))
+            self.error_at(
+                line_no,
+                None,
+                Fault::InvalidUtf8,
+                format!("invalid UTF-8 at byte {}", e.valid_up_to()),
+            )
         })?;
         match self.format {
             TraceFormat::Chat => self.parse_chat(line_no, text, out),
@@ -283,7 +316,12 @@ impl Linker {
         }
     }
 
-    fn parse_chat(&mut self, line_no: usize, text: &str, out: &mut TraceRequest) -> Result<(), TraceError> {
+    fn parse_chat(
+        &mut self,
+        line_no: usize,
+        text: &str,
+        out: &mut TraceRequest,
+    ) -> Result<(), TraceError> {
         let parsed: ChatLine<'_> = serde_json::from_str(text)
             .map_err(|e| diagnose(&self.path, line_no, text, TraceFormat::Chat, &e))?;
         let id = match &parsed.id {
@@ -291,7 +329,12 @@ impl Linker {
             None => line_no.to_string(),
         };
         if self.ids.contains_key(&id) {
-            return Err(self.error_at(line_no, Some("id"), Fault::DuplicateId, format!("id {id} appears twice")));
+            return Err(self.error_at(
+                line_no,
+                Some("id"),
+                Fault::DuplicateId,
+                format!("id {id} appears twice"),
+            ));
         }
         let mut parent_seq = match &parsed.parent {
             Some(parent) => {
@@ -349,15 +392,26 @@ impl Linker {
         out.prompt_len = out.prompt.len() as u64;
         out.arrival_ns = parsed.arrival_s.map(|s| (s * 1e9).round() as u64);
         out.output_tokens = parsed.output_tokens;
-        hash_text_blocks(&out.prompt, self.options.block_size as usize, &mut out.blocks);
+        hash_text_blocks(
+            &out.prompt,
+            self.options.block_size as usize,
+            &mut out.blocks,
+        );
         Ok(())
     }
 
-    fn parse_mooncake(&mut self, line_no: usize, text: &str, out: &mut TraceRequest) -> Result<(), TraceError> {
+    fn parse_mooncake(
+        &mut self,
+        line_no: usize,
+        text: &str,
+        out: &mut TraceRequest,
+    ) -> Result<(), TraceError> {
         out.blocks.clear();
         let parsed: MooncakeLine<'_> = {
             let mut de = serde_json::Deserializer::from_str(text);
-            let seed = MooncakeSeed { blocks: &mut out.blocks };
+            let seed = MooncakeSeed {
+                blocks: &mut out.blocks,
+            };
             serde::de::DeserializeSeed::deserialize(seed, &mut de)
                 .and_then(|v| de.end().map(|()| v))
                 .map_err(|e| diagnose(&self.path, line_no, text, TraceFormat::Mooncake, &e))?
@@ -405,10 +459,19 @@ impl Linker {
         if let Some(chat) = parsed.chat_id {
             let key = format!("chat:{chat}");
             if self.ids.insert(key, seq).is_some() {
-                return Err(self.error_at(line_no, Some("chat_id"), Fault::DuplicateId, format!("chat_id {chat} appears twice")));
+                return Err(self.error_at(
+                    line_no,
+                    Some("chat_id"),
+                    Fault::DuplicateId,
+                    format!("chat_id {chat} appears twice"),
+                ));
             }
         }
-        out.session = self.session(parsed.session_id.as_ref().map(IdValue::key), seq, &mut parent_seq);
+        out.session = self.session(
+            parsed.session_id.as_ref().map(IdValue::key),
+            seq,
+            &mut parent_seq,
+        );
         out.seq = seq;
         out.line = line_no;
         out.parent_seq = parent_seq;
@@ -438,10 +501,16 @@ fn memchr_newline(bytes: &[u8]) -> Option<usize> {
 
 /// Detects the format from the first non-blank line: Mooncake lines have `hash_ids`.
 fn detect_format(bytes: &[u8]) -> Option<TraceFormat> {
-    let first = bytes.split(|b| *b == b'\n').find(|line| !line.iter().all(u8::is_ascii_whitespace))?;
+    let first = bytes
+        .split(|b| *b == b'\n')
+        .find(|line| !line.iter().all(u8::is_ascii_whitespace))?;
     let needle = b"\"hash_ids\"";
     let mooncake = first.windows(needle.len()).any(|w| w == needle);
-    Some(if mooncake { TraceFormat::Mooncake } else { TraceFormat::Chat })
+    Some(if mooncake {
+        TraceFormat::Mooncake
+    } else {
+        TraceFormat::Chat
+    })
 }
 
 /// Cuts `prompt` into blocks of `block_size` bytes (the last may be partial) and writes the
@@ -604,7 +673,13 @@ impl<'de> serde::de::Visitor<'de> for MooncakeSeed<'_> {
 }
 
 /// What the fast path could not say: which field is wrong.
-fn diagnose(path: &Path, line: usize, text: &str, format: TraceFormat, serde_error: &serde_json::Error) -> TraceError {
+fn diagnose(
+    path: &Path,
+    line: usize,
+    text: &str,
+    format: TraceFormat,
+    serde_error: &serde_json::Error,
+) -> TraceError {
     let error = |field: Option<&str>, fault, message: String| TraceError {
         file: path.to_owned(),
         line,
@@ -617,7 +692,11 @@ fn diagnose(path: &Path, line: usize, text: &str, format: TraceFormat, serde_err
         Err(e) => return error(None, Fault::InvalidJson, format!("invalid JSON: {e}")),
     };
     let Value::Object(object) = value else {
-        return error(None, Fault::InvalidJson, format!("expected a JSON object, found {}", kind(&value)));
+        return error(
+            None,
+            Fault::InvalidJson,
+            format!("expected a JSON object, found {}", kind(&value)),
+        );
     };
     let checks: &[(&str, Check, bool)] = match format {
         TraceFormat::Chat => &[
@@ -656,7 +735,11 @@ fn diagnose(path: &Path, line: usize, text: &str, format: TraceFormat, serde_err
             }
         }
     }
-    error(None, Fault::InvalidJson, format!("cannot read line: {serde_error}"))
+    error(
+        None,
+        Fault::InvalidJson,
+        format!("cannot read line: {serde_error}"),
+    )
 }
 
 #[derive(Clone, Copy)]
@@ -676,12 +759,17 @@ impl Check {
             Check::Id => value.is_string() || value.is_i64(),
             Check::Text => value.is_string(),
             Check::Messages => value.as_array().is_some_and(|items| {
-                items.iter().all(|m| m.get("role").is_some_and(Value::is_string) && m.get("content").is_some_and(Value::is_string))
+                items.iter().all(|m| {
+                    m.get("role").is_some_and(Value::is_string)
+                        && m.get("content").is_some_and(Value::is_string)
+                })
             }),
             Check::Number => value.is_number(),
             Check::Count => value.is_u64(),
             Check::Int => value.is_i64(),
-            Check::Ids => value.as_array().is_some_and(|ids| ids.iter().all(Value::is_u64)),
+            Check::Ids => value
+                .as_array()
+                .is_some_and(|ids| ids.iter().all(Value::is_u64)),
         };
         if ok {
             return Ok(());

@@ -1,0 +1,270 @@
+//! Every bad-input case gives one line naming file:line and the field, exit code 2, and no
+//! report on stdout; `--skip-invalid` instead skips and counts by reason.
+
+mod support;
+
+use support::*;
+
+/// Runs a replay of `contents` and returns (exit code, stderr), asserting nothing reached
+/// stdout.
+fn replay_fails(name: &str, contents: &[u8], extra: &[&str]) -> (i32, String, String) {
+    let path = scratch_file(name, contents);
+    let path_text = path.display().to_string();
+    let mut args = vec!["replay", "--matcher", "lcp", "--trace", &path_text];
+    args.extend_from_slice(extra);
+    let output = routerlab(&args);
+    let (stdout, stderr) = texts(&output);
+    assert!(
+        stdout.is_empty(),
+        "no partial report may be printed: {stdout}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "one-line error: {stderr}");
+    (
+        output.status.code().unwrap_or(-1),
+        stderr.trim_end().to_owned(),
+        path_text,
+    )
+}
+
+const GOOD_CHAT: &str = r#"{"id": "a", "prompt": "hello there"}"#;
+const GOOD_MOONCAKE: &str =
+    r#"{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}"#;
+
+#[test]
+fn invalid_json() {
+    let (code, err, file) = replay_fails(
+        "invalid.jsonl",
+        format!("{GOOD_CHAT}\n{{\"id\": 2, \"prompt\": \n").as_bytes(),
+        &[],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.starts_with(&format!("error: {file}:2: invalid JSON: ")),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_field() {
+    let (code, err, file) = replay_fails(
+        "missing.jsonl",
+        b"{\"timestamp\": 0, \"hash_ids\": [1]}\n",
+        &[],
+    );
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        format!("error: {file}:1: field `input_length`: missing")
+    );
+    let (code, err, file) = replay_fails("missing-prompt.jsonl", b"{\"id\": 1}\n", &[]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        format!(
+            "error: {file}:1: field `prompt`: missing: each line needs `prompt` (string) or `messages` (list)"
+        )
+    );
+}
+
+#[test]
+fn mistyped_field() {
+    let (code, err, file) = replay_fails(
+        "mistyped.jsonl",
+        format!("{GOOD_CHAT}\n{{\"prompt\": 42}}\n").as_bytes(),
+        &[],
+    );
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        format!("error: {file}:2: field `prompt`: expected a string, found a number 42")
+    );
+}
+
+#[test]
+fn negative_length() {
+    let line = r#"{"timestamp": 0, "input_length": -5, "output_length": 5, "hash_ids": [1]}"#;
+    let (code, err, file) = replay_fails(
+        "negative.jsonl",
+        format!("{GOOD_MOONCAKE}\n{line}\n").as_bytes(),
+        &[],
+    );
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        format!(
+            "error: {file}:2: field `input_length`: expected a non-negative integer, found a number -5"
+        )
+    );
+}
+
+#[test]
+fn hash_ids_shorter_than_input_length_needs() {
+    let line = r#"{"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [1, 2]}"#;
+    let (code, err, file) = replay_fails(
+        "short.jsonl",
+        format!("{GOOD_MOONCAKE}\n\n{line}\n").as_bytes(),
+        &[],
+    );
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        format!(
+            "error: {file}:3: field `hash_ids`: 2 ids, but input_length 1100 needs 3 blocks of 512 tokens \
+             (is --trace-block-size right?)"
+        )
+    );
+}
+
+#[test]
+fn unknown_parent() {
+    let (code, err, file) = replay_fails(
+        "parent.jsonl",
+        format!("{GOOD_CHAT}\n{{\"id\": \"b\", \"prompt\": \"x\", \"parent\": \"zz\"}}\n")
+            .as_bytes(),
+        &[],
+    );
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        format!("error: {file}:2: field `parent`: parent zz is not the id of an earlier request")
+    );
+}
+
+#[test]
+fn duplicate_id() {
+    let (code, err, file) = replay_fails(
+        "dup.jsonl",
+        format!("{GOOD_CHAT}\n{GOOD_CHAT}\n").as_bytes(),
+        &[],
+    );
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        format!("error: {file}:2: field `id`: id a appears twice")
+    );
+}
+
+#[test]
+fn invalid_utf8() {
+    let mut bytes = format!("{GOOD_CHAT}\n").into_bytes();
+    bytes.extend_from_slice(b"{\"prompt\": \"caf\xe9\"}\n");
+    let (code, err, file) = replay_fails("utf8.jsonl", &bytes, &[]);
+    assert_eq!(code, 2);
+    assert_eq!(err, format!("error: {file}:2: invalid UTF-8 at byte 15"));
+}
+
+#[test]
+fn empty_file() {
+    let (code, err, file) = replay_fails("empty.jsonl", b"", &[]);
+    assert_eq!(code, 2);
+    assert_eq!(err, format!("error: {file}: trace is empty: no requests"));
+    let (code, err, _) = replay_fails("blank.jsonl", b"\n  \n", &[]);
+    assert_eq!(code, 2);
+    assert!(err.ends_with("trace is empty: no requests"), "{err}");
+}
+
+#[test]
+fn skip_invalid_counts_by_reason_and_still_reports() {
+    let contents = format!(
+        "{GOOD_CHAT}\nnot json\n{{\"prompt\": 1}}\n{{\"id\": \"c\", \"prompt\": \"x\", \"parent\": \"nope\"}}\n{{\"id\": \"d\", \"prompt\": \"ok\", \"parent\": \"a\"}}\n"
+    );
+    let path = scratch_file("skip.jsonl", contents.as_bytes());
+    let output = routerlab(&[
+        "replay",
+        "--matcher",
+        "lcp",
+        "--trace",
+        path.to_str().unwrap(),
+        "--skip-invalid",
+        "--format",
+        "json",
+        "--endpoints",
+        "1",
+    ]);
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "warning: skipped 3 invalid line(s) of {}: 1 invalid JSON, 1 invalid field, 1 unknown parent",
+            path.display()
+        )
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["requests"], 2);
+    assert_eq!(report["share_prefix"]["total"], 1);
+    assert_eq!(report["share_prefix"]["same_endpoint"], 1);
+}
+
+#[test]
+fn plugin_and_flag_errors_are_one_line_with_exit_2() {
+    let chat = project_trace("chat.jsonl");
+    let chat = chat.to_str().unwrap();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["replay", "--matcher", "nope", "--trace", chat],
+            "error: plugin `nope` not found; tried: ",
+        ),
+        (
+            &[
+                "replay",
+                "--matcher",
+                "lcp",
+                "--matcher-config",
+                "{seed: x}",
+                "--trace",
+                chat,
+            ],
+            "create: config rejected: config key `seed`: expected a non-negative integer, found string \"x\"",
+        ),
+        (
+            &[
+                "replay",
+                "--matcher",
+                "lcp",
+                "--trace",
+                "/nonexistent/trace.jsonl",
+            ],
+            "error: /nonexistent/trace.jsonl: cannot read trace: ",
+        ),
+        (
+            &["replay", "--trace", chat],
+            "error: no matcher: pass --matcher NAME",
+        ),
+        (
+            &[
+                "replay",
+                "--matcher",
+                "lcp",
+                "--trace",
+                chat,
+                "--endpoints",
+                "0",
+            ],
+            "error: --endpoints: expected 1 to 4096 endpoints, found 0",
+        ),
+    ];
+    for (args, expected) in cases {
+        let output = routerlab(args);
+        let (stdout, stderr) = texts(&output);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stdout.is_empty());
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn experiment_file_errors_name_the_file_and_key() {
+    let path = scratch_file("bad-experiment.yaml", b"matcher: lcp\nmatchr_config: {}\n");
+    let output = routerlab(&["replay", "--config", path.to_str().unwrap()]);
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr.starts_with(&format!(
+            "error: {}: unknown field `matchr_config`",
+            path.display()
+        )),
+        "{stderr}"
+    );
+}

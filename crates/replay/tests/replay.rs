@@ -1,0 +1,291 @@
+//! The replay tool end to end: the main command, determinism, experiment files, plugin
+//! listing, the committed synthetic trace, and the public traces beside the workspace.
+
+mod support;
+
+use routerlab_replay::synth::{ChatWorkload, write_chat};
+use support::*;
+
+#[test]
+fn main_command_prints_the_prototype_lines_then_a_table() {
+    let chat = project_trace("chat.jsonl");
+    let output = routerlab(&[
+        "replay",
+        "--matcher",
+        "lcp",
+        "--trace",
+        chat.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("Nreq distribution: ["), "{stdout}");
+    assert!(
+        lines[1].starts_with("Cache-miss length: mean: "),
+        "{stdout}"
+    );
+    assert!(
+        lines[2].ends_with("share-prefix requests were routed to the same endpoint"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("localhost:8009"), "{stdout}");
+    assert!(stdout.contains("hit ratio"), "{stdout}");
+    assert!(stderr.starts_with("replayed 2200 requests in "), "{stderr}");
+}
+
+#[test]
+fn reports_are_byte_identical_for_the_same_inputs_and_seed() {
+    let chat = project_trace("chat.jsonl");
+    let chat = chat.to_str().unwrap();
+    let run = |seed: &str| {
+        let output = routerlab(&[
+            "replay",
+            "--matcher",
+            "round-robin",
+            "--trace",
+            chat,
+            "--format",
+            "yaml",
+            "--seed",
+            seed,
+        ]);
+        assert!(output.status.success());
+        output.stdout
+    };
+    assert_eq!(run("3"), run("3"));
+    // The seed reaches the plugins: lcp's random tie-breaks move with it.
+    let lcp = |seed: &str| {
+        let args = [
+            "replay",
+            "--matcher",
+            "lcp",
+            "--trace",
+            chat,
+            "--format",
+            "json",
+            "--seed",
+            seed,
+            "--detector",
+            "num-requests",
+        ];
+        routerlab(&args).stdout
+    };
+    assert_eq!(lcp("1"), lcp("1"));
+    assert_ne!(lcp("1"), lcp("2"));
+}
+
+#[test]
+fn policies_differ_where_they_should() {
+    let chat = project_trace("chat.jsonl");
+    let chat = chat.to_str().unwrap();
+    let report = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec!["replay", "--trace", chat, "--format", "json"];
+        args.extend_from_slice(extra);
+        let output = routerlab(&args);
+        assert!(output.status.success(), "{}", texts(&output).1);
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let lcp = report(&["--matcher", "lcp"]);
+    let rr = report(&["--matcher", "round-robin"]);
+    let capped = report(&[
+        "--matcher",
+        "lcp",
+        "--detector",
+        "num-requests",
+        "--detector-config",
+        "{max_running: 400}",
+    ]);
+    let kv = report(&[
+        "--matcher",
+        "lcp",
+        "--detector",
+        "max-kv-cache",
+        "--cache-blocks",
+        "2000",
+    ]);
+    // lcp herds on the shared system prompt; round-robin spreads evenly.
+    assert_eq!(lcp["nreq"]["max_over_mean"], 10.0);
+    assert_eq!(rr["nreq"]["max_over_mean"], 1.0);
+    assert!(lcp["hit_ratio"].as_f64() > rr["hit_ratio"].as_f64());
+    assert_eq!(
+        lcp["share_prefix"]["same_endpoint"],
+        lcp["share_prefix"]["total"]
+    );
+    // The detector caps every endpoint just above 400 running requests.
+    assert!(
+        capped["nreq"]["counts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c.as_u64().unwrap() <= 401)
+    );
+    assert!(capped["constrained_decisions"].as_u64().unwrap() > 0);
+    // A finite cache fills past 90% and the KV detector spreads load.
+    assert!(kv["nreq"]["max_over_mean"].as_f64().unwrap() < 2.0);
+    assert!(kv["constrained_decisions"].as_u64().unwrap() > 0);
+    assert_eq!(kv["rejected"], 0);
+}
+
+#[test]
+fn rejects_when_everything_is_unavailable_unless_fail_open() {
+    let trace = project_trace("mooncake-small.jsonl");
+    let trace = trace.to_str().unwrap();
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "replay",
+            "--matcher",
+            "lcp",
+            "--trace",
+            trace,
+            "--format",
+            "json",
+            "--endpoints",
+            "2",
+            "--detector",
+            "num-requests",
+            "--detector-config",
+            "max_running: 9",
+        ];
+        args.extend_from_slice(extra);
+        serde_json::from_slice(&routerlab(&args).stdout).unwrap()
+    };
+    let closed = run(&[]);
+    assert_eq!(closed["nreq"]["counts"], serde_json::json!([10, 10]));
+    assert_eq!(closed["rejected"], 280);
+    let open = run(&["--fail-open"]);
+    assert_eq!(open["rejected"], 0);
+    assert_eq!(open["requests"], 300);
+}
+
+#[test]
+fn experiment_file_holds_settings_and_flags_override_it() {
+    let yaml = format!(
+        "matcher: round-robin\ntrace: {}\nendpoints: [a, b, c]\nformat: json\nmatcher_config: {{}}\n",
+        project_trace("mooncake-small.jsonl").display()
+    );
+    let path = scratch_file("experiment.yaml", yaml.as_bytes());
+    let from_file: serde_json::Value =
+        serde_json::from_slice(&routerlab(&["replay", "--config", path.to_str().unwrap()]).stdout)
+            .unwrap();
+    assert_eq!(from_file["endpoints"], 3);
+    assert_eq!(
+        from_file["nreq"]["counts"],
+        serde_json::json!([100, 100, 100])
+    );
+    let overridden = routerlab(&[
+        "replay",
+        "--config",
+        path.to_str().unwrap(),
+        "--endpoints",
+        "4",
+        "--format",
+        "yaml",
+    ]);
+    let text = String::from_utf8(overridden.stdout).unwrap();
+    assert!(text.contains("endpoints: 4\n"), "{text}");
+}
+
+#[test]
+fn plugins_subcommand_lists_builtins() {
+    let output = routerlab(&["plugins"]);
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.starts_with("NAME "), "{stdout}");
+    for (name, kind) in [
+        ("lcp", "matcher"),
+        ("simhash", "matcher"),
+        ("round-robin", "matcher"),
+        ("num-requests", "detector"),
+        ("max-kv-cache", "detector"),
+    ] {
+        let row = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} missing: {stdout}"));
+        assert!(row.contains(kind) && row.contains(" 1.0 "), "{row}");
+    }
+}
+
+#[test]
+fn committed_chat_trace_is_the_generators_default_output() {
+    let mut generated = Vec::new();
+    write_chat(&ChatWorkload::default(), &mut generated).unwrap();
+    let committed = std::fs::read(project_trace("chat.jsonl")).unwrap();
+    assert!(
+        generated == committed,
+        "traces/chat.jsonl differs from `routerlab gen-trace` output with the defaults: regenerate it \
+         with `cargo xtask gen-trace -o traces/chat.jsonl`"
+    );
+}
+
+#[test]
+fn mooncake_conversation_trace_in_tokens_shows_the_hot_spot() {
+    let Some(shared) = shared_traces() else {
+        return;
+    };
+    let trace = shared.join("mooncake/conversation_trace.jsonl");
+    let output = routerlab(&[
+        "replay",
+        "--matcher",
+        "lcp",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--trace-block-size",
+        "512",
+        "--format",
+        "json",
+    ]);
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["unit"], "tokens");
+    assert_eq!(report["requests"], 12031);
+    // Every request starts with the same block, so lcp sends all of them to one endpoint,
+    // and the hit ratio is that of one unbounded cache. Compute it independently.
+    assert_eq!(report["nreq"]["max_over_mean"], 10.0);
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let mut cached = std::collections::HashSet::new();
+    let (mut hits, mut prompt) = (0u64, 0u64);
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let len = v["input_length"].as_u64().unwrap();
+        let ids: Vec<u64> = v["hash_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect();
+        let ids = &ids[..len.div_ceil(512) as usize];
+        let k = ids.iter().take_while(|id| cached.contains(*id)).count() as u64;
+        hits += (k * 512).min(len);
+        prompt += len;
+        cached.extend(ids.iter().copied());
+    }
+    let expected = ((hits as f64 / prompt as f64) * 1e6).round() / 1e6;
+    assert_eq!(report["hit_ratio"].as_f64().unwrap(), expected);
+}
+
+#[test]
+fn other_public_traces_replay() {
+    let Some(shared) = shared_traces() else {
+        return;
+    };
+    for name in [
+        "mooncake/synthetic_trace.jsonl",
+        "dynamo/mooncake_trace_1000.jsonl",
+    ] {
+        let trace = shared.join(name);
+        let output = routerlab(&[
+            "replay",
+            "--matcher",
+            "simhash",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--format",
+            "yaml",
+        ]);
+        let (stdout, stderr) = texts(&output);
+        assert!(output.status.success(), "{name}: {stderr}");
+        assert!(stdout.contains("unit: tokens"), "{stdout}");
+    }
+}

@@ -1,0 +1,67 @@
+//! Helpers for the replay tests: the real `routerlab` binary, scratch files, and the shared
+//! public traces beside the workspace.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root")
+}
+
+/// A file under `traces/` in the workspace.
+pub fn project_trace(name: &str) -> PathBuf {
+    workspace_root().join("traces").join(name)
+}
+
+/// Runs the real `routerlab` binary (it finds the plugins built beside it).
+pub fn routerlab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_routerlab"))
+        .args(args)
+        .env_remove("ROUTERLAB_PLUGIN_PATH")
+        .output()
+        .expect("run routerlab")
+}
+
+/// stdout and stderr as text.
+pub fn texts(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A fresh file with `contents` in this test process's scratch directory.
+pub fn scratch_file(name: &str, contents: &[u8]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("routerlab-replay-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let path = dir.join(name);
+    std::fs::write(&path, contents).expect("write scratch file");
+    path
+}
+
+/// `../shared/traces` (or `ROUTERLAB_SHARED_TRACES`). `None` (with a message) when absent;
+/// a failure when absent under CI, where the shared folder is always provided.
+pub fn shared_traces() -> Option<PathBuf> {
+    let dir = std::env::var_os("ROUTERLAB_SHARED_TRACES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("../shared/traces"));
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI is set but the shared traces are missing at {}",
+        dir.display()
+    );
+    eprintln!(
+        "skipping: shared traces not found at {} (set ROUTERLAB_SHARED_TRACES)",
+        dir.display()
+    );
+    None
+}
