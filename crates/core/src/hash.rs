@@ -5,7 +5,7 @@
 //! integer ids) use [`U64Map`], whose hasher mixes the key with one multiplication: enough to
 //! spread sequential ids, and far cheaper than SipHash in the hot path.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// Hashes `bytes` with `seed` (xxh3-64). Stable across releases: replays depend on it.
@@ -44,3 +44,6 @@ impl Hasher for U64Hasher {
 
 /// A `HashMap` keyed by `u64` with [`U64Hasher`].
 pub type U64Map<V> = HashMap<u64, V, BuildHasherDefault<U64Hasher>>;
+
+/// A `HashSet` of `u64` with [`U64Hasher`].
+pub type U64Set = HashSet<u64, BuildHasherDefault<U64Hasher>>;

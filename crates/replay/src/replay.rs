@@ -10,6 +10,7 @@
 //! prefix they share, not how fast they are served.
 
 use routerlab_core::Unit;
+use routerlab_core::hash::U64Set;
 use routerlab_core::lru::LruMap;
 use routerlab_host::{
     DetectorInstance, EndpointLoad, EndpointTable, MatcherInstance, PluginError, RequestData,
@@ -45,30 +46,52 @@ pub enum ReplayError {
     },
 }
 
-/// One endpoint's prefix cache.
-struct PrefixCache {
-    blocks: LruMap<()>,
-    capacity: Option<u64>,
+/// One endpoint's prefix cache: a plain set when unbounded (as the prototype), a
+/// least-recently-used set when bounded.
+enum PrefixCache {
+    Unbounded(U64Set),
+    Bounded { blocks: LruMap<()>, capacity: u64 },
 }
 
 impl PrefixCache {
+    fn new(capacity: Option<u64>) -> PrefixCache {
+        match capacity {
+            None => PrefixCache::Unbounded(U64Set::default()),
+            Some(capacity) => PrefixCache::Bounded {
+                blocks: LruMap::default(),
+                capacity,
+            },
+        }
+    }
+
+    fn len(&self) -> u64 {
+        match self {
+            PrefixCache::Unbounded(set) => set.len() as u64,
+            PrefixCache::Bounded { blocks, .. } => blocks.len() as u64,
+        }
+    }
+
     /// Counts the leading blocks of `chain` already cached, then caches the whole chain.
     fn serve(&mut self, chain: &[u64]) -> u64 {
-        let hits = chain
-            .iter()
-            .take_while(|h| self.blocks.contains(**h))
-            .count() as u64;
-        // Deepest first, root last: the root ends most recent, so eviction takes the deepest
-        // blocks of a chain before the shallow ones it hangs from.
-        for hash in chain.iter().rev() {
-            self.blocks.touch_or_insert_with(*hash, || ());
-        }
-        if let Some(capacity) = self.capacity {
-            while self.blocks.len() as u64 > capacity {
-                self.blocks.pop_oldest();
+        match self {
+            PrefixCache::Unbounded(set) => {
+                let hits = chain.iter().take_while(|h| set.contains(*h)).count();
+                set.extend(&chain[hits..]);
+                hits as u64
+            }
+            PrefixCache::Bounded { blocks, capacity } => {
+                let hits = chain.iter().take_while(|h| blocks.contains(**h)).count() as u64;
+                // Deepest first, root last: the root ends most recent, so eviction takes the
+                // deepest blocks of a chain before the shallow ones it hangs from.
+                for hash in chain.iter().rev() {
+                    blocks.touch_or_insert_with(*hash, || ());
+                }
+                while blocks.len() as u64 > *capacity {
+                    blocks.pop_oldest();
+                }
+                hits
             }
         }
-        hits
     }
 }
 
@@ -102,10 +125,7 @@ pub fn replay(
             source,
         })?;
     let mut caches: Vec<PrefixCache> = (0..n)
-        .map(|_| PrefixCache {
-            blocks: LruMap::default(),
-            capacity: settings.cache_blocks,
-        })
+        .map(|_| PrefixCache::new(settings.cache_blocks))
         .collect();
     let mut loads = vec![
         EndpointLoad {
@@ -178,7 +198,7 @@ pub fn replay(
 
         let load = &mut loads[pos];
         load.running += 1;
-        load.kv_blocks_used = caches[pos].blocks.len() as u64;
+        load.kv_blocks_used = caches[pos].len();
         load.inflight_prompt_tokens += prompt_tokens(unit, request.prompt_len);
         table.set_load(pos, *load);
     }

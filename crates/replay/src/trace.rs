@@ -13,10 +13,11 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
 use routerlab_core::Unit;
-use routerlab_core::hash::chain;
+use routerlab_core::hash::{U64Map, chain};
 use routerlab_host::mapped::MappedFile;
 use serde::Deserialize;
 use serde_json::Value;
@@ -158,10 +159,10 @@ struct Linker {
     format: TraceFormat,
     options: TraceOptions,
     seq: u64,
-    /// Chat ids (normalised to text) or Mooncake chat ids, to their `seq`.
-    ids: HashMap<String, u64>,
-    /// Session key to (session number, last `seq`).
-    sessions: HashMap<String, (u64, u64)>,
+    /// Chat ids, or Mooncake chat ids, to their `seq`.
+    ids: IdTable<u64>,
+    /// Session id to (session number, last `seq`).
+    sessions: IdTable<(u64, u64)>,
 }
 
 impl TraceReader {
@@ -193,8 +194,8 @@ impl TraceReader {
                 format,
                 options,
                 seq: 0,
-                ids: HashMap::new(),
-                sessions: HashMap::new(),
+                ids: IdTable::default(),
+                sessions: IdTable::default(),
             },
             skipped: BTreeMap::new(),
         })
@@ -326,9 +327,9 @@ impl Linker {
             .map_err(|e| diagnose(&self.path, line_no, text, TraceFormat::Chat, &e))?;
         let id = match &parsed.id {
             Some(id) => id.key(),
-            None => line_no.to_string(),
+            None => IdKey::Int(line_no as i64),
         };
-        if self.ids.contains_key(&id) {
+        if self.ids.contains(id) {
             return Err(self.error_at(
                 line_no,
                 Some("id"),
@@ -339,7 +340,7 @@ impl Linker {
         let mut parent_seq = match &parsed.parent {
             Some(parent) => {
                 let key = parent.key();
-                Some(*self.ids.get(&key).ok_or_else(|| {
+                Some(*self.ids.get(key).ok_or_else(|| {
                     self.error_at(
                         line_no,
                         Some("parent"),
@@ -384,8 +385,11 @@ impl Linker {
         self.seq += 1;
         let seq = self.seq;
         self.ids.insert(id, seq);
-        let session_key = parsed.session.as_ref().map(IdValue::key);
-        out.session = self.session(session_key, seq, &mut parent_seq);
+        out.session = self.session(
+            parsed.session.as_ref().map(IdValue::key),
+            seq,
+            &mut parent_seq,
+        );
         out.seq = seq;
         out.line = line_no;
         out.parent_seq = parent_seq;
@@ -444,8 +448,7 @@ impl Linker {
         }
         let mut parent_seq = None;
         if let Some(parent) = parsed.parent_chat_id.filter(|p| *p >= 0) {
-            let key = format!("chat:{parent}");
-            parent_seq = Some(*self.ids.get(&key).ok_or_else(|| {
+            parent_seq = Some(*self.ids.get(IdKey::Int(parent)).ok_or_else(|| {
                 self.error_at(
                     line_no,
                     Some("parent_chat_id"),
@@ -457,8 +460,7 @@ impl Linker {
         self.seq += 1;
         let seq = self.seq;
         if let Some(chat) = parsed.chat_id {
-            let key = format!("chat:{chat}");
-            if self.ids.insert(key, seq).is_some() {
+            if self.ids.contains(IdKey::Int(chat)) {
                 return Err(self.error_at(
                     line_no,
                     Some("chat_id"),
@@ -466,6 +468,7 @@ impl Linker {
                     format!("chat_id {chat} appears twice"),
                 ));
             }
+            self.ids.insert(IdKey::Int(chat), seq);
         }
         out.session = self.session(
             parsed.session_id.as_ref().map(IdValue::key),
@@ -483,10 +486,11 @@ impl Linker {
     }
 
     /// Numbers the session and, with no explicit parent, links to its previous request.
-    fn session(&mut self, key: Option<String>, seq: u64, parent_seq: &mut Option<u64>) -> u64 {
+    fn session(&mut self, key: Option<IdKey<'_>>, seq: u64, parent_seq: &mut Option<u64>) -> u64 {
         let Some(key) = key else { return 0 };
-        let next_number = self.sessions.len() as u64 + 1;
-        let entry = self.sessions.entry(key).or_insert((next_number, 0));
+        let entry = self
+            .sessions
+            .get_or_insert_with(key, |len| (len as u64 + 1, 0));
         if parent_seq.is_none() && entry.1 != 0 {
             *parent_seq = Some(entry.1);
         }
@@ -535,21 +539,121 @@ pub fn flatten_messages(messages: &[Message<'_>], out: &mut Vec<u8>) {
     }
 }
 
-/// An id: string or integer; both normalise to the same text (`7` and `"7"` are one id).
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// An id as written: an integer or a string.
+#[derive(Debug)]
 enum IdValue<'a> {
     Int(i64),
-    #[serde(borrow)]
     Text(Cow<'a, str>),
 }
 
 impl IdValue<'_> {
-    fn key(&self) -> String {
+    /// The normalised key: `7` and `"7"` are one id.
+    fn key(&self) -> IdKey<'_> {
         match self {
-            IdValue::Int(n) => n.to_string(),
-            IdValue::Text(s) => s.to_string(),
+            IdValue::Int(n) => IdKey::Int(*n),
+            IdValue::Text(text) => match text.parse::<i64>() {
+                Ok(n) if n.to_string() == *text => IdKey::Int(n),
+                _ => IdKey::Text(text),
+            },
         }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for IdValue<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = IdValue<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or an integer")
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Self::Value, E> {
+                Ok(IdValue::Int(n))
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Self::Value, E> {
+                i64::try_from(n)
+                    .map(IdValue::Int)
+                    .map_err(|_| E::custom("integer id too large"))
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                s: &'de str,
+            ) -> Result<Self::Value, E> {
+                Ok(IdValue::Text(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(IdValue::Text(Cow::Owned(s.to_owned())))
+            }
+        }
+        de.deserialize_any(Visit(PhantomData))
+    }
+}
+
+/// A normalised id.
+#[derive(Debug, Clone, Copy)]
+enum IdKey<'a> {
+    Int(i64),
+    Text(&'a str),
+}
+
+impl fmt::Display for IdKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IdKey::Int(n) => write!(f, "{n}"),
+            IdKey::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+/// Values by normalised id: integers in a fast map, other text in a string map.
+struct IdTable<V> {
+    ints: U64Map<V>,
+    texts: HashMap<Box<str>, V>,
+}
+
+impl<V> Default for IdTable<V> {
+    fn default() -> Self {
+        IdTable {
+            ints: U64Map::default(),
+            texts: HashMap::new(),
+        }
+    }
+}
+
+impl<V> IdTable<V> {
+    fn get(&self, key: IdKey<'_>) -> Option<&V> {
+        match key {
+            IdKey::Int(n) => self.ints.get(&(n as u64)),
+            IdKey::Text(s) => self.texts.get(s),
+        }
+    }
+
+    fn contains(&self, key: IdKey<'_>) -> bool {
+        self.get(key).is_some()
+    }
+
+    fn insert(&mut self, key: IdKey<'_>, value: V) {
+        match key {
+            IdKey::Int(n) => self.ints.insert(n as u64, value),
+            IdKey::Text(s) => self.texts.insert(s.into(), value),
+        };
+    }
+
+    fn get_or_insert_with(&mut self, key: IdKey<'_>, make: impl FnOnce(usize) -> V) -> &mut V {
+        let len = self.len();
+        match key {
+            IdKey::Int(n) => self.ints.entry(n as u64).or_insert_with(|| make(len)),
+            IdKey::Text(s) => {
+                if !self.texts.contains_key(s) {
+                    self.texts.insert(s.into(), make(len));
+                }
+                self.texts.get_mut(s).expect("just inserted")
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.ints.len() + self.texts.len()
     }
 }
 

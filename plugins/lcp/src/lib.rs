@@ -7,12 +7,17 @@
 //! prefix. Ties (several available endpoints at the deepest matching node), and requests
 //! that match nothing, are settled by the seeded generator, so a replay is reproducible.
 //!
-//! With `max_nodes` set, the least recently used nodes are pruned. A walk touches the
+//! With `max_nodes` set, the least recently used nodes are pruned. An update touches the
 //! deepest node first and the root last, so a prefix is always more recent than its
-//! extensions and pruning removes leaves before the nodes they hang from.
+//! extensions and pruning removes leaves before the nodes they hang from. Unbounded (the
+//! default) needs no recency at all, so it keeps a plain map.
+//!
+//! Endpoint sets are bitmasks for stable indices below 64 (a list above), so intersecting
+//! a node's holders with the available endpoints is one `and` per depth.
 //!
 //! Config keys: `seed` (default 0), `max_nodes` (default 0 = unbounded, as the prototype).
 
+use routerlab_core::hash::U64Map;
 use routerlab_core::lru::LruMap;
 use routerlab_core::{Endpoints, Matcher, PluginConfig, Request, SeededRng};
 
@@ -38,33 +43,80 @@ impl Holders {
             self.high.retain(|i| *i != index);
         }
     }
-    fn contains(&self, index: u32) -> bool {
-        if index < 64 {
-            self.low & (1 << index) != 0
-        } else {
-            self.high.contains(&index)
-        }
-    }
     fn is_empty(&self) -> bool {
         self.low == 0 && self.high.is_empty()
     }
+    fn clear(&mut self) {
+        self.low = 0;
+        self.high.clear();
+    }
+    fn of(indices: &[u32]) -> Holders {
+        let mut set = Holders::default();
+        for index in indices {
+            set.insert(*index);
+        }
+        set
+    }
+    fn intersects(&self, other: &Holders) -> bool {
+        self.low & other.low != 0 || self.high.iter().any(|i| other.high.contains(i))
+    }
+    fn assign_intersection(&mut self, a: &Holders, b: &Holders) {
+        self.low = a.low & b.low;
+        self.high.clear();
+        self.high
+            .extend(a.high.iter().filter(|i| b.high.contains(i)));
+    }
+    fn len(&self) -> u64 {
+        u64::from(self.low.count_ones()) + self.high.len() as u64
+    }
+    /// The `n`-th member: low indices in increasing order, then the others as inserted.
+    fn nth(&self, mut n: usize) -> u32 {
+        let mut low = self.low;
+        while low != 0 {
+            let index = low.trailing_zeros();
+            if n == 0 {
+                return index;
+            }
+            n -= 1;
+            low &= low - 1;
+        }
+        self.high[n]
+    }
+}
+
+/// The trie's nodes: a plain map when unbounded, a recency-ordered one when bounded.
+enum Nodes {
+    Unbounded(U64Map<Holders>),
+    Bounded {
+        nodes: LruMap<Holders>,
+        max_nodes: usize,
+    },
 }
 
 /// The longest-common-prefix matcher.
 pub struct Lcp {
-    nodes: LruMap<Holders>,
-    max_nodes: usize,
+    nodes: Nodes,
     rng: SeededRng,
     /// Scratch: stable indices of the available endpoints of the current call.
     available: Vec<u32>,
-    /// Scratch: the available holders of the deepest node matched so far.
-    best: Vec<u32>,
+    /// Scratch: available endpoints of the deepest match, as a set.
+    best: Holders,
 }
 
 impl Lcp {
     /// Number of trie nodes held (for tests and benchmarks).
     pub fn node_count(&self) -> usize {
-        self.nodes.len()
+        match &self.nodes {
+            Nodes::Unbounded(map) => map.len(),
+            Nodes::Bounded { nodes, .. } => nodes.len(),
+        }
+    }
+
+    fn holders(&self, hash: u64) -> Option<&Holders> {
+        match &self.nodes {
+            Nodes::Unbounded(map) => map.get(&hash),
+            Nodes::Bounded { nodes, .. } => nodes.get(hash),
+        }
     }
 }
 
@@ -74,12 +126,18 @@ impl Matcher for Lcp {
         let seed = config.seed()?;
         let max_nodes = config.u64("max_nodes", 0)?;
         config.finish()?;
+        let nodes = match max_nodes {
+            0 => Nodes::Unbounded(U64Map::default()),
+            n => Nodes::Bounded {
+                nodes: LruMap::default(),
+                max_nodes: usize::try_from(n).unwrap_or(usize::MAX),
+            },
+        };
         Ok(Lcp {
-            nodes: LruMap::default(),
-            max_nodes: usize::try_from(max_nodes).unwrap_or(usize::MAX),
+            nodes,
             rng: SeededRng::new(seed),
             available: Vec::new(),
-            best: Vec::new(),
+            best: Holders::default(),
         })
     }
 
@@ -88,12 +146,16 @@ impl Matcher for Lcp {
     }
 
     fn remove_endpoints(&mut self, indices: &[u32]) -> Result<(), String> {
-        self.nodes.retain(|holders| {
+        let purge = |holders: &mut Holders| {
             for index in indices {
                 holders.remove(*index);
             }
             !holders.is_empty()
-        });
+        };
+        match &mut self.nodes {
+            Nodes::Unbounded(map) => map.retain(|_, holders| purge(holders)),
+            Nodes::Bounded { nodes, .. } => nodes.retain(purge),
+        }
         Ok(())
     }
 
@@ -102,49 +164,51 @@ impl Matcher for Lcp {
         request: &Request<'_>,
         endpoints: &Endpoints<'_>,
     ) -> Result<Option<u32>, String> {
-        self.available.clear();
-        self.available
-            .extend(endpoints.available().map(|e| e.index()));
-        if self.available.is_empty() {
+        let mut available = std::mem::take(&mut self.available);
+        available.clear();
+        available.extend(endpoints.available().map(|e| e.index()));
+        if available.is_empty() {
+            self.available = available;
             return Ok(None);
         }
-        self.best.clear();
+        let mask = Holders::of(&available);
+        // The deepest node that has an available holder wins.
+        let mut best = std::mem::take(&mut self.best);
+        best.clear();
         for hash in request.block_hashes() {
-            let Some(holders) = self.nodes.get(*hash) else {
+            let Some(holders) = self.holders(*hash) else {
                 break;
             };
-            let before = self.best.len();
-            self.best.extend(
-                self.available
-                    .iter()
-                    .copied()
-                    .filter(|i| holders.contains(*i)),
-            );
-            if self.best.len() > before {
-                // A deeper match replaces the shallower one.
-                self.best.drain(..before);
-            } else {
-                self.best.truncate(before);
+            if holders.intersects(&mask) {
+                best.assign_intersection(holders, &mask);
             }
         }
-        let pool = if self.best.is_empty() {
-            &self.available
+        let pick = if best.is_empty() {
+            available[self.rng.below(available.len() as u64) as usize]
         } else {
-            &self.best
+            best.nth(self.rng.below(best.len()) as usize)
         };
-        let pick = pool[self.rng.below(pool.len() as u64) as usize];
+        self.available = available;
+        self.best = best;
         Ok(Some(pick))
     }
 
     fn update(&mut self, request: &Request<'_>, endpoint: u32) -> Result<(), String> {
-        for hash in request.block_hashes().iter().rev() {
-            self.nodes
-                .touch_or_insert_with(*hash, Holders::default)
-                .insert(endpoint);
-        }
-        if self.max_nodes > 0 {
-            while self.nodes.len() > self.max_nodes {
-                self.nodes.pop_oldest();
+        match &mut self.nodes {
+            Nodes::Unbounded(map) => {
+                for hash in request.block_hashes() {
+                    map.entry(*hash).or_default().insert(endpoint);
+                }
+            }
+            Nodes::Bounded { nodes, max_nodes } => {
+                for hash in request.block_hashes().iter().rev() {
+                    nodes
+                        .touch_or_insert_with(*hash, Holders::default)
+                        .insert(endpoint);
+                }
+                while nodes.len() > *max_nodes {
+                    nodes.pop_oldest();
+                }
             }
         }
         Ok(())
