@@ -246,3 +246,120 @@ mod tests {
         );
     }
 }
+
+/// Repository rules checked under `cargo test`, so breaking one fails CI like any bug.
+#[cfg(test)]
+mod tidy {
+    use std::path::{Path, PathBuf};
+
+    fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if path.is_dir() && name != "target" && !name.starts_with('.') {
+                files(&path, ext, out);
+            } else if path.extension().and_then(|e| e.to_str()) == Some(ext) {
+                out.push(path);
+            }
+        }
+    }
+
+    fn rust_sources() -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for dir in ["crates", "plugins", "examples", "xtask"] {
+            files(&super::root().join(dir), "rs", &mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn every_rust_file_starts_with_module_docs() {
+        for path in rust_sources() {
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(text.starts_with("//!"), "{} must start with `//!` docs saying why it exists", path.display());
+        }
+    }
+
+    #[test]
+    fn unsafe_is_confined_to_the_boundary_crates() {
+        let root = super::root();
+        let allowed = [root.join("crates/core"), root.join("crates/host")];
+        for path in rust_sources() {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let opts_out = text.lines().any(|l| {
+                let l = l.trim_start();
+                l.starts_with("#![allow(unsafe_code)]") || l.starts_with("#[allow(unsafe_code)]")
+            });
+            if opts_out {
+                assert!(
+                    allowed.iter().any(|dir| path.starts_with(dir)),
+                    "{}: `unsafe` is allowed only in crates/core and crates/host",
+                    path.display()
+                );
+            }
+        }
+    }
+
+    fn dependencies(manifest: &Path) -> Vec<String> {
+        let text = std::fs::read_to_string(manifest).unwrap();
+        let mut deps = Vec::new();
+        let mut in_deps = false;
+        for line in text.lines() {
+            let line = line.trim();
+            if line.starts_with('[') {
+                in_deps = line == "[dependencies]";
+            } else if in_deps && !line.is_empty() && !line.starts_with('#') {
+                deps.push(line.split(['=', '.']).next().unwrap().trim().to_owned());
+            }
+        }
+        deps
+    }
+
+    #[test]
+    fn plugins_depend_only_on_the_core_crate() {
+        let mut manifests = Vec::new();
+        for dir in ["plugins", "examples"] {
+            let Ok(entries) = std::fs::read_dir(super::root().join(dir)) else { continue };
+            for entry in entries.flatten() {
+                let manifest = entry.path().join("Cargo.toml");
+                if manifest.is_file() {
+                    manifests.push(manifest);
+                }
+            }
+        }
+        assert!(!manifests.is_empty());
+        for manifest in manifests {
+            assert_eq!(dependencies(&manifest), vec!["routerlab-core"], "{}", manifest.display());
+        }
+    }
+
+    #[test]
+    fn only_the_host_crate_loads_code() {
+        for entry in std::fs::read_dir(super::root().join("crates")).unwrap().flatten() {
+            let manifest = entry.path().join("Cargo.toml");
+            if entry.file_name() != "host" && manifest.is_file() {
+                assert!(!dependencies(&manifest).contains(&"libloading".to_owned()), "{}", manifest.display());
+            }
+        }
+        assert!(dependencies(&super::root().join("crates/host/Cargo.toml")).contains(&"libloading".to_owned()));
+    }
+
+    /// The README's examples are the compiled files, verbatim.
+    #[test]
+    fn readme_examples_are_the_files_that_compile() {
+        let readme = std::fs::read_to_string(super::root().join("README.md")).unwrap();
+        let mut checked = 0;
+        for (at, _) in readme.match_indices("<!-- file: ") {
+            let rest = &readme[at + "<!-- file: ".len()..];
+            let file = &rest[..rest.find(" -->").unwrap()];
+            let fence = rest.find("```").unwrap();
+            let body_start = fence + rest[fence..].find('\n').unwrap() + 1;
+            let body_end = body_start + rest[body_start..].find("```").unwrap();
+            let on_disk = std::fs::read_to_string(super::root().join(file)).unwrap();
+            assert!(rest[body_start..body_end] == on_disk, "README block for {file} differs from the file");
+            checked += 1;
+        }
+        assert_eq!(checked, 2, "the Rust and the C example");
+    }
+}
