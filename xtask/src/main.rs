@@ -253,7 +253,9 @@ mod tidy {
     use std::path::{Path, PathBuf};
 
     fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -277,7 +279,11 @@ mod tidy {
     fn every_rust_file_starts_with_module_docs() {
         for path in rust_sources() {
             let text = std::fs::read_to_string(&path).unwrap();
-            assert!(text.starts_with("//!"), "{} must start with `//!` docs saying why it exists", path.display());
+            assert!(
+                text.starts_with("//!"),
+                "{} must start with `//!` docs saying why it exists",
+                path.display()
+            );
         }
     }
 
@@ -320,7 +326,9 @@ mod tidy {
     fn plugins_depend_only_on_the_core_crate() {
         let mut manifests = Vec::new();
         for dir in ["plugins", "examples"] {
-            let Ok(entries) = std::fs::read_dir(super::root().join(dir)) else { continue };
+            let Ok(entries) = std::fs::read_dir(super::root().join(dir)) else {
+                continue;
+            };
             for entry in entries.flatten() {
                 let manifest = entry.path().join("Cargo.toml");
                 if manifest.is_file() {
@@ -330,19 +338,34 @@ mod tidy {
         }
         assert!(!manifests.is_empty());
         for manifest in manifests {
-            assert_eq!(dependencies(&manifest), vec!["routerlab-core"], "{}", manifest.display());
+            assert_eq!(
+                dependencies(&manifest),
+                vec!["routerlab-core"],
+                "{}",
+                manifest.display()
+            );
         }
     }
 
     #[test]
     fn only_the_host_crate_loads_code() {
-        for entry in std::fs::read_dir(super::root().join("crates")).unwrap().flatten() {
+        for entry in std::fs::read_dir(super::root().join("crates"))
+            .unwrap()
+            .flatten()
+        {
             let manifest = entry.path().join("Cargo.toml");
             if entry.file_name() != "host" && manifest.is_file() {
-                assert!(!dependencies(&manifest).contains(&"libloading".to_owned()), "{}", manifest.display());
+                assert!(
+                    !dependencies(&manifest).contains(&"libloading".to_owned()),
+                    "{}",
+                    manifest.display()
+                );
             }
         }
-        assert!(dependencies(&super::root().join("crates/host/Cargo.toml")).contains(&"libloading".to_owned()));
+        assert!(
+            dependencies(&super::root().join("crates/host/Cargo.toml"))
+                .contains(&"libloading".to_owned())
+        );
     }
 
     /// The README's examples are the compiled files, verbatim.
@@ -357,7 +380,10 @@ mod tidy {
             let body_start = fence + rest[fence..].find('\n').unwrap() + 1;
             let body_end = body_start + rest[body_start..].find("```").unwrap();
             let on_disk = std::fs::read_to_string(super::root().join(file)).unwrap();
-            assert!(rest[body_start..body_end] == on_disk, "README block for {file} differs from the file");
+            assert!(
+                rest[body_start..body_end] == on_disk,
+                "README block for {file} differs from the file"
+            );
             checked += 1;
         }
         assert_eq!(checked, 2, "the Rust and the C example");

@@ -29,7 +29,9 @@ impl Matcher for LeastTokens {
         endpoints: &Endpoints<'_>,
     ) -> Result<Option<u32>, String> {
         self.decisions += 1;
-        let best = endpoints.available().min_by_key(|e| (e.inflight_prompt_tokens(), e.index()));
+        let best = endpoints
+            .available()
+            .min_by_key(|e| (e.inflight_prompt_tokens(), e.index()));
         Ok(best.map(|e| e.index()))
     }
 
