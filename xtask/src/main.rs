@@ -17,7 +17,7 @@ tasks:
   replay ARGS...     build (release) and run `routerlab replay ARGS...`
   plugins ARGS...    build (release) and list the plugins on the search path
   gen-trace ARGS...  build (release) and run `routerlab gen-trace ARGS...`
-  codegen [--check]  regenerate include/routerlab.h from crates/core/src/abi.rs
+  codegen [--check]  regenerate include/routerlab.h and the README's example blocks
   bench              run the benchmarks (release) and print their numbers
   ci                 fmt --check, clippy -D warnings, build, test: what CI runs
 ";
@@ -178,26 +178,62 @@ const RlModule *routerlab_plugin_entry_v1(void);
 }
 #endif";
 
+/// The README with each `<!-- file: PATH -->` code block replaced by that file's text, so
+/// the examples people copy are the ones that compile.
+pub fn readme_with_fresh_examples() -> Result<String, String> {
+    let readme =
+        std::fs::read_to_string(root().join("README.md")).map_err(|e| format!("README.md: {e}"))?;
+    let mut out = String::new();
+    let mut rest = readme.as_str();
+    while let Some(at) = rest.find("<!-- file: ") {
+        let after = &rest[at + "<!-- file: ".len()..];
+        let file = &after[..after
+            .find(" -->")
+            .ok_or("README: unterminated file marker")?];
+        let fence = after
+            .find("```")
+            .ok_or("README: file marker without a code block")?;
+        let body_start = fence + after[fence..].find('\n').ok_or("README: bad fence")? + 1;
+        let body_end = body_start
+            + after[body_start..]
+                .find("```")
+                .ok_or("README: unclosed code block")?;
+        let text =
+            std::fs::read_to_string(root().join(file)).map_err(|e| format!("{file}: {e}"))?;
+        let head_len = at + "<!-- file: ".len() + body_start;
+        out.push_str(&rest[..head_len]);
+        out.push_str(&text);
+        rest = &rest[at + "<!-- file: ".len() + body_end..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 fn header_path() -> PathBuf {
     root().join("include/routerlab.h")
 }
 
+/// Regenerates the header and the README's examples (or, with `check`, fails if stale).
 fn codegen(check: bool) -> Result<(), String> {
-    let fresh = generate_header()?;
-    let path = header_path();
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    if committed == fresh {
-        println!("{} is up to date", path.display());
-        return Ok(());
+    let outputs = [
+        (header_path(), generate_header()?),
+        (root().join("README.md"), readme_with_fresh_examples()?),
+    ];
+    for (path, fresh) in outputs {
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        if committed == fresh {
+            println!("{} is up to date", path.display());
+        } else if check {
+            let shown = path.display();
+            return Err(format!(
+                "{shown} is stale: run `cargo xtask codegen` and commit it"
+            ));
+        } else {
+            let written = std::fs::write(&path, fresh);
+            written.map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            println!("wrote {}", path.display());
+        }
     }
-    if check {
-        return Err(format!(
-            "{} is stale: run `cargo xtask codegen` and commit it",
-            path.display()
-        ));
-    }
-    std::fs::write(&path, fresh).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    println!("wrote {}", path.display());
     Ok(())
 }
 
@@ -372,20 +408,14 @@ mod tidy {
     #[test]
     fn readme_examples_are_the_files_that_compile() {
         let readme = std::fs::read_to_string(super::root().join("README.md")).unwrap();
-        let mut checked = 0;
-        for (at, _) in readme.match_indices("<!-- file: ") {
-            let rest = &readme[at + "<!-- file: ".len()..];
-            let file = &rest[..rest.find(" -->").unwrap()];
-            let fence = rest.find("```").unwrap();
-            let body_start = fence + rest[fence..].find('\n').unwrap() + 1;
-            let body_end = body_start + rest[body_start..].find("```").unwrap();
-            let on_disk = std::fs::read_to_string(super::root().join(file)).unwrap();
-            assert!(
-                rest[body_start..body_end] == on_disk,
-                "README block for {file} differs from the file"
-            );
-            checked += 1;
-        }
-        assert_eq!(checked, 2, "the Rust and the C example");
+        assert_eq!(
+            readme.matches("<!-- file: ").count(),
+            2,
+            "the Rust and the C example"
+        );
+        assert!(
+            super::readme_with_fresh_examples().unwrap() == readme,
+            "README.md examples differ from the files: run `cargo xtask codegen` and commit"
+        );
     }
 }
