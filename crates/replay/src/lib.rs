@@ -7,6 +7,7 @@
 //! `routerlab-host`'s safe handles.
 
 pub mod cli;
+pub mod engine;
 pub mod replay;
 pub mod report;
 pub mod synth;

@@ -1,0 +1,820 @@
+//! The engine model of the timed replay: one inference engine per endpoint, with a paged
+//! KV cache with prefix caching, a FIFO scheduler with chunked prefill, and a step-time
+//! model. It runs on a logical clock (nanoseconds) and never sleeps.
+//!
+//! The KV cache follows vLLM's prefix caching: a full block is identified by the chained
+//! hash of its prefix; a request reuses the longest run of leading blocks already cached;
+//! blocks held by running requests are pinned; blocks nobody holds stay cached but free, in
+//! a queue evicted oldest first. A finished request frees its blocks deepest first, so
+//! within a chain the deeper blocks are evicted before the shallow ones others share.
+//!
+//! The scheduler follows vLLM v1: each step has a token budget (`max_num_batched_tokens`)
+//! and at most `max_num_seqs` running sequences. Running sequences go first (one token
+//! each when decoding, a chunk when prefilling), then waiting requests are admitted in FIFO
+//! order while the budget, the sequence limit and free blocks allow (a request that does
+//! not fit blocks the queue, as in vLLM). A decoding sequence that needs a new block when
+//! none is free preempts the most recently admitted running sequence, which frees its
+//! blocks and returns to the head of the queue to be recomputed (counted as a preemption).
+//!
+//! Steps in which nothing but token counts changes (only decodes, nobody finishes, nobody
+//! needs a block, nobody can be admitted) are identical, so they are simulated as one
+//! "macro step" of `k` steps; an arrival cuts it at the next step boundary.
+
+use std::collections::VecDeque;
+
+use routerlab_core::hash::U64Map;
+use serde::{Deserialize, Serialize};
+
+const NONE: u32 = u32::MAX;
+
+/// How long a step takes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "model", rename_all = "lowercase", deny_unknown_fields)]
+pub enum StepTime {
+    /// NVIDIA Dynamo's mocker: prefill `P(T) = a T² + b T + c` ms for `T` uncached tokens
+    /// computed in the step, decode `D(u) = d u² + e u + f` ms at KV utilisation `u`.
+    Polynomial {
+        /// Prefill coefficients `[a, b, c]`.
+        prefill: [f64; 3],
+        /// Decode coefficients `[d, e, f]`.
+        decode: [f64; 3],
+    },
+    /// `overhead_ms + prefill_ms_per_token × T` when the step prefills, plus `decode_ms`
+    /// when it decodes.
+    Linear {
+        /// Fixed cost of a step that prefills.
+        overhead_ms: f64,
+        /// Cost per prefilled (uncached) token.
+        prefill_ms_per_token: f64,
+        /// Cost of a step that decodes (the inter-token latency).
+        decode_ms: f64,
+    },
+}
+
+impl StepTime {
+    /// Duration of a step, in nanoseconds (at least 1).
+    pub fn step_ns(&self, prefill_tokens: u64, decoding: bool, kv_usage: f64) -> u64 {
+        let t = prefill_tokens as f64;
+        let ms = match self {
+            StepTime::Polynomial { prefill, decode } => {
+                let p = if prefill_tokens > 0 {
+                    prefill[0] * t * t + prefill[1] * t + prefill[2]
+                } else {
+                    0.0
+                };
+                let u = kv_usage;
+                let d = if decoding {
+                    decode[0] * u * u + decode[1] * u + decode[2]
+                } else {
+                    0.0
+                };
+                p + d
+            }
+            StepTime::Linear {
+                overhead_ms,
+                prefill_ms_per_token,
+                decode_ms,
+            } => {
+                let p = if prefill_tokens > 0 {
+                    overhead_ms + prefill_ms_per_token * t
+                } else {
+                    0.0
+                };
+                p + if decoding { *decode_ms } else { 0.0 }
+            }
+        };
+        ((ms.max(0.0) * 1e6).round() as u64).max(1)
+    }
+}
+
+/// One engine's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineConfig {
+    /// KV-cache blocks.
+    pub num_gpu_blocks: u32,
+    /// Tokens per KV block.
+    pub engine_block_size: u32,
+    /// Most sequences running at once.
+    pub max_num_seqs: u32,
+    /// Token budget of one step.
+    pub max_num_batched_tokens: u32,
+    /// Step-time model.
+    pub step_time: StepTime,
+}
+
+impl EngineConfig {
+    /// NVIDIA Dynamo's mocker defaults: 16,384 blocks of 64 tokens, 256 sequences, 8,192
+    /// tokens a step, the polynomial step time.
+    pub fn dynamo() -> EngineConfig {
+        EngineConfig {
+            num_gpu_blocks: 16_384,
+            engine_block_size: 64,
+            max_num_seqs: 256,
+            max_num_batched_tokens: 8_192,
+            step_time: StepTime::Polynomial {
+                prefill: [4.21e-7, 0.01518, 16.5],
+                decode: [-25.74, 54.01, 5.74],
+            },
+        }
+    }
+
+    /// Checks the settings; the message names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        for (key, value) in [
+            ("num_gpu_blocks", self.num_gpu_blocks),
+            ("engine_block_size", self.engine_block_size),
+            ("max_num_seqs", self.max_num_seqs),
+            ("max_num_batched_tokens", self.max_num_batched_tokens),
+        ] {
+            if value == 0 {
+                return Err(format!("engine `{key}` must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Block {
+    hash: Option<u64>,
+    refs: u32,
+    newer: u32,
+    older: u32,
+}
+
+/// A paged KV cache with prefix caching.
+pub struct KvCache {
+    blocks: Vec<Block>,
+    by_hash: U64Map<u32>,
+    /// Free blocks (no holder), oldest at `free_head`; cached ones keep their hash.
+    free_head: u32,
+    free_tail: u32,
+    free: u32,
+    /// Cached blocks evicted to make room.
+    pub evictions: u64,
+}
+
+impl KvCache {
+    /// A cache of `capacity` free, empty blocks.
+    pub fn new(capacity: u32) -> KvCache {
+        let mut cache = KvCache {
+            blocks: Vec::with_capacity(capacity as usize),
+            by_hash: U64Map::default(),
+            free_head: NONE,
+            free_tail: NONE,
+            free: 0,
+            evictions: 0,
+        };
+        for id in 0..capacity {
+            cache.blocks.push(Block {
+                hash: None,
+                refs: 0,
+                newer: NONE,
+                older: NONE,
+            });
+            cache.push_free(id);
+        }
+        cache
+    }
+
+    /// Blocks in total.
+    pub fn capacity(&self) -> u32 {
+        self.blocks.len() as u32
+    }
+
+    /// Blocks no request holds (cached or empty).
+    pub fn free(&self) -> u32 {
+        self.free
+    }
+
+    /// Blocks held by requests.
+    pub fn used(&self) -> u32 {
+        self.capacity() - self.free
+    }
+
+    /// How many leading hashes of `chain` are cached.
+    pub fn cached_prefix(&self, chain: &[u64]) -> usize {
+        chain
+            .iter()
+            .take_while(|h| self.by_hash.contains_key(*h))
+            .count()
+    }
+
+    /// Takes a hold on the cached block for `hash` (which must be cached).
+    fn hold_cached(&mut self, hash: u64) -> u32 {
+        let id = self.by_hash[&hash];
+        if self.blocks[id as usize].refs == 0 {
+            self.unlink_free(id);
+        }
+        self.blocks[id as usize].refs += 1;
+        id
+    }
+
+    /// Takes the oldest free block, evicting its cached content; `None` when all are held.
+    fn allocate(&mut self) -> Option<u32> {
+        let id = self.free_head;
+        if id == NONE {
+            return None;
+        }
+        self.unlink_free(id);
+        if let Some(hash) = self.blocks[id as usize].hash.take() {
+            self.by_hash.remove(&hash);
+            self.evictions += 1;
+        }
+        self.blocks[id as usize].refs = 1;
+        Some(id)
+    }
+
+    /// Publishes a computed full block under its prefix hash (first writer wins).
+    fn publish(&mut self, id: u32, hash: u64) {
+        if self.blocks[id as usize].hash.is_none() && !self.by_hash.contains_key(&hash) {
+            self.blocks[id as usize].hash = Some(hash);
+            self.by_hash.insert(hash, id);
+        }
+    }
+
+    /// Drops a request's holds, deepest block first, so deeper blocks are evicted first.
+    fn release(&mut self, ids: &[u32]) {
+        for &id in ids.iter().rev() {
+            let block = &mut self.blocks[id as usize];
+            block.refs -= 1;
+            if block.refs == 0 {
+                self.push_free(id);
+            }
+        }
+    }
+
+    fn push_free(&mut self, id: u32) {
+        let previous = self.free_tail;
+        self.blocks[id as usize].older = previous;
+        self.blocks[id as usize].newer = NONE;
+        match previous {
+            NONE => self.free_head = id,
+            p => self.blocks[p as usize].newer = id,
+        }
+        self.free_tail = id;
+        self.free += 1;
+    }
+
+    fn unlink_free(&mut self, id: u32) {
+        let (newer, older) = (
+            self.blocks[id as usize].newer,
+            self.blocks[id as usize].older,
+        );
+        match older {
+            NONE => self.free_head = newer,
+            o => self.blocks[o as usize].newer = newer,
+        }
+        match newer {
+            NONE => self.free_tail = older,
+            n => self.blocks[n as usize].older = older,
+        }
+        self.free -= 1;
+    }
+}
+
+/// A request inside an engine.
+#[derive(Debug)]
+pub struct Sequence {
+    /// The caller's handle for the request.
+    pub request: usize,
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
+    /// Tokens to generate (at least 1).
+    pub output_tokens: u32,
+    /// Prefix hashes of the prompt's full blocks, in this engine's block size.
+    pub hashes: Vec<u64>,
+    blocks: Vec<u32>,
+    /// Tokens whose KV is computed (cached hits included).
+    computed: u32,
+    /// Tokens to compute before decoding, fixed at admission: the prompt, plus what was
+    /// generated before a preemption. Decoding once `computed` reaches it.
+    prefill_target: u32,
+    /// Tokens generated so far.
+    pub generated: u32,
+    /// Blocks already published under their hash.
+    published: usize,
+    /// Prompt tokens found cached at the first admission.
+    pub hit_tokens: Option<u32>,
+    /// When the first step that worked on it started.
+    pub first_scheduled_ns: Option<u64>,
+    /// When the first token came out.
+    pub first_token_ns: Option<u64>,
+}
+
+impl Sequence {
+    /// A sequence for `request`, not yet admitted.
+    pub fn new(
+        request: usize,
+        prompt_tokens: u32,
+        output_tokens: u32,
+        hashes: Vec<u64>,
+    ) -> Sequence {
+        Sequence {
+            request,
+            prompt_tokens: prompt_tokens.max(1),
+            output_tokens: output_tokens.max(1),
+            hashes,
+            blocks: Vec::new(),
+            computed: 0,
+            prefill_target: 0,
+            generated: 0,
+            published: 0,
+            hit_tokens: None,
+            first_scheduled_ns: None,
+            first_token_ns: None,
+        }
+    }
+
+    fn prefilling(&self) -> bool {
+        self.computed < self.prefill_target
+    }
+}
+
+/// What an engine reports to the router.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EngineStatus {
+    /// Running sequences.
+    pub running: u64,
+    /// Waiting requests.
+    pub waiting: u64,
+    /// KV blocks held.
+    pub kv_blocks_used: u64,
+    /// KV blocks in total.
+    pub kv_blocks_total: u64,
+}
+
+/// The work of the step (or macro step) in flight.
+#[derive(Debug)]
+struct Plan {
+    start_ns: u64,
+    step_ns: u64,
+    steps: u64,
+    /// (running position, prefill tokens) for sequences prefilling in this step.
+    prefill: Vec<(usize, u32)>,
+    /// Running positions of the sequences decoding in this step.
+    decode: Vec<usize>,
+    /// Whether the plan is pure decode (and so may be cut short).
+    pure_decode: bool,
+}
+
+/// One inference engine.
+pub struct Engine {
+    config: EngineConfig,
+    kv: KvCache,
+    waiting: VecDeque<Sequence>,
+    running: Vec<Sequence>,
+    plan: Option<Plan>,
+    /// Sequences preempted (recomputed).
+    pub preemptions: u64,
+    /// Largest KV usage seen (fraction).
+    pub peak_usage: f64,
+    usage_integral: f64,
+    usage_since_ns: u64,
+    first_ns: Option<u64>,
+}
+
+impl Engine {
+    /// An idle engine.
+    pub fn new(config: EngineConfig) -> Engine {
+        let kv = KvCache::new(config.num_gpu_blocks);
+        Engine {
+            config,
+            kv,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            plan: None,
+            preemptions: 0,
+            peak_usage: 0.0,
+            usage_integral: 0.0,
+            usage_since_ns: 0,
+            first_ns: None,
+        }
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Cached blocks evicted so far.
+    pub fn evictions(&self) -> u64 {
+        self.kv.evictions
+    }
+
+    /// The status routers see.
+    pub fn status(&self) -> EngineStatus {
+        EngineStatus {
+            running: self.running.len() as u64,
+            waiting: self.waiting.len() as u64,
+            kv_blocks_used: u64::from(self.kv.used()),
+            kv_blocks_total: u64::from(self.kv.capacity()),
+        }
+    }
+
+    fn usage(&self) -> f64 {
+        f64::from(self.kv.used()) / f64::from(self.kv.capacity())
+    }
+
+    /// Time-weighted mean KV usage from the first arrival to `now`.
+    pub fn mean_usage(&self, now_ns: u64) -> f64 {
+        let Some(first) = self.first_ns else {
+            return 0.0;
+        };
+        let integral = self.usage_integral
+            + self.usage() * (now_ns.saturating_sub(self.usage_since_ns)) as f64;
+        let span = now_ns.saturating_sub(first);
+        if span == 0 {
+            0.0
+        } else {
+            integral / span as f64
+        }
+    }
+
+    /// Accounts usage up to `now` before it changes.
+    fn account(&mut self, now_ns: u64) {
+        if self.first_ns.is_none() {
+            self.first_ns = Some(now_ns);
+            self.usage_since_ns = now_ns;
+        }
+        self.usage_integral += self.usage() * now_ns.saturating_sub(self.usage_since_ns) as f64;
+        self.usage_since_ns = now_ns;
+    }
+
+    /// Queues a request. Returns `Some(end)` when the engine was idle and a step (ending at
+    /// `end`) was started; when busy with a macro step, the step is cut at the next
+    /// boundary and the new end returned.
+    pub fn enqueue(&mut self, sequence: Sequence, now_ns: u64) -> Option<u64> {
+        self.account(now_ns);
+        self.waiting.push_back(sequence);
+        match &mut self.plan {
+            None => self.start_step(now_ns),
+            Some(plan) if plan.pure_decode && plan.steps > 1 => {
+                let elapsed = now_ns.saturating_sub(plan.start_ns);
+                let steps = elapsed.div_ceil(plan.step_ns).clamp(1, plan.steps);
+                if steps < plan.steps {
+                    plan.steps = steps;
+                    return Some(plan.start_ns + plan.steps * plan.step_ns);
+                }
+                None
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// When the step in flight ends, if any.
+    pub fn step_end(&self) -> Option<u64> {
+        self.plan.as_ref().map(|p| p.start_ns + p.steps * p.step_ns)
+    }
+
+    /// Finishes the step in flight at `now`: applies its effects, returns the finished
+    /// sequences, and starts the next step if there is work (its end via `step_end`).
+    pub fn finish_step(&mut self, now_ns: u64) -> Vec<Sequence> {
+        let Some(plan) = self.plan.take() else {
+            return Vec::new();
+        };
+        for (pos, tokens) in &plan.prefill {
+            let block_tokens = self.config.engine_block_size;
+            let seq = &mut self.running[*pos];
+            seq.computed += tokens;
+            // Publish the full prompt blocks now computed.
+            let full = (seq.computed / block_tokens) as usize;
+            while seq.published < full.min(seq.hashes.len()) {
+                let (id, hash) = (seq.blocks[seq.published], seq.hashes[seq.published]);
+                self.kv.publish(id, hash);
+                seq.published += 1;
+            }
+            if !seq.prefilling() {
+                // The step that completes a prefill samples a token.
+                seq.generated += 1;
+                seq.first_token_ns.get_or_insert(now_ns);
+            }
+        }
+        for pos in &plan.decode {
+            let seq = &mut self.running[*pos];
+            seq.computed += plan.steps as u32;
+            seq.generated += plan.steps as u32;
+        }
+        self.account(now_ns);
+        let mut finished = Vec::new();
+        let mut pos = 0;
+        while pos < self.running.len() {
+            if !self.running[pos].prefilling()
+                && self.running[pos].generated >= self.running[pos].output_tokens
+            {
+                let seq = self.running.remove(pos);
+                self.kv.release(&seq.blocks);
+                finished.push(seq);
+            } else {
+                pos += 1;
+            }
+        }
+        self.start_step(now_ns);
+        finished
+    }
+
+    /// Plans the next step at `now`; returns its end, or `None` when idle.
+    fn start_step(&mut self, now_ns: u64) -> Option<u64> {
+        let block_tokens = self.config.engine_block_size;
+        let mut budget = self.config.max_num_batched_tokens;
+        let mut prefill = Vec::new();
+        let mut prefill_tokens = 0u64;
+        let mut decode = Vec::new();
+        // Running sequences first, in admission order.
+        let mut pos = 0;
+        while pos < self.running.len() && budget > 0 {
+            if self.running[pos].prefilling() {
+                let seq = &self.running[pos];
+                let tokens = (seq.prefill_target - seq.computed).min(budget);
+                budget -= tokens;
+                prefill_tokens += u64::from(tokens);
+                prefill.push((pos, tokens));
+                pos += 1;
+                continue;
+            }
+            // Decoding computes one more token: room for it, preempting from the back if needed.
+            let needed = (self.running[pos].computed + 1).div_ceil(block_tokens);
+            if needed as usize > self.running[pos].blocks.len() {
+                match self.grow(pos) {
+                    Some(true) => {}
+                    Some(false) => continue, // `pos` itself was preempted; the next moved in
+                    None => break,
+                }
+            }
+            budget -= 1;
+            decode.push(pos);
+            pos += 1;
+        }
+        // Then admissions, FIFO, while they fit.
+        let mut admitted = false;
+        while budget > 0 && (self.running.len() as u32) < self.config.max_num_seqs {
+            let Some(head) = self.waiting.front() else {
+                break;
+            };
+            let target = head.prompt_tokens + head.generated;
+            let hits = self.kv.cached_prefix(&head.hashes);
+            // As vLLM: the last prompt token is always computed, to sample from it.
+            let hit_tokens = (hits as u32 * block_tokens).min(target - 1);
+            let hits = (hit_tokens / block_tokens) as usize;
+            let hit_tokens = hits as u32 * block_tokens;
+            let total_blocks = target.div_ceil(block_tokens) as usize;
+            if ((total_blocks - hits) as u32) > self.kv.free() {
+                break;
+            }
+            let mut seq = self.waiting.pop_front().expect("head exists");
+            for hash in &seq.hashes[..hits] {
+                let id = self.kv.hold_cached(*hash);
+                seq.blocks.push(id);
+            }
+            for _ in hits..total_blocks {
+                let id = self.kv.allocate().expect("checked free blocks");
+                seq.blocks.push(id);
+            }
+            seq.published = hits;
+            seq.computed = hit_tokens;
+            seq.prefill_target = target;
+            seq.hit_tokens.get_or_insert(hit_tokens);
+            seq.first_scheduled_ns.get_or_insert(now_ns);
+            let tokens = (seq.prefill_target - seq.computed).min(budget);
+            budget -= tokens;
+            prefill_tokens += u64::from(tokens);
+            prefill.push((self.running.len(), tokens));
+            self.running.push(seq);
+            admitted = true;
+        }
+        if prefill.is_empty() && decode.is_empty() {
+            return None;
+        }
+        let usage = self.usage();
+        self.peak_usage = self.peak_usage.max(usage);
+        let step_ns = self
+            .config
+            .step_time
+            .step_ns(prefill_tokens, !decode.is_empty(), usage);
+        // Every running sequence decodes and nothing else happens: identical steps follow.
+        let pure_decode = prefill.is_empty() && !admitted && decode.len() == self.running.len();
+        let steps = if pure_decode { self.decode_run() } else { 1 };
+        self.plan = Some(Plan {
+            start_ns: now_ns,
+            step_ns,
+            steps,
+            prefill,
+            decode,
+            pure_decode,
+        });
+        Some(now_ns + steps * step_ns)
+    }
+
+    /// Identical decode steps possible from here: until someone finishes or needs a block.
+    fn decode_run(&self) -> u64 {
+        let block_tokens = self.config.engine_block_size;
+        self.running
+            .iter()
+            .map(|seq| {
+                let room = seq.blocks.len() as u32 * block_tokens - seq.computed;
+                let remaining = seq.output_tokens - seq.generated;
+                u64::from(room.min(remaining)).max(1)
+            })
+            .min()
+            .unwrap_or(1)
+    }
+
+    /// Gives running sequence `pos` one more block, preempting the most recently admitted
+    /// sequences if needed. `Some(true)`: done; `Some(false)`: `pos` itself was preempted;
+    /// `None`: impossible (nothing left to preempt).
+    fn grow(&mut self, pos: usize) -> Option<bool> {
+        loop {
+            if let Some(id) = self.kv.allocate() {
+                self.running[pos].blocks.push(id);
+                return Some(true);
+            }
+            let victim = self.running.len() - 1;
+            let mut seq = self.running.pop()?;
+            self.kv.release(&seq.blocks);
+            seq.blocks.clear();
+            seq.computed = 0;
+            seq.prefill_target = 0;
+            seq.published = 0;
+            self.waiting.push_front(seq);
+            self.preemptions += 1;
+            if victim == pos {
+                return Some(false);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn linear(num_gpu_blocks: u32, max_num_seqs: u32, budget: u32) -> EngineConfig {
+        EngineConfig {
+            num_gpu_blocks,
+            engine_block_size: 4,
+            max_num_seqs,
+            max_num_batched_tokens: budget,
+            step_time: StepTime::Linear {
+                overhead_ms: 1.0,
+                prefill_ms_per_token: 0.5,
+                decode_ms: 2.0,
+            },
+        }
+    }
+
+    #[test]
+    fn kv_reuses_prefixes_pins_held_blocks_and_evicts_deepest_first() {
+        let mut kv = KvCache::new(4);
+        let a: Vec<u32> = (0..3).map(|_| kv.allocate().unwrap()).collect();
+        for (i, id) in a.iter().enumerate() {
+            kv.publish(*id, 100 + i as u64);
+        }
+        assert_eq!(kv.cached_prefix(&[100, 101, 102, 999]), 3);
+        assert_eq!(kv.cached_prefix(&[100, 555, 102]), 1);
+        // Held blocks are pinned: only the one empty block can be allocated.
+        let spare = kv.allocate().unwrap();
+        assert_eq!(kv.allocate(), None);
+        kv.release(&[spare]);
+        // Releasing a chain frees its deepest block first: it is evicted first.
+        kv.release(&a);
+        assert_eq!(kv.free(), 4);
+        let _ = kv.allocate().unwrap(); // the empty block freed earlier
+        assert_eq!(kv.evictions, 0);
+        let _ = kv.allocate().unwrap();
+        assert_eq!(kv.evictions, 1);
+        assert_eq!(
+            kv.cached_prefix(&[100, 101, 102]),
+            2,
+            "hash 102 (deepest) went first"
+        );
+        let _ = kv.allocate().unwrap();
+        assert_eq!(kv.cached_prefix(&[100, 101, 102]), 1);
+        // A cached free block taken by a new holder leaves the free queue.
+        let held = kv.hold_cached(100);
+        assert_eq!(kv.free(), 0);
+        kv.release(&[held]);
+        assert_eq!(kv.cached_prefix(&[100]), 1);
+    }
+
+    #[test]
+    fn chunked_prefill_respects_the_token_budget() {
+        // Budget 8 tokens a step; a 20-token prompt prefills in chunks 8, 8, 4.
+        let mut engine = Engine::new(linear(100, 4, 8));
+        let end = engine.enqueue(Sequence::new(0, 20, 2, vec![]), 0).unwrap();
+        assert_eq!(end, 5_000_000, "1 + 8 × 0.5 ms");
+        assert!(engine.finish_step(end).is_empty());
+        let end2 = engine.step_end().unwrap();
+        assert_eq!(end2 - end, 5_000_000);
+        assert!(engine.finish_step(end2).is_empty());
+        let end3 = engine.step_end().unwrap();
+        assert_eq!(
+            end3 - end2,
+            3_000_000,
+            "1 + 4 × 0.5 ms; the first token comes out"
+        );
+        assert!(engine.finish_step(end3).is_empty());
+        assert_eq!(engine.running[0].first_token_ns, Some(end3));
+        // One decode step (2 ms) makes the second and last token.
+        let end4 = engine.step_end().unwrap();
+        assert_eq!(end4 - end3, 2_000_000);
+        let done = engine.finish_step(end4);
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].generated, 2);
+        assert_eq!(engine.step_end(), None);
+        assert_eq!(engine.status().kv_blocks_used, 0);
+    }
+
+    #[test]
+    fn decode_and_admission_share_the_budget_and_sequence_limit() {
+        // Budget 5: a decoding sequence takes 1 token, leaving 4 for the next prefill.
+        let mut engine = Engine::new(linear(100, 2, 5));
+        let end = engine.enqueue(Sequence::new(0, 4, 10, vec![]), 0).unwrap();
+        engine.finish_step(end); // prefilled, first token; a decode run starts at `end`
+        // Arrivals join at the next step boundary: the run is cut to one step.
+        assert_eq!(
+            engine.enqueue(Sequence::new(1, 8, 3, vec![]), end),
+            Some(end + 2_000_000)
+        );
+        engine.enqueue(Sequence::new(2, 8, 3, vec![]), end);
+        engine.finish_step(end + 2_000_000);
+        let plan = engine.plan.as_ref().unwrap();
+        assert!(!plan.pure_decode);
+        // Decode (1) + the first 4 tokens of request 1; request 2 waits (max_num_seqs 2).
+        assert_eq!(plan.prefill, vec![(1, 4)]);
+        assert_eq!(engine.status().running, 2);
+        assert_eq!(engine.status().waiting, 1);
+    }
+
+    #[test]
+    fn a_second_request_reuses_the_first_ones_prefix() {
+        let mut engine = Engine::new(linear(100, 4, 100));
+        let end = engine
+            .enqueue(Sequence::new(0, 12, 1, vec![1, 2, 3]), 0)
+            .unwrap();
+        assert_eq!(engine.finish_step(end).len(), 1);
+        // Same first two blocks, different third: 8 of 12 tokens are reused.
+        let end = engine
+            .enqueue(Sequence::new(1, 12, 1, vec![1, 2, 9]), end)
+            .unwrap();
+        assert_eq!(engine.running[0].hit_tokens, Some(8));
+        let done = engine.finish_step(end);
+        assert_eq!(done[0].hit_tokens, Some(8));
+        // Fully cached prompt: the last token is still computed.
+        engine.enqueue(Sequence::new(2, 12, 1, vec![1, 2, 3]), end);
+        assert_eq!(
+            engine.running[0].hit_tokens,
+            Some(8),
+            "11 of 12 is capped to full blocks"
+        );
+    }
+
+    #[test]
+    fn macro_steps_skip_identical_decodes_and_arrivals_cut_them() {
+        let mut engine = Engine::new(linear(100, 4, 100));
+        let end = engine.enqueue(Sequence::new(0, 4, 9, vec![]), 0).unwrap();
+        engine.finish_step(end);
+        // 8 tokens left; the prompt's block is full, so the engine takes a second block and
+        // runs the 4 decode steps that fit in it as one macro step.
+        let plan = engine.plan.as_ref().unwrap();
+        assert!(plan.pure_decode);
+        assert_eq!(plan.steps, 4);
+        assert_eq!(engine.step_end(), Some(end + 8_000_000));
+        let run_start = end;
+        // An arrival 1 ms in cuts the run at the first boundary (2 ms).
+        let cut = engine
+            .enqueue(Sequence::new(1, 4, 1, vec![]), run_start + 1_000_000)
+            .unwrap();
+        assert_eq!(cut, run_start + 2_000_000);
+    }
+
+    #[test]
+    fn out_of_blocks_preempts_the_newest_sequence() {
+        // 3 blocks of 4 tokens. Request 0 prefills alone (1 block); the next step it decodes
+        // (a 2nd block) while request 1 is admitted (the 3rd). Then request 1 needs a 4th.
+        let mut engine = Engine::new(linear(3, 4, 100));
+        engine.enqueue(Sequence::new(0, 4, 8, vec![]), 0);
+        engine.enqueue(Sequence::new(1, 4, 8, vec![]), 0);
+        let end = engine.step_end().unwrap();
+        engine.finish_step(end);
+        assert_eq!((engine.preemptions, engine.status().running), (0, 2));
+        assert_eq!(engine.status().kv_blocks_used, 3);
+        let end = engine.step_end().unwrap();
+        engine.finish_step(end);
+        assert_eq!(engine.preemptions, 1);
+        assert_eq!(engine.status().running, 1);
+        assert_eq!(engine.status().waiting, 1);
+        assert_eq!(
+            engine.waiting[0].request, 1,
+            "the most recently admitted went back"
+        );
+    }
+
+    #[test]
+    fn polynomial_matches_dynamos_published_coefficients() {
+        let model = EngineConfig::dynamo().step_time;
+        // P(1000) = 4.21e-7·1e6 + 15.18 + 16.5 = 32.101 ms; no decode.
+        assert_eq!(model.step_ns(1000, false, 0.5), 32_101_000);
+        // D(0.5) = -6.435 + 27.005 + 5.74 = 26.31 ms.
+        assert_eq!(model.step_ns(0, true, 0.5), 26_310_000);
+    }
+}
