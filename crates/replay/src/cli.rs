@@ -17,8 +17,10 @@ use routerlab_host::{SearchPath, list_libraries, load_detector, load_matcher};
 use serde::Deserialize;
 use serde_yaml::Value;
 
+use crate::engine::{EngineConfig, StepTime};
 use crate::replay::{ReplayError, ReplaySettings, replay};
 use crate::synth::{ChatWorkload, MooncakeWorkload, write_chat, write_mooncake};
+use crate::timed::{Arrivals, TimedSettings, WhenUnavailable, replay_timed};
 use crate::trace::{TraceFormat, TraceOptions, TraceReader};
 
 /// Route LLM requests through routing plugins and measure the result.
@@ -32,7 +34,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Replay a trace through a matcher (and optionally a detector) and report statistics.
-    Replay(ReplayArgs),
+    Replay(Box<ReplayArgs>),
     /// List every plugin on the search path: name, kind, version, ABI, file.
     Plugins(PluginsArgs),
     /// Write a synthetic trace (the prototype's chat workload, or Mooncake format).
@@ -48,7 +50,7 @@ enum OutputFormat {
     Yaml,
 }
 
-#[derive(Args, Debug, Default)]
+#[derive(Args, Debug, Default, Clone)]
 struct ReplayArgs {
     /// Matcher plugin: a name on the search path, or PATH[#NAME] of a library.
     #[arg(long, value_name = "NAME")]
@@ -96,6 +98,44 @@ struct ReplayArgs {
     /// Skip malformed trace lines, and say on stderr how many were skipped and why.
     #[arg(long)]
     skip_invalid: bool,
+    /// `trace`: the timed replay (arrivals, engine queues, finite KV cache, latencies);
+    /// `off`: the prototype's time-free replay [default: off].
+    #[arg(long, value_name = "MODE", help_heading = "Timed replay")]
+    timing: Option<Timing>,
+    /// Divide trace timestamps by this (2 = twice as fast) [default: 1].
+    #[arg(long, value_name = "F", help_heading = "Timed replay")]
+    speedup: Option<f64>,
+    /// Poisson arrivals at R requests/s (seeded) instead of the trace's timestamps.
+    #[arg(long, value_name = "R", help_heading = "Timed replay")]
+    rate: Option<f64>,
+    /// Closed loop: keep N requests outstanding instead of using timestamps.
+    #[arg(long, value_name = "N", help_heading = "Timed replay")]
+    concurrency: Option<usize>,
+    /// Do not send a request before its parent finished (plus --think-time-s).
+    #[arg(long, help_heading = "Timed replay")]
+    respect_parents: bool,
+    /// Pause between a parent's finish and its child's arrival, seconds [default: 0].
+    #[arg(long, value_name = "S", help_heading = "Timed replay")]
+    think_time_s: Option<f64>,
+    /// Engine preset for every endpoint [default: dynamo].
+    #[arg(long, value_name = "PRESET", help_heading = "Timed replay")]
+    engine: Option<EnginePreset>,
+    /// Engine settings over the preset, YAML (e.g. '{num_gpu_blocks: 4096, max_num_seqs: 128}').
+    #[arg(long, value_name = "YAML", help_heading = "Timed replay")]
+    engine_config: Option<String>,
+    /// Plugins see engine statuses refreshed every MS milliseconds; 0 = live [default: 0].
+    #[arg(long, value_name = "MS", help_heading = "Timed replay")]
+    metrics_interval_ms: Option<f64>,
+    /// When no endpoint is available: wait at the router, reject, or route anyway
+    /// [default: queue].
+    #[arg(long, value_name = "POLICY", help_heading = "Timed replay")]
+    when_unavailable: Option<WhenUnavailable>,
+    /// Output tokens of requests whose trace line has none [default: 128].
+    #[arg(long, value_name = "N", help_heading = "Timed replay")]
+    output_tokens: Option<u64>,
+    /// Write one JSON line per request (arrival, endpoint, hit tokens, queue, TTFT, finish).
+    #[arg(long, value_name = "FILE", help_heading = "Timed replay")]
+    requests_out: Option<PathBuf>,
     /// Experiment YAML file holding any of these settings (snake_case keys); flags override.
     #[arg(long, value_name = "PATH")]
     config: Option<PathBuf>,
@@ -115,7 +155,7 @@ struct GenTraceArgs {
     output: Option<PathBuf>,
     /// Which workload to write.
     #[arg(long, value_name = "FORMAT", default_value = "chat")]
-    format: TraceFormat,
+    format: GenFormat,
     /// Number of requests.
     #[arg(long, value_name = "N", default_value_t = 2200)]
     requests: u64,
@@ -130,8 +170,71 @@ struct GenTraceArgs {
     seed: u64,
 }
 
+/// Replay modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Timing {
+    /// The prototype's time-free replay.
+    Off,
+    /// The timed replay with an engine model.
+    Trace,
+}
+
+/// Engine presets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum EnginePreset {
+    /// NVIDIA Dynamo's mocker defaults (16,384 blocks of 64 tokens, 256 seqs, 8,192
+    /// tokens/step, polynomial step time).
+    Dynamo,
+}
+
+/// Engine settings over a preset (every key optional).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EngineOverrides {
+    preset: Option<EnginePreset>,
+    num_gpu_blocks: Option<u32>,
+    engine_block_size: Option<u32>,
+    max_num_seqs: Option<u32>,
+    max_num_batched_tokens: Option<u32>,
+    step_time: Option<StepTime>,
+}
+
+impl EngineOverrides {
+    fn apply(&self, base: &mut EngineConfig) {
+        if let Some(EnginePreset::Dynamo) = self.preset {
+            *base = EngineConfig::dynamo();
+        }
+        if let Some(v) = self.num_gpu_blocks {
+            base.num_gpu_blocks = v;
+        }
+        if let Some(v) = self.engine_block_size {
+            base.engine_block_size = v;
+        }
+        if let Some(v) = self.max_num_seqs {
+            base.max_num_seqs = v;
+        }
+        if let Some(v) = self.max_num_batched_tokens {
+            base.max_num_batched_tokens = v;
+        }
+        if let Some(v) = &self.step_time {
+            base.step_time = v.clone();
+        }
+    }
+}
+
+/// What `gen-trace` writes.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum GenFormat {
+    /// The prototype's chat workload (chat JSONL).
+    Chat,
+    /// A Mooncake-format stream with shared prefixes and sessions.
+    Mooncake,
+}
+
 /// The experiment file: the same settings as the flags, in snake_case.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Experiment {
     matcher: Option<String>,
@@ -148,6 +251,20 @@ struct Experiment {
     format: Option<OutputFormat>,
     fail_open: Option<bool>,
     skip_invalid: Option<bool>,
+    timing: Option<Timing>,
+    speedup: Option<f64>,
+    rate: Option<f64>,
+    concurrency: Option<usize>,
+    respect_parents: Option<bool>,
+    think_time_s: Option<f64>,
+    /// Engine settings (and `preset`) for every endpoint.
+    engine: Option<EngineOverrides>,
+    /// Per-endpoint engine settings over `engine`, in endpoint order.
+    engines: Option<Vec<EngineOverrides>>,
+    metrics_interval_ms: Option<f64>,
+    when_unavailable: Option<WhenUnavailable>,
+    output_tokens: Option<u64>,
+    requests_out: Option<PathBuf>,
 }
 
 /// A user-facing failure: the one-line message and the exit code.
@@ -169,7 +286,7 @@ impl Failure {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Replay(args) => run_replay(args),
+        Command::Replay(args) => run_replay(*args),
         Command::Plugins(args) => run_plugins(args),
         Command::GenTrace(args) => run_gen_trace(args),
     };
@@ -195,6 +312,9 @@ struct Resolved {
     cache_blocks: Option<u64>,
     format: OutputFormat,
     fail_open: bool,
+    /// Present for the timed replay.
+    timed: Option<TimedSettings>,
+    requests_out: Option<PathBuf>,
 }
 
 fn resolve(args: ReplayArgs) -> Result<Resolved, Failure> {
@@ -216,6 +336,7 @@ fn resolve(args: ReplayArgs) -> Result<Resolved, Failure> {
         }
         None => (Experiment::default(), PathBuf::new()),
     };
+    let (timed_args, timed_experiment) = (args.clone(), experiment.clone());
     let matcher = args.matcher.or(experiment.matcher).ok_or_else(|| {
         Failure::input(
             "no matcher: pass --matcher NAME (see `routerlab plugins` for what is installed)",
@@ -277,6 +398,13 @@ fn resolve(args: ReplayArgs) -> Result<Resolved, Failure> {
             "--cache-blocks must be at least 1 (omit it for an unbounded cache)",
         ));
     }
+    let fail_open = args.fail_open || experiment.fail_open.unwrap_or(false);
+    let timed = resolve_timed(&timed_args, &timed_experiment, &endpoints, seed, fail_open)?;
+    let requests_out = match (&args.requests_out, &experiment.requests_out) {
+        (Some(flag), _) => Some(flag.clone()),
+        (None, Some(in_file)) => Some(base.join(in_file)),
+        (None, None) => None,
+    };
     Ok(Resolved {
         matcher,
         matcher_config,
@@ -295,8 +423,132 @@ fn resolve(args: ReplayArgs) -> Result<Resolved, Failure> {
             .format
             .or(experiment.format)
             .unwrap_or(OutputFormat::Human),
-        fail_open: args.fail_open || experiment.fail_open.unwrap_or(false),
+        fail_open,
+        timed,
+        requests_out,
     })
+}
+
+/// The timed-replay settings, or `None` for the time-free replay. Timed-only settings
+/// without `--timing trace` are an error rather than silently ignored.
+fn resolve_timed(
+    args: &ReplayArgs,
+    experiment: &Experiment,
+    endpoints: &[String],
+    seed: u64,
+    fail_open: bool,
+) -> Result<Option<TimedSettings>, Failure> {
+    let timing = args.timing.or(experiment.timing).unwrap_or(Timing::Off);
+    let speedup = args.speedup.or(experiment.speedup);
+    let rate = args.rate.or(experiment.rate);
+    let concurrency = args.concurrency.or(experiment.concurrency);
+    let respect_parents = args.respect_parents || experiment.respect_parents.unwrap_or(false);
+    let think_time_s = args.think_time_s.or(experiment.think_time_s);
+    let metrics_interval_ms = args.metrics_interval_ms.or(experiment.metrics_interval_ms);
+    let when_unavailable = args.when_unavailable.or(experiment.when_unavailable);
+    let output_tokens = args.output_tokens.or(experiment.output_tokens);
+    let engine_given = args.engine.is_some()
+        || args.engine_config.is_some()
+        || experiment.engine.is_some()
+        || experiment.engines.is_some();
+    if timing == Timing::Off {
+        let timed_only = speedup.is_some()
+            || rate.is_some()
+            || concurrency.is_some()
+            || respect_parents
+            || think_time_s.is_some()
+            || metrics_interval_ms.is_some()
+            || when_unavailable.is_some()
+            || output_tokens.is_some()
+            || engine_given
+            || args.requests_out.is_some()
+            || experiment.requests_out.is_some();
+        if timed_only {
+            return Err(Failure::input(
+                "engine, arrival and latency settings need the timed replay: add --timing trace",
+            ));
+        }
+        return Ok(None);
+    }
+    let positive = |name: &str, value: Option<f64>| match value {
+        Some(v) if !(v.is_finite() && v > 0.0) => Err(Failure::input(format!(
+            "--{name} must be a positive number"
+        ))),
+        _ => Ok(()),
+    };
+    positive("speedup", speedup)?;
+    positive("rate", rate)?;
+    if think_time_s.is_some_and(|t| !(t.is_finite() && t >= 0.0)) {
+        return Err(Failure::input("--think-time-s must be zero or more"));
+    }
+    if metrics_interval_ms.is_some_and(|t| !(t.is_finite() && t >= 0.0)) {
+        return Err(Failure::input("--metrics-interval-ms must be zero or more"));
+    }
+    let arrivals = match (rate, concurrency) {
+        (Some(_), Some(_)) => {
+            return Err(Failure::input(
+                "--rate and --concurrency exclude each other",
+            ));
+        }
+        (Some(rate), None) => Arrivals::Poisson { rate },
+        (None, Some(0)) => return Err(Failure::input("--concurrency must be at least 1")),
+        (None, Some(concurrency)) => Arrivals::Closed { concurrency },
+        (None, None) => Arrivals::Trace {
+            speedup: speedup.unwrap_or(1.0),
+        },
+    };
+    let mut base = EngineConfig::dynamo();
+    if let Some(EnginePreset::Dynamo) = args.engine {
+        base = EngineConfig::dynamo();
+    }
+    if let Some(overrides) = &experiment.engine {
+        overrides.apply(&mut base);
+    }
+    if let Some(text) = &args.engine_config {
+        let overrides: EngineOverrides = serde_yaml::from_str(text).map_err(|e| {
+            Failure::input(format!("--engine-config: {}", one_line(&e.to_string())))
+        })?;
+        overrides.apply(&mut base);
+    }
+    let engines: Vec<EngineConfig> = match &experiment.engines {
+        None => vec![base; endpoints.len()],
+        Some(list) if list.len() != endpoints.len() => {
+            return Err(Failure::input(format!(
+                "experiment `engines`: {} entries for {} endpoints (give one per endpoint)",
+                list.len(),
+                endpoints.len()
+            )));
+        }
+        Some(list) => list
+            .iter()
+            .map(|overrides| {
+                let mut engine = base.clone();
+                overrides.apply(&mut engine);
+                engine
+            })
+            .collect(),
+    };
+    for (name, engine) in endpoints.iter().zip(&engines) {
+        engine
+            .validate()
+            .map_err(|e| Failure::input(format!("endpoint `{name}`: {e}")))?;
+    }
+    let when_unavailable = match (when_unavailable, fail_open) {
+        (Some(policy), _) => policy,
+        (None, true) => WhenUnavailable::FailOpen,
+        (None, false) => WhenUnavailable::Queue,
+    };
+    Ok(Some(TimedSettings {
+        endpoints: endpoints.to_vec(),
+        engines,
+        arrivals,
+        respect_parents,
+        think_time_ns: (think_time_s.unwrap_or(0.0) * 1e9).round() as u64,
+        metrics_interval_ns: (metrics_interval_ms.unwrap_or(0.0) * 1e6).round() as u64,
+        when_unavailable,
+        default_output_tokens: output_tokens.unwrap_or(128),
+        seed,
+    }))
 }
 
 /// The config text handed to a plugin: flag text, else the experiment's value, with
@@ -390,14 +642,36 @@ fn run_replay(args: ReplayArgs) -> Result<(), Failure> {
         cache_blocks: settings.cache_blocks,
         fail_open: settings.fail_open,
     };
-    let report = replay(
-        &mut reader,
-        &mut matcher,
-        detector.as_mut(),
-        &replay_settings,
-    )
-    .map_err(|e| match e {
+    let outcome = match &settings.timed {
+        None => replay(
+            &mut reader,
+            &mut matcher,
+            detector.as_mut(),
+            &replay_settings,
+        ),
+        Some(timed) => {
+            let mut out = match &settings.requests_out {
+                Some(path) => Some(std::io::BufWriter::new(
+                    std::fs::File::create(path).map_err(|e| {
+                        Failure::input(format!("{}: cannot create: {e}", path.display()))
+                    })?,
+                )),
+                None => None,
+            };
+            let sink = out.as_mut().map(|w| w as &mut dyn std::io::Write);
+            let result = replay_timed(&mut reader, &mut matcher, detector.as_mut(), timed, sink);
+            if let Some(mut w) = out {
+                w.flush().map_err(|e| Failure {
+                    message: format!("cannot write --requests-out: {e}"),
+                    code: 1,
+                })?;
+            }
+            result
+        }
+    };
+    let report = outcome.map_err(|e| match e {
         ReplayError::Trace(e) => Failure::input(e.to_string()),
+        ReplayError::Timing(message) => Failure::input(message),
         plugin @ ReplayError::Plugin { .. } => Failure {
             message: plugin.to_string(),
             code: 1,
@@ -522,7 +796,7 @@ fn run_gen_trace(args: GenTraceArgs) -> Result<(), Failure> {
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
     let written = match args.format {
-        TraceFormat::Chat => write_chat(
+        GenFormat::Chat => write_chat(
             &ChatWorkload {
                 requests: args.requests,
                 continue_chat_probability: args.continue_chat_probability,
@@ -531,7 +805,7 @@ fn run_gen_trace(args: GenTraceArgs) -> Result<(), Failure> {
             },
             &mut sink,
         ),
-        TraceFormat::Mooncake => write_mooncake(
+        GenFormat::Mooncake => write_mooncake(
             &MooncakeWorkload {
                 requests: args.requests,
                 continue_chat_probability: args.continue_chat_probability,

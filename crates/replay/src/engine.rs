@@ -200,6 +200,14 @@ impl KvCache {
             .count()
     }
 
+    /// How many of these cached blocks nobody holds (taking them uses up free blocks).
+    fn unheld(&self, cached: &[u64]) -> u32 {
+        cached
+            .iter()
+            .filter(|h| self.blocks[self.by_hash[*h] as usize].refs == 0)
+            .count() as u32
+    }
+
     /// Takes a hold on the cached block for `hash` (which must be cached).
     fn hold_cached(&mut self, hash: u64) -> u32 {
         let id = self.by_hash[&hash];
@@ -558,7 +566,8 @@ impl Engine {
             let hits = (hit_tokens / block_tokens) as usize;
             let hit_tokens = hits as u32 * block_tokens;
             let total_blocks = target.div_ceil(block_tokens) as usize;
-            if ((total_blocks - hits) as u32) > self.kv.free() {
+            let new_blocks = (total_blocks - hits) as u32;
+            if new_blocks + self.kv.unheld(&head.hashes[..hits]) > self.kv.free() {
                 break;
             }
             let mut seq = self.waiting.pop_front().expect("head exists");

@@ -11,4 +11,5 @@ pub mod engine;
 pub mod replay;
 pub mod report;
 pub mod synth;
+pub mod timed;
 pub mod trace;

@@ -36,6 +36,9 @@ pub enum ReplayError {
     /// The trace is bad.
     #[error("{0}")]
     Trace(#[from] TraceError),
+    /// The timed replay cannot run with these inputs.
+    #[error("{0}")]
+    Timing(String),
     /// A plugin failed while routing a request.
     #[error("{location}: {source}")]
     Plugin {

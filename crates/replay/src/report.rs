@@ -72,6 +72,9 @@ pub struct Report {
     pub share_prefix: SharePrefix,
     /// Decisions taken while at least one endpoint was unavailable.
     pub constrained_decisions: u64,
+    /// Latencies and engine figures, in timed replays only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timed: Option<crate::timed::TimedReport>,
 }
 
 /// Largest length the histogram tells apart (2^40); longer misses count as this.
@@ -209,6 +212,7 @@ impl StatsBuilder {
                 same_endpoint: self.share_same,
             },
             constrained_decisions: self.constrained,
+            timed: None,
         }
     }
 }
@@ -298,7 +302,67 @@ impl Report {
         for (label, value) in rows {
             let _ = writeln!(out, "{label:<28}{value}");
         }
+        if let Some(timed) = &self.timed {
+            timed_human(&mut out, timed);
+        }
         out
+    }
+}
+
+/// The timed replay's human tables: latencies, then engines.
+fn timed_human(out: &mut String, timed: &crate::timed::TimedReport) {
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<10}{:>12}{:>12}{:>12}{:>12}{:>12}",
+        "ms", "mean", "p50", "p90", "p99", "max"
+    );
+    for (label, l) in [
+        ("ttft", &timed.ttft),
+        ("tpot", &timed.tpot),
+        ("e2e", &timed.e2e),
+        ("queue", &timed.queue),
+    ] {
+        let _ = writeln!(
+            out,
+            "{label:<10}{:>12.1}{:>12.1}{:>12.1}{:>12.1}{:>12.1}",
+            l.mean, l.p50, l.p90, l.p99, l.max
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "makespan {:.1} s; {:.0} input and {:.0} output tokens/s; realised hit ratio {:.4}; {} waited at the router",
+        timed.makespan_s,
+        timed.throughput.input_tokens_per_s,
+        timed.throughput.output_tokens_per_s,
+        timed.hit_ratio,
+        timed.router_queued
+    );
+    let width = timed
+        .per_endpoint
+        .iter()
+        .map(|e| e.name.len())
+        .max()
+        .unwrap_or(8)
+        .max(8);
+    let _ = writeln!(
+        out,
+        "{:<width$}  {:>9}  {:>13}  {:>7}  {:>7}  {:>10}  {:>11}",
+        "endpoint", "requests", "prompt tokens", "peak KV", "mean KV", "evictions", "preemptions"
+    );
+    for e in &timed.per_endpoint {
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:>9}  {:>13}  {:>6.1}%  {:>6.1}%  {:>10}  {:>11}",
+            e.name,
+            e.requests,
+            e.prompt_tokens,
+            e.peak_kv_usage * 100.0,
+            e.mean_kv_usage * 100.0,
+            e.evictions,
+            e.preemptions
+        );
     }
 }
 

@@ -32,6 +32,10 @@ pub enum TraceFormat {
     Chat,
     /// Mooncake JSONL: lengths and prefix-block ids, no text.
     Mooncake,
+    /// Token-id JSONL (llmservingsim): the prompt as token ids.
+    #[value(name = "token-ids")]
+    #[serde(rename = "token-ids")]
+    TokenIds,
 }
 
 impl fmt::Display for TraceFormat {
@@ -39,6 +43,7 @@ impl fmt::Display for TraceFormat {
         f.write_str(match self {
             TraceFormat::Chat => "chat",
             TraceFormat::Mooncake => "mooncake",
+            TraceFormat::TokenIds => "token-ids",
         })
     }
 }
@@ -142,6 +147,8 @@ pub struct TraceRequest {
     pub arrival_ns: Option<u64>,
     /// Output tokens, if the trace says.
     pub output_tokens: Option<u64>,
+    /// Prompt token ids (token-id traces only).
+    pub token_ids: Vec<u32>,
 }
 
 /// A streaming reader over a mapped trace file.
@@ -210,7 +217,7 @@ impl TraceReader {
     pub fn unit(&self) -> Unit {
         match self.linker.format {
             TraceFormat::Chat => Unit::Bytes,
-            TraceFormat::Mooncake => Unit::Tokens,
+            TraceFormat::Mooncake | TraceFormat::TokenIds => Unit::Tokens,
         }
     }
 
@@ -218,7 +225,7 @@ impl TraceReader {
     pub fn block_size(&self) -> u32 {
         match self.linker.format {
             TraceFormat::Chat => self.linker.options.block_size,
-            TraceFormat::Mooncake => self.linker.options.trace_block_size,
+            TraceFormat::Mooncake | TraceFormat::TokenIds => self.linker.options.trace_block_size,
         }
     }
 
@@ -314,6 +321,7 @@ impl Linker {
         match self.format {
             TraceFormat::Chat => self.parse_chat(line_no, text, out),
             TraceFormat::Mooncake => self.parse_mooncake(line_no, text, out),
+            TraceFormat::TokenIds => self.parse_token_ids(line_no, text, out),
         }
     }
 
@@ -485,6 +493,49 @@ impl Linker {
         Ok(())
     }
 
+    fn parse_token_ids(
+        &mut self,
+        line_no: usize,
+        text: &str,
+        out: &mut TraceRequest,
+    ) -> Result<(), TraceError> {
+        let parsed: TokenIdsLine = serde_json::from_str(text)
+            .map_err(|e| diagnose(&self.path, line_no, text, TraceFormat::TokenIds, &e))?;
+        let input = parsed.input_tok_ids.len() as u64;
+        if parsed.input_toks.is_some_and(|n| n != input) {
+            return Err(self.error_at(
+                line_no,
+                Some("input_toks"),
+                Fault::InvalidField,
+                format!(
+                    "{} does not match the {input} ids of `input_tok_ids`",
+                    parsed.input_toks.unwrap_or(0)
+                ),
+            ));
+        }
+        self.seq += 1;
+        out.seq = self.seq;
+        out.line = line_no;
+        out.parent_seq = None;
+        out.session = 0;
+        out.prompt.clear();
+        out.prompt_len = input;
+        out.arrival_ns = parsed.arrival_time_ns;
+        out.output_tokens = parsed.output_toks;
+        out.blocks.clear();
+        let mut previous = 0u64;
+        for block in parsed
+            .input_tok_ids
+            .chunks(self.options.trace_block_size as usize)
+        {
+            let bytes: Vec<u8> = block.iter().flat_map(|id| id.to_le_bytes()).collect();
+            previous = chain(previous, &bytes);
+            out.blocks.push(previous);
+        }
+        out.token_ids = parsed.input_tok_ids;
+        Ok(())
+    }
+
     /// Numbers the session and, with no explicit parent, links to its previous request.
     fn session(&mut self, key: Option<IdKey<'_>>, seq: u64, parent_seq: &mut Option<u64>) -> u64 {
         let Some(key) = key else { return 0 };
@@ -503,15 +554,17 @@ fn memchr_newline(bytes: &[u8]) -> Option<usize> {
     bytes.iter().position(|b| *b == b'\n')
 }
 
-/// Detects the format from the first non-blank line: Mooncake lines have `hash_ids`.
+/// Detects the format from the first non-blank line: Mooncake lines have `hash_ids`,
+/// token-id lines `input_tok_ids`; anything else is chat.
 fn detect_format(bytes: &[u8]) -> Option<TraceFormat> {
     let first = bytes
         .split(|b| *b == b'\n')
         .find(|line| !line.iter().all(u8::is_ascii_whitespace))?;
-    let needle = b"\"hash_ids\"";
-    let mooncake = first.windows(needle.len()).any(|w| w == needle);
-    Some(if mooncake {
+    let has = |needle: &[u8]| first.windows(needle.len()).any(|w| w == needle);
+    Some(if has(b"\"hash_ids\"") {
         TraceFormat::Mooncake
+    } else if has(b"\"input_tok_ids\"") {
+        TraceFormat::TokenIds
     } else {
         TraceFormat::Chat
     })
@@ -686,6 +739,18 @@ struct ChatLine<'a> {
     output_tokens: Option<u64>,
 }
 
+/// A token-id line (llmservingsim).
+#[derive(Debug, Deserialize)]
+struct TokenIdsLine {
+    #[serde(default)]
+    arrival_time_ns: Option<u64>,
+    #[serde(default)]
+    input_toks: Option<u64>,
+    #[serde(default)]
+    output_toks: Option<u64>,
+    input_tok_ids: Vec<u32>,
+}
+
 /// A Mooncake line; `hash_ids` go straight into the reused block buffer.
 #[derive(Debug)]
 struct MooncakeLine<'a> {
@@ -812,6 +877,12 @@ fn diagnose(
             ("arrival_s", Check::Number, false),
             ("output_tokens", Check::Count, false),
         ],
+        TraceFormat::TokenIds => &[
+            ("arrival_time_ns", Check::Count, false),
+            ("input_toks", Check::Count, false),
+            ("output_toks", Check::Count, false),
+            ("input_tok_ids", Check::TokenIds, true),
+        ],
         TraceFormat::Mooncake => &[
             ("timestamp", Check::Number, false),
             ("input_length", Check::Count, true),
@@ -855,6 +926,7 @@ enum Check {
     Count,
     Int,
     Ids,
+    TokenIds,
 }
 
 impl Check {
@@ -874,6 +946,10 @@ impl Check {
             Check::Ids => value
                 .as_array()
                 .is_some_and(|ids| ids.iter().all(Value::is_u64)),
+            Check::TokenIds => value.as_array().is_some_and(|ids| {
+                ids.iter()
+                    .all(|id| id.as_u64().is_some_and(|n| n <= u64::from(u32::MAX)))
+            }),
         };
         if ok {
             return Ok(());
@@ -886,6 +962,7 @@ impl Check {
             Check::Count => "a non-negative integer",
             Check::Int => "an integer",
             Check::Ids => "a list of non-negative integers",
+            Check::TokenIds => "a list of 32-bit token ids",
         })
     }
 }
