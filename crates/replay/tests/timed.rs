@@ -1,0 +1,385 @@
+//! The timed replay end to end: snapshots on small fixtures, determinism, the hot spot on
+//! the real Mooncake conversation trace, arrivals and parents, and its input errors.
+
+mod support;
+
+use std::path::Path;
+
+use routerlab_host::{SearchPath, load_detector, load_matcher};
+use routerlab_replay::engine::EngineConfig;
+use routerlab_replay::report::Report;
+use routerlab_replay::timed::{Arrivals, TimedSettings, WhenUnavailable, replay_timed};
+use routerlab_replay::trace::{TraceOptions, TraceReader};
+use support::*;
+
+fn small_engine() -> EngineConfig {
+    EngineConfig {
+        num_gpu_blocks: 400,
+        engine_block_size: 64,
+        max_num_seqs: 16,
+        max_num_batched_tokens: 2048,
+        step_time: EngineConfig::dynamo().step_time,
+    }
+}
+
+fn timed(
+    trace: &Path,
+    matcher: &str,
+    detector: Option<(&str, &str)>,
+    arrivals: Arrivals,
+) -> Report {
+    let search = SearchPath::from_env();
+    let mut matcher = load_matcher(matcher, "seed: 0", &search).expect("matcher loads");
+    let mut detector =
+        detector.map(|(name, config)| load_detector(name, config, &search).expect("detector"));
+    let options = TraceOptions {
+        format: None,
+        block_size: 128,
+        trace_block_size: 512,
+        skip_invalid: false,
+    };
+    let mut reader = TraceReader::open(trace, options).expect("trace opens");
+    let settings = TimedSettings {
+        endpoints: vec!["a:8000".into(), "b:8000".into(), "c:8000".into()],
+        engines: vec![small_engine(); 3],
+        arrivals,
+        respect_parents: false,
+        think_time_ns: 0,
+        metrics_interval_ns: 0,
+        when_unavailable: WhenUnavailable::Queue,
+        default_output_tokens: 64,
+        seed: 0,
+    };
+    replay_timed(
+        &mut reader,
+        &mut matcher,
+        detector.as_mut(),
+        &settings,
+        None,
+    )
+    .expect("replay")
+}
+
+#[test]
+fn timed_reports() {
+    let trace = project_trace("mooncake-small.jsonl");
+    let speedup = Arrivals::Trace { speedup: 4.0 };
+    insta::assert_yaml_snapshot!(
+        "timed-lcp@mooncake",
+        timed(&trace, "lcp", None, speedup.clone())
+    );
+    insta::assert_yaml_snapshot!(
+        "timed-lcp+max-kv-cache@mooncake",
+        timed(
+            &trace,
+            "lcp",
+            Some(("max-kv-cache", "max_usage: 0.5")),
+            speedup.clone()
+        )
+    );
+    insta::assert_yaml_snapshot!(
+        "timed-round-robin@mooncake",
+        timed(&trace, "round-robin", None, speedup)
+    );
+    let chat = project_trace("chat.jsonl");
+    insta::assert_yaml_snapshot!(
+        "timed-lcp@chat-poisson",
+        timed(&chat, "lcp", None, Arrivals::Poisson { rate: 20.0 })
+    );
+}
+
+#[test]
+fn same_inputs_give_byte_identical_timed_reports() {
+    let chat = project_trace("chat.jsonl");
+    let chat = chat.to_str().unwrap();
+    let run = |seed: &str| {
+        let args = [
+            "replay",
+            "--matcher",
+            "lcp",
+            "--trace",
+            chat,
+            "--timing",
+            "trace",
+            "--rate",
+            "30",
+            "--seed",
+            seed,
+            "--engine-config",
+            "{num_gpu_blocks: 2000}",
+            "--format",
+            "yaml",
+        ];
+        let output = routerlab(&args);
+        assert!(output.status.success(), "{}", texts(&output).1);
+        output.stdout
+    };
+    let first = run("4");
+    assert_eq!(first, run("4"));
+    assert_ne!(first, run("5"), "the seed drives the Poisson arrivals");
+    let text = String::from_utf8(first).unwrap();
+    for key in [
+        "timed:",
+        "ttft:",
+        "tpot:",
+        "e2e:",
+        "queue:",
+        "throughput:",
+        "makespan_s:",
+        "per_endpoint:",
+        "preemptions:",
+    ] {
+        assert!(text.contains(key), "{key} missing: {text}");
+    }
+}
+
+#[test]
+fn the_conversation_trace_shows_the_hot_spot_and_detectors_relieve_it() {
+    let Some(shared) = shared_traces() else {
+        return;
+    };
+    let trace = shared.join("mooncake/conversation_trace.jsonl");
+    let trace = trace.to_str().unwrap();
+    let report = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "replay",
+            "--trace",
+            trace,
+            "--endpoints",
+            "8",
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        if !extra.contains(&"--timing") {
+            args.extend_from_slice(&["--timing", "trace"]);
+        }
+        let output = routerlab(&args);
+        assert!(output.status.success(), "{}", texts(&output).1);
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let p99 = |r: &serde_json::Value| r["timed"]["ttft"]["p99"].as_f64().unwrap();
+    let lcp = report(&["--matcher", "lcp"]);
+    let rr = report(&["--matcher", "round-robin"]);
+    let kv = report(&["--matcher", "lcp", "--detector", "max-kv-cache"]);
+    let busy = report(&[
+        "--matcher",
+        "lcp",
+        "--detector",
+        "num-requests",
+        "--detector-config",
+        "max_running: 32",
+    ]);
+    // One endpoint takes everything, and its tail latency explodes.
+    assert!(
+        lcp["nreq"]["max_over_mean"].as_f64().unwrap() > 7.9,
+        "{}",
+        lcp["nreq"]
+    );
+    assert!(
+        p99(&lcp) > 10.0 * p99(&rr),
+        "lcp {} vs round-robin {}",
+        p99(&lcp),
+        p99(&rr)
+    );
+    // Detectors spread the load and cut the tail.
+    for relieved in [&kv, &busy] {
+        assert!(
+            relieved["nreq"]["max_over_mean"].as_f64().unwrap() < 7.0,
+            "{}",
+            relieved["nreq"]
+        );
+        assert!(
+            p99(relieved) < p99(&lcp) / 10.0,
+            "{} vs {}",
+            p99(relieved),
+            p99(&lcp)
+        );
+    }
+    // Finite caches under load reuse less than the time-free, infinite-cache replay.
+    let free = report(&["--matcher", "lcp", "--timing", "off"]);
+    assert!(lcp["timed"]["hit_ratio"].as_f64().unwrap() < free["hit_ratio"].as_f64().unwrap());
+}
+
+#[test]
+fn requests_out_and_respect_parents() {
+    let out = scratch_file("requests.jsonl", b"");
+    let chat = project_trace("chat.jsonl");
+    let args = [
+        "replay",
+        "--matcher",
+        "round-robin",
+        "--trace",
+        chat.to_str().unwrap(),
+        "--timing",
+        "trace",
+        "--rate",
+        "50",
+        "--respect-parents",
+        "--think-time-s",
+        "1.5",
+        "--requests-out",
+        out.to_str().unwrap(),
+        "--format",
+        "json",
+    ];
+    let output = routerlab(&args);
+    assert!(output.status.success(), "{}", texts(&output).1);
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2200);
+    let by_line: std::collections::HashMap<u64, &serde_json::Value> = lines
+        .iter()
+        .map(|l| (l["line"].as_u64().unwrap(), l))
+        .collect();
+    // Every continuation arrives at least 1.5 s after its parent finished.
+    let trace = std::fs::read_to_string(&chat).unwrap();
+    let mut checked = 0;
+    for (i, text) in trace.lines().enumerate() {
+        let value: serde_json::Value = serde_json::from_str(text).unwrap();
+        if let Some(parent) = value.get("parent").and_then(|p| p.as_u64()) {
+            let child = by_line[&(i as u64 + 1)];
+            let parent = by_line[&(parent + 1)];
+            let gap = child["arrival_s"].as_f64().unwrap() - parent["finish_s"].as_f64().unwrap();
+            assert!(
+                gap >= 1.5 - 1e-6,
+                "line {}: arrived {gap} s after its parent finished",
+                i + 1
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 447);
+    for key in [
+        "arrival_s",
+        "endpoint",
+        "hit_tokens",
+        "queue_ms",
+        "ttft_ms",
+        "finish_s",
+    ] {
+        assert!(lines[0].get(key).is_some(), "{key}");
+    }
+}
+
+#[test]
+fn closed_loop_of_one_never_queues() {
+    let trace = project_trace("mooncake-small.jsonl");
+    let args = [
+        "replay",
+        "--matcher",
+        "lcp",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--timing",
+        "trace",
+        "--concurrency",
+        "1",
+        "--format",
+        "json",
+    ];
+    let output = routerlab(&args);
+    assert!(output.status.success(), "{}", texts(&output).1);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["timed"]["queue"]["max"], 0.0);
+    assert_eq!(report["requests"], 300);
+}
+
+#[test]
+fn stale_metrics_change_decisions() {
+    let trace = project_trace("mooncake-small.jsonl");
+    let run = |interval: &str| -> serde_json::Value {
+        let args = [
+            "replay",
+            "--matcher",
+            "lcp",
+            "--detector",
+            "num-requests",
+            "--detector-config",
+            "max_running: 2",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--timing",
+            "trace",
+            "--speedup",
+            "20",
+            "--endpoints",
+            "3",
+            "--metrics-interval-ms",
+            interval,
+            "--format",
+            "json",
+        ];
+        serde_json::from_slice(&routerlab(&args).stdout).unwrap()
+    };
+    let live = run("0");
+    let stale = run("30000");
+    assert_ne!(live["nreq"], stale["nreq"]);
+    assert_eq!(live["requests"], 300);
+    assert_eq!(stale["requests"], 300);
+}
+
+#[test]
+fn timed_input_errors() {
+    let chat = project_trace("chat.jsonl");
+    let chat = chat.to_str().unwrap();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["--rate", "5"],
+            "error: engine, arrival and latency settings need the timed replay: add --timing trace",
+        ),
+        (
+            &["--timing", "trace"],
+            "the trace has no arrival times; pass --rate R (Poisson) or --concurrency N (closed loop)",
+        ),
+        (
+            &["--timing", "trace", "--rate", "5", "--concurrency", "2"],
+            "error: --rate and --concurrency exclude each other",
+        ),
+        (
+            &["--timing", "trace", "--rate", "0"],
+            "error: --rate must be a positive number",
+        ),
+        (
+            &[
+                "--timing",
+                "trace",
+                "--rate",
+                "5",
+                "--engine-config",
+                "{max_num_seqs: 0}",
+            ],
+            "error: endpoint `localhost:8000`: engine `max_num_seqs` must be at least 1",
+        ),
+    ];
+    for (extra, expected) in cases {
+        let mut args = vec!["replay", "--matcher", "lcp", "--trace", chat];
+        args.extend_from_slice(extra);
+        let output = routerlab(&args);
+        let (stdout, stderr) = texts(&output);
+        assert_eq!(output.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stdout.is_empty());
+        assert!(stderr.contains(expected), "{extra:?}: {stderr}");
+    }
+    let output = routerlab(&[
+        "replay",
+        "--matcher",
+        "lcp",
+        "--trace",
+        chat,
+        "--timing",
+        "trace",
+        "--rate",
+        "5",
+        "--engine-config",
+        "{num_gpu_blokcs: 10}",
+    ]);
+    assert!(
+        texts(&output).1.contains("unknown field `num_gpu_blokcs`"),
+        "{}",
+        texts(&output).1
+    );
+}
