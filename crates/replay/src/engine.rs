@@ -17,8 +17,9 @@
 //! blocks and returns to the head of the queue to be recomputed (counted as a preemption).
 //!
 //! Steps in which nothing but token counts changes (only decodes, nobody finishes, nobody
-//! needs a block, nobody can be admitted) are identical, so they are simulated as one
-//! "macro step" of `k` steps; an arrival cuts it at the next step boundary.
+//! can be admitted) are identical, so they are simulated as one "macro step" of `k` steps;
+//! the blocks the sequences fill during it are reserved at its start (so reported KV usage
+//! leads by at most one run's blocks), and an arrival cuts it at the next step boundary.
 
 use std::collections::VecDeque;
 
@@ -200,22 +201,36 @@ impl KvCache {
             .count()
     }
 
-    /// How many of these cached blocks nobody holds (taking them uses up free blocks).
-    fn unheld(&self, cached: &[u64]) -> u32 {
-        cached
+    /// Brings `ids` (empty, or a previous answer for `chain`) up to the blocks of the cached
+    /// leading run of `chain`: keeps the leading ids whose blocks still hold their hash,
+    /// then extends the run.
+    fn refresh_cached_ids(&self, chain: &[u64], ids: &mut Vec<u32>) {
+        let valid = ids
             .iter()
-            .filter(|h| self.blocks[self.by_hash[*h] as usize].refs == 0)
+            .zip(chain)
+            .take_while(|(id, hash)| self.blocks[**id as usize].hash == Some(**hash))
+            .count();
+        ids.truncate(valid);
+        ids.extend(
+            chain[valid..]
+                .iter()
+                .map_while(|h| self.by_hash.get(h).copied()),
+        );
+    }
+
+    /// How many of these blocks nobody holds (taking them uses up free blocks).
+    fn unheld(&self, ids: &[u32]) -> u32 {
+        ids.iter()
+            .filter(|id| self.blocks[**id as usize].refs == 0)
             .count() as u32
     }
 
-    /// Takes a hold on the cached block for `hash` (which must be cached).
-    fn hold_cached(&mut self, hash: u64) -> u32 {
-        let id = self.by_hash[&hash];
+    /// Takes a hold on a cached block.
+    fn hold(&mut self, id: u32) {
         if self.blocks[id as usize].refs == 0 {
             self.unlink_free(id);
         }
         self.blocks[id as usize].refs += 1;
-        id
     }
 
     /// Takes the oldest free block, evicting its cached content; `None` when all are held.
@@ -304,6 +319,8 @@ pub struct Sequence {
     published: usize,
     /// Prompt tokens found cached at the first admission.
     pub hit_tokens: Option<u32>,
+    /// Blocks of the cached prefix as last looked up.
+    hit_ids: Vec<u32>,
     /// When the first step that worked on it started.
     pub first_scheduled_ns: Option<u64>,
     /// When the first token came out.
@@ -329,6 +346,7 @@ impl Sequence {
             generated: 0,
             published: 0,
             hit_tokens: None,
+            hit_ids: Vec::new(),
             first_scheduled_ns: None,
             first_token_ns: None,
         }
@@ -373,6 +391,8 @@ pub struct Engine {
     waiting: VecDeque<Sequence>,
     running: Vec<Sequence>,
     plan: Option<Plan>,
+    /// The last plan's lists, cleared, to reuse their allocations.
+    spare: (Vec<(usize, u32)>, Vec<usize>),
     /// Sequences preempted (recomputed).
     pub preemptions: u64,
     /// Largest KV usage seen (fraction).
@@ -392,6 +412,7 @@ impl Engine {
             waiting: VecDeque::new(),
             running: Vec::new(),
             plan: None,
+            spare: (Vec::new(), Vec::new()),
             preemptions: 0,
             peak_usage: 0.0,
             usage_integral: 0.0,
@@ -503,6 +524,10 @@ impl Engine {
             seq.computed += plan.steps as u32;
             seq.generated += plan.steps as u32;
         }
+        let (mut prefill, mut decode) = (plan.prefill, plan.decode);
+        prefill.clear();
+        decode.clear();
+        self.spare = (prefill, decode);
         self.account(now_ns);
         let mut finished = Vec::new();
         let mut pos = 0;
@@ -525,9 +550,8 @@ impl Engine {
     fn start_step(&mut self, now_ns: u64) -> Option<u64> {
         let block_tokens = self.config.engine_block_size;
         let mut budget = self.config.max_num_batched_tokens;
-        let mut prefill = Vec::new();
+        let (mut prefill, mut decode) = std::mem::take(&mut self.spare);
         let mut prefill_tokens = 0u64;
-        let mut decode = Vec::new();
         // Running sequences first, in admission order.
         let mut pos = 0;
         while pos < self.running.len() && budget > 0 {
@@ -556,23 +580,27 @@ impl Engine {
         // Then admissions, FIFO, while they fit.
         let mut admitted = false;
         while budget > 0 && (self.running.len() as u32) < self.config.max_num_seqs {
-            let Some(head) = self.waiting.front() else {
+            let Some(head) = self.waiting.front_mut() else {
                 break;
             };
+            // A head that keeps waiting is not looked up from scratch every step: its known
+            // hits are re-checked in place (a block still holding its hash) and extended.
+            self.kv.refresh_cached_ids(&head.hashes, &mut head.hit_ids);
+            let head = self.waiting.front().expect("head exists");
             let target = head.prompt_tokens + head.generated;
-            let hits = self.kv.cached_prefix(&head.hashes);
+            let hits = head.hit_ids.len();
             // As vLLM: the last prompt token is always computed, to sample from it.
             let hit_tokens = (hits as u32 * block_tokens).min(target - 1);
             let hits = (hit_tokens / block_tokens) as usize;
             let hit_tokens = hits as u32 * block_tokens;
             let total_blocks = target.div_ceil(block_tokens) as usize;
             let new_blocks = (total_blocks - hits) as u32;
-            if new_blocks + self.kv.unheld(&head.hashes[..hits]) > self.kv.free() {
+            if new_blocks + self.kv.unheld(&head.hit_ids[..hits]) > self.kv.free() {
                 break;
             }
             let mut seq = self.waiting.pop_front().expect("head exists");
-            for hash in &seq.hashes[..hits] {
-                let id = self.kv.hold_cached(*hash);
+            for &id in &seq.hit_ids[..hits] {
+                self.kv.hold(id);
                 seq.blocks.push(id);
             }
             for _ in hits..total_blocks {
@@ -592,17 +620,22 @@ impl Engine {
             admitted = true;
         }
         if prefill.is_empty() && decode.is_empty() {
+            self.spare = (prefill, decode);
             return None;
         }
+        // Every running sequence decodes and nothing else happens: identical steps follow.
+        let pure_decode = prefill.is_empty() && !admitted && decode.len() == self.running.len();
+        let steps = if pure_decode {
+            self.reserve_decode_run()
+        } else {
+            1
+        };
         let usage = self.usage();
         self.peak_usage = self.peak_usage.max(usage);
         let step_ns = self
             .config
             .step_time
             .step_ns(prefill_tokens, !decode.is_empty(), usage);
-        // Every running sequence decodes and nothing else happens: identical steps follow.
-        let pure_decode = prefill.is_empty() && !admitted && decode.len() == self.running.len();
-        let steps = if pure_decode { self.decode_run() } else { 1 };
         self.plan = Some(Plan {
             start_ns: now_ns,
             step_ns,
@@ -612,6 +645,35 @@ impl Engine {
             pure_decode,
         });
         Some(now_ns + steps * step_ns)
+    }
+
+    /// Length of the decode run starting now: until the first sequence finishes, with the
+    /// blocks every sequence fills during the run reserved up front (so KV usage leads by at
+    /// most one run's blocks). Without enough free blocks, only until someone needs a block.
+    fn reserve_decode_run(&mut self) -> u64 {
+        let block_tokens = self.config.engine_block_size;
+        let until_finish = self
+            .running
+            .iter()
+            .map(|s| s.output_tokens - s.generated)
+            .min()
+            .unwrap_or(1)
+            .max(1);
+        let extra = |seq: &Sequence| {
+            ((seq.computed + until_finish).div_ceil(block_tokens) as usize)
+                .saturating_sub(seq.blocks.len()) as u32
+        };
+        let needed: u32 = self.running.iter().map(extra).sum();
+        if needed > self.kv.free() {
+            return self.decode_run();
+        }
+        for pos in 0..self.running.len() {
+            for _ in 0..extra(&self.running[pos]) {
+                let id = self.kv.allocate().expect("checked free blocks");
+                self.running[pos].blocks.push(id);
+            }
+        }
+        u64::from(until_finish)
     }
 
     /// Identical decode steps possible from here: until someone finishes or needs a block.
@@ -699,9 +761,12 @@ mod tests {
         let _ = kv.allocate().unwrap();
         assert_eq!(kv.cached_prefix(&[100, 101, 102]), 1);
         // A cached free block taken by a new holder leaves the free queue.
-        let held = kv.hold_cached(100);
+        let mut ids = Vec::new();
+        kv.refresh_cached_ids(&[100, 101], &mut ids);
+        assert_eq!(ids.len(), 1);
+        kv.hold(ids[0]);
         assert_eq!(kv.free(), 0);
-        kv.release(&[held]);
+        kv.release(&ids);
         assert_eq!(kv.cached_prefix(&[100]), 1);
     }
 
@@ -782,12 +847,13 @@ mod tests {
         let mut engine = Engine::new(linear(100, 4, 100));
         let end = engine.enqueue(Sequence::new(0, 4, 9, vec![]), 0).unwrap();
         engine.finish_step(end);
-        // 8 tokens left; the prompt's block is full, so the engine takes a second block and
-        // runs the 4 decode steps that fit in it as one macro step.
+        // 8 tokens left: the engine reserves the blocks they need (12 tokens: 3 blocks) and
+        // runs the 8 decode steps as one macro step.
         let plan = engine.plan.as_ref().unwrap();
         assert!(plan.pure_decode);
-        assert_eq!(plan.steps, 4);
-        assert_eq!(engine.step_end(), Some(end + 8_000_000));
+        assert_eq!(plan.steps, 8);
+        assert_eq!(engine.status().kv_blocks_used, 3);
+        assert_eq!(engine.step_end(), Some(end + 16_000_000));
         let run_start = end;
         // An arrival 1 ms in cuts the run at the first boundary (2 ms).
         let cut = engine
