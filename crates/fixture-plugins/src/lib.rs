@@ -1,5 +1,7 @@
-//! Plugins that panic on purpose, so the host's tests can prove a panic is caught at the
-//! boundary, reported with its payload, and poisons the instance.
+//! Test plugins that the built-ins cannot stand in for: two that panic on purpose (so the
+//! host's tests can prove a panic is caught at the boundary, reported with its payload, and
+//! poisons the instance), and one that depends on `on_complete` (so the timed replay's
+//! tests can prove it is called).
 
 use routerlab_core::{Endpoints, Matcher, Request};
 
@@ -52,7 +54,62 @@ impl Matcher for PanicOnMatch {
     }
 }
 
+/// Sends each request to the endpoint with the fewest requests outstanding, counting them
+/// itself: +1 on `update`, −1 on `on_complete`. Fails if a completion does not match.
+#[derive(Default)]
+pub struct LeastOutstanding {
+    outstanding: std::collections::BTreeMap<u32, u64>,
+}
+
+impl Matcher for LeastOutstanding {
+    const HAS_ON_COMPLETE: bool = true;
+    fn create(_name: &str, _config: &str) -> Result<Self, String> {
+        Ok(LeastOutstanding::default())
+    }
+    fn add_endpoints(&mut self, endpoints: &Endpoints<'_>) -> Result<(), String> {
+        for endpoint in endpoints.iter() {
+            self.outstanding.insert(endpoint.index(), 0);
+        }
+        Ok(())
+    }
+    fn remove_endpoints(&mut self, indices: &[u32]) -> Result<(), String> {
+        for index in indices {
+            self.outstanding.remove(index);
+        }
+        Ok(())
+    }
+    fn match_request(
+        &mut self,
+        _: &Request<'_>,
+        endpoints: &Endpoints<'_>,
+    ) -> Result<Option<u32>, String> {
+        let best = endpoints
+            .available()
+            .min_by_key(|e| (self.outstanding.get(&e.index()).copied(), e.index()));
+        Ok(best.map(|e| e.index()))
+    }
+    fn update(&mut self, _request: &Request<'_>, endpoint: u32) -> Result<(), String> {
+        *self.outstanding.entry(endpoint).or_default() += 1;
+        Ok(())
+    }
+    fn on_complete(&mut self, request: &Request<'_>, endpoint: u32) -> Result<(), String> {
+        let count = self.outstanding.entry(endpoint).or_default();
+        if *count == 0 {
+            return Err(format!(
+                "completion of request {} on endpoint {endpoint} with none outstanding",
+                request.id()
+            ));
+        }
+        *count -= 1;
+        Ok(())
+    }
+}
+
 routerlab_core::export_plugins! {
     matcher PanicOnCreate { name: "panic-on-create", description: "fixture: panics in create" },
     matcher PanicOnMatch { name: "panic-on-match", description: "fixture: panics in match" },
+    matcher LeastOutstanding {
+        name: "least-outstanding",
+        description: "fixture: fewest outstanding requests, tracked with update and on_complete",
+    },
 }
