@@ -158,15 +158,42 @@ fn linked_statically(chains: &[Vec<u64>], decisions: &mut Vec<usize>) -> f64 {
     start.elapsed().as_secs_f64()
 }
 
+/// The prefix-block chains of the public Mooncake conversation trace (12,031 requests),
+/// repeated to `REQUESTS` requests; `None` when `../shared/traces` is absent.
+fn conversation_chains() -> Option<Vec<Vec<u64>>> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/traces/mooncake/conversation_trace.jsonl");
+    let text = std::fs::read_to_string(path).ok()?;
+    let one_pass: Vec<Vec<u64>> = text
+        .lines()
+        .map(|line| {
+            let value: serde_json::Value = serde_json::from_str(line).expect("valid trace line");
+            let ids = value["hash_ids"].as_array().expect("hash_ids");
+            ids.iter().map(|id| id.as_u64().expect("id")).collect()
+        })
+        .collect();
+    Some(one_pass.iter().cycle().take(REQUESTS).cloned().collect())
+}
+
 fn main() {
-    let chains = workload();
+    measure(
+        "synthetic chains (8 shared 4-block prefixes, +1-2 blocks a turn)",
+        &workload(),
+    );
+    match conversation_chains() {
+        Some(chains) => measure("Mooncake conversation_trace chains", &chains),
+        None => println!("(shared traces absent: skipping the conversation-trace workload)"),
+    }
+}
+
+fn measure(label: &str, chains: &[Vec<u64>]) {
     let (mut abi, mut linked) = (Vec::new(), Vec::new());
     let (mut abi_decisions, mut linked_decisions) = (Vec::new(), Vec::new());
     // Interleave rounds so drift in machine speed hits both sides alike.
     let rounds = rounds();
     for _ in 0..rounds {
-        abi.push(through_abi(&chains, &mut abi_decisions));
-        linked.push(linked_statically(&chains, &mut linked_decisions));
+        abi.push(through_abi(chains, &mut abi_decisions));
+        linked.push(linked_statically(chains, &mut linked_decisions));
         assert_eq!(
             abi_decisions, linked_decisions,
             "both paths must decide identically"
@@ -179,7 +206,9 @@ fn main() {
     let median_ratio = ratios[ratios.len() / 2];
     let fastest = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
     let per = |secs: f64| secs * 1e9 / REQUESTS as f64;
-    println!("abi_overhead: lcp, {REQUESTS} requests x {rounds} rounds, {ENDPOINTS} endpoints");
+    println!(
+        "abi_overhead: lcp, {label}: {REQUESTS} requests x {rounds} rounds, {ENDPOINTS} endpoints"
+    );
     println!(
         "  linked statically : {:7.1} ns per match+update (fastest round)",
         per(fastest(&linked))
