@@ -203,10 +203,16 @@ pub trait Matcher: Send + Sized + 'static {
     const HAS_ON_COMPLETE: bool = false;
     /// Builds an instance from its YAML/JSON config; the error is shown to the user.
     fn create(name: &str, config: &str) -> Result<Self, String>;
-    /// New endpoints joined (their statuses carry index and name).
-    fn add_endpoints(&mut self, endpoints: &Endpoints<'_>) -> Result<(), String>;
-    /// Endpoints left, by stable index; never choose them again.
-    fn remove_endpoints(&mut self, indices: &[u32]) -> Result<(), String>;
+    /// New endpoints joined (their statuses carry index and name). By default nothing to
+    /// do: every call also receives the current endpoints.
+    fn add_endpoints(&mut self, _endpoints: &Endpoints<'_>) -> Result<(), String> {
+        Ok(())
+    }
+    /// Endpoints left, by stable index; never choose them again. By default nothing to do:
+    /// removed endpoints are no longer in the list a call receives.
+    fn remove_endpoints(&mut self, _indices: &[u32]) -> Result<(), String> {
+        Ok(())
+    }
     /// Picks the stable index of an available endpoint, or `None` when there is none.
     fn match_request(
         &mut self,

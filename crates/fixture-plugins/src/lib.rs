@@ -12,12 +12,6 @@ impl Matcher for PanicOnCreate {
     fn create(_name: &str, _config: &str) -> Result<Self, String> {
         panic!("fixture: boom in create");
     }
-    fn add_endpoints(&mut self, _endpoints: &Endpoints<'_>) -> Result<(), String> {
-        Ok(())
-    }
-    fn remove_endpoints(&mut self, _indices: &[u32]) -> Result<(), String> {
-        Ok(())
-    }
     fn match_request(&mut self, _: &Request<'_>, _: &Endpoints<'_>) -> Result<Option<u32>, String> {
         Ok(None)
     }
@@ -32,12 +26,6 @@ pub struct PanicOnMatch;
 impl Matcher for PanicOnMatch {
     fn create(_name: &str, _config: &str) -> Result<Self, String> {
         Ok(PanicOnMatch)
-    }
-    fn add_endpoints(&mut self, _endpoints: &Endpoints<'_>) -> Result<(), String> {
-        Ok(())
-    }
-    fn remove_endpoints(&mut self, _indices: &[u32]) -> Result<(), String> {
-        Ok(())
     }
     fn match_request(
         &mut self,

@@ -197,8 +197,16 @@ struct RequestLine {
     finish_s: f64,
 }
 
+/// The plugins a replay routes with.
+struct Plugins<'p> {
+    matcher: &'p mut MatcherInstance,
+    detector: Option<&'p mut DetectorInstance>,
+}
+
 struct Sim<'a> {
     settings: &'a TimedSettings,
+    /// For each endpoint, which of a request's engine-hash lists (by block size) it uses.
+    class_of: Vec<usize>,
     unit: Unit,
     block_size: u32,
     held: Vec<Held>,
@@ -394,6 +402,7 @@ pub fn replay_timed(
 
     let mut sim = Sim {
         settings,
+        class_of,
         unit,
         block_size,
         engines: settings.engines.iter().cloned().map(Engine::new).collect(),
@@ -423,7 +432,7 @@ pub fn replay_timed(
         records: requests_out.is_some().then(Vec::new),
         held,
     };
-    sim.run(matcher, detector, &class_of)?;
+    sim.run(&mut Plugins { matcher, detector })?;
     let report = sim.report();
     if let (Some(out), Some(records)) = (requests_out, sim.records.take()) {
         for record in records {
@@ -457,13 +466,9 @@ impl Sim<'_> {
         }
     }
 
-    fn run(
-        &mut self,
-        matcher: &mut MatcherInstance,
-        mut detector: Option<&mut DetectorInstance>,
-        class_of: &[usize],
-    ) -> Result<(), ReplayError> {
-        matcher
+    fn run(&mut self, plugins: &mut Plugins<'_>) -> Result<(), ReplayError> {
+        plugins
+            .matcher
             .add_endpoints(&self.table)
             .map_err(|source| ReplayError::Plugin {
                 location: "start".into(),
@@ -500,7 +505,7 @@ impl Sim<'_> {
                         self.engines.iter().map(Engine::status).collect();
                     let changed = fresh != self.snapshot;
                     self.snapshot = fresh;
-                    self.drain_router_queue(now, matcher, &mut detector, class_of)?;
+                    self.drain_router_queue(now, plugins)?;
                     // Keep refreshing while something is left to happen, or while a refresh
                     // can still change what the router sees.
                     if !self.events.is_empty() || (changed && !self.router_queue.is_empty()) {
@@ -513,7 +518,7 @@ impl Sim<'_> {
                     if !self.router_queue.is_empty() {
                         self.enter_router_queue(index);
                     } else {
-                        self.route(index, now, matcher, &mut detector, class_of)?;
+                        self.route(index, now, plugins)?;
                     }
                 }
                 Event::Step(pos, generation) => {
@@ -527,9 +532,9 @@ impl Sim<'_> {
                         self.push(end, Event::Step(pos, generation));
                     }
                     for sequence in finished {
-                        self.complete(sequence, pos, now, matcher)?;
+                        self.complete(sequence, pos, now, plugins.matcher)?;
                     }
-                    self.drain_router_queue(now, matcher, &mut detector, class_of)?;
+                    self.drain_router_queue(now, plugins)?;
                 }
             }
         }
@@ -552,12 +557,10 @@ impl Sim<'_> {
     fn drain_router_queue(
         &mut self,
         now: u64,
-        matcher: &mut MatcherInstance,
-        detector: &mut Option<&mut DetectorInstance>,
-        class_of: &[usize],
+        plugins: &mut Plugins<'_>,
     ) -> Result<(), ReplayError> {
         while let Some(index) = self.router_queue.pop_front() {
-            if !self.try_route(index, now, matcher, detector, class_of)? {
+            if !self.try_route(index, now, plugins)? {
                 self.router_queue.push_front(index);
                 break;
             }
@@ -570,11 +573,9 @@ impl Sim<'_> {
         &mut self,
         index: usize,
         now: u64,
-        matcher: &mut MatcherInstance,
-        detector: &mut Option<&mut DetectorInstance>,
-        class_of: &[usize],
+        plugins: &mut Plugins<'_>,
     ) -> Result<(), ReplayError> {
-        if !self.try_route(index, now, matcher, detector, class_of)? {
+        if !self.try_route(index, now, plugins)? {
             match self.settings.when_unavailable {
                 WhenUnavailable::Queue => self.enter_router_queue(index),
                 WhenUnavailable::Reject | WhenUnavailable::FailOpen => self.reject(index, now),
@@ -588,9 +589,7 @@ impl Sim<'_> {
         &mut self,
         index: usize,
         now: u64,
-        matcher: &mut MatcherInstance,
-        detector: &mut Option<&mut DetectorInstance>,
-        class_of: &[usize],
+        plugins: &mut Plugins<'_>,
     ) -> Result<bool, ReplayError> {
         let live = self.settings.metrics_interval_ns == 0;
         for pos in 0..self.engines.len() {
@@ -616,7 +615,7 @@ impl Sim<'_> {
             source,
         };
         let mut flags = std::mem::take(&mut self.unavailable);
-        match detector.as_deref_mut() {
+        match plugins.detector.as_deref_mut() {
             Some(detector) => detector
                 .detect(&self.table, &mut flags)
                 .map_err(plugin_error)?,
@@ -630,7 +629,8 @@ impl Sim<'_> {
             None
         } else {
             let data = self.data(index);
-            matcher
+            plugins
+                .matcher
                 .match_request(&data, &self.table, &flags)
                 .map_err(plugin_error)?
         };
@@ -638,13 +638,14 @@ impl Sim<'_> {
         self.held[index].constrained = constrained;
         let Some(pos) = chosen else { return Ok(false) };
         let data = self.data(index);
-        matcher
+        plugins
+            .matcher
             .update(&data, &self.table, pos)
             .map_err(plugin_error)?;
         let held = &mut self.held[index];
         held.endpoint = Some(pos);
         self.inflight_tokens[pos] += u64::from(held.prompt_tokens);
-        let hashes = std::mem::take(&mut held.engine_hashes[class_of[pos]]);
+        let hashes = std::mem::take(&mut held.engine_hashes[self.class_of[pos]]);
         let sequence = Sequence::new(index, held.prompt_tokens, held.output_tokens, hashes);
         if let Some(end) = self.engines[pos].enqueue(sequence, now) {
             self.step_generation[pos] += 1;

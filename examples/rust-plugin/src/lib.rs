@@ -3,24 +3,15 @@
 
 use routerlab_core::{Endpoints, Matcher, PluginConfig, Request};
 
-/// Picks the least-loaded endpoint by prompt tokens in flight.
-pub struct LeastTokens {
-    decisions: u64,
-}
+/// Picks the least-loaded endpoint by prompt tokens in flight. It keeps no state: every
+/// call receives the endpoints' current load.
+pub struct LeastTokens;
 
 impl Matcher for LeastTokens {
     fn create(_name: &str, config: &str) -> Result<Self, String> {
         // Reject unknown keys by name; `seed` is always accepted.
         PluginConfig::parse(config)?.finish()?;
-        Ok(LeastTokens { decisions: 0 })
-    }
-
-    fn add_endpoints(&mut self, _endpoints: &Endpoints<'_>) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn remove_endpoints(&mut self, _indices: &[u32]) -> Result<(), String> {
-        Ok(())
+        Ok(LeastTokens)
     }
 
     fn match_request(
@@ -28,7 +19,6 @@ impl Matcher for LeastTokens {
         _request: &Request<'_>,
         endpoints: &Endpoints<'_>,
     ) -> Result<Option<u32>, String> {
-        self.decisions += 1;
         let best = endpoints
             .available()
             .min_by_key(|e| (e.inflight_prompt_tokens(), e.index()));

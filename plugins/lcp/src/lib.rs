@@ -141,10 +141,6 @@ impl Matcher for Lcp {
         })
     }
 
-    fn add_endpoints(&mut self, _endpoints: &Endpoints<'_>) -> Result<(), String> {
-        Ok(())
-    }
-
     fn remove_endpoints(&mut self, indices: &[u32]) -> Result<(), String> {
         let purge = |holders: &mut Holders| {
             for index in indices {

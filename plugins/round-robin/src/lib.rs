@@ -16,14 +16,6 @@ impl Matcher for RoundRobin {
         Ok(RoundRobin { turn: 0 })
     }
 
-    fn add_endpoints(&mut self, _endpoints: &Endpoints<'_>) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn remove_endpoints(&mut self, _indices: &[u32]) -> Result<(), String> {
-        Ok(())
-    }
-
     fn match_request(
         &mut self,
         _request: &Request<'_>,
