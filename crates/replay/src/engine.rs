@@ -426,6 +426,13 @@ impl Engine {
         &self.config
     }
 
+    /// Whether a request of this size can ever run here: prompt and output together fit in
+    /// the whole KV cache (otherwise it would wait, or preempt itself, forever).
+    pub fn can_ever_fit(&self, prompt_tokens: u32, output_tokens: u32) -> bool {
+        let tokens = u64::from(prompt_tokens.max(1)) + u64::from(output_tokens.max(1));
+        tokens.div_ceil(u64::from(self.config.engine_block_size)) <= u64::from(self.kv.capacity())
+    }
+
     /// Cached blocks evicted so far.
     pub fn evictions(&self) -> u64 {
         self.kv.evictions

@@ -148,6 +148,8 @@ pub struct TimedReport {
     pub hit_ratio: f64,
     /// Requests that waited at the router because nothing was available.
     pub router_queued: u64,
+    /// Requests rejected because prompt plus output exceed their engine's whole KV cache.
+    pub too_long: u64,
     /// Per endpoint, in endpoint order.
     pub per_endpoint: Vec<EndpointTimed>,
 }
@@ -219,6 +221,7 @@ struct Sim<'a> {
     order: u64,
     router_queue: VecDeque<usize>,
     router_queued: u64,
+    too_long: u64,
     unavailable: Vec<bool>,
     stats: StatsBuilder,
     ttft: Histogram<u64>,
@@ -414,6 +417,7 @@ pub fn replay_timed(
         order: 0,
         router_queue: VecDeque::new(),
         router_queued: 0,
+        too_long: 0,
         unavailable: vec![false; n],
         stats: StatsBuilder::new(n, Unit::Tokens),
         ttft: latency_histogram(),
@@ -515,7 +519,15 @@ impl Sim<'_> {
                 Event::Arrival(index) => {
                     self.held[index].arrival_ns = now;
                     self.first_arrival.get_or_insert(now);
-                    if !self.router_queue.is_empty() {
+                    let (prompt, output) = (
+                        self.held[index].prompt_tokens,
+                        self.held[index].output_tokens,
+                    );
+                    if !self.engines.iter().any(|e| e.can_ever_fit(prompt, output)) {
+                        // Longer than any engine's whole KV cache: it could only wait forever.
+                        self.too_long += 1;
+                        self.reject(index, now);
+                    } else if !self.router_queue.is_empty() {
                         self.enter_router_queue(index);
                     } else {
                         self.route(index, now, plugins)?;
@@ -637,6 +649,13 @@ impl Sim<'_> {
         self.unavailable = flags;
         self.held[index].constrained = constrained;
         let Some(pos) = chosen else { return Ok(false) };
+        let held = &self.held[index];
+        if !self.engines[pos].can_ever_fit(held.prompt_tokens, held.output_tokens) {
+            // The matcher chose an engine too small for it (possible in mixed fleets).
+            self.too_long += 1;
+            self.reject(index, now);
+            return Ok(true);
+        }
         let data = self.data(index);
         plugins
             .matcher
@@ -790,6 +809,7 @@ impl Sim<'_> {
                 round6(self.hit_tokens_done as f64 / self.prompt_tokens_done as f64)
             },
             router_queued: self.router_queued,
+            too_long: self.too_long,
             per_endpoint: self
                 .engines
                 .iter()

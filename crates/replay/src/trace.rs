@@ -465,8 +465,6 @@ impl Linker {
                 )
             })?);
         }
-        self.seq += 1;
-        let seq = self.seq;
         if let Some(chat) = parsed.chat_id {
             if self.ids.contains(IdKey::Int(chat)) {
                 return Err(self.error_at(
@@ -476,6 +474,12 @@ impl Linker {
                     format!("chat_id {chat} appears twice"),
                 ));
             }
+        }
+        // Every check is done: only now does the line become request `seq` (skipped lines
+        // must leave no gap, since positions index per-request tables).
+        self.seq += 1;
+        let seq = self.seq;
+        if let Some(chat) = parsed.chat_id {
             self.ids.insert(IdKey::Int(chat), seq);
         }
         out.session = self.session(

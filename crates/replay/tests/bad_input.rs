@@ -268,3 +268,36 @@ fn experiment_file_errors_name_the_file_and_key() {
         "{stderr}"
     );
 }
+
+#[test]
+fn skipped_mooncake_lines_leave_parents_consistent() {
+    // A duplicate chat_id is skipped; the next request's parent link must still resolve to
+    // the right request (positions have no gap).
+    let lines = [
+        r#"{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1], "chat_id": 1, "parent_chat_id": -1}"#,
+        r#"{"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": [2], "chat_id": 1, "parent_chat_id": -1}"#,
+        r#"{"timestamp": 2, "input_length": 20, "output_length": 1, "hash_ids": [1, 3], "chat_id": 2, "parent_chat_id": 1}"#,
+    ];
+    let path = scratch_file("dup-chat.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let output = routerlab(&[
+        "replay",
+        "--matcher",
+        "lcp",
+        "--trace",
+        path.to_str().unwrap(),
+        "--skip-invalid",
+        "--format",
+        "json",
+        "--trace-block-size",
+        "16",
+    ]);
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("1 duplicate id"), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["requests"], 2);
+    assert_eq!(
+        report["share_prefix"],
+        serde_json::json!({"total": 1, "same_endpoint": 1})
+    );
+}

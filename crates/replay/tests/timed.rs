@@ -518,3 +518,37 @@ fn engines_can_differ_per_endpoint() {
         texts(&output).1
     );
 }
+
+#[test]
+fn requests_larger_than_a_whole_kv_cache_are_rejected_not_lost() {
+    // 40 blocks of 64 tokens hold 2,560 tokens: most fixture requests cannot ever run.
+    let trace = project_trace("mooncake-small.jsonl");
+    let args = [
+        "replay",
+        "--matcher",
+        "lcp",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--timing",
+        "trace",
+        "--engine-config",
+        "{num_gpu_blocks: 40}",
+        "--endpoints",
+        "2",
+        "--format",
+        "json",
+    ];
+    let output = routerlab(&args);
+    assert!(output.status.success(), "{}", texts(&output).1);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let too_long = report["timed"]["too_long"].as_u64().unwrap();
+    assert!(too_long > 0);
+    assert_eq!(report["rejected"].as_u64().unwrap(), too_long);
+    let finished: u64 = report["nreq"]["counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_u64().unwrap())
+        .sum();
+    assert_eq!(finished + too_long, 300, "every request is accounted for");
+}
