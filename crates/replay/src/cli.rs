@@ -497,10 +497,9 @@ fn resolve_timed(
             speedup: speedup.unwrap_or(1.0),
         },
     };
-    let mut base = EngineConfig::dynamo();
-    if let Some(EnginePreset::Dynamo) = args.engine {
-        base = EngineConfig::dynamo();
-    }
+    let mut base = match args.engine.unwrap_or(EnginePreset::Dynamo) {
+        EnginePreset::Dynamo => EngineConfig::dynamo(),
+    };
     if let Some(overrides) = &experiment.engine {
         overrides.apply(&mut base);
     }

@@ -175,9 +175,11 @@ struct Held {
     children: Vec<usize>,
 }
 
+/// Events are ordered by time, then by when they were scheduled (so simultaneous arrivals
+/// keep file order); the derived order of the variants themselves is never used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
-    /// Metrics snapshot refresh (ordered first among simultaneous events).
+    /// Metrics snapshot refresh.
     Refresh,
     /// The end of an engine's step, with the step's generation.
     Step(usize, u64),
