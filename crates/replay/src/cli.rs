@@ -665,6 +665,10 @@ fn run_replay(args: ReplayArgs) -> Result<(), Failure> {
                     code: 1,
                 })?;
             }
+            // A failed replay leaves no per-request file that could pass for a complete one.
+            if let (Err(_), Some(path)) = (&result, &settings.requests_out) {
+                let _ = std::fs::remove_file(path);
+            }
             result
         }
     };
