@@ -310,19 +310,28 @@ impl Linker {
         bytes: &[u8],
         out: &mut TraceRequest,
     ) -> Result<(), TraceError> {
-        let text = std::str::from_utf8(bytes).map_err(|e| {
+        match self.format {
+            TraceFormat::Chat => {
+                let text = self.utf8(line_no, bytes)?;
+                self.parse_chat(line_no, text, out)
+            }
+            TraceFormat::Mooncake => self.parse_mooncake(line_no, bytes, out),
+            TraceFormat::TokenIds => {
+                let text = self.utf8(line_no, bytes)?;
+                self.parse_token_ids(line_no, text, out)
+            }
+        }
+    }
+
+    fn utf8<'b>(&self, line_no: usize, bytes: &'b [u8]) -> Result<&'b str, TraceError> {
+        std::str::from_utf8(bytes).map_err(|e| {
             self.error_at(
                 line_no,
                 None,
                 Fault::InvalidUtf8,
                 format!("invalid UTF-8 at byte {}", e.valid_up_to()),
             )
-        })?;
-        match self.format {
-            TraceFormat::Chat => self.parse_chat(line_no, text, out),
-            TraceFormat::Mooncake => self.parse_mooncake(line_no, text, out),
-            TraceFormat::TokenIds => self.parse_token_ids(line_no, text, out),
-        }
+        })
     }
 
     fn parse_chat(
@@ -415,11 +424,17 @@ impl Linker {
     fn parse_mooncake(
         &mut self,
         line_no: usize,
-        text: &str,
+        bytes: &[u8],
         out: &mut TraceRequest,
     ) -> Result<(), TraceError> {
         out.blocks.clear();
-        let parsed: MooncakeLine<'_> = {
+        // The fast path accepts only ASCII, so a line it takes needs no UTF-8 check.
+        let fast = fast_mooncake(bytes, &mut out.blocks);
+        let parsed: MooncakeLine<'_> = if let Some(line) = fast {
+            line
+        } else {
+            out.blocks.clear();
+            let text = self.utf8(line_no, bytes)?;
             let mut de = serde_json::Deserializer::from_str(text);
             let seed = MooncakeSeed {
                 blocks: &mut out.blocks,
@@ -555,7 +570,7 @@ impl Linker {
 }
 
 fn memchr_newline(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().position(|b| *b == b'\n')
+    memchr::memchr(b'\n', bytes)
 }
 
 /// Detects the format from the first non-blank line: Mooncake lines have `hash_ids`,
@@ -753,6 +768,127 @@ struct TokenIdsLine {
     #[serde(default)]
     output_toks: Option<u64>,
     input_tok_ids: Vec<u32>,
+}
+
+/// The fast path for the common Mooncake line: an object of non-negative integer fields
+/// (`timestamp`, `input_length`, `output_length`, `session_id`, `chat_id`), an integer
+/// `parent_chat_id`, and `hash_ids`, with plain whitespace. Anything else (other keys,
+/// floats, strings, escapes, malformed text) returns `None`, and the line goes through
+/// serde, which also produces the error messages. Lines are the same either way; the
+/// snapshots and bad-input tests hold both paths to that.
+fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<'a>> {
+    let mut at = 0;
+    let skip_ws = |at: &mut usize| {
+        while text.get(*at).is_some_and(|b| matches!(b, b' ' | b'\t')) {
+            *at += 1;
+        }
+    };
+    let number = |at: &mut usize| -> Option<u64> {
+        let start = *at;
+        let mut value: u64 = 0;
+        while let Some(digit) = text.get(*at).filter(|b| b.is_ascii_digit()) {
+            value = value
+                .checked_mul(10)?
+                .checked_add(u64::from(digit - b'0'))?;
+            *at += 1;
+        }
+        // No digits, a leading zero before more digits, or a fraction/exponent: not ours.
+        let len = *at - start;
+        let bad_next = text
+            .get(*at)
+            .is_some_and(|b| matches!(b, b'.' | b'e' | b'E'));
+        (len > 0 && !(len > 1 && text[start] == b'0') && !bad_next).then_some(value)
+    };
+    let mut line = MooncakeLine {
+        timestamp: None,
+        input_length: 0,
+        output_length: None,
+        session_id: None,
+        chat_id: None,
+        parent_chat_id: None,
+    };
+    let (mut has_input, mut has_ids) = (false, false);
+    skip_ws(&mut at);
+    if text.get(at) != Some(&b'{') {
+        return None;
+    }
+    at += 1;
+    loop {
+        skip_ws(&mut at);
+        if text.get(at) != Some(&b'"') {
+            return None;
+        }
+        let key_start = at + 1;
+        let key_len = text[key_start..].iter().position(|b| *b == b'"')?;
+        let key = &text[key_start..key_start + key_len];
+        at = key_start + key_len + 1;
+        skip_ws(&mut at);
+        if text.get(at) != Some(&b':') {
+            return None;
+        }
+        at += 1;
+        skip_ws(&mut at);
+        match key {
+            b"hash_ids" => {
+                if text.get(at) != Some(&b'[') {
+                    return None;
+                }
+                at += 1;
+                skip_ws(&mut at);
+                if text.get(at) == Some(&b']') {
+                    at += 1;
+                } else {
+                    loop {
+                        skip_ws(&mut at);
+                        blocks.push(number(&mut at)?);
+                        skip_ws(&mut at);
+                        match text.get(at) {
+                            Some(b',') => at += 1,
+                            Some(b']') => {
+                                at += 1;
+                                break;
+                            }
+                            _ => return None,
+                        }
+                    }
+                }
+                has_ids = true;
+            }
+            b"parent_chat_id" if text.get(at) == Some(&b'-') => {
+                at += 1;
+                let magnitude = i64::try_from(number(&mut at)?).ok()?;
+                line.parent_chat_id = Some(-magnitude);
+            }
+            _ => {
+                let value = number(&mut at)?;
+                match key {
+                    b"timestamp" => line.timestamp = Some(value as f64),
+                    b"input_length" => {
+                        line.input_length = value;
+                        has_input = true;
+                    }
+                    b"output_length" => line.output_length = Some(value),
+                    b"session_id" => {
+                        line.session_id = Some(IdValue::Int(i64::try_from(value).ok()?))
+                    }
+                    b"chat_id" => line.chat_id = Some(i64::try_from(value).ok()?),
+                    b"parent_chat_id" => line.parent_chat_id = Some(i64::try_from(value).ok()?),
+                    _ => return None,
+                }
+            }
+        }
+        skip_ws(&mut at);
+        match text.get(at) {
+            Some(b',') => at += 1,
+            Some(b'}') => {
+                at += 1;
+                break;
+            }
+            _ => return None,
+        }
+    }
+    skip_ws(&mut at);
+    (at == text.len() && has_input && has_ids).then_some(line)
 }
 
 /// A Mooncake line; `hash_ids` go straight into the reused block buffer.
@@ -995,5 +1131,57 @@ pub fn unit_name(unit: Unit) -> &'static str {
     match unit {
         Unit::Bytes => "bytes",
         Unit::Tokens => "tokens",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The serde path, for comparison.
+    fn slow(text: &str, blocks: &mut Vec<u64>) -> Option<String> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let line =
+            serde::de::DeserializeSeed::deserialize(MooncakeSeed { blocks }, &mut de).ok()?;
+        de.end().ok()?;
+        Some(format!("{line:?}"))
+    }
+
+    #[test]
+    fn the_mooncake_fast_path_agrees_with_serde_or_declines() {
+        let taken = [
+            r#"{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, 2, 3]}"#,
+            r#"{"timestamp":27,"input_length":1,"output_length":0,"hash_ids":[]}"#,
+            r#"  { "hash_ids" : [ 7 ] , "input_length" : 3 , "session_id" : 4 }  "#,
+            r#"{"timestamp": 5, "input_length": 10, "hash_ids": [1], "chat_id": 3, "parent_chat_id": -1}"#,
+            r#"{"input_length": 10, "hash_ids": [18446744073709551615], "parent_chat_id": 2}"#,
+        ];
+        for text in taken {
+            let (mut fast_blocks, mut slow_blocks) = (Vec::new(), Vec::new());
+            let fast = fast_mooncake(text.as_bytes(), &mut fast_blocks).map(|l| format!("{l:?}"));
+            assert!(fast.is_some(), "fast path should take {text}");
+            assert_eq!(fast, slow(text, &mut slow_blocks), "{text}");
+            assert_eq!(fast_blocks, slow_blocks, "{text}");
+        }
+        let declined = [
+            r#"{"timestamp": 1.5, "input_length": 1, "hash_ids": [1]}"#,
+            r#"{"timestamp": 1, "input_length": -5, "hash_ids": [1]}"#,
+            r#"{"input_length": 1, "hash_ids": [1], "extra": "x"}"#,
+            r#"{"input_length": 1, "hash_ids": [01]}"#,
+            r#"{"input_length": 1}"#,
+            r#"{"input_length": 1, "hash_ids": [1]} trailing"#,
+            r#"{"input_length": 1, "hash_ids": [1,]}"#,
+            r#"{"session_id": "abc", "input_length": 1, "hash_ids": [1]}"#,
+            r#"{"input_length": 1e3, "hash_ids": [1]}"#,
+            r#"{"input_length": 18446744073709551616, "hash_ids": [1]}"#,
+            r#"[1, 2]"#,
+            "",
+        ];
+        for text in declined {
+            assert!(
+                fast_mooncake(text.as_bytes(), &mut Vec::new()).is_none(),
+                "fast path must decline {text}"
+            );
+        }
     }
 }
