@@ -28,17 +28,20 @@ fn root() -> PathBuf {
         .expect("workspace root")
 }
 
-/// Generates (once) a Mooncake-format trace of `requests` requests under target/bench-data.
-fn generated(requests: u64) -> PathBuf {
+/// Generates (once) a Mooncake-format trace of `requests` requests under target/bench-data,
+/// with `session_id`s or (`plain`) only the four canonical fields.
+fn generated(requests: u64, sessions: bool) -> PathBuf {
     let dir = root().join("target/bench-data");
     std::fs::create_dir_all(&dir).expect("bench data dir");
-    let path = dir.join(format!("mooncake-{requests}.jsonl"));
+    let kind = if sessions { "sessions" } else { "plain" };
+    let path = dir.join(format!("mooncake-{requests}-{kind}.jsonl"));
     if !path.exists() {
         let mut out = std::io::BufWriter::new(std::fs::File::create(&path).expect("create trace"));
         let workload = MooncakeWorkload {
             requests,
             continue_chat_probability: 0.3,
             seed: 7,
+            sessions,
         };
         write_mooncake(&workload, &mut out).expect("write trace");
     }
@@ -111,8 +114,15 @@ fn main() {
     } else {
         println!("(shared traces absent: skipping the Mooncake conversation trace)");
     }
-    traces.push(("generated mooncake 250k", generated(250_000)));
-    traces.push(("generated mooncake 1M", generated(1_000_000)));
+    traces.push((
+        "generated mooncake 250k, sessions",
+        generated(250_000, true),
+    ));
+    traces.push((
+        "generated mooncake 1M, sessions",
+        generated(1_000_000, true),
+    ));
+    traces.push(("generated mooncake 1M, plain", generated(1_000_000, false)));
     println!(
         "{:<36} {:<8} {:>9} {:>8} {:>9} {:>12} {:>8} {:>9} {:>8}",
         "trace",

@@ -168,6 +168,9 @@ struct GenTraceArgs {
     /// Seed of the generator.
     #[arg(long, value_name = "N", default_value_t = 0)]
     seed: u64,
+    /// Mooncake format: omit `session_id`, writing only the four canonical fields.
+    #[arg(long)]
+    plain: bool,
 }
 
 /// Replay modes.
@@ -813,6 +816,7 @@ fn run_gen_trace(args: GenTraceArgs) -> Result<(), Failure> {
                 requests: args.requests,
                 continue_chat_probability: args.continue_chat_probability,
                 seed: args.seed,
+                sessions: !args.plain,
             },
             &mut sink,
         ),

@@ -120,6 +120,9 @@ pub struct MooncakeWorkload {
     pub continue_chat_probability: f64,
     /// Seed of the generator.
     pub seed: u64,
+    /// Write `session_id` (continuations share their conversation's); without it, lines
+    /// have only Mooncake's four canonical fields.
+    pub sessions: bool,
 }
 
 /// Tokens per hash id in the generated stream (Mooncake's block size).
@@ -164,10 +167,12 @@ pub fn write_mooncake(workload: &MooncakeWorkload, out: &mut impl Write) -> io::
         let output_length = 50 + rng.below(450);
         clock_ms += -(1.0 - rng.unit_f64()).ln() * 50.0;
         line.clear();
+        line.push_str(&format!("{{\"timestamp\": {}, ", clock_ms as u64));
+        if workload.sessions {
+            line.push_str(&format!("\"session_id\": {session}, "));
+        }
         line.push_str(&format!(
-            "{{\"timestamp\": {}, \"session_id\": {session}, \"input_length\": {input_length}, \
-             \"output_length\": {output_length}, \"hash_ids\": [",
-            clock_ms as u64
+            "\"input_length\": {input_length}, \"output_length\": {output_length}, \"hash_ids\": ["
         ));
         for (i, id) in ids.iter().enumerate() {
             if i > 0 {
