@@ -104,14 +104,6 @@ pub struct Lcp {
 }
 
 impl Lcp {
-    /// Number of trie nodes held (for tests and benchmarks).
-    pub fn node_count(&self) -> usize {
-        match &self.nodes {
-            Nodes::Unbounded(map) => map.len(),
-            Nodes::Bounded { nodes, .. } => nodes.len(),
-        }
-    }
-
     fn holders(&self, hash: u64) -> Option<&Holders> {
         match &self.nodes {
             Nodes::Unbounded(map) => map.get(&hash),
