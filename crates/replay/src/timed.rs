@@ -27,7 +27,7 @@ use routerlab_host::{DetectorInstance, EndpointLoad, EndpointTable, MatcherInsta
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Engine, EngineConfig, EngineStatus, Sequence};
-use crate::replay::ReplayError;
+use crate::replay::{ReplayError, prompt_tokens};
 use crate::report::{Report, StatsBuilder, round6};
 use crate::trace::{TraceFormat, TraceReader, TraceRequest};
 
@@ -242,15 +242,6 @@ struct Sim<'a> {
     records: Option<Vec<RequestLine>>,
 }
 
-/// Tokens of a prompt: exact for token traces, bytes / 4 (rounded up) for text.
-fn tokens_of(unit: Unit, prompt_len: u64) -> u32 {
-    let tokens = match unit {
-        Unit::Tokens => prompt_len,
-        Unit::Bytes => prompt_len.div_ceil(4),
-    };
-    u32::try_from(tokens.max(1)).unwrap_or(u32::MAX)
-}
-
 /// Engine-block hashes of a request for engine blocks of `engine_block` tokens. Only full
 /// blocks are hashed. Mooncake ids (one per `trace_block` tokens, each naming the whole
 /// prefix) are expanded: engine block `j` is named by the id of the trace block holding its
@@ -360,7 +351,8 @@ pub fn replay_timed(
     let mut rng = SeededRng::new(settings.seed);
     let mut poisson_clock = 0.0f64;
     while reader.next_into(&mut request)? {
-        let prompt_tokens = tokens_of(unit, request.prompt_len);
+        let prompt_tokens =
+            u32::try_from(prompt_tokens(unit, request.prompt_len).max(1)).unwrap_or(u32::MAX);
         let base = match &settings.arrivals {
             Arrivals::Trace { speedup } => {
                 let Some(ns) = request.arrival_ns else {
