@@ -132,6 +132,13 @@ impl EngineConfig {
                 return Err(format!("engine `{key}` must be at least 1"));
             }
         }
+        // Token counts are 32-bit: a cache that could hold more than 2^31 tokens could let a
+        // request's length overflow them.
+        if u64::from(self.num_gpu_blocks) * u64::from(self.engine_block_size) > 1 << 31 {
+            return Err(
+                "engine `num_gpu_blocks` × `engine_block_size` must be at most 2^31 tokens".into(),
+            );
+        }
         Ok(())
     }
 }
