@@ -132,6 +132,10 @@ impl EngineConfig {
                 return Err(format!("engine `{key}` must be at least 1"));
             }
         }
+        // Every block is simulated: keep the model's memory bounded (16 M blocks is ~400 MB).
+        if self.num_gpu_blocks > 1 << 24 {
+            return Err("engine `num_gpu_blocks` must be at most 16777216".into());
+        }
         // Token counts are 32-bit: a cache that could hold more than 2^31 tokens could let a
         // request's length overflow them.
         if u64::from(self.num_gpu_blocks) * u64::from(self.engine_block_size) > 1 << 31 {
