@@ -799,14 +799,7 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
             .is_some_and(|b| matches!(b, b'.' | b'e' | b'E'));
         (len > 0 && !(len > 1 && text[start] == b'0') && !bad_next).then_some(value)
     };
-    let mut line = MooncakeLine {
-        timestamp: None,
-        input_length: 0,
-        output_length: None,
-        session_id: None,
-        chat_id: None,
-        parent_chat_id: None,
-    };
+    let mut line = MooncakeLine::default();
     let (mut has_input, mut has_ids) = (false, false);
     skip_ws(&mut at);
     if text.get(at) != Some(&b'{') {
@@ -892,7 +885,7 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
 }
 
 /// A Mooncake line; `hash_ids` go straight into the reused block buffer.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct MooncakeLine<'a> {
     timestamp: Option<f64>,
     input_length: u64,
@@ -942,14 +935,7 @@ impl<'de> serde::de::Visitor<'de> for MooncakeSeed<'_> {
     }
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         use serde::de::Error;
-        let mut line = MooncakeLine {
-            timestamp: None,
-            input_length: 0,
-            output_length: None,
-            session_id: None,
-            chat_id: None,
-            parent_chat_id: None,
-        };
+        let mut line = MooncakeLine::default();
         let (mut has_input, mut has_ids) = (false, false);
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             match key.as_ref() {
