@@ -172,13 +172,20 @@ pub fn replay(
         } else {
             &unavailable
         };
-        let chosen = if everything_down && !settings.fail_open {
+        let mut chosen = if everything_down && !settings.fail_open {
             None
         } else {
             matcher
                 .match_request(&data, &table, flags)
                 .map_err(|e| plugin_error(&request, e))?
         };
+        if chosen.is_none() && settings.fail_open && constrained && !everything_down {
+            // The matcher found nothing among the available endpoints: fail open means it
+            // gets to choose among all of them.
+            chosen = matcher
+                .match_request(&data, &table, &all_available)
+                .map_err(|e| plugin_error(&request, e))?;
+        }
         let parent_endpoint = request.parent_seq.map(|p| endpoint_of[p as usize]);
         let Some(pos) = chosen else {
             stats.reject(constrained, parent_endpoint.is_some());
