@@ -631,7 +631,7 @@ impl Sim<'_> {
         if flags.iter().all(|f| *f) && self.settings.when_unavailable == WhenUnavailable::FailOpen {
             flags.fill(false);
         }
-        let chosen = if flags.iter().all(|f| *f) {
+        let mut chosen = if flags.iter().all(|f| *f) {
             None
         } else {
             let data = self.data(index);
@@ -640,6 +640,17 @@ impl Sim<'_> {
                 .match_request(&data, &self.table, &flags)
                 .map_err(plugin_error)?
         };
+        let fail_open = self.settings.when_unavailable == WhenUnavailable::FailOpen;
+        if chosen.is_none() && fail_open && flags.contains(&true) {
+            // Nothing among the available endpoints: fail open lets the matcher choose
+            // among all of them.
+            flags.fill(false);
+            let data = self.data(index);
+            chosen = plugins
+                .matcher
+                .match_request(&data, &self.table, &flags)
+                .map_err(plugin_error)?;
+        }
         self.unavailable = flags;
         self.held[index].constrained = constrained;
         let Some(pos) = chosen else { return Ok(false) };
