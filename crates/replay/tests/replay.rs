@@ -81,9 +81,7 @@ fn policies_differ_where_they_should() {
     let report = |extra: &[&str]| -> serde_json::Value {
         let mut args = vec!["replay", "--trace", chat, "--format", "json"];
         args.extend_from_slice(extra);
-        let output = routerlab(&args);
-        assert!(output.status.success(), "{}", texts(&output).1);
-        serde_json::from_slice(&output.stdout).unwrap()
+        json_report(&args)
     };
     let lcp = report(&["--matcher", "lcp"]);
     let rr = report(&["--matcher", "round-robin"]);

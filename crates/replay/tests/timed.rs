@@ -154,9 +154,7 @@ fn the_conversation_trace_shows_the_hot_spot_and_detectors_relieve_it() {
         if !extra.contains(&"--timing") {
             args.extend_from_slice(&["--timing", "trace"]);
         }
-        let output = routerlab(&args);
-        assert!(output.status.success(), "{}", texts(&output).1);
-        serde_json::from_slice(&output.stdout).unwrap()
+        json_report(&args)
     };
     let p99 = |r: &serde_json::Value| r["timed"]["ttft"]["p99"].as_f64().unwrap();
     let lcp = report(&["--matcher", "lcp"]);
@@ -281,9 +279,7 @@ fn closed_loop_of_one_never_queues() {
         "--format",
         "json",
     ];
-    let output = routerlab(&args);
-    assert!(output.status.success(), "{}", texts(&output).1);
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report = json_report(&args);
     assert_eq!(report["timed"]["queue"]["max"], 0.0);
     assert_eq!(report["requests"], 300);
 }
@@ -418,9 +414,7 @@ fn on_complete_reaches_the_matcher() {
         "--format",
         "json",
     ];
-    let output = routerlab(&args);
-    assert!(output.status.success(), "{}", texts(&output).1);
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report = json_report(&args);
     assert_eq!(report["nreq"]["counts"], serde_json::json!([300, 0]));
     // With two outstanding at a time, both endpoints are used.
     let args = [
@@ -538,9 +532,7 @@ fn requests_larger_than_a_whole_kv_cache_are_rejected_not_lost() {
         "--format",
         "json",
     ];
-    let output = routerlab(&args);
-    assert!(output.status.success(), "{}", texts(&output).1);
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report = json_report(&args);
     let too_long = report["timed"]["too_long"].as_u64().unwrap();
     assert!(too_long > 0);
     assert_eq!(report["rejected"].as_u64().unwrap(), too_long);

@@ -65,3 +65,11 @@ pub fn shared_traces() -> Option<PathBuf> {
     );
     None
 }
+
+/// Runs `routerlab` with `args` (which must ask for `--format json`), requires success, and
+/// returns the parsed report.
+pub fn json_report(args: &[&str]) -> serde_json::Value {
+    let output = routerlab(args);
+    assert!(output.status.success(), "{args:?}: {}", texts(&output).1);
+    serde_json::from_slice(&output.stdout).expect("a JSON report")
+}
