@@ -32,7 +32,7 @@
 /**
  * Minor version: minors only append fields and constants.
  */
-#define RL_ABI_MINOR 0
+#define RL_ABI_MINOR 1
 
 /**
  * Plugin kind: picks an endpoint for each request.
@@ -58,6 +58,11 @@
  * Value of `RlRequest::output_tokens` when the trace does not say.
  */
 #define RL_UNKNOWN UINT64_MAX
+
+/**
+ * `RlRequest::struct_size` of an ABI 1.0 host, the smallest a plugin may receive.
+ */
+#define RL_REQUEST_SIZE_V1_0 96
 
 /**
  * Status returned by every fallible call.
@@ -148,6 +153,12 @@ typedef struct RlRequest {
    * Id of the request whose prompt this one continues, 0 = none.
    */
   uint64_t parent_id;
+  /**
+   * Dense block ids, `block_count` of them, or null: `block_ids[i]` names `block_hashes[i]`.
+   * Equal hashes have equal ids for the whole replay, and ids count up from 0 in order of
+   * first appearance, so a plugin can keep per-block state in arrays indexed by id.
+   */
+  const uint32_t *block_ids;
 } RlRequest;
 
 /**

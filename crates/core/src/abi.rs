@@ -26,7 +26,7 @@ pub const RL_MAGIC: u32 = 0x524C_4142;
 /// Major version: a different major is a different entry symbol and is never loaded.
 pub const RL_ABI_MAJOR: u32 = 1;
 /// Minor version: minors only append fields and constants.
-pub const RL_ABI_MINOR: u32 = 0;
+pub const RL_ABI_MINOR: u32 = 1;
 /// The symbol every plugin library exports (NUL-terminated for `dlsym`).
 pub const RL_ENTRY_SYMBOL: &[u8] = b"routerlab_plugin_entry_v1\0";
 
@@ -110,7 +110,15 @@ pub struct RlRequest {
     pub session_id: u64,
     /// Id of the request whose prompt this one continues, 0 = none.
     pub parent_id: u64,
+    // ---- appended in ABI 1.1: read only when `struct_size` covers them ----
+    /// Dense block ids, `block_count` of them, or null: `block_ids[i]` names `block_hashes[i]`.
+    /// Equal hashes have equal ids for the whole replay, and ids count up from 0 in order of
+    /// first appearance, so a plugin can keep per-block state in arrays indexed by id.
+    pub block_ids: *const u32,
 }
+
+/// `RlRequest::struct_size` of an ABI 1.0 host, the smallest a plugin may receive.
+pub const RL_REQUEST_SIZE_V1_0: u32 = 96;
 
 /// The state of one endpoint. Lists of these carry a stride, so fields can be appended.
 #[repr(C)]
@@ -310,7 +318,8 @@ const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<RlStr>() == 16);
     assert!(size_of::<RlErrorSink>() == 16);
-    assert!(size_of::<RlRequest>() == 96);
+    assert!(size_of::<RlRequest>() == 104);
+    assert!(offset_of!(RlRequest, block_ids) == RL_REQUEST_SIZE_V1_0 as usize);
     assert!(offset_of!(RlRequest, prompt_len) == 64);
     assert!(size_of::<RlEndpointStatus>() == 72);
     assert!(offset_of!(RlEndpointStatus, inflight_prompt_tokens) == 64);

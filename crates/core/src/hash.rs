@@ -47,3 +47,138 @@ pub type U64Map<V> = HashMap<u64, V, BuildHasherDefault<U64Hasher>>;
 
 /// A `HashSet` of `u64` with [`U64Hasher`].
 pub type U64Set = HashSet<u64, BuildHasherDefault<U64Hasher>>;
+
+/// Keys below this always go to the direct table, however few blocks have been seen.
+const DIRECT_FLOOR: u64 = 1 << 16;
+
+/// Turns block hashes into dense ids: `0, 1, 2, ...` in order of first appearance, the same
+/// id for the same hash, for as long as the interner lives.
+///
+/// Why: a table keyed by hash scatters a trace's blocks all over memory, so every per-block
+/// lookup in a large replay is a cache miss. Ids handed out in order of first appearance
+/// keep the blocks of one conversation next to each other, and let per-block state live in
+/// plain arrays (a bit per endpoint, a holder mask per trie node).
+///
+/// Small keys (Mooncake's ids count up from 0) are looked up in a directly indexed table
+/// whose size stays within a small multiple of the number of ids handed out; other keys (text
+/// chain hashes) go through a [`U64Map`]. Either way memory grows with distinct blocks.
+#[derive(Default, Debug, Clone)]
+pub struct BlockInterner {
+    /// `direct[key]` = id + 1 of a small key, 0 = not seen.
+    direct: Vec<u32>,
+    /// Keys that were too large for `direct` when first seen.
+    other: U64Map<u32>,
+    /// Ids handed out so far.
+    len: u32,
+}
+
+impl BlockInterner {
+    /// Ids handed out so far; every id is below this.
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Whether no id has been handed out.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The id of `hash`, handing out the next one if it is new. `None` once `u32::MAX` ids
+    /// are taken (some 4 billion distinct blocks).
+    #[inline]
+    pub fn intern(&mut self, hash: u64) -> Option<u32> {
+        if let Some(slot) = self.direct.get(hash as usize) {
+            if *slot != 0 {
+                return Some(*slot - 1);
+            }
+        }
+        self.intern_slow(hash)
+    }
+
+    /// Interns every hash of `hashes` into `ids` (cleared first). `false` when ids ran out.
+    pub fn intern_all(&mut self, hashes: &[u64], ids: &mut Vec<u32>) -> bool {
+        ids.clear();
+        for hash in hashes {
+            match self.intern(*hash) {
+                Some(id) => ids.push(id),
+                None => return false,
+            }
+        }
+        true
+    }
+
+    #[cold]
+    fn intern_slow(&mut self, hash: u64) -> Option<u32> {
+        let limit = DIRECT_FLOOR.max(4 * u64::from(self.len));
+        if hash >= limit {
+            if let Some(id) = self.other.get(&hash) {
+                return Some(*id);
+            }
+            let id = self.next_id()?;
+            self.other.insert(hash, id);
+            return Some(id);
+        }
+        let index = hash as usize;
+        if index >= self.direct.len() {
+            let grown = (index + 1).max(self.direct.len() * 2).min(limit as usize);
+            self.direct.resize(grown, 0);
+        }
+        // The key may have been seen while it was still too large for the direct table.
+        let earlier = if self.other.is_empty() {
+            None
+        } else {
+            self.other.remove(&hash)
+        };
+        let id = match earlier {
+            Some(id) => id,
+            None => self.next_id()?,
+        };
+        self.direct[index] = id + 1;
+        Some(id)
+    }
+
+    fn next_id(&mut self) -> Option<u32> {
+        // `u32::MAX` itself is never handed out, so `id + 1` always fits in a slot.
+        let id = self.len;
+        self.len = self.len.checked_add(1).filter(|n| *n < u32::MAX)?;
+        Some(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_dense_in_order_of_first_appearance() {
+        let mut interner = BlockInterner::default();
+        let keys = [7u64, 3, 7, u64::MAX, 1 << 40, 3, 0, u64::MAX];
+        let ids: Vec<u32> = keys.iter().map(|k| interner.intern(*k).unwrap()).collect();
+        assert_eq!(ids, [0, 1, 0, 2, 3, 1, 4, 2]);
+        assert_eq!(interner.len(), 5);
+    }
+
+    #[test]
+    fn a_key_seen_as_large_keeps_its_id_when_the_direct_table_reaches_it() {
+        let mut interner = BlockInterner::default();
+        let late = DIRECT_FLOOR + 10;
+        assert_eq!(interner.intern(late), Some(0));
+        // Hand out enough ids that `late` falls inside the direct table's limit.
+        for key in 0..DIRECT_FLOOR {
+            interner.intern(key).unwrap();
+        }
+        assert_eq!(interner.intern(late), Some(0));
+        assert_eq!(interner.intern(late), Some(0));
+        assert_eq!(interner.len() as u64, DIRECT_FLOOR + 1);
+    }
+
+    #[test]
+    fn the_direct_table_stays_proportional_to_the_ids_handed_out() {
+        let mut interner = BlockInterner::default();
+        for key in (0..1_000_000u64).step_by(1_000) {
+            interner.intern(key).unwrap();
+        }
+        assert_eq!(interner.len(), 1_000);
+        assert!(interner.direct.len() as u64 <= DIRECT_FLOOR);
+    }
+}

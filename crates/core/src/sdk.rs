@@ -62,6 +62,24 @@ impl<'a> Request<'a> {
         // SAFETY: the host guarantees `block_count` readable, aligned u64s for this call.
         unsafe { std::slice::from_raw_parts(self.raw.block_hashes, self.raw.block_count as usize) }
     }
+    /// Dense ids of the blocks, one per hash (see [`crate::hash::BlockInterner`]): equal
+    /// hashes have equal ids for the whole replay, and ids count up from 0 in order of first
+    /// appearance, so per-block state fits in arrays indexed by id. `None` from a host older
+    /// than ABI 1.1, which a plugin handles by interning the hashes itself.
+    pub fn block_ids(&self) -> Option<&'a [u32]> {
+        let covered = self.raw.struct_size as usize >= size_of::<RlRequest>();
+        if !covered || self.raw.block_ids.is_null() {
+            return None;
+        }
+        if self.raw.block_count == 0 {
+            return Some(&[]);
+        }
+        // SAFETY: `struct_size` says the host wrote this field, and a non-null `block_ids`
+        // points at `block_count` readable, aligned u32s for this call (ABI 1.1 contract).
+        Some(unsafe {
+            std::slice::from_raw_parts(self.raw.block_ids, self.raw.block_count as usize)
+        })
+    }
     /// Block size in [`Request::unit`]s.
     pub fn block_size(&self) -> u32 {
         self.raw.block_size
@@ -521,9 +539,9 @@ unsafe fn request<'a>(request: *const RlRequest) -> Result<Request<'a>, String> 
     }
     // SAFETY: checked non-null; valid per the caller's contract.
     let raw = unsafe { &*request };
-    if (raw.struct_size as usize) < size_of::<RlRequest>() {
+    if raw.struct_size < RL_REQUEST_SIZE_V1_0 {
         return Err(format!(
-            "request struct_size {} is below the v1 size",
+            "request struct_size {} is below the v1.0 size {RL_REQUEST_SIZE_V1_0}",
             raw.struct_size
         ));
     }
@@ -635,4 +653,56 @@ unsafe extern "C" fn detect_shim<D: Detector>(
         };
         d.detect(&eps, flags).map(|()| RL_OK)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw_request(struct_size: u32, hashes: &[u64], ids: &[u32]) -> RlRequest {
+        RlRequest {
+            struct_size,
+            unit: RL_UNIT_TOKENS,
+            id: 1,
+            arrival_ns: 0,
+            prompt: RlStr::from_str(""),
+            block_hashes: hashes.as_ptr(),
+            block_count: hashes.len() as u64,
+            block_size: 16,
+            _reserved: 0,
+            prompt_len: 16 * hashes.len() as u64,
+            output_tokens: RL_UNKNOWN,
+            session_id: 0,
+            parent_id: 0,
+            block_ids: ids.as_ptr(),
+        }
+    }
+
+    #[test]
+    fn block_ids_are_read_only_when_the_host_wrote_them() {
+        let (hashes, ids) = ([9u64, 8, 7], [0u32, 1, 2]);
+        let current = raw_request(size_of::<RlRequest>() as u32, &hashes, &ids);
+        // SAFETY: `current` borrows `hashes` and `ids`, both alive for the test.
+        let view = unsafe { Request::from_raw(&current) };
+        assert_eq!(view.block_ids(), Some(&ids[..]));
+
+        // A 1.0 host's request ends before `block_ids`: whatever lies there is not read.
+        let old = raw_request(RL_REQUEST_SIZE_V1_0, &hashes, &ids);
+        // SAFETY: as above.
+        let view = unsafe { request(&old) }.expect("1.0 requests are accepted");
+        assert_eq!(view.block_ids(), None);
+        assert_eq!(view.block_hashes(), &hashes);
+
+        let null = RlRequest {
+            block_ids: std::ptr::null(),
+            ..current
+        };
+        // SAFETY: as above.
+        assert_eq!(unsafe { Request::from_raw(&null) }.block_ids(), None);
+
+        let truncated = raw_request(RL_REQUEST_SIZE_V1_0 - 8, &hashes, &ids);
+        // SAFETY: as above.
+        let refused = unsafe { request(&truncated) }.err().expect("too small");
+        assert!(refused.contains("below the v1.0 size"), "{refused}");
+    }
 }

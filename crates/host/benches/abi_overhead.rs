@@ -19,6 +19,7 @@ use std::time::Instant;
 use routerlab_core::abi::{
     RL_UNIT_TOKENS, RL_UNKNOWN, RlEndpointList, RlEndpointStatus, RlRequest, RlStr,
 };
+use routerlab_core::hash::BlockInterner;
 use routerlab_core::{Endpoints, Matcher, Request, SeededRng, Unit};
 use routerlab_host::{EndpointTable, RequestData, SearchPath, load_matcher};
 use routerlab_lcp::Lcp;
@@ -66,7 +67,7 @@ fn workload() -> Vec<Vec<u64>> {
 }
 
 #[inline(never)]
-fn through_abi(chains: &[Vec<u64>], decisions: &mut Vec<usize>) -> f64 {
+fn through_abi(chains: &[Vec<u64>], ids: &[Vec<u32>], decisions: &mut Vec<usize>) -> f64 {
     let search = SearchPath::from_env();
     let mut matcher = load_matcher("lcp", "seed: 5", &search)
         .expect("lcp library built (cargo build --release --workspace)");
@@ -75,12 +76,13 @@ fn through_abi(chains: &[Vec<u64>], decisions: &mut Vec<usize>) -> f64 {
     let available = [false; ENDPOINTS];
     decisions.clear();
     let start = Instant::now();
-    for (id, chain) in chains.iter().enumerate() {
+    for (id, (chain, block_ids)) in chains.iter().zip(ids).enumerate() {
         let request = RequestData {
             id: id as u64 + 1,
             arrival_ns: 0,
             prompt: b"",
             block_hashes: chain,
+            block_ids: Some(block_ids),
             block_size: 512,
             unit: Unit::Tokens,
             prompt_len: chain.len() as u64 * 512,
@@ -99,7 +101,7 @@ fn through_abi(chains: &[Vec<u64>], decisions: &mut Vec<usize>) -> f64 {
 }
 
 #[inline(never)]
-fn linked_statically(chains: &[Vec<u64>], decisions: &mut Vec<usize>) -> f64 {
+fn linked_statically(chains: &[Vec<u64>], ids: &[Vec<u32>], decisions: &mut Vec<usize>) -> f64 {
     let names: Vec<String> = (0..ENDPOINTS)
         .map(|i| format!("localhost:{}", 8000 + i))
         .collect();
@@ -130,7 +132,7 @@ fn linked_statically(chains: &[Vec<u64>], decisions: &mut Vec<usize>) -> f64 {
     matcher.add_endpoints(&endpoints).unwrap();
     decisions.clear();
     let start = Instant::now();
-    for (id, chain) in chains.iter().enumerate() {
+    for (id, (chain, block_ids)) in chains.iter().zip(ids).enumerate() {
         let raw = RlRequest {
             struct_size: size_of::<RlRequest>() as u32,
             unit: RL_UNIT_TOKENS,
@@ -145,8 +147,9 @@ fn linked_statically(chains: &[Vec<u64>], decisions: &mut Vec<usize>) -> f64 {
             output_tokens: RL_UNKNOWN,
             session_id: 0,
             parent_id: 0,
+            block_ids: block_ids.as_ptr(),
         };
-        // SAFETY: `raw` borrows `chain`, alive for this iteration.
+        // SAFETY: `raw` borrows `chain` and `block_ids`, alive for this iteration.
         let request = unsafe { Request::from_raw(&raw) };
         let index = matcher
             .match_request(&request, &endpoints)
@@ -187,13 +190,23 @@ fn main() {
 }
 
 fn measure(label: &str, chains: &[Vec<u64>]) {
+    // The host interns once per request while reading the trace, outside match + update.
+    let mut interner = BlockInterner::default();
+    let ids: Vec<Vec<u32>> = chains
+        .iter()
+        .map(|chain| {
+            let mut ids = Vec::new();
+            assert!(interner.intern_all(chain, &mut ids));
+            ids
+        })
+        .collect();
     let (mut abi, mut linked) = (Vec::new(), Vec::new());
     let (mut abi_decisions, mut linked_decisions) = (Vec::new(), Vec::new());
     // Interleave rounds so drift in machine speed hits both sides alike.
     let rounds = rounds();
     for _ in 0..rounds {
-        abi.push(through_abi(chains, &mut abi_decisions));
-        linked.push(linked_statically(chains, &mut linked_decisions));
+        abi.push(through_abi(chains, &ids, &mut abi_decisions));
+        linked.push(linked_statically(chains, &ids, &mut linked_decisions));
         assert_eq!(
             abi_decisions, linked_decisions,
             "both paths must decide identically"

@@ -26,6 +26,9 @@ pub struct RequestData<'a> {
     pub prompt: &'a [u8],
     /// Prefix-block hash chain.
     pub block_hashes: &'a [u64],
+    /// Dense ids of the same blocks (ABI 1.1), from one [`routerlab_core::hash::BlockInterner`]
+    /// per replay; `None`, or a slice of another length, is passed as "not provided".
+    pub block_ids: Option<&'a [u32]>,
     /// Block size in `unit`s.
     pub block_size: u32,
     /// Unit of `block_size` and `prompt_len`.
@@ -62,6 +65,10 @@ impl RequestData<'_> {
             output_tokens: self.output_tokens.unwrap_or(RL_UNKNOWN),
             session_id: self.session_id,
             parent_id: self.parent_id,
+            block_ids: self
+                .block_ids
+                .filter(|ids| ids.len() == self.block_hashes.len())
+                .map_or(std::ptr::null(), <[u32]>::as_ptr),
         }
     }
 }

@@ -3,8 +3,10 @@
 
 mod support;
 
+use routerlab_core::SeededRng;
+use routerlab_core::hash::BlockInterner;
 use routerlab_host::{
-    EndpointLoad, PluginKind, SearchPath, list_libraries, load_detector, load_matcher,
+    EndpointLoad, PluginKind, RequestData, SearchPath, list_libraries, load_detector, load_matcher,
 };
 use support::*;
 
@@ -158,6 +160,68 @@ fn lcp_max_nodes_bounds_the_trie() {
         );
     }
     assert_eq!(seen_for_pruned.len(), 2, "{seen_for_pruned:?}");
+}
+
+/// `lcp` keys its trie by the host's dense block ids (ABI 1.1) and interns hashes itself
+/// when a host sends none; both must route identically. The host-side ids here are offset
+/// by unrelated blocks interned first, so they differ from the ids the plugin would make.
+#[test]
+fn lcp_routes_the_same_with_host_block_ids_as_with_hashes_alone() {
+    let search = built_plugins();
+    for config in ["seed: 3", "{seed: 3, max_nodes: 40}"] {
+        // 70 endpoints: indices above 63 take the holder lists' slow path.
+        let mut table = endpoints(70);
+        let mut with_ids = load_matcher("lcp", config, &search).unwrap();
+        let mut hashes_only = load_matcher("lcp", config, &search).unwrap();
+        with_ids.add_endpoints(&table).unwrap();
+        hashes_only.add_endpoints(&table).unwrap();
+        let mut interner = BlockInterner::default();
+        for junk in 0..1_000u64 {
+            interner
+                .intern(junk.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+                .unwrap();
+        }
+        let mut rng = SeededRng::new(11);
+        let (mut chain, mut ids) = (Vec::new(), Vec::new());
+        let mut decisions = 0;
+        for id in 1..=3_000u64 {
+            // Twelve conversations sharing four system prompts, growing a block a turn.
+            let conversation = rng.below(12);
+            let turns = 1 + rng.below(10);
+            chain.clear();
+            chain.push(1 + conversation % 4);
+            chain.extend((0..turns).map(|t| 100 * (conversation + 1) + t));
+            assert!(interner.intern_all(&chain, &mut ids));
+            let hashes_request = request(id, &chain);
+            let ids_request = RequestData {
+                block_ids: Some(&ids),
+                ..hashes_request
+            };
+            let unavailable: Vec<bool> = (0..table.len()).map(|_| rng.below(3) == 0).collect();
+            let a = with_ids
+                .match_request(&ids_request, &table, &unavailable)
+                .unwrap();
+            let b = hashes_only
+                .match_request(&hashes_request, &table, &unavailable)
+                .unwrap();
+            assert_eq!(a, b, "{config}: request {id}");
+            if let Some(pos) = a {
+                with_ids.update(&ids_request, &table, pos).unwrap();
+                hashes_only.update(&hashes_request, &table, pos).unwrap();
+                decisions += 1;
+            }
+            if id == 1_500 {
+                // Drop a low and a high endpoint halfway.
+                let gone = [table.index(3), table.index(66)];
+                for index in gone {
+                    table.remove(index);
+                }
+                with_ids.remove_endpoints(&gone).unwrap();
+                hashes_only.remove_endpoints(&gone).unwrap();
+            }
+        }
+        assert!(decisions > 2_900, "{config}: {decisions}");
+    }
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //!
 //! Requests are taken in file order and never finish. Before each decision the detector
 //! (if any) sees the current endpoint statuses; then the matcher picks, then learns its
-//! pick (`update`). Each endpoint has a prefix-cache model: a set of block hashes, unbounded
+//! pick (`update`). Each endpoint has a prefix-cache model: a set of blocks, unbounded
 //! by default (as the prototype) or a least-recently-used set of `cache_blocks` blocks. A
 //! request's hit is the run of leading blocks of its chain already in its endpoint's cache.
 //!
@@ -10,7 +10,6 @@
 //! prefix they share, not how fast they are served.
 
 use routerlab_core::Unit;
-use routerlab_core::hash::U64Set;
 use routerlab_core::lru::LruMap;
 use routerlab_host::{
     DetectorInstance, EndpointLoad, EndpointTable, MatcherInstance, PluginError, RequestData,
@@ -49,17 +48,20 @@ pub enum ReplayError {
     },
 }
 
-/// One endpoint's prefix cache: a plain set when unbounded (as the prototype), a
-/// least-recently-used set when bounded.
+/// One endpoint's prefix cache, keyed by dense block id: a bitset when unbounded (as the
+/// prototype), a least-recently-used set when bounded.
 enum PrefixCache {
-    Unbounded(U64Set),
+    Unbounded { bits: Vec<u64>, len: u64 },
     Bounded { blocks: LruMap<()>, capacity: u64 },
 }
 
 impl PrefixCache {
     fn new(capacity: Option<u64>) -> PrefixCache {
         match capacity {
-            None => PrefixCache::Unbounded(U64Set::default()),
+            None => PrefixCache::Unbounded {
+                bits: Vec::new(),
+                len: 0,
+            },
             Some(capacity) => PrefixCache::Bounded {
                 blocks: LruMap::default(),
                 capacity,
@@ -69,25 +71,40 @@ impl PrefixCache {
 
     fn len(&self) -> u64 {
         match self {
-            PrefixCache::Unbounded(set) => set.len() as u64,
+            PrefixCache::Unbounded { len, .. } => *len,
             PrefixCache::Bounded { blocks, .. } => blocks.len() as u64,
         }
     }
 
-    /// Counts the leading blocks of `chain` already cached, then caches the whole chain.
-    fn serve(&mut self, chain: &[u64]) -> u64 {
+    /// Counts the leading blocks of `ids` already cached, then caches them all.
+    fn serve(&mut self, ids: &[u32]) -> u64 {
         match self {
-            PrefixCache::Unbounded(set) => {
-                let hits = chain.iter().take_while(|h| set.contains(*h)).count();
-                set.extend(&chain[hits..]);
+            PrefixCache::Unbounded { bits, len } => {
+                let has = |bits: &[u64], id: u32| {
+                    bits.get(id as usize / 64)
+                        .is_some_and(|word| word & (1 << (id % 64)) != 0)
+                };
+                let hits = ids.iter().take_while(|id| has(bits, **id)).count();
+                for id in &ids[hits..] {
+                    let word = *id as usize / 64;
+                    if word >= bits.len() {
+                        bits.resize(word + 1, 0);
+                    }
+                    let bit = 1 << (id % 64);
+                    *len += u64::from(bits[word] & bit == 0);
+                    bits[word] |= bit;
+                }
                 hits as u64
             }
             PrefixCache::Bounded { blocks, capacity } => {
-                let hits = chain.iter().take_while(|h| blocks.contains(**h)).count() as u64;
+                let hits = ids
+                    .iter()
+                    .take_while(|id| blocks.contains(u64::from(**id)))
+                    .count() as u64;
                 // Deepest first, root last: the root ends most recent, so eviction takes the
                 // deepest blocks of a chain before the shallow ones it hangs from.
-                for hash in chain.iter().rev() {
-                    blocks.touch_or_insert_with(*hash, || ());
+                for id in ids.iter().rev() {
+                    blocks.touch_or_insert_with(u64::from(*id), || ());
                 }
                 while blocks.len() as u64 > *capacity {
                     blocks.pop_oldest();
@@ -150,6 +167,7 @@ pub fn replay(
             arrival_ns: request.arrival_ns.unwrap_or(0),
             prompt: &request.prompt,
             block_hashes: &request.blocks,
+            block_ids: Some(&request.block_ids),
             block_size,
             unit,
             prompt_len: request.prompt_len,
@@ -195,7 +213,7 @@ pub fn replay(
         matcher
             .update(&data, &table, pos)
             .map_err(|e| plugin_error(&request, e))?;
-        let hit_blocks = caches[pos].serve(&request.blocks);
+        let hit_blocks = caches[pos].serve(&request.block_ids);
         let hit_units = (hit_blocks * u64::from(block_size)).min(request.prompt_len);
         stats.route(
             pos,

@@ -17,7 +17,7 @@ use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
 use routerlab_core::Unit;
-use routerlab_core::hash::{U64Map, chain};
+use routerlab_core::hash::{BlockInterner, U64Map, chain};
 use routerlab_host::mapped::MappedFile;
 use serde::Deserialize;
 use serde_json::Value;
@@ -143,6 +143,8 @@ pub struct TraceRequest {
     pub prompt_len: u64,
     /// Prefix-block hash chain.
     pub blocks: Vec<u64>,
+    /// Dense ids of `blocks`, from the reader's [`BlockInterner`].
+    pub block_ids: Vec<u32>,
     /// Arrival time in nanoseconds, if the trace has one.
     pub arrival_ns: Option<u64>,
     /// Output tokens, if the trace says.
@@ -158,6 +160,7 @@ pub struct TraceReader {
     line: usize,
     linker: Linker,
     skipped: BTreeMap<&'static str, u64>,
+    interner: BlockInterner,
 }
 
 /// Turns lines into requests and links them to their parents.
@@ -205,6 +208,7 @@ impl TraceReader {
                 sessions: IdTable::default(),
             },
             skipped: BTreeMap::new(),
+            interner: BlockInterner::default(),
         })
     }
 
@@ -257,7 +261,17 @@ impl TraceReader {
                 .linker
                 .parse_line(self.line, &self.map[start..end], out);
             match parsed {
-                Ok(()) => return Ok(true),
+                Ok(()) => {
+                    if !self.interner.intern_all(&out.blocks, &mut out.block_ids) {
+                        return Err(self.linker.error_at(
+                            self.line,
+                            None,
+                            Fault::InvalidField,
+                            "more distinct blocks than 32-bit block ids can name".into(),
+                        ));
+                    }
+                    return Ok(true);
+                }
                 Err(err) if self.linker.options.skip_invalid => {
                     *self.skipped.entry(err.fault.reason()).or_insert(0) += 1;
                 }
@@ -777,27 +791,35 @@ struct TokenIdsLine {
 /// serde, which also produces the error messages. Lines are the same either way; the
 /// snapshots and bad-input tests hold both paths to that.
 fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<'a>> {
+    #[inline(always)]
+    fn number(text: &[u8], at: &mut usize) -> Option<u64> {
+        let start = *at;
+        let mut value: u64 = 0;
+        while let Some(digit) = text.get(*at).filter(|b| b.is_ascii_digit()) {
+            // Wrapping is cheaper than checking every digit; 19 digits cannot overflow, and
+            // a 20-digit number is parsed again with checks below.
+            value = value.wrapping_mul(10).wrapping_add(u64::from(digit - b'0'));
+            *at += 1;
+        }
+        let digits = &text[start..*at];
+        if digits.len() == 20 {
+            value = digits.iter().try_fold(0u64, |value, digit| {
+                value.checked_mul(10)?.checked_add(u64::from(digit - b'0'))
+            })?;
+        }
+        // No digits, more than a u64 holds, a leading zero before more digits, or a
+        // fraction/exponent: not ours.
+        let bad_next = text
+            .get(*at)
+            .is_some_and(|b| matches!(b, b'.' | b'e' | b'E'));
+        let leading_zero = digits.len() > 1 && digits[0] == b'0';
+        ((1..=20).contains(&digits.len()) && !leading_zero && !bad_next).then_some(value)
+    }
     let mut at = 0;
     let skip_ws = |at: &mut usize| {
         while text.get(*at).is_some_and(|b| matches!(b, b' ' | b'\t')) {
             *at += 1;
         }
-    };
-    let number = |at: &mut usize| -> Option<u64> {
-        let start = *at;
-        let mut value: u64 = 0;
-        while let Some(digit) = text.get(*at).filter(|b| b.is_ascii_digit()) {
-            value = value
-                .checked_mul(10)?
-                .checked_add(u64::from(digit - b'0'))?;
-            *at += 1;
-        }
-        // No digits, a leading zero before more digits, or a fraction/exponent: not ours.
-        let len = *at - start;
-        let bad_next = text
-            .get(*at)
-            .is_some_and(|b| matches!(b, b'.' | b'e' | b'E'));
-        (len > 0 && !(len > 1 && text[start] == b'0') && !bad_next).then_some(value)
     };
     let mut line = MooncakeLine::default();
     let (mut has_input, mut has_ids) = (false, false);
@@ -811,10 +833,23 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
         if text.get(at) != Some(&b'"') {
             return None;
         }
-        let key_start = at + 1;
-        let key_len = text[key_start..].iter().position(|b| *b == b'"')?;
-        let key = &text[key_start..key_start + key_len];
-        at = key_start + key_len + 1;
+        // The known keys differ in their first letter: compare against the one it names.
+        // (Fixed-size comparisons, which compile to a few loads rather than a `memcmp`.)
+        fn is<const N: usize>(rest: &[u8], quoted: &[u8; N]) -> bool {
+            rest.get(..N) == Some(quoted.as_slice())
+        }
+        let rest = &text[at + 1..];
+        let key: &[u8] = match rest.first() {
+            Some(b't') if is(rest, b"timestamp\"") => b"timestamp",
+            Some(b'i') if is(rest, b"input_length\"") => b"input_length",
+            Some(b'o') if is(rest, b"output_length\"") => b"output_length",
+            Some(b'h') if is(rest, b"hash_ids\"") => b"hash_ids",
+            Some(b's') if is(rest, b"session_id\"") => b"session_id",
+            Some(b'c') if is(rest, b"chat_id\"") => b"chat_id",
+            Some(b'p') if is(rest, b"parent_chat_id\"") => b"parent_chat_id",
+            _ => return None,
+        };
+        at += key.len() + 2;
         skip_ws(&mut at);
         if text.get(at) != Some(&b':') {
             return None;
@@ -833,7 +868,7 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
                 } else {
                     loop {
                         skip_ws(&mut at);
-                        blocks.push(number(&mut at)?);
+                        blocks.push(number(text, &mut at)?);
                         skip_ws(&mut at);
                         match text.get(at) {
                             Some(b',') => at += 1,
@@ -849,11 +884,11 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
             }
             b"parent_chat_id" if text.get(at) == Some(&b'-') => {
                 at += 1;
-                let magnitude = i64::try_from(number(&mut at)?).ok()?;
+                let magnitude = i64::try_from(number(text, &mut at)?).ok()?;
                 line.parent_chat_id = Some(-magnitude);
             }
             _ => {
-                let value = number(&mut at)?;
+                let value = number(text, &mut at)?;
                 match key {
                     b"timestamp" => line.timestamp = Some(value as f64),
                     b"input_length" => {
@@ -1160,6 +1195,8 @@ mod tests {
             r#"{"session_id": "abc", "input_length": 1, "hash_ids": [1]}"#,
             r#"{"input_length": 1e3, "hash_ids": [1]}"#,
             r#"{"input_length": 18446744073709551616, "hash_ids": [1]}"#,
+            r#"{"input_length": 99999999999999999999, "hash_ids": [1]}"#,
+            r#"{"input_length": 100000000000000000000, "hash_ids": [1]}"#,
             r#"[1, 2]"#,
             "",
         ];

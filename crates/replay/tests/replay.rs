@@ -3,6 +3,7 @@
 
 mod support;
 
+use routerlab_core::abi::{RL_ABI_MAJOR, RL_ABI_MINOR};
 use routerlab_replay::synth::{ChatWorkload, write_chat};
 use support::*;
 
@@ -200,7 +201,8 @@ fn plugins_subcommand_lists_builtins() {
             .lines()
             .find(|l| l.starts_with(&format!("{name} ")))
             .unwrap_or_else(|| panic!("{name} missing: {stdout}"));
-        assert!(row.contains(kind) && row.contains(" 1.0 "), "{row}");
+        let abi = format!(" {RL_ABI_MAJOR}.{RL_ABI_MINOR} ");
+        assert!(row.contains(kind) && row.contains(&abi), "{row}");
     }
 }
 

@@ -75,6 +75,7 @@ pub fn request(id: u64, hashes: &[u64]) -> RequestData<'_> {
         arrival_ns: id * 1_000,
         prompt: b"",
         block_hashes: hashes,
+        block_ids: None,
         block_size: 16,
         unit: Unit::Tokens,
         prompt_len: hashes.len() as u64 * 16,
