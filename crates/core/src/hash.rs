@@ -3,7 +3,8 @@
 //! Block-hash chains are computed by the host and compared by plugins, so both must agree on
 //! one function forever: xxh3-64, seeded. Maps keyed by those hashes (or by Mooncake's small
 //! integer ids) use [`U64Map`], whose hasher mixes the key with one multiplication: enough to
-//! spread sequential ids, and far cheaper than SipHash in the hot path.
+//! spread sequential ids, and far cheaper than SipHash in the hot path. [`BlockInterner`]
+//! goes one step further and replaces keys by dense ids, so per-block state can be an array.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -95,6 +96,14 @@ impl BlockInterner {
         self.intern_slow(hash)
     }
 
+    /// The id of `hash`, if it has one.
+    pub fn get(&self, hash: u64) -> Option<u32> {
+        match self.direct.get(hash as usize) {
+            Some(slot) if *slot != 0 => Some(*slot - 1),
+            _ => self.other.get(&hash).copied(),
+        }
+    }
+
     /// Interns every hash of `hashes` into `ids` (cleared first). `false` when ids ran out.
     pub fn intern_all(&mut self, hashes: &[u64], ids: &mut Vec<u32>) -> bool {
         ids.clear();
@@ -156,6 +165,10 @@ mod tests {
         let ids: Vec<u32> = keys.iter().map(|k| interner.intern(*k).unwrap()).collect();
         assert_eq!(ids, [0, 1, 0, 2, 3, 1, 4, 2]);
         assert_eq!(interner.len(), 5);
+        assert_eq!(interner.get(1 << 40), Some(3));
+        assert_eq!(interner.get(0), Some(4));
+        assert_eq!(interner.get(8), None);
+        assert_eq!(interner.get(1 << 41), None);
     }
 
     #[test]
@@ -167,6 +180,7 @@ mod tests {
         for key in 0..DIRECT_FLOOR {
             interner.intern(key).unwrap();
         }
+        assert_eq!(interner.get(late), Some(0));
         assert_eq!(interner.intern(late), Some(0));
         assert_eq!(interner.intern(late), Some(0));
         assert_eq!(interner.len() as u64, DIRECT_FLOOR + 1);

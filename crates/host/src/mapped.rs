@@ -22,6 +22,10 @@ impl MappedFile {
         // while it is mapped, reads past the new end fault (SIGBUS); like every tool that
         // maps its input, we accept that for files the user asked us to read.
         let map = unsafe { memmap2::Mmap::map(&file) }?;
+        // Readers go front to back once: ask for aggressive read-ahead. Only a hint, so a
+        // platform that refuses it loses nothing but speed.
+        #[cfg(unix)]
+        let _ = map.advise(memmap2::Advice::Sequential);
         Ok(MappedFile { map: Some(map) })
     }
 }

@@ -17,7 +17,7 @@ use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
 use routerlab_core::Unit;
-use routerlab_core::hash::{BlockInterner, U64Map, chain};
+use routerlab_core::hash::{BlockInterner, chain};
 use routerlab_host::mapped::MappedFile;
 use serde::Deserialize;
 use serde_json::Value;
@@ -413,9 +413,8 @@ impl Linker {
                 ));
             }
         }
-        self.seq += 1;
-        let seq = self.seq;
-        self.ids.insert(id, seq);
+        let seq = self.take_seq(line_no)?;
+        self.ids.insert_new(id, seq);
         out.session = self.session(
             parsed.session.as_ref().map(IdValue::key),
             seq,
@@ -506,10 +505,9 @@ impl Linker {
         }
         // Every check is done: only now does the line become request `seq` (skipped lines
         // must leave no gap, since positions index per-request tables).
-        self.seq += 1;
-        let seq = self.seq;
+        let seq = self.take_seq(line_no)?;
         if let Some(chat) = parsed.chat_id {
-            self.ids.insert(IdKey::Int(chat), seq);
+            self.ids.insert_new(IdKey::Int(chat), seq);
         }
         out.session = self.session(
             parsed.session_id.as_ref().map(IdValue::key),
@@ -546,8 +544,7 @@ impl Linker {
                 ),
             ));
         }
-        self.seq += 1;
-        out.seq = self.seq;
+        out.seq = self.take_seq(line_no)?;
         out.line = line_no;
         out.parent_seq = None;
         out.session = 0;
@@ -567,6 +564,22 @@ impl Linker {
         }
         out.token_ids = parsed.input_tok_ids;
         Ok(())
+    }
+
+    /// Makes the line the next request: the last check of a line, so a failed line leaves
+    /// no gap. Capping requests below `u32::MAX` also caps the ids and sessions numbered in
+    /// [`IdTable`]s, which never outnumber requests.
+    fn take_seq(&mut self, line_no: usize) -> Result<u64, TraceError> {
+        if self.seq >= MAX_REQUESTS {
+            return Err(self.error_at(
+                line_no,
+                None,
+                Fault::InvalidField,
+                format!("a trace may hold at most {MAX_REQUESTS} requests"),
+            ));
+        }
+        self.seq += 1;
+        Ok(self.seq)
     }
 
     /// Numbers the session and, with no explicit parent, links to its previous request.
@@ -691,16 +704,24 @@ impl fmt::Display for IdKey<'_> {
     }
 }
 
-/// Values by normalised id: integers in a fast map, other text in a string map.
+/// Requests a trace may hold, so that every id and session table can number its keys with
+/// 32-bit ids.
+const MAX_REQUESTS: u64 = u32::MAX as u64 - 1;
+
+/// Values by normalised id: integers through a [`BlockInterner`] into a dense array (ids
+/// in traces mostly count up, so recent ones sit together in memory; a hash map would put
+/// every lookup of a large trace on a cache miss), other text in a string map.
 struct IdTable<V> {
-    ints: U64Map<V>,
+    ints: BlockInterner,
+    values: Vec<V>,
     texts: HashMap<Box<str>, V>,
 }
 
 impl<V> Default for IdTable<V> {
     fn default() -> Self {
         IdTable {
-            ints: U64Map::default(),
+            ints: BlockInterner::default(),
+            values: Vec::new(),
             texts: HashMap::new(),
         }
     }
@@ -709,7 +730,7 @@ impl<V> Default for IdTable<V> {
 impl<V> IdTable<V> {
     fn get(&self, key: IdKey<'_>) -> Option<&V> {
         match key {
-            IdKey::Int(n) => self.ints.get(&(n as u64)),
+            IdKey::Int(n) => self.ints.get(n as u64).map(|i| &self.values[i as usize]),
             IdKey::Text(s) => self.texts.get(s),
         }
     }
@@ -718,17 +739,24 @@ impl<V> IdTable<V> {
         self.get(key).is_some()
     }
 
-    fn insert(&mut self, key: IdKey<'_>, value: V) {
-        match key {
-            IdKey::Int(n) => self.ints.insert(n as u64, value),
-            IdKey::Text(s) => self.texts.insert(s.into(), value),
-        };
+    /// Inserts a key that is not in the table yet.
+    fn insert_new(&mut self, key: IdKey<'_>, value: V) {
+        self.get_or_insert_with(key, |_| value);
     }
 
     fn get_or_insert_with(&mut self, key: IdKey<'_>, make: impl FnOnce(usize) -> V) -> &mut V {
         let len = self.len();
         match key {
-            IdKey::Int(n) => self.ints.entry(n as u64).or_insert_with(|| make(len)),
+            IdKey::Int(n) => {
+                let index = self.ints.intern(n as u64).expect(
+                    "ids never outnumber requests, \
+                     and `take_seq` keeps those below u32::MAX",
+                ) as usize;
+                if index == self.values.len() {
+                    self.values.push(make(len));
+                }
+                &mut self.values[index]
+            }
             IdKey::Text(s) => {
                 if !self.texts.contains_key(s) {
                     self.texts.insert(s.into(), make(len));
@@ -739,7 +767,7 @@ impl<V> IdTable<V> {
     }
 
     fn len(&self) -> usize {
-        self.ints.len() + self.texts.len()
+        self.values.len() + self.texts.len()
     }
 }
 

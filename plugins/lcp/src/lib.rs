@@ -235,15 +235,35 @@ impl Matcher for Lcp {
         }
         let ids = self.block_ids(request)?;
         // The deepest node that has an available holder wins.
+        let mut deepest = None;
+        match &self.nodes {
+            // Every endpoint index below 64: the walk is a loop over one array of masks.
+            Nodes::Unbounded { low, high } if high.is_empty() && mask.high.is_empty() => {
+                for id in ids.iter() {
+                    let holders = low.get(*id as usize).copied().unwrap_or(0);
+                    if holders == 0 {
+                        break;
+                    }
+                    if holders & mask.low != 0 {
+                        deepest = Some(*id);
+                    }
+                }
+            }
+            _ => {
+                for id in ids.iter() {
+                    let Some(node) = self.node(*id) else {
+                        break;
+                    };
+                    if mask.intersects(node) {
+                        deepest = Some(*id);
+                    }
+                }
+            }
+        }
         let mut best = std::mem::take(&mut self.best);
         best.clear();
-        for id in ids.iter() {
-            let Some(node) = self.node(*id) else {
-                break;
-            };
-            if mask.intersects(node) {
-                best.assign_intersection(node, &mask);
-            }
+        if let Some(node) = deepest.and_then(|id| self.node(id)) {
+            best.assign_intersection(node, &mask);
         }
         let candidates = if best.is_empty() { &mask } else { &best };
         let pick = candidates.nth(self.rng.below(candidates.len()) as usize);
