@@ -839,13 +839,10 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
                 value.checked_mul(10)?.checked_add(u64::from(digit - b'0'))
             })?;
         }
-        // No digits, more than a u64 holds, a leading zero before more digits, or a
-        // fraction/exponent: not ours.
-        let bad_next = text
-            .get(*at)
-            .is_some_and(|b| matches!(b, b'.' | b'e' | b'E'));
+        // No digits, more than a u64 holds, or a leading zero before more digits: not ours.
+        // (A fraction or exponent after the digits fails the caller's separator check.)
         let leading_zero = digits.len() > 1 && digits[0] == b'0';
-        ((1..=20).contains(&digits.len()) && !leading_zero && !bad_next).then_some(value)
+        ((1..=20).contains(&digits.len()) && !leading_zero).then_some(value)
     }
     let mut at = 0;
     let skip_ws = |at: &mut usize| {
@@ -898,23 +895,21 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
                 if text.get(at) == Some(&b']') {
                     at += 1;
                 } else {
-                    // The array is most of the line: separators are checked for the usual
-                    // `, ` first, and only scanned when other whitespace is there.
-                    let is_ws = |at: usize| matches!(text.get(at), Some(b' ' | b'\t'));
+                    // The array is most of the line: the usual `, ` separator is one
+                    // comparison; anything else goes through the general rules.
                     loop {
                         blocks.push(number(text, &mut at)?);
-                        if is_ws(at) {
-                            skip_ws(&mut at);
+                        if text.get(at..at + 2) == Some(b", ")
+                            && text.get(at + 2).is_some_and(u8::is_ascii_digit)
+                        {
+                            at += 2;
+                            continue;
                         }
+                        skip_ws(&mut at);
                         match text.get(at) {
                             Some(b',') => {
                                 at += 1;
-                                if text.get(at) == Some(&b' ') {
-                                    at += 1;
-                                }
-                                if is_ws(at) {
-                                    skip_ws(&mut at);
-                                }
+                                skip_ws(&mut at);
                             }
                             Some(b']') => {
                                 at += 1;
@@ -963,11 +958,11 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
     (at == text.len() && has_input && has_ids).then_some(line)
 }
 
-/// A number of 1 to 7 digits at `text[at..]` followed by a byte that may end a JSON number,
-/// read eight bytes at a time: the digits are found and combined with a few word-wide
-/// operations instead of a branch per digit, which is most of the parsing time of a
-/// Mooncake line. `None` when there are not eight bytes left, or the number is anything else
-/// (longer, a leading zero, a fraction or exponent follows): the caller's digit loop decides.
+/// The run of 1 to 7 digits at `text[at..]`, read eight bytes at a time: the digits are found
+/// and combined with a few word-wide operations instead of a branch per digit, which is most
+/// of the parsing time of a Mooncake line. `None` when there are not eight bytes left, or
+/// the run is empty, longer, or has a leading zero: the caller's digit loop decides. What
+/// follows the digits (a fraction, an exponent) is the caller's to reject.
 #[inline(always)]
 fn short_number(text: &[u8], at: usize) -> Option<(u64, usize)> {
     const ONES: u64 = 0x0101_0101_0101_0101;
@@ -980,9 +975,6 @@ fn short_number(text: &[u8], at: usize) -> Option<(u64, usize)> {
     let non_digit = (word.wrapping_add(0x46 * ONES) | digits) & (0x80 * ONES);
     let len = (non_digit.trailing_zeros() / 8) as usize;
     if len == 0 || len == 8 || (len > 1 && chunk[0] == b'0') {
-        return None;
-    }
-    if matches!(chunk[len], b'.' | b'e' | b'E') {
         return None;
     }
     // Move the digits to the top bytes (zeros above act as leading zeros), then combine
@@ -1257,18 +1249,12 @@ mod tests {
                 "{text:?}"
             );
         }
-        for declined in [
-            "12345678,",
-            "0123,    ",
-            "12.5,    ",
-            "7e3,     ",
-            ",1,      ",
-            "12,",
-        ] {
+        for declined in ["12345678,", "0123,    ", ",1,      ", "12,"] {
             assert_eq!(short_number(declined.as_bytes(), 0), None, "{declined:?}");
         }
         assert_eq!(short_number(b"[9999999]", 1), Some((9_999_999, 7)));
         assert_eq!(short_number(b"0,       ", 0), Some((0, 1)));
+        assert_eq!(short_number(b"12.5,    ", 0), Some((12, 2)));
     }
 
     #[test]
@@ -1297,6 +1283,9 @@ mod tests {
             r#"{"input_length": 1, "hash_ids": [1,]}"#,
             r#"{"session_id": "abc", "input_length": 1, "hash_ids": [1]}"#,
             r#"{"input_length": 1e3, "hash_ids": [1]}"#,
+            r#"{"input_length": 1, "hash_ids": [1.5, 2, 3, 4, 5, 6]}"#,
+            r#"{"input_length": 1, "hash_ids": [1, 2e3, 3, 4, 5, 6]}"#,
+            r#"{"timestamp": 1.5e3, "input_length": 1, "hash_ids": [1]}"#,
             r#"{"input_length": 18446744073709551616, "hash_ids": [1]}"#,
             r#"{"input_length": 99999999999999999999, "hash_ids": [1]}"#,
             r#"{"input_length": 100000000000000000000, "hash_ids": [1]}"#,
