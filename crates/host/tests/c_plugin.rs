@@ -5,7 +5,8 @@
 mod support;
 
 use routerlab_host::{
-    EndpointLoad, PluginKind, SearchPath, library_file_name, list_libraries, load_matcher,
+    EndpointLoad, PluginKind, RequestData, SearchPath, library_file_name, list_libraries,
+    load_matcher,
 };
 use support::*;
 
@@ -67,4 +68,37 @@ fn the_c_example_is_listed_and_routes() {
         err.ends_with("create: config rejected: least-running takes no config keys"),
         "{err}"
     );
+}
+
+/// ABI 1.1 from the C side: the header's `RlRequest` has `block_ids` where the host writes
+/// them, and a plugin that checks `struct_size` sees exactly the host's ids.
+#[test]
+fn a_c_plugin_reads_the_hosts_block_ids() {
+    let dir = scratch_dir("c-block-ids");
+    compile_c(
+        &workspace_root().join("crates/host/tests/fixtures/block_ids.c"),
+        &dir.join(library_file_name("block-ids")),
+        &[],
+    );
+    let search = SearchPath::new(vec![dir]);
+    let table = endpoints(3);
+    let mut matcher = load_matcher("block-ids", "", &search).unwrap();
+    matcher.add_endpoints(&table).unwrap();
+    let hashes = [0xAAAA, 0xBBBB, 0xCCCC];
+    for (ids, expected) in [([7, 8, 9], 0), ([7, 8, 10], 1), ([7, 8, 5], 2)] {
+        let req = RequestData {
+            block_ids: Some(&ids),
+            ..request(1, &hashes)
+        };
+        assert_eq!(
+            matcher.match_request(&req, &table, &[false; 3]).unwrap(),
+            Some(expected),
+            "{ids:?}"
+        );
+    }
+    let without = matcher
+        .match_request(&request(2, &hashes), &table, &[false; 3])
+        .unwrap_err()
+        .to_string();
+    assert!(without.ends_with("no block ids"), "{without}");
 }
