@@ -97,6 +97,7 @@ impl BlockInterner {
     }
 
     /// The id of `hash`, if it has one.
+    #[inline]
     pub fn get(&self, hash: u64) -> Option<u32> {
         match self.direct.get(hash as usize) {
             Some(slot) if *slot != 0 => Some(*slot - 1),

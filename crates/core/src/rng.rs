@@ -17,6 +17,7 @@ impl SeededRng {
     }
 
     /// The next 64 random bits.
+    #[inline]
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.state;
@@ -26,6 +27,7 @@ impl SeededRng {
     }
 
     /// A uniform integer in `0..bound` (`bound > 0`), without modulo bias.
+    #[inline]
     pub fn below(&mut self, bound: u64) -> u64 {
         debug_assert!(bound > 0);
         // Lemire's multiply-shift with rejection.

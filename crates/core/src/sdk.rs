@@ -41,20 +41,24 @@ impl<'a> Request<'a> {
     }
 
     /// Request id, unique within a replay.
+    #[inline]
     pub fn id(&self) -> u64 {
         self.raw.id
     }
     /// Arrival time in logical nanoseconds.
+    #[inline]
     pub fn arrival_ns(&self) -> u64 {
         self.raw.arrival_ns
     }
     /// Prompt text (empty for hash-only traces).
+    #[inline]
     pub fn prompt(&self) -> &'a [u8] {
         // SAFETY: the host guarantees `prompt` points at `len` readable bytes for this call;
         // `raw_bytes` handles the null/empty case.
         unsafe { raw_bytes(self.raw.prompt) }
     }
     /// Prefix-block hashes; hash `i` identifies the whole prefix up to block `i`.
+    #[inline]
     pub fn block_hashes(&self) -> &'a [u64] {
         if self.raw.block_count == 0 || self.raw.block_hashes.is_null() {
             return &[];
@@ -66,6 +70,7 @@ impl<'a> Request<'a> {
     /// hashes have equal ids for the whole replay, and ids count up from 0 in order of first
     /// appearance, so per-block state fits in arrays indexed by id. `None` from a host older
     /// than ABI 1.1, which a plugin handles by interning the hashes itself.
+    #[inline]
     pub fn block_ids(&self) -> Option<&'a [u32]> {
         let covered = self.raw.struct_size as usize >= size_of::<RlRequest>();
         if !covered || self.raw.block_ids.is_null() {
@@ -81,10 +86,12 @@ impl<'a> Request<'a> {
         })
     }
     /// Block size in [`Request::unit`]s.
+    #[inline]
     pub fn block_size(&self) -> u32 {
         self.raw.block_size
     }
     /// Unit of the block size and the prompt length.
+    #[inline]
     pub fn unit(&self) -> Unit {
         if self.raw.unit == RL_UNIT_TOKENS {
             Unit::Tokens
@@ -93,18 +100,22 @@ impl<'a> Request<'a> {
         }
     }
     /// Prompt length in [`Request::unit`]s.
+    #[inline]
     pub fn prompt_len(&self) -> u64 {
         self.raw.prompt_len
     }
     /// Expected output tokens, when the trace says.
+    #[inline]
     pub fn output_tokens(&self) -> Option<u64> {
         (self.raw.output_tokens != RL_UNKNOWN).then_some(self.raw.output_tokens)
     }
     /// Session id, if any.
+    #[inline]
     pub fn session_id(&self) -> Option<u64> {
         (self.raw.session_id != 0).then_some(self.raw.session_id)
     }
     /// Id of the request this one continues, if any.
+    #[inline]
     pub fn parent_id(&self) -> Option<u64> {
         (self.raw.parent_id != 0).then_some(self.raw.parent_id)
     }
@@ -118,36 +129,44 @@ pub struct EndpointStatus<'a> {
 
 impl<'a> EndpointStatus<'a> {
     /// Stable index: what `match` returns and `update` receives.
+    #[inline]
     pub fn index(&self) -> u32 {
         self.raw.index
     }
     /// Endpoint name, e.g. `localhost:8000` (lossy if the host sent invalid UTF-8).
+    #[inline]
     pub fn name(&self) -> &'a str {
         // SAFETY: the host guarantees `name` points at `len` readable bytes for this call.
         let bytes = unsafe { raw_bytes(self.raw.name) };
         std::str::from_utf8(bytes).unwrap_or("<invalid utf-8>")
     }
     /// Running requests.
+    #[inline]
     pub fn running(&self) -> u64 {
         self.raw.running
     }
     /// Waiting requests.
+    #[inline]
     pub fn waiting(&self) -> u64 {
         self.raw.waiting
     }
     /// KV-cache blocks in use.
+    #[inline]
     pub fn kv_blocks_used(&self) -> u64 {
         self.raw.kv_blocks_used
     }
     /// KV-cache blocks in total (0 = unbounded).
+    #[inline]
     pub fn kv_blocks_total(&self) -> u64 {
         self.raw.kv_blocks_total
     }
     /// KV usage fraction (0 when unbounded).
+    #[inline]
     pub fn kv_usage(&self) -> f64 {
         self.raw.kv_usage
     }
     /// Prompt tokens of unfinished requests routed here.
+    #[inline]
     pub fn inflight_prompt_tokens(&self) -> u64 {
         self.raw.inflight_prompt_tokens
     }
@@ -177,10 +196,12 @@ impl<'a> Endpoints<'a> {
     }
 
     /// Number of endpoints.
+    #[inline]
     pub fn len(&self) -> usize {
         self.list.len as usize
     }
     /// Whether the list is empty.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.list.len == 0
     }
@@ -188,6 +209,7 @@ impl<'a> Endpoints<'a> {
     ///
     /// # Panics
     /// When `pos >= len()`.
+    #[inline]
     pub fn get(&self, pos: usize) -> EndpointStatus<'a> {
         assert!(pos < self.len(), "endpoint position {pos} out of range");
         // SAFETY: `from_raw` checked that `items` holds `len` elements `stride >= 72` bytes
@@ -200,14 +222,17 @@ impl<'a> Endpoints<'a> {
         EndpointStatus { raw }
     }
     /// Whether the host flagged list position `pos` unavailable.
+    #[inline]
     pub fn is_available(&self, pos: usize) -> bool {
         self.unavailable.get(pos).is_none_or(|flag| *flag == 0)
     }
     /// Every endpoint, in list order.
+    #[inline]
     pub fn iter(&self) -> impl Iterator<Item = EndpointStatus<'a>> + '_ {
         (0..self.len()).map(|pos| self.get(pos))
     }
     /// The endpoints that may be chosen, in list order.
+    #[inline]
     pub fn available(&self) -> impl Iterator<Item = EndpointStatus<'a>> + '_ {
         (0..self.len())
             .filter(|pos| self.is_available(*pos))
