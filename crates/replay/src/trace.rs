@@ -850,6 +850,21 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
             *at += 1;
         }
     };
+    /// The keys the fast path knows.
+    enum Key {
+        Timestamp,
+        InputLength,
+        OutputLength,
+        HashIds,
+        SessionId,
+        ChatId,
+        ParentChatId,
+    }
+    // The known keys differ in their first letter: compare against the one it names, with
+    // fixed-size comparisons (a few loads, not a `memcmp`).
+    fn is<const N: usize>(rest: &[u8], quoted: &[u8; N]) -> bool {
+        rest.get(..N) == Some(quoted.as_slice())
+    }
     let mut line = MooncakeLine::default();
     let (mut has_input, mut has_ids) = (false, false);
     skip_ws(&mut at);
@@ -857,36 +872,37 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
         return None;
     }
     at += 1;
+    skip_ws(&mut at);
+    // Each turn starts at a key's opening quote. The usual `": "` after a key and `, "`
+    // between fields are one comparison each; other spacing takes the general rules.
     loop {
-        skip_ws(&mut at);
         if text.get(at) != Some(&b'"') {
             return None;
         }
-        // The known keys differ in their first letter: compare against the one it names.
-        // (Fixed-size comparisons, which compile to a few loads rather than a `memcmp`.)
-        fn is<const N: usize>(rest: &[u8], quoted: &[u8; N]) -> bool {
-            rest.get(..N) == Some(quoted.as_slice())
-        }
         let rest = &text[at + 1..];
-        let key: &[u8] = match rest.first() {
-            Some(b't') if is(rest, b"timestamp\"") => b"timestamp",
-            Some(b'i') if is(rest, b"input_length\"") => b"input_length",
-            Some(b'o') if is(rest, b"output_length\"") => b"output_length",
-            Some(b'h') if is(rest, b"hash_ids\"") => b"hash_ids",
-            Some(b's') if is(rest, b"session_id\"") => b"session_id",
-            Some(b'c') if is(rest, b"chat_id\"") => b"chat_id",
-            Some(b'p') if is(rest, b"parent_chat_id\"") => b"parent_chat_id",
+        let (key, len) = match rest.first() {
+            Some(b't') if is(rest, b"timestamp\"") => (Key::Timestamp, 9),
+            Some(b'i') if is(rest, b"input_length\"") => (Key::InputLength, 12),
+            Some(b'o') if is(rest, b"output_length\"") => (Key::OutputLength, 13),
+            Some(b'h') if is(rest, b"hash_ids\"") => (Key::HashIds, 8),
+            Some(b's') if is(rest, b"session_id\"") => (Key::SessionId, 10),
+            Some(b'c') if is(rest, b"chat_id\"") => (Key::ChatId, 7),
+            Some(b'p') if is(rest, b"parent_chat_id\"") => (Key::ParentChatId, 14),
             _ => return None,
         };
-        at += key.len() + 2;
-        skip_ws(&mut at);
-        if text.get(at) != Some(&b':') {
-            return None;
+        at += len + 2;
+        if text.get(at..at + 2) == Some(b": ") {
+            at += 2;
+        } else {
+            skip_ws(&mut at);
+            if text.get(at) != Some(&b':') {
+                return None;
+            }
+            at += 1;
         }
-        at += 1;
         skip_ws(&mut at);
         match key {
-            b"hash_ids" => {
+            Key::HashIds => {
                 if text.get(at) != Some(&b'[') {
                     return None;
                 }
@@ -921,32 +937,38 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
                 }
                 has_ids = true;
             }
-            b"parent_chat_id" if text.get(at) == Some(&b'-') => {
+            Key::ParentChatId if text.get(at) == Some(&b'-') => {
                 at += 1;
                 let magnitude = i64::try_from(number(text, &mut at)?).ok()?;
                 line.parent_chat_id = Some(-magnitude);
             }
-            _ => {
+            key => {
                 let value = number(text, &mut at)?;
+                let signed = || i64::try_from(value).ok();
                 match key {
-                    b"timestamp" => line.timestamp = Some(value as f64),
-                    b"input_length" => {
+                    Key::Timestamp => line.timestamp = Some(value as f64),
+                    Key::InputLength => {
                         line.input_length = value;
                         has_input = true;
                     }
-                    b"output_length" => line.output_length = Some(value),
-                    b"session_id" => {
-                        line.session_id = Some(IdValue::Int(i64::try_from(value).ok()?))
-                    }
-                    b"chat_id" => line.chat_id = Some(i64::try_from(value).ok()?),
-                    b"parent_chat_id" => line.parent_chat_id = Some(i64::try_from(value).ok()?),
-                    _ => return None,
+                    Key::OutputLength => line.output_length = Some(value),
+                    Key::SessionId => line.session_id = Some(IdValue::Int(signed()?)),
+                    Key::ChatId => line.chat_id = Some(signed()?),
+                    Key::ParentChatId => line.parent_chat_id = Some(signed()?),
+                    Key::HashIds => return None,
                 }
             }
         }
+        if text.get(at..at + 3) == Some(b", \"") {
+            at += 2;
+            continue;
+        }
         skip_ws(&mut at);
         match text.get(at) {
-            Some(b',') => at += 1,
+            Some(b',') => {
+                at += 1;
+                skip_ws(&mut at);
+            }
             Some(b'}') => {
                 at += 1;
                 break;
