@@ -29,15 +29,30 @@ static const RlEndpointStatus *endpoint_at(const RlEndpointList *list, uint64_t 
     return (const RlEndpointStatus *)((const char *)list->items + pos * list->stride);
 }
 
+/* Whether every line of the config is blank, `{}`, or the `seed` key. The host hands over
+ * a YAML mapping, one key a line, and adds `seed` to every plugin's config, so a plugin
+ * with no settings must still accept that one key. */
+static int only_seed(RlStr config) {
+    uint64_t i = 0;
+    while (i < config.len) {
+        while (i < config.len && (config.ptr[i] == ' ' || config.ptr[i] == '\t')) i++;
+        uint64_t start = i;
+        while (i < config.len && config.ptr[i] != '\n') i++;
+        uint64_t len = i - start;
+        const char *line = (const char *)config.ptr + start;
+        int blank = len == 0 || (len == 2 && memcmp(line, "{}", 2) == 0);
+        int seed = len >= 5 && memcmp(line, "seed:", 5) == 0;
+        if (!blank && !seed) return 0;
+        i++;
+    }
+    return 1;
+}
+
 static RlStatus lr_create(RlStr name, RlStr config, void **out, const RlErrorSink *err) {
     (void)name;
-    /* This plugin has no settings: accept only an empty config (or an empty mapping). */
-    for (uint64_t i = 0; i < config.len; i++) {
-        char c = (char)config.ptr[i];
-        if (c != ' ' && c != '\n' && c != '\t' && c != '{' && c != '}') {
-            report(err, "least-running takes no config keys");
-            return RL_ERR_CONFIG;
-        }
+    if (!only_seed(config)) {
+        report(err, "least-running takes no config keys but `seed`");
+        return RL_ERR_CONFIG;
     }
     Instance *instance = calloc(1, sizeof(Instance));
     if (instance == NULL) {

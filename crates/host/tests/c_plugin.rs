@@ -60,12 +60,14 @@ fn the_c_example_is_listed_and_routes() {
     matcher.on_complete(&req, 1).unwrap(); // NULL slot: a no-op
     matcher.remove_endpoints(&[2]).unwrap();
 
-    let err = load_matcher("least-running", "some_key: 1", &search)
+    // Every plugin accepts `seed`: the command line adds it to every config, in this form.
+    assert!(load_matcher("least-running", "seed: 0\n", &search).is_ok());
+    let err = load_matcher("least-running", "seed: 0\nsome_key: 1\n", &search)
         .err()
         .unwrap()
         .to_string();
     assert!(
-        err.ends_with("create: config rejected: least-running takes no config keys"),
+        err.ends_with("create: config rejected: least-running takes no config keys but `seed`"),
         "{err}"
     );
 }
