@@ -78,9 +78,9 @@ fn the_c_example_is_listed_and_routes() {
 fn a_c_plugin_reads_the_hosts_block_ids() {
     let dir = scratch_dir("c-block-ids");
     compile_c(
-        &workspace_root().join("crates/host/tests/fixtures/block_ids.c"),
+        &workspace_root().join("crates/host/tests/fixtures/broken.c"),
         &dir.join(library_file_name("block-ids")),
-        &[],
+        &["MATCH_FROM_BLOCK_IDS", "NAME=\"block-ids\""],
     );
     let search = SearchPath::new(vec![dir]);
     let table = endpoints(3);
