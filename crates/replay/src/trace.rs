@@ -850,6 +850,31 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
             *at += 1;
         }
     };
+    // After an element of a list (`close` = `]`) or object (`}`): `Some(true)` past a comma,
+    // at the next element; `Some(false)` past `close`; `None` for anything else. The usual
+    // `, ` before something `starts_next` accepts is one comparison; other spacing takes the
+    // general rules.
+    let separator = |at: &mut usize, close: u8, starts_next: fn(u8) -> bool| {
+        if text.get(*at..*at + 2) == Some(b", ")
+            && text.get(*at + 2).is_some_and(|b| starts_next(*b))
+        {
+            *at += 2;
+            return Some(true);
+        }
+        skip_ws(at);
+        match text.get(*at) {
+            Some(b',') => {
+                *at += 1;
+                skip_ws(at);
+                Some(true)
+            }
+            Some(b) if *b == close => {
+                *at += 1;
+                Some(false)
+            }
+            _ => None,
+        }
+    };
     /// The keys the fast path knows.
     enum Key {
         Timestamp,
@@ -873,8 +898,8 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
     }
     at += 1;
     skip_ws(&mut at);
-    // Each turn starts at a key's opening quote. The usual `": "` after a key and `, "`
-    // between fields are one comparison each; other spacing takes the general rules.
+    // Each turn starts at a key's opening quote. The usual `": "` after a key is one
+    // comparison; other spacing takes the general rules.
     loop {
         if text.get(at) != Some(&b'"') {
             return None;
@@ -911,27 +936,10 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
                 if text.get(at) == Some(&b']') {
                     at += 1;
                 } else {
-                    // The array is most of the line: the usual `, ` separator is one
-                    // comparison; anything else goes through the general rules.
                     loop {
                         blocks.push(number(text, &mut at)?);
-                        if text.get(at..at + 2) == Some(b", ")
-                            && text.get(at + 2).is_some_and(u8::is_ascii_digit)
-                        {
-                            at += 2;
-                            continue;
-                        }
-                        skip_ws(&mut at);
-                        match text.get(at) {
-                            Some(b',') => {
-                                at += 1;
-                                skip_ws(&mut at);
-                            }
-                            Some(b']') => {
-                                at += 1;
-                                break;
-                            }
-                            _ => return None,
+                        if !separator(&mut at, b']', |b| b.is_ascii_digit())? {
+                            break;
                         }
                     }
                 }
@@ -959,21 +967,8 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
                 }
             }
         }
-        if text.get(at..at + 3) == Some(b", \"") {
-            at += 2;
-            continue;
-        }
-        skip_ws(&mut at);
-        match text.get(at) {
-            Some(b',') => {
-                at += 1;
-                skip_ws(&mut at);
-            }
-            Some(b'}') => {
-                at += 1;
-                break;
-            }
-            _ => return None,
+        if !separator(&mut at, b'}', |b| b == b'"')? {
+            break;
         }
     }
     skip_ws(&mut at);
