@@ -6,7 +6,7 @@
 //! spread sequential ids, and far cheaper than SipHash in the hot path. [`BlockInterner`]
 //! goes one step further and replaces keys by dense ids, so per-block state can be an array.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// Hashes `bytes` with `seed` (xxh3-64). Stable across releases: replays depend on it.
@@ -45,9 +45,6 @@ impl Hasher for U64Hasher {
 
 /// A `HashMap` keyed by `u64` with [`U64Hasher`].
 pub type U64Map<V> = HashMap<u64, V, BuildHasherDefault<U64Hasher>>;
-
-/// A `HashSet` of `u64` with [`U64Hasher`].
-pub type U64Set = HashSet<u64, BuildHasherDefault<U64Hasher>>;
 
 /// Keys below this always go to the direct table, however few blocks have been seen.
 const DIRECT_FLOOR: u64 = 1 << 16;
