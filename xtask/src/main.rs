@@ -19,7 +19,7 @@ tasks:
   gen-trace ARGS...  build (release) and run `routerlab gen-trace ARGS...`
   codegen [--check]  regenerate include/routerlab.h and the README's example blocks
   bench              run the benchmarks (release) and print their numbers
-  ci                 fmt --check, clippy -D warnings, build, test: what CI runs
+  ci                 fmt, clippy, MSRV check, build, test, Miri, docs: what CI runs
 ";
 
 fn main() -> ExitCode {
@@ -58,6 +58,13 @@ fn root() -> PathBuf {
 
 fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.current_dir(root());
+    cmd
+}
+
+/// `cargo` by name (not `$CARGO`), so a `+toolchain` first argument reaches rustup.
+fn cargo_bare() -> Command {
+    let mut cmd = Command::new("cargo");
     cmd.current_dir(root());
     cmd
 }
@@ -245,8 +252,20 @@ fn bench(args: &[String]) -> Result<(), String> {
     run(cmd)
 }
 
+/// The toolchain version `rust-version` in the workspace manifest promises.
+fn rust_version() -> Result<String, String> {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml"))
+        .map_err(|e| format!("Cargo.toml: {e}"))?;
+    manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .map(|v| v.trim_matches('"').to_owned())
+        .ok_or_else(|| "Cargo.toml: no workspace rust-version".to_owned())
+}
+
 fn ci() -> Result<(), String> {
-    let steps: [&[&str]; 4] = [
+    let msrv = format!("+{}", rust_version()?);
+    let steps: [&[&str]; 7] = [
         &["fmt", "--all", "--check"],
         &[
             "clippy",
@@ -257,14 +276,29 @@ fn ci() -> Result<(), String> {
             "-D",
             "warnings",
         ],
+        // The oldest toolchain `rust-version` promises must build everything.
+        &[&msrv, "check", "--workspace", "--all-targets", "--quiet"],
         // Test binaries load the plugin libraries that a plain build puts in target/debug.
         &["build", "--workspace", "--quiet"],
         &["test", "--workspace", "--quiet"],
+        // The SDK's `unsafe` under Miri: undefined behaviour fails CI like any bug.
+        &[
+            "+nightly",
+            "miri",
+            "test",
+            "-p",
+            "routerlab-core",
+            "--quiet",
+        ],
+        &["doc", "--workspace", "--no-deps", "--quiet"],
     ];
     for step in steps {
         println!("xtask ci: cargo {}", step.join(" "));
-        let mut cmd = cargo();
+        let mut cmd = cargo_bare();
         cmd.args(step);
+        if step.contains(&"doc") {
+            cmd.env("RUSTDOCFLAGS", "-D warnings");
+        }
         run(cmd)?;
     }
     Ok(())
@@ -359,7 +393,7 @@ mod tidy {
     }
 
     #[test]
-    fn plugins_depend_only_on_the_core_crate() {
+    fn plugins_depend_only_on_the_core_crate_and_the_policy_kit() {
         let mut manifests = Vec::new();
         for dir in ["plugins", "examples"] {
             let Ok(entries) = std::fs::read_dir(super::root().join(dir)) else {
@@ -374,10 +408,13 @@ mod tidy {
         }
         assert!(!manifests.is_empty());
         for manifest in manifests {
-            assert_eq!(
-                dependencies(&manifest),
-                vec!["routerlab-core"],
-                "{}",
+            let deps = dependencies(&manifest);
+            assert!(
+                deps.contains(&"routerlab-core".to_owned())
+                    && deps
+                        .iter()
+                        .all(|d| d == "routerlab-core" || d == "routerlab-policy-kit"),
+                "{}: plugins depend on routerlab-core (and routerlab-policy-kit) only, found {deps:?}",
                 manifest.display()
             );
         }

@@ -3,20 +3,21 @@
 //! poisons the instance), and one that depends on `on_complete` (so the timed replay's
 //! tests can prove it is called).
 
-use routerlab_core::{Endpoints, Matcher, Request};
+use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request};
 
 /// Panics in `create`.
 pub struct PanicOnCreate;
 
 impl Matcher for PanicOnCreate {
-    fn create(_name: &str, _config: &str) -> Result<Self, String> {
+    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
         panic!("fixture: boom in create");
     }
-    fn match_request(&mut self, _: &Request<'_>, _: &Endpoints<'_>) -> Result<Option<u32>, String> {
+    fn match_request(
+        &mut self,
+        _: &Request<'_>,
+        _: &Endpoints<'_>,
+    ) -> Result<Option<EndpointId>, String> {
         Ok(None)
-    }
-    fn update(&mut self, _request: &Request<'_>, _endpoint: u32) -> Result<(), String> {
-        Ok(())
     }
 }
 
@@ -24,21 +25,18 @@ impl Matcher for PanicOnCreate {
 pub struct PanicOnMatch;
 
 impl Matcher for PanicOnMatch {
-    fn create(_name: &str, _config: &str) -> Result<Self, String> {
+    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
         Ok(PanicOnMatch)
     }
     fn match_request(
         &mut self,
         request: &Request<'_>,
         endpoints: &Endpoints<'_>,
-    ) -> Result<Option<u32>, String> {
+    ) -> Result<Option<EndpointId>, String> {
         if request.id() == 2 {
             panic!("fixture: boom in match for request {}", request.id());
         }
-        Ok(endpoints.available().next().map(|e| e.index()))
-    }
-    fn update(&mut self, _request: &Request<'_>, _endpoint: u32) -> Result<(), String> {
-        Ok(())
+        Ok(endpoints.available().next().map(|e| e.id()))
     }
 }
 
@@ -46,23 +44,22 @@ impl Matcher for PanicOnMatch {
 /// itself: +1 on `update`, −1 on `on_complete`. Fails if a completion does not match.
 #[derive(Default)]
 pub struct LeastOutstanding {
-    outstanding: std::collections::BTreeMap<u32, u64>,
+    outstanding: std::collections::BTreeMap<EndpointId, u64>,
 }
 
 impl Matcher for LeastOutstanding {
-    const HAS_ON_COMPLETE: bool = true;
-    fn create(_name: &str, _config: &str) -> Result<Self, String> {
+    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
         Ok(LeastOutstanding::default())
     }
     fn add_endpoints(&mut self, endpoints: &Endpoints<'_>) -> Result<(), String> {
         for endpoint in endpoints.iter() {
-            self.outstanding.insert(endpoint.index(), 0);
+            self.outstanding.insert(endpoint.id(), 0);
         }
         Ok(())
     }
-    fn remove_endpoints(&mut self, indices: &[u32]) -> Result<(), String> {
-        for index in indices {
-            self.outstanding.remove(index);
+    fn remove_endpoints(&mut self, ids: &[EndpointId]) -> Result<(), String> {
+        for id in ids {
+            self.outstanding.remove(id);
         }
         Ok(())
     }
@@ -70,17 +67,17 @@ impl Matcher for LeastOutstanding {
         &mut self,
         _: &Request<'_>,
         endpoints: &Endpoints<'_>,
-    ) -> Result<Option<u32>, String> {
+    ) -> Result<Option<EndpointId>, String> {
         let best = endpoints
             .available()
-            .min_by_key(|e| (self.outstanding.get(&e.index()).copied(), e.index()));
-        Ok(best.map(|e| e.index()))
+            .min_by_key(|e| (self.outstanding.get(&e.id()).copied(), e.id()));
+        Ok(best.map(|e| e.id()))
     }
-    fn update(&mut self, _request: &Request<'_>, endpoint: u32) -> Result<(), String> {
+    fn update(&mut self, _request: &Request<'_>, endpoint: EndpointId) -> Result<(), String> {
         *self.outstanding.entry(endpoint).or_default() += 1;
         Ok(())
     }
-    fn on_complete(&mut self, request: &Request<'_>, endpoint: u32) -> Result<(), String> {
+    fn on_complete(&mut self, request: &Request<'_>, endpoint: EndpointId) -> Result<(), String> {
         let count = self.outstanding.entry(endpoint).or_default();
         if *count == 0 {
             return Err(format!(

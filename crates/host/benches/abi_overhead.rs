@@ -128,7 +128,7 @@ fn linked_statically(chains: &[Vec<u64>], ids: &[Vec<u32>], decisions: &mut Vec<
     let available = [0u8; ENDPOINTS];
     // SAFETY: `list` points into `statuses` and `names`, both alive for the whole run.
     let endpoints = unsafe { Endpoints::from_raw(list, &available) };
-    let mut matcher = Lcp::create("lcp", "seed: 5").unwrap();
+    let mut matcher: Lcp = routerlab_core::testing::create_matcher("seed: 5").unwrap();
     matcher.add_endpoints(&endpoints).unwrap();
     decisions.clear();
     let start = Instant::now();
@@ -150,13 +150,13 @@ fn linked_statically(chains: &[Vec<u64>], ids: &[Vec<u32>], decisions: &mut Vec<
             block_ids: block_ids.as_ptr(),
         };
         // SAFETY: `raw` borrows `chain` and `block_ids`, alive for this iteration.
-        let request = unsafe { Request::from_raw(&raw) };
+        let request = unsafe { Request::from_raw(&raw) }.unwrap();
         let index = matcher
             .match_request(&request, &endpoints)
             .unwrap()
             .unwrap();
         matcher.update(&request, index).unwrap();
-        decisions.push(black_box(index as usize));
+        decisions.push(black_box(index.get() as usize));
     }
     start.elapsed().as_secs_f64()
 }

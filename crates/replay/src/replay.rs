@@ -10,10 +10,10 @@
 //! prefix they share, not how fast they are served.
 
 use routerlab_core::Unit;
-use routerlab_core::lru::LruMap;
 use routerlab_host::{
     DetectorInstance, EndpointLoad, EndpointTable, MatcherInstance, PluginError, RequestData,
 };
+use routerlab_policy_kit::LruMap;
 
 use crate::report::{Report, StatsBuilder};
 use crate::trace::{TraceError, TraceReader, TraceRequest};

@@ -7,6 +7,7 @@
 //! Config keys: `max_running` (default 400, the prototype's threshold).
 
 use routerlab_core::{Detector, Endpoints, PluginConfig};
+use routerlab_policy_kit::flag_where;
 
 /// The running-requests detector.
 pub struct NumRequests {
@@ -14,10 +15,8 @@ pub struct NumRequests {
 }
 
 impl Detector for NumRequests {
-    fn create(_name: &str, config: &str) -> Result<Self, String> {
-        let mut config = PluginConfig::parse(config)?;
+    fn create(_name: &str, config: &mut PluginConfig) -> Result<Self, String> {
         let max_running = config.u64("max_running", 400)?;
-        config.finish()?;
         Ok(NumRequests { max_running })
     }
 
@@ -26,9 +25,7 @@ impl Detector for NumRequests {
         endpoints: &Endpoints<'_>,
         unavailable: &mut [bool],
     ) -> Result<(), String> {
-        for (flag, endpoint) in unavailable.iter_mut().zip(endpoints.iter()) {
-            *flag = endpoint.running() > self.max_running;
-        }
+        flag_where(endpoints, unavailable, |e| e.running() > self.max_running);
         Ok(())
     }
 }
@@ -38,4 +35,22 @@ routerlab_core::export_plugins! {
         name: "num-requests",
         description: "unavailable when running requests > max_running (default 400)",
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use routerlab_core::testing::{EndpointsBuilder, create_detector};
+
+    use super::*;
+
+    #[test]
+    fn strictly_more_than_max_running_is_unavailable() {
+        let mut detector: NumRequests = create_detector("max_running: 10").unwrap();
+        let fleet = EndpointsBuilder::new(3).running(0, 10).running(1, 11);
+        let mut flags = [false; 3];
+        detector.detect(&fleet.view(), &mut flags).unwrap();
+        assert_eq!(flags, [false, true, false], "10 is not more than 10; 11 is");
+        let default: NumRequests = create_detector("").unwrap();
+        assert_eq!(default.max_running, 400);
+    }
 }

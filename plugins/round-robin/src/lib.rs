@@ -3,7 +3,7 @@
 //!
 //! Config keys: none.
 
-use routerlab_core::{Endpoints, Matcher, PluginConfig, Request};
+use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request};
 
 /// The round-robin baseline.
 pub struct RoundRobin {
@@ -11,8 +11,7 @@ pub struct RoundRobin {
 }
 
 impl Matcher for RoundRobin {
-    fn create(_name: &str, config: &str) -> Result<Self, String> {
-        PluginConfig::parse(config)?.finish()?;
+    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
         Ok(RoundRobin { turn: 0 })
     }
 
@@ -20,18 +19,14 @@ impl Matcher for RoundRobin {
         &mut self,
         _request: &Request<'_>,
         endpoints: &Endpoints<'_>,
-    ) -> Result<Option<u32>, String> {
+    ) -> Result<Option<EndpointId>, String> {
         let available = endpoints.available().count() as u64;
         if available == 0 {
             return Ok(None);
         }
         let nth = (self.turn % available) as usize;
         self.turn += 1;
-        Ok(endpoints.available().nth(nth).map(|e| e.index()))
-    }
-
-    fn update(&mut self, _request: &Request<'_>, _endpoint: u32) -> Result<(), String> {
-        Ok(())
+        Ok(endpoints.available().nth(nth).map(|e| e.id()))
     }
 }
 
@@ -40,4 +35,31 @@ routerlab_core::export_plugins! {
         name: "round-robin",
         description: "baseline: the next available endpoint in turn",
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use routerlab_core::testing::{EndpointsBuilder, RequestBuilder, create_matcher};
+
+    use super::*;
+
+    #[test]
+    fn takes_the_available_endpoints_in_turn() {
+        let mut rr: RoundRobin = create_matcher("").unwrap();
+        let request = RequestBuilder::new(1);
+        let fleet = EndpointsBuilder::new(3).unavailable(1);
+        let picks: Vec<u32> = (0..4)
+            .map(|_| {
+                rr.match_request(&request.view(), &fleet.view())
+                    .unwrap()
+                    .unwrap()
+                    .get()
+            })
+            .collect();
+        assert_eq!(picks, [0, 2, 0, 2]);
+        assert!(
+            create_matcher::<RoundRobin>("anything: 1").is_err(),
+            "no keys accepted"
+        );
+    }
 }

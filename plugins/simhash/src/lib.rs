@@ -6,24 +6,23 @@
 //! against), or, for hash-only traces, over the first `max_blocks` block hashes. Requests
 //! whose beginnings share most words land on nearby positions. Each endpoint owns
 //! `virtual_nodes` points on the ring, hashed from its name, so the mapping survives
-//! endpoints joining and leaving. `match` walks clockwise to the first available endpoint;
-//! `update` does nothing.
+//! endpoints joining and leaving (the policy kit's [`HashRing`]). `match` walks clockwise
+//! to the first available endpoint; there is nothing to learn from where requests went.
 //!
 //! Config keys: `max_prefix` (bytes, default 512), `max_blocks` (default 4),
 //! `virtual_nodes` (per endpoint, default 100).
 
 use routerlab_core::hash::hash64;
-use routerlab_core::{Endpoints, Matcher, PluginConfig, Request};
+use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request};
+use routerlab_policy_kit::{EndpointSet, HashRing};
 
 /// The simhash consistent-hash matcher.
 pub struct Simhash {
     max_prefix: usize,
     max_blocks: usize,
-    virtual_nodes: u64,
-    /// (position, stable endpoint index), sorted by position.
-    ring: Vec<(u64, u32)>,
-    /// Scratch: availability by stable index for the current call.
-    available: Vec<bool>,
+    ring: HashRing,
+    /// Scratch: the available endpoints of the current call.
+    available: EndpointSet,
 }
 
 /// The 64-bit simhash of a sequence of feature hashes.
@@ -60,40 +59,30 @@ impl Simhash {
 }
 
 impl Matcher for Simhash {
-    fn create(_name: &str, config: &str) -> Result<Self, String> {
-        let mut config = PluginConfig::parse(config)?;
+    fn create(_name: &str, config: &mut PluginConfig) -> Result<Self, String> {
         let max_prefix = config.u64("max_prefix", 512)?;
         let max_blocks = config.u64("max_blocks", 4)?;
         let virtual_nodes = config.u64("virtual_nodes", 100)?;
-        config.finish()?;
         if virtual_nodes == 0 || virtual_nodes > 10_000 {
             return Err(format!(
                 "config key `virtual_nodes`: must be 1..=10000, found {virtual_nodes}"
             ));
         }
         Ok(Simhash {
-            max_prefix: max_prefix as usize,
-            max_blocks: max_blocks as usize,
-            virtual_nodes,
-            ring: Vec::new(),
-            available: Vec::new(),
+            max_prefix: usize::try_from(max_prefix).unwrap_or(usize::MAX),
+            max_blocks: usize::try_from(max_blocks).unwrap_or(usize::MAX),
+            ring: HashRing::new(virtual_nodes),
+            available: EndpointSet::default(),
         })
     }
 
     fn add_endpoints(&mut self, endpoints: &Endpoints<'_>) -> Result<(), String> {
-        for endpoint in endpoints.iter() {
-            for vnode in 0..self.virtual_nodes {
-                let key = format!("{}#{vnode}", endpoint.name());
-                self.ring
-                    .push((hash64(key.as_bytes(), 0), endpoint.index()));
-            }
-        }
-        self.ring.sort_unstable();
+        self.ring.add(endpoints);
         Ok(())
     }
 
-    fn remove_endpoints(&mut self, indices: &[u32]) -> Result<(), String> {
-        self.ring.retain(|(_, index)| !indices.contains(index));
+    fn remove_endpoints(&mut self, ids: &[EndpointId]) -> Result<(), String> {
+        self.ring.remove(ids);
         Ok(())
     }
 
@@ -101,29 +90,12 @@ impl Matcher for Simhash {
         &mut self,
         request: &Request<'_>,
         endpoints: &Endpoints<'_>,
-    ) -> Result<Option<u32>, String> {
-        self.available.clear();
-        for endpoint in endpoints.available() {
-            let index = endpoint.index() as usize;
-            if self.available.len() <= index {
-                self.available.resize(index + 1, false);
-            }
-            self.available[index] = true;
-        }
+    ) -> Result<Option<EndpointId>, String> {
+        self.available.fill_available(endpoints);
         let position = self.position(request);
-        let start = self.ring.partition_point(|(p, _)| *p < position);
-        let (after, before) = (&self.ring[start..], &self.ring[..start]);
-        let found = after.iter().chain(before).find(|(_, index)| {
-            self.available
-                .get(*index as usize)
-                .copied()
-                .unwrap_or(false)
-        });
-        Ok(found.map(|(_, index)| *index))
-    }
-
-    fn update(&mut self, _request: &Request<'_>, _endpoint: u32) -> Result<(), String> {
-        Ok(())
+        Ok(self
+            .ring
+            .first_from(position, |id| self.available.contains(id)))
     }
 }
 
@@ -136,7 +108,44 @@ routerlab_core::export_plugins! {
 
 #[cfg(test)]
 mod tests {
-    use super::simhash;
+    use routerlab_core::testing::{EndpointsBuilder, RequestBuilder, create_matcher};
+
+    use super::*;
+
+    fn pick(matcher: &mut Simhash, prompt: &str, fleet: &EndpointsBuilder) -> Option<u32> {
+        let request = RequestBuilder::new(1).prompt(prompt);
+        matcher
+            .match_request(&request.view(), &fleet.view())
+            .unwrap()
+            .map(EndpointId::get)
+    }
+
+    #[test]
+    fn similar_beginnings_share_an_endpoint_and_unavailable_ones_are_skipped() {
+        let mut simhash: Simhash = create_matcher("{virtual_nodes: 50, max_prefix: 64}").unwrap();
+        let fleet = EndpointsBuilder::new(6);
+        simhash.add_endpoints(&fleet.view()).unwrap();
+        let system = "You are a helpful assistant. Answer briefly and cite your sources.";
+        let a = pick(&mut simhash, &format!("{system} What is rust?"), &fleet).unwrap();
+        let b = pick(&mut simhash, &format!("{system} Who wrote it?"), &fleet).unwrap();
+        assert_eq!(a, b, "only the first 64 bytes place a request");
+        let mut without = EndpointsBuilder::new(6).unavailable(a as usize);
+        let moved = pick(&mut simhash, &format!("{system} What is rust?"), &without).unwrap();
+        assert_ne!(moved, a);
+        for pos in 0..6 {
+            without = without.unavailable(pos);
+        }
+        assert_eq!(pick(&mut simhash, system, &without), None);
+    }
+
+    #[test]
+    fn virtual_nodes_are_bounded() {
+        let refused = create_matcher::<Simhash>("virtual_nodes: 0").err().unwrap();
+        assert_eq!(
+            refused,
+            "config key `virtual_nodes`: must be 1..=10000, found 0"
+        );
+    }
 
     #[test]
     fn majority_vote_per_bit() {

@@ -1,10 +1,11 @@
-//! A map from `u64` keys to values that remembers recency, for bounded caches and tries.
+//! A map from `u64` keys to values that remembers recency, for bounded caches, tries and
+//! idle-time expiry.
 //!
 //! Entries live in a slab threaded by a doubly linked list (most recent at the head), so
 //! `touch`, `insert` and `pop_oldest` are O(1) and memory is proportional to the entries
 //! held, never to the keys seen.
 
-use crate::hash::U64Map;
+use routerlab_core::hash::U64Map;
 
 const NONE: u32 = u32::MAX;
 
@@ -22,6 +23,12 @@ pub struct LruMap<V> {
     free: Vec<u32>,
     newest: u32,
     oldest: u32,
+}
+
+impl<V> std::fmt::Debug for LruMap<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LruMap").field("len", &self.len()).finish()
+    }
 }
 
 impl<V> Default for LruMap<V> {
@@ -97,6 +104,14 @@ impl<V> LruMap<V> {
         };
         self.link_newest(slot);
         &mut self.slots[slot as usize].value
+    }
+
+    /// The least recently used entry (does not change recency).
+    pub fn oldest(&self) -> Option<(u64, &V)> {
+        (self.oldest != NONE).then(|| {
+            let slot = &self.slots[self.oldest as usize];
+            (slot.key, &slot.value)
+        })
     }
 
     /// Removes and returns the least recently used entry.

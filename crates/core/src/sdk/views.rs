@@ -1,0 +1,382 @@
+//! Safe views of what the host lends a plugin for one call: a request, one endpoint's
+//! status, the endpoint list.
+//!
+//! A request is copied, not referenced: the host may be older than this SDK and have
+//! written fewer bytes than today's `RlRequest` (an ABI 1.0 host writes 96 of 104), and a
+//! Rust reference to the whole struct would claim bytes that do not exist. So the view holds
+//! a zeroed `RlRequest` into which exactly `min(struct_size, size_of)` bytes were copied;
+//! fields past the host's size read as zero, which every accessor treats as "not provided".
+
+use std::marker::PhantomData;
+
+use crate::abi::*;
+
+/// The unit a request's lengths and blocks are measured in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// Bytes of prompt text.
+    Bytes,
+    /// Tokens.
+    Tokens,
+}
+
+impl Unit {
+    /// The ABI constant (`RL_UNIT_*`).
+    pub fn to_raw(self) -> u32 {
+        match self {
+            Unit::Bytes => RL_UNIT_BYTES,
+            Unit::Tokens => RL_UNIT_TOKENS,
+        }
+    }
+
+    /// The unit named by an ABI constant; `None` for a value this ABI does not define.
+    pub fn from_raw(raw: u32) -> Option<Unit> {
+        match raw {
+            RL_UNIT_BYTES => Some(Unit::Bytes),
+            RL_UNIT_TOKENS => Some(Unit::Tokens),
+            _ => None,
+        }
+    }
+
+    /// The lowercase name used in reports: `bytes` or `tokens`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Bytes => "bytes",
+            Unit::Tokens => "tokens",
+        }
+    }
+}
+
+/// An endpoint's stable index: what `match_request` returns and `update` receives.
+///
+/// It is not a position in the [`Endpoints`] list (use [`Endpoints::get`] for those): the
+/// list loses members when endpoints leave, stable indices are never reused. The newtype
+/// keeps the two apart.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EndpointId(pub u32);
+
+impl EndpointId {
+    /// The index as a number, e.g. to index an array of per-endpoint state.
+    #[inline]
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for EndpointId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A request, borrowed from the host for one call.
+#[derive(Clone, Copy)]
+pub struct Request<'a> {
+    /// The host's bytes, zero past its `struct_size`.
+    raw: RlRequest,
+    unit: Unit,
+    _borrow: PhantomData<&'a [u8]>,
+}
+
+/// Why the SDK refused a request the host passed.
+pub(crate) fn check_request(raw: &RlRequest) -> Result<Unit, String> {
+    if raw.struct_size < RL_REQUEST_SIZE_V1_0 {
+        return Err(format!(
+            "request struct_size {} is below the v1.0 size {RL_REQUEST_SIZE_V1_0}",
+            raw.struct_size
+        ));
+    }
+    Unit::from_raw(raw.unit).ok_or_else(|| {
+        format!(
+            "request unit {} is neither RL_UNIT_BYTES (0) nor RL_UNIT_TOKENS (1)",
+            raw.unit
+        )
+    })
+}
+
+impl<'a> Request<'a> {
+    /// A view of a whole raw request, for hosts and benchmarks that call a matcher directly.
+    /// Fails on a `struct_size` below the v1.0 size or an unknown unit.
+    ///
+    /// # Safety
+    /// Every pointer in `raw` must be valid for reads of its stated length for `'a`.
+    pub unsafe fn from_raw(raw: &'a RlRequest) -> Result<Request<'a>, String> {
+        let unit = check_request(raw)?;
+        let mut copy = *raw;
+        if (copy.struct_size as usize) < size_of::<RlRequest>() {
+            // The caller's struct is whole, but it says it was built by an older host: its
+            // later fields are not meant to be read.
+            copy.block_ids = std::ptr::null();
+        }
+        Ok(Request {
+            raw: copy,
+            unit,
+            _borrow: PhantomData,
+        })
+    }
+
+    /// Reads the request at `ptr`, of which only `struct_size` bytes may exist.
+    ///
+    /// # Safety
+    /// `ptr` must be non-null and point at a request whose first `struct_size` bytes (at
+    /// least the 8 of `struct_size` and `unit`) are readable, and whose pointers are valid
+    /// for reads of their stated lengths for `'a`.
+    pub(crate) unsafe fn read(ptr: *const RlRequest) -> Result<Request<'a>, String> {
+        // SAFETY: the caller guarantees at least the leading `struct_size` field is
+        // readable; it is the first field of every version.
+        let size = unsafe { std::ptr::addr_of!((*ptr).struct_size).read_unaligned() };
+        if size < RL_REQUEST_SIZE_V1_0 {
+            return Err(format!(
+                "request struct_size {size} is below the v1.0 size {RL_REQUEST_SIZE_V1_0}"
+            ));
+        }
+        let len = (size as usize).min(size_of::<RlRequest>());
+        let mut copy = zeroed_request();
+        // SAFETY: the caller guarantees `size` readable bytes at `ptr`, and `len <= size`;
+        // `copy` is a distinct local of `size_of::<RlRequest>() >= len` bytes. Every field
+        // is an integer or a raw pointer, so any bytes (and zero) are valid values.
+        unsafe {
+            std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), (&raw mut copy).cast::<u8>(), len);
+        }
+        let unit = check_request(&copy)?;
+        Ok(Request {
+            raw: copy,
+            unit,
+            _borrow: PhantomData,
+        })
+    }
+
+    /// Request id, unique within a replay.
+    #[inline]
+    pub fn id(&self) -> u64 {
+        self.raw.id
+    }
+    /// Arrival time in logical nanoseconds.
+    #[inline]
+    pub fn arrival_ns(&self) -> u64 {
+        self.raw.arrival_ns
+    }
+    /// Prompt text (empty for hash-only traces).
+    #[inline]
+    pub fn prompt(&self) -> &'a [u8] {
+        // SAFETY: the host guarantees `prompt` points at `len` readable bytes for this call;
+        // `raw_bytes` handles the null/empty case.
+        unsafe { raw_bytes(self.raw.prompt) }
+    }
+    /// Prefix-block hashes; hash `i` identifies the whole prefix up to block `i`.
+    #[inline]
+    pub fn block_hashes(&self) -> &'a [u64] {
+        if self.raw.block_count == 0 || self.raw.block_hashes.is_null() {
+            return &[];
+        }
+        // SAFETY: the host guarantees `block_count` readable, aligned u64s for this call.
+        unsafe { std::slice::from_raw_parts(self.raw.block_hashes, self.raw.block_count as usize) }
+    }
+    /// Dense ids of the blocks, one per hash (see [`crate::hash::BlockInterner`]): equal
+    /// hashes have equal ids for the whole replay, and ids count up from 0 in order of first
+    /// appearance, so per-block state fits in arrays indexed by id. `None` from a host older
+    /// than ABI 1.1, which a plugin handles by interning the hashes itself.
+    #[inline]
+    pub fn block_ids(&self) -> Option<&'a [u32]> {
+        // Zero (null) when the host's struct ends before this field: see `read`.
+        if self.raw.block_ids.is_null() {
+            return None;
+        }
+        if self.raw.block_count == 0 {
+            return Some(&[]);
+        }
+        // SAFETY: a non-null `block_ids` was written by an ABI 1.1 host (older hosts' bytes
+        // stop before it and the copy is zero there) and points at `block_count` readable,
+        // aligned u32s for this call.
+        Some(unsafe {
+            std::slice::from_raw_parts(self.raw.block_ids, self.raw.block_count as usize)
+        })
+    }
+    /// Block size in [`Request::unit`]s.
+    #[inline]
+    pub fn block_size(&self) -> u32 {
+        self.raw.block_size
+    }
+    /// Unit of the block size and the prompt length.
+    #[inline]
+    pub fn unit(&self) -> Unit {
+        self.unit
+    }
+    /// Prompt length in [`Request::unit`]s.
+    #[inline]
+    pub fn prompt_len(&self) -> u64 {
+        self.raw.prompt_len
+    }
+    /// Expected output tokens, when the trace says.
+    #[inline]
+    pub fn output_tokens(&self) -> Option<u64> {
+        (self.raw.output_tokens != RL_UNKNOWN).then_some(self.raw.output_tokens)
+    }
+    /// Session id, if any.
+    #[inline]
+    pub fn session_id(&self) -> Option<u64> {
+        (self.raw.session_id != 0).then_some(self.raw.session_id)
+    }
+    /// Id of the request this one continues, if any.
+    #[inline]
+    pub fn parent_id(&self) -> Option<u64> {
+        (self.raw.parent_id != 0).then_some(self.raw.parent_id)
+    }
+}
+
+/// One endpoint's status, borrowed for one call.
+#[derive(Clone, Copy)]
+pub struct EndpointStatus<'a> {
+    raw: &'a RlEndpointStatus,
+}
+
+impl<'a> EndpointStatus<'a> {
+    /// Stable index: what `match_request` returns and `update` receives.
+    #[inline]
+    pub fn id(&self) -> EndpointId {
+        EndpointId(self.raw.index)
+    }
+    /// Endpoint name, e.g. `localhost:8000` (lossy if the host sent invalid UTF-8).
+    #[inline]
+    pub fn name(&self) -> &'a str {
+        // SAFETY: the host guarantees `name` points at `len` readable bytes for this call.
+        let bytes = unsafe { raw_bytes(self.raw.name) };
+        std::str::from_utf8(bytes).unwrap_or("<invalid utf-8>")
+    }
+    /// Running requests.
+    #[inline]
+    pub fn running(&self) -> u64 {
+        self.raw.running
+    }
+    /// Waiting requests.
+    #[inline]
+    pub fn waiting(&self) -> u64 {
+        self.raw.waiting
+    }
+    /// KV-cache blocks in use.
+    #[inline]
+    pub fn kv_blocks_used(&self) -> u64 {
+        self.raw.kv_blocks_used
+    }
+    /// KV-cache blocks in total (0 = unbounded).
+    #[inline]
+    pub fn kv_blocks_total(&self) -> u64 {
+        self.raw.kv_blocks_total
+    }
+    /// KV usage fraction (0 when unbounded).
+    #[inline]
+    pub fn kv_usage(&self) -> f64 {
+        self.raw.kv_usage
+    }
+    /// Prompt tokens of unfinished requests routed here.
+    #[inline]
+    pub fn inflight_prompt_tokens(&self) -> u64 {
+        self.raw.inflight_prompt_tokens
+    }
+}
+
+/// The endpoint list of one call, with the host's unavailable flags when it sent them.
+#[derive(Clone, Copy)]
+pub struct Endpoints<'a> {
+    list: RlEndpointList,
+    unavailable: &'a [u8],
+    _borrow: PhantomData<&'a RlEndpointStatus>,
+}
+
+impl<'a> Endpoints<'a> {
+    /// A view of a raw list, for hosts and benchmarks that call a plugin directly.
+    ///
+    /// # Safety
+    /// `list` must describe `len` valid statuses `stride >= size_of::<RlEndpointStatus>()`
+    /// bytes apart, whose pointers stay valid for `'a`; `unavailable` is empty or has `len`
+    /// flags.
+    pub unsafe fn from_raw(list: RlEndpointList, unavailable: &'a [u8]) -> Endpoints<'a> {
+        Endpoints {
+            list,
+            unavailable,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Number of endpoints.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.list.len as usize
+    }
+    /// Whether the list is empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.list.len == 0
+    }
+    /// The endpoint at list position `pos` (not its stable index).
+    ///
+    /// # Panics
+    /// When `pos >= len()`.
+    #[inline]
+    pub fn get(&self, pos: usize) -> EndpointStatus<'a> {
+        assert!(pos < self.len(), "endpoint position {pos} out of range");
+        // SAFETY: whoever built this view (`from_raw`'s caller, the SDK's shim after its
+        // checks, or `testing`) guarantees `items` holds `len` elements `stride >= 72` bytes
+        // apart, and `pos < len`.
+        let raw = unsafe {
+            &*(self.list.items as *const u8)
+                .add(pos * self.list.stride as usize)
+                .cast::<RlEndpointStatus>()
+        };
+        EndpointStatus { raw }
+    }
+    /// Whether the host flagged list position `pos` unavailable.
+    #[inline]
+    pub fn is_available(&self, pos: usize) -> bool {
+        self.unavailable.get(pos).is_none_or(|flag| *flag == 0)
+    }
+    /// Every endpoint, in list order.
+    #[inline]
+    pub fn iter(&self) -> impl Iterator<Item = EndpointStatus<'a>> + '_ {
+        (0..self.len()).map(|pos| self.get(pos))
+    }
+    /// The endpoints that may be chosen, in list order.
+    #[inline]
+    pub fn available(&self) -> impl Iterator<Item = EndpointStatus<'a>> + '_ {
+        (0..self.len())
+            .filter(|pos| self.is_available(*pos))
+            .map(|pos| self.get(pos))
+    }
+}
+
+/// A request with every field zero (null pointers): what an older host's missing fields
+/// read as.
+const fn zeroed_request() -> RlRequest {
+    RlRequest {
+        struct_size: 0,
+        unit: 0,
+        id: 0,
+        arrival_ns: 0,
+        prompt: RlStr {
+            ptr: std::ptr::null(),
+            len: 0,
+        },
+        block_hashes: std::ptr::null(),
+        block_count: 0,
+        block_size: 0,
+        _reserved: 0,
+        prompt_len: 0,
+        output_tokens: 0,
+        session_id: 0,
+        parent_id: 0,
+        block_ids: std::ptr::null(),
+    }
+}
+
+/// Reads a borrowed byte string.
+///
+/// # Safety
+/// `s.ptr` must point at `s.len` readable bytes that outlive `'a`, unless `s.len == 0`.
+pub(crate) unsafe fn raw_bytes<'a>(s: RlStr) -> &'a [u8] {
+    if s.len == 0 || s.ptr.is_null() {
+        return &[];
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { std::slice::from_raw_parts(s.ptr, s.len as usize) }
+}

@@ -1,0 +1,262 @@
+//! Building the views a plugin receives, without a host and without `unsafe`, so a plugin
+//! crate can unit-test its own rule.
+//!
+//! A builder owns everything the raw ABI structs point into; [`RequestBuilder::view`] and
+//! [`EndpointsBuilder::view`] lend views that borrow the builder, exactly as a host lends
+//! them for one call. [`create_matcher`] and [`create_detector`] build an instance from
+//! config text the way the SDK's `create` shim does, unknown-key check included.
+//!
+//! ```
+//! use routerlab_core::testing::{EndpointsBuilder, RequestBuilder};
+//!
+//! let request = RequestBuilder::new(1).blocks(&[10, 11]).block_ids(&[0, 1]);
+//! let endpoints = EndpointsBuilder::new(3).running(1, 40).unavailable(2);
+//! let (request, endpoints) = (request.view(), endpoints.view());
+//! assert_eq!(request.block_ids(), Some(&[0, 1][..]));
+//! assert_eq!(endpoints.get(1).running(), 40);
+//! assert_eq!(endpoints.available().count(), 2);
+//! ```
+
+use crate::PluginConfig;
+use crate::abi::*;
+use crate::sdk::{Detector, Endpoints, Matcher, Request, Unit};
+
+/// Builds a matcher from config text as the SDK does: parse, `create`, reject unread keys.
+pub fn create_matcher<M: Matcher>(config: &str) -> Result<M, String> {
+    let mut config = PluginConfig::parse(config)?;
+    let matcher = M::create("test", &mut config)?;
+    config.finish()?;
+    Ok(matcher)
+}
+
+/// Builds a detector from config text as the SDK does: parse, `create`, reject unread keys.
+pub fn create_detector<D: Detector>(config: &str) -> Result<D, String> {
+    let mut config = PluginConfig::parse(config)?;
+    let detector = D::create("test", &mut config)?;
+    config.finish()?;
+    Ok(detector)
+}
+
+/// An owned request from which [`Request`] views are lent.
+#[derive(Debug, Clone)]
+pub struct RequestBuilder {
+    id: u64,
+    arrival_ns: u64,
+    prompt: Vec<u8>,
+    hashes: Vec<u64>,
+    ids: Option<Vec<u32>>,
+    block_size: u32,
+    unit: Unit,
+    prompt_len: Option<u64>,
+    output_tokens: Option<u64>,
+    session_id: u64,
+    parent_id: u64,
+}
+
+impl RequestBuilder {
+    /// Request `id` in tokens, blocks of 16, no prompt, no blocks.
+    pub fn new(id: u64) -> RequestBuilder {
+        RequestBuilder {
+            id,
+            arrival_ns: 0,
+            prompt: Vec::new(),
+            hashes: Vec::new(),
+            ids: None,
+            block_size: 16,
+            unit: Unit::Tokens,
+            prompt_len: None,
+            output_tokens: None,
+            session_id: 0,
+            parent_id: 0,
+        }
+    }
+    /// Prompt text; the unit becomes bytes.
+    pub fn prompt(mut self, text: &str) -> Self {
+        self.prompt = text.as_bytes().to_vec();
+        self.unit = Unit::Bytes;
+        self
+    }
+    /// The block-hash chain.
+    pub fn blocks(mut self, hashes: &[u64]) -> Self {
+        self.hashes = hashes.to_vec();
+        self
+    }
+    /// Dense block ids (as an ABI 1.1 host sends); without them the view has none.
+    pub fn block_ids(mut self, ids: &[u32]) -> Self {
+        self.ids = Some(ids.to_vec());
+        self
+    }
+    /// Block size in the request's unit.
+    pub fn block_size(mut self, size: u32) -> Self {
+        self.block_size = size;
+        self
+    }
+    /// Prompt length; by default the prompt's bytes, or blocks × block size.
+    pub fn prompt_len(mut self, len: u64) -> Self {
+        self.prompt_len = Some(len);
+        self
+    }
+    /// Arrival time, nanoseconds.
+    pub fn arrival_ns(mut self, ns: u64) -> Self {
+        self.arrival_ns = ns;
+        self
+    }
+    /// Expected output tokens.
+    pub fn output_tokens(mut self, tokens: u64) -> Self {
+        self.output_tokens = Some(tokens);
+        self
+    }
+    /// Session id (non-zero).
+    pub fn session_id(mut self, session: u64) -> Self {
+        self.session_id = session;
+        self
+    }
+    /// Parent request id (non-zero).
+    pub fn parent_id(mut self, parent: u64) -> Self {
+        self.parent_id = parent;
+        self
+    }
+
+    /// The view a matcher receives.
+    pub fn view(&self) -> Request<'_> {
+        let prompt_len = self.prompt_len.unwrap_or(if self.prompt.is_empty() {
+            self.hashes.len() as u64 * u64::from(self.block_size)
+        } else {
+            self.prompt.len() as u64
+        });
+        let ids = self
+            .ids
+            .as_deref()
+            .filter(|ids| ids.len() == self.hashes.len());
+        let raw = RlRequest {
+            struct_size: size_of::<RlRequest>() as u32,
+            unit: self.unit.to_raw(),
+            id: self.id,
+            arrival_ns: self.arrival_ns,
+            prompt: RlStr {
+                ptr: self.prompt.as_ptr(),
+                len: self.prompt.len() as u64,
+            },
+            block_hashes: self.hashes.as_ptr(),
+            block_count: self.hashes.len() as u64,
+            block_size: self.block_size,
+            _reserved: 0,
+            prompt_len,
+            output_tokens: self.output_tokens.unwrap_or(RL_UNKNOWN),
+            session_id: self.session_id,
+            parent_id: self.parent_id,
+            block_ids: ids.map_or(std::ptr::null(), <[u32]>::as_ptr),
+        };
+        // SAFETY: every pointer in `raw` points into `self`, which the view borrows. The
+        // size and unit are valid by construction, so this cannot fail.
+        unsafe { Request::read(&raw) }.expect("a well-formed request")
+    }
+}
+
+/// An owned endpoint list from which [`Endpoints`] views are lent.
+#[derive(Debug)]
+pub struct EndpointsBuilder {
+    names: Vec<Box<str>>,
+    raw: Vec<RlEndpointStatus>,
+    unavailable: Vec<u8>,
+}
+
+impl Clone for EndpointsBuilder {
+    fn clone(&self) -> Self {
+        let mut copy = EndpointsBuilder::named(self.names.iter().map(|n| n.to_string()));
+        for (to, from) in copy.raw.iter_mut().zip(&self.raw) {
+            *to = RlEndpointStatus {
+                name: to.name,
+                ..*from
+            };
+        }
+        copy.unavailable.clone_from(&self.unavailable);
+        copy
+    }
+}
+
+impl EndpointsBuilder {
+    /// `n` idle endpoints with ids `0..n`, named `localhost:8000`, `localhost:8001`, ...
+    pub fn new(n: usize) -> EndpointsBuilder {
+        EndpointsBuilder::named((0..n).map(|i| format!("localhost:{}", 8000 + i)))
+    }
+
+    /// Idle endpoints with these names and ids `0..`.
+    pub fn named<S: Into<String>>(names: impl IntoIterator<Item = S>) -> EndpointsBuilder {
+        let names: Vec<Box<str>> = names.into_iter().map(|n| n.into().into()).collect();
+        let raw = names
+            .iter()
+            .enumerate()
+            .map(|(pos, name)| RlEndpointStatus {
+                struct_size: size_of::<RlEndpointStatus>() as u32,
+                index: pos as u32,
+                name: RlStr {
+                    ptr: name.as_ptr(),
+                    len: name.len() as u64,
+                },
+                running: 0,
+                waiting: 0,
+                kv_blocks_used: 0,
+                kv_blocks_total: 0,
+                kv_usage: 0.0,
+                inflight_prompt_tokens: 0,
+            })
+            .collect();
+        let unavailable = vec![0; names.len()];
+        EndpointsBuilder {
+            names,
+            raw,
+            unavailable,
+        }
+    }
+
+    /// Gives list position `pos` the stable id `id` (ids need not follow positions).
+    pub fn id(mut self, pos: usize, id: u32) -> Self {
+        self.raw[pos].index = id;
+        self
+    }
+    /// Running requests at list position `pos`.
+    pub fn running(mut self, pos: usize, running: u64) -> Self {
+        self.raw[pos].running = running;
+        self
+    }
+    /// Waiting requests at list position `pos`.
+    pub fn waiting(mut self, pos: usize, waiting: u64) -> Self {
+        self.raw[pos].waiting = waiting;
+        self
+    }
+    /// KV blocks used of `total` at list position `pos` (usage is derived).
+    pub fn kv_blocks(mut self, pos: usize, used: u64, total: u64) -> Self {
+        let status = &mut self.raw[pos];
+        status.kv_blocks_used = used;
+        status.kv_blocks_total = total;
+        status.kv_usage = if total == 0 {
+            0.0
+        } else {
+            used as f64 / total as f64
+        };
+        self
+    }
+    /// In-flight prompt tokens at list position `pos`.
+    pub fn inflight_prompt_tokens(mut self, pos: usize, tokens: u64) -> Self {
+        self.raw[pos].inflight_prompt_tokens = tokens;
+        self
+    }
+    /// Flags list position `pos` unavailable.
+    pub fn unavailable(mut self, pos: usize) -> Self {
+        self.unavailable[pos] = 1;
+        self
+    }
+
+    /// The view a plugin receives.
+    pub fn view(&self) -> Endpoints<'_> {
+        let list = RlEndpointList {
+            items: self.raw.as_ptr(),
+            len: self.raw.len() as u64,
+            stride: size_of::<RlEndpointStatus>() as u64,
+        };
+        // SAFETY: `list` describes `self.raw` with its own stride; names point into
+        // `self.names`; both are borrowed by the view, and `unavailable` has one flag each.
+        unsafe { Endpoints::from_raw(list, &self.unavailable) }
+    }
+}
