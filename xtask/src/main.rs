@@ -422,23 +422,58 @@ mod tidy {
 
     #[test]
     fn only_the_host_crate_loads_code() {
-        for entry in std::fs::read_dir(super::root().join("crates"))
-            .unwrap()
-            .flatten()
-        {
-            let manifest = entry.path().join("Cargo.toml");
-            if entry.file_name() != "host" && manifest.is_file() {
-                assert!(
-                    !dependencies(&manifest).contains(&"libloading".to_owned()),
-                    "{}",
-                    manifest.display()
-                );
+        for (crate_dir, deps) in workspace_crates() {
+            let loads = deps.contains(&"libloading".to_owned());
+            assert_eq!(loads, crate_dir == "crates/host", "{crate_dir}: {deps:?}");
+        }
+    }
+
+    #[test]
+    fn only_the_cli_crate_depends_on_clap() {
+        for (crate_dir, deps) in workspace_crates() {
+            let uses_clap = deps.contains(&"clap".to_owned());
+            assert_eq!(uses_clap, crate_dir == "crates/cli", "{crate_dir}: {deps:?}");
+        }
+    }
+
+    /// The layering in ARCHITECTURE.md: each library crate depends only on the routerlab
+    /// crates below it.
+    #[test]
+    fn library_crates_depend_only_on_the_layers_below() {
+        let allowed: [(&str, &[&str]); 5] = [
+            ("crates/core", &[]),
+            ("crates/policy-kit", &["routerlab-core"]),
+            ("crates/host", &["routerlab-core"]),
+            // The host only for its read-only file map: the one mmap `unsafe` stays there.
+            ("crates/trace", &["routerlab-core", "routerlab-host"]),
+            (
+                "crates/sim",
+                &["routerlab-core", "routerlab-host", "routerlab-policy-kit", "routerlab-trace"],
+            ),
+        ];
+        let crates = workspace_crates();
+        for (dir, may) in allowed {
+            let deps = &crates.iter().find(|(d, _)| d == dir).expect(dir).1;
+            for dep in deps.iter().filter(|d| d.starts_with("routerlab-")) {
+                assert!(may.contains(&dep.as_str()), "{dir} must not depend on {dep}");
             }
         }
-        assert!(
-            dependencies(&super::root().join("crates/host/Cargo.toml"))
-                .contains(&"libloading".to_owned())
-        );
+    }
+
+    /// Every crate under crates/, plugins/ and examples/, with its `[dependencies]`.
+    fn workspace_crates() -> Vec<(String, Vec<String>)> {
+        let mut out = Vec::new();
+        for dir in ["crates", "plugins", "examples"] {
+            for entry in std::fs::read_dir(super::root().join(dir)).unwrap().flatten() {
+                let manifest = entry.path().join("Cargo.toml");
+                if manifest.is_file() {
+                    let name = format!("{dir}/{}", entry.file_name().to_string_lossy());
+                    out.push((name, dependencies(&manifest)));
+                }
+            }
+        }
+        assert!(out.len() >= 12, "found {} crates", out.len());
+        out
     }
 
     /// The README's examples are the compiled files, verbatim.

@@ -85,10 +85,10 @@ impl BlockInterner {
     /// are taken (some 4 billion distinct blocks).
     #[inline]
     pub fn intern(&mut self, hash: u64) -> Option<u32> {
-        if let Some(slot) = self.direct.get(hash as usize) {
-            if *slot != 0 {
-                return Some(*slot - 1);
-            }
+        if let Some(slot) = self.direct.get(hash as usize)
+            && *slot != 0
+        {
+            return Some(*slot - 1);
         }
         self.intern_slow(hash)
     }

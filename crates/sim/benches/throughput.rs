@@ -7,7 +7,7 @@
 //! `--child`), so its peak resident memory (`VmHWM`) is its own; the table shows the fastest
 //! run and the median rate. Everything is single-threaded: the numbers are for one core.
 //!
-//! Run: `cargo bench -p routerlab-replay --bench throughput` (after `cargo build --release
+//! Run: `cargo bench -p routerlab-sim --bench throughput` (after `cargo build --release
 //! --workspace`, so the plugin libraries exist).
 
 #![allow(clippy::print_stdout)]
@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use routerlab_host::{SearchPath, load_matcher};
-use routerlab_replay::replay::{ReplaySettings, replay};
-use routerlab_replay::synth::{MooncakeWorkload, write_mooncake};
-use routerlab_replay::trace::{TraceOptions, TraceReader};
+use routerlab_host::{EndpointTable, SearchPath, load_matcher};
+use routerlab_sim::{Router, WhenUnavailable, timefree};
+use routerlab_trace::synth::{MooncakeWorkload, write_mooncake};
+use routerlab_trace::{TraceOptions, TraceReader};
 
 /// Child runs per case.
 const RUNS: usize = 5;
@@ -75,7 +75,7 @@ fn status_kb(field: &str) -> u64 {
 /// The child: one replay, one line of numbers.
 fn child(trace: &Path, matcher_name: &str) {
     let search = SearchPath::from_env();
-    let mut matcher = load_matcher(matcher_name, "seed: 0", &search)
+    let matcher = load_matcher(matcher_name, "seed: 0", &search)
         .expect("plugin built (cargo build --release --workspace)");
     let options = TraceOptions {
         format: None,
@@ -85,12 +85,9 @@ fn child(trace: &Path, matcher_name: &str) {
     };
     let start = Instant::now();
     let mut reader = TraceReader::open(trace, options).expect("trace opens");
-    let settings = ReplaySettings {
-        endpoints: (0..10).map(|i| format!("localhost:{}", 8000 + i)).collect(),
-        cache_blocks: None,
-        fail_open: false,
-    };
-    let report = replay(&mut reader, &mut matcher, None, &settings).expect("replay");
+    let table = EndpointTable::new((0..10).map(|i| format!("localhost:{}", 8000 + i)));
+    let mut router = Router::new(matcher, None, table, WhenUnavailable::Reject).expect("router");
+    let report = timefree::replay(&mut reader, &mut router, None).expect("replay");
     let seconds = start.elapsed().as_secs_f64();
     // VmHWM counts the mapped trace pages too; RssAnon (at the end, when the tables are
     // largest) is the memory the replay itself allocated.

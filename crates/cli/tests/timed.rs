@@ -5,11 +5,12 @@ mod support;
 
 use std::path::Path;
 
-use routerlab_host::{SearchPath, load_detector, load_matcher};
-use routerlab_replay::engine::EngineConfig;
-use routerlab_replay::report::Report;
-use routerlab_replay::timed::{Arrivals, TimedSettings, WhenUnavailable, replay_timed};
-use routerlab_replay::trace::{TraceOptions, TraceReader};
+use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
+use routerlab_sim::engine::EngineConfig;
+use routerlab_sim::observer::NoObserver;
+use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
+use routerlab_sim::{Report, Router, WhenUnavailable};
+use routerlab_trace::{TraceOptions, TraceReader, Workload};
 use support::*;
 
 fn small_engine() -> EngineConfig {
@@ -29,8 +30,8 @@ fn timed(
     arrivals: Arrivals,
 ) -> Report {
     let search = SearchPath::from_env();
-    let mut matcher = load_matcher(matcher, "seed: 0", &search).expect("matcher loads");
-    let mut detector =
+    let matcher = load_matcher(matcher, "seed: 0", &search).expect("matcher loads");
+    let detector =
         detector.map(|(name, config)| load_detector(name, config, &search).expect("detector"));
     let options = TraceOptions {
         format: None,
@@ -38,49 +39,52 @@ fn timed(
         trace_block_size: 512,
         skip_invalid: false,
     };
-    let mut reader = TraceReader::open(trace, options).expect("trace opens");
+    let reader = TraceReader::open(trace, options).expect("trace opens");
     let settings = TimedSettings {
-        endpoints: vec!["a:8000".into(), "b:8000".into(), "c:8000".into()],
         engines: vec![small_engine(); 3],
         arrivals,
         respect_parents: false,
         think_time_ns: 0,
         metrics_interval_ns: 0,
-        when_unavailable: WhenUnavailable::Queue,
         default_output_tokens: 64,
         seed: 0,
     };
-    replay_timed(
-        &mut reader,
-        &mut matcher,
-        detector.as_mut(),
-        &settings,
-        None,
-    )
-    .expect("replay")
+    let workload = Workload::load(reader, &settings.engine_block_sizes()).expect("trace loads");
+    let table = EndpointTable::new(["a:8000", "b:8000", "c:8000"]);
+    let mut router = Router::new(matcher, detector, table, WhenUnavailable::Queue).expect("router");
+    replay_timed(&workload, &mut router, &settings, &mut NoObserver).expect("replay")
 }
 
 #[test]
-fn timed_reports() {
+fn timed_lcp_mooncake() {
     let trace = project_trace("mooncake-small.jsonl");
     let speedup = Arrivals::Trace { speedup: 4.0 };
-    insta::assert_yaml_snapshot!(
-        "timed-lcp@mooncake",
-        timed(&trace, "lcp", None, speedup.clone())
-    );
+    insta::assert_yaml_snapshot!("timed-lcp@mooncake", timed(&trace, "lcp", None, speedup));
+}
+
+#[test]
+fn timed_lcp_max_kv_cache_mooncake() {
+    let trace = project_trace("mooncake-small.jsonl");
+    let speedup = Arrivals::Trace { speedup: 4.0 };
+    let detector = Some(("max-kv-cache", "max_usage: 0.5"));
     insta::assert_yaml_snapshot!(
         "timed-lcp+max-kv-cache@mooncake",
-        timed(
-            &trace,
-            "lcp",
-            Some(("max-kv-cache", "max_usage: 0.5")),
-            speedup.clone()
-        )
+        timed(&trace, "lcp", detector, speedup)
     );
+}
+
+#[test]
+fn timed_round_robin_mooncake() {
+    let trace = project_trace("mooncake-small.jsonl");
+    let speedup = Arrivals::Trace { speedup: 4.0 };
     insta::assert_yaml_snapshot!(
         "timed-round-robin@mooncake",
         timed(&trace, "round-robin", None, speedup)
     );
+}
+
+#[test]
+fn timed_lcp_chat_poisson() {
     let chat = project_trace("chat.jsonl");
     insta::assert_yaml_snapshot!(
         "timed-lcp@chat-poisson",

@@ -6,7 +6,7 @@
 //! spawn to exit, so plugin loading and trace reading are included, and the child reports
 //! its own peak memory (`VmHWM`). Best of five.
 //!
-//! Run: `cargo bench -p routerlab-replay --bench timed` (after `cargo build --release
+//! Run: `cargo bench -p routerlab-sim --bench timed` (after `cargo build --release
 //! --workspace`); needs `../shared/traces`.
 
 #![allow(clippy::print_stdout)]
@@ -15,10 +15,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use routerlab_host::EndpointTable;
 use routerlab_host::{SearchPath, load_matcher};
-use routerlab_replay::engine::EngineConfig;
-use routerlab_replay::timed::{Arrivals, TimedSettings, WhenUnavailable, replay_timed};
-use routerlab_replay::trace::{TraceOptions, TraceReader};
+use routerlab_sim::engine::EngineConfig;
+use routerlab_sim::observer::NoObserver;
+use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
+use routerlab_sim::{Router, WhenUnavailable};
+use routerlab_trace::{TraceOptions, TraceReader, Workload};
 
 fn trace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -26,28 +29,27 @@ fn trace() -> PathBuf {
 }
 
 fn child(matcher: &str) {
-    let mut matcher =
-        load_matcher(matcher, "seed: 0", &SearchPath::from_env()).expect("plugin built");
+    let matcher = load_matcher(matcher, "seed: 0", &SearchPath::from_env()).expect("plugin built");
     let options = TraceOptions {
         format: None,
         block_size: 128,
         trace_block_size: 512,
         skip_invalid: false,
     };
-    let mut reader = TraceReader::open(&trace(), options).expect("trace");
-    let endpoints: Vec<String> = (0..4).map(|i| format!("localhost:{}", 8000 + i)).collect();
+    let reader = TraceReader::open(&trace(), options).expect("trace");
     let settings = TimedSettings {
-        engines: vec![EngineConfig::dynamo(); endpoints.len()],
-        endpoints,
+        engines: vec![EngineConfig::dynamo(); 4],
         arrivals: Arrivals::Trace { speedup: 1.0 },
         respect_parents: false,
         think_time_ns: 0,
         metrics_interval_ns: 0,
-        when_unavailable: WhenUnavailable::Queue,
         default_output_tokens: 128,
         seed: 0,
     };
-    let report = replay_timed(&mut reader, &mut matcher, None, &settings, None).expect("replay");
+    let workload = Workload::load(reader, &settings.engine_block_sizes()).expect("trace loads");
+    let table = EndpointTable::new((0..4).map(|i| format!("localhost:{}", 8000 + i)));
+    let mut router = Router::new(matcher, None, table, WhenUnavailable::Queue).expect("router");
+    let report = replay_timed(&workload, &mut router, &settings, &mut NoObserver).expect("replay");
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let peak = status
         .lines()

@@ -9,44 +9,15 @@
 //! Without a clock this mode cannot see queues: it measures where requests go and how much
 //! prefix they share, not how fast they are served.
 
-use routerlab_core::Unit;
-use routerlab_host::{
-    DetectorInstance, EndpointLoad, EndpointTable, MatcherInstance, PluginError, RequestData,
-};
+use routerlab_host::{EndpointLoad, RequestData};
 use routerlab_policy_kit::LruMap;
+use routerlab_trace::blocks::prompt_tokens;
+use routerlab_trace::{TraceReader, TraceRequest};
 
-use crate::report::{Report, StatsBuilder};
-use crate::trace::{TraceError, TraceReader, TraceRequest};
-
-/// Settings of one replay (beyond the plugins and the trace).
-#[derive(Debug, Clone)]
-pub struct ReplaySettings {
-    /// Endpoint names, in endpoint order.
-    pub endpoints: Vec<String>,
-    /// Prefix-cache capacity per endpoint, in blocks; `None` = unbounded.
-    pub cache_blocks: Option<u64>,
-    /// When every endpoint is unavailable, route anyway instead of rejecting.
-    pub fail_open: bool,
-}
-
-/// Why a replay stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum ReplayError {
-    /// The trace is bad.
-    #[error("{0}")]
-    Trace(#[from] TraceError),
-    /// The timed replay cannot run with these inputs.
-    #[error("{0}")]
-    Timing(String),
-    /// A plugin failed while routing a request.
-    #[error("{location}: {source}")]
-    Plugin {
-        /// `file:line` of the request being routed.
-        location: String,
-        /// The plugin's failure.
-        source: PluginError,
-    },
-}
+use crate::error::{SimError, request_location};
+use crate::report::Report;
+use crate::router::Router;
+use crate::stats::StatsBuilder;
 
 /// One endpoint's prefix cache, keyed by dense block id: a bitset when unbounded (as the
 /// prototype), a least-recently-used set when bounded.
@@ -115,50 +86,28 @@ impl PrefixCache {
     }
 }
 
-/// Prompt tokens of a request: exact for token traces, bytes / 4 for text.
-pub fn prompt_tokens(unit: Unit, prompt_len: u64) -> u64 {
-    match unit {
-        Unit::Tokens => prompt_len,
-        Unit::Bytes => prompt_len.div_ceil(4),
-    }
-}
-
-/// Replays the whole trace through the plugins.
+/// Replays the whole trace through `router`, each endpoint with a prefix cache of
+/// `cache_blocks` blocks (`None` = unbounded).
 pub fn replay(
     reader: &mut TraceReader,
-    matcher: &mut MatcherInstance,
-    mut detector: Option<&mut DetectorInstance>,
-    settings: &ReplaySettings,
-) -> Result<Report, ReplayError> {
+    router: &mut Router,
+    cache_blocks: Option<u64>,
+) -> Result<Report, SimError> {
     let unit = reader.unit();
     let block_size = reader.block_size();
-    let n = settings.endpoints.len();
-    let mut table = EndpointTable::new(settings.endpoints.iter().cloned());
-    let plugin_error = |request: &TraceRequest, source| ReplayError::Plugin {
-        location: format!("request {} (line {})", request.seq, request.line),
-        source,
-    };
-    matcher
-        .add_endpoints(&table)
-        .map_err(|source| ReplayError::Plugin {
-            location: "start".into(),
-            source,
-        })?;
-    let mut caches: Vec<PrefixCache> = (0..n)
-        .map(|_| PrefixCache::new(settings.cache_blocks))
-        .collect();
+    let n = router.table().len();
+    let mut caches: Vec<PrefixCache> = (0..n).map(|_| PrefixCache::new(cache_blocks)).collect();
     let mut loads = vec![
         EndpointLoad {
-            kv_blocks_total: settings.cache_blocks.unwrap_or(0),
+            kv_blocks_total: cache_blocks.unwrap_or(0),
             ..Default::default()
         };
         n
     ];
     // Endpoint of each request (by seq), for the share-prefix statistic; u16::MAX = rejected.
+    // `Router::new` bounds the fleet below that.
     let mut endpoint_of: Vec<u16> = vec![u16::MAX];
     let mut stats = StatsBuilder::new(n, unit);
-    let mut unavailable = vec![false; n];
-    let all_available = vec![false; n];
     let mut request = TraceRequest::default();
 
     while reader.next_into(&mut request)? {
@@ -175,51 +124,22 @@ pub fn replay(
             session_id: request.session,
             parent_id: request.parent_seq.unwrap_or(0),
         };
-        match detector.as_deref_mut() {
-            Some(detector) => {
-                detector
-                    .detect(&table, &mut unavailable)
-                    .map_err(|e| plugin_error(&request, e))?;
-            }
-            None => unavailable.fill(false),
-        }
-        let constrained = unavailable.contains(&true);
-        let everything_down = unavailable.iter().all(|u| *u);
-        let flags = if everything_down && settings.fail_open {
-            &all_available
-        } else {
-            &unavailable
-        };
-        let mut chosen = if everything_down && !settings.fail_open {
-            None
-        } else {
-            matcher
-                .match_request(&data, &table, flags)
-                .map_err(|e| plugin_error(&request, e))?
-        };
-        if chosen.is_none() && settings.fail_open && constrained && !everything_down {
-            // The matcher found nothing among the available endpoints: fail open means it
-            // gets to choose among all of them.
-            chosen = matcher
-                .match_request(&data, &table, &all_available)
-                .map_err(|e| plugin_error(&request, e))?;
-        }
+        let plugin_error = |e| SimError::plugin(request_location(request.seq, request.line), e);
+        let decision = router.decide(&data).map_err(plugin_error)?;
         let parent_endpoint = request.parent_seq.map(|p| endpoint_of[p as usize]);
-        let Some(pos) = chosen else {
-            stats.reject(constrained, parent_endpoint.is_some());
+        let Some(pos) = decision.endpoint else {
+            stats.reject(decision.constrained, parent_endpoint.is_some());
             endpoint_of.push(u16::MAX);
             continue;
         };
-        matcher
-            .update(&data, &table, pos)
-            .map_err(|e| plugin_error(&request, e))?;
+        router.learn(&data, pos).map_err(plugin_error)?;
         let hit_blocks = caches[pos].serve(&request.block_ids);
         let hit_units = (hit_blocks * u64::from(block_size)).min(request.prompt_len);
         stats.route(
             pos,
             request.prompt_len,
             hit_units,
-            constrained,
+            decision.constrained,
             parent_endpoint.map(|p| p == pos as u16),
         );
         endpoint_of.push(pos as u16);
@@ -228,7 +148,7 @@ pub fn replay(
         load.running += 1;
         load.kv_blocks_used = caches[pos].len();
         load.inflight_prompt_tokens += prompt_tokens(unit, request.prompt_len);
-        table.set_load(pos, *load);
+        router.table_mut().set_load(pos, *load);
     }
     Ok(stats.finish())
 }

@@ -1,21 +1,21 @@
 //! The report: what a replay measured, in a schema that is part of the stable surface.
 //!
 //! [`Report`] is the machine-readable form (`--format json|yaml`, and the snapshots); its
-//! keys and nesting are documented in STABILITY.md and only ever gain keys. Floats are
+//! keys and nesting are documented in STABILITY.md and only ever gain keys. Every type
+//! reads back as well as it writes (`compare --from`, merging sharded sweeps and plots
+//! start from saved reports), and the `run` block says what produced it. Floats are
 //! rounded to six decimals so that reports are byte-identical across platforms' last-bit
 //! differences and readable in review. The human form starts with the prototype's three
 //! lines, in its wording, so results can be put beside it.
 
 use std::fmt::Write as _;
 
-use hdrhistogram::Histogram;
-use routerlab_core::Unit;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::trace::unit_name;
+pub use crate::run::RunInfo;
 
 /// Requests per endpoint, in endpoint order.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Nreq {
     /// Requests routed to each endpoint.
     pub counts: Vec<u64>,
@@ -26,7 +26,7 @@ pub struct Nreq {
 }
 
 /// Distribution of cache-miss lengths of routed requests, in the report's unit.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct CacheMiss {
     /// Mean.
     pub mean: f64,
@@ -43,7 +43,7 @@ pub struct CacheMiss {
 }
 
 /// Requests that continue an earlier one.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SharePrefix {
     /// Requests with a parent.
     pub total: u64,
@@ -51,9 +51,41 @@ pub struct SharePrefix {
     pub same_endpoint: u64,
 }
 
+/// The unit of a report's lengths.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LengthUnit {
+    /// Bytes of prompt text.
+    Bytes,
+    /// Tokens.
+    Tokens,
+}
+
+impl From<routerlab_core::Unit> for LengthUnit {
+    fn from(unit: routerlab_core::Unit) -> LengthUnit {
+        match unit {
+            routerlab_core::Unit::Bytes => LengthUnit::Bytes,
+            routerlab_core::Unit::Tokens => LengthUnit::Tokens,
+        }
+    }
+}
+
+impl std::fmt::Display for LengthUnit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LengthUnit::Bytes => "bytes",
+            LengthUnit::Tokens => "tokens",
+        })
+    }
+}
+
 /// What a replay measured.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Report {
+    /// What produced the report: tool, plugins, settings, trace. Absent only in reports
+    /// built by library callers that do not say (and in the statistics snapshots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunInfo>,
     /// Requests read from the trace.
     pub requests: u64,
     /// Endpoints in the fleet.
@@ -61,7 +93,7 @@ pub struct Report {
     /// Requests no endpoint took.
     pub rejected: u64,
     /// Unit of lengths: `bytes` or `tokens`.
-    pub unit: &'static str,
+    pub unit: LengthUnit,
     /// Requests per endpoint.
     pub nreq: Nreq,
     /// Cache-miss lengths.
@@ -73,148 +105,76 @@ pub struct Report {
     /// Decisions taken while at least one endpoint was unavailable.
     pub constrained_decisions: u64,
     /// Latencies and engine figures, in timed replays only.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub timed: Option<crate::timed::TimedReport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed: Option<TimedReport>,
 }
 
-/// Largest length the histogram tells apart (2^40); longer misses count as this.
-const MAX_TRACKED: u64 = 1 << 40;
-
-/// Accumulates statistics request by request.
-pub struct StatsBuilder {
-    unit: Unit,
-    counts: Vec<u64>,
-    miss: Histogram<u64>,
-    miss_sum: u128,
-    miss_sum_sq: u128,
-    miss_max: u64,
-    prompt_units: u128,
-    hit_units: u128,
-    requests: u64,
-    rejected: u64,
-    constrained: u64,
-    share_total: u64,
-    share_same: u64,
+/// Percentiles of one latency, in milliseconds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Latency {
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Maximum.
+    pub max: f64,
 }
 
-impl StatsBuilder {
-    /// Statistics for `endpoints` endpoints, lengths in `unit`.
-    pub fn new(endpoints: usize, unit: Unit) -> StatsBuilder {
-        StatsBuilder {
-            unit,
-            counts: vec![0; endpoints],
-            // Fixed bounds: an auto-resizing histogram clamps `saturating_record` to its
-            // current (tiny) range instead of growing.
-            miss: Histogram::new_with_bounds(1, MAX_TRACKED, 3).expect("valid histogram bounds"),
-            miss_sum: 0,
-            miss_sum_sq: 0,
-            miss_max: 0,
-            prompt_units: 0,
-            hit_units: 0,
-            requests: 0,
-            rejected: 0,
-            constrained: 0,
-            share_total: 0,
-            share_same: 0,
-        }
-    }
+/// Tokens per second over the makespan.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Throughput {
+    /// Prompt tokens of finished requests per second.
+    pub input_tokens_per_s: f64,
+    /// Generated tokens per second.
+    pub output_tokens_per_s: f64,
+}
 
-    /// A request no endpoint took.
-    pub fn reject(&mut self, constrained: bool, has_parent: bool) {
-        self.requests += 1;
-        self.rejected += 1;
-        self.constrained += u64::from(constrained);
-        self.share_total += u64::from(has_parent);
-    }
+/// One endpoint's figures.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EndpointTimed {
+    /// Endpoint name.
+    pub name: String,
+    /// Requests it finished.
+    pub requests: u64,
+    /// Their prompt tokens.
+    pub prompt_tokens: u64,
+    /// Largest KV usage (fraction of blocks held).
+    pub peak_kv_usage: f64,
+    /// Time-weighted mean KV usage.
+    pub mean_kv_usage: f64,
+    /// Cached blocks evicted.
+    pub evictions: u64,
+    /// Sequences preempted and recomputed.
+    pub preemptions: u64,
+}
 
-    /// A request routed to endpoint `pos`; `same_as_parent` is `None` without a parent.
-    pub fn route(
-        &mut self,
-        pos: usize,
-        prompt_len: u64,
-        hit_units: u64,
-        constrained: bool,
-        same_as_parent: Option<bool>,
-    ) {
-        self.requests += 1;
-        self.counts[pos] += 1;
-        self.constrained += u64::from(constrained);
-        let miss = prompt_len - hit_units;
-        self.miss.saturating_record(miss);
-        self.miss_sum += u128::from(miss);
-        self.miss_sum_sq += u128::from(miss) * u128::from(miss);
-        self.miss_max = self.miss_max.max(miss);
-        self.prompt_units += u128::from(prompt_len);
-        self.hit_units += u128::from(hit_units);
-        if let Some(same) = same_as_parent {
-            self.share_total += 1;
-            self.share_same += u64::from(same);
-        }
-    }
-
-    /// The finished report.
-    pub fn finish(self) -> Report {
-        let routed = self.requests - self.rejected;
-        let (mean, std) = if routed == 0 {
-            (0.0, 0.0)
-        } else {
-            let n = routed as f64;
-            let mean = self.miss_sum as f64 / n;
-            // Exact integer variance: n·Σx² − (Σx)², then one division.
-            let spread = u128::from(routed) * self.miss_sum_sq - self.miss_sum * self.miss_sum;
-            (mean, (spread as f64 / (n * n)).sqrt())
-        };
-        let percentile = |q: f64| {
-            if routed == 0 {
-                0
-            } else {
-                self.miss.value_at_quantile(q)
-            }
-        };
-        let count_mean = self.counts.iter().sum::<u64>() as f64 / self.counts.len().max(1) as f64;
-        let (max_over_mean, cv) = if count_mean == 0.0 {
-            (0.0, 0.0)
-        } else {
-            let max = *self.counts.iter().max().unwrap_or(&0) as f64;
-            let var = self
-                .counts
-                .iter()
-                .map(|c| (*c as f64 - count_mean).powi(2))
-                .sum::<f64>()
-                / self.counts.len() as f64;
-            (max / count_mean, var.sqrt() / count_mean)
-        };
-        Report {
-            requests: self.requests,
-            endpoints: self.counts.len() as u64,
-            rejected: self.rejected,
-            unit: unit_name(self.unit),
-            nreq: Nreq {
-                counts: self.counts,
-                max_over_mean: round6(max_over_mean),
-                cv: round6(cv),
-            },
-            cache_miss: CacheMiss {
-                mean: round6(mean),
-                std: round6(std),
-                p50: percentile(0.5),
-                p90: percentile(0.9),
-                p99: percentile(0.99),
-                max: self.miss_max,
-            },
-            hit_ratio: if self.prompt_units == 0 {
-                0.0
-            } else {
-                round6(self.hit_units as f64 / self.prompt_units as f64)
-            },
-            share_prefix: SharePrefix {
-                total: self.share_total,
-                same_endpoint: self.share_same,
-            },
-            constrained_decisions: self.constrained,
-            timed: None,
-        }
-    }
+/// The timed part of the report.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TimedReport {
+    /// Arrival to first token.
+    pub ttft: Latency,
+    /// Time per output token after the first.
+    pub tpot: Latency,
+    /// Arrival to last token.
+    pub e2e: Latency,
+    /// Arrival to first scheduled on an engine (router queue included).
+    pub queue: Latency,
+    /// Token throughput.
+    pub throughput: Throughput,
+    /// First arrival to last finish, seconds.
+    pub makespan_s: f64,
+    /// Prompt tokens reused from engine prefix caches / prompt tokens (after eviction).
+    pub hit_ratio: f64,
+    /// Requests that waited at the router because nothing was available.
+    pub router_queued: u64,
+    /// Requests rejected because prompt plus output exceed their engine's whole KV cache.
+    pub too_long: u64,
+    /// Per endpoint, in endpoint order.
+    pub per_endpoint: Vec<EndpointTimed>,
 }
 
 /// Rounds to six decimals, so reports do not depend on the last bits of a float.
@@ -310,7 +270,7 @@ impl Report {
 }
 
 /// The timed replay's human tables: latencies, then engines.
-fn timed_human(out: &mut String, timed: &crate::timed::TimedReport) {
+fn timed_human(out: &mut String, timed: &TimedReport) {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -374,42 +334,5 @@ mod tests {
     fn counts_print_like_numpy() {
         assert_eq!(numpy_style(&[400, 200, 0, 400]), "[400 200   0 400]");
         assert_eq!(numpy_style(&[]), "[]");
-    }
-
-    #[test]
-    fn statistics_by_hand() {
-        let mut stats = StatsBuilder::new(2, Unit::Tokens);
-        stats.route(0, 100, 100, false, None); // miss 0
-        stats.route(0, 100, 0, false, Some(true)); // miss 100
-        stats.route(1, 50, 0, true, Some(false)); // miss 50
-        stats.reject(true, true);
-        for _ in 0..7 {
-            stats.route(1, 3000, 1000, false, None); // miss 2000
-        }
-        let report = stats.finish();
-        assert_eq!(report.requests, 11);
-        assert_eq!(report.rejected, 1);
-        assert_eq!(report.nreq.counts, vec![2, 8]);
-        assert_eq!(report.nreq.max_over_mean, 1.6);
-        // Misses: 0, 100, 50 and seven of 2000.
-        let misses = [
-            0.0, 100.0, 50.0, 2000.0, 2000.0, 2000.0, 2000.0, 2000.0, 2000.0, 2000.0,
-        ];
-        let mean = misses.iter().sum::<f64>() / 10.0;
-        let var = misses.iter().map(|m| (m - mean) * (m - mean)).sum::<f64>() / 10.0;
-        assert_eq!(report.cache_miss.mean, round6(mean));
-        assert_eq!(report.cache_miss.std, round6(var.sqrt()));
-        assert_eq!(report.cache_miss.p50, 2000);
-        assert_eq!(report.cache_miss.p90, 2000);
-        assert_eq!(report.cache_miss.max, 2000);
-        assert_eq!(report.hit_ratio, round6(7100.0 / 21250.0));
-        assert_eq!(
-            report.share_prefix,
-            SharePrefix {
-                total: 3,
-                same_endpoint: 1
-            }
-        );
-        assert_eq!(report.constrained_decisions, 2);
     }
 }

@@ -4,7 +4,7 @@
 mod support;
 
 use routerlab_core::abi::{RL_ABI_MAJOR, RL_ABI_MINOR};
-use routerlab_replay::synth::{ChatWorkload, write_chat};
+use routerlab_trace::synth::{ChatWorkload, write_chat};
 use support::*;
 
 #[test]

@@ -1,0 +1,58 @@
+//! `routerlab gen-trace`: the synthetic workloads, written to a file or stdout.
+
+use std::path::PathBuf;
+
+use routerlab_trace::synth::{ChatWorkload, MooncakeWorkload, write_chat, write_mooncake};
+
+use crate::cmd::OutputFile;
+use crate::exit::Failure;
+use crate::opts::{GenFormat, GenTraceArgs};
+
+/// Writes the requested synthetic trace.
+pub fn run(args: GenTraceArgs) -> Result<(), Failure> {
+    if !(0.0..=1.0).contains(&args.continue_chat_probability) {
+        return Err(Failure::input(
+            "--continue-chat-probability must be within 0..=1",
+        ));
+    }
+    let output = args.output.clone().unwrap_or_else(|| PathBuf::from("-"));
+    let fail = |source| Failure::Output {
+        what: "the trace",
+        path: output.clone(),
+        source,
+    };
+    let file = match &args.output {
+        Some(path) => Some(OutputFile::create(path).map_err(fail)?),
+        None => None,
+    };
+    let mut sink: Box<dyn std::io::Write> = match &file {
+        Some(file) => Box::new(std::io::BufWriter::new(file.writer().map_err(fail)?)),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let written = match args.format {
+        GenFormat::Chat => write_chat(
+            &ChatWorkload {
+                requests: args.requests,
+                continue_chat_probability: args.continue_chat_probability,
+                tokens_typed_by_user_per_request: args.tokens_typed_by_user_per_request,
+                seed: args.seed,
+            },
+            &mut sink,
+        ),
+        GenFormat::Mooncake => write_mooncake(
+            &MooncakeWorkload {
+                requests: args.requests,
+                continue_chat_probability: args.continue_chat_probability,
+                seed: args.seed,
+                sessions: !args.plain,
+            },
+            &mut sink,
+        ),
+    };
+    written.and_then(|()| sink.flush()).map_err(fail)?;
+    drop(sink);
+    match file {
+        Some(file) => file.commit().map_err(fail),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,49 @@
+//! One module per subcommand, each a `run` over the library crates; plus the one way the
+//! command line writes an output file.
+
+pub mod gen_trace;
+pub mod plugins;
+pub mod replay;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// An output written beside its final name and renamed into place only once complete, so a
+/// failed run leaves no half-written file and an existing file survives a failure.
+pub struct OutputFile {
+    target: PathBuf,
+    temporary: PathBuf,
+}
+
+impl OutputFile {
+    /// Creates the temporary file beside `target`.
+    pub fn create(target: &Path) -> std::io::Result<OutputFile> {
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let temporary = target.with_file_name(format!(".{name}.{}.partial", std::process::id()));
+        File::create(&temporary)?;
+        Ok(OutputFile {
+            target: target.to_owned(),
+            temporary,
+        })
+    }
+
+    /// A writer on the temporary file.
+    pub fn writer(&self) -> std::io::Result<File> {
+        File::options().write(true).open(&self.temporary)
+    }
+
+    /// Renames the finished file into place.
+    pub fn commit(self) -> std::io::Result<()> {
+        std::fs::rename(&self.temporary, &self.target)
+    }
+}
+
+impl Drop for OutputFile {
+    fn drop(&mut self) {
+        // Uncommitted (an error, a panic): nothing may pass for a complete output.
+        let _ = std::fs::remove_file(&self.temporary);
+    }
+}

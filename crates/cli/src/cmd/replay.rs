@@ -1,0 +1,167 @@
+//! `routerlab replay`: one matcher (and detector) over one trace, time-free or timed.
+//!
+//! Settings come from three layers, later winning: defaults, an experiment YAML file
+//! (`--config`), then flags. Nothing is printed on stdout unless the replay completed.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
+use routerlab_sim::observer::{JsonLines, NoObserver};
+use routerlab_sim::report::Report;
+use routerlab_sim::run::{PluginRun, RunInfo, TimedRun, TraceRun};
+use routerlab_sim::timed::replay_timed;
+use routerlab_sim::{Router, timefree};
+use routerlab_trace::workload::TraceSource;
+use routerlab_trace::{TraceReader, Workload};
+
+use crate::cmd::OutputFile;
+use crate::exit::Failure;
+use crate::opts::{OutputFormat, ReplayOpts};
+use crate::spec::{RunSpec, one_line, resolve};
+
+/// Reads the experiment file; its relative paths are relative to the file.
+fn load_experiment(path: &Path) -> Result<ReplayOpts, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Failure::input(format!(
+            "{}: cannot read experiment file: {e}",
+            path.display()
+        ))
+    })?;
+    let mut opts: ReplayOpts = serde_yaml::from_str(&text)
+        .map_err(|e| Failure::input(format!("{}: {}", path.display(), one_line(&e.to_string()))))?;
+    let base = path.parent().map(Path::to_owned).unwrap_or_default();
+    opts.trace = opts.trace.map(|t| base.join(t));
+    opts.requests_out = opts.requests_out.map(|p| base.join(p));
+    Ok(opts)
+}
+
+/// Runs a replay and prints its report.
+pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
+    let opts = match flags.config.clone() {
+        Some(path) => flags.or(load_experiment(&path)?),
+        None => flags,
+    };
+    let spec = resolve(opts)?;
+    let search = SearchPath::from_env();
+    let matcher = load_matcher(&spec.matcher, &spec.matcher_config, &search)?;
+    let detector = match &spec.detector {
+        Some(name) => Some(load_detector(name, &spec.detector_config, &search)?),
+        None => None,
+    };
+    let started = Instant::now();
+    let mut reader = TraceReader::open(&spec.trace, spec.trace_options.clone())?;
+    let source = reader.source();
+    let trace_bytes = source.bytes;
+    let block_size = reader.block_size();
+    let table = EndpointTable::new(spec.endpoints.iter().cloned());
+    let mut router = Router::new(matcher, detector, table, spec.when_unavailable)?;
+    let (mut report, skipped) = match &spec.timed {
+        None => {
+            let report = timefree::replay(&mut reader, &mut router, spec.cache_blocks)?;
+            (report, reader.skipped().clone())
+        }
+        Some(timed) => {
+            let workload = Workload::load(reader, &timed.engine_block_sizes())?;
+            let report = match &spec.requests_out {
+                None => replay_timed(&workload, &mut router, timed, &mut NoObserver)?,
+                Some(path) => {
+                    let fail = |source| Failure::Output {
+                        what: "per-request records",
+                        path: path.clone(),
+                        source,
+                    };
+                    let file = OutputFile::create(path).map_err(fail)?;
+                    let writer = std::io::BufWriter::new(file.writer().map_err(fail)?);
+                    let mut lines = JsonLines::new(writer, path.clone());
+                    let report = replay_timed(&workload, &mut router, timed, &mut lines)?;
+                    drop(lines.finish()?);
+                    file.commit().map_err(fail)?;
+                    report
+                }
+            };
+            (report, workload.skipped.clone())
+        }
+    };
+    let elapsed = started.elapsed().as_secs_f64();
+    if !skipped.is_empty() {
+        let total: u64 = skipped.values().sum();
+        let reasons: Vec<String> = skipped.iter().map(|(r, n)| format!("{n} {r}")).collect();
+        eprintln!(
+            "warning: skipped {total} invalid line(s) of {}: {}",
+            spec.trace.display(),
+            reasons.join(", ")
+        );
+    }
+    report.run = Some(run_info(&spec, source, block_size, &skipped));
+    print_report(&report, &spec)?;
+    if spec.format == OutputFormat::Human {
+        eprintln!(
+            "replayed {} requests in {:.3} s ({:.0} decisions/s, {:.1} MB/s of trace)",
+            report.requests,
+            elapsed,
+            report.requests as f64 / elapsed.max(1e-9),
+            trace_bytes as f64 / 1e6 / elapsed.max(1e-9),
+        );
+    }
+    Ok(())
+}
+
+fn run_info(
+    spec: &RunSpec,
+    source: TraceSource,
+    block_size: u32,
+    skipped: &std::collections::BTreeMap<&'static str, u64>,
+) -> RunInfo {
+    RunInfo {
+        tool_version: env!("CARGO_PKG_VERSION").to_owned(),
+        matcher: PluginRun {
+            name: spec.matcher.clone(),
+            config: spec.matcher_config.clone(),
+        },
+        detector: spec.detector.as_ref().map(|name| PluginRun {
+            name: name.clone(),
+            config: spec.detector_config.clone(),
+        }),
+        seed: spec.seed,
+        trace: TraceRun {
+            path: source.path,
+            format: source.format.to_string(),
+            bytes: source.bytes,
+            content_hash: source.content_hash,
+            skipped: skipped.iter().map(|(r, n)| ((*r).to_owned(), *n)).collect(),
+        },
+        block_size,
+        endpoints: spec.endpoints.clone(),
+        cache_blocks: spec.cache_blocks,
+        when_unavailable: spec.when_unavailable,
+        timed: spec.timed.as_ref().map(|t| TimedRun {
+            arrivals: t.arrivals.clone(),
+            respect_parents: t.respect_parents,
+            think_time_ns: t.think_time_ns,
+            metrics_interval_ns: t.metrics_interval_ns,
+            default_output_tokens: t.default_output_tokens,
+            engines: t.engines.clone(),
+        }),
+    }
+}
+
+fn print_report(report: &Report, spec: &RunSpec) -> Result<(), Failure> {
+    let text = match spec.format {
+        OutputFormat::Human => report.to_human(&spec.endpoints),
+        OutputFormat::Json => serde_json::to_string_pretty(report)
+            .map(|s| s + "\n")
+            .expect("report serialises"),
+        OutputFormat::Yaml => serde_yaml::to_string(report).expect("report serialises"),
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|source| Failure::Output {
+            what: "the report",
+            path: PathBuf::from("-"),
+            source,
+        })
+}

@@ -1,0 +1,128 @@
+//! Every failure the command line reports, and its exit code: decided here and nowhere
+//! else, so the same failure always exits the same way.
+//!
+//! - 0: success.
+//! - 1: the run started and could not finish: a plugin failed while routing, or an output
+//!   (the report, `--requests-out`, a generated trace) could not be written.
+//! - 2: bad input: flags, experiment file, trace, plugin or plugin config. Nothing ran.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use routerlab_host::PluginError;
+use routerlab_sim::SimError;
+use routerlab_trace::TraceError;
+
+/// Exit code of a run that could not finish.
+pub const RUN_FAILED: u8 = 1;
+/// Exit code of bad input.
+pub const BAD_INPUT: u8 = 2;
+
+/// A failure, as the user sees it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Failure {
+    /// Flags or the experiment file are wrong; the message names the flag or key.
+    Input(String),
+    /// The trace is bad.
+    Trace(TraceError),
+    /// A plugin could not be found, loaded or created.
+    Plugin(PluginError),
+    /// The run failed.
+    Run(SimError),
+    /// An output could not be written.
+    Output {
+        /// What was being written.
+        what: &'static str,
+        /// Where (`-` for stdout).
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+impl Failure {
+    /// Bad flags or settings.
+    pub fn input(message: impl Into<String>) -> Failure {
+        Failure::Input(message.into())
+    }
+
+    /// The process exit code.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Failure::Input(_) | Failure::Trace(_) | Failure::Plugin(_) => BAD_INPUT,
+            Failure::Run(e) => match e {
+                SimError::Trace(_) | SimError::Input(_) | SimError::NoArrivalTimes { .. } => {
+                    BAD_INPUT
+                }
+                SimError::Plugin { .. } | SimError::Io { .. } => RUN_FAILED,
+                _ => RUN_FAILED,
+            },
+            Failure::Output { .. } => RUN_FAILED,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Input(message) => f.write_str(message),
+            Failure::Trace(e) => write!(f, "{e}"),
+            Failure::Plugin(e) => write!(f, "{e}"),
+            // The library names concepts; here they get the flags that set them.
+            Failure::Run(SimError::NoArrivalTimes { line }) => write!(
+                f,
+                "line {line}: the trace has no arrival times; pass --rate R (Poisson) or --concurrency N (closed loop)"
+            ),
+            Failure::Run(e) => write!(f, "{e}"),
+            Failure::Output { what, path, source } => {
+                write!(f, "{}: cannot write {what}: {source}", path.display())
+            }
+        }
+    }
+}
+
+impl From<SimError> for Failure {
+    fn from(e: SimError) -> Failure {
+        Failure::Run(e)
+    }
+}
+
+impl From<TraceError> for Failure {
+    fn from(e: TraceError) -> Failure {
+        Failure::Trace(e)
+    }
+}
+
+impl From<PluginError> for Failure {
+    fn from(e: PluginError) -> Failure {
+        Failure::Plugin(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_failure_always_has_the_same_code() {
+        let io = || std::io::Error::other("disk full");
+        let written_by_the_run = Failure::Run(SimError::Io {
+            what: "per-request records",
+            path: "out.jsonl".into(),
+            source: io(),
+        });
+        let written_after = Failure::Output {
+            what: "per-request records",
+            path: "out.jsonl".into(),
+            source: io(),
+        };
+        assert_eq!(written_by_the_run.exit_code(), RUN_FAILED);
+        assert_eq!(written_after.exit_code(), RUN_FAILED);
+        assert_eq!(written_by_the_run.to_string(), written_after.to_string());
+        assert_eq!(Failure::input("x").exit_code(), BAD_INPUT);
+        let no_times = Failure::Run(SimError::NoArrivalTimes { line: 3 });
+        assert_eq!(no_times.exit_code(), BAD_INPUT);
+        assert!(no_times.to_string().contains("pass --rate R"));
+    }
+}

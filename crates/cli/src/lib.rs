@@ -1,0 +1,36 @@
+//! routerlab-cli: the `routerlab` command line, and the only crate that knows about flags.
+//!
+//! The flow is the same for every command: clap parses [`opts`] (one type that is both the
+//! flags and the experiment file), [`spec`] resolves them into a plain, checked run
+//! specification with no I/O, a module of [`cmd`] runs it over the library crates, and
+//! [`exit`] turns whatever failed into one line on stderr and an exit code, in one place.
+
+#![allow(clippy::print_stdout)]
+
+pub mod cmd;
+pub mod exit;
+pub mod opts;
+pub mod spec;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::opts::{Cli, Command};
+
+/// Runs the command line; returns the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Replay(opts) => cmd::replay::run(*opts),
+        Command::Plugins(args) => cmd::plugins::run(args),
+        Command::GenTrace(args) => cmd::gen_trace::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("error: {failure}");
+            ExitCode::from(failure.exit_code())
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! The command line's options. [`ReplayOpts`] is both the `replay` flags (clap) and the
+//! experiment file (serde, snake_case keys, unknown keys refused), so a setting is declared
+//! once; [`ReplayOpts::or`] lays the flags over the file. Values stay close to what the user
+//! typed here: checking and defaults are [`crate::spec`]'s job.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use routerlab_sim::WhenUnavailable;
+use routerlab_sim::engine::StepTime;
+use serde::Deserialize;
+use serde_yaml::Value;
+
+/// Route LLM requests through routing plugins and measure the result.
+#[derive(Parser, Debug)]
+#[command(name = "routerlab", version, about, long_about = None)]
+pub struct Cli {
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Replay a trace through a matcher (and optionally a detector) and report statistics.
+    Replay(Box<ReplayOpts>),
+    /// List every plugin on the search path: name, kind, version, ABI, file.
+    Plugins(PluginsArgs),
+    /// Write a synthetic trace (the prototype's chat workload, or Mooncake format).
+    GenTrace(GenTraceArgs),
+}
+
+/// Report formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputFormat {
+    /// Tables for people.
+    Human,
+    /// The report schema as JSON.
+    Json,
+    /// The report schema as YAML.
+    Yaml,
+}
+
+/// Replay modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Timing {
+    /// The prototype's time-free replay.
+    Off,
+    /// The timed replay with an engine model.
+    Trace,
+}
+
+/// Engine presets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EnginePreset {
+    /// NVIDIA Dynamo's mocker defaults (16,384 blocks of 64 tokens, 256 seqs, 8,192
+    /// tokens/step, polynomial step time).
+    Dynamo,
+}
+
+/// What happens when no endpoint is available (the library's policy, as a flag value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UnavailableArg {
+    /// Wait at the router until an endpoint is available.
+    Queue,
+    /// Count it as rejected.
+    Reject,
+    /// Route it anyway, the matcher seeing every endpoint as available.
+    FailOpen,
+}
+
+impl From<UnavailableArg> for WhenUnavailable {
+    fn from(arg: UnavailableArg) -> WhenUnavailable {
+        match arg {
+            UnavailableArg::Queue => WhenUnavailable::Queue,
+            UnavailableArg::Reject => WhenUnavailable::Reject,
+            UnavailableArg::FailOpen => WhenUnavailable::FailOpen,
+        }
+    }
+}
+
+/// A plugin config: YAML text on the command line, any YAML value in the file.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigArg {
+    /// As typed after `--matcher-config` / `--detector-config`.
+    Text(String),
+    /// As written in the experiment file.
+    Value(Value),
+}
+
+impl std::str::FromStr for ConfigArg {
+    type Err = std::convert::Infallible;
+    fn from_str(text: &str) -> Result<ConfigArg, Self::Err> {
+        Ok(ConfigArg::Text(text.to_owned()))
+    }
+}
+
+impl<'de> Deserialize<'de> for ConfigArg {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        Value::deserialize(de).map(ConfigArg::Value)
+    }
+}
+
+/// The endpoints: a count or names; text on the command line, a number or list in the file.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EndpointsArg {
+    /// As typed after `--endpoints`: `N` or `a,b,c`.
+    Text(String),
+    /// As written in the experiment file.
+    Value(Value),
+}
+
+impl std::str::FromStr for EndpointsArg {
+    type Err = std::convert::Infallible;
+    fn from_str(text: &str) -> Result<EndpointsArg, Self::Err> {
+        Ok(EndpointsArg::Text(text.to_owned()))
+    }
+}
+
+impl<'de> Deserialize<'de> for EndpointsArg {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        Value::deserialize(de).map(EndpointsArg::Value)
+    }
+}
+
+/// Engine settings over a preset (every key optional): the experiment file's `engine` and
+/// each entry of `engines`, and the text of `--engine-config`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineOverrides {
+    /// Start from this preset instead.
+    pub preset: Option<EnginePreset>,
+    /// KV-cache blocks.
+    pub num_gpu_blocks: Option<u32>,
+    /// Tokens per KV block.
+    pub engine_block_size: Option<u32>,
+    /// Running sequences at most.
+    pub max_num_seqs: Option<u32>,
+    /// Tokens per step at most.
+    pub max_num_batched_tokens: Option<u32>,
+    /// Step-time model.
+    pub step_time: Option<StepTime>,
+}
+
+/// The `replay` settings: flags and experiment file in one type.
+#[derive(Args, Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayOpts {
+    /// Matcher plugin: a name on the search path, or PATH[#NAME] of a library.
+    #[arg(long, value_name = "NAME")]
+    pub matcher: Option<String>,
+    /// Matcher config, YAML or JSON text (e.g. '{seed: 3, max_nodes: 100000}').
+    #[arg(long, value_name = "YAML")]
+    pub matcher_config: Option<ConfigArg>,
+    /// Detector plugin that flags overloaded endpoints (none by default).
+    #[arg(long, value_name = "NAME")]
+    pub detector: Option<String>,
+    /// Detector config, YAML or JSON text (e.g. '{max_running: 400}').
+    #[arg(long, value_name = "YAML")]
+    pub detector_config: Option<ConfigArg>,
+    /// Trace file (chat, Mooncake or token-id JSONL).
+    #[arg(long, value_name = "PATH")]
+    pub trace: Option<PathBuf>,
+    /// Trace format: chat, mooncake or token-ids; detected from the first line by default.
+    #[arg(long, value_name = "FORMAT")]
+    pub trace_format: Option<routerlab_trace::TraceFormat>,
+    /// Endpoints: a count (named localhost:8000, localhost:8001, ...) or a comma-separated
+    /// list of names [default: 10].
+    #[arg(long, value_name = "N|NAMES")]
+    pub endpoints: Option<EndpointsArg>,
+    /// Block size for text prompts, in bytes [default: 128].
+    #[arg(long, value_name = "N")]
+    pub block_size: Option<u32>,
+    /// Tokens per hash id in Mooncake traces [default: 512].
+    #[arg(long, value_name = "N")]
+    pub trace_block_size: Option<u32>,
+    /// Prefix-cache capacity per endpoint, in blocks, evicting least recently used
+    /// [default: unbounded].
+    #[arg(long, value_name = "N")]
+    pub cache_blocks: Option<u64>,
+    /// Seed given to plugins as their `seed` config key unless their config sets one
+    /// [default: 0].
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Report format [default: human].
+    #[arg(long, value_name = "FORMAT")]
+    pub format: Option<OutputFormat>,
+    /// When every endpoint is unavailable, route anyway (the matcher sees all endpoints as
+    /// available) instead of counting the request as rejected.
+    #[arg(long)]
+    #[serde(default)]
+    pub fail_open: bool,
+    /// Skip malformed trace lines, and say on stderr how many were skipped and why.
+    #[arg(long)]
+    #[serde(default)]
+    pub skip_invalid: bool,
+    /// `trace`: the timed replay (arrivals, engine queues, finite KV cache, latencies);
+    /// `off`: the prototype's time-free replay [default: off].
+    #[arg(long, value_name = "MODE")]
+    pub timing: Option<Timing>,
+    /// Divide trace timestamps by this (2 = twice as fast) [default: 1].
+    #[arg(long, value_name = "F", help_heading = TIMED)]
+    pub speedup: Option<f64>,
+    /// Poisson arrivals at R requests/s (seeded) instead of the trace's timestamps.
+    #[arg(long, value_name = "R", help_heading = TIMED)]
+    pub rate: Option<f64>,
+    /// Closed loop: keep N requests outstanding instead of using timestamps.
+    #[arg(long, value_name = "N", help_heading = TIMED)]
+    pub concurrency: Option<usize>,
+    /// Do not send a request before its parent finished (plus --think-time-s).
+    #[arg(long, help_heading = TIMED)]
+    #[serde(default)]
+    pub respect_parents: bool,
+    /// Pause between a parent's finish and its child's arrival, seconds [default: 0].
+    #[arg(long, value_name = "S", help_heading = TIMED)]
+    pub think_time_s: Option<f64>,
+    /// Engine preset for every endpoint; overrides the file's `engine.preset` [default:
+    /// dynamo].
+    #[arg(long = "engine", value_name = "PRESET", help_heading = TIMED)]
+    #[serde(skip)]
+    pub engine_preset: Option<EnginePreset>,
+    /// Engine settings over the preset, YAML (e.g. '{num_gpu_blocks: 4096, max_num_seqs: 128}').
+    #[arg(long, value_name = "YAML", help_heading = TIMED)]
+    #[serde(skip)]
+    pub engine_config: Option<String>,
+    /// Experiment file only: engine settings (and `preset`) for every endpoint.
+    #[arg(skip)]
+    pub engine: Option<EngineOverrides>,
+    /// Experiment file only: per-endpoint engine settings over `engine`, in endpoint order.
+    #[arg(skip)]
+    pub engines: Option<Vec<EngineOverrides>>,
+    /// Plugins see engine statuses refreshed every MS milliseconds; 0 = live [default: 0].
+    #[arg(long, value_name = "MS", help_heading = TIMED)]
+    pub metrics_interval_ms: Option<f64>,
+    /// When no endpoint is available: wait at the router, reject, or route anyway
+    /// [default: queue].
+    #[arg(long, value_name = "POLICY", help_heading = TIMED)]
+    pub when_unavailable: Option<UnavailableArg>,
+    /// Output tokens of requests whose trace line has none [default: 128].
+    #[arg(long, value_name = "N", help_heading = TIMED)]
+    pub output_tokens: Option<u64>,
+    /// Write one JSON line per request (arrival, endpoint, hit tokens, queue, TTFT, finish).
+    #[arg(long, value_name = "FILE", help_heading = TIMED)]
+    pub requests_out: Option<PathBuf>,
+    /// Experiment YAML file holding any of these settings (snake_case keys); flags override.
+    #[arg(long, value_name = "PATH")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+}
+
+/// The help heading of the settings that only the timed replay reads.
+pub const TIMED: &str = "Timed replay";
+
+impl ReplayOpts {
+    /// These options (flags) over `file` (the experiment file): each setting from the flags
+    /// when given, else from the file. Switches are on when either turns them on.
+    pub fn or(self, file: ReplayOpts) -> ReplayOpts {
+        ReplayOpts {
+            matcher: self.matcher.or(file.matcher),
+            matcher_config: self.matcher_config.or(file.matcher_config),
+            detector: self.detector.or(file.detector),
+            detector_config: self.detector_config.or(file.detector_config),
+            trace: self.trace.or(file.trace),
+            trace_format: self.trace_format.or(file.trace_format),
+            endpoints: self.endpoints.or(file.endpoints),
+            block_size: self.block_size.or(file.block_size),
+            trace_block_size: self.trace_block_size.or(file.trace_block_size),
+            cache_blocks: self.cache_blocks.or(file.cache_blocks),
+            seed: self.seed.or(file.seed),
+            format: self.format.or(file.format),
+            fail_open: self.fail_open || file.fail_open,
+            skip_invalid: self.skip_invalid || file.skip_invalid,
+            timing: self.timing.or(file.timing),
+            speedup: self.speedup.or(file.speedup),
+            rate: self.rate.or(file.rate),
+            concurrency: self.concurrency.or(file.concurrency),
+            respect_parents: self.respect_parents || file.respect_parents,
+            think_time_s: self.think_time_s.or(file.think_time_s),
+            engine_preset: self.engine_preset,
+            engine_config: self.engine_config,
+            engine: file.engine,
+            engines: file.engines,
+            metrics_interval_ms: self.metrics_interval_ms.or(file.metrics_interval_ms),
+            when_unavailable: self.when_unavailable.or(file.when_unavailable),
+            output_tokens: self.output_tokens.or(file.output_tokens),
+            requests_out: self.requests_out.or(file.requests_out),
+            config: self.config,
+        }
+    }
+
+    /// Whether any setting that only the timed replay reads is given.
+    pub fn any_timed_only(&self) -> bool {
+        self.speedup.is_some()
+            || self.rate.is_some()
+            || self.concurrency.is_some()
+            || self.respect_parents
+            || self.think_time_s.is_some()
+            || self.engine_preset.is_some()
+            || self.engine_config.is_some()
+            || self.engine.is_some()
+            || self.engines.is_some()
+            || self.metrics_interval_ms.is_some()
+            || self.when_unavailable.is_some()
+            || self.output_tokens.is_some()
+            || self.requests_out.is_some()
+    }
+}
+
+/// `routerlab plugins`.
+#[derive(Args, Debug)]
+pub struct PluginsArgs {
+    /// Search only these directories (repeatable) instead of the default search path.
+    #[arg(long, value_name = "DIR")]
+    pub path: Vec<PathBuf>,
+}
+
+/// What `gen-trace` writes.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum GenFormat {
+    /// The prototype's chat workload (chat JSONL).
+    Chat,
+    /// A Mooncake-format stream with shared prefixes and sessions.
+    Mooncake,
+}
+
+/// `routerlab gen-trace`.
+#[derive(Args, Debug)]
+pub struct GenTraceArgs {
+    /// Output file [default: stdout].
+    #[arg(long, short, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+    /// Which workload to write.
+    #[arg(long, value_name = "FORMAT", default_value = "chat")]
+    pub format: GenFormat,
+    /// Number of requests.
+    #[arg(long, value_name = "N", default_value_t = 2200)]
+    pub requests: u64,
+    /// Probability that a request continues an earlier conversation.
+    #[arg(long, value_name = "P", default_value_t = 0.2)]
+    pub continue_chat_probability: f64,
+    /// Words a user types per request (chat format).
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub tokens_typed_by_user_per_request: u64,
+    /// Seed of the generator.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+    /// Mooncake format: omit `session_id`, writing only the four canonical fields.
+    #[arg(long)]
+    pub plain: bool,
+}

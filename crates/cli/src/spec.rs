@@ -1,0 +1,474 @@
+//! From options to a run: defaults filled in, every value checked, nothing read or written.
+//! [`resolve`] is a pure function, so how flags and the experiment file combine is unit
+//! tested here rather than through processes.
+
+use std::path::PathBuf;
+
+use routerlab_sim::engine::EngineConfig;
+use routerlab_sim::timed::{Arrivals, TimedSettings};
+use routerlab_sim::{MAX_ENDPOINTS, WhenUnavailable};
+use routerlab_trace::TraceOptions;
+use serde_yaml::Value;
+
+use crate::exit::Failure;
+use crate::opts::{
+    ConfigArg, EndpointsArg, EngineOverrides, EnginePreset, OutputFormat, ReplayOpts, Timing,
+};
+
+/// Everything a replay needs, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSpec {
+    /// Matcher name or `PATH[#NAME]`.
+    pub matcher: String,
+    /// The matcher's config text, `seed` included.
+    pub matcher_config: String,
+    /// Detector, if any.
+    pub detector: Option<String>,
+    /// The detector's config text, `seed` included.
+    pub detector_config: String,
+    /// The seed.
+    pub seed: u64,
+    /// Trace file.
+    pub trace: PathBuf,
+    /// How to read it.
+    pub trace_options: TraceOptions,
+    /// Endpoint names.
+    pub endpoints: Vec<String>,
+    /// Time-free prefix-cache capacity per endpoint; `None` = unbounded.
+    pub cache_blocks: Option<u64>,
+    /// Report format.
+    pub format: OutputFormat,
+    /// When nothing is available.
+    pub when_unavailable: WhenUnavailable,
+    /// Present for the timed replay.
+    pub timed: Option<TimedSettings>,
+    /// Per-request output file (timed replay).
+    pub requests_out: Option<PathBuf>,
+}
+
+/// Resolves merged options (flags over the experiment file).
+pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
+    let matcher = opts.matcher.clone().ok_or_else(|| {
+        Failure::input(
+            "no matcher: pass --matcher NAME (see `routerlab plugins` for what is installed)",
+        )
+    })?;
+    let trace = opts
+        .trace
+        .clone()
+        .ok_or_else(|| Failure::input("no trace: pass --trace PATH (e.g. traces/chat.jsonl)"))?;
+    let seed = opts.seed.unwrap_or(0);
+    let matcher_config = plugin_config(opts.matcher_config.clone(), seed, "matcher")?;
+    let detector_config = plugin_config(opts.detector_config.clone(), seed, "detector")?;
+    let endpoints = match &opts.endpoints {
+        None => default_endpoints(10),
+        Some(EndpointsArg::Text(text)) => parse_endpoints(text)?,
+        Some(EndpointsArg::Value(Value::Number(n))) => parse_endpoints(&n.to_string())?,
+        Some(EndpointsArg::Value(Value::Sequence(names))) => names
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                Failure::input("experiment `endpoints`: expected a count or a list of names")
+            })
+            .and_then(check_endpoints)?,
+        Some(EndpointsArg::Value(_)) => {
+            return Err(Failure::input(
+                "experiment `endpoints`: expected a count or a list of names",
+            ));
+        }
+    };
+    let block_size = opts.block_size.unwrap_or(128);
+    let trace_block_size = opts.trace_block_size.unwrap_or(512);
+    if block_size == 0 || trace_block_size == 0 {
+        return Err(Failure::input(
+            "--block-size and --trace-block-size must be at least 1",
+        ));
+    }
+    if opts.cache_blocks == Some(0) {
+        return Err(Failure::input(
+            "--cache-blocks must be at least 1 (omit it for an unbounded cache)",
+        ));
+    }
+    let timed = resolve_timed(&opts, endpoints.len(), seed)?;
+    let when_unavailable = match (opts.when_unavailable, opts.fail_open) {
+        (Some(policy), _) => policy.into(),
+        (None, true) => WhenUnavailable::FailOpen,
+        (None, false) if timed.is_some() => WhenUnavailable::Queue,
+        (None, false) => WhenUnavailable::Reject,
+    };
+    Ok(RunSpec {
+        matcher,
+        matcher_config,
+        detector: opts.detector,
+        detector_config,
+        seed,
+        trace,
+        trace_options: TraceOptions {
+            format: opts.trace_format,
+            block_size,
+            trace_block_size,
+            skip_invalid: opts.skip_invalid,
+        },
+        endpoints,
+        cache_blocks: opts.cache_blocks,
+        format: opts.format.unwrap_or(OutputFormat::Human),
+        when_unavailable,
+        timed,
+        requests_out: opts.requests_out,
+    })
+}
+
+/// The timed-replay settings, or `None` for the time-free replay. Timed-only settings
+/// without `--timing trace` are an error rather than silently ignored.
+fn resolve_timed(
+    opts: &ReplayOpts,
+    endpoints: usize,
+    seed: u64,
+) -> Result<Option<TimedSettings>, Failure> {
+    if opts.timing.unwrap_or(Timing::Off) == Timing::Off {
+        if opts.any_timed_only() {
+            return Err(Failure::input(
+                "engine, arrival and latency settings need the timed replay: add --timing trace",
+            ));
+        }
+        return Ok(None);
+    }
+    let positive = |name: &str, value: Option<f64>| match value {
+        Some(v) if !(v.is_finite() && v > 0.0) => Err(Failure::input(format!(
+            "--{name} must be a positive number"
+        ))),
+        _ => Ok(()),
+    };
+    positive("speedup", opts.speedup)?;
+    positive("rate", opts.rate)?;
+    if opts
+        .think_time_s
+        .is_some_and(|t| !(t.is_finite() && t >= 0.0))
+    {
+        return Err(Failure::input("--think-time-s must be zero or more"));
+    }
+    if opts
+        .metrics_interval_ms
+        .is_some_and(|t| !(t.is_finite() && t >= 0.0))
+    {
+        return Err(Failure::input("--metrics-interval-ms must be zero or more"));
+    }
+    let arrivals = match (opts.rate, opts.concurrency) {
+        (Some(_), Some(_)) => {
+            return Err(Failure::input(
+                "--rate and --concurrency exclude each other",
+            ));
+        }
+        (Some(rate), None) => Arrivals::Poisson { rate },
+        (None, Some(0)) => return Err(Failure::input("--concurrency must be at least 1")),
+        (None, Some(concurrency)) => Arrivals::Closed { concurrency },
+        (None, None) => Arrivals::Trace {
+            speedup: opts.speedup.unwrap_or(1.0),
+        },
+    };
+    let engines = resolve_engines(opts, endpoints)?;
+    Ok(Some(TimedSettings {
+        engines,
+        arrivals,
+        respect_parents: opts.respect_parents,
+        think_time_ns: (opts.think_time_s.unwrap_or(0.0) * 1e9).round() as u64,
+        metrics_interval_ns: (opts.metrics_interval_ms.unwrap_or(0.0) * 1e6).round() as u64,
+        default_output_tokens: opts.output_tokens.unwrap_or(128),
+        seed,
+    }))
+}
+
+/// One engine per endpoint. Precedence, later winning: the preset (`--engine`, else the
+/// file's `engine.preset`, else dynamo), the file's `engine` keys, `--engine-config`, then
+/// each endpoint's entry of the file's `engines`.
+fn resolve_engines(opts: &ReplayOpts, endpoints: usize) -> Result<Vec<EngineConfig>, Failure> {
+    let file_engine = opts.engine.clone().unwrap_or_default();
+    let preset = opts
+        .engine_preset
+        .or(file_engine.preset)
+        .unwrap_or(EnginePreset::Dynamo);
+    let mut base = preset_config(preset);
+    apply(
+        &EngineOverrides {
+            preset: None,
+            ..file_engine
+        },
+        &mut base,
+    );
+    if let Some(text) = &opts.engine_config {
+        let overrides: EngineOverrides = serde_yaml::from_str(text).map_err(|e| {
+            Failure::input(format!("--engine-config: {}", one_line(&e.to_string())))
+        })?;
+        apply(&overrides, &mut base);
+    }
+    let engines: Vec<EngineConfig> = match &opts.engines {
+        None => vec![base; endpoints],
+        Some(list) if list.len() != endpoints => {
+            return Err(Failure::input(format!(
+                "experiment `engines`: {} entries for {endpoints} endpoints (give one per endpoint)",
+                list.len(),
+            )));
+        }
+        Some(list) => list
+            .iter()
+            .map(|overrides| {
+                let mut engine = base.clone();
+                apply(overrides, &mut engine);
+                engine
+            })
+            .collect(),
+    };
+    Ok(engines)
+}
+
+fn preset_config(preset: EnginePreset) -> EngineConfig {
+    match preset {
+        EnginePreset::Dynamo => EngineConfig::dynamo(),
+    }
+}
+
+fn apply(overrides: &EngineOverrides, base: &mut EngineConfig) {
+    if let Some(preset) = overrides.preset {
+        *base = preset_config(preset);
+    }
+    if let Some(v) = overrides.num_gpu_blocks {
+        base.num_gpu_blocks = v;
+    }
+    if let Some(v) = overrides.engine_block_size {
+        base.engine_block_size = v;
+    }
+    if let Some(v) = overrides.max_num_seqs {
+        base.max_num_seqs = v;
+    }
+    if let Some(v) = overrides.max_num_batched_tokens {
+        base.max_num_batched_tokens = v;
+    }
+    if let Some(v) = &overrides.step_time {
+        base.step_time = v.clone();
+    }
+}
+
+/// The config text handed to a plugin, with `seed` added unless it is set.
+fn plugin_config(given: Option<ConfigArg>, seed: u64, which: &str) -> Result<String, Failure> {
+    let value = match given {
+        Some(ConfigArg::Text(text)) if text.trim().is_empty() => Value::Null,
+        Some(ConfigArg::Text(text)) => serde_yaml::from_str(&text).map_err(|e| {
+            Failure::input(format!(
+                "--{which}-config is not valid YAML or JSON: {}",
+                one_line(&e.to_string())
+            ))
+        })?,
+        Some(ConfigArg::Value(value)) => value,
+        None => Value::Null,
+    };
+    let mut map = match value {
+        Value::Null => serde_yaml::Mapping::new(),
+        Value::Mapping(map) => map,
+        other => {
+            return Err(Failure::input(format!(
+                "--{which}-config must be a mapping of keys, found {}",
+                one_line(&serde_yaml::to_string(&other).unwrap_or_default())
+            )));
+        }
+    };
+    let key = Value::String("seed".into());
+    if !map.contains_key(&key) {
+        map.insert(key, Value::Number(seed.into()));
+    }
+    serde_yaml::to_string(&map).map_err(|e| Failure::input(format!("--{which}-config: {e}")))
+}
+
+fn default_endpoints(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("localhost:{}", 8000 + i)).collect()
+}
+
+fn parse_endpoints(text: &str) -> Result<Vec<String>, Failure> {
+    if let Ok(n) = text.trim().parse::<usize>() {
+        if n == 0 || n > MAX_ENDPOINTS {
+            return Err(Failure::input(format!(
+                "--endpoints: expected 1 to {MAX_ENDPOINTS} endpoints, found {n}"
+            )));
+        }
+        return Ok(default_endpoints(n));
+    }
+    check_endpoints(text.split(',').map(|s| s.trim().to_owned()).collect())
+}
+
+fn check_endpoints(names: Vec<String>) -> Result<Vec<String>, Failure> {
+    if names.is_empty() || names.len() > MAX_ENDPOINTS || names.iter().any(String::is_empty) {
+        return Err(Failure::input(format!(
+            "--endpoints: expected a count or 1 to {MAX_ENDPOINTS} non-empty, comma-separated names"
+        )));
+    }
+    let mut sorted = names.clone();
+    sorted.sort();
+    if let Some(pair) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(Failure::input(format!(
+            "--endpoints: `{}` is listed twice",
+            pair[0]
+        )));
+    }
+    Ok(names)
+}
+
+/// Collapses whitespace (serde's messages span lines).
+pub fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(args: &[&str]) -> ReplayOpts {
+        use clap::Parser;
+        let mut all = vec!["routerlab", "replay"];
+        all.extend_from_slice(args);
+        match crate::opts::Cli::try_parse_from(all)
+            .expect("flags parse")
+            .command
+        {
+            crate::opts::Command::Replay(opts) => *opts,
+            _ => unreachable!(),
+        }
+    }
+
+    fn file(yaml: &str) -> ReplayOpts {
+        serde_yaml::from_str(yaml).expect("experiment parses")
+    }
+
+    fn message(result: Result<RunSpec, Failure>) -> String {
+        result.expect_err("an error").to_string()
+    }
+
+    #[test]
+    fn defaults_fill_what_nobody_set() {
+        let spec = resolve(flags(&["--matcher", "lcp", "--trace", "t.jsonl"])).unwrap();
+        assert_eq!(spec.endpoints.len(), 10);
+        assert_eq!(spec.endpoints[9], "localhost:8009");
+        assert_eq!(spec.trace_options.block_size, 128);
+        assert_eq!(spec.trace_options.trace_block_size, 512);
+        assert_eq!(spec.matcher_config, "seed: 0\n");
+        assert_eq!(spec.when_unavailable, WhenUnavailable::Reject);
+        assert_eq!(spec.timed, None);
+    }
+
+    #[test]
+    fn flags_override_the_file_and_the_file_fills_the_rest() {
+        let from_file = file(
+            "matcher: simhash\ntrace: a.jsonl\nendpoints: [x, y]\nseed: 4\nmatcher_config: {virtual_nodes: 7}\n",
+        );
+        let spec = resolve(flags(&["--matcher", "lcp", "--seed", "9"]).or(from_file)).unwrap();
+        assert_eq!(spec.matcher, "lcp");
+        assert_eq!(spec.trace, PathBuf::from("a.jsonl"));
+        assert_eq!(spec.endpoints, ["x", "y"]);
+        assert_eq!(spec.seed, 9);
+        assert_eq!(spec.matcher_config, "virtual_nodes: 7\nseed: 9\n");
+    }
+
+    #[test]
+    fn the_engine_preset_flag_wins_over_the_file_and_engine_config_over_both() {
+        let from_file =
+            file("timing: trace\nengine: {preset: dynamo, num_gpu_blocks: 100, max_num_seqs: 8}\n");
+        let opts = flags(&[
+            "--matcher",
+            "lcp",
+            "--trace",
+            "t",
+            "--engine",
+            "dynamo",
+            "--engine-config",
+            "{max_num_seqs: 3}",
+        ])
+        .or(from_file);
+        let timed = resolve(opts).unwrap().timed.unwrap();
+        let engine = &timed.engines[0];
+        assert_eq!(
+            engine.num_gpu_blocks, 100,
+            "the file's keys apply over the flag's preset"
+        );
+        assert_eq!(engine.max_num_seqs, 3, "--engine-config over the file");
+        assert_eq!(
+            engine.engine_block_size,
+            EngineConfig::dynamo().engine_block_size
+        );
+    }
+
+    #[test]
+    fn timed_only_settings_need_timing_and_bad_values_name_their_flag() {
+        let base = ["--matcher", "lcp", "--trace", "t"];
+        let with = |extra: &[&str]| {
+            let mut args = base.to_vec();
+            args.extend_from_slice(extra);
+            resolve(flags(&args))
+        };
+        assert!(message(with(&["--rate", "3"])).contains("add --timing trace"));
+        assert!(
+            message(resolve(file("matcher: a\ntrace: b\nengines: []\n")))
+                .contains("add --timing trace")
+        );
+        assert_eq!(
+            message(with(&["--timing", "trace", "--rate", "0"])),
+            "--rate must be a positive number"
+        );
+        assert_eq!(
+            message(with(&[
+                "--timing",
+                "trace",
+                "--rate",
+                "1",
+                "--concurrency",
+                "2"
+            ])),
+            "--rate and --concurrency exclude each other"
+        );
+        assert_eq!(
+            message(with(&["--endpoints", "a,b,a"])),
+            "--endpoints: `a` is listed twice"
+        );
+        assert_eq!(
+            message(with(&["--matcher-config", "[1]"])),
+            "--matcher-config must be a mapping of keys, found - 1"
+        );
+        let queue = with(&["--timing", "trace", "--rate", "1"]).unwrap();
+        assert_eq!(queue.when_unavailable, WhenUnavailable::Queue);
+    }
+
+    /// Every flag under the "Timed replay" heading, taken from clap itself, is refused
+    /// without `--timing trace`: a new timed flag cannot be silently ignored.
+    #[test]
+    fn every_timed_replay_flag_is_rejected_in_time_free_mode() {
+        use clap::CommandFactory;
+        let cli = crate::opts::Cli::command();
+        let replay = cli.find_subcommand("replay").expect("replay");
+        let timed: Vec<_> = replay
+            .get_arguments()
+            .filter(|a| a.get_help_heading() == Some(crate::opts::TIMED))
+            .collect();
+        assert!(timed.len() >= 10, "found {}", timed.len());
+        for arg in timed {
+            let flag = format!("--{}", arg.get_long().expect("long flag"));
+            let takes_value = arg.get_action().takes_values();
+            let value = match arg
+                .get_value_names()
+                .and_then(|v| v.first())
+                .map(|v| v.as_str())
+            {
+                Some("PRESET") => "dynamo",
+                Some("YAML") => "{}",
+                Some("POLICY") => "reject",
+                Some("FILE") => "out.jsonl",
+                _ => "1",
+            };
+            let mut args = vec!["--matcher", "lcp", "--trace", "t", flag.as_str()];
+            if takes_value {
+                args.push(value);
+            }
+            assert!(
+                message(resolve(flags(&args))).contains("add --timing trace"),
+                "{flag} is accepted without --timing trace"
+            );
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! Why a run stopped. Messages name concepts (the trace's arrival times, the per-request
+//! output file), never command-line flags: the CLI adds those, and maps each variant to an
+//! exit code in one place.
+
+use std::path::PathBuf;
+
+use routerlab_host::PluginError;
+use routerlab_trace::TraceError;
+
+/// Why a replay stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimError {
+    /// The trace is bad.
+    #[error("{0}")]
+    Trace(#[from] TraceError),
+    /// The settings cannot work with this trace or fleet.
+    #[error("{0}")]
+    Input(String),
+    /// A plugin failed while routing a request.
+    #[error("{location}: {source}")]
+    Plugin {
+        /// Which request, `request N (line L)`, or `start`.
+        location: String,
+        /// The plugin's failure.
+        source: PluginError,
+    },
+    /// A timed replay that follows the trace's clock met a request without a timestamp.
+    #[error("line {line}: the trace has no arrival times")]
+    NoArrivalTimes {
+        /// The first line without one.
+        line: usize,
+    },
+    /// An output could not be written.
+    #[error("{}: cannot write {what}: {source}", path.display())]
+    Io {
+        /// What was being written.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+impl SimError {
+    /// A plugin failure at `location`.
+    pub fn plugin(location: impl Into<String>, source: PluginError) -> SimError {
+        SimError::Plugin {
+            location: location.into(),
+            source,
+        }
+    }
+}
+
+/// Where request `seq` (1-based) of `line` sits, for error messages.
+pub fn request_location(seq: u64, line: usize) -> String {
+    format!("request {seq} (line {line})")
+}

@@ -1,0 +1,239 @@
+//! Statistics as a run accumulates them: the time-free figures every replay reports, and
+//! the latency figures of the timed replay, each a named [`LatencyStat`] rather than a slot
+//! in an array.
+
+use hdrhistogram::Histogram;
+use routerlab_core::Unit;
+
+use crate::report::{CacheMiss, Latency, Nreq, Report, SharePrefix, round6};
+
+/// Largest length the histogram tells apart (2^40); longer misses count as this.
+const MAX_TRACKED: u64 = 1 << 40;
+
+/// Accumulates statistics request by request.
+pub struct StatsBuilder {
+    unit: Unit,
+    counts: Vec<u64>,
+    miss: Histogram<u64>,
+    miss_sum: u128,
+    miss_sum_sq: u128,
+    miss_max: u64,
+    prompt_units: u128,
+    hit_units: u128,
+    requests: u64,
+    rejected: u64,
+    constrained: u64,
+    share_total: u64,
+    share_same: u64,
+}
+
+impl StatsBuilder {
+    /// Statistics for `endpoints` endpoints, lengths in `unit`.
+    pub fn new(endpoints: usize, unit: Unit) -> StatsBuilder {
+        StatsBuilder {
+            unit,
+            counts: vec![0; endpoints],
+            // Fixed bounds: an auto-resizing histogram clamps `saturating_record` to its
+            // current (tiny) range instead of growing.
+            miss: Histogram::new_with_bounds(1, MAX_TRACKED, 3).expect("valid histogram bounds"),
+            miss_sum: 0,
+            miss_sum_sq: 0,
+            miss_max: 0,
+            prompt_units: 0,
+            hit_units: 0,
+            requests: 0,
+            rejected: 0,
+            constrained: 0,
+            share_total: 0,
+            share_same: 0,
+        }
+    }
+
+    /// A request no endpoint took.
+    pub fn reject(&mut self, constrained: bool, has_parent: bool) {
+        self.requests += 1;
+        self.rejected += 1;
+        self.constrained += u64::from(constrained);
+        self.share_total += u64::from(has_parent);
+    }
+
+    /// A request routed to endpoint `pos`; `same_as_parent` is `None` without a parent.
+    pub fn route(
+        &mut self,
+        pos: usize,
+        prompt_len: u64,
+        hit_units: u64,
+        constrained: bool,
+        same_as_parent: Option<bool>,
+    ) {
+        self.requests += 1;
+        self.counts[pos] += 1;
+        self.constrained += u64::from(constrained);
+        let miss = prompt_len - hit_units;
+        self.miss.saturating_record(miss);
+        self.miss_sum += u128::from(miss);
+        self.miss_sum_sq += u128::from(miss) * u128::from(miss);
+        self.miss_max = self.miss_max.max(miss);
+        self.prompt_units += u128::from(prompt_len);
+        self.hit_units += u128::from(hit_units);
+        if let Some(same) = same_as_parent {
+            self.share_total += 1;
+            self.share_same += u64::from(same);
+        }
+    }
+
+    /// The finished report.
+    pub fn finish(self) -> Report {
+        let routed = self.requests - self.rejected;
+        let (mean, std) = if routed == 0 {
+            (0.0, 0.0)
+        } else {
+            let n = routed as f64;
+            let mean = self.miss_sum as f64 / n;
+            // Exact integer variance: n·Σx² − (Σx)², then one division.
+            let spread = u128::from(routed) * self.miss_sum_sq - self.miss_sum * self.miss_sum;
+            (mean, (spread as f64 / (n * n)).sqrt())
+        };
+        let percentile = |q: f64| {
+            if routed == 0 {
+                0
+            } else {
+                self.miss.value_at_quantile(q)
+            }
+        };
+        let count_mean = self.counts.iter().sum::<u64>() as f64 / self.counts.len().max(1) as f64;
+        let (max_over_mean, cv) = if count_mean == 0.0 {
+            (0.0, 0.0)
+        } else {
+            let max = *self.counts.iter().max().unwrap_or(&0) as f64;
+            let var = self
+                .counts
+                .iter()
+                .map(|c| (*c as f64 - count_mean).powi(2))
+                .sum::<f64>()
+                / self.counts.len() as f64;
+            (max / count_mean, var.sqrt() / count_mean)
+        };
+        Report {
+            requests: self.requests,
+            endpoints: self.counts.len() as u64,
+            rejected: self.rejected,
+            unit: self.unit.into(),
+            run: None,
+            nreq: Nreq {
+                counts: self.counts,
+                max_over_mean: round6(max_over_mean),
+                cv: round6(cv),
+            },
+            cache_miss: CacheMiss {
+                mean: round6(mean),
+                std: round6(std),
+                p50: percentile(0.5),
+                p90: percentile(0.9),
+                p99: percentile(0.99),
+                max: self.miss_max,
+            },
+            hit_ratio: if self.prompt_units == 0 {
+                0.0
+            } else {
+                round6(self.hit_units as f64 / self.prompt_units as f64)
+            },
+            share_prefix: SharePrefix {
+                total: self.share_total,
+                same_endpoint: self.share_same,
+            },
+            constrained_decisions: self.constrained,
+            timed: None,
+        }
+    }
+}
+
+/// One latency's samples, in microseconds: a histogram for percentiles and the maximum,
+/// the exact sum for the mean.
+pub struct LatencyStat {
+    hist: Histogram<u64>,
+    sum: u128,
+    count: u64,
+}
+
+impl Default for LatencyStat {
+    fn default() -> Self {
+        LatencyStat {
+            hist: Histogram::new_with_bounds(1, 1 << 42, 3).expect("valid histogram bounds"),
+            sum: 0,
+            count: 0,
+        }
+    }
+}
+
+impl LatencyStat {
+    /// Records one sample, microseconds.
+    pub fn record(&mut self, us: u64) {
+        self.hist.saturating_record(us);
+        self.sum += u128::from(us);
+        self.count += 1;
+    }
+
+    /// Mean and percentiles in milliseconds (all zero without samples).
+    pub fn summary(&self) -> Latency {
+        if self.count == 0 {
+            return Latency {
+                mean: 0.0,
+                p50: 0.0,
+                p90: 0.0,
+                p99: 0.0,
+                max: 0.0,
+            };
+        }
+        let ms = |us: u64| round6(us as f64 / 1000.0);
+        Latency {
+            mean: round6(self.sum as f64 / self.count as f64 / 1000.0),
+            p50: ms(self.hist.value_at_quantile(0.5)),
+            p90: ms(self.hist.value_at_quantile(0.9)),
+            p99: ms(self.hist.value_at_quantile(0.99)),
+            max: ms(self.hist.max()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statistics_by_hand() {
+        let mut stats = StatsBuilder::new(2, Unit::Tokens);
+        stats.route(0, 100, 100, false, None); // miss 0
+        stats.route(0, 100, 0, false, Some(true)); // miss 100
+        stats.route(1, 50, 0, true, Some(false)); // miss 50
+        stats.reject(true, true);
+        for _ in 0..7 {
+            stats.route(1, 3000, 1000, false, None); // miss 2000
+        }
+        let report = stats.finish();
+        assert_eq!(report.requests, 11);
+        assert_eq!(report.rejected, 1);
+        assert_eq!(report.nreq.counts, vec![2, 8]);
+        assert_eq!(report.nreq.max_over_mean, 1.6);
+        // Misses: 0, 100, 50 and seven of 2000.
+        let misses = [
+            0.0, 100.0, 50.0, 2000.0, 2000.0, 2000.0, 2000.0, 2000.0, 2000.0, 2000.0,
+        ];
+        let mean = misses.iter().sum::<f64>() / 10.0;
+        let var = misses.iter().map(|m| (m - mean) * (m - mean)).sum::<f64>() / 10.0;
+        assert_eq!(report.cache_miss.mean, round6(mean));
+        assert_eq!(report.cache_miss.std, round6(var.sqrt()));
+        assert_eq!(report.cache_miss.p50, 2000);
+        assert_eq!(report.cache_miss.p90, 2000);
+        assert_eq!(report.cache_miss.max, 2000);
+        assert_eq!(report.hit_ratio, round6(7100.0 / 21250.0));
+        assert_eq!(
+            report.share_prefix,
+            SharePrefix {
+                total: 3,
+                same_endpoint: 1
+            }
+        );
+        assert_eq!(report.constrained_decisions, 2);
+    }
+}

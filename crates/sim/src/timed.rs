@@ -1,0 +1,598 @@
+//! The timed replay: requests arrive on a logical clock, wait, run on an engine model, and
+//! finish; the report adds latency percentiles to the time-free statistics.
+//!
+//! The time-free replay cannot tell good routers from bad ones: with no clock and infinite
+//! caches, sending everything to one endpoint looks ideal. Here that endpoint's queue grows
+//! while the others idle, and the latencies say so.
+//!
+//! It is a discrete-event simulation. Events are arrivals, the ends of engine steps, and
+//! metric refreshes, processed in time order (ties in file order). At an arrival the
+//! detector and the matcher see the endpoints' statuses (live, or a snapshot refreshed every
+//! `metrics_interval`; the router's own in-flight prompt tokens are always current), and
+//! the request joins the chosen engine's queue. When a request finishes, the matcher's
+//! `on_complete` is called. When no endpoint is available, the request waits at the router
+//! (default) until a completion or refresh frees one, or is rejected, or is routed anyway.
+//!
+//! The run reads a [`Workload`] loaded once (parent links may delay a request past later
+//! ones, so the whole trace is needed) and keeps its own state beside it: arrival times,
+//! where each request went, the engines ([`Fleet`]), the event queue, the statistics. So
+//! one workload can feed many runs.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use routerlab_core::{SeededRng, Unit};
+use routerlab_host::{EndpointLoad, RequestData};
+use routerlab_trace::Workload;
+use serde::{Deserialize, Serialize};
+
+use crate::SimError;
+use crate::engine::{Engine, EngineConfig, EngineStatus, Sequence};
+use crate::error::request_location;
+use crate::observer::{Observer, RequestRecord};
+use crate::report::{EndpointTimed, Report, Throughput, TimedReport, round6};
+use crate::router::{Router, WhenUnavailable};
+use crate::stats::{LatencyStat, StatsBuilder};
+
+/// Where arrival times come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "process")]
+pub enum Arrivals {
+    /// The trace's timestamps, divided by `speedup`.
+    Trace {
+        /// Time compression (2 = twice as fast).
+        speedup: f64,
+    },
+    /// Poisson arrivals at `rate` requests per second, seeded, in file order.
+    Poisson {
+        /// Requests per second.
+        rate: f64,
+    },
+    /// Closed loop: `concurrency` requests outstanding; each completion sends the next.
+    Closed {
+        /// Requests in flight.
+        concurrency: usize,
+    },
+}
+
+/// Settings of a timed replay (the endpoints and the unavailable policy are the router's).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimedSettings {
+    /// One engine per endpoint.
+    pub engines: Vec<EngineConfig>,
+    /// Arrival process.
+    pub arrivals: Arrivals,
+    /// A request is not sent before its parent finished plus `think_time_ns`.
+    pub respect_parents: bool,
+    /// Pause between a parent's finish and its child's arrival.
+    pub think_time_ns: u64,
+    /// Status refresh period for plugins; 0 = live.
+    pub metrics_interval_ns: u64,
+    /// Output length when the trace has none.
+    pub default_output_tokens: u64,
+    /// Seed of the arrival process.
+    pub seed: u64,
+}
+
+impl TimedSettings {
+    /// The engine block sizes a workload must be loaded with for these engines.
+    pub fn engine_block_sizes(&self) -> Vec<u32> {
+        self.engines.iter().map(|e| e.engine_block_size).collect()
+    }
+}
+
+/// What one request of the workload did in this run.
+#[derive(Debug, Default)]
+struct RequestState {
+    arrival_ns: u64,
+    output_tokens: u32,
+    endpoint: Option<usize>,
+    constrained: bool,
+    queued_at_router: bool,
+    /// Requests waiting for this one to finish (with `respect_parents`).
+    children: Vec<usize>,
+}
+
+/// Events are ordered by time, then by when they were scheduled (so simultaneous arrivals
+/// keep file order); the derived order of the variants themselves is never used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    /// Metrics snapshot refresh.
+    Refresh,
+    /// The end of an engine's step, with the step's generation.
+    Step(usize, u64),
+    /// A request arrives at the router.
+    Arrival(usize),
+}
+
+/// The pending events, earliest first.
+#[derive(Default)]
+struct Events {
+    heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    scheduled: u64,
+}
+
+impl Events {
+    fn push(&mut self, time: u64, event: Event) {
+        self.scheduled += 1;
+        self.heap.push(Reverse((time, self.scheduled, event)));
+    }
+    fn pop(&mut self) -> Option<(u64, Event)> {
+        self.heap
+            .pop()
+            .map(|Reverse((time, _, event))| (time, event))
+    }
+    fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+}
+
+/// The engines, one per endpoint, and what the router knows of them.
+struct Fleet {
+    engines: Vec<Engine>,
+    /// Generation of each engine's pending step event; older events are stale.
+    generation: Vec<u64>,
+    /// Statuses as of the last refresh (with a metrics interval).
+    snapshot: Vec<EngineStatus>,
+    /// Prompt tokens routed to each endpoint and not finished: always current.
+    inflight_tokens: Vec<u64>,
+}
+
+impl Fleet {
+    fn new(engines: &[EngineConfig]) -> Fleet {
+        let n = engines.len();
+        Fleet {
+            engines: engines.iter().cloned().map(Engine::new).collect(),
+            generation: vec![0; n],
+            snapshot: vec![EngineStatus::default(); n],
+            inflight_tokens: vec![0; n],
+        }
+    }
+
+    /// Takes a new snapshot; whether it differs from the last.
+    fn refresh(&mut self) -> bool {
+        let fresh: Vec<EngineStatus> = self.engines.iter().map(Engine::status).collect();
+        let changed = fresh != self.snapshot;
+        self.snapshot = fresh;
+        changed
+    }
+
+    /// What plugins see of endpoint `pos`.
+    fn load(&self, pos: usize, live: bool) -> EndpointLoad {
+        let status = if live {
+            self.engines[pos].status()
+        } else {
+            self.snapshot[pos]
+        };
+        EndpointLoad {
+            running: status.running,
+            waiting: status.waiting,
+            kv_blocks_used: status.kv_blocks_used,
+            kv_blocks_total: status.kv_blocks_total,
+            inflight_prompt_tokens: self.inflight_tokens[pos],
+        }
+    }
+
+    /// A new step of engine `pos` ends at `end`: supersedes its pending step event.
+    fn next_step(&mut self, pos: usize, end: u64, events: &mut Events) {
+        self.generation[pos] += 1;
+        events.push(end, Event::Step(pos, self.generation[pos]));
+    }
+}
+
+/// Prompt and output tokens of one endpoint's finished requests.
+#[derive(Debug, Default, Clone, Copy)]
+struct EndpointTally {
+    requests: u64,
+    prompt_tokens: u64,
+}
+
+/// What the timed replay measures beyond the time-free statistics.
+struct TimedStats {
+    base: StatsBuilder,
+    ttft: LatencyStat,
+    tpot: LatencyStat,
+    e2e: LatencyStat,
+    queue: LatencyStat,
+    per_endpoint: Vec<EndpointTally>,
+    prompt_tokens_done: u128,
+    hit_tokens_done: u128,
+    output_tokens_done: u128,
+    first_arrival: Option<u64>,
+    last_finish: u64,
+    router_queued: u64,
+    too_long: u64,
+}
+
+struct Sim<'a> {
+    settings: &'a TimedSettings,
+    workload: &'a Workload,
+    observer: &'a mut dyn Observer,
+    /// Arrival times before parents and closed loops move them.
+    base_arrival: Vec<u64>,
+    requests: Vec<RequestState>,
+    fleet: Fleet,
+    events: Events,
+    router_queue: VecDeque<usize>,
+    stats: TimedStats,
+    next_closed: usize,
+}
+
+/// Runs a timed replay of `workload` through `router`; `observer` sees each finished
+/// request. The workload must have been loaded with [`TimedSettings::engine_block_sizes`].
+pub fn replay_timed(
+    workload: &Workload,
+    router: &mut Router,
+    settings: &TimedSettings,
+    observer: &mut dyn Observer,
+) -> Result<Report, SimError> {
+    let n = router.table().len();
+    if settings.engines.len() != n {
+        return Err(SimError::Input(format!(
+            "{} engines for {n} endpoints (give one per endpoint)",
+            settings.engines.len()
+        )));
+    }
+    for (pos, engine) in settings.engines.iter().enumerate() {
+        engine.validate().map_err(|e| {
+            SimError::Input(format!("endpoint `{}`: {e}", router.table().name(pos)))
+        })?;
+    }
+    let mut rng = SeededRng::new(settings.seed);
+    let mut poisson_clock = 0.0f64;
+    let mut base_arrival = Vec::with_capacity(workload.requests.len());
+    let mut requests = Vec::with_capacity(workload.requests.len());
+    for request in &workload.requests {
+        let base = match &settings.arrivals {
+            Arrivals::Trace { speedup } => {
+                let Some(ns) = request.arrival_ns else {
+                    return Err(SimError::NoArrivalTimes { line: request.line });
+                };
+                (ns as f64 / speedup).round() as u64
+            }
+            Arrivals::Poisson { rate } => {
+                poisson_clock += -(1.0 - rng.unit_f64()).ln() / rate;
+                (poisson_clock * 1e9).round() as u64
+            }
+            Arrivals::Closed { .. } => 0,
+        };
+        let output = request
+            .output_tokens
+            .unwrap_or(settings.default_output_tokens)
+            .max(1);
+        base_arrival.push(base);
+        requests.push(RequestState {
+            arrival_ns: base,
+            output_tokens: u32::try_from(output).unwrap_or(u32::MAX),
+            ..RequestState::default()
+        });
+    }
+    let mut sim = Sim {
+        settings,
+        workload,
+        observer,
+        base_arrival,
+        requests,
+        fleet: Fleet::new(&settings.engines),
+        events: Events::default(),
+        router_queue: VecDeque::new(),
+        stats: TimedStats {
+            base: StatsBuilder::new(n, Unit::Tokens),
+            ttft: LatencyStat::default(),
+            tpot: LatencyStat::default(),
+            e2e: LatencyStat::default(),
+            queue: LatencyStat::default(),
+            per_endpoint: vec![EndpointTally::default(); n],
+            prompt_tokens_done: 0,
+            hit_tokens_done: 0,
+            output_tokens_done: 0,
+            first_arrival: None,
+            last_finish: 0,
+            router_queued: 0,
+            too_long: 0,
+        },
+        next_closed: 0,
+    };
+    sim.run(router)?;
+    Ok(sim.report(router))
+}
+
+impl Sim<'_> {
+    fn data(&self, index: usize) -> RequestData<'_> {
+        let request = &self.workload.requests[index];
+        let state = &self.requests[index];
+        RequestData {
+            id: index as u64 + 1,
+            arrival_ns: state.arrival_ns,
+            prompt: &request.prompt,
+            block_hashes: &request.blocks,
+            block_ids: Some(&request.block_ids),
+            block_size: self.workload.block_size,
+            unit: self.workload.unit,
+            prompt_len: request.prompt_len,
+            output_tokens: Some(u64::from(state.output_tokens)),
+            session_id: request.session,
+            parent_id: request.parent.map_or(0, |p| p as u64 + 1),
+        }
+    }
+
+    fn plugin_error(&self, index: usize) -> impl FnOnce(routerlab_host::PluginError) -> SimError {
+        let location = request_location(index as u64 + 1, self.workload.requests[index].line);
+        move |source| SimError::plugin(location, source)
+    }
+
+    fn run(&mut self, router: &mut Router) -> Result<(), SimError> {
+        // Schedule the first arrivals.
+        match self.settings.arrivals {
+            Arrivals::Closed { concurrency } => {
+                for _ in 0..concurrency.min(self.requests.len()) {
+                    self.release_next_closed(0);
+                }
+            }
+            _ => {
+                for index in 0..self.requests.len() {
+                    match self.workload.requests[index].parent {
+                        Some(parent) if self.settings.respect_parents => {
+                            self.requests[parent].children.push(index)
+                        }
+                        _ => self
+                            .events
+                            .push(self.base_arrival[index], Event::Arrival(index)),
+                    }
+                }
+            }
+        }
+        if self.settings.metrics_interval_ns > 0 {
+            self.events.push(0, Event::Refresh);
+        }
+        while let Some((now, event)) = self.events.pop() {
+            match event {
+                Event::Refresh => {
+                    let changed = self.fleet.refresh();
+                    self.drain_router_queue(now, router)?;
+                    // Keep refreshing while something is left to happen, or while a refresh
+                    // can still change what the router sees.
+                    if !self.events.is_empty() || (changed && !self.router_queue.is_empty()) {
+                        let next = now + self.settings.metrics_interval_ns;
+                        self.events.push(next, Event::Refresh);
+                    }
+                }
+                Event::Arrival(index) => {
+                    self.requests[index].arrival_ns = now;
+                    self.stats.first_arrival.get_or_insert(now);
+                    let prompt = self.workload.requests[index].prompt_tokens;
+                    let output = self.requests[index].output_tokens;
+                    if !self
+                        .fleet
+                        .engines
+                        .iter()
+                        .any(|e| e.can_ever_fit(prompt, output))
+                    {
+                        // Longer than any engine's whole KV cache: it could only wait forever.
+                        self.stats.too_long += 1;
+                        self.reject(index, now);
+                    } else if !self.router_queue.is_empty() {
+                        self.enter_router_queue(index);
+                    } else if !self.try_route(index, now, router)? {
+                        match router.when_unavailable() {
+                            WhenUnavailable::Queue => self.enter_router_queue(index),
+                            WhenUnavailable::Reject | WhenUnavailable::FailOpen => {
+                                self.reject(index, now)
+                            }
+                        }
+                    }
+                }
+                Event::Step(pos, generation) => {
+                    if generation != self.fleet.generation[pos] {
+                        continue;
+                    }
+                    let finished = self.fleet.engines[pos].finish_step(now);
+                    if let Some(end) = self.fleet.engines[pos].step_end() {
+                        self.fleet.next_step(pos, end, &mut self.events);
+                    }
+                    for sequence in finished {
+                        self.complete(sequence, pos, now, router)?;
+                    }
+                    self.drain_router_queue(now, router)?;
+                }
+            }
+        }
+        // Nothing is left to happen, so nothing can free an endpoint for whatever still
+        // waits at the router (its detector never clears): reject it rather than hang.
+        while let Some(index) = self.router_queue.pop_front() {
+            self.reject(index, self.stats.last_finish);
+        }
+        Ok(())
+    }
+
+    fn enter_router_queue(&mut self, index: usize) {
+        if !self.requests[index].queued_at_router {
+            self.requests[index].queued_at_router = true;
+            self.stats.router_queued += 1;
+        }
+        self.router_queue.push_back(index);
+    }
+
+    fn drain_router_queue(&mut self, now: u64, router: &mut Router) -> Result<(), SimError> {
+        while let Some(index) = self.router_queue.pop_front() {
+            if !self.try_route(index, now, router)? {
+                self.router_queue.push_front(index);
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// One routing decision; `false` when no endpoint could take the request.
+    fn try_route(&mut self, index: usize, now: u64, router: &mut Router) -> Result<bool, SimError> {
+        let live = self.settings.metrics_interval_ns == 0;
+        for pos in 0..self.fleet.engines.len() {
+            router.table_mut().set_load(pos, self.fleet.load(pos, live));
+        }
+        let decision = router
+            .decide(&self.data(index))
+            .map_err(self.plugin_error(index))?;
+        self.requests[index].constrained = decision.constrained;
+        let Some(pos) = decision.endpoint else {
+            return Ok(false);
+        };
+        let prompt_tokens = self.workload.requests[index].prompt_tokens;
+        let output_tokens = self.requests[index].output_tokens;
+        if !self.fleet.engines[pos].can_ever_fit(prompt_tokens, output_tokens) {
+            // The matcher chose an engine too small for it (possible in mixed fleets).
+            self.stats.too_long += 1;
+            self.reject(index, now);
+            return Ok(true);
+        }
+        router
+            .learn(&self.data(index), pos)
+            .map_err(self.plugin_error(index))?;
+        self.requests[index].endpoint = Some(pos);
+        self.fleet.inflight_tokens[pos] += u64::from(prompt_tokens);
+        let engine_block = self.settings.engines[pos].engine_block_size;
+        let chain = self.workload.engine_chain(index, engine_block).to_vec();
+        let sequence = Sequence::new(index, prompt_tokens, output_tokens, chain);
+        if let Some(end) = self.fleet.engines[pos].enqueue(sequence, now) {
+            self.fleet.next_step(pos, end, &mut self.events);
+        }
+        Ok(true)
+    }
+
+    fn reject(&mut self, index: usize, now: u64) {
+        let has_parent = self.workload.requests[index].parent.is_some();
+        self.stats
+            .base
+            .reject(self.requests[index].constrained, has_parent);
+        self.after_done(index, now);
+    }
+
+    fn complete(
+        &mut self,
+        sequence: Sequence,
+        pos: usize,
+        now: u64,
+        router: &mut Router,
+    ) -> Result<(), SimError> {
+        let index = sequence.request;
+        router
+            .complete(&self.data(index), pos)
+            .map_err(self.plugin_error(index))?;
+        let request = &self.workload.requests[index];
+        let state = &self.requests[index];
+        let arrival = state.arrival_ns;
+        let hit = sequence.hit_tokens.unwrap_or(0);
+        let first_token = sequence.first_token_ns.unwrap_or(now);
+        let scheduled = sequence.first_scheduled_ns.unwrap_or(now);
+        let us = |ns: u64| ns / 1000;
+        let stats = &mut self.stats;
+        stats.ttft.record(us(first_token - arrival));
+        if state.output_tokens > 1 {
+            let per_token = (now - first_token) / u64::from(state.output_tokens - 1);
+            stats.tpot.record(us(per_token));
+        }
+        stats.e2e.record(us(now - arrival));
+        stats.queue.record(us(scheduled - arrival));
+        let same_as_parent = request
+            .parent
+            .map(|p| self.requests[p].endpoint == Some(pos));
+        let prompt_tokens = request.prompt_tokens;
+        stats.base.route(
+            pos,
+            u64::from(prompt_tokens),
+            u64::from(hit),
+            state.constrained,
+            same_as_parent,
+        );
+        let tally = &mut stats.per_endpoint[pos];
+        tally.requests += 1;
+        tally.prompt_tokens += u64::from(prompt_tokens);
+        stats.prompt_tokens_done += u128::from(prompt_tokens);
+        stats.hit_tokens_done += u128::from(hit);
+        stats.output_tokens_done += u128::from(state.output_tokens);
+        stats.last_finish = stats.last_finish.max(now);
+        self.fleet.inflight_tokens[pos] -= u64::from(prompt_tokens);
+        self.observer.finished(&RequestRecord {
+            id: index as u64 + 1,
+            line: request.line,
+            arrival_s: round6(arrival as f64 / 1e9),
+            endpoint: Some(router.table().name(pos).to_owned()),
+            prompt_tokens,
+            hit_tokens: hit,
+            queue_ms: round6((scheduled - arrival) as f64 / 1e6),
+            ttft_ms: round6((first_token - arrival) as f64 / 1e6),
+            finish_s: round6(now as f64 / 1e9),
+        })?;
+        self.after_done(index, now);
+        Ok(())
+    }
+
+    /// A request is done (finished or rejected): release its children, or the next one.
+    fn after_done(&mut self, index: usize, now: u64) {
+        if let Arrivals::Closed { .. } = self.settings.arrivals {
+            self.release_next_closed(now);
+            return;
+        }
+        let children = std::mem::take(&mut self.requests[index].children);
+        for child in children {
+            let at = self.base_arrival[child].max(now + self.settings.think_time_ns);
+            self.events.push(at, Event::Arrival(child));
+        }
+    }
+
+    fn release_next_closed(&mut self, now: u64) {
+        if self.next_closed < self.requests.len() {
+            let index = self.next_closed;
+            self.next_closed += 1;
+            self.events.push(now, Event::Arrival(index));
+        }
+    }
+
+    fn report(self, router: &Router) -> Report {
+        let stats = self.stats;
+        let mut report = stats.base.finish();
+        let start = stats.first_arrival.unwrap_or(0);
+        let end = stats.last_finish;
+        let seconds = end.saturating_sub(start) as f64 / 1e9;
+        let per_second = |tokens: u128| {
+            if seconds > 0.0 {
+                round6(tokens as f64 / seconds)
+            } else {
+                0.0
+            }
+        };
+        report.timed = Some(TimedReport {
+            ttft: stats.ttft.summary(),
+            tpot: stats.tpot.summary(),
+            e2e: stats.e2e.summary(),
+            queue: stats.queue.summary(),
+            throughput: Throughput {
+                input_tokens_per_s: per_second(stats.prompt_tokens_done),
+                output_tokens_per_s: per_second(stats.output_tokens_done),
+            },
+            makespan_s: round6(seconds),
+            hit_ratio: if stats.prompt_tokens_done == 0 {
+                0.0
+            } else {
+                round6(stats.hit_tokens_done as f64 / stats.prompt_tokens_done as f64)
+            },
+            router_queued: stats.router_queued,
+            too_long: stats.too_long,
+            per_endpoint: self
+                .fleet
+                .engines
+                .iter()
+                .enumerate()
+                .map(|(pos, engine)| EndpointTimed {
+                    name: router.table().name(pos).to_owned(),
+                    requests: stats.per_endpoint[pos].requests,
+                    prompt_tokens: stats.per_endpoint[pos].prompt_tokens,
+                    peak_kv_usage: round6(engine.peak_usage),
+                    mean_kv_usage: round6(engine.mean_usage(end)),
+                    evictions: engine.evictions(),
+                    preemptions: engine.preemptions,
+                })
+                .collect(),
+        });
+        report
+    }
+}

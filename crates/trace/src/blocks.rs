@@ -1,0 +1,77 @@
+//! Prefix-block hash chains: what the host computes once per request so plugins never
+//! re-hash prompts. The trace's own chain (blocks of `--block-size` bytes or
+//! `--trace-block-size` tokens) feeds the plugins; the engine model needs chains in its own
+//! block size, which [`engine_block_hashes`] derives from the same request.
+
+use routerlab_core::hash::{chain, hash64};
+
+use crate::reader::{TraceFormat, TraceRequest};
+
+/// Cuts `prompt` into blocks of `block_size` bytes (the last may be partial) and writes the
+/// chained hash of each: hash `i` covers bytes `0 .. (i + 1) * block_size`.
+pub fn hash_text_blocks(prompt: &[u8], block_size: usize, out: &mut Vec<u64>) {
+    out.clear();
+    let mut previous = 0u64;
+    for block in prompt.chunks(block_size.max(1)) {
+        previous = chain(previous, block);
+        out.push(previous);
+    }
+}
+
+/// Engine-block hashes of a request for engine blocks of `engine_block` tokens. Only full
+/// blocks are hashed. Mooncake ids (one per `trace_block` tokens, each naming the whole
+/// prefix) are expanded: engine block `j` is named by the id of the trace block holding its
+/// last token, mixed with `j`. Text uses 4 bytes a token; token ids are hashed directly.
+pub fn engine_block_hashes(
+    format: TraceFormat,
+    request: &TraceRequest,
+    trace_block: u32,
+    prompt_tokens: u32,
+    engine_block: u32,
+) -> Vec<u64> {
+    let full = (prompt_tokens / engine_block) as usize;
+    match format {
+        TraceFormat::Mooncake => (0..full)
+            .map(|j| {
+                let last_token = (j as u64 + 1) * u64::from(engine_block) - 1;
+                let id = request.blocks[(last_token / u64::from(trace_block)) as usize];
+                hash64(&id.to_le_bytes(), j as u64 + 1)
+            })
+            .collect(),
+        TraceFormat::Chat => {
+            let bytes_per_block = engine_block as usize * 4;
+            let mut previous = 0;
+            request
+                .prompt
+                .chunks_exact(bytes_per_block)
+                .take(full)
+                .map(|b| {
+                    previous = chain(previous, b);
+                    previous
+                })
+                .collect()
+        }
+        TraceFormat::TokenIds => {
+            let mut previous = 0;
+            request
+                .token_ids
+                .chunks_exact(engine_block as usize)
+                .take(full)
+                .map(|ids| {
+                    let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
+                    previous = chain(previous, &bytes);
+                    previous
+                })
+                .collect()
+        }
+    }
+}
+
+/// Prompt tokens of a request: exact for token traces, bytes / 4 for text. The one estimate
+/// both replays and every report use.
+pub fn prompt_tokens(unit: routerlab_core::Unit, prompt_len: u64) -> u64 {
+    match unit {
+        routerlab_core::Unit::Tokens => prompt_len,
+        routerlab_core::Unit::Bytes => prompt_len.div_ceil(4),
+    }
+}

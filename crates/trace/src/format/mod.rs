@@ -1,0 +1,8 @@
+//! One module per trace format, each adding its line parser to the shared
+//! [`Linker`](crate::reader::Linker).
+
+pub(crate) mod chat;
+pub(crate) mod mooncake;
+pub(crate) mod token_ids;
+
+pub use chat::{Message, flatten_messages};

@@ -1,0 +1,21 @@
+//! routerlab-trace: traces in, requests with block chains out.
+//!
+//! Everything a replay knows about its input comes through here: [`reader`] streams a
+//! trace file and checks every line (one module per format under [`format`], the id,
+//! parent and session links in [`ids`], the field-by-field diagnosis of bad lines in
+//! [`diagnose`]); [`blocks`] computes prefix-block hash chains; [`synth`] writes synthetic
+//! traces; [`workload`] loads a whole trace once into an immutable [`Workload`] that many
+//! runs can share. Nothing here knows about plugins or the simulator.
+
+pub mod blocks;
+pub mod diagnose;
+pub mod error;
+pub mod format;
+pub mod ids;
+pub mod reader;
+pub mod synth;
+pub mod workload;
+
+pub use error::{Fault, TraceError};
+pub use reader::{TraceFormat, TraceOptions, TraceReader, TraceRequest};
+pub use workload::Workload;

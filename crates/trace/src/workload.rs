@@ -1,0 +1,137 @@
+//! A whole trace, loaded once and never changed, so that many runs (a timed replay, the
+//! policies of a comparison, the replicas of a router) can share it behind an `Arc`.
+//!
+//! Loading reads every line through the [`TraceReader`] (same checks, same errors), keeps
+//! each request with its block chain and dense ids, and derives the engine-block chains for
+//! every engine block size the runs will use, so no run hashes anything. What differs per
+//! run (arrival times under a seeded process, where a request went, when it finished) is
+//! the run's own state, never written here.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use routerlab_core::Unit;
+use routerlab_core::hash::hash64;
+
+use crate::blocks::{engine_block_hashes, prompt_tokens};
+use crate::error::TraceError;
+use crate::reader::{TraceFormat, TraceReader, TraceRequest};
+
+/// One request of a workload.
+#[derive(Debug, Clone)]
+pub struct WorkloadRequest {
+    /// Line in the file.
+    pub line: usize,
+    /// Prompt text (chat traces); empty otherwise.
+    pub prompt: Vec<u8>,
+    /// Prefix-block hash chain, in the trace's block size.
+    pub blocks: Vec<u64>,
+    /// Dense ids of `blocks`.
+    pub block_ids: Vec<u32>,
+    /// Prompt length in the workload's unit.
+    pub prompt_len: u64,
+    /// Prompt tokens, at least 1 (bytes / 4 for text), capped at `u32::MAX`.
+    pub prompt_tokens: u32,
+    /// Output tokens, when the trace says.
+    pub output_tokens: Option<u64>,
+    /// Session number, 0 = none.
+    pub session: u64,
+    /// Position (0-based) of the request this one continues.
+    pub parent: Option<usize>,
+    /// Arrival time from the trace, nanoseconds.
+    pub arrival_ns: Option<u64>,
+    /// Engine-block chains, one per [`Workload::engine_block_sizes`] entry.
+    pub engine_chains: Vec<Vec<u64>>,
+}
+
+/// Where a workload came from, for the report's `run` block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceSource {
+    /// The trace file as given.
+    pub path: PathBuf,
+    /// Its format.
+    pub format: TraceFormat,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// xxh3-64 of its bytes, hex: two reports of the same content agree on it.
+    pub content_hash: String,
+}
+
+/// A loaded trace.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// The file.
+    pub source: TraceSource,
+    /// Unit of lengths and blocks.
+    pub unit: Unit,
+    /// Block size of the trace's chains, in `unit`s.
+    pub block_size: u32,
+    /// Engine block sizes (tokens) for which chains were derived, ascending.
+    pub engine_block_sizes: Vec<u32>,
+    /// The requests, in file order.
+    pub requests: Vec<WorkloadRequest>,
+    /// Lines skipped (with `skip_invalid`), by reason.
+    pub skipped: BTreeMap<&'static str, u64>,
+}
+
+impl Workload {
+    /// Reads the whole trace and derives engine chains for each of `engine_block_sizes`
+    /// (tokens; duplicates are merged).
+    pub fn load(
+        mut reader: TraceReader,
+        engine_block_sizes: &[u32],
+    ) -> Result<Workload, TraceError> {
+        let mut sizes = engine_block_sizes.to_vec();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let (format, unit, block_size) = (reader.format(), reader.unit(), reader.block_size());
+        let mut requests = Vec::new();
+        let mut request = TraceRequest::default();
+        while reader.next_into(&mut request)? {
+            let tokens =
+                u32::try_from(prompt_tokens(unit, request.prompt_len).max(1)).unwrap_or(u32::MAX);
+            let engine_chains = sizes
+                .iter()
+                .map(|size| engine_block_hashes(format, &request, block_size, tokens, *size))
+                .collect();
+            requests.push(WorkloadRequest {
+                line: request.line,
+                prompt: std::mem::take(&mut request.prompt),
+                blocks: request.blocks.clone(),
+                block_ids: request.block_ids.clone(),
+                prompt_len: request.prompt_len,
+                prompt_tokens: tokens,
+                output_tokens: request.output_tokens,
+                session: request.session,
+                parent: request.parent_seq.map(|p| p as usize - 1),
+                arrival_ns: request.arrival_ns,
+                engine_chains,
+            });
+        }
+        Ok(Workload {
+            source: reader.source(),
+            unit,
+            block_size,
+            engine_block_sizes: sizes,
+            requests,
+            skipped: reader.skipped().clone(),
+        })
+    }
+
+    /// The chain of request `index` for engine blocks of `engine_block_size` tokens.
+    ///
+    /// # Panics
+    /// When chains for that size were not derived at load.
+    pub fn engine_chain(&self, index: usize, engine_block_size: u32) -> &[u64] {
+        let class = self
+            .engine_block_sizes
+            .binary_search(&engine_block_size)
+            .expect("engine block size given at load");
+        &self.requests[index].engine_chains[class]
+    }
+}
+
+/// xxh3-64 of `bytes` as 16 hex digits.
+pub(crate) fn content_hash(bytes: &[u8]) -> String {
+    format!("{:016x}", hash64(bytes, 0))
+}
