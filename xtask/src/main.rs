@@ -432,7 +432,11 @@ mod tidy {
     fn only_the_cli_crate_depends_on_clap() {
         for (crate_dir, deps) in workspace_crates() {
             let uses_clap = deps.contains(&"clap".to_owned());
-            assert_eq!(uses_clap, crate_dir == "crates/cli", "{crate_dir}: {deps:?}");
+            assert_eq!(
+                uses_clap,
+                crate_dir == "crates/cli",
+                "{crate_dir}: {deps:?}"
+            );
         }
     }
 
@@ -448,14 +452,22 @@ mod tidy {
             ("crates/trace", &["routerlab-core", "routerlab-host"]),
             (
                 "crates/sim",
-                &["routerlab-core", "routerlab-host", "routerlab-policy-kit", "routerlab-trace"],
+                &[
+                    "routerlab-core",
+                    "routerlab-host",
+                    "routerlab-policy-kit",
+                    "routerlab-trace",
+                ],
             ),
         ];
         let crates = workspace_crates();
         for (dir, may) in allowed {
             let deps = &crates.iter().find(|(d, _)| d == dir).expect(dir).1;
             for dep in deps.iter().filter(|d| d.starts_with("routerlab-")) {
-                assert!(may.contains(&dep.as_str()), "{dir} must not depend on {dep}");
+                assert!(
+                    may.contains(&dep.as_str()),
+                    "{dir} must not depend on {dep}"
+                );
             }
         }
     }
@@ -464,7 +476,10 @@ mod tidy {
     fn workspace_crates() -> Vec<(String, Vec<String>)> {
         let mut out = Vec::new();
         for dir in ["crates", "plugins", "examples"] {
-            for entry in std::fs::read_dir(super::root().join(dir)).unwrap().flatten() {
+            for entry in std::fs::read_dir(super::root().join(dir))
+                .unwrap()
+                .flatten()
+            {
                 let manifest = entry.path().join("Cargo.toml");
                 if manifest.is_file() {
                     let name = format!("{dir}/{}", entry.file_name().to_string_lossy());

@@ -15,7 +15,7 @@
 //!
 //! The run reads a [`Workload`] loaded once (parent links may delay a request past later
 //! ones, so the whole trace is needed) and keeps its own state beside it: arrival times,
-//! where each request went, the engines ([`Fleet`]), the event queue, the statistics. So
+//! where each request went, the engines (`Fleet`), the event queue, the statistics. So
 //! one workload can feed many runs.
 
 use std::cmp::Reverse;
