@@ -1,6 +1,6 @@
 //! routerlab-sim: routes a workload through plugins and measures the outcome.
 //!
-//! One [`Router`](router::Router) (matcher, detector, endpoint table, unavailable policy)
+//! One [`Router`] (matcher, detector, endpoint table, unavailable policy)
 //! makes every decision, for both drivers: [`timefree`] replays a trace in file order with
 //! a prefix-cache model per endpoint, as the prototype did; [`timed`] runs a discrete-event
 //! simulation of arrivals, router queue and engines ([`engine`]) on a logical clock.

@@ -1,7 +1,7 @@
 //! routerlab-trace: traces in, requests with block chains out.
 //!
 //! Everything a replay knows about its input comes through here: [`reader`] streams a
-//! trace file and checks every line (one module per format under [`format`], the id,
+//! trace file and checks every line (one module per format under [`format`](mod@format), the id,
 //! parent and session links in [`ids`], the field-by-field diagnosis of bad lines in
 //! [`diagnose`]); [`blocks`] computes prefix-block hash chains; [`synth`] writes synthetic
 //! traces; [`workload`] loads a whole trace once into an immutable [`Workload`] that many

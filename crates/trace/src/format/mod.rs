@@ -1,5 +1,5 @@
 //! One module per trace format, each adding its line parser to the shared
-//! [`Linker`](crate::reader::Linker).
+//! `Linker` of the reader.
 
 pub(crate) mod chat;
 pub(crate) mod mooncake;
