@@ -169,20 +169,9 @@ fn skip_invalid_counts_by_reason_and_still_reports() {
         "{GOOD_CHAT}\nnot json\n{{\"prompt\": 1}}\n{{\"id\": \"c\", \"prompt\": \"x\", \"parent\": \"nope\"}}\n{{\"id\": \"d\", \"prompt\": \"ok\", \"parent\": \"a\"}}\n"
     );
     let path = scratch_file("skip.jsonl", contents.as_bytes());
-    let output = routerlab(&[
-        "replay",
-        "--matcher",
-        "lcp",
-        "--trace",
-        path.to_str().unwrap(),
-        "--skip-invalid",
-        "--format",
-        "json",
-        "--endpoints",
-        "1",
-    ]);
-    let (stdout, stderr) = texts(&output);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let (report, stderr) = Replay::new("lcp", &path)
+        .args(&["--skip-invalid", "--endpoints", "1"])
+        .json();
     assert_eq!(
         stderr.trim_end(),
         format!(
@@ -190,8 +179,8 @@ fn skip_invalid_counts_by_reason_and_still_reports() {
             path.display()
         )
     );
-    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(report["requests"], 2);
+    assert_eq!(report["run"]["trace"]["skipped"]["invalid JSON"], 1);
     assert_eq!(report["share_prefix"]["total"], 1);
     assert_eq!(report["share_prefix"]["same_endpoint"], 1);
 }
@@ -279,22 +268,10 @@ fn skipped_mooncake_lines_leave_parents_consistent() {
         r#"{"timestamp": 2, "input_length": 20, "output_length": 1, "hash_ids": [1, 3], "chat_id": 2, "parent_chat_id": 1}"#,
     ];
     let path = scratch_file("dup-chat.jsonl", (lines.join("\n") + "\n").as_bytes());
-    let output = routerlab(&[
-        "replay",
-        "--matcher",
-        "lcp",
-        "--trace",
-        path.to_str().unwrap(),
-        "--skip-invalid",
-        "--format",
-        "json",
-        "--trace-block-size",
-        "16",
-    ]);
-    let (stdout, stderr) = texts(&output);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let (report, stderr) = Replay::new("lcp", &path)
+        .args(&["--skip-invalid", "--trace-block-size", "16"])
+        .json();
     assert!(stderr.contains("1 duplicate id"), "{stderr}");
-    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(report["requests"], 2);
     assert_eq!(
         report["share_prefix"],

@@ -289,3 +289,57 @@ fn other_public_traces_replay() {
         assert!(stdout.contains("unit: tokens"), "{stdout}");
     }
 }
+
+#[test]
+fn reports_say_what_produced_them_and_read_back() {
+    let trace = project_trace("mooncake-small.jsonl");
+    let (report, _) = Replay::new("lcp", &trace)
+        .args(&[
+            "--seed",
+            "3",
+            "--detector",
+            "num-requests",
+            "--endpoints",
+            "4",
+        ])
+        .json();
+    let run = &report["run"];
+    assert_eq!(run["tool_version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        run["matcher"],
+        serde_json::json!({"name": "lcp", "config": "seed: 3\n"})
+    );
+    assert_eq!(run["detector"]["name"], "num-requests");
+    assert_eq!(run["seed"], 3);
+    assert_eq!(run["trace"]["format"], "mooncake");
+    assert_eq!(
+        run["trace"]["bytes"],
+        std::fs::metadata(&trace).unwrap().len()
+    );
+    assert_eq!(run["trace"]["content_hash"].as_str().unwrap().len(), 16);
+    assert_eq!(run["block_size"], 512);
+    assert_eq!(run["endpoints"].as_array().unwrap().len(), 4);
+    assert_eq!(run["when_unavailable"], "reject");
+    assert!(run.get("timed").is_none());
+    let back: routerlab_sim::Report = serde_json::from_value(report.clone()).unwrap();
+    assert_eq!(serde_json::to_value(&back).unwrap(), report);
+
+    let (timed, _) = Replay::new("round-robin", &trace)
+        .args(&[
+            "--timing",
+            "trace",
+            "--rate",
+            "50",
+            "--engine-config",
+            "{num_gpu_blocks: 900}",
+        ])
+        .json();
+    assert_eq!(
+        timed["run"]["timed"]["arrivals"],
+        serde_json::json!({"process": "poisson", "rate": 50.0})
+    );
+    assert_eq!(timed["run"]["timed"]["engines"][9]["num_gpu_blocks"], 900);
+    assert_eq!(timed["run"]["when_unavailable"], "queue");
+    let back: routerlab_sim::Report = serde_json::from_value(timed.clone()).unwrap();
+    assert_eq!(serde_json::to_value(&back).unwrap(), timed);
+}

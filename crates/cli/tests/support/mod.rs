@@ -73,3 +73,55 @@ pub fn json_report(args: &[&str]) -> serde_json::Value {
     assert!(output.status.success(), "{args:?}: {}", texts(&output).1);
     serde_json::from_slice(&output.stdout).expect("a JSON report")
 }
+
+/// `routerlab replay` with a matcher and a trace, plus whatever a test adds: the argument
+/// list every replay test would otherwise spell out.
+pub struct Replay {
+    args: Vec<String>,
+}
+
+impl Replay {
+    /// `routerlab replay --matcher MATCHER --trace TRACE`.
+    pub fn new(matcher: &str, trace: &Path) -> Replay {
+        let args = [
+            "replay",
+            "--matcher",
+            matcher,
+            "--trace",
+            &trace.to_string_lossy(),
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        Replay { args }
+    }
+
+    /// Adds arguments.
+    pub fn args(mut self, more: &[&str]) -> Replay {
+        self.args.extend(more.iter().map(|a| (*a).to_owned()));
+        self
+    }
+
+    /// Runs it.
+    pub fn run(&self) -> Output {
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        routerlab(&args)
+    }
+
+    /// Runs it with `--format json`, requires success, and returns the report and stderr.
+    pub fn json(&self) -> (serde_json::Value, String) {
+        let output = self.clone_with(&["--format", "json"]).run();
+        let (stdout, stderr) = texts(&output);
+        assert_eq!(output.status.code(), Some(0), "{:?}: {stderr}", self.args);
+        (
+            serde_json::from_str(&stdout).expect("a JSON report"),
+            stderr,
+        )
+    }
+
+    fn clone_with(&self, more: &[&str]) -> Replay {
+        Replay {
+            args: self.args.clone(),
+        }
+        .args(more)
+    }
+}
