@@ -56,6 +56,7 @@ fn generated(requests: u64, sessions: bool) -> PathBuf {
 fn repeated(trace: &Path, times: usize) -> PathBuf {
     let path = root().join(format!("target/bench-data/repeated-{times}.jsonl"));
     if !path.exists() {
+        std::fs::create_dir_all(path.parent().expect("a directory")).expect("bench data dir");
         let text = std::fs::read(trace).expect("read trace");
         std::fs::write(&path, text.repeat(times)).expect("write repeated trace");
     }
