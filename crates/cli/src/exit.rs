@@ -55,7 +55,8 @@ impl Failure {
                 SimError::Trace(_) | SimError::Input(_) | SimError::NoArrivalTimes { .. } => {
                     BAD_INPUT
                 }
-                SimError::Plugin { .. } | SimError::Io { .. } => RUN_FAILED,
+                // A plugin failed mid-run, an output could not be written, or a failure
+                // added later: the run did not finish.
                 _ => RUN_FAILED,
             },
             Failure::Output { .. } => RUN_FAILED,

@@ -84,47 +84,26 @@ impl From<UnavailableArg> for WhenUnavailable {
     }
 }
 
-/// A plugin config: YAML text on the command line, any YAML value in the file.
+/// A setting typed as text after a flag, or written as any YAML value in the experiment
+/// file (plugin configs, endpoints): [`crate::spec`] reads either form.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ConfigArg {
-    /// As typed after `--matcher-config` / `--detector-config`.
+pub enum TextOrValue {
+    /// As typed on the command line.
     Text(String),
     /// As written in the experiment file.
     Value(Value),
 }
 
-impl std::str::FromStr for ConfigArg {
+impl std::str::FromStr for TextOrValue {
     type Err = std::convert::Infallible;
-    fn from_str(text: &str) -> Result<ConfigArg, Self::Err> {
-        Ok(ConfigArg::Text(text.to_owned()))
+    fn from_str(text: &str) -> Result<TextOrValue, Self::Err> {
+        Ok(TextOrValue::Text(text.to_owned()))
     }
 }
 
-impl<'de> Deserialize<'de> for ConfigArg {
+impl<'de> Deserialize<'de> for TextOrValue {
     fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        Value::deserialize(de).map(ConfigArg::Value)
-    }
-}
-
-/// The endpoints: a count or names; text on the command line, a number or list in the file.
-#[derive(Debug, Clone, PartialEq)]
-pub enum EndpointsArg {
-    /// As typed after `--endpoints`: `N` or `a,b,c`.
-    Text(String),
-    /// As written in the experiment file.
-    Value(Value),
-}
-
-impl std::str::FromStr for EndpointsArg {
-    type Err = std::convert::Infallible;
-    fn from_str(text: &str) -> Result<EndpointsArg, Self::Err> {
-        Ok(EndpointsArg::Text(text.to_owned()))
-    }
-}
-
-impl<'de> Deserialize<'de> for EndpointsArg {
-    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        Value::deserialize(de).map(EndpointsArg::Value)
+        Value::deserialize(de).map(TextOrValue::Value)
     }
 }
 
@@ -156,13 +135,13 @@ pub struct ReplayOpts {
     pub matcher: Option<String>,
     /// Matcher config, YAML or JSON text (e.g. '{seed: 3, max_nodes: 100000}').
     #[arg(long, value_name = "YAML")]
-    pub matcher_config: Option<ConfigArg>,
+    pub matcher_config: Option<TextOrValue>,
     /// Detector plugin that flags overloaded endpoints (none by default).
     #[arg(long, value_name = "NAME")]
     pub detector: Option<String>,
     /// Detector config, YAML or JSON text (e.g. '{max_running: 400}').
     #[arg(long, value_name = "YAML")]
-    pub detector_config: Option<ConfigArg>,
+    pub detector_config: Option<TextOrValue>,
     /// Trace file (chat, Mooncake or token-id JSONL).
     #[arg(long, value_name = "PATH")]
     pub trace: Option<PathBuf>,
@@ -172,7 +151,7 @@ pub struct ReplayOpts {
     /// Endpoints: a count (named localhost:8000, localhost:8001, ...) or a comma-separated
     /// list of names [default: 10].
     #[arg(long, value_name = "N|NAMES")]
-    pub endpoints: Option<EndpointsArg>,
+    pub endpoints: Option<TextOrValue>,
     /// Block size for text prompts, in bytes [default: 128].
     #[arg(long, value_name = "N")]
     pub block_size: Option<u32>,

@@ -11,9 +11,7 @@ use routerlab_trace::TraceOptions;
 use serde_yaml::Value;
 
 use crate::exit::Failure;
-use crate::opts::{
-    ConfigArg, EndpointsArg, EngineOverrides, EnginePreset, OutputFormat, ReplayOpts, Timing,
-};
+use crate::opts::{EngineOverrides, EnginePreset, OutputFormat, ReplayOpts, TextOrValue, Timing};
 
 /// Everything a replay needs, resolved.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,9 +60,9 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
     let detector_config = plugin_config(opts.detector_config.clone(), seed, "detector")?;
     let endpoints = match &opts.endpoints {
         None => default_endpoints(10),
-        Some(EndpointsArg::Text(text)) => parse_endpoints(text)?,
-        Some(EndpointsArg::Value(Value::Number(n))) => parse_endpoints(&n.to_string())?,
-        Some(EndpointsArg::Value(Value::Sequence(names))) => names
+        Some(TextOrValue::Text(text)) => parse_endpoints(text)?,
+        Some(TextOrValue::Value(Value::Number(n))) => parse_endpoints(&n.to_string())?,
+        Some(TextOrValue::Value(Value::Sequence(names))) => names
             .iter()
             .map(|v| v.as_str().map(str::to_owned))
             .collect::<Option<Vec<_>>>()
@@ -72,7 +70,7 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
                 Failure::input("experiment `endpoints`: expected a count or a list of names")
             })
             .and_then(check_endpoints)?,
-        Some(EndpointsArg::Value(_)) => {
+        Some(TextOrValue::Value(_)) => {
             return Err(Failure::input(
                 "experiment `endpoints`: expected a count or a list of names",
             ));
@@ -250,16 +248,16 @@ fn apply(overrides: &EngineOverrides, base: &mut EngineConfig) {
 }
 
 /// The config text handed to a plugin, with `seed` added unless it is set.
-fn plugin_config(given: Option<ConfigArg>, seed: u64, which: &str) -> Result<String, Failure> {
+fn plugin_config(given: Option<TextOrValue>, seed: u64, which: &str) -> Result<String, Failure> {
     let value = match given {
-        Some(ConfigArg::Text(text)) if text.trim().is_empty() => Value::Null,
-        Some(ConfigArg::Text(text)) => serde_yaml::from_str(&text).map_err(|e| {
+        Some(TextOrValue::Text(text)) if text.trim().is_empty() => Value::Null,
+        Some(TextOrValue::Text(text)) => serde_yaml::from_str(&text).map_err(|e| {
             Failure::input(format!(
                 "--{which}-config is not valid YAML or JSON: {}",
                 one_line(&e.to_string())
             ))
         })?,
-        Some(ConfigArg::Value(value)) => value,
+        Some(TextOrValue::Value(value)) => value,
         None => Value::Null,
     };
     let mut map = match value {

@@ -9,10 +9,7 @@ use support::*;
 /// stdout.
 fn replay_fails(name: &str, contents: &[u8], extra: &[&str]) -> (i32, String, String) {
     let path = scratch_file(name, contents);
-    let path_text = path.display().to_string();
-    let mut args = vec!["replay", "--matcher", "lcp", "--trace", &path_text];
-    args.extend_from_slice(extra);
-    let output = routerlab(&args);
+    let output = Replay::new("lcp", &path).args(extra).run();
     let (stdout, stderr) = texts(&output);
     assert!(
         stdout.is_empty(),
@@ -22,7 +19,7 @@ fn replay_fails(name: &str, contents: &[u8], extra: &[&str]) -> (i32, String, St
     (
         output.status.code().unwrap_or(-1),
         stderr.trim_end().to_owned(),
-        path_text,
+        path.display().to_string(),
     )
 }
 

@@ -10,13 +10,7 @@ use support::*;
 #[test]
 fn main_command_prints_the_prototype_lines_then_a_table() {
     let chat = project_trace("chat.jsonl");
-    let output = routerlab(&[
-        "replay",
-        "--matcher",
-        "lcp",
-        "--trace",
-        chat.to_str().unwrap(),
-    ]);
+    let output = Replay::new("lcp", &chat).run();
     let (stdout, stderr) = texts(&output);
     assert!(output.status.success(), "{stderr}");
     let lines: Vec<&str> = stdout.lines().collect();
@@ -37,39 +31,24 @@ fn main_command_prints_the_prototype_lines_then_a_table() {
 #[test]
 fn reports_are_byte_identical_for_the_same_inputs_and_seed() {
     let chat = project_trace("chat.jsonl");
-    let chat = chat.to_str().unwrap();
     let run = |seed: &str| {
-        let output = routerlab(&[
-            "replay",
-            "--matcher",
-            "round-robin",
-            "--trace",
-            chat,
-            "--format",
-            "yaml",
-            "--seed",
-            seed,
-        ]);
-        assert!(output.status.success());
-        output.stdout
+        Replay::new("round-robin", &chat)
+            .args(&["--format", "yaml", "--seed", seed])
+            .stdout()
     };
     assert_eq!(run("3"), run("3"));
     // The seed reaches the plugins: lcp's random tie-breaks move with it.
     let lcp = |seed: &str| {
-        let args = [
-            "replay",
-            "--matcher",
-            "lcp",
-            "--trace",
-            chat,
-            "--format",
-            "json",
-            "--seed",
-            seed,
-            "--detector",
-            "num-requests",
-        ];
-        routerlab(&args).stdout
+        Replay::new("lcp", &chat)
+            .args(&[
+                "--format",
+                "json",
+                "--seed",
+                seed,
+                "--detector",
+                "num-requests",
+            ])
+            .stdout()
     };
     assert_eq!(lcp("1"), lcp("1"));
     assert_ne!(lcp("1"), lcp("2"));
@@ -78,30 +57,19 @@ fn reports_are_byte_identical_for_the_same_inputs_and_seed() {
 #[test]
 fn policies_differ_where_they_should() {
     let chat = project_trace("chat.jsonl");
-    let chat = chat.to_str().unwrap();
-    let report = |extra: &[&str]| -> serde_json::Value {
-        let mut args = vec!["replay", "--trace", chat, "--format", "json"];
-        args.extend_from_slice(extra);
-        json_report(&args)
-    };
-    let lcp = report(&["--matcher", "lcp"]);
-    let rr = report(&["--matcher", "round-robin"]);
-    let capped = report(&[
-        "--matcher",
-        "lcp",
-        "--detector",
-        "num-requests",
-        "--detector-config",
-        "{max_running: 400}",
-    ]);
-    let kv = report(&[
-        "--matcher",
-        "lcp",
-        "--detector",
-        "max-kv-cache",
-        "--cache-blocks",
-        "2000",
-    ]);
+    let lcp = Replay::new("lcp", &chat).report();
+    let rr = Replay::new("round-robin", &chat).report();
+    let capped = Replay::new("lcp", &chat)
+        .args(&[
+            "--detector",
+            "num-requests",
+            "--detector-config",
+            "{max_running: 400}",
+        ])
+        .report();
+    let kv = Replay::new("lcp", &chat)
+        .args(&["--detector", "max-kv-cache", "--cache-blocks", "2000"])
+        .report();
     // lcp herds on the shared system prompt; round-robin spreads evenly.
     assert_eq!(lcp["nreq"]["max_over_mean"], 10.0);
     assert_eq!(rr["nreq"]["max_over_mean"], 1.0);
@@ -128,25 +96,12 @@ fn policies_differ_where_they_should() {
 #[test]
 fn rejects_when_everything_is_unavailable_unless_fail_open() {
     let trace = project_trace("mooncake-small.jsonl");
-    let trace = trace.to_str().unwrap();
     let run = |extra: &[&str]| -> serde_json::Value {
-        let mut args = vec![
-            "replay",
-            "--matcher",
-            "lcp",
-            "--trace",
-            trace,
-            "--format",
-            "json",
-            "--endpoints",
-            "2",
-            "--detector",
-            "num-requests",
-            "--detector-config",
-            "max_running: 9",
-        ];
-        args.extend_from_slice(extra);
-        serde_json::from_slice(&routerlab(&args).stdout).unwrap()
+        Replay::new("lcp", &trace)
+            .args(&["--endpoints", "2", "--detector", "num-requests"])
+            .args(&["--detector-config", "max_running: 9"])
+            .args(extra)
+            .report()
     };
     let closed = run(&[]);
     assert_eq!(closed["nreq"]["counts"], serde_json::json!([10, 10]));
@@ -224,20 +179,9 @@ fn mooncake_conversation_trace_in_tokens_shows_the_hot_spot() {
         return;
     };
     let trace = shared.join("mooncake/conversation_trace.jsonl");
-    let output = routerlab(&[
-        "replay",
-        "--matcher",
-        "lcp",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--trace-block-size",
-        "512",
-        "--format",
-        "json",
-    ]);
-    let (stdout, stderr) = texts(&output);
-    assert!(output.status.success(), "{stderr}");
-    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let report = Replay::new("lcp", &trace)
+        .args(&["--trace-block-size", "512"])
+        .report();
     assert_eq!(report["unit"], "tokens");
     assert_eq!(report["requests"], 12031);
     // Every request starts with the same block, so lcp sends all of them to one endpoint,
@@ -275,18 +219,11 @@ fn other_public_traces_replay() {
         "dynamo/mooncake_trace_1000.jsonl",
     ] {
         let trace = shared.join(name);
-        let output = routerlab(&[
-            "replay",
-            "--matcher",
-            "simhash",
-            "--trace",
-            trace.to_str().unwrap(),
-            "--format",
-            "yaml",
-        ]);
-        let (stdout, stderr) = texts(&output);
-        assert!(output.status.success(), "{name}: {stderr}");
-        assert!(stdout.contains("unit: tokens"), "{stdout}");
+        let stdout = Replay::new("simhash", &trace)
+            .args(&["--format", "yaml"])
+            .stdout();
+        let stdout = String::from_utf8(stdout).unwrap();
+        assert!(stdout.contains("unit: tokens"), "{name}: {stdout}");
     }
 }
 

@@ -49,9 +49,6 @@ macro_rules! case {
     };
 }
 
-const CHAT: &str = "chat.jsonl";
-const MOONCAKE: &str = "mooncake-small.jsonl";
-
 case!(lcp_chat, "lcp@chat", "chat.jsonl", "lcp", None, None);
 case!(
     simhash_chat,
@@ -149,8 +146,3 @@ case!(
     Some(("max-kv-cache", "")),
     Some(2000)
 );
-
-#[test]
-fn the_fixtures_exist() {
-    assert!(trace(CHAT).is_file() && trace(MOONCAKE).is_file());
-}

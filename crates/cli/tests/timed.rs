@@ -95,28 +95,16 @@ fn timed_lcp_chat_poisson() {
 #[test]
 fn same_inputs_give_byte_identical_timed_reports() {
     let chat = project_trace("chat.jsonl");
-    let chat = chat.to_str().unwrap();
     let run = |seed: &str| {
-        let args = [
-            "replay",
-            "--matcher",
-            "lcp",
-            "--trace",
-            chat,
-            "--timing",
-            "trace",
-            "--rate",
-            "30",
-            "--seed",
-            seed,
-            "--engine-config",
-            "{num_gpu_blocks: 2000}",
-            "--format",
-            "yaml",
-        ];
-        let output = routerlab(&args);
-        assert!(output.status.success(), "{}", texts(&output).1);
-        output.stdout
+        Replay::new("lcp", &chat)
+            .args(&["--timing", "trace", "--rate", "30", "--seed", seed])
+            .args(&[
+                "--engine-config",
+                "{num_gpu_blocks: 2000}",
+                "--format",
+                "yaml",
+            ])
+            .stdout()
     };
     let first = run("4");
     assert_eq!(first, run("4"));
@@ -143,35 +131,18 @@ fn the_conversation_trace_shows_the_hot_spot_and_detectors_relieve_it() {
         return;
     };
     let trace = shared.join("mooncake/conversation_trace.jsonl");
-    let trace = trace.to_str().unwrap();
-    let report = |extra: &[&str]| -> serde_json::Value {
-        let mut args = vec![
-            "replay",
-            "--trace",
-            trace,
-            "--endpoints",
-            "8",
-            "--format",
-            "json",
-        ];
-        args.extend_from_slice(extra);
-        if !extra.contains(&"--timing") {
-            args.extend_from_slice(&["--timing", "trace"]);
-        }
-        json_report(&args)
-    };
+    let fleet = |matcher: &str| Replay::new(matcher, &trace).args(&["--endpoints", "8"]);
+    let timed = |replay: Replay| replay.args(&["--timing", "trace"]).report();
     let p99 = |r: &serde_json::Value| r["timed"]["ttft"]["p99"].as_f64().unwrap();
-    let lcp = report(&["--matcher", "lcp"]);
-    let rr = report(&["--matcher", "round-robin"]);
-    let kv = report(&["--matcher", "lcp", "--detector", "max-kv-cache"]);
-    let busy = report(&[
-        "--matcher",
-        "lcp",
+    let lcp = timed(fleet("lcp"));
+    let rr = timed(fleet("round-robin"));
+    let kv = timed(fleet("lcp").args(&["--detector", "max-kv-cache"]));
+    let busy = timed(fleet("lcp").args(&[
         "--detector",
         "num-requests",
         "--detector-config",
         "max_running: 32",
-    ]);
+    ]));
     // One endpoint takes everything, and its tail latency explodes.
     assert!(
         lcp["nreq"]["max_over_mean"].as_f64().unwrap() > 7.9,
@@ -199,7 +170,7 @@ fn the_conversation_trace_shows_the_hot_spot_and_detectors_relieve_it() {
         );
     }
     // Finite caches under load reuse less than the time-free, infinite-cache replay.
-    let free = report(&["--matcher", "lcp", "--timing", "off"]);
+    let free = fleet("lcp").args(&["--timing", "off"]).report();
     assert!(lcp["timed"]["hit_ratio"].as_f64().unwrap() < free["hit_ratio"].as_f64().unwrap());
 }
 
@@ -207,26 +178,15 @@ fn the_conversation_trace_shows_the_hot_spot_and_detectors_relieve_it() {
 fn requests_out_and_respect_parents() {
     let out = scratch_file("requests.jsonl", b"");
     let chat = project_trace("chat.jsonl");
-    let args = [
-        "replay",
-        "--matcher",
-        "round-robin",
-        "--trace",
-        chat.to_str().unwrap(),
-        "--timing",
-        "trace",
-        "--rate",
-        "50",
-        "--respect-parents",
-        "--think-time-s",
-        "1.5",
-        "--requests-out",
-        out.to_str().unwrap(),
-        "--format",
-        "json",
-    ];
-    let output = routerlab(&args);
-    assert!(output.status.success(), "{}", texts(&output).1);
+    Replay::new("round-robin", &chat)
+        .args(&["--timing", "trace", "--rate", "50", "--respect-parents"])
+        .args(&[
+            "--think-time-s",
+            "1.5",
+            "--requests-out",
+            out.to_str().unwrap(),
+        ])
+        .report();
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(&out)
         .unwrap()
         .lines()
@@ -270,20 +230,9 @@ fn requests_out_and_respect_parents() {
 #[test]
 fn closed_loop_of_one_never_queues() {
     let trace = project_trace("mooncake-small.jsonl");
-    let args = [
-        "replay",
-        "--matcher",
-        "lcp",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--timing",
-        "trace",
-        "--concurrency",
-        "1",
-        "--format",
-        "json",
-    ];
-    let report = json_report(&args);
+    let report = Replay::new("lcp", &trace)
+        .args(&["--timing", "trace", "--concurrency", "1"])
+        .report();
     assert_eq!(report["timed"]["queue"]["max"], 0.0);
     assert_eq!(report["requests"], 300);
 }
@@ -292,28 +241,16 @@ fn closed_loop_of_one_never_queues() {
 fn stale_metrics_change_decisions() {
     let trace = project_trace("mooncake-small.jsonl");
     let run = |interval: &str| -> serde_json::Value {
-        let args = [
-            "replay",
-            "--matcher",
-            "lcp",
-            "--detector",
-            "num-requests",
-            "--detector-config",
-            "max_running: 2",
-            "--trace",
-            trace.to_str().unwrap(),
-            "--timing",
-            "trace",
-            "--speedup",
-            "20",
-            "--endpoints",
-            "3",
-            "--metrics-interval-ms",
-            interval,
-            "--format",
-            "json",
-        ];
-        serde_json::from_slice(&routerlab(&args).stdout).unwrap()
+        Replay::new("lcp", &trace)
+            .args(&[
+                "--detector",
+                "num-requests",
+                "--detector-config",
+                "max_running: 2",
+            ])
+            .args(&["--timing", "trace", "--speedup", "20", "--endpoints", "3"])
+            .args(&["--metrics-interval-ms", interval])
+            .report()
     };
     let live = run("0");
     let stale = run("30000");
@@ -325,7 +262,6 @@ fn stale_metrics_change_decisions() {
 #[test]
 fn timed_input_errors() {
     let chat = project_trace("chat.jsonl");
-    let chat = chat.to_str().unwrap();
     let cases: [(&[&str], &str); 5] = [
         (
             &["--rate", "5"],
@@ -356,27 +292,16 @@ fn timed_input_errors() {
         ),
     ];
     for (extra, expected) in cases {
-        let mut args = vec!["replay", "--matcher", "lcp", "--trace", chat];
-        args.extend_from_slice(extra);
-        let output = routerlab(&args);
+        let output = Replay::new("lcp", &chat).args(extra).run();
         let (stdout, stderr) = texts(&output);
         assert_eq!(output.status.code(), Some(2), "{extra:?}: {stderr}");
         assert!(stdout.is_empty());
         assert!(stderr.contains(expected), "{extra:?}: {stderr}");
     }
-    let output = routerlab(&[
-        "replay",
-        "--matcher",
-        "lcp",
-        "--trace",
-        chat,
-        "--timing",
-        "trace",
-        "--rate",
-        "5",
-        "--engine-config",
-        "{num_gpu_blokcs: 10}",
-    ]);
+    let output = Replay::new("lcp", &chat)
+        .args(&["--timing", "trace", "--rate", "5"])
+        .args(&["--engine-config", "{num_gpu_blokcs: 10}"])
+        .run();
     assert!(
         texts(&output).1.contains("unknown field `num_gpu_blokcs`"),
         "{}",
@@ -403,40 +328,16 @@ fn on_complete_reaches_the_matcher() {
         ));
     let spec = format!("{}#least-outstanding", library.display());
     let trace = project_trace("mooncake-small.jsonl");
-    let args = [
-        "replay",
-        "--matcher",
-        &spec,
-        "--trace",
-        trace.to_str().unwrap(),
-        "--timing",
-        "trace",
-        "--concurrency",
-        "1",
-        "--endpoints",
-        "2",
-        "--format",
-        "json",
-    ];
-    let report = json_report(&args);
+    let closed_loop = |concurrency: &str| {
+        Replay::new(&spec, &trace)
+            .args(&["--timing", "trace", "--concurrency", concurrency])
+            .args(&["--endpoints", "2"])
+            .report()
+    };
+    let report = closed_loop("1");
     assert_eq!(report["nreq"]["counts"], serde_json::json!([300, 0]));
     // With two outstanding at a time, both endpoints are used.
-    let args = [
-        "replay",
-        "--matcher",
-        &spec,
-        "--trace",
-        trace.to_str().unwrap(),
-        "--timing",
-        "trace",
-        "--concurrency",
-        "2",
-        "--endpoints",
-        "2",
-        "--format",
-        "json",
-    ];
-    let report: serde_json::Value = serde_json::from_slice(&routerlab(&args).stdout).unwrap();
+    let report = closed_loop("2");
     let counts = report["nreq"]["counts"].as_array().unwrap();
     assert!(
         counts.iter().all(|c| c.as_u64().unwrap() > 100),
@@ -463,30 +364,27 @@ fn any_settings_replay_byte_identically() {
             format!("{{num_gpu_blocks: {blocks}, max_num_seqs: {seqs}, engine_block_size: 16}}");
         let rate = (1 + rng.below(100)).to_string();
         let interval = ["0", "250"][rng.below(2) as usize];
-        let args = [
-            "replay",
-            "--matcher",
-            matcher,
-            "--trace",
-            trace.to_str().unwrap(),
-            "--timing",
-            "trace",
-            "--rate",
-            &rate,
-            "--endpoints",
-            &endpoints,
-            "--engine-config",
-            &engine,
-            "--metrics-interval-ms",
-            interval,
-            "--detector",
-            "max-kv-cache",
-            "--format",
-            "yaml",
-        ];
-        let first = routerlab(&args);
-        assert!(first.status.success(), "{args:?}: {}", texts(&first).1);
-        assert_eq!(first.stdout, routerlab(&args).stdout, "{args:?}");
+        let replay = Replay::new(matcher, trace)
+            .args(&[
+                "--timing",
+                "trace",
+                "--rate",
+                &rate,
+                "--endpoints",
+                &endpoints,
+            ])
+            .args(&[
+                "--engine-config",
+                &engine,
+                "--metrics-interval-ms",
+                interval,
+            ])
+            .args(&["--detector", "max-kv-cache", "--format", "yaml"]);
+        assert_eq!(
+            replay.stdout(),
+            replay.stdout(),
+            "{matcher} {engine} {rate}"
+        );
     }
 }
 
@@ -521,22 +419,15 @@ fn engines_can_differ_per_endpoint() {
 fn requests_larger_than_a_whole_kv_cache_are_rejected_not_lost() {
     // 40 blocks of 64 tokens hold 2,560 tokens: most fixture requests cannot ever run.
     let trace = project_trace("mooncake-small.jsonl");
-    let args = [
-        "replay",
-        "--matcher",
-        "lcp",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--timing",
-        "trace",
-        "--engine-config",
-        "{num_gpu_blocks: 40}",
-        "--endpoints",
-        "2",
-        "--format",
-        "json",
-    ];
-    let report = json_report(&args);
+    let report = Replay::new("lcp", &trace)
+        .args(&[
+            "--timing",
+            "trace",
+            "--engine-config",
+            "{num_gpu_blocks: 40}",
+        ])
+        .args(&["--endpoints", "2"])
+        .report();
     let too_long = report["timed"]["too_long"].as_u64().unwrap();
     assert!(too_long > 0);
     assert_eq!(report["rejected"].as_u64().unwrap(), too_long);

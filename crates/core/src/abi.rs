@@ -339,3 +339,21 @@ impl RlStr {
         }
     }
 }
+
+impl RlEndpointStatus {
+    /// An idle endpoint of this ABI version: stable index `index`, the borrowed `name`,
+    /// every load figure zero (cache unbounded).
+    pub const fn idle(index: u32, name: RlStr) -> Self {
+        RlEndpointStatus {
+            struct_size: core::mem::size_of::<RlEndpointStatus>() as u32,
+            index,
+            name,
+            running: 0,
+            waiting: 0,
+            kv_blocks_used: 0,
+            kv_blocks_total: 0,
+            kv_usage: 0.0,
+            inflight_prompt_tokens: 0,
+        }
+    }
+}

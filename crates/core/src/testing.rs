@@ -156,23 +156,10 @@ impl RequestBuilder {
 /// An owned endpoint list from which [`Endpoints`] views are lent.
 #[derive(Debug)]
 pub struct EndpointsBuilder {
-    names: Vec<Box<str>>,
+    /// Owns the name bytes the statuses point into (boxed, so they never move).
+    _names: Vec<Box<str>>,
     raw: Vec<RlEndpointStatus>,
     unavailable: Vec<u8>,
-}
-
-impl Clone for EndpointsBuilder {
-    fn clone(&self) -> Self {
-        let mut copy = EndpointsBuilder::named(self.names.iter().map(|n| n.to_string()));
-        for (to, from) in copy.raw.iter_mut().zip(&self.raw) {
-            *to = RlEndpointStatus {
-                name: to.name,
-                ..*from
-            };
-        }
-        copy.unavailable.clone_from(&self.unavailable);
-        copy
-    }
 }
 
 impl EndpointsBuilder {
@@ -187,24 +174,11 @@ impl EndpointsBuilder {
         let raw = names
             .iter()
             .enumerate()
-            .map(|(pos, name)| RlEndpointStatus {
-                struct_size: size_of::<RlEndpointStatus>() as u32,
-                index: pos as u32,
-                name: RlStr {
-                    ptr: name.as_ptr(),
-                    len: name.len() as u64,
-                },
-                running: 0,
-                waiting: 0,
-                kv_blocks_used: 0,
-                kv_blocks_total: 0,
-                kv_usage: 0.0,
-                inflight_prompt_tokens: 0,
-            })
+            .map(|(pos, name)| RlEndpointStatus::idle(pos as u32, RlStr::from_str(name)))
             .collect();
         let unavailable = vec![0; names.len()];
         EndpointsBuilder {
-            names,
+            _names: names,
             raw,
             unavailable,
         }

@@ -16,11 +16,10 @@ use std::hint::black_box;
 use std::mem::size_of;
 use std::time::Instant;
 
-use routerlab_core::abi::{
-    RL_UNIT_TOKENS, RL_UNKNOWN, RlEndpointList, RlEndpointStatus, RlRequest, RlStr,
-};
+use routerlab_core::abi::{RL_UNIT_TOKENS, RL_UNKNOWN, RlRequest, RlStr};
 use routerlab_core::hash::BlockInterner;
-use routerlab_core::{Endpoints, Matcher, Request, SeededRng, Unit};
+use routerlab_core::testing::EndpointsBuilder;
+use routerlab_core::{Matcher, Request, SeededRng, Unit};
 use routerlab_host::{EndpointTable, RequestData, SearchPath, load_matcher};
 use routerlab_lcp::Lcp;
 
@@ -102,32 +101,9 @@ fn through_abi(chains: &[Vec<u64>], ids: &[Vec<u32>], decisions: &mut Vec<usize>
 
 #[inline(never)]
 fn linked_statically(chains: &[Vec<u64>], ids: &[Vec<u32>], decisions: &mut Vec<usize>) -> f64 {
-    let names: Vec<String> = (0..ENDPOINTS)
-        .map(|i| format!("localhost:{}", 8000 + i))
-        .collect();
-    let statuses: Vec<RlEndpointStatus> = names
-        .iter()
-        .enumerate()
-        .map(|(i, name)| RlEndpointStatus {
-            struct_size: size_of::<RlEndpointStatus>() as u32,
-            index: i as u32,
-            name: RlStr::from_str(name),
-            running: 0,
-            waiting: 0,
-            kv_blocks_used: 0,
-            kv_blocks_total: 0,
-            kv_usage: 0.0,
-            inflight_prompt_tokens: 0,
-        })
-        .collect();
-    let list = RlEndpointList {
-        items: statuses.as_ptr(),
-        len: ENDPOINTS as u64,
-        stride: size_of::<RlEndpointStatus>() as u64,
-    };
-    let available = [0u8; ENDPOINTS];
-    // SAFETY: `list` points into `statuses` and `names`, both alive for the whole run.
-    let endpoints = unsafe { Endpoints::from_raw(list, &available) };
+    // The same 10 idle endpoints the host's table holds, lent without a host.
+    let fleet = EndpointsBuilder::new(ENDPOINTS);
+    let endpoints = fleet.view();
     let mut matcher: Lcp = routerlab_core::testing::create_matcher("seed: 5").unwrap();
     matcher.add_endpoints(&endpoints).unwrap();
     decisions.clear();

@@ -117,20 +117,8 @@ impl EndpointTable {
         let name: Box<str> = name.into_boxed_str();
         let index = self.next_index;
         self.next_index += 1;
-        self.raw.push(RlEndpointStatus {
-            struct_size: size_of::<RlEndpointStatus>() as u32,
-            index,
-            name: RlStr {
-                ptr: name.as_ptr(),
-                len: name.len() as u64,
-            },
-            running: 0,
-            waiting: 0,
-            kv_blocks_used: 0,
-            kv_blocks_total: 0,
-            kv_usage: 0.0,
-            inflight_prompt_tokens: 0,
-        });
+        self.raw
+            .push(RlEndpointStatus::idle(index, RlStr::from_str(&name)));
         self.names.push(name);
         index
     }

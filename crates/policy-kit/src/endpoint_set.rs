@@ -32,13 +32,6 @@ impl EndpointSetRef<'_> {
             self.high.contains(&id)
         }
     }
-    /// An owned copy.
-    pub fn to_set(&self) -> EndpointSet {
-        EndpointSet {
-            low: self.low,
-            high: self.high.to_vec(),
-        }
-    }
 }
 
 impl EndpointSet {

@@ -3,6 +3,7 @@
 //! `--trace-block-size` tokens) feeds the plugins; the engine model needs chains in its own
 //! block size, which [`engine_block_hashes`] derives from the same request.
 
+use routerlab_core::Unit;
 use routerlab_core::hash::{chain, hash64};
 
 use crate::reader::{TraceFormat, TraceRequest};
@@ -69,9 +70,9 @@ pub fn engine_block_hashes(
 
 /// Prompt tokens of a request: exact for token traces, bytes / 4 for text. The one estimate
 /// both replays and every report use.
-pub fn prompt_tokens(unit: routerlab_core::Unit, prompt_len: u64) -> u64 {
+pub fn prompt_tokens(unit: Unit, prompt_len: u64) -> u64 {
     match unit {
-        routerlab_core::Unit::Tokens => prompt_len,
-        routerlab_core::Unit::Bytes => prompt_len.div_ceil(4),
+        Unit::Tokens => prompt_len,
+        Unit::Bytes => prompt_len.div_ceil(4),
     }
 }

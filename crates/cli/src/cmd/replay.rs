@@ -52,15 +52,13 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
     };
     let started = Instant::now();
     let mut reader = TraceReader::open(&spec.trace, spec.trace_options.clone())?;
-    let source = reader.source();
-    let trace_bytes = source.bytes;
     let block_size = reader.block_size();
     let table = EndpointTable::new(spec.endpoints.iter().cloned());
     let mut router = Router::new(matcher, detector, table, spec.when_unavailable)?;
-    let (mut report, skipped) = match &spec.timed {
+    let (mut report, skipped, source) = match &spec.timed {
         None => {
             let report = timefree::replay(&mut reader, &mut router, spec.cache_blocks)?;
-            (report, reader.skipped().clone())
+            (report, reader.skipped().clone(), reader.source())
         }
         Some(timed) => {
             let workload = Workload::load(reader, &timed.engine_block_sizes())?;
@@ -81,9 +79,10 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
                     report
                 }
             };
-            (report, workload.skipped.clone())
+            (report, workload.skipped.clone(), workload.source.clone())
         }
     };
+    let trace_bytes = source.bytes;
     let elapsed = started.elapsed().as_secs_f64();
     if !skipped.is_empty() {
         let total: u64 = skipped.values().sum();

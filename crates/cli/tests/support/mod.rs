@@ -66,14 +66,6 @@ pub fn shared_traces() -> Option<PathBuf> {
     None
 }
 
-/// Runs `routerlab` with `args` (which must ask for `--format json`), requires success, and
-/// returns the parsed report.
-pub fn json_report(args: &[&str]) -> serde_json::Value {
-    let output = routerlab(args);
-    assert!(output.status.success(), "{args:?}: {}", texts(&output).1);
-    serde_json::from_slice(&output.stdout).expect("a JSON report")
-}
-
 /// `routerlab replay` with a matcher and a trace, plus whatever a test adds: the argument
 /// list every replay test would otherwise spell out.
 pub struct Replay {
@@ -107,9 +99,27 @@ impl Replay {
         routerlab(&args)
     }
 
+    /// Runs it, requires success, and returns stdout.
+    pub fn stdout(&self) -> Vec<u8> {
+        let output = self.run();
+        assert!(
+            output.status.success(),
+            "{:?}: {}",
+            self.args,
+            texts(&output).1
+        );
+        output.stdout
+    }
+
     /// Runs it with `--format json`, requires success, and returns the report and stderr.
     pub fn json(&self) -> (serde_json::Value, String) {
-        let output = self.clone_with(&["--format", "json"]).run();
+        let mut with_format = Replay {
+            args: self.args.clone(),
+        };
+        with_format
+            .args
+            .extend(["--format".to_owned(), "json".to_owned()]);
+        let output = with_format.run();
         let (stdout, stderr) = texts(&output);
         assert_eq!(output.status.code(), Some(0), "{:?}: {stderr}", self.args);
         (
@@ -118,10 +128,8 @@ impl Replay {
         )
     }
 
-    fn clone_with(&self, more: &[&str]) -> Replay {
-        Replay {
-            args: self.args.clone(),
-        }
-        .args(more)
+    /// The report of [`Replay::json`] alone.
+    pub fn report(&self) -> serde_json::Value {
+        self.json().0
     }
 }

@@ -79,19 +79,20 @@ pub struct Request<'a> {
     _borrow: PhantomData<&'a [u8]>,
 }
 
-/// Why the SDK refused a request the host passed.
-pub(crate) fn check_request(raw: &RlRequest) -> Result<Unit, String> {
-    if raw.struct_size < RL_REQUEST_SIZE_V1_0 {
+/// Refuses a request smaller than any ABI version's.
+fn check_size(struct_size: u32) -> Result<(), String> {
+    if struct_size < RL_REQUEST_SIZE_V1_0 {
         return Err(format!(
-            "request struct_size {} is below the v1.0 size {RL_REQUEST_SIZE_V1_0}",
-            raw.struct_size
+            "request struct_size {struct_size} is below the v1.0 size {RL_REQUEST_SIZE_V1_0}"
         ));
     }
-    Unit::from_raw(raw.unit).ok_or_else(|| {
-        format!(
-            "request unit {} is neither RL_UNIT_BYTES (0) nor RL_UNIT_TOKENS (1)",
-            raw.unit
-        )
+    Ok(())
+}
+
+/// The request's unit, or why it is none this ABI defines.
+fn check_unit(raw: u32) -> Result<Unit, String> {
+    Unit::from_raw(raw).ok_or_else(|| {
+        format!("request unit {raw} is neither RL_UNIT_BYTES (0) nor RL_UNIT_TOKENS (1)")
     })
 }
 
@@ -102,7 +103,8 @@ impl<'a> Request<'a> {
     /// # Safety
     /// Every pointer in `raw` must be valid for reads of its stated length for `'a`.
     pub unsafe fn from_raw(raw: &'a RlRequest) -> Result<Request<'a>, String> {
-        let unit = check_request(raw)?;
+        check_size(raw.struct_size)?;
+        let unit = check_unit(raw.unit)?;
         let mut copy = *raw;
         if (copy.struct_size as usize) < size_of::<RlRequest>() {
             // The caller's struct is whole, but it says it was built by an older host: its
@@ -126,11 +128,7 @@ impl<'a> Request<'a> {
         // SAFETY: the caller guarantees at least the leading `struct_size` field is
         // readable; it is the first field of every version.
         let size = unsafe { std::ptr::addr_of!((*ptr).struct_size).read_unaligned() };
-        if size < RL_REQUEST_SIZE_V1_0 {
-            return Err(format!(
-                "request struct_size {size} is below the v1.0 size {RL_REQUEST_SIZE_V1_0}"
-            ));
-        }
+        check_size(size)?;
         let len = (size as usize).min(size_of::<RlRequest>());
         let mut copy = zeroed_request();
         // SAFETY: the caller guarantees `size` readable bytes at `ptr`, and `len <= size`;
@@ -139,7 +137,7 @@ impl<'a> Request<'a> {
         unsafe {
             std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), (&raw mut copy).cast::<u8>(), len);
         }
-        let unit = check_request(&copy)?;
+        let unit = check_unit(copy.unit)?;
         Ok(Request {
             raw: copy,
             unit,
