@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 /// Why a line is bad. The variant is the reason `--skip-invalid` counts by.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Fault {
     /// Not valid UTF-8.
     InvalidUtf8,
@@ -40,6 +41,7 @@ impl Fault {
 
 /// A bad trace: file, line (1-based; 0 = the file as a whole), field and cause.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct TraceError {
     /// The trace file.
     pub file: PathBuf,
