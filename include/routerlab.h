@@ -32,7 +32,7 @@
 /**
  * Minor version: minors only append fields and constants.
  */
-#define RL_ABI_MINOR 1
+#define RL_ABI_MINOR 2
 
 /**
  * Plugin kind: picks an endpoint for each request.
@@ -63,6 +63,27 @@
  * `RlRequest::struct_size` of an ABI 1.0 host, the smallest a plugin may receive.
  */
 #define RL_REQUEST_SIZE_V1_0 96
+
+/**
+ * `RlRequest::struct_size` of an ABI 1.1 host (adds `block_ids`).
+ */
+#define RL_REQUEST_SIZE_V1_1 104
+
+/**
+ * `RlEndpointStatus::struct_size` of an ABI 1.0 or 1.1 host, the smallest a plugin may
+ * receive (and the smallest list stride).
+ */
+#define RL_ENDPOINT_STATUS_SIZE_V1_0 72
+
+/**
+ * `RlMatcherVtable::struct_size` of an ABI 1.0 or 1.1 plugin, the smallest a host accepts.
+ */
+#define RL_MATCHER_VTABLE_SIZE_V1_0 64
+
+/**
+ * `RlDetectorVtable::struct_size` of an ABI 1.0 or 1.1 plugin, the smallest a host accepts.
+ */
+#define RL_DETECTOR_VTABLE_SIZE_V1_0 32
 
 /**
  * Status returned by every fallible call.
@@ -96,6 +117,14 @@ typedef struct RlErrorSink {
    */
   void (*write)(void *ctx, struct RlStr msg);
 } RlErrorSink;
+
+/**
+ * `cached_prefix(ctx, endpoint_index, out_len)`: writes the length, in the request's
+ * `unit`, of the request's longest leading run of blocks that the endpoint with stable
+ * index `endpoint_index` holds, and returns `RL_OK`; `RL_ERR_INVALID_ARGUMENT` for an
+ * unknown endpoint.
+ */
+typedef RlStatus (*RlCachedPrefixFn)(const void *ctx, uint32_t endpoint_index, uint64_t *out_len);
 
 /**
  * One request, as the host presents it to matchers. Borrowed for the duration of one call.
@@ -159,6 +188,22 @@ typedef struct RlRequest {
    * first appearance, so a plugin can keep per-block state in arrays indexed by id.
    */
   const uint32_t *block_ids;
+  /**
+   * Time of this decision in logical nanoseconds: the arrival, or later when the request
+   * waited at the router. What idle-time eviction and load decay measure against.
+   */
+  uint64_t now_ns;
+  /**
+   * Asks the host how much of this request's prefix an endpoint holds now (the engine's
+   * KV cache in a timed replay, the prefix-cache model in a time-free one), or NULL when
+   * the host cannot say. Computed only when called, so a policy that never asks pays
+   * nothing. Valid for this call only.
+   */
+  RlCachedPrefixFn cached_prefix;
+  /**
+   * Host context to pass back to `cached_prefix`.
+   */
+  const void *cached_prefix_ctx;
 } RlRequest;
 
 /**
@@ -201,6 +246,11 @@ typedef struct RlEndpointStatus {
    * Prompt tokens of requests routed here that have not finished.
    */
   uint64_t inflight_prompt_tokens;
+  /**
+   * Requests routed here that have not finished, counted by the router itself: always
+   * current, where `running`/`waiting` are the engine's report and may be stale.
+   */
+  uint64_t inflight_requests;
 } RlEndpointStatus;
 
 /**
@@ -220,6 +270,32 @@ typedef struct RlEndpointList {
    */
   uint64_t stride;
 } RlEndpointList;
+
+/**
+ * What `create_with` receives. Borrowed for the call.
+ */
+typedef struct RlCreateInfo {
+  /**
+   * `size_of::<RlCreateInfo>()` of the host that built it.
+   */
+  uint32_t struct_size;
+  /**
+   * Reserved, zero.
+   */
+  uint32_t _reserved;
+  /**
+   * The plugin's name.
+   */
+  struct RlStr name;
+  /**
+   * The plugin's own YAML or JSON text, without the `seed` key.
+   */
+  struct RlStr config;
+  /**
+   * The run's seed: the only source of randomness a plugin may use.
+   */
+  uint64_t seed;
+} RlCreateInfo;
 
 /**
  * `create(name, config, out_instance, err)`: config is the plugin's own YAML or JSON text.
@@ -270,6 +346,13 @@ typedef RlStatus (*RlRequestEndpointFn)(void *instance,
                                         const struct RlErrorSink *err);
 
 /**
+ * `create_with(info, out_instance, err)`: as `create`, with the seed outside the config.
+ */
+typedef RlStatus (*RlCreateWithFn)(const struct RlCreateInfo *info,
+                                   void **out_instance,
+                                   const struct RlErrorSink *err);
+
+/**
  * Entry points of a matcher. Every field but `on_complete` is required (non-NULL).
  */
 typedef struct RlMatcherVtable {
@@ -309,6 +392,20 @@ typedef struct RlMatcherVtable {
    * Optional (NULL allowed): a routed request finished on its endpoint.
    */
   RlRequestEndpointFn on_complete;
+  /**
+   * A routed request produced its first token on its endpoint (timed replays).
+   */
+  RlRequestEndpointFn on_first_token;
+  /**
+   * `match` and, when it picks an endpoint, `update` for that endpoint, in one call: what
+   * the host uses when the plugin provides it. Same arguments and statuses as `match`.
+   */
+  RlMatchFn match_update;
+  /**
+   * Creates an instance with the seed outside the config text; used instead of `create`
+   * when present. The config text then holds no `seed` key.
+   */
+  RlCreateWithFn create_with;
 } RlMatcherVtable;
 
 /**
@@ -343,6 +440,10 @@ typedef struct RlDetectorVtable {
    * Flags unavailable endpoints.
    */
   RlDetectFn detect;
+  /**
+   * As `RlMatcherVtable::create_with`.
+   */
+  RlCreateWithFn create_with;
 } RlDetectorVtable;
 
 /**

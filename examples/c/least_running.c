@@ -29,30 +29,17 @@ static const RlEndpointStatus *endpoint_at(const RlEndpointList *list, uint64_t 
     return (const RlEndpointStatus *)((const char *)list->items + pos * list->stride);
 }
 
-/* Whether every line of the config is blank, `{}`, or the `seed` key. The host hands over
- * a YAML mapping, one key a line, and adds `seed` to every plugin's config, so a plugin
- * with no settings must still accept that one key. */
-static int only_seed(RlStr config) {
-    uint64_t i = 0;
-    while (i < config.len) {
-        while (i < config.len && (config.ptr[i] == ' ' || config.ptr[i] == '\t')) i++;
-        uint64_t start = i;
-        while (i < config.len && config.ptr[i] != '\n') i++;
-        uint64_t len = i - start;
-        const char *line = (const char *)config.ptr + start;
-        int blank = len == 0 || (len == 2 && memcmp(line, "{}", 2) == 0);
-        int seed = len >= 5 && memcmp(line, "seed:", 5) == 0;
-        if (!blank && !seed) return 0;
-        i++;
-    }
-    return 1;
-}
-
-static RlStatus lr_create(RlStr name, RlStr config, void **out, const RlErrorSink *err) {
-    (void)name;
-    if (!only_seed(config)) {
-        report(err, "least-running takes no config keys but `seed`");
-        return RL_ERR_CONFIG;
+/* ABI 1.2 `create_with`: the host passes the seed beside the config text, so a plugin with
+ * no settings only checks that the text is empty (this one uses no randomness and ignores
+ * info->seed). A host older than 1.2 calls `create` instead; this example targets 1.2 and
+ * provides only `create_with`. */
+static RlStatus lr_create(const RlCreateInfo *info, void **out, const RlErrorSink *err) {
+    for (uint64_t i = 0; i < info->config.len; i++) {
+        char c = (char)info->config.ptr[i];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '{' && c != '}') {
+            report(err, "least-running takes no config keys");
+            return RL_ERR_CONFIG;
+        }
     }
     Instance *instance = calloc(1, sizeof(Instance));
     if (instance == NULL) {
@@ -99,13 +86,15 @@ static RlStatus lr_update(void *instance, const RlRequest *request, uint32_t end
 
 static const RlMatcherVtable VTABLE = {
     .struct_size = sizeof(RlMatcherVtable),
-    .create = lr_create,
+    .create_with = lr_create, /* 1.2; `.create` may stay NULL */
     .destroy = lr_destroy,
     .add_endpoints = lr_add,
     .remove_endpoints = lr_remove,
     .match_request = lr_match,
     .update = lr_update,
-    .on_complete = NULL, /* optional */
+    .on_complete = NULL,    /* optional */
+    .on_first_token = NULL, /* optional (1.2) */
+    .match_update = NULL,   /* optional (1.2): the host then calls match, then update */
 };
 
 static const RlPluginDescriptor DESCRIPTOR = {

@@ -131,6 +131,7 @@ pub fn generate_header() -> Result<String, String> {
         "RlRequest",
         "RlEndpointStatus",
         "RlEndpointList",
+        "RlCreateInfo",
         "RlMatcherVtable",
         "RlDetectorVtable",
         "RlPluginDescriptor",

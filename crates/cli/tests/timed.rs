@@ -315,18 +315,7 @@ fn on_complete_reaches_the_matcher() {
     // In a closed loop of one, every request arrives after the previous one finished: if
     // on_complete arrives, nothing is ever outstanding and every request goes to the first
     // endpoint; without it, the requests would alternate.
-    let library = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join(format!(
-            "{}fixture_panicky{}",
-            std::env::consts::DLL_PREFIX,
-            std::env::consts::DLL_SUFFIX
-        ));
-    let spec = format!("{}#least-outstanding", library.display());
+    let spec = fixture_plugin("least-outstanding");
     let trace = project_trace("mooncake-small.jsonl");
     let closed_loop = |concurrency: &str| {
         Replay::new(&spec, &trace)
@@ -438,4 +427,32 @@ fn requests_larger_than_a_whole_kv_cache_are_rejected_not_lost() {
         .map(|c| c.as_u64().unwrap())
         .sum();
     assert_eq!(finished + too_long, 300, "every request is accounted for");
+}
+
+/// The ABI 1.2 signals (decision time, first tokens, router-local in-flight counts, cached
+/// prefixes) agree with what a plugin can work out itself: the `contract-1-2` fixture
+/// fails the run on the first disagreement.
+#[test]
+fn abi_one_two_signals_keep_their_contract() {
+    let contract = fixture_plugin("contract-1-2");
+    for trace in ["chat.jsonl", "mooncake-small.jsonl"] {
+        let report = Replay::new(&contract, &project_trace(trace))
+            .args(&[
+                "--matcher-config",
+                "{unbounded_cache: 1}",
+                "--endpoints",
+                "3",
+            ])
+            .report();
+        assert_eq!(report["rejected"], 0, "{trace}");
+    }
+    // Timed, with stale metrics and a detector that makes requests wait at the router, so
+    // decisions happen after arrival and engine statuses lag the router's own counts.
+    let report = Replay::new(&contract, &project_trace("mooncake-small.jsonl"))
+        .args(&["--timing", "trace", "--speedup", "20", "--endpoints", "3"])
+        .args(&["--metrics-interval-ms", "500", "--detector", "num-requests"])
+        .args(&["--detector-config", "max_running: 2"])
+        .report();
+    assert!(report["timed"]["router_queued"].as_u64().unwrap() > 0);
+    assert_eq!(report["requests"], 300);
 }

@@ -26,7 +26,7 @@ pub const RL_MAGIC: u32 = 0x524C_4142;
 /// Major version: a different major is a different entry symbol and is never loaded.
 pub const RL_ABI_MAJOR: u32 = 1;
 /// Minor version: minors only append fields and constants.
-pub const RL_ABI_MINOR: u32 = 1;
+pub const RL_ABI_MINOR: u32 = 2;
 /// The symbol every plugin library exports (NUL-terminated for `dlsym`).
 pub const RL_ENTRY_SYMBOL: &[u8] = b"routerlab_plugin_entry_v1\0";
 
@@ -115,10 +115,38 @@ pub struct RlRequest {
     /// Equal hashes have equal ids for the whole replay, and ids count up from 0 in order of
     /// first appearance, so a plugin can keep per-block state in arrays indexed by id.
     pub block_ids: *const u32,
+    // ---- appended in ABI 1.2: read only when `struct_size` covers them ----
+    /// Time of this decision in logical nanoseconds: the arrival, or later when the request
+    /// waited at the router. What idle-time eviction and load decay measure against.
+    pub now_ns: u64,
+    /// Asks the host how much of this request's prefix an endpoint holds now (the engine's
+    /// KV cache in a timed replay, the prefix-cache model in a time-free one), or NULL when
+    /// the host cannot say. Computed only when called, so a policy that never asks pays
+    /// nothing. Valid for this call only.
+    pub cached_prefix: RlCachedPrefixFn,
+    /// Host context to pass back to `cached_prefix`.
+    pub cached_prefix_ctx: *const c_void,
 }
 
 /// `RlRequest::struct_size` of an ABI 1.0 host, the smallest a plugin may receive.
 pub const RL_REQUEST_SIZE_V1_0: u32 = 96;
+/// `RlRequest::struct_size` of an ABI 1.1 host (adds `block_ids`).
+pub const RL_REQUEST_SIZE_V1_1: u32 = 104;
+/// `RlEndpointStatus::struct_size` of an ABI 1.0 or 1.1 host, the smallest a plugin may
+/// receive (and the smallest list stride).
+pub const RL_ENDPOINT_STATUS_SIZE_V1_0: u32 = 72;
+/// `RlMatcherVtable::struct_size` of an ABI 1.0 or 1.1 plugin, the smallest a host accepts.
+pub const RL_MATCHER_VTABLE_SIZE_V1_0: u32 = 64;
+/// `RlDetectorVtable::struct_size` of an ABI 1.0 or 1.1 plugin, the smallest a host accepts.
+pub const RL_DETECTOR_VTABLE_SIZE_V1_0: u32 = 32;
+
+/// `cached_prefix(ctx, endpoint_index, out_len)`: writes the length, in the request's
+/// `unit`, of the request's longest leading run of blocks that the endpoint with stable
+/// index `endpoint_index` holds, and returns `RL_OK`; `RL_ERR_INVALID_ARGUMENT` for an
+/// unknown endpoint.
+pub type RlCachedPrefixFn = Option<
+    unsafe extern "C" fn(ctx: *const c_void, endpoint_index: u32, out_len: *mut u64) -> RlStatus,
+>;
 
 /// The state of one endpoint. Lists of these carry a stride, so fields can be appended.
 #[repr(C)]
@@ -142,6 +170,10 @@ pub struct RlEndpointStatus {
     pub kv_usage: f64,
     /// Prompt tokens of requests routed here that have not finished.
     pub inflight_prompt_tokens: u64,
+    // ---- appended in ABI 1.2: read only when `struct_size` covers it ----
+    /// Requests routed here that have not finished, counted by the router itself: always
+    /// current, where `running`/`waiting` are the engine's report and may be stale.
+    pub inflight_requests: u64,
 }
 
 /// A borrowed list of endpoint statuses; element `i` is at `items + i * stride` bytes.
@@ -165,6 +197,31 @@ pub type RlCreateFn = Option<
         err: *const RlErrorSink,
     ) -> RlStatus,
 >;
+/// What `create_with` receives. Borrowed for the call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RlCreateInfo {
+    /// `size_of::<RlCreateInfo>()` of the host that built it.
+    pub struct_size: u32,
+    /// Reserved, zero.
+    pub _reserved: u32,
+    /// The plugin's name.
+    pub name: RlStr,
+    /// The plugin's own YAML or JSON text, without the `seed` key.
+    pub config: RlStr,
+    /// The run's seed: the only source of randomness a plugin may use.
+    pub seed: u64,
+}
+
+/// `create_with(info, out_instance, err)`: as `create`, with the seed outside the config.
+pub type RlCreateWithFn = Option<
+    unsafe extern "C" fn(
+        info: *const RlCreateInfo,
+        out_instance: *mut *mut c_void,
+        err: *const RlErrorSink,
+    ) -> RlStatus,
+>;
+
 /// Frees an instance; called exactly once per successful `create`.
 pub type RlDestroyFn = Option<unsafe extern "C" fn(instance: *mut c_void)>;
 /// Announces endpoints (their index and name) to a matcher.
@@ -238,6 +295,15 @@ pub struct RlMatcherVtable {
     pub update: RlRequestEndpointFn,
     /// Optional (NULL allowed): a routed request finished on its endpoint.
     pub on_complete: RlRequestEndpointFn,
+    // ---- appended in ABI 1.2: optional (NULL allowed), read only when `struct_size` covers them ----
+    /// A routed request produced its first token on its endpoint (timed replays).
+    pub on_first_token: RlRequestEndpointFn,
+    /// `match` and, when it picks an endpoint, `update` for that endpoint, in one call: what
+    /// the host uses when the plugin provides it. Same arguments and statuses as `match`.
+    pub match_update: RlMatchFn,
+    /// Creates an instance with the seed outside the config text; used instead of `create`
+    /// when present. The config text then holds no `seed` key.
+    pub create_with: RlCreateWithFn,
 }
 
 /// Entry points of a detector.
@@ -254,6 +320,9 @@ pub struct RlDetectorVtable {
     pub destroy: RlDestroyFn,
     /// Flags unavailable endpoints.
     pub detect: RlDetectFn,
+    // ---- appended in ABI 1.2: optional (NULL allowed) ----
+    /// As `RlMatcherVtable::create_with`.
+    pub create_with: RlCreateWithFn,
 }
 
 /// Describes one plugin of a library. All strings are static and NUL-terminated.
@@ -318,14 +387,21 @@ const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<RlStr>() == 16);
     assert!(size_of::<RlErrorSink>() == 16);
-    assert!(size_of::<RlRequest>() == 104);
+    assert!(size_of::<RlRequest>() == 128);
     assert!(offset_of!(RlRequest, block_ids) == RL_REQUEST_SIZE_V1_0 as usize);
+    assert!(offset_of!(RlRequest, now_ns) == RL_REQUEST_SIZE_V1_1 as usize);
     assert!(offset_of!(RlRequest, prompt_len) == 64);
-    assert!(size_of::<RlEndpointStatus>() == 72);
+    assert!(size_of::<RlEndpointStatus>() == 80);
+    assert!(
+        offset_of!(RlEndpointStatus, inflight_requests) == RL_ENDPOINT_STATUS_SIZE_V1_0 as usize
+    );
     assert!(offset_of!(RlEndpointStatus, inflight_prompt_tokens) == 64);
     assert!(size_of::<RlEndpointList>() == 24);
-    assert!(size_of::<RlMatcherVtable>() == 64);
-    assert!(size_of::<RlDetectorVtable>() == 32);
+    assert!(size_of::<RlMatcherVtable>() == 88);
+    assert!(offset_of!(RlMatcherVtable, on_first_token) == RL_MATCHER_VTABLE_SIZE_V1_0 as usize);
+    assert!(size_of::<RlDetectorVtable>() == 40);
+    assert!(offset_of!(RlDetectorVtable, create_with) == RL_DETECTOR_VTABLE_SIZE_V1_0 as usize);
+    assert!(size_of::<RlCreateInfo>() == 48);
     assert!(size_of::<RlPluginDescriptor>() == 40);
     assert!(size_of::<RlModule>() == 32);
 };
@@ -354,6 +430,7 @@ impl RlEndpointStatus {
             kv_blocks_total: 0,
             kv_usage: 0.0,
             inflight_prompt_tokens: 0,
+            inflight_requests: 0,
         }
     }
 }

@@ -96,6 +96,17 @@ impl PluginConfig {
         self.u64(SEED_KEY, 0)
     }
 
+    /// Sets the reserved `seed` key, as a host that passes the seed outside the config text
+    /// (ABI 1.2 `create_with`) asks. Fails if the text already set it: such a host strips it.
+    pub fn set_seed(&mut self, seed: u64) -> Result<(), String> {
+        if self.entries.contains_key(SEED_KEY) {
+            return Err("config key `seed`: the host passed the seed separately".into());
+        }
+        self.entries
+            .insert(SEED_KEY.to_owned(), Value::Number(seed.into()));
+        Ok(())
+    }
+
     /// Fails when a key was given that the plugin never read (`seed` excepted).
     pub fn finish(self) -> Result<(), String> {
         let unknown: Vec<&str> = self
@@ -126,6 +137,31 @@ impl PluginConfig {
     }
 }
 
+/// Splits the reserved `seed` key out of config text, for a host that passes the seed
+/// beside the config (ABI 1.2 `create_with`): the text without it (empty when nothing else
+/// is set) and its value (0 when absent). Text that is not a mapping of keys is returned
+/// unchanged, for the plugin to reject in its own words.
+pub fn split_seed(text: &str) -> Result<(String, u64), String> {
+    let Ok(Value::Mapping(mut map)) = serde_yaml::from_str::<Value>(text) else {
+        return Ok((text.to_owned(), 0));
+    };
+    let seed = match map.remove(SEED_KEY) {
+        None => 0,
+        Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64().unwrap_or(0),
+        Some(other) => {
+            return Err(format!(
+                "config key `seed`: expected a non-negative integer, found {}",
+                describe(&other)
+            ));
+        }
+    };
+    if map.is_empty() {
+        return Ok((String::new(), seed));
+    }
+    let rest = serde_yaml::to_string(&map).map_err(|e| format!("config: {e}"))?;
+    Ok((rest, seed))
+}
+
 fn describe(value: &Value) -> String {
     match value {
         Value::Null => "null".into(),
@@ -154,6 +190,19 @@ mod tests {
         assert_eq!(PluginConfig::parse("").unwrap().finish(), Ok(()));
         // `seed` is reserved: never unknown, even when not read.
         assert_eq!(PluginConfig::parse("seed: 4").unwrap().finish(), Ok(()));
+    }
+
+    #[test]
+    fn the_seed_splits_out_of_the_text() {
+        assert_eq!(split_seed("seed: 3"), Ok((String::new(), 3)));
+        assert_eq!(split_seed("{seed: 4, a: 1}"), Ok(("a: 1\n".to_owned(), 4)));
+        assert_eq!(split_seed(""), Ok((String::new(), 0)));
+        assert_eq!(split_seed("[1]"), Ok(("[1]".to_owned(), 0)));
+        assert!(
+            split_seed("seed: x")
+                .unwrap_err()
+                .contains("non-negative integer")
+        );
     }
 
     #[test]

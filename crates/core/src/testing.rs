@@ -51,6 +51,28 @@ pub struct RequestBuilder {
     output_tokens: Option<u64>,
     session_id: u64,
     parent_id: u64,
+    now_ns: Option<u64>,
+    /// (endpoint id, cached prefix length) pairs the host would report.
+    cached: Vec<(u32, u64)>,
+}
+
+/// The `cached_prefix` callback of a built request: looks the endpoint up in its pairs.
+unsafe extern "C" fn cached_prefix_of(
+    ctx: *const std::ffi::c_void,
+    endpoint_index: u32,
+    out_len: *mut u64,
+) -> RlStatus {
+    // SAFETY: `ctx` is the builder's `cached` list, borrowed by the view that carries this
+    // callback; the SDK passes a valid out slot.
+    let cached = unsafe { &*ctx.cast::<Vec<(u32, u64)>>() };
+    match cached.iter().find(|(id, _)| *id == endpoint_index) {
+        Some((_, len)) => {
+            // SAFETY: as above.
+            unsafe { *out_len = *len };
+            RL_OK
+        }
+        None => RL_ERR_INVALID_ARGUMENT,
+    }
 }
 
 impl RequestBuilder {
@@ -68,7 +90,20 @@ impl RequestBuilder {
             output_tokens: None,
             session_id: 0,
             parent_id: 0,
+            now_ns: None,
+            cached: Vec::new(),
         }
+    }
+    /// Decision time, nanoseconds (by default the arrival).
+    pub fn now_ns(mut self, ns: u64) -> Self {
+        self.now_ns = Some(ns);
+        self
+    }
+    /// The host reports `len` units of this request's prefix cached on endpoint `id`
+    /// (without any such call, the host says nothing about cached prefixes).
+    pub fn cached(mut self, id: u32, len: u64) -> Self {
+        self.cached.push((id, len));
+        self
     }
     /// Prompt text; the unit becomes bytes.
     pub fn prompt(mut self, text: &str) -> Self {
@@ -146,6 +181,13 @@ impl RequestBuilder {
             session_id: self.session_id,
             parent_id: self.parent_id,
             block_ids: ids.map_or(std::ptr::null(), <[u32]>::as_ptr),
+            now_ns: self.now_ns.unwrap_or(self.arrival_ns),
+            cached_prefix: if self.cached.is_empty() {
+                None
+            } else {
+                Some(cached_prefix_of)
+            },
+            cached_prefix_ctx: (&raw const self.cached).cast(),
         };
         // SAFETY: every pointer in `raw` points into `self`, which the view borrows. The
         // size and unit are valid by construction, so this cannot fail.

@@ -1,7 +1,8 @@
 //! Test plugins that the built-ins cannot stand in for: two that panic on purpose (so the
 //! host's tests can prove a panic is caught at the boundary, reported with its payload, and
-//! poisons the instance), and one that depends on `on_complete` (so the timed replay's
-//! tests can prove it is called).
+//! poisons the instance), one that depends on `on_complete` (so the timed replay's tests
+//! can prove it is called), and one that checks the ABI 1.2 signals against its own books
+//! and fails the run on the first disagreement.
 
 use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request};
 
@@ -90,9 +91,115 @@ impl Matcher for LeastOutstanding {
     }
 }
 
+/// Checks what an ABI 1.2 host says against what the plugin can work out itself, and
+/// fails on the first disagreement: `now_ns` is never before the arrival; each routed
+/// request gets exactly one first token, after `update` and before `on_complete`;
+/// `inflight_requests` equals its own count of routed, unfinished requests; and, with
+/// `unbounded_cache: true` (the time-free replay's default model), `cached_prefix` equals
+/// the leading blocks it has itself sent each endpoint. Routes round-robin.
+#[derive(Default)]
+pub struct Contract {
+    check_cache: bool,
+    turn: usize,
+    /// Per endpoint id: routed and unfinished requests.
+    inflight: std::collections::BTreeMap<EndpointId, u64>,
+    /// Per endpoint id: block ids sent there.
+    sent: std::collections::BTreeMap<EndpointId, std::collections::BTreeSet<u32>>,
+    /// Requests routed whose first token has not come.
+    awaiting_first: std::collections::BTreeSet<u64>,
+    /// Requests whose first token came and that have not finished.
+    first_seen: std::collections::BTreeSet<u64>,
+}
+
+impl Matcher for Contract {
+    fn create(_name: &str, config: &mut PluginConfig) -> Result<Self, String> {
+        let check_cache = config.u64("unbounded_cache", 0)? == 1;
+        Ok(Contract {
+            check_cache,
+            ..Contract::default()
+        })
+    }
+    fn match_request(
+        &mut self,
+        request: &Request<'_>,
+        endpoints: &Endpoints<'_>,
+    ) -> Result<Option<EndpointId>, String> {
+        let id = request.id();
+        if request.now_ns() < request.arrival_ns() {
+            return Err(format!("request {id}: decided before it arrived"));
+        }
+        for endpoint in endpoints.iter() {
+            let own = self.inflight.get(&endpoint.id()).copied().unwrap_or(0);
+            if endpoint.inflight_requests() != Some(own) {
+                return Err(format!(
+                    "request {id}: endpoint {} in flight {:?}, expected {own}",
+                    endpoint.id(),
+                    endpoint.inflight_requests()
+                ));
+            }
+            let cached = request.cached_prefix(endpoint.id());
+            let Some(cached) = cached.filter(|c| *c <= request.prompt_len()) else {
+                return Err(format!("request {id}: cached prefix {cached:?}"));
+            };
+            if self.check_cache {
+                let ids = request.block_ids().unwrap_or(&[]);
+                let sent = self.sent.get(&endpoint.id());
+                let blocks = ids
+                    .iter()
+                    .take_while(|b| sent.is_some_and(|s| s.contains(b)))
+                    .count() as u64;
+                let expected = (blocks * u64::from(request.block_size())).min(request.prompt_len());
+                if cached != expected {
+                    return Err(format!(
+                        "request {id}: endpoint {} holds {cached}, expected {expected}",
+                        endpoint.id()
+                    ));
+                }
+            }
+        }
+        let available: Vec<EndpointId> = endpoints.available().map(|e| e.id()).collect();
+        if available.is_empty() {
+            return Ok(None);
+        }
+        self.turn += 1;
+        Ok(Some(available[self.turn % available.len()]))
+    }
+    fn update(&mut self, request: &Request<'_>, endpoint: EndpointId) -> Result<(), String> {
+        *self.inflight.entry(endpoint).or_default() += 1;
+        let sent = self.sent.entry(endpoint).or_default();
+        sent.extend(request.block_ids().unwrap_or(&[]).iter().copied());
+        self.awaiting_first.insert(request.id());
+        Ok(())
+    }
+    fn on_first_token(&mut self, request: &Request<'_>, _: EndpointId) -> Result<(), String> {
+        if !self.awaiting_first.remove(&request.id()) {
+            return Err(format!(
+                "request {}: first token twice or unrouted",
+                request.id()
+            ));
+        }
+        self.first_seen.insert(request.id());
+        Ok(())
+    }
+    fn on_complete(&mut self, request: &Request<'_>, endpoint: EndpointId) -> Result<(), String> {
+        if !self.first_seen.remove(&request.id()) {
+            return Err(format!(
+                "request {}: finished without a first token",
+                request.id()
+            ));
+        }
+        *self.inflight.entry(endpoint).or_default() -= 1;
+        Ok(())
+    }
+}
+
 routerlab_core::export_plugins! {
     matcher PanicOnCreate { name: "panic-on-create", description: "fixture: panics in create" },
     matcher PanicOnMatch { name: "panic-on-match", description: "fixture: panics in match" },
+    matcher Contract {
+        name: "contract-1-2",
+        description: "fixture: fails when the host's ABI 1.2 signals disagree with its own books",
+    },
     matcher LeastOutstanding {
         name: "least-outstanding",
         description: "fixture: fewest outstanding requests, tracked with update and on_complete",

@@ -1,4 +1,5 @@
-//! What one `match` + `update` through the ABI costs, against the same `lcp` matcher linked
+//! What one decision (`match` + `update`, fused in ABI 1.2's `match_update`) through the
+//! ABI costs, against the same `lcp` matcher linked
 //! statically and called through its Rust trait.
 //!
 //! Both sides see the same requests in the same order with the same seed, and must make the
@@ -88,12 +89,14 @@ fn through_abi(chains: &[Vec<u64>], ids: &[Vec<u32>], decisions: &mut Vec<usize>
             output_tokens: None,
             session_id: 0,
             parent_id: 0,
+            now_ns: 0,
+            cached_prefix: None,
         };
+        // One crossing: the SDK's `match_update` slot (ABI 1.2).
         let pos = matcher
-            .match_request(&request, &table, &available)
+            .match_and_update(&request, &table, &available)
             .unwrap()
             .unwrap();
-        matcher.update(&request, &table, pos).unwrap();
         decisions.push(black_box(pos));
     }
     start.elapsed().as_secs_f64()
@@ -124,6 +127,9 @@ fn linked_statically(chains: &[Vec<u64>], ids: &[Vec<u32>], decisions: &mut Vec<
             session_id: 0,
             parent_id: 0,
             block_ids: block_ids.as_ptr(),
+            now_ns: 0,
+            cached_prefix: None,
+            cached_prefix_ctx: std::ptr::null(),
         };
         // SAFETY: `raw` borrows `chain` and `block_ids`, alive for this iteration.
         let request = unsafe { Request::from_raw(&raw) }.unwrap();

@@ -15,8 +15,13 @@ use routerlab_core::abi::*;
 use crate::loader::{Library, PluginInfo, Vtable};
 use crate::{CallFailure, PluginError};
 
+/// How much of the routed request's prefix an endpoint (by stable index) holds, in the
+/// request's unit; `None` for an unknown endpoint. Lent to plugins as ABI 1.2's lazy
+/// `cached_prefix` callback.
+pub type CachedPrefix<'a> = &'a dyn Fn(u32) -> Option<u64>;
+
 /// A request as the host hands it to a matcher; converted to the ABI view per call.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct RequestData<'a> {
     /// Request id, unique within a replay.
     pub id: u64,
@@ -41,10 +46,51 @@ pub struct RequestData<'a> {
     pub session_id: u64,
     /// Parent request id, 0 = none.
     pub parent_id: u64,
+    /// Time of the decision (ABI 1.2): the arrival, or later after waiting at the router.
+    pub now_ns: u64,
+    /// What each endpoint holds of this request's prefix (ABI 1.2), if the host can say.
+    pub cached_prefix: Option<CachedPrefix<'a>>,
+}
+
+impl std::fmt::Debug for RequestData<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestData")
+            .field("id", &self.id)
+            .field("arrival_ns", &self.arrival_ns)
+            .field("now_ns", &self.now_ns)
+            .field("blocks", &self.block_hashes.len())
+            .field("prompt_len", &self.prompt_len)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The `cached_prefix` callback: asks the host closure at `ctx`.
+unsafe extern "C" fn cached_prefix_trampoline(
+    ctx: *const c_void,
+    endpoint_index: u32,
+    out_len: *mut u64,
+) -> RlStatus {
+    if ctx.is_null() || out_len.is_null() {
+        return RL_ERR_INVALID_ARGUMENT;
+    }
+    // SAFETY: `ctx` is the `CachedPrefix` of the `RequestData` the host is calling with,
+    // alive for the whole call (`raw_view` borrows it).
+    let ask = unsafe { &*ctx.cast::<CachedPrefix<'_>>() };
+    // A panic must not unwind into the plugin's C frames.
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ask(endpoint_index))) {
+        Ok(Some(len)) => {
+            // SAFETY: checked non-null; the plugin passes a writable slot.
+            unsafe { *out_len = len };
+            RL_OK
+        }
+        Ok(None) => RL_ERR_INVALID_ARGUMENT,
+        Err(_) => RL_ERR_INTERNAL,
+    }
 }
 
 impl RequestData<'_> {
-    fn to_raw(self) -> RlRequest {
+    /// The ABI view; borrows `self` (the callback context points into it).
+    fn raw_view(&self) -> RlRequest {
         RlRequest {
             struct_size: size_of::<RlRequest>() as u32,
             unit: match self.unit {
@@ -69,6 +115,15 @@ impl RequestData<'_> {
                 .block_ids
                 .filter(|ids| ids.len() == self.block_hashes.len())
                 .map_or(std::ptr::null(), <[u32]>::as_ptr),
+            now_ns: self.now_ns,
+            cached_prefix: self
+                .cached_prefix
+                .is_some()
+                .then_some(cached_prefix_trampoline),
+            cached_prefix_ctx: match &self.cached_prefix {
+                Some(ask) => (ask as *const CachedPrefix<'_>).cast(),
+                None => std::ptr::null(),
+            },
         }
     }
 }
@@ -86,6 +141,8 @@ pub struct EndpointLoad {
     pub kv_blocks_total: u64,
     /// Prompt tokens of unfinished requests.
     pub inflight_prompt_tokens: u64,
+    /// Unfinished requests routed here, counted by the router (ABI 1.2).
+    pub inflight_requests: u64,
 }
 
 /// The fleet's endpoints in the exact layout plugins read, kept up to date in place so that
@@ -172,6 +229,7 @@ impl EndpointTable {
             kv_blocks_used: s.kv_blocks_used,
             kv_blocks_total: s.kv_blocks_total,
             inflight_prompt_tokens: s.inflight_prompt_tokens,
+            inflight_requests: s.inflight_requests,
         }
     }
 
@@ -188,6 +246,7 @@ impl EndpointTable {
             load.kv_blocks_used as f64 / load.kv_blocks_total as f64
         };
         s.inflight_prompt_tokens = load.inflight_prompt_tokens;
+        s.inflight_requests = load.inflight_requests;
     }
 
     fn raw_list(&self) -> RlEndpointList {
@@ -250,6 +309,27 @@ fn failure_for(status: RlStatus, message: Option<String>) -> CallFailure {
 /// `RlCreateFn` once checked non-NULL.
 type CreateFn =
     unsafe extern "C" fn(RlStr, RlStr, *mut *mut c_void, *const RlErrorSink) -> RlStatus;
+/// `RlCreateWithFn` once checked non-NULL.
+type CreateWithFn =
+    unsafe extern "C" fn(*const RlCreateInfo, *mut *mut c_void, *const RlErrorSink) -> RlStatus;
+
+/// How a plugin is created: the 1.0 slot with `seed` in the config text, or the 1.2 slot
+/// with the seed beside it.
+#[derive(Clone, Copy)]
+enum Create {
+    InText(CreateFn),
+    Beside(CreateWithFn),
+}
+
+impl Create {
+    fn of(create: RlCreateFn, create_with: RlCreateWithFn) -> Create {
+        match (create_with, create) {
+            (Some(with), _) => Create::Beside(with),
+            (None, Some(create)) => Create::InText(create),
+            (None, None) => unreachable!("required slots checked by the loader"),
+        }
+    }
+}
 /// `RlDestroyFn` once checked non-NULL.
 type DestroyFn = unsafe extern "C" fn(*mut c_void);
 
@@ -270,22 +350,44 @@ impl Handle {
     fn create(
         library: &'static Library,
         plugin: &'static PluginInfo,
-        create: CreateFn,
+        create: Create,
         destroy: DestroyFn,
         config: &str,
     ) -> Result<Handle, PluginError> {
         let mut instance: *mut c_void = std::ptr::null_mut();
-        let (status, message) = with_sink(|err| {
-            // SAFETY: name and config are valid for the call; `instance` is writable.
-            unsafe {
-                create(
-                    RlStr::from_str(&plugin.name),
-                    RlStr::from_str(config),
-                    &mut instance,
-                    err,
-                )
+        let (status, message) = match create {
+            Create::InText(create) => with_sink(|err| {
+                // SAFETY: name and config are valid for the call; `instance` is writable.
+                unsafe {
+                    create(
+                        RlStr::from_str(&plugin.name),
+                        RlStr::from_str(config),
+                        &mut instance,
+                        err,
+                    )
+                }
+            }),
+            Create::Beside(create_with) => {
+                let (rest, seed) = routerlab_core::config::split_seed(config).map_err(|why| {
+                    PluginError::Call {
+                        plugin: plugin.name.clone(),
+                        file: library.path.clone(),
+                        call: "create",
+                        failure: CallFailure::Config(why),
+                    }
+                })?;
+                let info = RlCreateInfo {
+                    struct_size: size_of::<RlCreateInfo>() as u32,
+                    _reserved: 0,
+                    name: RlStr::from_str(&plugin.name),
+                    config: RlStr::from_str(&rest),
+                    seed,
+                };
+                // SAFETY: `info` and its strings are valid for the call; `instance` is
+                // writable.
+                with_sink(|err| unsafe { create_with(&info, &mut instance, err) })
             }
-        });
+        };
         let handle = Handle {
             library,
             plugin,
@@ -373,9 +475,10 @@ impl MatcherInstance {
         let Vtable::Matcher(vtable) = plugin.vtable else {
             unreachable!("kind checked by Library::plugin");
         };
-        let (Some(create), Some(destroy)) = (vtable.create, vtable.destroy) else {
+        let Some(destroy) = vtable.destroy else {
             unreachable!("required slots checked by the loader");
         };
+        let create = Create::of(vtable.create, vtable.create_with);
         let handle = Handle::create(library, plugin, create, destroy, config)?;
         Ok(MatcherInstance { handle, vtable })
     }
@@ -421,13 +524,55 @@ impl MatcherInstance {
         table: &EndpointTable,
         unavailable: &[bool],
     ) -> Result<Option<usize>, PluginError> {
+        let f = self.vtable.match_request.expect("checked by the loader");
+        self.pick("match", f, request, table, unavailable)
+    }
+
+    /// Whether the plugin decides and learns in one call (ABI 1.2 `match_update`).
+    pub fn has_match_update(&self) -> bool {
+        self.vtable.match_update.is_some()
+    }
+
+    /// [`MatcherInstance::match_request`], then [`MatcherInstance::update`] for the pick:
+    /// in one crossing when the plugin provides `match_update`, else in two calls.
+    pub fn match_and_update(
+        &mut self,
+        request: &RequestData<'_>,
+        table: &EndpointTable,
+        unavailable: &[bool],
+    ) -> Result<Option<usize>, PluginError> {
+        if let Some(fused) = self.vtable.match_update {
+            return self.pick("match_update", fused, request, table, unavailable);
+        }
+        let pos = self.match_request(request, table, unavailable)?;
+        if let Some(pos) = pos {
+            self.update(request, table, pos)?;
+        }
+        Ok(pos)
+    }
+
+    /// One `match`-shaped call, its answer checked against the table and the flags.
+    fn pick(
+        &mut self,
+        call: &'static str,
+        f: unsafe extern "C" fn(
+            *mut c_void,
+            *const RlRequest,
+            *const RlEndpointList,
+            *const u8,
+            *mut u32,
+            *const RlErrorSink,
+        ) -> RlStatus,
+        request: &RequestData<'_>,
+        table: &EndpointTable,
+        unavailable: &[bool],
+    ) -> Result<Option<usize>, PluginError> {
         assert_eq!(
             unavailable.len(),
             table.len(),
             "one unavailable flag per endpoint"
         );
-        let f = self.vtable.match_request.expect("checked by the loader");
-        let raw = request.to_raw();
+        let raw = request.raw_view();
         let list = table.raw_list();
         let mut index = u32::MAX;
         let flags = unavailable.as_ptr().cast::<u8>();
@@ -435,7 +580,7 @@ impl MatcherInstance {
         // out slot are valid for the call; the instance is live.
         let status = self
             .handle
-            .call("match", &[RL_NO_ENDPOINT], |inst, err| unsafe {
+            .call(call, &[RL_NO_ENDPOINT], |inst, err| unsafe {
                 f(inst, &raw, &list, flags, &mut index, err)
             })?;
         if status == RL_NO_ENDPOINT {
@@ -444,12 +589,12 @@ impl MatcherInstance {
         let Some(pos) = table.position(index) else {
             return Err(self
                 .handle
-                .error("match", CallFailure::EndpointOutOfRange(index)));
+                .error(call, CallFailure::EndpointOutOfRange(index)));
         };
         if unavailable[pos] {
             return Err(self
                 .handle
-                .error("match", CallFailure::EndpointUnavailable(index)));
+                .error(call, CallFailure::EndpointUnavailable(index)));
         }
         Ok(Some(pos))
     }
@@ -462,11 +607,29 @@ impl MatcherInstance {
         pos: usize,
     ) -> Result<(), PluginError> {
         let f = self.vtable.update.expect("checked by the loader");
-        let raw = request.to_raw();
+        let raw = request.raw_view();
         let index = table.index(pos);
         // SAFETY: the request is valid for the call; the instance is live.
         self.handle.call("update", &[], |inst, err| unsafe {
             f(inst, &raw, index, err)
+        })?;
+        Ok(())
+    }
+
+    /// Tells the matcher the request produced its first token on the endpoint with stable
+    /// index `index`. Does nothing when the plugin has no `on_first_token`.
+    pub fn on_first_token(
+        &mut self,
+        request: &RequestData<'_>,
+        index: u32,
+    ) -> Result<(), PluginError> {
+        let Some(f) = self.vtable.on_first_token else {
+            return Ok(());
+        };
+        let raw = request.raw_view();
+        self.handle.call("on_first_token", &[], |inst, err| {
+            // SAFETY: the request is valid for the call; the instance is live.
+            unsafe { f(inst, &raw, index, err) }
         })?;
         Ok(())
     }
@@ -481,7 +644,7 @@ impl MatcherInstance {
         let Some(f) = self.vtable.on_complete else {
             return Ok(());
         };
-        let raw = request.to_raw();
+        let raw = request.raw_view();
         // SAFETY: the request is valid for the call; the instance is live.
         self.handle.call("on_complete", &[], |inst, err| unsafe {
             f(inst, &raw, index, err)
@@ -506,9 +669,10 @@ impl DetectorInstance {
         let Vtable::Detector(vtable) = plugin.vtable else {
             unreachable!("kind checked by Library::plugin");
         };
-        let (Some(create), Some(destroy)) = (vtable.create, vtable.destroy) else {
+        let Some(destroy) = vtable.destroy else {
             unreachable!("required slots checked by the loader");
         };
+        let create = Create::of(vtable.create, vtable.create_with);
         let handle = Handle::create(library, plugin, create, destroy, config)?;
         Ok(DetectorInstance {
             handle,

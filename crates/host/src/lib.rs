@@ -20,7 +20,9 @@ pub mod mapped;
 
 pub use discovery::{PLUGIN_PATH_ENV, PluginSpec, SearchPath, is_valid_name, library_file_name};
 pub use error::{CallFailure, LibraryFault, PluginError};
-pub use instance::{DetectorInstance, EndpointLoad, EndpointTable, MatcherInstance, RequestData};
+pub use instance::{
+    CachedPrefix, DetectorInstance, EndpointLoad, EndpointTable, MatcherInstance, RequestData,
+};
 pub use loader::{Library, PluginInfo, PluginKind, load_library};
 
 /// Finds and loads the plugin named by `spec` (a name or `PATH[#NAME]`), of kind `kind`.

@@ -263,12 +263,29 @@ fn validate_descriptor(
             check_size(
                 &format!("plugin `{name}` vtable"),
                 vtable_size,
-                size_of::<RlMatcherVtable>(),
+                RL_MATCHER_VTABLE_SIZE_V1_0 as usize,
             )?;
-            // SAFETY: the declared size covers the v1 matcher vtable.
-            let v = unsafe { std::ptr::read(descriptor.vtable.cast::<RlMatcherVtable>()) };
+            let mut v = RlMatcherVtable {
+                struct_size: 0,
+                _reserved: 0,
+                create: None,
+                destroy: None,
+                add_endpoints: None,
+                remove_endpoints: None,
+                match_request: None,
+                update: None,
+                on_complete: None,
+                on_first_token: None,
+                match_update: None,
+                create_with: None,
+            };
+            // SAFETY: the plugin declares `vtable_size` readable bytes (at least the v1.0
+            // vtable); only as many as both sides know are copied, and slots it did not
+            // write stay NULL (unsupported).
+            unsafe { copy_prefix(descriptor.vtable, &mut v, vtable_size) };
             for (slot, present) in [
-                ("create", v.create.is_some()),
+                // A 1.2 plugin may provide only `create_with`.
+                ("create", v.create.is_some() || v.create_with.is_some()),
                 ("destroy", v.destroy.is_some()),
                 ("add_endpoints", v.add_endpoints.is_some()),
                 ("remove_endpoints", v.remove_endpoints.is_some()),
@@ -285,12 +302,20 @@ fn validate_descriptor(
             check_size(
                 &format!("plugin `{name}` vtable"),
                 vtable_size,
-                size_of::<RlDetectorVtable>(),
+                RL_DETECTOR_VTABLE_SIZE_V1_0 as usize,
             )?;
-            // SAFETY: the declared size covers the v1 detector vtable.
-            let v = unsafe { std::ptr::read(descriptor.vtable.cast::<RlDetectorVtable>()) };
+            let mut v = RlDetectorVtable {
+                struct_size: 0,
+                _reserved: 0,
+                create: None,
+                destroy: None,
+                detect: None,
+                create_with: None,
+            };
+            // SAFETY: as for the matcher vtable.
+            unsafe { copy_prefix(descriptor.vtable, &mut v, vtable_size) };
             for (slot, present) in [
-                ("create", v.create.is_some()),
+                ("create", v.create.is_some() || v.create_with.is_some()),
                 ("destroy", v.destroy.is_some()),
                 ("detect", v.detect.is_some()),
             ] {
@@ -310,6 +335,18 @@ fn validate_descriptor(
         kind,
         vtable,
     })
+}
+
+/// Copies the first `min(declared, size_of::<T>())` bytes at `from` over `to`: a struct
+/// from a plugin of another minor, read no further than either side knows.
+///
+/// # Safety
+/// `from` must point at `declared` readable bytes; `T` must be valid for any bytes (plain
+/// integers and nullable function pointers), so a partial overwrite is a valid `T`.
+unsafe fn copy_prefix<T>(from: *const std::ffi::c_void, to: &mut T, declared: u32) {
+    let len = (declared as usize).min(size_of::<T>());
+    // SAFETY: guaranteed by the caller; `to` is a distinct, writable `T`.
+    unsafe { std::ptr::copy_nonoverlapping(from.cast::<u8>(), (to as *mut T).cast::<u8>(), len) };
 }
 
 fn check_size(what: &str, found: u32, minimum: usize) -> Result<(), LibraryFault> {

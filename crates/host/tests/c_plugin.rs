@@ -60,16 +60,51 @@ fn the_c_example_is_listed_and_routes() {
     matcher.on_complete(&req, 1).unwrap(); // NULL slot: a no-op
     matcher.remove_endpoints(&[2]).unwrap();
 
-    // Every plugin accepts `seed`: the command line adds it to every config, in this form.
+    // ABI 1.2 `create_with`: the host takes `seed` out of the text, so a plugin with no
+    // settings sees an empty config and parses nothing.
     assert!(load_matcher("least-running", "seed: 0\n", &search).is_ok());
     let err = load_matcher("least-running", "seed: 0\nsome_key: 1\n", &search)
         .err()
         .unwrap()
         .to_string();
     assert!(
-        err.ends_with("create: config rejected: least-running takes no config keys but `seed`"),
+        err.ends_with("create: config rejected: least-running takes no config keys"),
         "{err}"
     );
+}
+
+/// A plugin built for ABI 1.1 loads and routes unchanged in a 1.2 host: created through
+/// `create` with `seed` in its text, called through `match` and `update`, and never
+/// through the 1.2 slots its vtable does not declare (they hold traps that fail).
+#[test]
+fn a_plugin_built_for_abi_one_one_loads_and_routes_unchanged() {
+    let dir = scratch_dir("c-abi-1-1");
+    compile_c(
+        &workspace_root().join("crates/host/tests/fixtures/abi_1_1.c"),
+        &dir.join(library_file_name("abi-one-one")),
+        &[],
+    );
+    let search = SearchPath::new(vec![dir]);
+    let listed = list_libraries(&search);
+    let library = listed[0].as_ref().unwrap();
+    assert_eq!((library.abi_major, library.abi_minor), (1, 1));
+    let table = endpoints(3);
+    let mut matcher = load_matcher("abi-one-one", "seed: 4\n", &search).unwrap();
+    assert!(
+        !matcher.has_match_update(),
+        "a 1.1 vtable has no fused slot"
+    );
+    matcher.add_endpoints(&table).unwrap();
+    let hashes = [0xAAAA, 0xBBBB];
+    for (ids, expected) in [([7, 8], 1), ([9, 8], 0)] {
+        let req = RequestData {
+            block_ids: Some(&ids),
+            ..request(1, &hashes)
+        };
+        let pos = matcher.match_and_update(&req, &table, &[false; 3]).unwrap();
+        assert_eq!(pos, Some(expected), "{ids:?}");
+        matcher.on_first_token(&req, 0).unwrap();
+    }
 }
 
 /// ABI 1.1 from the C side: the header's `RlRequest` has `block_ids` where the host writes

@@ -108,6 +108,31 @@ fn struct_size_too_small() {
 }
 
 #[test]
+fn vtable_smaller_than_abi_one_zero() {
+    let (search, file) = broken_library("vtable-size", &["VTABLE_SIZE=40"]);
+    assert_eq!(
+        load_error(&search, "broken"),
+        format!(
+            "{}: plugin `broken` vtable struct_size 40 is smaller than the ABI v1 size 64",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn neither_create_slot() {
+    // A 1.2 plugin may offer `create_with` instead of `create`, but not neither.
+    let (search, file) = broken_library("no-create", &["CREATE=NULL"]);
+    assert_eq!(
+        load_error(&search, "broken"),
+        format!(
+            "{}: plugin `broken`: required entry `create` is NULL",
+            file.display()
+        )
+    );
+}
+
+#[test]
 fn unknown_kind() {
     let (search, file) = broken_library("kind", &["KIND=7"]);
     assert_eq!(

@@ -411,6 +411,8 @@ pub struct Engine {
     usage_integral: f64,
     usage_since_ns: u64,
     first_ns: Option<u64>,
+    /// Requests whose first token the last step produced, until taken.
+    first_tokens: Vec<usize>,
 }
 
 impl Engine {
@@ -429,7 +431,20 @@ impl Engine {
             usage_integral: 0.0,
             usage_since_ns: 0,
             first_ns: None,
+            first_tokens: Vec::new(),
         }
+    }
+
+    /// Takes the requests (by `Sequence::request`) that produced their first token since
+    /// the last call: their prefill is done.
+    pub fn take_first_tokens(&mut self, into: &mut Vec<usize>) {
+        into.clear();
+        into.append(&mut self.first_tokens);
+    }
+
+    /// Tokens of `chain`'s leading blocks (engine blocks) this engine's KV cache holds now.
+    pub fn cached_prefix_tokens(&self, chain: &[u64]) -> u64 {
+        self.kv.cached_prefix(chain) as u64 * u64::from(self.config.engine_block_size)
     }
 
     /// Its settings.
@@ -534,7 +549,10 @@ impl Engine {
             if !seq.prefilling() {
                 // The step that completes a prefill samples a token.
                 seq.generated += 1;
-                seq.first_token_ns.get_or_insert(now_ns);
+                if seq.first_token_ns.is_none() {
+                    seq.first_token_ns = Some(now_ns);
+                    self.first_tokens.push(seq.request);
+                }
             }
         }
         for pos in &plan.decode {

@@ -31,6 +31,9 @@ pub struct Decision {
     pub endpoint: Option<usize>,
     /// Whether at least one endpoint was flagged unavailable.
     pub constrained: bool,
+    /// Whether the matcher already learned the pick (it was asked to, see
+    /// [`Router::decide`]).
+    pub learned: bool,
 }
 
 /// One router replica.
@@ -92,7 +95,15 @@ impl Router {
     /// picks among the rest. With `FailOpen`, a request finds an endpoint whenever there is
     /// one: when everything is flagged, or the matcher finds nothing among the available
     /// endpoints, the matcher chooses among all of them.
-    pub fn decide(&mut self, request: &RequestData<'_>) -> Result<Decision, PluginError> {
+    ///
+    /// With `learn`, the matcher also learns its pick (`update`), in one crossing when the
+    /// plugin offers it; a driver that may still turn the pick down passes `false` and
+    /// calls [`Router::learn`] itself.
+    pub fn decide(
+        &mut self,
+        request: &RequestData<'_>,
+        learn: bool,
+    ) -> Result<Decision, PluginError> {
         match self.detector.as_mut() {
             Some(detector) => detector.detect(&self.table, &mut self.unavailable)?,
             None => self.unavailable.fill(false),
@@ -105,25 +116,42 @@ impl Router {
         } else {
             &self.unavailable
         };
+        let matcher = &mut self.matcher;
+        let mut pick = |flags: &[bool]| {
+            if learn {
+                matcher.match_and_update(request, &self.table, flags)
+            } else {
+                matcher.match_request(request, &self.table, flags)
+            }
+        };
         let mut endpoint = if everything_down && !fail_open {
             None
         } else {
-            self.matcher.match_request(request, &self.table, flags)?
+            pick(flags)?
         };
         if endpoint.is_none() && fail_open && constrained && !everything_down {
-            endpoint = self
-                .matcher
-                .match_request(request, &self.table, &self.none_unavailable)?;
+            endpoint = pick(&self.none_unavailable)?;
         }
         Ok(Decision {
             endpoint,
             constrained,
+            learned: learn && endpoint.is_some(),
         })
     }
 
     /// Tells the matcher `request` went to list position `pos`.
     pub fn learn(&mut self, request: &RequestData<'_>, pos: usize) -> Result<(), PluginError> {
         self.matcher.update(request, &self.table, pos)
+    }
+
+    /// Tells the matcher `request` produced its first token at list position `pos`.
+    pub fn first_token(
+        &mut self,
+        request: &RequestData<'_>,
+        pos: usize,
+    ) -> Result<(), PluginError> {
+        let index = self.table.index(pos);
+        self.matcher.on_first_token(request, index)
     }
 
     /// Tells the matcher `request` finished at list position `pos`.

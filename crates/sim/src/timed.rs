@@ -22,7 +22,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use routerlab_core::{SeededRng, Unit};
-use routerlab_host::{EndpointLoad, RequestData};
+use routerlab_host::{CachedPrefix, EndpointLoad, RequestData};
 use routerlab_trace::Workload;
 use serde::{Deserialize, Serialize};
 
@@ -136,6 +136,8 @@ struct Fleet {
     snapshot: Vec<EngineStatus>,
     /// Prompt tokens routed to each endpoint and not finished: always current.
     inflight_tokens: Vec<u64>,
+    /// Requests routed to each endpoint and not finished: always current.
+    inflight_requests: Vec<u64>,
 }
 
 impl Fleet {
@@ -146,6 +148,7 @@ impl Fleet {
             generation: vec![0; n],
             snapshot: vec![EngineStatus::default(); n],
             inflight_tokens: vec![0; n],
+            inflight_requests: vec![0; n],
         }
     }
 
@@ -170,6 +173,7 @@ impl Fleet {
             kv_blocks_used: status.kv_blocks_used,
             kv_blocks_total: status.kv_blocks_total,
             inflight_prompt_tokens: self.inflight_tokens[pos],
+            inflight_requests: self.inflight_requests[pos],
         }
     }
 
@@ -216,6 +220,10 @@ struct Sim<'a> {
     router_queue: VecDeque<usize>,
     stats: TimedStats,
     next_closed: usize,
+    /// Stable endpoint index -> list position.
+    position_of: Vec<Option<usize>>,
+    /// Scratch: requests whose first token an engine step produced.
+    first_tokens: Vec<usize>,
 }
 
 /// Runs a timed replay of `workload` through `router`; `observer` sees each finished
@@ -292,13 +300,30 @@ pub fn replay_timed(
             too_long: 0,
         },
         next_closed: 0,
+        position_of: {
+            let table = router.table();
+            let mut position_of = vec![None; n];
+            for pos in 0..n {
+                if let Some(slot) = position_of.get_mut(table.index(pos) as usize) {
+                    *slot = Some(pos);
+                }
+            }
+            position_of
+        },
+        first_tokens: Vec::new(),
     };
     sim.run(router)?;
     Ok(sim.report(router))
 }
 
 impl Sim<'_> {
-    fn data(&self, index: usize) -> RequestData<'_> {
+    /// What plugins see of request `index` at time `now`.
+    fn data<'s>(
+        &'s self,
+        index: usize,
+        now: u64,
+        cached_prefix: Option<CachedPrefix<'s>>,
+    ) -> RequestData<'s> {
         let request = &self.workload.requests[index];
         let state = &self.requests[index];
         RequestData {
@@ -313,7 +338,23 @@ impl Sim<'_> {
             output_tokens: Some(u64::from(state.output_tokens)),
             session_id: request.session,
             parent_id: request.parent.map_or(0, |p| p as u64 + 1),
+            now_ns: now,
+            cached_prefix,
         }
+    }
+
+    /// How much of request `index`'s prompt the engine of endpoint `endpoint_index` holds
+    /// now, in the workload's unit (text: 4 bytes a token).
+    fn cached_prefix(&self, index: usize, endpoint_index: u32) -> Option<u64> {
+        let pos = (*self.position_of.get(endpoint_index as usize)?)?;
+        let block = self.settings.engines[pos].engine_block_size;
+        let chain = self.workload.engine_chain(index, block);
+        let tokens = self.fleet.engines[pos].cached_prefix_tokens(chain);
+        let len = match self.workload.unit {
+            Unit::Tokens => tokens,
+            Unit::Bytes => tokens.saturating_mul(4),
+        };
+        Some(len.min(self.workload.requests[index].prompt_len))
     }
 
     fn plugin_error(&self, index: usize) -> impl FnOnce(routerlab_host::PluginError) -> SimError {
@@ -390,6 +431,14 @@ impl Sim<'_> {
                     if let Some(end) = self.fleet.engines[pos].step_end() {
                         self.fleet.next_step(pos, end, &mut self.events);
                     }
+                    let mut first_tokens = std::mem::take(&mut self.first_tokens);
+                    self.fleet.engines[pos].take_first_tokens(&mut first_tokens);
+                    for index in first_tokens.drain(..) {
+                        router
+                            .first_token(&self.data(index, now, None), pos)
+                            .map_err(self.plugin_error(index))?;
+                    }
+                    self.first_tokens = first_tokens;
                     for sequence in finished {
                         self.complete(sequence, pos, now, router)?;
                     }
@@ -429,26 +478,37 @@ impl Sim<'_> {
         for pos in 0..self.fleet.engines.len() {
             router.table_mut().set_load(pos, self.fleet.load(pos, live));
         }
+        let prompt_tokens = self.workload.requests[index].prompt_tokens;
+        let output_tokens = self.requests[index].output_tokens;
+        // When every engine can hold the request, no pick is turned down below, so the
+        // matcher may learn it in the same call.
+        let sure = self
+            .fleet
+            .engines
+            .iter()
+            .all(|e| e.can_ever_fit(prompt_tokens, output_tokens));
+        let ask = |endpoint: u32| self.cached_prefix(index, endpoint);
         let decision = router
-            .decide(&self.data(index))
+            .decide(&self.data(index, now, Some(&ask)), sure)
             .map_err(self.plugin_error(index))?;
         self.requests[index].constrained = decision.constrained;
         let Some(pos) = decision.endpoint else {
             return Ok(false);
         };
-        let prompt_tokens = self.workload.requests[index].prompt_tokens;
-        let output_tokens = self.requests[index].output_tokens;
         if !self.fleet.engines[pos].can_ever_fit(prompt_tokens, output_tokens) {
             // The matcher chose an engine too small for it (possible in mixed fleets).
             self.stats.too_long += 1;
             self.reject(index, now);
             return Ok(true);
         }
-        router
-            .learn(&self.data(index), pos)
-            .map_err(self.plugin_error(index))?;
+        if !decision.learned {
+            router
+                .learn(&self.data(index, now, None), pos)
+                .map_err(self.plugin_error(index))?;
+        }
         self.requests[index].endpoint = Some(pos);
         self.fleet.inflight_tokens[pos] += u64::from(prompt_tokens);
+        self.fleet.inflight_requests[pos] += 1;
         let engine_block = self.settings.engines[pos].engine_block_size;
         let chain = self.workload.engine_chain(index, engine_block).to_vec();
         let sequence = Sequence::new(index, prompt_tokens, output_tokens, chain);
@@ -475,7 +535,7 @@ impl Sim<'_> {
     ) -> Result<(), SimError> {
         let index = sequence.request;
         router
-            .complete(&self.data(index), pos)
+            .complete(&self.data(index, now, None), pos)
             .map_err(self.plugin_error(index))?;
         let request = &self.workload.requests[index];
         let state = &self.requests[index];
@@ -511,6 +571,7 @@ impl Sim<'_> {
         stats.output_tokens_done += u128::from(state.output_tokens);
         stats.last_finish = stats.last_finish.max(now);
         self.fleet.inflight_tokens[pos] -= u64::from(prompt_tokens);
+        self.fleet.inflight_requests[pos] -= 1;
         self.observer.finished(&RequestRecord {
             id: index as u64 + 1,
             line: request.line,

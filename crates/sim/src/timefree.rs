@@ -47,6 +47,23 @@ impl PrefixCache {
         }
     }
 
+    /// Counts the leading blocks of `ids` cached, changing nothing.
+    fn peek(&self, ids: &[u32]) -> u64 {
+        match self {
+            PrefixCache::Unbounded { bits, .. } => ids
+                .iter()
+                .take_while(|id| {
+                    bits.get(**id as usize / 64)
+                        .is_some_and(|word| word & (1 << (**id % 64)) != 0)
+                })
+                .count() as u64,
+            PrefixCache::Bounded { blocks, .. } => ids
+                .iter()
+                .take_while(|id| blocks.contains(u64::from(**id)))
+                .count() as u64,
+        }
+    }
+
     /// Counts the leading blocks of `ids` already cached, then caches them all.
     fn serve(&mut self, ids: &[u32]) -> u64 {
         match self {
@@ -109,8 +126,21 @@ pub fn replay(
     let mut endpoint_of: Vec<u16> = vec![u16::MAX];
     let mut stats = StatsBuilder::new(n, unit);
     let mut request = TraceRequest::default();
+    // Stable index -> list position, for plugins asking what an endpoint holds.
+    let table = router.table();
+    let mut position_of = vec![None; table.len()];
+    for pos in 0..table.len() {
+        if let Some(slot) = position_of.get_mut(table.index(pos) as usize) {
+            *slot = Some(pos);
+        }
+    }
 
     while reader.next_into(&mut request)? {
+        let cached_prefix = |index: u32| {
+            let pos = (*position_of.get(index as usize)?)?;
+            let hit = caches[pos].peek(&request.block_ids) * u64::from(block_size);
+            Some(hit.min(request.prompt_len))
+        };
         let data = RequestData {
             id: request.seq,
             arrival_ns: request.arrival_ns.unwrap_or(0),
@@ -123,16 +153,19 @@ pub fn replay(
             output_tokens: request.output_tokens,
             session_id: request.session,
             parent_id: request.parent_seq.unwrap_or(0),
+            // No clock: every decision happens at its request's arrival.
+            now_ns: request.arrival_ns.unwrap_or(0),
+            cached_prefix: Some(&cached_prefix),
         };
         let plugin_error = |e| SimError::plugin(request_location(request.seq, request.line), e);
-        let decision = router.decide(&data).map_err(plugin_error)?;
+        // Nothing can turn a pick down here, so the matcher learns it in the same call.
+        let decision = router.decide(&data, true).map_err(plugin_error)?;
         let parent_endpoint = request.parent_seq.map(|p| endpoint_of[p as usize]);
         let Some(pos) = decision.endpoint else {
             stats.reject(decision.constrained, parent_endpoint.is_some());
             endpoint_of.push(u16::MAX);
             continue;
         };
-        router.learn(&data, pos).map_err(plugin_error)?;
         let hit_blocks = caches[pos].serve(&request.block_ids);
         let hit_units = (hit_blocks * u64::from(block_size)).min(request.prompt_len);
         stats.route(
@@ -146,6 +179,7 @@ pub fn replay(
 
         let load = &mut loads[pos];
         load.running += 1;
+        load.inflight_requests += 1;
         load.kv_blocks_used = caches[pos].len();
         load.inflight_prompt_tokens += prompt_tokens(unit, request.prompt_len);
         router.table_mut().set_load(pos, *load);

@@ -28,6 +28,21 @@ pub fn routerlab(args: &[&str]) -> Output {
         .expect("run routerlab")
 }
 
+/// `PATH#NAME` of a plugin in the test fixtures library (built beside the test binaries).
+pub fn fixture_plugin(name: &str) -> String {
+    let library = std::env::current_exe()
+        .expect("test binary")
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .join(format!(
+            "{}fixture_panicky{}",
+            std::env::consts::DLL_PREFIX,
+            std::env::consts::DLL_SUFFIX
+        ));
+    format!("{}#{name}", library.display())
+}
+
 /// stdout and stderr as text.
 pub fn texts(output: &Output) -> (String, String) {
     (

@@ -25,6 +25,9 @@ impl<M: Matcher> MatcherExport<M> {
         match_request: Some(match_shim::<M>),
         update: Some(update_shim::<M>),
         on_complete: Some(on_complete_shim::<M>),
+        on_first_token: Some(on_first_token_shim::<M>),
+        match_update: Some(match_update_shim::<M>),
+        create_with: Some(create_with_shim::<M, MatcherKind>),
     };
 }
 
@@ -39,6 +42,7 @@ impl<D: Detector> DetectorExport<D> {
         create: Some(create_shim::<D, DetectorKind>),
         destroy: Some(destroy_shim::<D>),
         detect: Some(detect_shim::<D>),
+        create_with: Some(create_with_shim::<D, DetectorKind>),
     };
 }
 
@@ -170,6 +174,41 @@ unsafe extern "C" fn create_shim<T: Send + 'static, K: CreateVia<T>>(
     out_instance: *mut *mut c_void,
     err: *const RlErrorSink,
 ) -> RlStatus {
+    build::<T, K>(name, config, None, out_instance, err)
+}
+
+unsafe extern "C" fn create_with_shim<T: Send + 'static, K: CreateVia<T>>(
+    info: *const RlCreateInfo,
+    out_instance: *mut *mut c_void,
+    err: *const RlErrorSink,
+) -> RlStatus {
+    if info.is_null() {
+        report(err, "create_with: info is null");
+        return RL_ERR_INVALID_ARGUMENT;
+    }
+    // SAFETY: non-null; `struct_size` is the first field of every version.
+    let size = unsafe { std::ptr::addr_of!((*info).struct_size).read_unaligned() };
+    if (size as usize) < size_of::<RlCreateInfo>() {
+        report(
+            err,
+            &format!("create_with: info struct_size {size} is below the v1.2 size"),
+        );
+        return RL_ERR_INVALID_ARGUMENT;
+    }
+    // SAFETY: the declared size covers the whole struct, valid for the call.
+    let info = unsafe { info.read_unaligned() };
+    build::<T, K>(info.name, info.config, Some(info.seed), out_instance, err)
+}
+
+/// Both `create` slots: parse the config (adding the seed given beside it), build the
+/// instance, reject unread keys, and hand the instance to the host.
+fn build<T: Send + 'static, K: CreateVia<T>>(
+    name: RlStr,
+    config: RlStr,
+    seed: Option<u64>,
+    out_instance: *mut *mut c_void,
+    err: *const RlErrorSink,
+) -> RlStatus {
     if out_instance.is_null() {
         report(err, "create: out_instance is null");
         return RL_ERR_INVALID_ARGUMENT;
@@ -177,6 +216,9 @@ unsafe extern "C" fn create_shim<T: Send + 'static, K: CreateVia<T>>(
     let built = catch_unwind(|| -> Result<T, String> {
         let name = str_arg(name, "plugin name")?;
         let mut config = PluginConfig::parse(str_arg(config, "config")?)?;
+        if let Some(seed) = seed {
+            config.set_seed(seed)?;
+        }
         let value = K::create(name, &mut config)?;
         // Rejecting unread keys here means no plugin can forget to.
         config.finish()?;
@@ -270,7 +312,7 @@ unsafe fn endpoints<'a>(
         if list.items.is_null() {
             return Err("endpoint list items are null".into());
         }
-        if list.stride < size_of::<RlEndpointStatus>() as u64 {
+        if list.stride < u64::from(RL_ENDPOINT_STATUS_SIZE_V1_0) {
             return Err(format!(
                 "endpoint list stride {} is below the v1 size",
                 list.stride
@@ -384,6 +426,46 @@ unsafe extern "C" fn on_complete_shim<M: Matcher>(
     })
 }
 
+unsafe extern "C" fn on_first_token_shim<M: Matcher>(
+    instance: *mut c_void,
+    req: *const RlRequest,
+    endpoint: u32,
+    err: *const RlErrorSink,
+) -> RlStatus {
+    with_instance::<M>(instance, err, |m| {
+        // SAFETY: the host passes a valid request for the duration of the call.
+        let req = unsafe { request(req) }?;
+        m.on_first_token(&req, EndpointId(endpoint)).map(|()| RL_OK)
+    })
+}
+
+unsafe extern "C" fn match_update_shim<M: Matcher>(
+    instance: *mut c_void,
+    req: *const RlRequest,
+    list: *const RlEndpointList,
+    unavailable: *const u8,
+    out_index: *mut u32,
+    err: *const RlErrorSink,
+) -> RlStatus {
+    if out_index.is_null() {
+        report(err, "match_update: out_index is null");
+        return RL_ERR_INVALID_ARGUMENT;
+    }
+    with_instance::<M>(instance, err, |m| {
+        // SAFETY: the host passes valid request, list and flags for the duration of the call.
+        let (req, eps) = unsafe { (request(req)?, endpoints(list, unavailable)?) };
+        match m.match_request(&req, &eps)? {
+            Some(id) => {
+                m.update(&req, id)?;
+                // SAFETY: checked non-null above; the host provides a writable u32.
+                unsafe { *out_index = id.get() };
+                Ok(RL_OK)
+            }
+            None => Ok(RL_NO_ENDPOINT),
+        }
+    })
+}
+
 unsafe extern "C" fn detect_shim<D: Detector>(
     instance: *mut c_void,
     list: *const RlEndpointList,
@@ -418,16 +500,26 @@ mod tests {
 
     /// Remembers what the SDK handed it.
     struct Probe {
+        seed: u64,
         seen_ids: Option<Vec<u32>>,
+        seen_now: Option<u64>,
+        seen_inflight: Vec<Option<u64>>,
+        learned: Vec<u32>,
         completed: Vec<u32>,
+        first_tokens: Vec<u32>,
     }
 
     impl Matcher for Probe {
         fn create(_name: &str, config: &mut PluginConfig) -> Result<Self, String> {
             config.u64("known", 0)?;
             Ok(Probe {
+                seed: config.seed()?,
                 seen_ids: None,
+                seen_now: None,
+                seen_inflight: Vec::new(),
+                learned: Vec::new(),
                 completed: Vec::new(),
+                first_tokens: Vec::new(),
             })
         }
         fn match_request(
@@ -436,8 +528,18 @@ mod tests {
             endpoints: &Endpoints<'_>,
         ) -> Result<Option<EndpointId>, String> {
             self.seen_ids = request.block_ids().map(<[u32]>::to_vec);
+            self.seen_now = Some(request.now_ns());
+            self.seen_inflight = endpoints.iter().map(|e| e.inflight_requests()).collect();
             assert_eq!(request.block_hashes(), &HASHES);
             Ok(endpoints.available().next().map(|e| e.id()))
+        }
+        fn update(&mut self, _: &Request<'_>, endpoint: EndpointId) -> Result<(), String> {
+            self.learned.push(endpoint.get());
+            Ok(())
+        }
+        fn on_first_token(&mut self, _: &Request<'_>, endpoint: EndpointId) -> Result<(), String> {
+            self.first_tokens.push(endpoint.get());
+            Ok(())
         }
         fn on_complete(&mut self, _: &Request<'_>, endpoint: EndpointId) -> Result<(), String> {
             self.completed.push(endpoint.get());
@@ -464,6 +566,9 @@ mod tests {
             session_id: 0,
             parent_id: 0,
             block_ids: IDS.as_ptr(),
+            now_ns: 7,
+            cached_prefix: None,
+            cached_prefix_ctx: std::ptr::null(),
         }
     }
 
@@ -595,6 +700,146 @@ mod tests {
         assert_eq!(status, RL_OK);
         assert_eq!(probe(instance).completed, [3]);
         destroy(instance);
+    }
+
+    /// Statuses `stride` bytes apart in an allocation of exactly `n * stride` bytes.
+    fn status_block(n: usize, stride: usize) -> (*mut u8, Layout) {
+        let layout = Layout::from_size_align(n * stride, 8).unwrap();
+        // SAFETY: non-zero size; each status is written within the block.
+        let block = unsafe { alloc_zeroed(layout) };
+        for i in 0..n {
+            let status = RlEndpointStatus {
+                struct_size: stride as u32,
+                inflight_requests: 5,
+                ..RlEndpointStatus::idle(i as u32, RlStr::from_str("e"))
+            };
+            // SAFETY: `i * stride + stride` is within the block; only `stride` bytes copied.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (&raw const status).cast::<u8>(),
+                    block.add(i * stride),
+                    stride.min(size_of::<RlEndpointStatus>()),
+                );
+            }
+        }
+        (block, layout)
+    }
+
+    #[test]
+    fn fields_a_one_one_host_did_not_write_are_never_read() {
+        let instance = create("").expect("create");
+        // A 1.1 host: 104-byte request, 72-byte statuses, in exact allocations (Miri checks
+        // that nothing past them is read).
+        let layout = Layout::from_size_align(RL_REQUEST_SIZE_V1_1 as usize, 8).unwrap();
+        let whole = raw_request(RL_REQUEST_SIZE_V1_1);
+        let (statuses, statuses_layout) = status_block(2, RL_ENDPOINT_STATUS_SIZE_V1_0 as usize);
+        let list = RlEndpointList {
+            items: statuses.cast(),
+            len: 2,
+            stride: u64::from(RL_ENDPOINT_STATUS_SIZE_V1_0),
+        };
+        let mut out = u32::MAX;
+        // SAFETY: the copies stay within their allocations; both are freed once after the
+        // call; every pointer is valid for the call.
+        let status = unsafe {
+            let block = alloc_zeroed(layout);
+            std::ptr::copy_nonoverlapping(
+                (&raw const whole).cast::<u8>(),
+                block,
+                RL_REQUEST_SIZE_V1_1 as usize,
+            );
+            let status = MatcherExport::<Probe>::VTABLE.match_request.unwrap()(
+                instance,
+                block.cast(),
+                &list,
+                std::ptr::null(),
+                &mut out,
+                std::ptr::null(),
+            );
+            dealloc(block, layout);
+            dealloc(statuses, statuses_layout);
+            status
+        };
+        assert_eq!(status, RL_OK);
+        let probe = probe(instance);
+        assert_eq!(probe.seen_ids.as_deref(), Some(&IDS[..]));
+        assert_eq!(
+            probe.seen_now,
+            Some(0),
+            "a 1.1 host's decision time is the arrival"
+        );
+        assert_eq!(probe.seen_inflight, [None, None]);
+        destroy(instance);
+    }
+
+    #[test]
+    fn one_two_additions_reach_the_plugin() {
+        // `create_with`: the seed beside the config text.
+        let info = RlCreateInfo {
+            struct_size: size_of::<RlCreateInfo>() as u32,
+            _reserved: 0,
+            name: RlStr::from_str("probe"),
+            config: RlStr::from_str("known: 1"),
+            seed: 42,
+        };
+        let mut instance = std::ptr::null_mut();
+        // SAFETY: `info` and `instance` are valid for the call; no sink.
+        let status = unsafe {
+            MatcherExport::<Probe>::VTABLE.create_with.unwrap()(
+                &info,
+                &mut instance,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(status, RL_OK);
+        assert_eq!(probe(instance).seed, 42);
+
+        // `match_update`: one call picks and learns; statuses of 80 bytes carry in-flight.
+        let (statuses, layout) = status_block(2, size_of::<RlEndpointStatus>());
+        let list = RlEndpointList {
+            items: statuses.cast(),
+            len: 2,
+            stride: size_of::<RlEndpointStatus>() as u64,
+        };
+        let request = raw_request(size_of::<RlRequest>() as u32);
+        let mut out = u32::MAX;
+        // SAFETY: every pointer is valid for the calls; the block is freed once after them.
+        let (status, first_token) = unsafe {
+            let vtable = MatcherExport::<Probe>::VTABLE;
+            let status = vtable.match_update.unwrap()(
+                instance,
+                &request,
+                &list,
+                std::ptr::null(),
+                &mut out,
+                std::ptr::null(),
+            );
+            let first = vtable.on_first_token.unwrap()(instance, &request, 1, std::ptr::null());
+            dealloc(statuses, layout);
+            (status, first)
+        };
+        assert_eq!((status, out, first_token), (RL_OK, 0, RL_OK));
+        let probe = probe(instance);
+        assert_eq!(probe.learned, [0]);
+        assert_eq!(probe.seen_now, Some(7));
+        assert_eq!(probe.seen_inflight, [Some(5), Some(5)]);
+        assert_eq!(probe.first_tokens, [1]);
+        destroy(instance);
+        // A config text that still holds `seed` contradicts `create_with`.
+        let info = RlCreateInfo {
+            config: RlStr::from_str("seed: 1"),
+            ..info
+        };
+        let mut instance = std::ptr::null_mut();
+        // SAFETY: as above.
+        let status = unsafe {
+            MatcherExport::<Probe>::VTABLE.create_with.unwrap()(
+                &info,
+                &mut instance,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(status, RL_ERR_CONFIG);
     }
 
     #[test]

@@ -40,6 +40,16 @@ pub trait Matcher: Send + Sized + 'static {
         Ok(())
     }
 
+    /// The request produced its first token on `endpoint` (timed replays only): its prefill
+    /// is done. By default nothing to do.
+    fn on_first_token(
+        &mut self,
+        _request: &Request<'_>,
+        _endpoint: EndpointId,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+
     /// The request finished on `endpoint` (timed replays only). By default nothing to do.
     fn on_complete(&mut self, _request: &Request<'_>, _endpoint: EndpointId) -> Result<(), String> {
         Ok(())

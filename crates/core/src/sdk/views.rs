@@ -2,10 +2,12 @@
 //! status, the endpoint list.
 //!
 //! A request is copied, not referenced: the host may be older than this SDK and have
-//! written fewer bytes than today's `RlRequest` (an ABI 1.0 host writes 96 of 104), and a
+//! written fewer bytes than today's `RlRequest` (an ABI 1.0 host writes 96 of 128), and a
 //! Rust reference to the whole struct would claim bytes that do not exist. So the view holds
 //! a zeroed `RlRequest` into which exactly `min(struct_size, size_of)` bytes were copied;
 //! fields past the host's size read as zero, which every accessor treats as "not provided".
+//! Endpoint statuses are read field by field through a pointer for the same reason: a 1.1
+//! host's list has a stride of 72 bytes, today's status is 80.
 
 use std::marker::PhantomData;
 
@@ -106,10 +108,15 @@ impl<'a> Request<'a> {
         check_size(raw.struct_size)?;
         let unit = check_unit(raw.unit)?;
         let mut copy = *raw;
-        if (copy.struct_size as usize) < size_of::<RlRequest>() {
-            // The caller's struct is whole, but it says it was built by an older host: its
-            // later fields are not meant to be read.
+        // The caller's struct is whole, but it may say it was built by an older host: its
+        // later fields are not meant to be read.
+        if copy.struct_size < RL_REQUEST_SIZE_V1_1 {
             copy.block_ids = std::ptr::null();
+        }
+        if copy.struct_size < REQUEST_SIZE_V1_2 {
+            copy.now_ns = 0;
+            copy.cached_prefix = None;
+            copy.cached_prefix_ctx = std::ptr::null();
         }
         Ok(Request {
             raw: copy,
@@ -154,6 +161,31 @@ impl<'a> Request<'a> {
     #[inline]
     pub fn arrival_ns(&self) -> u64 {
         self.raw.arrival_ns
+    }
+    /// Time of this decision in logical nanoseconds: the arrival, or later when the request
+    /// waited at the router. A host older than ABI 1.2 does not say; then the arrival.
+    #[inline]
+    pub fn now_ns(&self) -> u64 {
+        if self.raw.struct_size >= REQUEST_SIZE_V1_2 {
+            self.raw.now_ns
+        } else {
+            self.raw.arrival_ns
+        }
+    }
+    /// How much of this request's prefix the endpoint `id` holds now, in
+    /// [`Request::unit`]s: the engine's KV cache in a timed replay, the prefix-cache model
+    /// in a time-free one. `None` from a host older than ABI 1.2 or one that cannot say
+    /// (a policy then keeps its own index from `update`). The host computes it on each
+    /// call, so ask only for the endpoints you need.
+    #[inline]
+    pub fn cached_prefix(&self, id: EndpointId) -> Option<u64> {
+        let ask = self.raw.cached_prefix?;
+        let mut len = 0u64;
+        // SAFETY: a non-null callback was written by an ABI 1.2 host (older hosts' bytes
+        // stop before it and the copy is zero there), which guarantees it and its context
+        // for the duration of this call; `len` is a valid out slot.
+        let status = unsafe { ask(self.raw.cached_prefix_ctx, id.get(), &mut len) };
+        (status == RL_OK).then_some(len)
     }
     /// Prompt text (empty for hash-only traces).
     #[inline]
@@ -226,53 +258,79 @@ impl<'a> Request<'a> {
 /// One endpoint's status, borrowed for one call.
 #[derive(Clone, Copy)]
 pub struct EndpointStatus<'a> {
-    raw: &'a RlEndpointStatus,
+    /// Never dereferenced as a whole: the host may have written fewer bytes than today's
+    /// struct (`struct_size`), so fields are read one at a time.
+    raw: *const RlEndpointStatus,
+    _borrow: PhantomData<&'a RlEndpointStatus>,
+}
+
+/// Reads one field of the status at `$raw`.
+macro_rules! field {
+    ($raw:expr, $field:ident) => {
+        // SAFETY: the view's constructor guarantees at least the v1.0 status (72 bytes)
+        // readable at `raw` for `'a`; every field read this way lies within them.
+        unsafe { std::ptr::addr_of!((*$raw).$field).read_unaligned() }
+    };
 }
 
 impl<'a> EndpointStatus<'a> {
     /// Stable index: what `match_request` returns and `update` receives.
     #[inline]
     pub fn id(&self) -> EndpointId {
-        EndpointId(self.raw.index)
+        EndpointId(field!(self.raw, index))
     }
     /// Endpoint name, e.g. `localhost:8000` (lossy if the host sent invalid UTF-8).
     #[inline]
     pub fn name(&self) -> &'a str {
+        let name = field!(self.raw, name);
         // SAFETY: the host guarantees `name` points at `len` readable bytes for this call.
-        let bytes = unsafe { raw_bytes(self.raw.name) };
+        let bytes = unsafe { raw_bytes(name) };
         std::str::from_utf8(bytes).unwrap_or("<invalid utf-8>")
     }
-    /// Running requests.
+    /// Running requests, as the engine last reported them.
     #[inline]
     pub fn running(&self) -> u64 {
-        self.raw.running
+        field!(self.raw, running)
     }
-    /// Waiting requests.
+    /// Waiting requests, as the engine last reported them.
     #[inline]
     pub fn waiting(&self) -> u64 {
-        self.raw.waiting
+        field!(self.raw, waiting)
     }
     /// KV-cache blocks in use.
     #[inline]
     pub fn kv_blocks_used(&self) -> u64 {
-        self.raw.kv_blocks_used
+        field!(self.raw, kv_blocks_used)
     }
     /// KV-cache blocks in total (0 = unbounded).
     #[inline]
     pub fn kv_blocks_total(&self) -> u64 {
-        self.raw.kv_blocks_total
+        field!(self.raw, kv_blocks_total)
     }
     /// KV usage fraction (0 when unbounded).
     #[inline]
     pub fn kv_usage(&self) -> f64 {
-        self.raw.kv_usage
+        field!(self.raw, kv_usage)
     }
     /// Prompt tokens of unfinished requests routed here.
     #[inline]
     pub fn inflight_prompt_tokens(&self) -> u64 {
-        self.raw.inflight_prompt_tokens
+        field!(self.raw, inflight_prompt_tokens)
+    }
+    /// Requests routed here and not finished, counted by the router: always current.
+    /// `None` from a host older than ABI 1.2.
+    #[inline]
+    pub fn inflight_requests(&self) -> Option<u64> {
+        if field!(self.raw, struct_size) < ENDPOINT_STATUS_SIZE_V1_2 {
+            return None;
+        }
+        // SAFETY: `struct_size` says the host wrote this field.
+        Some(unsafe { std::ptr::addr_of!((*self.raw).inflight_requests).read_unaligned() })
     }
 }
+
+/// `RlEndpointStatus::struct_size` of an ABI 1.2 host.
+const ENDPOINT_STATUS_SIZE_V1_2: u32 = 80;
 
 /// The endpoint list of one call, with the host's unavailable flags when it sent them.
 #[derive(Clone, Copy)]
@@ -286,9 +344,9 @@ impl<'a> Endpoints<'a> {
     /// A view of a raw list, for hosts and benchmarks that call a plugin directly.
     ///
     /// # Safety
-    /// `list` must describe `len` valid statuses `stride >= size_of::<RlEndpointStatus>()`
-    /// bytes apart, whose pointers stay valid for `'a`; `unavailable` is empty or has `len`
-    /// flags.
+    /// `list` must describe `len` valid statuses `stride >= RL_ENDPOINT_STATUS_SIZE_V1_0`
+    /// bytes apart, each with at least its `struct_size` bytes readable, whose pointers
+    /// stay valid for `'a`; `unavailable` is empty or has `len` flags.
     pub unsafe fn from_raw(list: RlEndpointList, unavailable: &'a [u8]) -> Endpoints<'a> {
         Endpoints {
             list,
@@ -316,13 +374,16 @@ impl<'a> Endpoints<'a> {
         assert!(pos < self.len(), "endpoint position {pos} out of range");
         // SAFETY: whoever built this view (`from_raw`'s caller, the SDK's shim after its
         // checks, or `testing`) guarantees `items` holds `len` elements `stride >= 72` bytes
-        // apart, and `pos < len`.
+        // apart, and `pos < len`; no reference is formed.
         let raw = unsafe {
-            &*(self.list.items as *const u8)
+            (self.list.items as *const u8)
                 .add(pos * self.list.stride as usize)
                 .cast::<RlEndpointStatus>()
         };
-        EndpointStatus { raw }
+        EndpointStatus {
+            raw,
+            _borrow: PhantomData,
+        }
     }
     /// Whether the host flagged list position `pos` unavailable.
     #[inline]
@@ -364,8 +425,14 @@ const fn zeroed_request() -> RlRequest {
         session_id: 0,
         parent_id: 0,
         block_ids: std::ptr::null(),
+        now_ns: 0,
+        cached_prefix: None,
+        cached_prefix_ctx: std::ptr::null(),
     }
 }
+
+/// `RlRequest::struct_size` of an ABI 1.2 host.
+const REQUEST_SIZE_V1_2: u32 = 128;
 
 /// Reads a borrowed byte string.
 ///
