@@ -567,9 +567,8 @@ impl MatcherInstance {
         table: &EndpointTable,
         unavailable: &[bool],
     ) -> Result<Option<usize>, PluginError> {
-        assert_eq!(
-            unavailable.len(),
-            table.len(),
+        assert!(
+            unavailable.len() == table.len(),
             "one unavailable flag per endpoint"
         );
         let raw = request.raw_view();

@@ -136,10 +136,22 @@ impl<'a> Request<'a> {
         // readable; it is the first field of every version.
         let size = unsafe { std::ptr::addr_of!((*ptr).struct_size).read_unaligned() };
         check_size(size)?;
-        let len = (size as usize).min(size_of::<RlRequest>());
+        if size as usize >= size_of::<RlRequest>() {
+            // A host of this minor or newer: one fixed-size copy (no call to `memcpy`).
+            // SAFETY: the caller guarantees `size >= size_of::<RlRequest>()` readable bytes;
+            // every field is an integer or a raw pointer, valid for any bytes.
+            let copy = unsafe { ptr.read_unaligned() };
+            let unit = check_unit(copy.unit)?;
+            return Ok(Request {
+                raw: copy,
+                unit,
+                _borrow: PhantomData,
+            });
+        }
+        let len = size as usize;
         let mut copy = zeroed_request();
-        // SAFETY: the caller guarantees `size` readable bytes at `ptr`, and `len <= size`;
-        // `copy` is a distinct local of `size_of::<RlRequest>() >= len` bytes. Every field
+        // SAFETY: the caller guarantees `size` readable bytes at `ptr`, and `len == size`;
+        // `copy` is a distinct local of `size_of::<RlRequest>() > len` bytes. Every field
         // is an integer or a raw pointer, so any bytes (and zero) are valid values.
         unsafe {
             std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), (&raw mut copy).cast::<u8>(), len);
