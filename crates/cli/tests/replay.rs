@@ -280,3 +280,38 @@ fn reports_say_what_produced_them_and_read_back() {
     let back: routerlab_sim::Report = serde_json::from_value(timed.clone()).unwrap();
     assert_eq!(serde_json::to_value(&back).unwrap(), timed);
 }
+
+/// Decision quality on a trace small enough to work out by hand (4-byte blocks, two
+/// endpoints, round-robin sends requests to 0, 1, 0, 1):
+///
+/// | request | prompt | caches before (blocks held of it) | best | chosen | achieved |
+/// | 1 | AAAABBBB | -, - | 0 | 0 | 0 |
+/// | 2 | AAAACCCC | e0: 1 (A), e1: 0 | 1 | 1 | 0 |
+/// | 3 | AAAABBBBDDDD, parent 1 | e0: 2 (A, AB), e1: 1 | 2 | 0 | 2 |
+/// | 4 | AAAACCCCEEEE, parent 2 | e0: 1, e1: 2 (A, AC) | 2 | 1 | 2 |
+///
+/// best 5, achieved 4, optimal in 3 of 4 decisions, both follow-ups where their parent went.
+#[test]
+fn decision_quality_by_hand() {
+    let trace = scratch_file(
+        "quality.jsonl",
+        br#"{"id": "1", "prompt": "AAAABBBB"}
+{"id": "2", "prompt": "AAAACCCC"}
+{"id": "3", "prompt": "AAAABBBBDDDD", "parent": "1"}
+{"id": "4", "prompt": "AAAACCCCEEEE", "parent": "2"}
+"#,
+    );
+    let report = Replay::new("round-robin", &trace)
+        .args(&["--endpoints", "2", "--block-size", "4"])
+        .report();
+    assert_eq!(
+        report["quality"],
+        serde_json::json!({
+            "best_hit_blocks": 5,
+            "achieved_hit_blocks": 4,
+            "achieved_over_best": 0.8,
+            "kv_optimal_share": 0.75,
+            "followup_precision": 1.0,
+        })
+    );
+}

@@ -456,3 +456,23 @@ fn abi_one_two_signals_keep_their_contract() {
     assert!(report["timed"]["router_queued"].as_u64().unwrap() > 0);
     assert_eq!(report["requests"], 300);
 }
+
+/// A closed loop of one on two endpoints: at every moment one endpoint runs one request and
+/// the other none, so the spread is 1 − 0 = 1 and the cv (std 0.5 over mean 0.5) is 1.
+#[test]
+fn running_spread_by_hand() {
+    let report = Replay::new("round-robin", &project_trace("mooncake-small.jsonl"))
+        .args(&[
+            "--timing",
+            "trace",
+            "--concurrency",
+            "1",
+            "--endpoints",
+            "2",
+        ])
+        .report();
+    assert_eq!(
+        report["timed"]["running_spread"],
+        serde_json::json!({"max_minus_min": 1.0, "cv": 1.0})
+    );
+}

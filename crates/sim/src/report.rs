@@ -104,9 +104,38 @@ pub struct Report {
     pub share_prefix: SharePrefix,
     /// Decisions taken while at least one endpoint was unavailable.
     pub constrained_decisions: u64,
+    /// How good the decisions were, against what each could have had (added in 0.3).
+    #[serde(default)]
+    pub quality: Quality,
     /// Latencies and engine figures, in timed replays only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timed: Option<TimedReport>,
+}
+
+/// Decision quality: what the routed requests could reuse where they went, against the
+/// best any endpoint the matcher could choose held at that moment.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Quality {
+    /// Sum over routed requests of the longest cached prefix among the endpoints the
+    /// matcher could choose, in blocks of `run.block_size` units.
+    pub best_hit_blocks: u64,
+    /// Sum over routed requests of the cached prefix on the endpoint chosen, same blocks.
+    pub achieved_hit_blocks: u64,
+    /// `achieved_hit_blocks / best_hit_blocks` (1 when nothing could be reused).
+    pub achieved_over_best: f64,
+    /// Share of routed requests sent to an endpoint holding the longest cached prefix.
+    pub kv_optimal_share: f64,
+    /// Share of requests with a parent that were sent where the parent went.
+    pub followup_precision: f64,
+}
+
+/// How unevenly requests run across endpoints, averaged over time.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Spread {
+    /// Time-weighted mean of (most − fewest) running requests across endpoints.
+    pub max_minus_min: f64,
+    /// Time-weighted mean coefficient of variation of running requests (0 when idle).
+    pub cv: f64,
 }
 
 /// Percentiles of one latency, in milliseconds.
@@ -173,6 +202,9 @@ pub struct TimedReport {
     pub router_queued: u64,
     /// Requests rejected because prompt plus output exceed their engine's whole KV cache.
     pub too_long: u64,
+    /// Running requests across endpoints over time (added in 0.3).
+    #[serde(default)]
+    pub running_spread: Spread,
     /// Per endpoint, in endpoint order.
     pub per_endpoint: Vec<EndpointTimed>,
 }

@@ -34,6 +34,17 @@ pub struct Decision {
     /// Whether the matcher already learned the pick (it was asked to, see
     /// [`Router::decide`]).
     pub learned: bool,
+    /// Whether the pick was made among every endpoint (fail-open) rather than among those
+    /// the detector left available.
+    pub opened: bool,
+}
+
+impl Decision {
+    /// Whether the matcher was allowed to pick list position `pos` (`flags`: the router's
+    /// [`Router::unavailable`] after this decision).
+    pub fn allowed(&self, flags: &[bool], pos: usize) -> bool {
+        self.opened || !flags[pos]
+    }
 }
 
 /// One router replica.
@@ -86,6 +97,11 @@ impl Router {
         &mut self.table
     }
 
+    /// The detector's flags of the last decision, by list position.
+    pub fn unavailable(&self) -> &[bool] {
+        &self.unavailable
+    }
+
     /// The policy when nothing is available.
     pub fn when_unavailable(&self) -> WhenUnavailable {
         self.when_unavailable
@@ -124,18 +140,21 @@ impl Router {
                 matcher.match_request(request, &self.table, flags)
             }
         };
+        let mut opened = everything_down && fail_open;
         let mut endpoint = if everything_down && !fail_open {
             None
         } else {
             pick(flags)?
         };
         if endpoint.is_none() && fail_open && constrained && !everything_down {
+            opened = true;
             endpoint = pick(&self.none_unavailable)?;
         }
         Ok(Decision {
             endpoint,
             constrained,
             learned: learn && endpoint.is_some(),
+            opened,
         })
     }
 

@@ -5,7 +5,7 @@
 use hdrhistogram::Histogram;
 use routerlab_core::Unit;
 
-use crate::report::{CacheMiss, Latency, Nreq, Report, SharePrefix, round6};
+use crate::report::{CacheMiss, Latency, Nreq, Quality, Report, SharePrefix, round6};
 
 /// Largest length the histogram tells apart (2^40); longer misses count as this.
 const MAX_TRACKED: u64 = 1 << 40;
@@ -25,6 +25,10 @@ pub struct StatsBuilder {
     constrained: u64,
     share_total: u64,
     share_same: u64,
+    best_hit_blocks: u64,
+    achieved_hit_blocks: u64,
+    kv_optimal: u64,
+    judged: u64,
 }
 
 impl StatsBuilder {
@@ -46,6 +50,10 @@ impl StatsBuilder {
             constrained: 0,
             share_total: 0,
             share_same: 0,
+            best_hit_blocks: 0,
+            achieved_hit_blocks: 0,
+            kv_optimal: 0,
+            judged: 0,
         }
     }
 
@@ -80,6 +88,16 @@ impl StatsBuilder {
             self.share_total += 1;
             self.share_same += u64::from(same);
         }
+    }
+
+    /// The quality of one routing decision: the longest cached prefix among the endpoints
+    /// the matcher could choose, and the one it chose, in blocks.
+    pub fn judge(&mut self, best_blocks: u64, achieved_blocks: u64) {
+        debug_assert!(achieved_blocks <= best_blocks);
+        self.best_hit_blocks += best_blocks;
+        self.achieved_hit_blocks += achieved_blocks;
+        self.kv_optimal += u64::from(achieved_blocks == best_blocks);
+        self.judged += 1;
     }
 
     /// The finished report.
@@ -143,6 +161,17 @@ impl StatsBuilder {
                 same_endpoint: self.share_same,
             },
             constrained_decisions: self.constrained,
+            quality: Quality {
+                best_hit_blocks: self.best_hit_blocks,
+                achieved_hit_blocks: self.achieved_hit_blocks,
+                achieved_over_best: if self.best_hit_blocks == 0 {
+                    1.0
+                } else {
+                    round6(self.achieved_hit_blocks as f64 / self.best_hit_blocks as f64)
+                },
+                kv_optimal_share: ratio(self.kv_optimal, self.judged),
+                followup_precision: ratio(self.share_same, self.share_total),
+            },
             timed: None,
         }
     }
@@ -235,5 +264,14 @@ mod tests {
             }
         );
         assert_eq!(report.constrained_decisions, 2);
+    }
+}
+
+/// `part / whole`, rounded; 0 when `whole` is 0.
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        round6(part as f64 / whole as f64)
     }
 }

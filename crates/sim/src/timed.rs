@@ -30,8 +30,8 @@ use crate::SimError;
 use crate::engine::{Engine, EngineConfig, EngineStatus, Sequence};
 use crate::error::request_location;
 use crate::observer::{Observer, RequestRecord};
-use crate::report::{EndpointTimed, Report, Throughput, TimedReport, round6};
-use crate::router::{Router, WhenUnavailable};
+use crate::report::{EndpointTimed, Report, Spread, Throughput, TimedReport, round6};
+use crate::router::{Decision, Router, WhenUnavailable};
 use crate::stats::{LatencyStat, StatsBuilder};
 
 /// Where arrival times come from.
@@ -191,6 +191,60 @@ struct EndpointTally {
     prompt_tokens: u64,
 }
 
+/// Running requests across endpoints, integrated over time.
+#[derive(Debug, Default)]
+struct SpreadTally {
+    /// Time of the last event seen.
+    last_ns: Option<u64>,
+    /// ∫ (max − min) dt and ∫ cv dt, in request·ns and ns.
+    range_ns: f64,
+    cv_ns: f64,
+    total_ns: u64,
+}
+
+impl SpreadTally {
+    /// The fleet held `running` from the last event until `now`.
+    fn advance(&mut self, now: u64, running: impl Iterator<Item = u64> + Clone) {
+        let last = *self.last_ns.get_or_insert(now);
+        let dt = now.saturating_sub(last);
+        self.last_ns = Some(now);
+        if dt == 0 {
+            return;
+        }
+        let (mut n, mut sum, mut max, mut min) = (0u64, 0u64, 0u64, u64::MAX);
+        for r in running.clone() {
+            n += 1;
+            sum += r;
+            max = max.max(r);
+            min = min.min(r);
+        }
+        if n == 0 {
+            return;
+        }
+        let mean = sum as f64 / n as f64;
+        let cv = if mean > 0.0 {
+            let var = running.map(|r| (r as f64 - mean).powi(2)).sum::<f64>() / n as f64;
+            var.sqrt() / mean
+        } else {
+            0.0
+        };
+        self.range_ns += (max - min) as f64 * dt as f64;
+        self.cv_ns += cv * dt as f64;
+        self.total_ns += dt;
+    }
+
+    fn finish(&self) -> Spread {
+        if self.total_ns == 0 {
+            return Spread::default();
+        }
+        let total = self.total_ns as f64;
+        Spread {
+            max_minus_min: round6(self.range_ns / total),
+            cv: round6(self.cv_ns / total),
+        }
+    }
+}
+
 /// What the timed replay measures beyond the time-free statistics.
 struct TimedStats {
     base: StatsBuilder,
@@ -206,6 +260,7 @@ struct TimedStats {
     last_finish: u64,
     router_queued: u64,
     too_long: u64,
+    spread: SpreadTally,
 }
 
 struct Sim<'a> {
@@ -298,6 +353,7 @@ pub fn replay_timed(
             last_finish: 0,
             router_queued: 0,
             too_long: 0,
+            spread: SpreadTally::default(),
         },
         next_closed: 0,
         position_of: {
@@ -347,6 +403,11 @@ impl Sim<'_> {
     /// now, in the workload's unit (text: 4 bytes a token).
     fn cached_prefix(&self, index: usize, endpoint_index: u32) -> Option<u64> {
         let pos = (*self.position_of.get(endpoint_index as usize)?)?;
+        Some(self.cached_units(index, pos))
+    }
+
+    /// As [`Sim::cached_prefix`], by list position.
+    fn cached_units(&self, index: usize, pos: usize) -> u64 {
         let block = self.settings.engines[pos].engine_block_size;
         let chain = self.workload.engine_chain(index, block);
         let tokens = self.fleet.engines[pos].cached_prefix_tokens(chain);
@@ -354,7 +415,24 @@ impl Sim<'_> {
             Unit::Tokens => tokens,
             Unit::Bytes => tokens.saturating_mul(4),
         };
-        Some(len.min(self.workload.requests[index].prompt_len))
+        len.min(self.workload.requests[index].prompt_len)
+    }
+
+    /// Records how good the pick of list position `pos` was, against the endpoints the
+    /// matcher could choose, in blocks of the trace's block size.
+    fn judge(&mut self, index: usize, pos: usize, decision: &Decision, flags: &[bool]) {
+        let block = u64::from(self.workload.block_size.max(1));
+        let (mut best, mut achieved) = (0, 0);
+        for p in 0..self.fleet.engines.len() {
+            if decision.allowed(flags, p) {
+                let held = self.cached_units(index, p) / block;
+                best = best.max(held);
+                if p == pos {
+                    achieved = held;
+                }
+            }
+        }
+        self.stats.base.judge(best, achieved);
     }
 
     fn plugin_error(&self, index: usize) -> impl FnOnce(routerlab_host::PluginError) -> SimError {
@@ -387,6 +465,10 @@ impl Sim<'_> {
             self.events.push(0, Event::Refresh);
         }
         while let Some((now, event)) = self.events.pop() {
+            let engines = &self.fleet.engines;
+            self.stats
+                .spread
+                .advance(now, engines.iter().map(|e| e.status().running));
             match event {
                 Event::Refresh => {
                     let changed = self.fleet.refresh();
@@ -506,6 +588,7 @@ impl Sim<'_> {
                 .learn(&self.data(index, now, None), pos)
                 .map_err(self.plugin_error(index))?;
         }
+        self.judge(index, pos, &decision, router.unavailable());
         self.requests[index].endpoint = Some(pos);
         self.fleet.inflight_tokens[pos] += u64::from(prompt_tokens);
         self.fleet.inflight_requests[pos] += 1;
@@ -638,6 +721,7 @@ impl Sim<'_> {
             },
             router_queued: stats.router_queued,
             too_long: stats.too_long,
+            running_spread: stats.spread.finish(),
             per_endpoint: self
                 .fleet
                 .engines

@@ -166,6 +166,20 @@ pub fn replay(
             endpoint_of.push(u16::MAX);
             continue;
         };
+        // What the matcher could have had: the longest cached prefix among the endpoints it
+        // was allowed to choose, before this request changes any cache.
+        let flags = router.unavailable();
+        let (mut best, mut achieved) = (0, 0);
+        for (p, cache) in caches.iter().enumerate() {
+            if decision.allowed(flags, p) {
+                let held = cache.peek(&request.block_ids);
+                best = best.max(held);
+                if p == pos {
+                    achieved = held;
+                }
+            }
+        }
+        stats.judge(best, achieved);
         let hit_blocks = caches[pos].serve(&request.block_ids);
         let hit_units = (hit_blocks * u64::from(block_size)).min(request.prompt_len);
         stats.route(
