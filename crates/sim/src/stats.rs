@@ -225,6 +225,15 @@ impl LatencyStat {
     }
 }
 
+/// `part / whole`, rounded; 0 when `whole` is 0.
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        round6(part as f64 / whole as f64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,14 +273,5 @@ mod tests {
             }
         );
         assert_eq!(report.constrained_decisions, 2);
-    }
-}
-
-/// `part / whole`, rounded; 0 when `whole` is 0.
-fn ratio(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        round6(part as f64 / whole as f64)
     }
 }
