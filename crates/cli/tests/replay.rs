@@ -175,10 +175,7 @@ fn committed_chat_trace_is_the_generators_default_output() {
 
 #[test]
 fn mooncake_conversation_trace_in_tokens_shows_the_hot_spot() {
-    let Some(shared) = shared_traces() else {
-        return;
-    };
-    let trace = shared.join("mooncake/conversation_trace.jsonl");
+    let trace = project_trace("mooncake-conversation.jsonl");
     let report = Replay::new("lcp", &trace)
         .args(&["--trace-block-size", "512"])
         .report();
@@ -313,5 +310,20 @@ fn decision_quality_by_hand() {
             "kv_optimal_share": 0.75,
             "followup_precision": 1.0,
         })
+    );
+}
+
+/// Third-party traces in `traces/` are the unmodified files their sources published.
+#[test]
+fn third_party_traces_are_the_published_bytes() {
+    use sha2::{Digest, Sha256};
+    let bytes = std::fs::read(project_trace("mooncake-conversation.jsonl")).unwrap();
+    let digest: String = Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        digest,
+        "b8cbb061a85206d729d91cdc2981f43c9e0d99209dce588d3af5f7934408b9df"
     );
 }

@@ -127,10 +127,7 @@ fn same_inputs_give_byte_identical_timed_reports() {
 
 #[test]
 fn the_conversation_trace_shows_the_hot_spot_and_detectors_relieve_it() {
-    let Some(shared) = shared_traces() else {
-        return;
-    };
-    let trace = shared.join("mooncake/conversation_trace.jsonl");
+    let trace = project_trace("mooncake-conversation.jsonl");
     let fleet = |matcher: &str| Replay::new(matcher, &trace).args(&["--endpoints", "8"]);
     let timed = |replay: Replay| replay.args(&["--timing", "trace"]).report();
     let p99 = |r: &serde_json::Value| r["timed"]["ttft"]["p99"].as_f64().unwrap();

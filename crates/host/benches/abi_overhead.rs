@@ -144,10 +144,10 @@ fn linked_statically(chains: &[Vec<u64>], ids: &[Vec<u32>], decisions: &mut Vec<
 }
 
 /// The prefix-block chains of the public Mooncake conversation trace (12,031 requests),
-/// repeated to `REQUESTS` requests; `None` when `../shared/traces` is absent.
+/// repeated to `REQUESTS` requests (`traces/mooncake-conversation.jsonl`).
 fn conversation_chains() -> Option<Vec<Vec<u64>>> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/traces/mooncake/conversation_trace.jsonl");
+        .join("../../traces/mooncake-conversation.jsonl");
     let text = std::fs::read_to_string(path).ok()?;
     let one_pass: Vec<Vec<u64>> = text
         .lines()

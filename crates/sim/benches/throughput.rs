@@ -1,6 +1,5 @@
 //! Replay throughput: decisions per second and input MB/s for `lcp` and `simhash` on the
-//! committed chat trace, the public Mooncake conversation trace (when `../shared/traces` is
-//! present) and a generated Mooncake-format trace of 1,000,000 requests; plus the peak
+//! committed chat trace, the public Mooncake conversation trace (`traces/`) and a generated Mooncake-format trace of 1,000,000 requests; plus the peak
 //! memory of each run.
 //!
 //! Each case runs five times, each in a child process (this executable, re-run with
@@ -108,13 +107,12 @@ fn main() {
         return;
     }
     let mut traces = vec![("traces/chat.jsonl", root().join("traces/chat.jsonl"))];
-    let shared = root().join("../shared/traces/mooncake/conversation_trace.jsonl");
-    if shared.is_file() {
-        traces.push(("mooncake conversation_trace", shared.clone()));
-        traces.push(("conversation_trace x8 (same blocks)", repeated(&shared, 8)));
-    } else {
-        println!("(shared traces absent: skipping the Mooncake conversation trace)");
-    }
+    let conversation = root().join("traces/mooncake-conversation.jsonl");
+    traces.push(("mooncake conversation_trace", conversation.clone()));
+    traces.push((
+        "conversation_trace x8 (same blocks)",
+        repeated(&conversation, 8),
+    ));
     traces.push((
         "generated mooncake 250k, sessions",
         generated(250_000, true),

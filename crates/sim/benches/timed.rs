@@ -24,8 +24,7 @@ use routerlab_sim::{Router, WhenUnavailable};
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
 
 fn trace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/traces/mooncake/conversation_trace.jsonl")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/mooncake-conversation.jsonl")
 }
 
 fn child(matcher: &str) {
