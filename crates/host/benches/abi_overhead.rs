@@ -167,7 +167,7 @@ fn main() {
     );
     match conversation_chains() {
         Some(chains) => measure("Mooncake conversation_trace chains", &chains),
-        None => println!("(shared traces absent: skipping the conversation-trace workload)"),
+        None => println!("(traces/mooncake-conversation.jsonl unreadable: skipping that workload)"),
     }
 }
 

@@ -7,7 +7,7 @@
 //! its own peak memory (`VmHWM`). Best of five.
 //!
 //! Run: `cargo bench -p routerlab-sim --bench timed` (after `cargo build --release
-//! --workspace`); needs `../shared/traces`.
+//! --workspace`); reads `traces/mooncake-conversation.jsonl`.
 
 #![allow(clippy::print_stdout)]
 
