@@ -236,6 +236,11 @@ impl EndpointsBuilder {
         self.raw[pos].running = running;
         self
     }
+    /// Router-local in-flight requests (ABI 1.2) at list position `pos`.
+    pub fn inflight_requests(mut self, pos: usize, requests: u64) -> Self {
+        self.raw[pos].inflight_requests = requests;
+        self
+    }
     /// Waiting requests at list position `pos`.
     pub fn waiting(mut self, pos: usize, waiting: u64) -> Self {
         self.raw[pos].waiting = waiting;

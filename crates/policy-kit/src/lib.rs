@@ -9,6 +9,7 @@
 
 pub mod endpoint_set;
 pub mod ids;
+pub mod load;
 pub mod lru;
 pub mod pick;
 pub mod ring;
@@ -17,6 +18,7 @@ pub mod trie;
 
 pub use endpoint_set::EndpointSet;
 pub use ids::DenseIds;
+pub use load::{Score, inflight};
 pub use lru::LruMap;
 pub use pick::{pick_min, pick_uniform};
 pub use ring::HashRing;

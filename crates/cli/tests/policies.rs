@@ -1,0 +1,67 @@
+//! One timed snapshot per routing policy on Mooncake's conversation trace: 4 endpoints, the
+//! `dynamo` engine preset, the trace's own timestamps (the setting of the comparison with
+//! Dynamo's replay in the README). A change to a policy that moves any figure shows here.
+
+mod support;
+
+use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
+use routerlab_sim::engine::EngineConfig;
+use routerlab_sim::observer::NoObserver;
+use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
+use routerlab_sim::{Report, Router, WhenUnavailable};
+use routerlab_trace::{TraceOptions, TraceReader, Workload};
+use support::project_trace;
+
+/// The timed report of `matcher` (and `detector`) with the given configs.
+fn run(matcher: &str, config: &str, detector: Option<(&str, &str)>) -> Report {
+    let search = SearchPath::from_env();
+    let matcher = load_matcher(matcher, config, &search).expect("matcher loads");
+    let detector = detector
+        .map(|(name, config)| load_detector(name, config, &search).expect("detector loads"));
+    let options = TraceOptions {
+        format: None,
+        block_size: 128,
+        trace_block_size: 512,
+        skip_invalid: false,
+    };
+    let trace = project_trace("mooncake-conversation.jsonl");
+    let reader = TraceReader::open(&trace, options).expect("trace opens");
+    let settings = TimedSettings {
+        engines: vec![EngineConfig::dynamo(); 4],
+        arrivals: Arrivals::Trace { speedup: 1.0 },
+        respect_parents: false,
+        think_time_ns: 0,
+        metrics_interval_ns: 0,
+        default_output_tokens: 128,
+        seed: 0,
+    };
+    let workload = Workload::load(reader, &settings.engine_block_sizes()).expect("loads");
+    let table = EndpointTable::new((0..4).map(|i| format!("localhost:{}", 8000 + i)));
+    let mut router = Router::new(matcher, detector, table, WhenUnavailable::Queue).expect("router");
+    replay_timed(&workload, &mut router, &settings, &mut NoObserver).expect("replay")
+}
+
+/// `policy!(test, "snapshot", "matcher", "config"[, ("detector", "config")])`.
+macro_rules! policy {
+    ($test:ident, $snapshot:literal, $matcher:literal, $config:literal) => {
+        #[test]
+        fn $test() {
+            insta::assert_yaml_snapshot!($snapshot, run($matcher, $config, None));
+        }
+    };
+    ($test:ident, $snapshot:literal, $matcher:literal, $config:literal, $detector:expr) => {
+        #[test]
+        fn $test() {
+            insta::assert_yaml_snapshot!($snapshot, run($matcher, $config, Some($detector)));
+        }
+    };
+}
+
+policy!(random, "random", "random", "seed: 0");
+policy!(
+    least_inflight,
+    "least-inflight",
+    "least-inflight",
+    "seed: 0"
+);
+policy!(power_of_two, "power-of-two", "power-of-two", "seed: 0");
