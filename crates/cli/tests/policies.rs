@@ -65,3 +65,10 @@ policy!(
     "seed: 0"
 );
 policy!(power_of_two, "power-of-two", "power-of-two", "seed: 0");
+policy!(dynamo_kv, "dynamo-kv", "dynamo-kv", "seed: 0");
+policy!(
+    dynamo_kv_approximate,
+    "dynamo-kv-approximate",
+    "dynamo-kv",
+    "{seed: 0, mode: 0}"
+);

@@ -1,0 +1,382 @@
+//! `dynamo-kv`: NVIDIA Dynamo's KV router (peers.md §3, "Cost and selection"; §7, policy 7).
+//!
+//! For each available worker `w`, with `B` the router's block size in tokens, `isl` the
+//! request's prompt tokens and `overlap(w)` the blocks of its prefix `w` holds:
+//!
+//! ```text
+//! prefill_blocks(w) = (active_prefill_tokens(w) + isl − overlap(w)·B) / B
+//! decode_blocks(w)  = active_unique_blocks(w) + blocks of the request not active on w
+//! cost(w)           = overlap_score_weight · prefill_blocks(w) + decode_blocks(w)
+//! ```
+//!
+//! At `temperature` 0 the cheapest worker wins (ties at random, seeded; Dynamo takes the
+//! first in map order, which is no fixed order either). Above 0 a worker is sampled with
+//! probability ∝ `exp(−(cost − min) / ((max − min) · T))`, uniform when all costs are equal.
+//!
+//! Load is accounted predictively, as Dynamo's `ActiveSequences`: at `update` the request's
+//! prefill tokens (`isl − overlap·B`) and its blocks join the chosen worker; its prefill
+//! tokens leave at its first token (`on_first_token`, timed replays), its blocks at
+//! completion (`on_complete`). Blocks are the request's own chain, counted in `B`-token
+//! units and shared (reference-counted) between requests on a worker.
+//!
+//! `mode: precise` (the default, Dynamo's `use_kv_events: true`) takes `overlap(w)` from the
+//! host (ABI 1.2 `cached_prefix`: what the engine's KV cache really holds, as KV events
+//! would tell Dynamo). `mode: approximate` (`use_kv_events: false`) keeps its own prefix
+//! index of routing decisions, entries expiring after `ttl_s` seconds of the decision clock,
+//! at most `max_tree_size` blocks (least recently used pruned first; Dynamo prunes to 80% in
+//! one go). A host that cannot say what is cached makes precise mode fall back to the index.
+//! Stale requests are not force-expired after 300 s as in Dynamo: the lab loses none.
+//!
+//! Config keys: `seed` (0), `overlap_score_weight` (1.0), `temperature` (0.0), `mode`
+//! (`precise` = 1 or `approximate` = 0; default precise), `block_size` (tokens, 64: the
+//! `dynamo` engine preset's), `ttl_s` (120), `max_tree_size` (1,048,576).
+
+use std::collections::HashMap;
+
+use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request, SeededRng, Unit};
+use routerlab_policy_kit::{DenseIds, PrefixTrie, Score, pick_min};
+
+/// One worker's active sequences.
+#[derive(Default, Debug)]
+struct Worker {
+    /// Prefill tokens of its requests that have not produced a first token.
+    active_tokens: u64,
+    /// Trace block id -> (requests holding it, its size in router blocks).
+    blocks: HashMap<u32, (u32, u64)>,
+    /// Σ router blocks over `blocks`.
+    unique_blocks: u64,
+}
+
+/// What `update` and the events need of a routed request.
+#[derive(Debug)]
+struct Active {
+    worker: usize,
+    prefill_tokens: u64,
+    blocks: Vec<(u32, u64)>,
+}
+
+/// The Dynamo KV-router matcher.
+pub struct DynamoKv {
+    rng: SeededRng,
+    weight: f64,
+    temperature: f64,
+    precise: bool,
+    block: u64,
+    index: PrefixTrie,
+    ids: DenseIds,
+    workers: Vec<Worker>,
+    active: HashMap<u64, Active>,
+    /// Overlap blocks per worker of the request last matched: (request id, by worker index).
+    last_overlap: (u64, Vec<u64>),
+}
+
+/// Prompt tokens of a request (text: 4 bytes a token).
+fn tokens(request: &Request<'_>, units: u64) -> u64 {
+    match request.unit() {
+        Unit::Tokens => units,
+        Unit::Bytes => units.div_ceil(4),
+    }
+}
+
+impl DynamoKv {
+    fn worker(&mut self, id: EndpointId) -> &mut Worker {
+        let i = id.get() as usize;
+        if self.workers.len() <= i {
+            self.workers.resize_with(i + 1, Worker::default);
+        }
+        &mut self.workers[i]
+    }
+
+    /// The request's blocks as (trace block id, router blocks in it).
+    fn blocks(&self, request: &Request<'_>, ids: &[u32]) -> Vec<(u32, u64)> {
+        let trace_block = tokens(request, u64::from(request.block_size())).max(1);
+        let isl = tokens(request, request.prompt_len());
+        ids.iter()
+            .enumerate()
+            .map(|(i, id)| {
+                let start = i as u64 * trace_block;
+                let len = trace_block.min(isl.saturating_sub(start));
+                (*id, len.div_ceil(self.block))
+            })
+            .collect()
+    }
+
+    /// Overlap blocks of each available worker from the own index: the consecutive blocks
+    /// of the chain, from the first, that the worker was sent.
+    fn indexed_overlap(&self, request: &Request<'_>, ids: &[u32], worker: EndpointId) -> u64 {
+        let held = ids
+            .iter()
+            .take_while(|id| self.index.holders(**id).is_some_and(|h| h.contains(worker)))
+            .count() as u64;
+        let trace_block = tokens(request, u64::from(request.block_size()));
+        (held * trace_block).min(tokens(request, request.prompt_len())) / self.block
+    }
+}
+
+impl Matcher for DynamoKv {
+    fn create(_name: &str, config: &mut PluginConfig) -> Result<Self, String> {
+        let seed = config.seed()?;
+        let weight = config.f64("overlap_score_weight", 1.0)?;
+        let temperature = config.f64("temperature", 0.0)?;
+        let precise = config.u64("mode", 1)? == 1;
+        let block = config.u64("block_size", 64)?;
+        let ttl_s = config.f64("ttl_s", 120.0)?;
+        let max_tree = config.u64("max_tree_size", 1 << 20)?;
+        if weight < 0.0 || temperature < 0.0 || ttl_s <= 0.0 || block == 0 || max_tree == 0 {
+            return Err(
+                "config: overlap_score_weight and temperature must be >= 0; ttl_s, \
+                        block_size and max_tree_size > 0"
+                    .into(),
+            );
+        }
+        let index = PrefixTrie::bounded(usize::try_from(max_tree).unwrap_or(usize::MAX))
+            .with_idle_ttl((ttl_s * 1e9) as u64);
+        Ok(DynamoKv {
+            rng: SeededRng::new(seed),
+            weight,
+            temperature,
+            precise,
+            block,
+            index,
+            ids: DenseIds::default(),
+            workers: Vec::new(),
+            active: HashMap::new(),
+            last_overlap: (0, Vec::new()),
+        })
+    }
+
+    fn match_request(
+        &mut self,
+        request: &Request<'_>,
+        endpoints: &Endpoints<'_>,
+    ) -> Result<Option<EndpointId>, String> {
+        self.index.expire(request.now_ns());
+        let ids = self.ids.of(request)?;
+        let blocks = self.blocks(request, &ids);
+        let isl = tokens(request, request.prompt_len());
+        let block = self.block;
+        let mut costs = Vec::new();
+        let mut overlaps = Vec::new();
+        for endpoint in endpoints.available() {
+            let id = endpoint.id();
+            let overlap = match request.cached_prefix(id).filter(|_| self.precise) {
+                Some(units) => tokens(request, units) / self.block,
+                None => self.indexed_overlap(request, &ids, id),
+            };
+            let worker = self.worker(id);
+            let prefill =
+                (worker.active_tokens + isl).saturating_sub(overlap * block) as f64 / block as f64;
+            let new_blocks: u64 = blocks
+                .iter()
+                .filter(|(b, _)| !worker.blocks.contains_key(b))
+                .map(|(_, n)| n)
+                .sum();
+            let decode = (worker.unique_blocks + new_blocks) as f64;
+            costs.push((id, self.weight * prefill + decode));
+            overlaps.push((id, overlap));
+        }
+        self.ids.recycle(ids);
+        let mut by_worker = vec![0; self.workers.len()];
+        for (id, overlap) in overlaps {
+            by_worker[id.get() as usize] = overlap;
+        }
+        self.last_overlap = (request.id(), by_worker);
+        if costs.is_empty() {
+            return Ok(None);
+        }
+        if self.temperature == 0.0 {
+            return Ok(pick_min(
+                &mut self.rng,
+                costs.iter().map(|(id, c)| (*id, Score(*c))),
+            ));
+        }
+        let min = costs.iter().map(|c| c.1).fold(f64::INFINITY, f64::min);
+        let max = costs.iter().map(|c| c.1).fold(f64::NEG_INFINITY, f64::max);
+        let weights: Vec<f64> = costs
+            .iter()
+            .map(|(_, c)| {
+                if max > min {
+                    (-(c - min) / ((max - min) * self.temperature)).exp()
+                } else {
+                    1.0
+                }
+            })
+            .collect();
+        let total: f64 = weights.iter().sum();
+        let mut draw = self.rng.unit_f64() * total;
+        for ((id, _), w) in costs.iter().zip(&weights) {
+            if draw < *w {
+                return Ok(Some(*id));
+            }
+            draw -= w;
+        }
+        Ok(costs.last().map(|(id, _)| *id))
+    }
+
+    fn update(&mut self, request: &Request<'_>, endpoint: EndpointId) -> Result<(), String> {
+        let ids = self.ids.of(request)?;
+        let blocks = self.blocks(request, &ids);
+        if !self.precise || request.cached_prefix(endpoint).is_none() {
+            self.index.insert(&ids, endpoint, request.now_ns());
+        }
+        self.ids.recycle(ids);
+        let overlap = match &self.last_overlap {
+            (id, by_worker) if *id == request.id() => {
+                by_worker.get(endpoint.get() as usize).copied().unwrap_or(0)
+            }
+            _ => 0,
+        };
+        let isl = tokens(request, request.prompt_len());
+        let prefill_tokens = isl.saturating_sub(overlap * self.block);
+        let worker = self.worker(endpoint);
+        worker.active_tokens += prefill_tokens;
+        for (block, n) in &blocks {
+            let entry = worker.blocks.entry(*block).or_insert((0, *n));
+            if entry.0 == 0 {
+                worker.unique_blocks += n;
+            }
+            entry.0 += 1;
+        }
+        let previous = self.active.insert(
+            request.id(),
+            Active {
+                worker: endpoint.get() as usize,
+                prefill_tokens,
+                blocks,
+            },
+        );
+        debug_assert!(previous.is_none(), "request routed twice");
+        Ok(())
+    }
+
+    fn on_first_token(&mut self, request: &Request<'_>, _: EndpointId) -> Result<(), String> {
+        if let Some(active) = self.active.get_mut(&request.id()) {
+            let tokens = std::mem::take(&mut active.prefill_tokens);
+            self.workers[active.worker].active_tokens -= tokens;
+        }
+        Ok(())
+    }
+
+    fn on_complete(&mut self, request: &Request<'_>, _: EndpointId) -> Result<(), String> {
+        let Some(active) = self.active.remove(&request.id()) else {
+            return Ok(());
+        };
+        let worker = &mut self.workers[active.worker];
+        worker.active_tokens -= active.prefill_tokens;
+        for (block, n) in active.blocks {
+            if let Some(entry) = worker.blocks.get_mut(&block) {
+                entry.0 -= 1;
+                if entry.0 == 0 {
+                    worker.blocks.remove(&block);
+                    worker.unique_blocks -= n;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+routerlab_core::export_plugins! {
+    matcher DynamoKv {
+        name: "dynamo-kv",
+        description: "NVIDIA Dynamo's KV router: overlap-weighted prefill blocks + decode blocks",
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use routerlab_core::testing::{EndpointsBuilder, RequestBuilder, create_matcher};
+
+    use super::*;
+
+    /// A request of `blocks` 64-token blocks (block size 64, so router and trace blocks
+    /// coincide), ids counting from `first`.
+    fn request(id: u64, first: u32, blocks: u32) -> RequestBuilder {
+        let ids: Vec<u32> = (first..first + blocks).collect();
+        let hashes: Vec<u64> = ids.iter().map(|i| u64::from(*i) + 1000).collect();
+        RequestBuilder::new(id)
+            .block_size(64)
+            .blocks(&hashes)
+            .block_ids(&ids)
+    }
+
+    #[test]
+    fn with_idle_workers_the_longest_cached_prefix_is_cheapest() {
+        // Idle workers: cost = (10 − overlap) prefill blocks + 10 new decode blocks, so
+        // 2, 5 and 8 cached blocks cost 18, 15 and 12: the host's cache view decides.
+        let mut kv: DynamoKv = create_matcher("").unwrap();
+        let fleet = EndpointsBuilder::new(3);
+        let r = request(1, 0, 10)
+            .cached(0, 2 * 64)
+            .cached(1, 5 * 64)
+            .cached(2, 8 * 64);
+        let chosen = kv.match_request(&r.view(), &fleet.view()).unwrap().unwrap();
+        assert_eq!(chosen, EndpointId(2));
+        assert_eq!(kv.last_overlap.1, [2, 5, 8]);
+        // Weight 0 is pure load balancing: every idle worker costs the same 10.
+        let mut flat: DynamoKv = create_matcher("overlap_score_weight: 0").unwrap();
+        let picks: std::collections::BTreeSet<u32> = (0..30)
+            .map(|i| {
+                let r = request(i, 0, 10)
+                    .cached(0, 128)
+                    .cached(1, 320)
+                    .cached(2, 512);
+                flat.match_request(&r.view(), &fleet.view())
+                    .unwrap()
+                    .unwrap()
+                    .get()
+            })
+            .collect();
+        assert_eq!(picks.len(), 3, "ties are drawn: {picks:?}");
+    }
+
+    #[test]
+    fn predictive_load_moves_the_next_request_and_events_release_it() {
+        let mut kv: DynamoKv = create_matcher("").unwrap();
+        let fleet = EndpointsBuilder::new(2);
+        let first = request(1, 0, 10);
+        let pick = kv
+            .match_request(&first.view(), &fleet.view())
+            .unwrap()
+            .unwrap();
+        kv.update(&first.view(), pick).unwrap();
+        let other = EndpointId(1 - pick.get());
+        // Nothing cached anywhere: the loaded worker costs 10 prefill + 10 decode more.
+        let second = request(2, 100, 10);
+        assert_eq!(
+            kv.match_request(&second.view(), &fleet.view()).unwrap(),
+            Some(other)
+        );
+        // After its first token and completion the first worker is idle again: both cost the
+        // same, and either may be drawn.
+        kv.on_first_token(&first.view(), pick).unwrap();
+        assert_eq!(kv.workers[pick.get() as usize].active_tokens, 0);
+        kv.on_complete(&first.view(), pick).unwrap();
+        assert_eq!(kv.workers[pick.get() as usize].unique_blocks, 0);
+    }
+
+    #[test]
+    fn approximate_mode_learns_from_its_own_decisions_and_forgets_after_the_ttl() {
+        let mut kv: DynamoKv = create_matcher("{mode: 0, ttl_s: 10}").unwrap();
+        let fleet = EndpointsBuilder::new(2);
+        let first = request(1, 0, 4);
+        let pick = kv
+            .match_request(&first.view(), &fleet.view())
+            .unwrap()
+            .unwrap();
+        kv.update(&first.view(), pick).unwrap();
+        kv.on_first_token(&first.view(), pick).unwrap();
+        kv.on_complete(&first.view(), pick).unwrap();
+        // The same prefix again: the index says `pick` holds 4 blocks.
+        let again = request(2, 0, 4).now_ns(5_000_000_000);
+        assert_eq!(
+            kv.match_request(&again.view(), &fleet.view()).unwrap(),
+            Some(pick)
+        );
+        assert_eq!(kv.last_overlap.1[pick.get() as usize], 4);
+        // 20 s later the entries have expired.
+        let late = request(3, 0, 4).now_ns(20_000_000_000);
+        kv.match_request(&late.view(), &fleet.view()).unwrap();
+        assert_eq!(kv.last_overlap.1[pick.get() as usize], 0);
+    }
+}
