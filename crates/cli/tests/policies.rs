@@ -70,5 +70,17 @@ policy!(
     dynamo_kv_approximate,
     "dynamo-kv-approximate",
     "dynamo-kv",
-    "{seed: 0, mode: 0}"
+    "{seed: 0, mode: approximate}"
+);
+policy!(
+    sglang_cache_aware,
+    "sglang-cache-aware",
+    "sglang-cache-aware",
+    "seed: 0"
+);
+policy!(
+    sglang_cache_aware_struct,
+    "sglang-cache-aware-struct",
+    "sglang-cache-aware",
+    "{seed: 0, defaults: struct}"
 );

@@ -91,6 +91,35 @@ impl PluginConfig {
         }
     }
 
+    /// One of `options` (a string), or `default` when the key is absent.
+    pub fn choice(
+        &mut self,
+        key: &'static str,
+        options: &[&'static str],
+        default: &'static str,
+    ) -> Result<&'static str, String> {
+        match self.take(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(Value::String(text)) => {
+                options
+                    .iter()
+                    .find(|o| **o == text)
+                    .copied()
+                    .ok_or_else(|| {
+                        format!(
+                            "config key `{key}`: expected one of {}, found {text:?}",
+                            options.join(", ")
+                        )
+                    })
+            }
+            Some(other) => Err(format!(
+                "config key `{key}`: expected one of {}, found {}",
+                options.join(", "),
+                describe(&other)
+            )),
+        }
+    }
+
     /// The reserved `seed` key (default 0): the only source of randomness a plugin may use.
     pub fn seed(&mut self) -> Result<u64, String> {
         self.u64(SEED_KEY, 0)
@@ -203,6 +232,17 @@ mod tests {
                 .unwrap_err()
                 .contains("non-negative integer")
         );
+    }
+
+    #[test]
+    fn choices_name_the_options() {
+        let mut cfg = PluginConfig::parse("mode: fast").unwrap();
+        assert_eq!(
+            cfg.choice("mode", &["precise", "approximate"], "precise"),
+            Err("config key `mode`: expected one of precise, approximate, found \"fast\"".into())
+        );
+        let mut cfg = PluginConfig::parse("").unwrap();
+        assert_eq!(cfg.choice("mode", &["a", "b"], "b"), Ok("b"));
     }
 
     #[test]

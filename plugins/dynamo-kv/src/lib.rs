@@ -28,7 +28,7 @@
 //! Stale requests are not force-expired after 300 s as in Dynamo: the lab loses none.
 //!
 //! Config keys: `seed` (0), `overlap_score_weight` (1.0), `temperature` (0.0), `mode`
-//! (`precise` = 1 or `approximate` = 0; default precise), `block_size` (tokens, 64: the
+//! (`precise` or `approximate`; default precise), `block_size` (tokens, 64: the
 //! `dynamo` engine preset's), `ttl_s` (120), `max_tree_size` (1,048,576).
 
 use std::collections::HashMap;
@@ -118,7 +118,7 @@ impl Matcher for DynamoKv {
         let seed = config.seed()?;
         let weight = config.f64("overlap_score_weight", 1.0)?;
         let temperature = config.f64("temperature", 0.0)?;
-        let precise = config.u64("mode", 1)? == 1;
+        let precise = config.choice("mode", &["precise", "approximate"], "precise")? == "precise";
         let block = config.u64("block_size", 64)?;
         let ttl_s = config.f64("ttl_s", 120.0)?;
         let max_tree = config.u64("max_tree_size", 1 << 20)?;
@@ -357,7 +357,7 @@ mod tests {
 
     #[test]
     fn approximate_mode_learns_from_its_own_decisions_and_forgets_after_the_ttl() {
-        let mut kv: DynamoKv = create_matcher("{mode: 0, ttl_s: 10}").unwrap();
+        let mut kv: DynamoKv = create_matcher("{mode: approximate, ttl_s: 10}").unwrap();
         let fleet = EndpointsBuilder::new(2);
         let first = request(1, 0, 4);
         let pick = kv
