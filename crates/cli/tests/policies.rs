@@ -84,3 +84,17 @@ policy!(
     "sglang-cache-aware",
     "{seed: 0, defaults: struct}"
 );
+policy!(gie_default, "gie-default", "gie-default", "seed: 0");
+policy!(
+    gie_estimate,
+    "gie-estimate",
+    "gie-default",
+    "{seed: 0, variant: estimate}"
+);
+policy!(
+    gie_precise,
+    "gie-precise",
+    "gie-default",
+    "{seed: 0, variant: precise}"
+);
+policy!(llmd_sticky, "llmd-sticky", "llmd-sticky", "seed: 0");

@@ -191,6 +191,36 @@ impl PrefixTrie {
         }
     }
 
+    /// Forgets that `endpoint` holds the prefix ending in block `id` (other holders stay).
+    pub fn remove_holder(&mut self, id: u32, endpoint: EndpointId) {
+        match &mut self.nodes {
+            Nodes::Unbounded { low, high } => {
+                let index = endpoint.get();
+                if index < 64 {
+                    if let Some(mask) = low.get_mut(id as usize) {
+                        *mask &= !(1 << index);
+                    }
+                } else if let Some(list) = high.get_mut(&u64::from(id)) {
+                    list.retain(|i| *i != index);
+                    if list.is_empty() {
+                        high.remove(&u64::from(id));
+                    }
+                }
+            }
+            Nodes::Recency { nodes, .. } => {
+                let key = u64::from(id);
+                let empty = nodes
+                    .get(key)
+                    .is_some_and(|n| n.holders.len() == 1 && n.holders.contains(endpoint));
+                if empty {
+                    nodes.remove(key);
+                } else if let Some(node) = nodes.touch(key) {
+                    node.holders.remove(endpoint);
+                }
+            }
+        }
+    }
+
     /// Forgets `ids` as holders everywhere.
     pub fn remove_endpoints(&mut self, ids: &[EndpointId]) {
         let removed = EndpointSet::of(ids);

@@ -1,0 +1,189 @@
+//! `gie-default`: the Gateway API Inference Extension's endpoint picker as llm-d ships it
+//! (peers.md §4; §7, policy 9): weighted scorers, each in [0, 1], and the max-score picker
+//! (ties at random, seeded).
+//!
+//! | `variant` | score |
+//! | --- | --- |
+//! | `default` (EPP built-in) | 3·prefix + 2·queue + 2·(1 − kv_usage) |
+//! | `estimate` (llm-d sample) | 1·prefix + 1·load_aware |
+//! | `precise` (llm-d sample) | 2·precise_prefix + 1·(1 − kv_usage) + 1·queue |
+//!
+//! - *prefix*: matched blocks / the request's blocks (at most `max_prefix_blocks`), from
+//!   an approximate index of routing decisions with an LRU of `lru_capacity` blocks per
+//!   endpoint; the walk counts, for each endpoint, the blocks it holds until a block nobody
+//!   holds (not strictly consecutive, as GIE).
+//! - *precise prefix*: the host's cached prefix (ABI 1.2) over the prompt, as llm-d's
+//!   KV-event-fed scorer sees it; the approximate index when the host cannot say.
+//! - *queue*: `(max_q − q) / (max_q − min_q)` over the candidates, 1 when all are equal, `q`
+//!   the engine's waiting requests.
+//! - *load_aware*: 0.5 when nothing waits, else `0.5·(1 − min(q, 128)/128)`.
+//!
+//! Differences from GIE: blocks are the host's chain (GIE hashes 64-character blocks of the
+//! prompt, 16 tokens at 4 characters a token), and the LRU capacity is fixed rather than
+//! auto-tuned to each pod's `num_gpu_blocks`.
+//!
+//! Config keys: `seed` (0), `variant` (`default`), `lru_capacity` (31,250 blocks),
+//! `max_prefix_blocks` (256).
+
+use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request, SeededRng};
+use routerlab_policy_kit::{DenseIds, PodPrefixIndex, Score, pick_min};
+
+/// Which scorers, with which weights.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Variant {
+    Default,
+    Estimate,
+    Precise,
+}
+
+/// The GIE / llm-d endpoint picker.
+pub struct GieDefault {
+    rng: SeededRng,
+    variant: Variant,
+    max_blocks: usize,
+    index: PodPrefixIndex,
+    ids: DenseIds,
+    counts: Vec<u64>,
+}
+
+impl Matcher for GieDefault {
+    fn create(_name: &str, config: &mut PluginConfig) -> Result<Self, String> {
+        let rng = SeededRng::new(config.seed()?);
+        let variant =
+            match config.choice("variant", &["default", "estimate", "precise"], "default")? {
+                "default" => Variant::Default,
+                "estimate" => Variant::Estimate,
+                _ => Variant::Precise,
+            };
+        let capacity = config.u64("lru_capacity", 31_250)?;
+        let max_blocks = config.u64("max_prefix_blocks", 256)?;
+        if capacity == 0 || max_blocks == 0 {
+            return Err("config: lru_capacity and max_prefix_blocks must be at least 1".into());
+        }
+        Ok(GieDefault {
+            rng,
+            variant,
+            max_blocks: usize::try_from(max_blocks).unwrap_or(usize::MAX),
+            index: PodPrefixIndex::new(usize::try_from(capacity).unwrap_or(usize::MAX)),
+            ids: DenseIds::default(),
+            counts: Vec::new(),
+        })
+    }
+
+    fn match_request(
+        &mut self,
+        request: &Request<'_>,
+        endpoints: &Endpoints<'_>,
+    ) -> Result<Option<EndpointId>, String> {
+        let ids = self.ids.of(request)?;
+        let ids_used = &ids[..ids.len().min(self.max_blocks)];
+        self.counts.clear();
+        self.index.count_matches(ids_used, &mut self.counts);
+        let total = ids_used.len().max(1) as f64;
+        let waiting: Vec<u64> = endpoints.available().map(|e| e.waiting()).collect();
+        let (min_q, max_q) = waiting
+            .iter()
+            .fold((u64::MAX, 0), |(lo, hi), q| (lo.min(*q), hi.max(*q)));
+        let prompt = request.prompt_len().max(1) as f64;
+        let scored: Vec<(EndpointId, Score)> = endpoints
+            .available()
+            .map(|e| {
+                let id = e.id();
+                let approximate =
+                    self.counts.get(id.get() as usize).copied().unwrap_or(0) as f64 / total;
+                let q = e.waiting();
+                let queue = if max_q == min_q {
+                    1.0
+                } else {
+                    (max_q - q) as f64 / (max_q - min_q) as f64
+                };
+                let kv = 1.0 - e.kv_usage();
+                let score = match self.variant {
+                    Variant::Default => 3.0 * approximate + 2.0 * queue + 2.0 * kv,
+                    Variant::Estimate => {
+                        let load = if q == 0 {
+                            0.5
+                        } else {
+                            0.5 * (1.0 - q.min(128) as f64 / 128.0)
+                        };
+                        approximate + load
+                    }
+                    Variant::Precise => {
+                        let precise = request
+                            .cached_prefix(id)
+                            .map_or(approximate, |c| c as f64 / prompt);
+                        2.0 * precise + kv + queue
+                    }
+                };
+                // The max-score picker: the smallest negated score.
+                (id, Score(-score))
+            })
+            .collect();
+        self.ids.recycle(ids);
+        Ok(pick_min(&mut self.rng, scored))
+    }
+
+    fn update(&mut self, request: &Request<'_>, endpoint: EndpointId) -> Result<(), String> {
+        let ids = self.ids.of(request)?;
+        self.index
+            .insert(&ids[..ids.len().min(self.max_blocks)], endpoint);
+        self.ids.recycle(ids);
+        Ok(())
+    }
+}
+
+routerlab_core::export_plugins! {
+    matcher GieDefault {
+        name: "gie-default",
+        description: "Gateway API Inference Extension / llm-d: 3 prefix + 2 queue + 2 kv, max score",
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use routerlab_core::testing::{EndpointsBuilder, RequestBuilder, create_matcher};
+
+    use super::*;
+
+    fn request(id: u64, ids: &[u32]) -> RequestBuilder {
+        let hashes: Vec<u64> = ids.iter().map(|i| u64::from(*i) + 5).collect();
+        RequestBuilder::new(id)
+            .block_size(16)
+            .blocks(&hashes)
+            .block_ids(ids)
+    }
+
+    #[test]
+    fn weights_trade_prefix_against_queue_and_kv() {
+        let mut gie: GieDefault = create_matcher("").unwrap();
+        let idle = EndpointsBuilder::new(2);
+        let first = request(1, &[1, 2, 3, 4]);
+        gie.update(&first.view(), EndpointId(0)).unwrap();
+        // Endpoint 0 holds all 4 blocks but has the longer queue and 60% of its cache used.
+        let busy = EndpointsBuilder::new(2).waiting(0, 3).kv_blocks(0, 60, 100);
+        let again = request(2, &[1, 2, 3, 4]);
+        let chosen = gie.match_request(&again.view(), &busy.view()).unwrap();
+        // 0: 3·1 + 2·0 + 2·0.4 = 3.8; 1: 0 + 2·1 + 2·1 = 4.0.
+        assert_eq!(chosen, Some(EndpointId(1)));
+        // Without the load, the prefix wins.
+        assert_eq!(
+            gie.match_request(&again.view(), &idle.view()).unwrap(),
+            Some(EndpointId(0))
+        );
+    }
+
+    #[test]
+    fn the_precise_variant_reads_the_hosts_cache() {
+        let mut gie: GieDefault = create_matcher("variant: precise").unwrap();
+        let fleet = EndpointsBuilder::new(3);
+        let r = request(1, &[1, 2])
+            .prompt_len(32)
+            .cached(0, 0)
+            .cached(1, 32)
+            .cached(2, 16);
+        assert_eq!(
+            gie.match_request(&r.view(), &fleet.view()).unwrap(),
+            Some(EndpointId(1))
+        );
+    }
+}
