@@ -98,3 +98,11 @@ policy!(
     "{seed: 0, variant: precise}"
 );
 policy!(llmd_sticky, "llmd-sticky", "llmd-sticky", "seed: 0");
+policy!(
+    ps_prefixaware,
+    "ps-prefixaware",
+    "ps-prefixaware",
+    "seed: 0"
+);
+policy!(ps_session, "ps-session", "ps-session", "seed: 0");
+policy!(ps_loadaware, "ps-loadaware", "ps-loadaware", "seed: 0");
