@@ -106,3 +106,17 @@ policy!(
 );
 policy!(ps_session, "ps-session", "ps-session", "seed: 0");
 policy!(ps_loadaware, "ps-loadaware", "ps-loadaware", "seed: 0");
+policy!(kubeai_chwbl, "kubeai-chwbl", "kubeai-chwbl", "seed: 0");
+policy!(
+    sglang_prefix_hash,
+    "sglang-prefix-hash",
+    "sglang-prefix-hash",
+    "seed: 0"
+);
+policy!(
+    aibrix_prefix_cache,
+    "aibrix-prefix-cache",
+    "aibrix-prefix-cache",
+    "seed: 0"
+);
+policy!(dynamo_v01, "dynamo-v01", "dynamo-v01", "seed: 0");
