@@ -120,3 +120,52 @@ policy!(
     "seed: 0"
 );
 policy!(dynamo_v01, "dynamo-v01", "dynamo-v01", "seed: 0");
+policy!(
+    lcp_concurrency,
+    "lcp+concurrency",
+    "lcp",
+    "seed: 0",
+    ("concurrency", "capacity: 64")
+);
+policy!(
+    lcp_utilization,
+    "lcp+utilization",
+    "lcp",
+    "seed: 0",
+    ("utilization", "")
+);
+policy!(
+    lcp_dynamo_busy,
+    "lcp+dynamo-busy",
+    "lcp",
+    "seed: 0",
+    ("dynamo-busy", "active_decode_blocks_threshold: 0.85")
+);
+policy!(
+    lcp_sglang_imbalance,
+    "lcp+sglang-imbalance",
+    "lcp",
+    "seed: 0",
+    ("sglang-imbalance", "")
+);
+policy!(
+    lcp_aibrix_imbalance,
+    "lcp+aibrix-imbalance",
+    "lcp",
+    "seed: 0",
+    ("aibrix-imbalance", "")
+);
+policy!(
+    lcp_bounded_load,
+    "lcp+bounded-load",
+    "lcp",
+    "seed: 0",
+    ("bounded-load", "")
+);
+policy!(
+    lcp_waiting_threshold,
+    "lcp+waiting-threshold",
+    "lcp",
+    "seed: 0",
+    ("waiting-threshold", "")
+);

@@ -79,11 +79,14 @@ impl PluginConfig {
 
     /// A finite number, or `default` when the key is absent.
     pub fn f64(&mut self, key: &'static str, default: f64) -> Result<f64, String> {
+        Ok(self.optional_f64(key)?.unwrap_or(default))
+    }
+
+    /// A finite number, or `None` when the key is absent (or `null`).
+    pub fn optional_f64(&mut self, key: &'static str) -> Result<Option<f64>, String> {
         match self.take(key) {
-            None | Some(Value::Null) => Ok(default),
-            Some(Value::Number(n)) if n.as_f64().is_some_and(f64::is_finite) => {
-                Ok(n.as_f64().unwrap_or(default))
-            }
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) if n.as_f64().is_some_and(f64::is_finite) => Ok(n.as_f64()),
             Some(other) => Err(format!(
                 "config key `{key}`: expected a number, found {}",
                 describe(&other)
