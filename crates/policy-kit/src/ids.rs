@@ -29,6 +29,20 @@ impl DenseIds {
         Ok(Cow::Owned(ids))
     }
 
+    /// Lends the request's block ids to `f` (the host's, or interned here), then keeps the
+    /// buffer for the next request.
+    #[inline]
+    pub fn with<R>(
+        &mut self,
+        request: &Request<'_>,
+        f: impl FnOnce(&[u32]) -> R,
+    ) -> Result<R, String> {
+        let ids = self.of(request)?;
+        let result = f(&ids);
+        self.recycle(ids);
+        Ok(result)
+    }
+
     /// Takes back the buffer of an owned result.
     #[inline]
     pub fn recycle(&mut self, ids: Cow<'_, [u32]>) {

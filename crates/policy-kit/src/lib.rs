@@ -20,7 +20,7 @@ pub mod trie;
 
 pub use endpoint_set::EndpointSet;
 pub use ids::DenseIds;
-pub use load::{Score, inflight, prefix_key, within_bound};
+pub use load::{Score, inflight, prefix_key, range_of, within_bound};
 pub use lru::LruMap;
 pub use pick::{pick_min, pick_uniform};
 pub use pod_index::PodPrefixIndex;

@@ -13,6 +13,15 @@ pub fn inflight(endpoint: &EndpointStatus<'_>) -> u64 {
         .unwrap_or_else(|| endpoint.running() + endpoint.waiting())
 }
 
+/// The smallest and largest of `loads`; `None` when there are none.
+#[inline]
+pub fn range_of(loads: impl IntoIterator<Item = u64>) -> Option<(u64, u64)> {
+    loads.into_iter().fold(None, |range, l| match range {
+        None => Some((l, l)),
+        Some((lo, hi)) => Some((lo.min(l), hi.max(l))),
+    })
+}
+
 /// The bounded-load test of consistent hashing with bounded loads (KubeAI CHWBL, SGLang
 /// `prefix_hash`): an endpoint may take one more request when nothing is in flight, or its
 /// load is at most `factor · (total + 1) / endpoints`.

@@ -18,20 +18,29 @@ pub struct PodPrefixIndex {
     holders: PrefixTrie,
     recency: Vec<LruMap<()>>,
     capacity: usize,
+    max_blocks: usize,
 }
 
 impl PodPrefixIndex {
-    /// An index remembering at most `capacity` blocks per endpoint.
-    pub fn new(capacity: usize) -> PodPrefixIndex {
+    /// An index remembering at most `capacity` blocks per endpoint, of each request only
+    /// its first `max_blocks` blocks (GIE's `maxPrefixBlocksToMatch`).
+    pub fn new(capacity: usize, max_blocks: usize) -> PodPrefixIndex {
         PodPrefixIndex {
             holders: PrefixTrie::unbounded(),
             recency: Vec::new(),
             capacity: capacity.max(1),
+            max_blocks: max_blocks.max(1),
         }
     }
 
-    /// `endpoint` was sent the blocks `ids`.
+    /// The blocks of a chain this index looks at: its first `max_blocks`.
+    pub fn head<'i>(&self, ids: &'i [u32]) -> &'i [u32] {
+        &ids[..ids.len().min(self.max_blocks)]
+    }
+
+    /// `endpoint` was sent the blocks `ids` (their head).
     pub fn insert(&mut self, ids: &[u32], endpoint: EndpointId) {
+        let ids = self.head(ids);
         let pod = endpoint.get() as usize;
         if self.recency.len() <= pod {
             self.recency.resize_with(pod + 1, LruMap::default);
@@ -48,10 +57,10 @@ impl PodPrefixIndex {
         }
     }
 
-    /// Adds to `counts[endpoint id]` the blocks of `ids` each endpoint holds, walking until
-    /// a block nobody holds (`counts` grows as needed).
+    /// Adds to `counts[endpoint id]` the blocks of `ids`' head each endpoint holds, walking
+    /// until a block nobody holds (`counts` grows as needed).
     pub fn count_matches(&self, ids: &[u32], counts: &mut Vec<u64>) {
-        for id in ids {
+        for id in self.head(ids) {
             let Some(holders) = self.holders.holders(*id) else {
                 break;
             };
@@ -73,7 +82,7 @@ mod tests {
 
     #[test]
     fn counts_stop_at_the_first_unheld_block_and_each_pod_forgets_its_oldest() {
-        let mut index = PodPrefixIndex::new(3);
+        let mut index = PodPrefixIndex::new(3, 256);
         index.insert(&[1, 2, 3], EndpointId(0));
         index.insert(&[1, 5], EndpointId(1));
         let mut counts = Vec::new();

@@ -136,6 +136,15 @@ impl PrefixTrie {
         deepest
     }
 
+    /// How many leading blocks of `ids` `endpoint` holds: its own consecutive match from
+    /// the first block.
+    #[inline]
+    pub fn held_prefix(&self, ids: &[u32], endpoint: EndpointId) -> usize {
+        ids.iter()
+            .take_while(|id| self.holders(**id).is_some_and(|h| h.contains(endpoint)))
+            .count()
+    }
+
     /// Records that `endpoint` was sent the prefixes `ids`, at time `now_ns` (used only by
     /// a trie with an idle-time bound).
     pub fn insert(&mut self, ids: &[u32], endpoint: EndpointId, now_ns: u64) {

@@ -5,7 +5,7 @@
 //! Config keys: `imbalance_abs_count` (8).
 
 use routerlab_core::{Detector, Endpoints, PluginConfig};
-use routerlab_policy_kit::{flag_where, inflight};
+use routerlab_policy_kit::{flag_where, inflight, range_of};
 
 /// The AIBrix imbalance override.
 pub struct AibrixImbalance {
@@ -24,11 +24,8 @@ impl Detector for AibrixImbalance {
         endpoints: &Endpoints<'_>,
         unavailable: &mut [bool],
     ) -> Result<(), String> {
-        let (lo, hi) = endpoints
-            .iter()
-            .map(|e| inflight(&e))
-            .fold((u64::MAX, 0), |(lo, hi), l| (lo.min(l), hi.max(l)));
-        let imbalanced = !endpoints.is_empty() && hi - lo > self.abs;
+        let (lo, hi) = range_of(endpoints.iter().map(|e| inflight(&e))).unwrap_or((0, 0));
+        let imbalanced = hi - lo > self.abs;
         flag_where(endpoints, unavailable, |e| imbalanced && inflight(e) > lo);
         Ok(())
     }

@@ -21,7 +21,7 @@
 //! `block_number` (200,000), `eviction_duration_mins` (20).
 
 use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request, SeededRng};
-use routerlab_policy_kit::{DenseIds, EndpointSet, PrefixTrie, inflight, pick_min};
+use routerlab_policy_kit::{DenseIds, EndpointSet, PrefixTrie, inflight, pick_min, range_of};
 
 /// The AIBrix prefix-cache matcher.
 pub struct AibrixPrefixCache {
@@ -68,9 +68,7 @@ impl Matcher for AibrixPrefixCache {
         if counts.is_empty() {
             return Ok(None);
         }
-        let (lo, hi) = counts
-            .iter()
-            .fold((u64::MAX, 0), |(lo, hi), (_, c)| (lo.min(*c), hi.max(*c)));
+        let (lo, hi) = range_of(counts.iter().map(|(_, c)| *c)).unwrap_or((0, 0));
         let mut cand = EndpointSet::default();
         for (id, count) in &counts {
             if hi - lo <= self.imbalance || *count == lo {
@@ -122,9 +120,9 @@ impl Matcher for AibrixPrefixCache {
     }
 
     fn update(&mut self, request: &Request<'_>, endpoint: EndpointId) -> Result<(), String> {
-        let ids = self.ids.of(request)?;
-        self.index.insert(&ids, endpoint, request.now_ns());
-        self.ids.recycle(ids);
+        let index = &mut self.index;
+        self.ids
+            .with(request, |ids| index.insert(ids, endpoint, request.now_ns()))?;
         Ok(())
     }
 }

@@ -104,10 +104,7 @@ impl DynamoKv {
     /// Overlap blocks of each available worker from the own index: the consecutive blocks
     /// of the chain, from the first, that the worker was sent.
     fn indexed_overlap(&self, request: &Request<'_>, ids: &[u32], worker: EndpointId) -> u64 {
-        let held = ids
-            .iter()
-            .take_while(|id| self.index.holders(**id).is_some_and(|h| h.contains(worker)))
-            .count() as u64;
+        let held = self.index.held_prefix(ids, worker) as u64;
         let trace_block = tokens(request, u64::from(request.block_size()));
         (held * trace_block).min(tokens(request, request.prompt_len())) / self.block
     }

@@ -51,10 +51,7 @@ impl Matcher for DynamoV01 {
             .available()
             .map(|e| {
                 let overlap = request.cached_prefix(e.id()).unwrap_or_else(|| {
-                    let held = ids
-                        .iter()
-                        .take_while(|b| self.index.holders(**b).is_some_and(|h| h.contains(e.id())))
-                        .count() as u64;
+                    let held = self.index.held_prefix(&ids, e.id()) as u64;
                     (held * block).min(request.prompt_len())
                 });
                 let kv = if e.kv_blocks_total() == 0 {
@@ -78,9 +75,9 @@ impl Matcher for DynamoV01 {
     }
 
     fn update(&mut self, request: &Request<'_>, endpoint: EndpointId) -> Result<(), String> {
-        let ids = self.ids.of(request)?;
-        self.index.insert(&ids, endpoint, request.now_ns());
-        self.ids.recycle(ids);
+        let index = &mut self.index;
+        self.ids
+            .with(request, |ids| index.insert(ids, endpoint, request.now_ns()))?;
         Ok(())
     }
 }

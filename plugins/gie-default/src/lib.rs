@@ -26,7 +26,7 @@
 //! `max_prefix_blocks` (256).
 
 use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request, SeededRng};
-use routerlab_policy_kit::{DenseIds, PodPrefixIndex, Score, pick_min};
+use routerlab_policy_kit::{DenseIds, PodPrefixIndex, Score, pick_min, range_of};
 
 /// Which scorers, with which weights.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,7 +40,6 @@ enum Variant {
 pub struct GieDefault {
     rng: SeededRng,
     variant: Variant,
-    max_blocks: usize,
     index: PodPrefixIndex,
     ids: DenseIds,
     counts: Vec<u64>,
@@ -63,8 +62,10 @@ impl Matcher for GieDefault {
         Ok(GieDefault {
             rng,
             variant,
-            max_blocks: usize::try_from(max_blocks).unwrap_or(usize::MAX),
-            index: PodPrefixIndex::new(usize::try_from(capacity).unwrap_or(usize::MAX)),
+            index: PodPrefixIndex::new(
+                usize::try_from(capacity).unwrap_or(usize::MAX),
+                usize::try_from(max_blocks).unwrap_or(usize::MAX),
+            ),
             ids: DenseIds::default(),
             counts: Vec::new(),
         })
@@ -76,14 +77,10 @@ impl Matcher for GieDefault {
         endpoints: &Endpoints<'_>,
     ) -> Result<Option<EndpointId>, String> {
         let ids = self.ids.of(request)?;
-        let ids_used = &ids[..ids.len().min(self.max_blocks)];
         self.counts.clear();
-        self.index.count_matches(ids_used, &mut self.counts);
-        let total = ids_used.len().max(1) as f64;
-        let waiting: Vec<u64> = endpoints.available().map(|e| e.waiting()).collect();
-        let (min_q, max_q) = waiting
-            .iter()
-            .fold((u64::MAX, 0), |(lo, hi), q| (lo.min(*q), hi.max(*q)));
+        self.index.count_matches(&ids, &mut self.counts);
+        let total = self.index.head(&ids).len().max(1) as f64;
+        let (min_q, max_q) = range_of(endpoints.available().map(|e| e.waiting())).unwrap_or((0, 0));
         let prompt = request.prompt_len().max(1) as f64;
         let scored: Vec<(EndpointId, Score)> = endpoints
             .available()
@@ -124,10 +121,8 @@ impl Matcher for GieDefault {
     }
 
     fn update(&mut self, request: &Request<'_>, endpoint: EndpointId) -> Result<(), String> {
-        let ids = self.ids.of(request)?;
-        self.index
-            .insert(&ids[..ids.len().min(self.max_blocks)], endpoint);
-        self.ids.recycle(ids);
+        let index = &mut self.index;
+        self.ids.with(request, |ids| index.insert(ids, endpoint))?;
         Ok(())
     }
 }

@@ -25,7 +25,6 @@ pub struct LlmdSticky {
     affinity: f64,
     explore: f64,
     queue_tokens: f64,
-    max_blocks: usize,
     index: PodPrefixIndex,
     ids: DenseIds,
     counts: Vec<u64>,
@@ -54,8 +53,10 @@ impl Matcher for LlmdSticky {
             affinity,
             explore,
             queue_tokens,
-            max_blocks: usize::try_from(max_blocks).unwrap_or(usize::MAX),
-            index: PodPrefixIndex::new(usize::try_from(capacity).unwrap_or(usize::MAX)),
+            index: PodPrefixIndex::new(
+                usize::try_from(capacity).unwrap_or(usize::MAX),
+                usize::try_from(max_blocks).unwrap_or(usize::MAX),
+            ),
             ids: DenseIds::default(),
             counts: Vec::new(),
         })
@@ -67,9 +68,9 @@ impl Matcher for LlmdSticky {
         endpoints: &Endpoints<'_>,
     ) -> Result<Option<EndpointId>, String> {
         let ids = self.ids.of(request)?;
-        let used = ids.len().min(self.max_blocks);
+        let used = self.index.head(&ids).len();
         self.counts.clear();
-        self.index.count_matches(&ids[..used], &mut self.counts);
+        self.index.count_matches(&ids, &mut self.counts);
         self.ids.recycle(ids);
         let total = used.max(1) as f64;
         let prefix = |id: EndpointId, counts: &[u64]| {
@@ -92,10 +93,8 @@ impl Matcher for LlmdSticky {
     }
 
     fn update(&mut self, request: &Request<'_>, endpoint: EndpointId) -> Result<(), String> {
-        let ids = self.ids.of(request)?;
-        self.index
-            .insert(&ids[..ids.len().min(self.max_blocks)], endpoint);
-        self.ids.recycle(ids);
+        let index = &mut self.index;
+        self.ids.with(request, |ids| index.insert(ids, endpoint))?;
         Ok(())
     }
 }

@@ -53,10 +53,7 @@ impl Matcher for PsLoadAware {
         let scored: Vec<(EndpointId, Score)> = endpoints
             .available()
             .map(|e| {
-                let held = ids
-                    .iter()
-                    .take_while(|b| self.trie.holders(**b).is_some_and(|h| h.contains(e.id())))
-                    .count() as u64;
+                let held = self.trie.held_prefix(&ids, e.id()) as u64;
                 let matched = (held * block).min(request.prompt_len()) as f64;
                 let load = inflight(&e) as f64;
                 let score = matched / prompt - self.beta * (load - mean) / mean.max(1.0);
@@ -68,9 +65,9 @@ impl Matcher for PsLoadAware {
     }
 
     fn update(&mut self, request: &Request<'_>, endpoint: EndpointId) -> Result<(), String> {
-        let ids = self.ids.of(request)?;
-        self.trie.insert(&ids, endpoint, request.now_ns());
-        self.ids.recycle(ids);
+        let trie = &mut self.trie;
+        self.ids
+            .with(request, |ids| trie.insert(ids, endpoint, request.now_ns()))?;
         Ok(())
     }
 }

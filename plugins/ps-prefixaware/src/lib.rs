@@ -79,9 +79,9 @@ impl Matcher for PsPrefixAware {
     }
 
     fn update(&mut self, request: &Request<'_>, endpoint: EndpointId) -> Result<(), String> {
-        let ids = self.ids.of(request)?;
-        self.trie.insert(&ids, endpoint, request.now_ns());
-        self.ids.recycle(ids);
+        let trie = &mut self.trie;
+        self.ids
+            .with(request, |ids| trie.insert(ids, endpoint, request.now_ns()))?;
         self.rates.record(endpoint, request.now_ns());
         Ok(())
     }

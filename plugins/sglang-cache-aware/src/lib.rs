@@ -29,7 +29,7 @@
 //! `max_tree_size` (characters per endpoint, 2^26 | 10,000) overrides it; `seed` unused.
 
 use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request, Unit};
-use routerlab_policy_kit::{DenseIds, EndpointSet, PrefixTrie, inflight};
+use routerlab_policy_kit::{DenseIds, EndpointSet, PrefixTrie, inflight, range_of};
 
 /// The SGLang cache-aware matcher.
 pub struct SglangCacheAware {
@@ -117,11 +117,9 @@ impl Matcher for SglangCacheAware {
         request: &Request<'_>,
         endpoints: &Endpoints<'_>,
     ) -> Result<Option<EndpointId>, String> {
-        let loads = endpoints.iter().map(|e| inflight(&e));
-        let (lo, hi) = loads.fold((u64::MAX, 0), |(lo, hi), l| (lo.min(l), hi.max(l)));
-        if endpoints.is_empty() {
+        let Some((lo, hi)) = range_of(endpoints.iter().map(|e| inflight(&e))) else {
             return Ok(None);
-        }
+        };
         if hi - lo > self.balance_abs && hi as f64 > self.balance_rel * lo as f64 {
             return Ok(least_loaded(endpoints));
         }

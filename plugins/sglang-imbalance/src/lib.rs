@@ -6,7 +6,7 @@
 //! Config keys: `balance_abs_threshold` (64), `balance_rel_threshold` (1.5).
 
 use routerlab_core::{Detector, Endpoints, PluginConfig};
-use routerlab_policy_kit::{flag_where, inflight};
+use routerlab_policy_kit::{flag_where, inflight, range_of};
 
 /// The SGLang imbalance switch.
 pub struct SglangImbalance {
@@ -29,12 +29,8 @@ impl Detector for SglangImbalance {
         endpoints: &Endpoints<'_>,
         unavailable: &mut [bool],
     ) -> Result<(), String> {
-        let (lo, hi) = endpoints
-            .iter()
-            .map(|e| inflight(&e))
-            .fold((u64::MAX, 0), |(lo, hi), l| (lo.min(l), hi.max(l)));
-        let imbalanced =
-            !endpoints.is_empty() && hi - lo > self.abs && hi as f64 > self.rel * lo as f64;
+        let (lo, hi) = range_of(endpoints.iter().map(|e| inflight(&e))).unwrap_or((0, 0));
+        let imbalanced = hi - lo > self.abs && hi as f64 > self.rel * lo as f64;
         flag_where(endpoints, unavailable, |e| imbalanced && inflight(e) > lo);
         Ok(())
     }
