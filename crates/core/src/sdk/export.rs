@@ -382,61 +382,8 @@ unsafe extern "C" fn match_shim<M: Matcher>(
     out_index: *mut u32,
     err: *const RlErrorSink,
 ) -> RlStatus {
-    // SAFETY: the host's guarantees for this call are passed on unchanged.
-    unsafe {
-        pick::<M>(
-            "match",
-            false,
-            instance,
-            req,
-            list,
-            unavailable,
-            out_index,
-            err,
-        )
-    }
-}
-
-unsafe extern "C" fn match_update_shim<M: Matcher>(
-    instance: *mut c_void,
-    req: *const RlRequest,
-    list: *const RlEndpointList,
-    unavailable: *const u8,
-    out_index: *mut u32,
-    err: *const RlErrorSink,
-) -> RlStatus {
-    // SAFETY: the host's guarantees for this call are passed on unchanged.
-    unsafe {
-        pick::<M>(
-            "match_update",
-            true,
-            instance,
-            req,
-            list,
-            unavailable,
-            out_index,
-            err,
-        )
-    }
-}
-
-/// Both `match` slots: the matcher picks; with `learn`, it also learns its pick.
-///
-/// # Safety
-/// The arguments are the host's for one `match`-shaped call (see `RlMatchFn`).
-#[allow(clippy::too_many_arguments)]
-unsafe fn pick<M: Matcher>(
-    call: &str,
-    learn: bool,
-    instance: *mut c_void,
-    req: *const RlRequest,
-    list: *const RlEndpointList,
-    unavailable: *const u8,
-    out_index: *mut u32,
-    err: *const RlErrorSink,
-) -> RlStatus {
     if out_index.is_null() {
-        report(err, &format!("{call}: out_index is null"));
+        report(err, "match: out_index is null");
         return RL_ERR_INVALID_ARGUMENT;
     }
     with_instance::<M>(instance, err, |m| {
@@ -444,9 +391,6 @@ unsafe fn pick<M: Matcher>(
         let (req, eps) = unsafe { (request(req)?, endpoints(list, unavailable)?) };
         match m.match_request(&req, &eps)? {
             Some(id) => {
-                if learn {
-                    m.update(&req, id)?;
-                }
                 // SAFETY: checked non-null above; the host provides a writable u32.
                 unsafe { *out_index = id.get() };
                 Ok(RL_OK)
@@ -492,6 +436,33 @@ unsafe extern "C" fn on_first_token_shim<M: Matcher>(
         // SAFETY: the host passes a valid request for the duration of the call.
         let req = unsafe { request(req) }?;
         m.on_first_token(&req, EndpointId(endpoint)).map(|()| RL_OK)
+    })
+}
+
+unsafe extern "C" fn match_update_shim<M: Matcher>(
+    instance: *mut c_void,
+    req: *const RlRequest,
+    list: *const RlEndpointList,
+    unavailable: *const u8,
+    out_index: *mut u32,
+    err: *const RlErrorSink,
+) -> RlStatus {
+    if out_index.is_null() {
+        report(err, "match_update: out_index is null");
+        return RL_ERR_INVALID_ARGUMENT;
+    }
+    with_instance::<M>(instance, err, |m| {
+        // SAFETY: the host passes valid request, list and flags for the duration of the call.
+        let (req, eps) = unsafe { (request(req)?, endpoints(list, unavailable)?) };
+        match m.match_request(&req, &eps)? {
+            Some(id) => {
+                m.update(&req, id)?;
+                // SAFETY: checked non-null above; the host provides a writable u32.
+                unsafe { *out_index = id.get() };
+                Ok(RL_OK)
+            }
+            None => Ok(RL_NO_ENDPOINT),
+        }
     })
 }
 
