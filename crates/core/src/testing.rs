@@ -19,6 +19,7 @@
 
 use crate::PluginConfig;
 use crate::abi::*;
+use crate::sdk::views::zeroed_request;
 use crate::sdk::{Detector, Endpoints, Matcher, Request, Unit};
 
 /// Builds a matcher from config text as the SDK does: parse, `create`, reject unread keys.
@@ -38,8 +39,19 @@ pub fn create_detector<D: Detector>(config: &str) -> Result<D, String> {
 }
 
 /// An owned request from which [`Request`] views are lent.
-#[derive(Debug, Clone)]
+///
+/// It keeps the raw `RlRequest` a host would pass beside the fields it is built from, in
+/// step after every setter, so a view is a plain borrow of it (as a host's is). Its pointers
+/// go into the heap buffers of the builder's vectors, which stay put when the builder moves.
+#[derive(Debug)]
 pub struct RequestBuilder {
+    spec: Spec,
+    raw: RlRequest,
+}
+
+/// What a [`RequestBuilder`] was told.
+#[derive(Debug, Clone)]
+struct Spec {
     id: u64,
     arrival_ns: u64,
     prompt: Vec<u8>,
@@ -52,8 +64,9 @@ pub struct RequestBuilder {
     session_id: u64,
     parent_id: u64,
     now_ns: Option<u64>,
-    /// (endpoint id, cached prefix length) pairs the host would report.
-    cached: Vec<(u32, u64)>,
+    /// What the host would report as cached prefixes: a count, then that many
+    /// (endpoint id, length) pairs, flat, so the callback's context is one heap pointer.
+    cached: Vec<u64>,
 }
 
 /// The `cached_prefix` callback of a built request: looks the endpoint up in its pairs.
@@ -62,16 +75,34 @@ unsafe extern "C" fn cached_prefix_of(
     endpoint_index: u32,
     out_len: *mut u64,
 ) -> RlStatus {
-    // SAFETY: `ctx` is the builder's `cached` list, borrowed by the view that carries this
-    // callback; the SDK passes a valid out slot.
-    let cached = unsafe { &*ctx.cast::<Vec<(u32, u64)>>() };
-    match cached.iter().find(|(id, _)| *id == endpoint_index) {
-        Some((_, len)) => {
-            // SAFETY: as above.
-            unsafe { *out_len = *len };
+    let table = ctx.cast::<u64>();
+    // SAFETY: `ctx` is the heap buffer of the builder's `cached` vector (a count, then that
+    // many pairs), borrowed by the view that carries this callback.
+    let cached = unsafe {
+        let count = *table as usize;
+        std::slice::from_raw_parts(table.add(1), 2 * count)
+    };
+    match cached
+        .chunks_exact(2)
+        .find(|pair| pair[0] == u64::from(endpoint_index))
+    {
+        Some(pair) => {
+            // SAFETY: the SDK passes a valid out slot.
+            unsafe { *out_len = pair[1] };
             RL_OK
         }
         None => RL_ERR_INVALID_ARGUMENT,
+    }
+}
+
+impl Clone for RequestBuilder {
+    /// A clone points into its own buffers, never the original's.
+    fn clone(&self) -> Self {
+        RequestBuilder {
+            spec: self.spec.clone(),
+            raw: zeroed_request(),
+        }
+        .synced()
     }
 }
 
@@ -79,119 +110,131 @@ impl RequestBuilder {
     /// Request `id` in tokens, blocks of 16, no prompt, no blocks.
     pub fn new(id: u64) -> RequestBuilder {
         RequestBuilder {
-            id,
-            arrival_ns: 0,
-            prompt: Vec::new(),
-            hashes: Vec::new(),
-            ids: None,
-            block_size: 16,
-            unit: Unit::Tokens,
-            prompt_len: None,
-            output_tokens: None,
-            session_id: 0,
-            parent_id: 0,
-            now_ns: None,
-            cached: Vec::new(),
+            spec: Spec {
+                id,
+                arrival_ns: 0,
+                prompt: Vec::new(),
+                hashes: Vec::new(),
+                ids: None,
+                block_size: 16,
+                unit: Unit::Tokens,
+                prompt_len: None,
+                output_tokens: None,
+                session_id: 0,
+                parent_id: 0,
+                now_ns: None,
+                cached: vec![0],
+            },
+            raw: zeroed_request(),
         }
+        .synced()
     }
     /// Decision time, nanoseconds (by default the arrival).
     pub fn now_ns(mut self, ns: u64) -> Self {
-        self.now_ns = Some(ns);
-        self
+        self.spec.now_ns = Some(ns);
+        self.synced()
     }
     /// The host reports `len` units of this request's prefix cached on endpoint `id`
     /// (without any such call, the host says nothing about cached prefixes).
     pub fn cached(mut self, id: u32, len: u64) -> Self {
-        self.cached.push((id, len));
-        self
+        self.spec.cached.extend([u64::from(id), len]);
+        self.spec.cached[0] += 1;
+        self.synced()
     }
     /// Prompt text; the unit becomes bytes.
     pub fn prompt(mut self, text: &str) -> Self {
-        self.prompt = text.as_bytes().to_vec();
-        self.unit = Unit::Bytes;
-        self
+        self.spec.prompt = text.as_bytes().to_vec();
+        self.spec.unit = Unit::Bytes;
+        self.synced()
     }
     /// The block-hash chain.
     pub fn blocks(mut self, hashes: &[u64]) -> Self {
-        self.hashes = hashes.to_vec();
-        self
+        self.spec.hashes = hashes.to_vec();
+        self.synced()
     }
     /// Dense block ids (as an ABI 1.1 host sends); without them the view has none.
     pub fn block_ids(mut self, ids: &[u32]) -> Self {
-        self.ids = Some(ids.to_vec());
-        self
+        self.spec.ids = Some(ids.to_vec());
+        self.synced()
     }
     /// Block size in the request's unit.
     pub fn block_size(mut self, size: u32) -> Self {
-        self.block_size = size;
-        self
+        self.spec.block_size = size;
+        self.synced()
     }
     /// Prompt length; by default the prompt's bytes, or blocks × block size.
     pub fn prompt_len(mut self, len: u64) -> Self {
-        self.prompt_len = Some(len);
-        self
+        self.spec.prompt_len = Some(len);
+        self.synced()
     }
     /// Arrival time, nanoseconds.
     pub fn arrival_ns(mut self, ns: u64) -> Self {
-        self.arrival_ns = ns;
-        self
+        self.spec.arrival_ns = ns;
+        self.synced()
     }
     /// Expected output tokens.
     pub fn output_tokens(mut self, tokens: u64) -> Self {
-        self.output_tokens = Some(tokens);
-        self
+        self.spec.output_tokens = Some(tokens);
+        self.synced()
     }
     /// Session id (non-zero).
     pub fn session_id(mut self, session: u64) -> Self {
-        self.session_id = session;
-        self
+        self.spec.session_id = session;
+        self.synced()
     }
     /// Parent request id (non-zero).
     pub fn parent_id(mut self, parent: u64) -> Self {
-        self.parent_id = parent;
-        self
+        self.spec.parent_id = parent;
+        self.synced()
     }
 
     /// The view a matcher receives.
     pub fn view(&self) -> Request<'_> {
-        let prompt_len = self.prompt_len.unwrap_or(if self.prompt.is_empty() {
-            self.hashes.len() as u64 * u64::from(self.block_size)
+        // SAFETY: `raw` is in step with `spec` (every setter ends in `synced`), and every
+        // pointer in it goes into a buffer `self` owns, which the view borrows. The size and
+        // unit are valid by construction, so this cannot fail.
+        unsafe { Request::from_raw(&self.raw) }.expect("a well-formed request")
+    }
+
+    /// Rebuilds the raw request from the spec.
+    fn synced(mut self) -> Self {
+        let spec = &self.spec;
+        let prompt_len = spec.prompt_len.unwrap_or(if spec.prompt.is_empty() {
+            spec.hashes.len() as u64 * u64::from(spec.block_size)
         } else {
-            self.prompt.len() as u64
+            spec.prompt.len() as u64
         });
-        let ids = self
+        let ids = spec
             .ids
-            .as_deref()
-            .filter(|ids| ids.len() == self.hashes.len());
-        let raw = RlRequest {
+            .as_ref()
+            .filter(|ids| ids.len() == spec.hashes.len());
+        self.raw = RlRequest {
             struct_size: size_of::<RlRequest>() as u32,
-            unit: self.unit.to_raw(),
-            id: self.id,
-            arrival_ns: self.arrival_ns,
+            unit: spec.unit.to_raw(),
+            id: spec.id,
+            arrival_ns: spec.arrival_ns,
             prompt: RlStr {
-                ptr: self.prompt.as_ptr(),
-                len: self.prompt.len() as u64,
+                ptr: spec.prompt.as_ptr(),
+                len: spec.prompt.len() as u64,
             },
-            block_hashes: self.hashes.as_ptr(),
-            block_count: self.hashes.len() as u64,
-            block_size: self.block_size,
+            block_hashes: spec.hashes.as_ptr(),
+            block_count: spec.hashes.len() as u64,
+            block_size: spec.block_size,
             _reserved: 0,
             prompt_len,
-            output_tokens: self.output_tokens.unwrap_or(RL_UNKNOWN),
-            session_id: self.session_id,
-            parent_id: self.parent_id,
-            block_ids: ids.map_or(std::ptr::null(), <[u32]>::as_ptr),
-            now_ns: self.now_ns.unwrap_or(self.arrival_ns),
-            cached_prefix: if self.cached.is_empty() {
+            output_tokens: spec.output_tokens.unwrap_or(RL_UNKNOWN),
+            session_id: spec.session_id,
+            parent_id: spec.parent_id,
+            block_ids: ids.map_or(std::ptr::null(), |ids| ids.as_ptr()),
+            now_ns: spec.now_ns.unwrap_or(spec.arrival_ns),
+            cached_prefix: if spec.cached[0] == 0 {
                 None
             } else {
                 Some(cached_prefix_of)
             },
-            cached_prefix_ctx: (&raw const self.cached).cast(),
+            cached_prefix_ctx: spec.cached.as_ptr().cast(),
         };
-        // SAFETY: every pointer in `raw` points into `self`, which the view borrows. The
-        // size and unit are valid by construction, so this cannot fail.
-        unsafe { Request::read(&raw) }.expect("a well-formed request")
+        self
     }
 }
 
@@ -279,5 +322,29 @@ impl EndpointsBuilder {
         // SAFETY: `list` describes `self.raw` with its own stride; names point into
         // `self.names`; both are borrowed by the view, and `unavailable` has one flag each.
         unsafe { Endpoints::from_raw(list, &self.unavailable) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::EndpointId;
+
+    #[test]
+    fn views_of_a_moved_changed_or_cloned_builder_see_their_own_fields() {
+        let first = RequestBuilder::new(1).blocks(&[10, 11]).block_ids(&[0, 1]);
+        assert_eq!(first.view().block_hashes(), &[10, 11]);
+        // A move, a setter, and a clone: each view must point into its own buffers.
+        let moved = first;
+        let changed = moved.cached(3, 16).cached(4, 32).now_ns(9);
+        let copy = changed.clone();
+        drop(changed);
+        let view = copy.view();
+        assert_eq!(view.block_ids(), Some(&[0, 1][..]));
+        assert_eq!(view.cached_prefix(EndpointId(4)), Some(32));
+        assert_eq!(view.cached_prefix(EndpointId(3)), Some(16));
+        assert_eq!(view.cached_prefix(EndpointId(5)), None);
+        assert_eq!(view.now_ns(), 9);
+        assert_eq!(view.prompt_len(), 32, "two blocks of 16");
     }
 }

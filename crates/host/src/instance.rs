@@ -90,6 +90,7 @@ unsafe extern "C" fn cached_prefix_trampoline(
 
 impl RequestData<'_> {
     /// The ABI view; borrows `self` (the callback context points into it).
+    #[inline]
     fn raw_view(&self) -> RlRequest {
         RlRequest {
             struct_size: size_of::<RlRequest>() as u32,
@@ -203,6 +204,7 @@ impl EndpointTable {
     }
 
     /// List position of stable index `index`.
+    #[inline]
     pub fn position(&self, index: u32) -> Option<usize> {
         match self.raw.get(index as usize) {
             Some(status) if status.index == index => Some(index as usize),
@@ -249,6 +251,7 @@ impl EndpointTable {
         s.inflight_requests = load.inflight_requests;
     }
 
+    #[inline]
     fn raw_list(&self) -> RlEndpointList {
         RlEndpointList {
             items: self.raw.as_ptr(),
@@ -284,6 +287,7 @@ unsafe extern "C" fn write_error(ctx: *mut c_void, msg: RlStr) {
 
 /// Calls into a plugin with a fresh error sink; returns the status and any message.
 /// Nothing is allocated unless the plugin writes a message.
+#[inline]
 fn with_sink(call: impl FnOnce(*const RlErrorSink) -> RlStatus) -> (RlStatus, Option<String>) {
     let mut message = ErrorMessage { text: None };
     let sink = RlErrorSink {
@@ -427,6 +431,7 @@ impl Handle {
     }
 
     /// Runs one call unless poisoned; maps statuses other than `accept` to errors.
+    #[inline]
     fn call(
         &mut self,
         name: &'static str,
@@ -535,6 +540,7 @@ impl MatcherInstance {
 
     /// [`MatcherInstance::match_request`], then [`MatcherInstance::update`] for the pick:
     /// in one crossing when the plugin provides `match_update`, else in two calls.
+    #[inline]
     pub fn match_and_update(
         &mut self,
         request: &RequestData<'_>,
@@ -552,6 +558,7 @@ impl MatcherInstance {
     }
 
     /// One `match`-shaped call, its answer checked against the table and the flags.
+    #[inline]
     fn pick(
         &mut self,
         call: &'static str,

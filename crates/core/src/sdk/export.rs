@@ -4,6 +4,7 @@
 use std::any::Any;
 use std::ffi::c_void;
 use std::marker::PhantomData;
+use std::mem::MaybeUninit;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::PluginConfig;
@@ -299,6 +300,7 @@ fn with_instance<T: 'static>(
 /// # Safety
 /// `list` must be null or point at a valid list whose items are readable for `'a`, and
 /// `flags`, when non-null, at `list.len` bytes.
+#[inline(always)]
 unsafe fn endpoints<'a>(
     list: *const RlEndpointList,
     flags: *const u8,
@@ -313,10 +315,7 @@ unsafe fn endpoints<'a>(
             return Err("endpoint list items are null".into());
         }
         if list.stride < u64::from(RL_ENDPOINT_STATUS_SIZE_V1_0) {
-            return Err(format!(
-                "endpoint list stride {} is below the v1 size",
-                list.stride
-            ));
+            return Err(stride_error(list.stride));
         }
     }
     let unavailable: &[u8] = if flags.is_null() || list.len == 0 {
@@ -330,18 +329,27 @@ unsafe fn endpoints<'a>(
     Ok(unsafe { Endpoints::from_raw(list, unavailable) })
 }
 
+#[cold]
+fn stride_error(stride: u64) -> String {
+    format!("endpoint list stride {stride} is below the v1 size")
+}
+
 /// Builds the request view of a call.
 ///
 /// # Safety
 /// `request` must be null or point at a request of which `struct_size` bytes are readable,
 /// with pointers valid for `'a`.
-unsafe fn request<'a>(request: *const RlRequest) -> Result<Request<'a>, String> {
+#[inline]
+unsafe fn request<'a>(
+    request: *const RlRequest,
+    scratch: &'a mut MaybeUninit<RlRequest>,
+) -> Result<Request<'a>, String> {
     if request.is_null() {
         return Err("request is null".into());
     }
-    // SAFETY: checked non-null; `read` copies only the `struct_size` bytes the caller
-    // guarantees, never forming a reference to the whole (possibly larger) struct.
-    unsafe { Request::read(request) }
+    // SAFETY: checked non-null; `read` references the struct only when `struct_size` says
+    // it is whole, and otherwise copies just the bytes the caller guarantees.
+    unsafe { Request::read(request, scratch) }
 }
 
 unsafe extern "C" fn add_endpoints_shim<M: Matcher>(
@@ -387,8 +395,11 @@ unsafe extern "C" fn match_shim<M: Matcher>(
         return RL_ERR_INVALID_ARGUMENT;
     }
     with_instance::<M>(instance, err, |m| {
+        let mut scratch = MaybeUninit::uninit();
         // SAFETY: the host passes valid request, list and flags for the duration of the call.
-        let (req, eps) = unsafe { (request(req)?, endpoints(list, unavailable)?) };
+        let req = unsafe { request(req, &mut scratch) }?;
+        // SAFETY: as above.
+        let eps = unsafe { endpoints(list, unavailable) }?;
         match m.match_request(&req, &eps)? {
             Some(id) => {
                 // SAFETY: checked non-null above; the host provides a writable u32.
@@ -407,8 +418,9 @@ unsafe extern "C" fn update_shim<M: Matcher>(
     err: *const RlErrorSink,
 ) -> RlStatus {
     with_instance::<M>(instance, err, |m| {
+        let mut scratch = MaybeUninit::uninit();
         // SAFETY: the host passes a valid request for the duration of the call.
-        let req = unsafe { request(req) }?;
+        let req = unsafe { request(req, &mut scratch) }?;
         m.update(&req, EndpointId(endpoint)).map(|()| RL_OK)
     })
 }
@@ -420,8 +432,9 @@ unsafe extern "C" fn on_complete_shim<M: Matcher>(
     err: *const RlErrorSink,
 ) -> RlStatus {
     with_instance::<M>(instance, err, |m| {
+        let mut scratch = MaybeUninit::uninit();
         // SAFETY: the host passes a valid request for the duration of the call.
-        let req = unsafe { request(req) }?;
+        let req = unsafe { request(req, &mut scratch) }?;
         m.on_complete(&req, EndpointId(endpoint)).map(|()| RL_OK)
     })
 }
@@ -433,8 +446,9 @@ unsafe extern "C" fn on_first_token_shim<M: Matcher>(
     err: *const RlErrorSink,
 ) -> RlStatus {
     with_instance::<M>(instance, err, |m| {
+        let mut scratch = MaybeUninit::uninit();
         // SAFETY: the host passes a valid request for the duration of the call.
-        let req = unsafe { request(req) }?;
+        let req = unsafe { request(req, &mut scratch) }?;
         m.on_first_token(&req, EndpointId(endpoint)).map(|()| RL_OK)
     })
 }
@@ -455,8 +469,11 @@ unsafe extern "C" fn match_update_shim<M: Matcher>(
         return RL_ERR_INVALID_ARGUMENT;
     }
     with_instance::<M>(instance, err, |m| {
+        let mut scratch = MaybeUninit::uninit();
         // SAFETY: the host passes valid request, list and flags for the duration of the call.
-        let (req, eps) = unsafe { (request(req)?, endpoints(list, unavailable)?) };
+        let req = unsafe { request(req, &mut scratch) }?;
+        // SAFETY: as above.
+        let eps = unsafe { endpoints(list, unavailable) }?;
         match m.match_request(&req, &eps)? {
             Some(id) => {
                 m.update(&req, id)?;
@@ -685,6 +702,33 @@ mod tests {
         let view = unsafe { Request::from_raw(&old) }.unwrap();
         assert_eq!(view.block_ids(), None);
         assert_eq!(view.block_hashes(), &HASHES);
+        assert_eq!(view.now_ns(), 0, "no decision time before 1.2: the arrival");
+    }
+
+    #[test]
+    fn a_whole_request_that_claims_the_one_one_size_shows_no_cached_prefix() {
+        unsafe extern "C" fn always_seven(_: *const c_void, _: u32, out: *mut u64) -> RlStatus {
+            // SAFETY: the SDK passes a valid out slot.
+            unsafe { *out = 7 };
+            RL_OK
+        }
+        let whole = RlRequest {
+            cached_prefix: Some(always_seven),
+            ..raw_request(size_of::<RlRequest>() as u32)
+        };
+        // SAFETY: `whole` borrows statics.
+        let view = unsafe { Request::from_raw(&whole) }.unwrap();
+        assert_eq!(view.cached_prefix(EndpointId(0)), Some(7));
+        assert_eq!(view.now_ns(), 7);
+        let older = RlRequest {
+            struct_size: RL_REQUEST_SIZE_V1_1,
+            ..whole
+        };
+        // SAFETY: as above.
+        let view = unsafe { Request::from_raw(&older) }.unwrap();
+        assert_eq!(view.cached_prefix(EndpointId(0)), None);
+        assert_eq!(view.now_ns(), 0, "no decision time before 1.2: the arrival");
+        assert_eq!(view.block_ids(), Some(&IDS[..]));
     }
 
     #[test]

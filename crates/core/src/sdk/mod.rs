@@ -20,7 +20,7 @@
 
 mod export;
 mod traits;
-mod views;
+pub(crate) mod views;
 
 pub use export::{DetectorExport, MatcherExport};
 pub use traits::{Detector, Matcher};

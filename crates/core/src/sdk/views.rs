@@ -1,15 +1,18 @@
 //! Safe views of what the host lends a plugin for one call: a request, one endpoint's
 //! status, the endpoint list.
 //!
-//! A request is copied, not referenced: the host may be older than this SDK and have
-//! written fewer bytes than today's `RlRequest` (an ABI 1.0 host writes 96 of 128), and a
-//! Rust reference to the whole struct would claim bytes that do not exist. So the view holds
-//! a zeroed `RlRequest` into which exactly `min(struct_size, size_of)` bytes were copied;
-//! fields past the host's size read as zero, which every accessor treats as "not provided".
+//! A request from a host of this minor or newer is referenced in place: copying its 128
+//! bytes on every call was a third of what a decision through the ABI cost. An older host
+//! has written fewer bytes (an ABI 1.0 host writes 96 of 128), and a Rust reference to the
+//! whole struct would claim bytes that do not exist; its request is copied into a zeroed
+//! `RlRequest` in the shim's frame, exactly `struct_size` bytes, and referenced there.
+//! Accessors of later fields also check `struct_size`, so a whole struct that says it was
+//! built by an older host shows the same as one that was.
 //! Endpoint statuses are read field by field through a pointer for the same reason: a 1.1
 //! host's list has a stride of 72 bytes, today's status is 80.
 
 use std::marker::PhantomData;
+use std::mem::MaybeUninit;
 
 use crate::abi::*;
 
@@ -32,6 +35,7 @@ impl Unit {
     }
 
     /// The unit named by an ABI constant; `None` for a value this ABI does not define.
+    #[inline]
     pub fn from_raw(raw: u32) -> Option<Unit> {
         match raw {
             RL_UNIT_BYTES => Some(Unit::Bytes),
@@ -75,27 +79,37 @@ impl std::fmt::Display for EndpointId {
 /// A request, borrowed from the host for one call.
 #[derive(Clone, Copy)]
 pub struct Request<'a> {
-    /// The host's bytes, zero past its `struct_size`.
-    raw: RlRequest,
+    /// The host's struct, or a zero-padded copy of an older host's shorter one.
+    raw: &'a RlRequest,
     unit: Unit,
-    _borrow: PhantomData<&'a [u8]>,
 }
 
 /// Refuses a request smaller than any ABI version's.
+#[inline]
 fn check_size(struct_size: u32) -> Result<(), String> {
     if struct_size < RL_REQUEST_SIZE_V1_0 {
-        return Err(format!(
-            "request struct_size {struct_size} is below the v1.0 size {RL_REQUEST_SIZE_V1_0}"
-        ));
+        return Err(size_error(struct_size));
     }
     Ok(())
 }
 
+#[cold]
+fn size_error(struct_size: u32) -> String {
+    format!("request struct_size {struct_size} is below the v1.0 size {RL_REQUEST_SIZE_V1_0}")
+}
+
 /// The request's unit, or why it is none this ABI defines.
+#[inline]
 fn check_unit(raw: u32) -> Result<Unit, String> {
-    Unit::from_raw(raw).ok_or_else(|| {
-        format!("request unit {raw} is neither RL_UNIT_BYTES (0) nor RL_UNIT_TOKENS (1)")
-    })
+    match Unit::from_raw(raw) {
+        Some(unit) => Ok(unit),
+        None => Err(unit_error(raw)),
+    }
+}
+
+#[cold]
+fn unit_error(raw: u32) -> String {
+    format!("request unit {raw} is neither RL_UNIT_BYTES (0) nor RL_UNIT_TOKENS (1)")
 }
 
 impl<'a> Request<'a> {
@@ -104,64 +118,50 @@ impl<'a> Request<'a> {
     ///
     /// # Safety
     /// Every pointer in `raw` must be valid for reads of its stated length for `'a`.
+    #[inline]
     pub unsafe fn from_raw(raw: &'a RlRequest) -> Result<Request<'a>, String> {
         check_size(raw.struct_size)?;
         let unit = check_unit(raw.unit)?;
-        let mut copy = *raw;
-        // The caller's struct is whole, but it may say it was built by an older host: its
-        // later fields are not meant to be read.
-        if copy.struct_size < RL_REQUEST_SIZE_V1_1 {
-            copy.block_ids = std::ptr::null();
-        }
-        if copy.struct_size < REQUEST_SIZE_V1_2 {
-            copy.now_ns = 0;
-            copy.cached_prefix = None;
-            copy.cached_prefix_ctx = std::ptr::null();
-        }
-        Ok(Request {
-            raw: copy,
-            unit,
-            _borrow: PhantomData,
-        })
+        Ok(Request { raw, unit })
     }
 
-    /// Reads the request at `ptr`, of which only `struct_size` bytes may exist.
+    /// Reads the request at `ptr`, of which only `struct_size` bytes may exist: in place
+    /// when the struct is whole, else copied into `scratch`.
     ///
     /// # Safety
     /// `ptr` must be non-null and point at a request whose first `struct_size` bytes (at
-    /// least the 8 of `struct_size` and `unit`) are readable, and whose pointers are valid
-    /// for reads of their stated lengths for `'a`.
-    pub(crate) unsafe fn read(ptr: *const RlRequest) -> Result<Request<'a>, String> {
+    /// least the 8 of `struct_size` and `unit`) are readable and unchanged for `'a`, and
+    /// whose pointers are valid for reads of their stated lengths for `'a`.
+    #[inline]
+    pub(crate) unsafe fn read(
+        ptr: *const RlRequest,
+        scratch: &'a mut MaybeUninit<RlRequest>,
+    ) -> Result<Request<'a>, String> {
         // SAFETY: the caller guarantees at least the leading `struct_size` field is
         // readable; it is the first field of every version.
         let size = unsafe { std::ptr::addr_of!((*ptr).struct_size).read_unaligned() };
         check_size(size)?;
-        if size as usize >= size_of::<RlRequest>() {
-            // A host of this minor or newer: one fixed-size copy (no call to `memcpy`).
-            // SAFETY: the caller guarantees `size >= size_of::<RlRequest>()` readable bytes;
-            // every field is an integer or a raw pointer, valid for any bytes.
-            let copy = unsafe { ptr.read_unaligned() };
-            let unit = check_unit(copy.unit)?;
-            return Ok(Request {
-                raw: copy,
-                unit,
-                _borrow: PhantomData,
-            });
-        }
-        let len = size as usize;
-        let mut copy = zeroed_request();
-        // SAFETY: the caller guarantees `size` readable bytes at `ptr`, and `len == size`;
-        // `copy` is a distinct local of `size_of::<RlRequest>() > len` bytes. Every field
-        // is an integer or a raw pointer, so any bytes (and zero) are valid values.
-        unsafe {
-            std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), (&raw mut copy).cast::<u8>(), len);
-        }
-        let unit = check_unit(copy.unit)?;
-        Ok(Request {
-            raw: copy,
-            unit,
-            _borrow: PhantomData,
-        })
+        let raw: &'a RlRequest = if size as usize >= size_of::<RlRequest>() {
+            // SAFETY: the caller guarantees `size >= size_of::<RlRequest>()` readable,
+            // unchanged bytes for `'a`; every field is an integer or a raw pointer, valid
+            // for any bytes. A host's struct is aligned (it is a C struct of this layout).
+            unsafe { &*ptr }
+        } else {
+            let copy = scratch.write(zeroed_request());
+            // SAFETY: the caller guarantees `size` readable bytes at `ptr`; `copy` is a
+            // distinct `size_of::<RlRequest>() > size` bytes. Every field is an integer or a
+            // raw pointer, so any bytes (and zero) are valid values.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    ptr.cast::<u8>(),
+                    std::ptr::from_mut(copy).cast::<u8>(),
+                    size as usize,
+                );
+            }
+            copy
+        };
+        let unit = check_unit(raw.unit)?;
+        Ok(Request { raw, unit })
     }
 
     /// Request id, unique within a replay.
@@ -191,6 +191,9 @@ impl<'a> Request<'a> {
     /// call, so ask only for the endpoints you need.
     #[inline]
     pub fn cached_prefix(&self, id: EndpointId) -> Option<u64> {
+        if self.raw.struct_size < REQUEST_SIZE_V1_2 {
+            return None;
+        }
         let ask = self.raw.cached_prefix?;
         let mut len = 0u64;
         // SAFETY: a non-null callback was written by an ABI 1.2 host (older hosts' bytes
@@ -222,7 +225,7 @@ impl<'a> Request<'a> {
     #[inline]
     pub fn block_ids(&self) -> Option<&'a [u32]> {
         // Zero (null) when the host's struct ends before this field: see `read`.
-        if self.raw.block_ids.is_null() {
+        if self.raw.struct_size < RL_REQUEST_SIZE_V1_1 || self.raw.block_ids.is_null() {
             return None;
         }
         if self.raw.block_count == 0 {
@@ -359,6 +362,7 @@ impl<'a> Endpoints<'a> {
     /// `list` must describe `len` valid statuses `stride >= RL_ENDPOINT_STATUS_SIZE_V1_0`
     /// bytes apart, each with at least its `struct_size` bytes readable, whose pointers
     /// stay valid for `'a`; `unavailable` is empty or has `len` flags.
+    #[inline]
     pub unsafe fn from_raw(list: RlEndpointList, unavailable: &'a [u8]) -> Endpoints<'a> {
         Endpoints {
             list,
@@ -418,7 +422,7 @@ impl<'a> Endpoints<'a> {
 
 /// A request with every field zero (null pointers): what an older host's missing fields
 /// read as.
-const fn zeroed_request() -> RlRequest {
+pub(crate) const fn zeroed_request() -> RlRequest {
     RlRequest {
         struct_size: 0,
         unit: 0,
