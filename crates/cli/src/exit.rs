@@ -30,6 +30,13 @@ pub enum Failure {
     Plugin(PluginError),
     /// The run failed.
     Run(SimError),
+    /// One policy of a comparison failed.
+    InPolicy {
+        /// The policy, as the comparison labels it.
+        label: String,
+        /// What failed.
+        failure: Box<Failure>,
+    },
     /// An output could not be written.
     Output {
         /// What was being written.
@@ -59,6 +66,7 @@ impl Failure {
                 // added later: the run did not finish.
                 _ => RUN_FAILED,
             },
+            Failure::InPolicy { failure, .. } => failure.exit_code(),
             Failure::Output { .. } => RUN_FAILED,
         }
     }
@@ -76,6 +84,7 @@ impl fmt::Display for Failure {
                 "line {line}: the trace has no arrival times; pass --rate R (Poisson) or --concurrency N (closed loop)"
             ),
             Failure::Run(e) => write!(f, "{e}"),
+            Failure::InPolicy { label, failure } => write!(f, "policy `{label}`: {failure}"),
             Failure::Output { what, path, source } => {
                 write!(f, "{}: cannot write {what}: {source}", path.display())
             }

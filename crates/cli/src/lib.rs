@@ -10,6 +10,8 @@
 pub mod cmd;
 pub mod exit;
 pub mod opts;
+pub mod policy;
+pub mod progress;
 pub mod spec;
 
 use std::process::ExitCode;
@@ -23,6 +25,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Replay(opts) => cmd::replay::run(*opts),
+        Command::Compare(opts) => cmd::compare::run(*opts),
         Command::Plugins(args) => cmd::plugins::run(args),
         Command::GenTrace(args) => cmd::gen_trace::run(args),
     };

@@ -25,6 +25,8 @@ pub struct Cli {
 pub enum Command {
     /// Replay a trace through a matcher (and optionally a detector) and report statistics.
     Replay(Box<ReplayOpts>),
+    /// Replay one trace through several policies and put their statistics side by side.
+    Compare(Box<CompareOpts>),
     /// List every plugin on the search path: name, kind, version, ABI, file.
     Plugins(PluginsArgs),
     /// Write a synthetic trace (the prototype's chat workload, or Mooncake format).
@@ -41,6 +43,8 @@ pub enum OutputFormat {
     Json,
     /// The report schema as YAML.
     Yaml,
+    /// One row per report, one column per number in it (dotted paths).
+    Csv,
 }
 
 /// Replay modes.
@@ -230,6 +234,42 @@ pub struct ReplayOpts {
     #[arg(long, value_name = "PATH")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
+    /// Write SVG plots of the run into DIR (created if missing).
+    #[arg(long, value_name = "DIR")]
+    #[serde(skip)]
+    pub plot: Option<PathBuf>,
+    /// No progress bar (one is drawn on stderr, when it is a terminal, for runs past a
+    /// second).
+    #[arg(long, short)]
+    #[serde(skip)]
+    pub quiet: bool,
+    /// Experiment file only, for `compare`: the policies, each a string in the `--policy`
+    /// grammar or a mapping {matcher, matcher_config, detector, detector_config, label}.
+    #[arg(skip)]
+    pub policies: Option<Vec<crate::policy::PolicyEntry>>,
+}
+
+/// `routerlab compare`: the replay settings, and the policies to run under them.
+#[derive(Args, Debug, Default, Clone)]
+pub struct CompareOpts {
+    /// A policy: 'MATCHER [{CONFIG}] [+ DETECTOR [{CONFIG}]]', e.g. 'lcp + num-requests
+    /// {max_running: 32}' (repeatable; two or more, here or in the experiment file).
+    #[arg(long = "policy", value_name = "POLICY")]
+    pub policies: Vec<String>,
+    /// Policies run at once, on threads [default: the number of cores].
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
+    /// Order the policies best first by this metric (a row of the table, e.g.
+    /// timed.ttft.p99).
+    #[arg(long, value_name = "METRIC")]
+    pub sort_by: Option<String>,
+    /// Run nothing: build the comparison from saved reports (`replay --format json|yaml`,
+    /// or a `compare --format json|yaml` output).
+    #[arg(long, value_name = "REPORT", num_args = 1..)]
+    pub from: Vec<PathBuf>,
+    /// The replay settings every policy runs under.
+    #[command(flatten)]
+    pub replay: ReplayOpts,
 }
 
 /// The help heading of the settings that only the timed replay reads.
@@ -269,6 +309,9 @@ impl ReplayOpts {
             output_tokens: self.output_tokens.or(file.output_tokens),
             requests_out: self.requests_out.or(file.requests_out),
             config: self.config,
+            plot: self.plot,
+            quiet: self.quiet,
+            policies: file.policies,
         }
     }
 

@@ -36,7 +36,13 @@ fn run(
     let table = EndpointTable::new((0..10).map(|i| format!("localhost:{}", 8000 + i)));
     let mut router =
         Router::new(matcher, detector, table, WhenUnavailable::Reject).expect("router");
-    timefree::replay(&mut reader, &mut router, cache_blocks).expect("replay succeeds")
+    timefree::replay(
+        &mut reader,
+        &mut router,
+        cache_blocks,
+        &mut routerlab_sim::observer::NoObserver,
+    )
+    .expect("replay succeeds")
 }
 
 /// `case!(test_name, "snapshot name", trace, matcher, detector, cache)`.

@@ -87,7 +87,13 @@ fn child(trace: &Path, matcher_name: &str) {
     let mut reader = TraceReader::open(trace, options).expect("trace opens");
     let table = EndpointTable::new((0..10).map(|i| format!("localhost:{}", 8000 + i)));
     let mut router = Router::new(matcher, None, table, WhenUnavailable::Reject).expect("router");
-    let report = timefree::replay(&mut reader, &mut router, None).expect("replay");
+    let report = timefree::replay(
+        &mut reader,
+        &mut router,
+        None,
+        &mut routerlab_sim::observer::NoObserver,
+    )
+    .expect("replay");
     let seconds = start.elapsed().as_secs_f64();
     // VmHWM counts the mapped trace pages too; RssAnon (at the end, when the tables are
     // largest) is the memory the replay itself allocated.

@@ -1,6 +1,7 @@
 //! Per-request records, for whoever wants them: `--requests-out` is one observer, a plot of
 //! running requests over time would be another. The timed loop calls an observer as each
-//! request finishes and never buffers records itself.
+//! request finishes and never buffers records itself. Both drivers also tell it how far
+//! they are, which is all a progress bar needs.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -8,6 +9,9 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::SimError;
+
+/// How often, in requests, the drivers tell the observer how far they are.
+pub const PROGRESS_EVERY: u64 = 1024;
 
 /// One finished request.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -32,10 +36,14 @@ pub struct RequestRecord {
     pub finish_s: f64,
 }
 
-/// Receives each request as it finishes.
+/// Receives each request as it finishes, and how far the run is.
 pub trait Observer {
-    /// One finished request; an error stops the run.
+    /// One finished request (timed replay); an error stops the run.
     fn finished(&mut self, record: &RequestRecord) -> Result<(), SimError>;
+
+    /// `done` requests of the workload are through (decided in the time-free replay,
+    /// finished in the timed one); told every so often, for a progress bar.
+    fn progress(&mut self, _done: u64) {}
 }
 
 /// Observes nothing.
@@ -83,5 +91,35 @@ impl<W: Write> Observer for JsonLines<W> {
             .map_err(std::io::Error::from)
             .and_then(|()| self.out.write_all(b"\n"))
             .map_err(|e| self.io_error(e))
+    }
+}
+
+/// Two observers as one: each record and each progress report goes to both, in order.
+pub struct Tee<'a>(pub &'a mut dyn Observer, pub &'a mut dyn Observer);
+
+impl Observer for Tee<'_> {
+    fn finished(&mut self, record: &RequestRecord) -> Result<(), SimError> {
+        self.0.finished(record)?;
+        self.1.finished(record)
+    }
+
+    fn progress(&mut self, done: u64) {
+        self.0.progress(done);
+        self.1.progress(done);
+    }
+}
+
+/// Keeps every finished request in memory, for what needs the whole run at the end (plots
+/// of running requests and queues over time).
+#[derive(Debug, Default)]
+pub struct Recorder {
+    /// The records, in the order requests finished.
+    pub records: Vec<RequestRecord>,
+}
+
+impl Observer for Recorder {
+    fn finished(&mut self, record: &RequestRecord) -> Result<(), SimError> {
+        self.records.push(record.clone());
+        Ok(())
     }
 }

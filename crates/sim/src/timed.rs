@@ -279,6 +279,8 @@ struct Sim<'a> {
     position_of: Vec<Option<usize>>,
     /// Scratch: requests whose first token an engine step produced.
     first_tokens: Vec<usize>,
+    /// Requests finished or rejected, for the observer's progress.
+    done: u64,
 }
 
 /// Runs a timed replay of `workload` through `router`; `observer` sees each finished
@@ -367,6 +369,7 @@ pub fn replay_timed(
             position_of
         },
         first_tokens: Vec::new(),
+        done: 0,
     };
     sim.run(router)?;
     Ok(sim.report(router))
@@ -672,6 +675,10 @@ impl Sim<'_> {
 
     /// A request is done (finished or rejected): release its children, or the next one.
     fn after_done(&mut self, index: usize, now: u64) {
+        self.done += 1;
+        if self.done.is_multiple_of(crate::observer::PROGRESS_EVERY) {
+            self.observer.progress(self.done);
+        }
         if let Arrivals::Closed { .. } = self.settings.arrivals {
             self.release_next_closed(now);
             return;

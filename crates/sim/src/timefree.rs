@@ -12,9 +12,10 @@
 use routerlab_host::{EndpointLoad, RequestData};
 use routerlab_policy_kit::LruMap;
 use routerlab_trace::blocks::prompt_tokens;
-use routerlab_trace::{TraceReader, TraceRequest};
+use routerlab_trace::{TraceReader, TraceRequest, Workload};
 
 use crate::error::{SimError, request_location};
+use crate::observer::{Observer, PROGRESS_EVERY};
 use crate::report::Report;
 use crate::router::Router;
 use crate::stats::StatsBuilder;
@@ -103,52 +104,82 @@ impl PrefixCache {
     }
 }
 
-/// Replays the whole trace through `router`, each endpoint with a prefix cache of
-/// `cache_blocks` blocks (`None` = unbounded).
-pub fn replay(
-    reader: &mut TraceReader,
-    router: &mut Router,
-    cache_blocks: Option<u64>,
-) -> Result<Report, SimError> {
-    let unit = reader.unit();
-    let block_size = reader.block_size();
-    let n = router.table().len();
-    let mut caches: Vec<PrefixCache> = (0..n).map(|_| PrefixCache::new(cache_blocks)).collect();
-    let mut loads = vec![
-        EndpointLoad {
-            kv_blocks_total: cache_blocks.unwrap_or(0),
-            ..Default::default()
-        };
-        n
-    ];
-    // Endpoint of each request (by seq), for the share-prefix statistic; u16::MAX = rejected.
-    // `Router::new` bounds the fleet below that.
-    let mut endpoint_of: Vec<u16> = vec![u16::MAX];
-    let mut stats = StatsBuilder::new(n, unit);
-    let mut request = TraceRequest::default();
-    // Stable index -> list position, for plugins asking what an endpoint holds.
-    let table = router.table();
-    let mut position_of = vec![None; table.len()];
-    for pos in 0..table.len() {
-        if let Some(slot) = position_of.get_mut(table.index(pos) as usize) {
-            *slot = Some(pos);
+/// One request as the time-free loop needs it, from a trace reader or a loaded workload.
+struct Step<'a> {
+    seq: u64,
+    line: usize,
+    arrival_ns: Option<u64>,
+    prompt: &'a [u8],
+    blocks: &'a [u64],
+    block_ids: &'a [u32],
+    prompt_len: u64,
+    output_tokens: Option<u64>,
+    session: u64,
+    parent_seq: Option<u64>,
+}
+
+/// The time-free replay's state between requests.
+struct TimeFree {
+    unit: routerlab_core::Unit,
+    block_size: u32,
+    caches: Vec<PrefixCache>,
+    loads: Vec<EndpointLoad>,
+    /// Endpoint of each request (by seq), for the share-prefix statistic; u16::MAX =
+    /// rejected. `Router::new` bounds the fleet below that.
+    endpoint_of: Vec<u16>,
+    stats: StatsBuilder,
+    /// Stable index -> list position, for plugins asking what an endpoint holds.
+    position_of: Vec<Option<usize>>,
+}
+
+impl TimeFree {
+    fn new(
+        router: &Router,
+        unit: routerlab_core::Unit,
+        block_size: u32,
+        cache_blocks: Option<u64>,
+    ) -> TimeFree {
+        let table = router.table();
+        let n = table.len();
+        let mut position_of = vec![None; n];
+        for pos in 0..n {
+            if let Some(slot) = position_of.get_mut(table.index(pos) as usize) {
+                *slot = Some(pos);
+            }
+        }
+        TimeFree {
+            unit,
+            block_size,
+            caches: (0..n).map(|_| PrefixCache::new(cache_blocks)).collect(),
+            loads: vec![
+                EndpointLoad {
+                    kv_blocks_total: cache_blocks.unwrap_or(0),
+                    ..Default::default()
+                };
+                n
+            ],
+            endpoint_of: vec![u16::MAX],
+            stats: StatsBuilder::new(n, unit),
+            position_of,
         }
     }
 
-    while reader.next_into(&mut request)? {
+    fn step(&mut self, router: &mut Router, request: Step<'_>) -> Result<(), SimError> {
+        let block_size = self.block_size;
+        let (caches, position_of) = (&self.caches, &self.position_of);
         let cached_prefix = |index: u32| {
             let pos = (*position_of.get(index as usize)?)?;
-            let hit = caches[pos].peek(&request.block_ids) * u64::from(block_size);
+            let hit = caches[pos].peek(request.block_ids) * u64::from(block_size);
             Some(hit.min(request.prompt_len))
         };
         let data = RequestData {
             id: request.seq,
             arrival_ns: request.arrival_ns.unwrap_or(0),
-            prompt: &request.prompt,
-            block_hashes: &request.blocks,
-            block_ids: Some(&request.block_ids),
+            prompt: request.prompt,
+            block_hashes: request.blocks,
+            block_ids: Some(request.block_ids),
             block_size,
-            unit,
+            unit: self.unit,
             prompt_len: request.prompt_len,
             output_tokens: request.output_tokens,
             session_id: request.session,
@@ -160,43 +191,110 @@ pub fn replay(
         let plugin_error = |e| SimError::plugin(request_location(request.seq, request.line), e);
         // Nothing can turn a pick down here, so the matcher learns it in the same call.
         let decision = router.decide(&data, true).map_err(plugin_error)?;
-        let parent_endpoint = request.parent_seq.map(|p| endpoint_of[p as usize]);
+        let parent_endpoint = request.parent_seq.map(|p| self.endpoint_of[p as usize]);
         let Some(pos) = decision.endpoint else {
-            stats.reject(decision.constrained, parent_endpoint.is_some());
-            endpoint_of.push(u16::MAX);
-            continue;
+            self.stats
+                .reject(decision.constrained, parent_endpoint.is_some());
+            self.endpoint_of.push(u16::MAX);
+            return Ok(());
         };
         // What the matcher could have had: the longest cached prefix among the endpoints it
         // was allowed to choose, before this request changes any cache.
         let flags = router.unavailable();
         let (mut best, mut achieved) = (0, 0);
-        for (p, cache) in caches.iter().enumerate() {
+        for (p, cache) in self.caches.iter().enumerate() {
             if decision.allowed(flags, p) {
-                let held = cache.peek(&request.block_ids);
+                let held = cache.peek(request.block_ids);
                 best = best.max(held);
                 if p == pos {
                     achieved = held;
                 }
             }
         }
-        stats.judge(best, achieved);
-        let hit_blocks = caches[pos].serve(&request.block_ids);
+        self.stats.judge(best, achieved);
+        let hit_blocks = self.caches[pos].serve(request.block_ids);
         let hit_units = (hit_blocks * u64::from(block_size)).min(request.prompt_len);
-        stats.route(
+        self.stats.route(
             pos,
             request.prompt_len,
             hit_units,
             decision.constrained,
             parent_endpoint.map(|p| p == pos as u16),
         );
-        endpoint_of.push(pos as u16);
+        self.endpoint_of.push(pos as u16);
 
-        let load = &mut loads[pos];
+        let load = &mut self.loads[pos];
         load.running += 1;
         load.inflight_requests += 1;
-        load.kv_blocks_used = caches[pos].len();
-        load.inflight_prompt_tokens += prompt_tokens(unit, request.prompt_len);
+        load.kv_blocks_used = self.caches[pos].len();
+        load.inflight_prompt_tokens += prompt_tokens(self.unit, request.prompt_len);
         router.table_mut().set_load(pos, *load);
+        Ok(())
     }
-    Ok(stats.finish())
+}
+
+/// Replays the whole trace through `router`, each endpoint with a prefix cache of
+/// `cache_blocks` blocks (`None` = unbounded), reading it as it goes.
+pub fn replay(
+    reader: &mut TraceReader,
+    router: &mut Router,
+    cache_blocks: Option<u64>,
+    observer: &mut dyn Observer,
+) -> Result<Report, SimError> {
+    let mut state = TimeFree::new(router, reader.unit(), reader.block_size(), cache_blocks);
+    let mut request = TraceRequest::default();
+    while reader.next_into(&mut request)? {
+        state.step(
+            router,
+            Step {
+                seq: request.seq,
+                line: request.line,
+                arrival_ns: request.arrival_ns,
+                prompt: &request.prompt,
+                blocks: &request.blocks,
+                block_ids: &request.block_ids,
+                prompt_len: request.prompt_len,
+                output_tokens: request.output_tokens,
+                session: request.session,
+                parent_seq: request.parent_seq,
+            },
+        )?;
+        if request.seq.is_multiple_of(PROGRESS_EVERY) {
+            observer.progress(request.seq);
+        }
+    }
+    Ok(state.stats.finish())
+}
+
+/// [`replay`] over a loaded workload: the same decisions and the same report as reading
+/// its file, for runs that share one load (the policies of a comparison).
+pub fn replay_workload(
+    workload: &Workload,
+    router: &mut Router,
+    cache_blocks: Option<u64>,
+    observer: &mut dyn Observer,
+) -> Result<Report, SimError> {
+    let mut state = TimeFree::new(router, workload.unit, workload.block_size, cache_blocks);
+    for (index, request) in workload.requests.iter().enumerate() {
+        let seq = index as u64 + 1;
+        state.step(
+            router,
+            Step {
+                seq,
+                line: request.line,
+                arrival_ns: request.arrival_ns,
+                prompt: &request.prompt,
+                blocks: &request.blocks,
+                block_ids: &request.block_ids,
+                prompt_len: request.prompt_len,
+                output_tokens: request.output_tokens,
+                session: request.session,
+                parent_seq: request.parent.map(|p| p as u64 + 1),
+            },
+        )?;
+        if seq.is_multiple_of(PROGRESS_EVERY) {
+            observer.progress(seq);
+        }
+    }
+    Ok(state.stats.finish())
 }

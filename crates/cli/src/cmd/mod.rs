@@ -1,7 +1,9 @@
 //! One module per subcommand, each a `run` over the library crates; plus the one way the
 //! command line writes an output file.
 
+pub mod compare;
 pub mod gen_trace;
+pub mod plot;
 pub mod plugins;
 pub mod replay;
 

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
-use routerlab_sim::observer::{JsonLines, NoObserver};
+use routerlab_sim::compare::{Comparison, Entry};
+use routerlab_sim::observer::{JsonLines, Recorder, Tee};
 use routerlab_sim::report::Report;
 use routerlab_sim::run::{PluginRun, RunInfo, TimedRun, TraceRun};
 use routerlab_sim::timed::replay_timed;
@@ -19,10 +20,11 @@ use routerlab_trace::{TraceReader, Workload};
 use crate::cmd::OutputFile;
 use crate::exit::Failure;
 use crate::opts::{OutputFormat, ReplayOpts};
+use crate::progress::Bars;
 use crate::spec::{RunSpec, one_line, resolve};
 
 /// Reads the experiment file; its relative paths are relative to the file.
-fn load_experiment(path: &Path) -> Result<ReplayOpts, Failure> {
+pub(crate) fn load_experiment(path: &Path) -> Result<ReplayOpts, Failure> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         Failure::input(format!(
             "{}: cannot read experiment file: {e}",
@@ -43,6 +45,12 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
         Some(path) => flags.or(load_experiment(&path)?),
         None => flags,
     };
+    if opts.policies.is_some() {
+        return Err(Failure::input(
+            "experiment `policies` is for `routerlab compare`; replay runs one matcher (`matcher`)",
+        ));
+    }
+    let (quiet, plot) = (opts.quiet, opts.plot.clone());
     let spec = resolve(opts)?;
     let search = SearchPath::from_env();
     let matcher = load_matcher(&spec.matcher, &spec.matcher_config, &search)?;
@@ -50,20 +58,30 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
         Some(name) => Some(load_detector(name, &spec.detector_config, &search)?),
         None => None,
     };
+    if let Some(dir) = &plot {
+        crate::cmd::plot::check_dir(dir, &spec.trace)?;
+    }
     let started = Instant::now();
     let mut reader = TraceReader::open(&spec.trace, spec.trace_options.clone())?;
     let block_size = reader.block_size();
     let table = EndpointTable::new(spec.endpoints.iter().cloned());
     let mut router = Router::new(matcher, detector, table, spec.when_unavailable)?;
+    let bars = Bars::new(quiet);
+    let mut recorder = Recorder::default();
     let (mut report, skipped, source) = match &spec.timed {
         None => {
-            let report = timefree::replay(&mut reader, &mut router, spec.cache_blocks)?;
+            // The time-free replay streams the file: its length in requests is not known.
+            let mut bar = bars.bar("replay", None);
+            let report = timefree::replay(&mut reader, &mut router, spec.cache_blocks, &mut bar)?;
+            bar.finish();
             (report, reader.skipped().clone(), reader.source())
         }
         Some(timed) => {
             let workload = Workload::load(reader, &timed.engine_block_sizes())?;
+            let mut bar = bars.bar("replay", Some(workload.requests.len() as u64));
+            let mut watchers = Tee(&mut bar, &mut recorder);
             let report = match &spec.requests_out {
-                None => replay_timed(&workload, &mut router, timed, &mut NoObserver)?,
+                None => replay_timed(&workload, &mut router, timed, &mut watchers)?,
                 Some(path) => {
                     let fail = |source| Failure::Output {
                         what: "per-request records",
@@ -73,12 +91,18 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
                     let file = OutputFile::create(path).map_err(fail)?;
                     let writer = std::io::BufWriter::new(file.writer().map_err(fail)?);
                     let mut lines = JsonLines::new(writer, path.clone());
-                    let report = replay_timed(&workload, &mut router, timed, &mut lines)?;
+                    let report = replay_timed(
+                        &workload,
+                        &mut router,
+                        timed,
+                        &mut Tee(&mut watchers, &mut lines),
+                    )?;
                     drop(lines.finish()?);
                     file.commit().map_err(fail)?;
                     report
                 }
             };
+            bar.finish();
             (report, workload.skipped.clone(), workload.source.clone())
         }
     };
@@ -94,7 +118,22 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
         );
     }
     report.run = Some(run_info(&spec, source, block_size, &skipped));
-    print_report(&report, &spec)?;
+    let label = match &spec.detector {
+        Some(detector) => format!("{} + {detector}", spec.matcher),
+        None => spec.matcher.clone(),
+    };
+    let single = Comparison {
+        policies: vec![Entry { label, report }],
+    };
+    if let Some(dir) = &plot {
+        crate::cmd::plot::write_plots(
+            dir,
+            &single,
+            &[(single.policies[0].label.clone(), recorder.records)],
+        )?;
+    }
+    let report = &single.policies[0].report;
+    print_report(report, &spec, &single)?;
     if spec.format == OutputFormat::Human {
         eprintln!(
             "replayed {} requests in {:.3} s ({:.0} decisions/s, {:.1} MB/s of trace)",
@@ -107,7 +146,7 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
     Ok(())
 }
 
-fn run_info(
+pub(crate) fn run_info(
     spec: &RunSpec,
     source: TraceSource,
     block_size: u32,
@@ -146,8 +185,9 @@ fn run_info(
     }
 }
 
-fn print_report(report: &Report, spec: &RunSpec) -> Result<(), Failure> {
+fn print_report(report: &Report, spec: &RunSpec, single: &Comparison) -> Result<(), Failure> {
     let text = match spec.format {
+        OutputFormat::Csv => single.to_csv(),
         OutputFormat::Human => report.to_human(&spec.endpoints),
         OutputFormat::Json => serde_json::to_string_pretty(report)
             .map(|s| s + "\n")

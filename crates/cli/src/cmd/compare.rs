@@ -1,0 +1,363 @@
+//! `routerlab compare`: one trace, one set of replay settings, several policies, one table.
+//!
+//! The trace is read, checked and hashed once into a shared [`Workload`]; each policy then
+//! runs on it on its own thread with its own plugin instances and router, exactly as
+//! `replay` would run it alone (the same resolution of settings, the same drivers), so its
+//! report is the one `replay` prints. Every plugin is loaded before anything runs, so a
+//! typo in the fifth policy fails in a second, not after four replays. If any policy fails,
+//! the command fails and prints no table: a comparison with a column missing is not one.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
+use routerlab_sim::compare::{Comparison, Entry, find_metric};
+use routerlab_sim::observer::{Recorder, RequestRecord, Tee};
+use routerlab_sim::timed::replay_timed;
+use routerlab_sim::{Report, Router, timefree};
+use routerlab_trace::{TraceReader, Workload};
+
+use crate::cmd::replay::{load_experiment, run_info};
+use crate::exit::Failure;
+use crate::opts::{CompareOpts, OutputFormat, ReplayOpts};
+use crate::policy::{self, Policy, PolicyEntry};
+use crate::progress::Bars;
+use crate::spec::{RunSpec, one_line, resolve};
+
+/// One policy ready to run: its resolved settings and its router (plugins created).
+struct Prepared {
+    label: String,
+    spec: RunSpec,
+    router: Router,
+}
+
+/// What one policy's run produced.
+pub(crate) struct Outcome {
+    pub(crate) report: Report,
+    /// Finished requests, kept only when plots are asked for.
+    pub(crate) records: Vec<RequestRecord>,
+}
+
+/// Runs the comparison and prints it.
+pub fn run(opts: CompareOpts) -> Result<(), Failure> {
+    if !opts.from.is_empty() {
+        return from_saved(opts);
+    }
+    let flags = opts.replay.clone();
+    let merged = match flags.config.clone() {
+        Some(path) => flags.or(load_experiment(&path)?),
+        None => flags,
+    };
+    for (given, flag) in [
+        (merged.matcher.is_some(), "--matcher (`matcher`)"),
+        (merged.detector.is_some(), "--detector (`detector`)"),
+        (merged.matcher_config.is_some(), "--matcher-config"),
+        (merged.detector_config.is_some(), "--detector-config"),
+        (merged.requests_out.is_some(), "--requests-out"),
+    ] {
+        if given {
+            return Err(Failure::input(format!(
+                "compare takes its plugins from --policy (or `policies` in the experiment file), not {flag}"
+            )));
+        }
+    }
+    let policies = policies_of(&opts, &merged)?;
+    let format = merged.format.unwrap_or(OutputFormat::Human);
+    let sort_by = opts.sort_by.as_deref().map(find_metric).transpose();
+    let sort_by = sort_by.map_err(Failure::input)?;
+    let jobs = match opts.jobs {
+        Some(0) => return Err(Failure::input("--jobs must be at least 1")),
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, usize::from),
+    };
+    let (quiet, plot_dir) = (merged.quiet, merged.plot.clone());
+
+    // Resolve every policy's settings and create its plugins before running anything.
+    let search = SearchPath::from_env();
+    let mut prepared = Vec::with_capacity(policies.len());
+    for policy in policies {
+        let in_policy = |failure: Failure| Failure::InPolicy {
+            label: policy.label.clone(),
+            failure: Box::new(failure),
+        };
+        let spec = resolve(ReplayOpts {
+            matcher: Some(policy.matcher.clone()),
+            matcher_config: policy.matcher_config.clone(),
+            detector: policy.detector.clone(),
+            detector_config: policy.detector_config.clone(),
+            ..merged.clone()
+        })
+        .map_err(in_policy)?;
+        let matcher = load_matcher(&spec.matcher, &spec.matcher_config, &search)
+            .map_err(|e| in_policy(e.into()))?;
+        let detector = match &spec.detector {
+            Some(name) => Some(
+                load_detector(name, &spec.detector_config, &search)
+                    .map_err(|e| in_policy(e.into()))?,
+            ),
+            None => None,
+        };
+        let table = EndpointTable::new(spec.endpoints.iter().cloned());
+        let router = Router::new(matcher, detector, table, spec.when_unavailable)
+            .map_err(|e| in_policy(e.into()))?;
+        prepared.push(Prepared {
+            label: policy.label,
+            spec,
+            router,
+        });
+    }
+    let first = &prepared[0].spec;
+    if let Some(dir) = &plot_dir {
+        crate::cmd::plot::check_dir(dir, &first.trace)?;
+    }
+    let reader = TraceReader::open(&first.trace, first.trace_options.clone())?;
+    let block_size = reader.block_size();
+    let sizes = first
+        .timed
+        .as_ref()
+        .map(|t| t.engine_block_sizes())
+        .unwrap_or_default();
+    let workload = Workload::load(reader, &sizes)?;
+    if !workload.skipped.is_empty() {
+        let total: u64 = workload.skipped.values().sum();
+        eprintln!(
+            "warning: skipped {total} invalid line(s) of {}",
+            first.trace.display()
+        );
+    }
+
+    let bars = Bars::new(quiet);
+    let outcomes = run_all(&mut prepared, &workload, jobs, &bars, plot_dir.is_some())?;
+    let mut comparison = Comparison::default();
+    let mut records = Vec::new();
+    for (p, outcome) in prepared.iter().zip(outcomes) {
+        let mut report = outcome.report;
+        report.run = Some(run_info(
+            &p.spec,
+            workload.source.clone(),
+            block_size,
+            &workload.skipped,
+        ));
+        comparison.policies.push(Entry {
+            label: p.label.clone(),
+            report,
+        });
+        records.push((p.label.clone(), outcome.records));
+    }
+    if let Some(metric) = sort_by {
+        comparison.sort_by(metric);
+    }
+    if let Some(dir) = &plot_dir {
+        crate::cmd::plot::write_plots(dir, &comparison, &records)?;
+    }
+    print(&comparison, format)
+}
+
+/// The policies from the flags, else the experiment file; at least two, labels distinct.
+fn policies_of(opts: &CompareOpts, merged: &ReplayOpts) -> Result<Vec<Policy>, Failure> {
+    let policies: Vec<Policy> = if !opts.policies.is_empty() {
+        opts.policies
+            .iter()
+            .map(|text| policy::parse(text))
+            .collect::<Result<_, _>>()
+            .map_err(Failure::input)?
+    } else {
+        merged
+            .policies
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(PolicyEntry::resolve)
+            .collect::<Result<_, _>>()
+            .map_err(|e| Failure::input(format!("experiment `policies`: {e}")))?
+    };
+    if policies.len() < 2 {
+        return Err(Failure::input(format!(
+            "compare needs two or more policies (got {}): pass --policy once per policy, or list them under `policies` in the experiment file",
+            policies.len()
+        )));
+    }
+    for (i, p) in policies.iter().enumerate() {
+        if policies[..i].iter().any(|q| q.label == p.label) {
+            return Err(Failure::input(format!(
+                "policy `{}` is given twice",
+                p.label
+            )));
+        }
+    }
+    Ok(policies)
+}
+
+/// Runs every prepared policy over the workload, `jobs` at a time, in any order; the
+/// outcomes come back in policy order. The first failure (in policy order) is returned.
+fn run_all(
+    prepared: &mut [Prepared],
+    workload: &Workload,
+    jobs: usize,
+    bars: &Bars,
+    keep_records: bool,
+) -> Result<Vec<Outcome>, Failure> {
+    let total = workload.requests.len() as u64;
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<&mut Prepared>>> =
+        prepared.iter_mut().map(|p| Mutex::new(Some(p))).collect();
+    let results: Vec<Mutex<Option<Result<Outcome, Failure>>>> =
+        slots.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(slots.len()) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(slot) = slots.get(i) else { break };
+                    let job = slot.lock().expect("no panic holds it").take();
+                    let Some(job) = job else { continue };
+                    let mut bar = bars.bar(&job.label, Some(total));
+                    let outcome = run_one(job, workload, &mut bar, keep_records);
+                    bar.finish();
+                    *results[i].lock().expect("no panic holds it") = Some(outcome);
+                }
+            });
+        }
+    });
+    let mut outcomes = Vec::with_capacity(results.len());
+    for (result, p) in results.into_iter().zip(prepared.iter()) {
+        let result = result.into_inner().expect("no panic holds it");
+        let outcome = result
+            .expect("every policy ran")
+            .map_err(|failure| Failure::InPolicy {
+                label: p.label.clone(),
+                failure: Box::new(failure),
+            })?;
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+/// One policy's replay, by the same driver `replay` uses for its settings.
+fn run_one(
+    job: &mut Prepared,
+    workload: &Workload,
+    bar: &mut crate::progress::Bar<'_>,
+    keep_records: bool,
+) -> Result<Outcome, Failure> {
+    let mut recorder = Recorder::default();
+    let report = match &job.spec.timed {
+        None => timefree::replay_workload(workload, &mut job.router, job.spec.cache_blocks, bar)?,
+        Some(timed) if keep_records => replay_timed(
+            workload,
+            &mut job.router,
+            timed,
+            &mut Tee(bar, &mut recorder),
+        )?,
+        Some(timed) => replay_timed(workload, &mut job.router, timed, bar)?,
+    };
+    Ok(Outcome {
+        report,
+        records: recorder.records,
+    })
+}
+
+/// `compare --from`: the comparison of saved reports.
+fn from_saved(opts: CompareOpts) -> Result<(), Failure> {
+    let replay = &opts.replay;
+    let runs_something = !opts.policies.is_empty()
+        || replay.trace.is_some()
+        || replay.matcher.is_some()
+        || replay.config.is_some()
+        || replay.timing.is_some()
+        || opts.jobs.is_some();
+    if runs_something {
+        return Err(Failure::input(
+            "compare --from reads saved reports and runs nothing: drop --policy, --trace, --config and the other replay settings",
+        ));
+    }
+    if replay.plot.is_some() {
+        return Err(Failure::input(
+            "compare --from has no per-request records to plot over time; plot when running the comparison",
+        ));
+    }
+    let mut comparison = Comparison::default();
+    for path in &opts.from {
+        for entry in read_saved(path)? {
+            if comparison.policies.iter().any(|e| e.label == entry.label) {
+                return Err(Failure::input(format!(
+                    "{}: policy `{}` is already in an earlier report",
+                    path.display(),
+                    entry.label
+                )));
+            }
+            comparison.policies.push(entry);
+        }
+    }
+    let hashes: std::collections::BTreeSet<&str> = comparison
+        .policies
+        .iter()
+        .filter_map(|e| e.report.run.as_ref())
+        .map(|r| r.trace.content_hash.as_str())
+        .collect();
+    if hashes.len() > 1 {
+        eprintln!("warning: these reports come from different traces");
+    }
+    if let Some(metric) = opts.sort_by.as_deref() {
+        comparison.sort_by(find_metric(metric).map_err(Failure::input)?);
+    }
+    print(&comparison, replay.format.unwrap_or(OutputFormat::Human))
+}
+
+/// The entries of one saved file: a comparison's, or one report labelled by its run.
+fn read_saved(path: &Path) -> Result<Vec<Entry>, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::input(format!("{}: cannot read report: {e}", path.display())))?;
+    let bad = |e: serde_yaml::Error| {
+        Failure::input(format!(
+            "{}: not a routerlab report or comparison: {}",
+            path.display(),
+            one_line(&e.to_string())
+        ))
+    };
+    let tree: serde_yaml::Value = serde_yaml::from_str(&text).map_err(bad)?;
+    if tree.get("policies").is_some() {
+        let comparison: Comparison = serde_yaml::from_value(tree).map_err(bad)?;
+        return Ok(comparison.policies);
+    }
+    let report: Report = serde_yaml::from_value(tree).map_err(bad)?;
+    let label = report.run.as_ref().map_or_else(
+        || {
+            path.file_stem()
+                .map_or_else(String::new, |s| s.to_string_lossy().into_owned())
+        },
+        label_of_run,
+    );
+    Ok(vec![Entry { label, report }])
+}
+
+/// The label of a saved run: its matcher, and `+ detector` when it had one.
+fn label_of_run(run: &routerlab_sim::report::RunInfo) -> String {
+    match &run.detector {
+        Some(d) => format!("{} + {}", run.matcher.name, d.name),
+        None => run.matcher.name.clone(),
+    }
+}
+
+/// Prints the comparison in `format`.
+fn print(comparison: &Comparison, format: OutputFormat) -> Result<(), Failure> {
+    let text = match format {
+        OutputFormat::Human => comparison.to_table(),
+        OutputFormat::Json => serde_json::to_string_pretty(comparison)
+            .map(|s| s + "\n")
+            .expect("a comparison serialises"),
+        OutputFormat::Yaml => serde_yaml::to_string(comparison).expect("a comparison serialises"),
+        OutputFormat::Csv => comparison.to_csv(),
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|source| Failure::Output {
+            what: "the comparison",
+            path: PathBuf::from("-"),
+            source,
+        })
+}

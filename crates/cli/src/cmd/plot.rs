@@ -1,0 +1,75 @@
+//! `--plot DIR` for `replay` and `compare`: where the pictures go, checked before anything
+//! runs, and the one call that draws them after.
+
+use std::path::Path;
+
+use routerlab_plot::{Series, write_all};
+use routerlab_sim::compare::Comparison;
+use routerlab_sim::observer::RequestRecord;
+
+use crate::exit::Failure;
+
+/// Creates `dir` if missing; refuses a plot directory that is the trace file itself or a
+/// file, before any run starts.
+pub fn check_dir(dir: &Path, trace: &Path) -> Result<(), Failure> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(Failure::input(format!(
+            "--plot {}: exists and is not a directory",
+            dir.display()
+        )));
+    }
+    if same_file(dir, trace) {
+        return Err(Failure::input(format!(
+            "--plot {}: is the trace; plots go into a directory",
+            dir.display()
+        )));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| {
+        Failure::input(format!(
+            "--plot {}: cannot create the directory: {e}",
+            dir.display()
+        ))
+    })
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// Draws the comparison's plots into `dir` and says on stderr what was written.
+pub fn write_plots(
+    dir: &Path,
+    comparison: &Comparison,
+    records: &[(String, Vec<RequestRecord>)],
+) -> Result<(), Failure> {
+    let series: Vec<Series<'_>> = comparison
+        .policies
+        .iter()
+        .map(|entry| Series {
+            label: &entry.label,
+            report: &entry.report,
+            records: records
+                .iter()
+                .find(|(label, _)| *label == entry.label)
+                .map_or(&[][..], |(_, r)| r),
+        })
+        .collect();
+    let written = write_all(dir, &series).map_err(|e| Failure::Output {
+        what: "a plot",
+        path: e.path.clone(),
+        source: std::io::Error::other(e.cause),
+    })?;
+    if series.iter().all(|s| s.records.is_empty()) {
+        eprintln!(
+            "note: a time-free run has no clock, so only {} is plotted (add --timing trace for latencies and queues)",
+            routerlab_plot::HITS
+        );
+    }
+    for path in written {
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,94 @@
+//! Progress bars on stderr: requests done, rate and time left, one bar per run.
+//!
+//! A bar is drawn only when stderr is a terminal and the run has gone on for a second (a
+//! short run should print nothing but its result), and never when `--quiet`. Bars are
+//! observers of the run ([`Observer::progress`]), so the drivers know nothing about
+//! terminals, and stdout only ever carries the report.
+
+use std::io::IsTerminal as _;
+use std::time::{Duration, Instant};
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use routerlab_sim::SimError;
+use routerlab_sim::observer::{Observer, RequestRecord};
+
+/// How long a run goes before its bar appears.
+const SHOW_AFTER: Duration = Duration::from_secs(1);
+
+/// The bars of one command: none at all, or one per run under a shared, delayed display.
+pub struct Bars {
+    multi: Option<MultiProgress>,
+    started: Instant,
+}
+
+impl Bars {
+    /// Bars for this process: none when `quiet` or when stderr is not a terminal.
+    pub fn new(quiet: bool) -> Bars {
+        let multi = (!quiet && std::io::stderr().is_terminal())
+            .then(|| MultiProgress::with_draw_target(ProgressDrawTarget::hidden()));
+        Bars {
+            multi,
+            started: Instant::now(),
+        }
+    }
+
+    /// A bar for a run named `label` of `total` requests, or of a count not known ahead
+    /// (a trace read as it goes): then it counts up without a bar.
+    pub fn bar(&self, label: &str, total: Option<u64>) -> Bar<'_> {
+        let bar = self.multi.as_ref().map(|multi| {
+            let (bar, template) = match total {
+                Some(total) => (
+                    ProgressBar::new(total),
+                    "{prefix} [{bar:30}] {pos}/{len} requests, {per_sec}, {eta} left",
+                ),
+                None => (
+                    ProgressBar::no_length(),
+                    "{prefix} {pos} requests, {per_sec}, {elapsed}",
+                ),
+            };
+            let style = ProgressStyle::with_template(template)
+                .expect("a valid template")
+                .progress_chars("=> ");
+            multi.add(bar.with_style(style).with_prefix(label.to_owned()))
+        });
+        Bar { bars: self, bar }
+    }
+
+    /// Shows the bars once the command has run for [`SHOW_AFTER`].
+    fn reveal(&self) {
+        if let Some(multi) = &self.multi
+            && multi.is_hidden()
+            && self.started.elapsed() >= SHOW_AFTER
+        {
+            multi.set_draw_target(ProgressDrawTarget::stderr());
+        }
+    }
+}
+
+/// One run's bar; an [`Observer`] that only watches progress.
+pub struct Bar<'a> {
+    bars: &'a Bars,
+    bar: Option<ProgressBar>,
+}
+
+impl Bar<'_> {
+    /// Marks the run done and takes the bar off the screen.
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Observer for Bar<'_> {
+    fn finished(&mut self, _record: &RequestRecord) -> Result<(), SimError> {
+        Ok(())
+    }
+
+    fn progress(&mut self, done: u64) {
+        if let Some(bar) = &self.bar {
+            self.bars.reveal();
+            bar.set_position(done);
+        }
+    }
+}

@@ -1,0 +1,434 @@
+//! routerlab-plot: the pictures of a comparison, as SVG files.
+//!
+//! Tables say which policy won; pictures say why. A TTFT CDF shows where the tails part, a
+//! panel of running requests per endpoint shows a hot spot at a glance, the queue over time
+//! shows when it formed, and bars put the hit ratios side by side. Everything is drawn from
+//! finished reports and per-request records, after the runs, so plotting never changes a
+//! number. Each policy keeps one colour in every file. Files are rendered to memory and
+//! written beside their final name, then renamed, so a failure leaves no half picture.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use routerlab_sim::Report;
+use routerlab_sim::observer::RequestRecord;
+
+/// One policy's part in the plots.
+#[derive(Debug, Clone, Copy)]
+pub struct Series<'a> {
+    /// Its name in legends and titles.
+    pub label: &'a str,
+    /// Its report.
+    pub report: &'a Report,
+    /// Its finished requests (timed runs; empty for time-free ones).
+    pub records: &'a [RequestRecord],
+}
+
+/// A plot could not be drawn or written.
+#[derive(Debug)]
+pub struct PlotError {
+    /// The file.
+    pub path: PathBuf,
+    /// Why.
+    pub cause: String,
+}
+
+impl fmt::Display for PlotError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: cannot write plot: {}",
+            self.path.display(),
+            self.cause
+        )
+    }
+}
+
+impl std::error::Error for PlotError {}
+
+/// The colour of the policy in position `index`: ten distinct hues (Tableau's), then again.
+pub fn colour(index: usize) -> RGBColor {
+    const PALETTE: [(u8, u8, u8); 10] = [
+        (31, 119, 180),
+        (255, 127, 14),
+        (44, 160, 44),
+        (214, 39, 40),
+        (148, 103, 189),
+        (140, 86, 75),
+        (227, 119, 194),
+        (127, 127, 127),
+        (188, 189, 34),
+        (23, 190, 207),
+    ];
+    let (r, g, b) = PALETTE[index % PALETTE.len()];
+    RGBColor(r, g, b)
+}
+
+/// The files [`write_all`] writes, by what they show.
+pub const TTFT_CDF: &str = "ttft-cdf.svg";
+/// Running requests per endpoint over time, a panel per policy.
+pub const RUNNING: &str = "running-per-endpoint.svg";
+/// Requests waiting (arrived, not yet scheduled) over time.
+pub const QUEUE: &str = "queue.svg";
+/// Hit ratio, achieved/best hit and kv-optimal share, as bars.
+pub const HITS: &str = "hit-ratios.svg";
+
+/// Writes every plot the series support into `dir` (which must exist); returns the files.
+/// Time-based plots need records, which only timed runs have.
+pub fn write_all(dir: &Path, series: &[Series<'_>]) -> Result<Vec<PathBuf>, PlotError> {
+    let mut written = Vec::new();
+    let timed = series.iter().any(|s| !s.records.is_empty());
+    if timed {
+        let horizon = series
+            .iter()
+            .flat_map(|s| s.records.iter().map(|r| r.finish_s))
+            .fold(0.0f64, f64::max)
+            .max(1e-3);
+        written.push(write_svg(dir, TTFT_CDF, (900, 560), |root| {
+            ttft_cdf(root, series)
+        })?);
+        let rows = series.len().div_ceil(2);
+        written.push(write_svg(
+            dir,
+            RUNNING,
+            (1100, 60 + 260 * rows as u32),
+            |root| running(root, series, horizon),
+        )?);
+        written.push(write_svg(dir, QUEUE, (900, 500), |root| {
+            queue(root, series, horizon)
+        })?);
+    }
+    written.push(write_svg(dir, HITS, (900, 500), |root| hits(root, series))?);
+    Ok(written)
+}
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+type DrawResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Renders one SVG to memory, then writes it beside `name` and renames it into place.
+fn write_svg(
+    dir: &Path,
+    name: &str,
+    size: (u32, u32),
+    draw: impl FnOnce(&Area<'_>) -> DrawResult,
+) -> Result<PathBuf, PlotError> {
+    let path = dir.join(name);
+    let fail = |cause: String| PlotError {
+        path: path.clone(),
+        cause,
+    };
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
+        draw(&root).map_err(|e| fail(e.to_string()))?;
+        root.present().map_err(|e| fail(e.to_string()))?;
+    }
+    let partial = dir.join(format!(".{name}.{}.partial", std::process::id()));
+    std::fs::write(&partial, svg)
+        .and_then(|()| std::fs::rename(&partial, &path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&partial);
+            fail(e.to_string())
+        })?;
+    Ok(path)
+}
+
+/// An axis tick: whole numbers without decimals, thousands as `k`.
+fn tick(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e6 && (v / 1e6).fract() == 0.0 {
+        format!("{}M", v / 1e6)
+    } else if a >= 1e4 && (v / 1e3).fract() == 0.0 {
+        format!("{}k", v / 1e3)
+    } else if v.fract() == 0.0 || a >= 10.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// At most `n` points of a sorted sample's CDF, evenly spaced in rank.
+fn cdf_points(sorted: &[f64], n: usize) -> Vec<(f64, f64)> {
+    if sorted.is_empty() {
+        return Vec::new();
+    }
+    let step = sorted.len().div_ceil(n).max(1);
+    let last = sorted.len() - 1;
+    (0..sorted.len())
+        .step_by(step)
+        .chain([last])
+        .map(|i| (sorted[i], (i + 1) as f64 / sorted.len() as f64))
+        .collect()
+}
+
+fn ttft_cdf(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
+    let samples: Vec<Vec<f64>> = series
+        .iter()
+        .map(|s| {
+            let mut v: Vec<f64> = s.records.iter().map(|r| r.ttft_ms.max(0.1)).collect();
+            v.sort_by(f64::total_cmp);
+            v
+        })
+        .collect();
+    let lo = samples
+        .iter()
+        .flatten()
+        .copied()
+        .fold(f64::INFINITY, f64::min);
+    let hi = samples.iter().flatten().copied().fold(0.0f64, f64::max);
+    let (lo, hi) = if lo.is_finite() && hi > lo {
+        (lo, hi)
+    } else {
+        (0.1, 1.0)
+    };
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            "Time to first token: share of requests at or below",
+            ("sans-serif", 22),
+        )
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(56)
+        .build_cartesian_2d((lo..hi * 1.05).log_scale(), 0.0..1.0)?;
+    chart
+        .configure_mesh()
+        .x_desc("TTFT (ms, log scale)")
+        .y_desc("share of requests")
+        .x_label_formatter(&|v| tick(*v))
+        .draw()?;
+    for (i, (s, sorted)) in series.iter().zip(&samples).enumerate() {
+        if sorted.is_empty() {
+            continue;
+        }
+        let c = colour(i);
+        chart
+            .draw_series(LineSeries::new(cdf_points(sorted, 600), c.stroke_width(2)))?
+            .label(s.label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+/// Samples of a step function that changes at `events` (time, +1 or -1), at `points`
+/// evenly spaced times over [0, horizon].
+fn step_samples(events: &mut [(f64, i64)], horizon: f64, points: usize) -> Vec<(f64, f64)> {
+    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut out = Vec::with_capacity(points + 1);
+    let (mut level, mut next) = (0i64, 0usize);
+    for k in 0..=points {
+        let t = horizon * k as f64 / points as f64;
+        while next < events.len() && events[next].0 <= t {
+            level += events[next].1;
+            next += 1;
+        }
+        out.push((t, level as f64));
+    }
+    out
+}
+
+/// Names of the endpoints a series' records went to, in first-seen order of its report's
+/// per-endpoint table (timed reports list them all).
+fn endpoint_names(s: &Series<'_>) -> Vec<String> {
+    match &s.report.timed {
+        Some(t) => t.per_endpoint.iter().map(|e| e.name.clone()).collect(),
+        None => Vec::new(),
+    }
+}
+
+fn running(root: &Area<'_>, series: &[Series<'_>], horizon: f64) -> DrawResult {
+    let (title, body) = root.split_vertically(50);
+    title.titled(
+        "Running requests per endpoint over time (one line per endpoint)",
+        ("sans-serif", 22),
+    )?;
+    let rows = series.len().div_ceil(2);
+    let panels = body.split_evenly((rows, 2));
+    let curves: Vec<Vec<Vec<(f64, f64)>>> = series
+        .iter()
+        .map(|s| {
+            endpoint_names(s)
+                .iter()
+                .map(|name| {
+                    let mut events: Vec<(f64, i64)> = s
+                        .records
+                        .iter()
+                        .filter(|r| r.endpoint.as_deref() == Some(name))
+                        .flat_map(|r| [(r.arrival_s + r.queue_ms / 1e3, 1), (r.finish_s, -1)])
+                        .collect();
+                    step_samples(&mut events, horizon, 400)
+                })
+                .collect()
+        })
+        .collect();
+    let top = curves
+        .iter()
+        .flatten()
+        .flatten()
+        .map(|p| p.1)
+        .fold(1.0f64, f64::max);
+    for (i, (s, panel)) in series.iter().zip(&panels).enumerate() {
+        let c = colour(i);
+        let mut chart = ChartBuilder::on(panel)
+            .caption(s.label, ("sans-serif", 16).into_font().color(&c))
+            .margin(8)
+            .x_label_area_size(34)
+            .y_label_area_size(44)
+            .build_cartesian_2d(0.0..horizon, 0.0..top * 1.05)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (s)")
+            .y_desc("running")
+            .x_label_formatter(&|v| tick(*v))
+            .y_label_formatter(&|v| tick(*v))
+            .max_light_lines(2)
+            .draw()?;
+        for curve in &curves[i] {
+            chart.draw_series(LineSeries::new(curve.iter().copied(), c.mix(0.7)))?;
+        }
+    }
+    Ok(())
+}
+
+fn queue(root: &Area<'_>, series: &[Series<'_>], horizon: f64) -> DrawResult {
+    let curves: Vec<Vec<(f64, f64)>> = series
+        .iter()
+        .map(|s| {
+            let mut events: Vec<(f64, i64)> = s
+                .records
+                .iter()
+                .flat_map(|r| [(r.arrival_s, 1), (r.arrival_s + r.queue_ms / 1e3, -1)])
+                .collect();
+            step_samples(&mut events, horizon, 600)
+        })
+        .collect();
+    let top = curves.iter().flatten().map(|p| p.1).fold(1.0f64, f64::max);
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            "Requests waiting to be scheduled (router and engine queues)",
+            ("sans-serif", 22),
+        )
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0.0..horizon, 0.0..top * 1.05)?;
+    chart
+        .configure_mesh()
+        .x_desc("time (s)")
+        .y_desc("waiting requests")
+        .x_label_formatter(&|v| tick(*v))
+        .y_label_formatter(&|v| tick(*v))
+        .draw()?;
+    for (i, (s, curve)) in series.iter().zip(&curves).enumerate() {
+        if s.records.is_empty() {
+            continue;
+        }
+        let c = colour(i);
+        chart
+            .draw_series(LineSeries::new(curve.iter().copied(), c.stroke_width(2)))?
+            .label(s.label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+/// A group of bars: its name, and the value it shows of a report.
+type Group = (&'static str, fn(&Report) -> f64);
+
+fn hits(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
+    let groups: [Group; 3] = [
+        ("hit ratio", |r| {
+            r.timed.as_ref().map_or(r.hit_ratio, |t| t.hit_ratio)
+        }),
+        ("achieved / best hit", |r| r.quality.achieved_over_best),
+        ("kv-optimal share", |r| r.quality.kv_optimal_share),
+    ];
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            "Prefix reuse: realised and against the best available",
+            ("sans-serif", 22),
+        )
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(56)
+        // Headroom above 1 for the legend, so it never covers a bar.
+        .build_cartesian_2d(0.0..groups.len() as f64, 0.0..1.3)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(groups.len() * 2 + 1)
+        .x_label_formatter(&|x| {
+            let g = x.floor() as usize;
+            if (x - g as f64 - 0.5).abs() < 1e-9 && g < groups.len() {
+                groups[g].0.to_owned()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc("share (0 to 1)")
+        .y_label_formatter(&|v| {
+            if *v <= 1.0 + 1e-9 {
+                format!("{v:.1}")
+            } else {
+                String::new()
+            }
+        })
+        .draw()?;
+    let n = series.len().max(1) as f64;
+    let width = 0.8 / n;
+    for (i, s) in series.iter().enumerate() {
+        let c = colour(i);
+        let bars = groups.iter().enumerate().map(|(g, (_, value))| {
+            let x0 = g as f64 + 0.1 + width * i as f64;
+            Rectangle::new([(x0, 0.0), (x0 + width * 0.9, value(s.report))], c.filled())
+        });
+        chart
+            .draw_series(bars)?
+            .label(s.label)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_function_is_sampled_at_its_level_after_each_change() {
+        let mut events = vec![(1.0, 1), (3.0, -1), (2.0, 1), (2.0, -1)];
+        let s = step_samples(&mut events, 4.0, 4);
+        let levels: Vec<f64> = s.iter().map(|p| p.1).collect();
+        // t = 0, 1, 2, 3, 4: one starts at 1; at 2 one ends and one starts; at 3 one ends.
+        assert_eq!(levels, [0.0, 1.0, 1.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn a_cdf_ends_at_one_with_at_most_the_points_asked_for_plus_the_last() {
+        let sorted: Vec<f64> = (1..=1000).map(f64::from).collect();
+        let points = cdf_points(&sorted, 100);
+        assert!(points.len() <= 101);
+        assert_eq!(points.last(), Some(&(1000.0, 1.0)));
+        assert_eq!(points[0], (1.0, 0.001));
+    }
+}

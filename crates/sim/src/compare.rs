@@ -1,0 +1,429 @@
+//! Reports side by side: which metrics a comparison shows, which way each is better, and
+//! the table, CSV and sort built from them.
+//!
+//! It works on finished [`Report`]s only, never on a run, so a table from saved reports
+//! (`compare --from`, a merged sweep) is the same table as one from fresh runs. A metric is
+//! a dotted path into the report's schema (`timed.ttft.p99`), the same name everywhere: in
+//! the table, in `--sort-by`, and as a CSV column.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::Report;
+
+/// Which way a metric is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Better {
+    /// Larger is better (hit ratios, throughput).
+    Higher,
+    /// Smaller is better (latencies, imbalance, rejections).
+    Lower,
+}
+
+/// One row of a comparison.
+#[derive(Debug, Clone, Copy)]
+pub struct Metric {
+    /// Dotted path into the report (`timed.ttft.p99`).
+    pub key: &'static str,
+    /// What the table calls it, with its unit.
+    pub label: &'static str,
+    /// Which way is better.
+    pub better: Better,
+}
+
+const fn metric(key: &'static str, label: &'static str, better: Better) -> Metric {
+    Metric { key, label, better }
+}
+
+/// The rows, in table order. Timed rows appear only when some report is timed.
+pub const METRICS: &[Metric] = &[
+    metric("hit_ratio", "hit ratio", Better::Higher),
+    metric(
+        "quality.achieved_over_best",
+        "achieved / best hit",
+        Better::Higher,
+    ),
+    metric(
+        "quality.kv_optimal_share",
+        "kv-optimal share",
+        Better::Higher,
+    ),
+    metric(
+        "quality.followup_precision",
+        "follow-up precision",
+        Better::Higher,
+    ),
+    metric(
+        "nreq.max_over_mean",
+        "busiest endpoint / mean",
+        Better::Lower,
+    ),
+    metric("nreq.cv", "requests per endpoint, cv", Better::Lower),
+    metric("cache_miss.mean", "cache miss mean", Better::Lower),
+    metric("cache_miss.p99", "cache miss p99", Better::Lower),
+    metric("rejected", "rejected", Better::Lower),
+    metric("timed.ttft.mean", "TTFT mean (ms)", Better::Lower),
+    metric("timed.ttft.p50", "TTFT p50 (ms)", Better::Lower),
+    metric("timed.ttft.p90", "TTFT p90 (ms)", Better::Lower),
+    metric("timed.ttft.p99", "TTFT p99 (ms)", Better::Lower),
+    metric("timed.tpot.p50", "TPOT p50 (ms)", Better::Lower),
+    metric("timed.e2e.p50", "e2e p50 (ms)", Better::Lower),
+    metric("timed.e2e.p99", "e2e p99 (ms)", Better::Lower),
+    metric("timed.queue.p99", "queue p99 (ms)", Better::Lower),
+    metric("timed.makespan_s", "makespan (s)", Better::Lower),
+    metric(
+        "timed.throughput.output_tokens_per_s",
+        "output tokens/s",
+        Better::Higher,
+    ),
+    metric(
+        "timed.running_spread.max_minus_min",
+        "running spread, max-min",
+        Better::Lower,
+    ),
+    metric(
+        "timed.running_spread.cv",
+        "running spread, cv",
+        Better::Lower,
+    ),
+    metric("timed.router_queued", "waited at the router", Better::Lower),
+    metric("timed.too_long", "too long for an engine", Better::Lower),
+];
+
+/// The metric named `key`, or an error listing the names there are.
+pub fn find_metric(key: &str) -> Result<Metric, String> {
+    METRICS
+        .iter()
+        .copied()
+        .find(|m| m.key == key)
+        .ok_or_else(|| {
+            let names: Vec<&str> = METRICS.iter().map(|m| m.key).collect();
+            format!(
+                "unknown metric `{key}`; the metrics are: {}",
+                names.join(", ")
+            )
+        })
+}
+
+/// One policy's report, under the name the comparison shows.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Entry {
+    /// The policy as the user wrote it (`lcp + num-requests {max_running: 32}`).
+    pub label: String,
+    /// Its whole report.
+    pub report: Report,
+}
+
+/// Policies side by side: what `compare` prints as JSON or YAML, and reads back.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Comparison {
+    /// In column order.
+    pub policies: Vec<Entry>,
+}
+
+/// The value at a dotted path of a report, when it is a number.
+fn value_at(report: &Value, key: &str) -> Option<f64> {
+    let mut node = report;
+    for part in key.split('.') {
+        node = node.get(part)?;
+    }
+    node.as_f64()
+}
+
+impl Comparison {
+    /// Each report as a JSON tree, in column order.
+    fn trees(&self) -> Vec<Value> {
+        self.policies
+            .iter()
+            .map(|e| serde_json::to_value(&e.report).expect("a report serialises"))
+            .collect()
+    }
+
+    /// The rows this comparison has: every metric that some report carries.
+    pub fn metrics(&self) -> Vec<Metric> {
+        let trees = self.trees();
+        METRICS
+            .iter()
+            .copied()
+            .filter(|m| trees.iter().any(|t| value_at(t, m.key).is_some()))
+            .collect()
+    }
+
+    /// Puts the best policy by `metric` first; ties and reports without it keep their order
+    /// (those without it last).
+    pub fn sort_by(&mut self, metric: Metric) {
+        let mut keyed: Vec<(Option<f64>, Entry)> = self
+            .trees()
+            .iter()
+            .map(|t| value_at(t, metric.key))
+            .zip(std::mem::take(&mut self.policies))
+            .collect();
+        keyed.sort_by(|(a, _), (b, _)| match (a, b) {
+            (Some(a), Some(b)) => match metric.better {
+                Better::Higher => b.total_cmp(a),
+                Better::Lower => a.total_cmp(b),
+            },
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => std::cmp::Ordering::Equal,
+        });
+        self.policies = keyed.into_iter().map(|(_, e)| e).collect();
+    }
+
+    /// The table for people: one column per policy, one row per metric, `*` after the best
+    /// value of each row (every one of them on a tie; none when all are equal).
+    pub fn to_table(&self) -> String {
+        let trees = self.trees();
+        let metrics = self.metrics();
+        let mut cells: Vec<Vec<String>> = Vec::new();
+        for metric in &metrics {
+            let values: Vec<Option<f64>> = trees.iter().map(|t| value_at(t, metric.key)).collect();
+            let present = values.iter().flatten();
+            let best = match metric.better {
+                Better::Higher => present.copied().reduce(f64::max),
+                Better::Lower => present.copied().reduce(f64::min),
+            };
+            let all_equal = values.iter().flatten().all(|v| Some(*v) == best);
+            let decimals = decimals_of(values.iter().flatten().copied());
+            let row = values
+                .iter()
+                .map(|v| match v {
+                    None => "-".to_owned(),
+                    Some(v) => {
+                        let mark = if !all_equal && Some(*v) == best {
+                            "*"
+                        } else {
+                            " "
+                        };
+                        format!("{v:.decimals$}{mark}")
+                    }
+                })
+                .collect();
+            cells.push(row);
+        }
+        let label_width = metrics.iter().map(|m| m.label.len()).max().unwrap_or(6);
+        let widths: Vec<usize> = self
+            .policies
+            .iter()
+            .enumerate()
+            .map(|(col, e)| {
+                cells
+                    .iter()
+                    .map(|row| row[col].len())
+                    .chain([e.label.len()])
+                    .max()
+                    .unwrap_or(1)
+            })
+            .collect();
+        let mut out = String::new();
+        let _ = write!(out, "{:<label_width$}", "metric");
+        for (e, width) in self.policies.iter().zip(&widths) {
+            let _ = write!(out, "  {:>width$}", e.label);
+        }
+        out.push('\n');
+        for (metric, row) in metrics.iter().zip(&cells) {
+            let _ = write!(out, "{:<label_width$}", metric.label);
+            for (cell, width) in row.iter().zip(&widths) {
+                let _ = write!(out, "  {cell:>width$}");
+            }
+            out.push('\n');
+        }
+        out.push_str("* best in its row\n");
+        out
+    }
+
+    /// One CSV row per policy: `label`, then every number of its report as a column named
+    /// by its dotted path (`timed.ttft.p99`, `nreq.counts.3`), the union over all reports
+    /// in order of first appearance; empty where a report has no such number.
+    pub fn to_csv(&self) -> String {
+        let flat: Vec<Vec<(String, String)>> = self
+            .trees()
+            .iter()
+            .map(|t| {
+                let mut cells = Vec::new();
+                flatten("", t, &mut cells);
+                cells
+            })
+            .collect();
+        let mut columns: Vec<String> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for cells in &flat {
+            for (key, _) in cells {
+                if seen.insert(key.clone()) {
+                    columns.push(key.clone());
+                }
+            }
+        }
+        let mut out = String::from("label");
+        for column in &columns {
+            out.push(',');
+            out.push_str(&csv_field(column));
+        }
+        out.push('\n');
+        for (entry, cells) in self.policies.iter().zip(&flat) {
+            let by_key: std::collections::HashMap<&str, &str> = cells
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            out.push_str(&csv_field(&entry.label));
+            for column in &columns {
+                out.push(',');
+                out.push_str(&csv_field(by_key.get(column.as_str()).unwrap_or(&"")));
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// Decimals for one row, the same for every cell so they line up: none for counts, one
+/// for values in the hundreds or more (milliseconds), four for ratios.
+fn decimals_of(values: impl Iterator<Item = f64> + Clone) -> usize {
+    if values.clone().all(|v| v.fract() == 0.0) {
+        0
+    } else if values.fold(0.0f64, |m, v| m.max(v.abs())) >= 100.0 {
+        1
+    } else {
+        4
+    }
+}
+
+/// Every scalar leaf of `node` as (dotted path, text).
+fn flatten(prefix: &str, node: &Value, out: &mut Vec<(String, String)>) {
+    let join = |key: &str| {
+        if prefix.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{prefix}.{key}")
+        }
+    };
+    match node {
+        Value::Object(map) => {
+            for (key, value) in map {
+                flatten(&join(key), value, out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, value) in items.iter().enumerate() {
+                flatten(&join(&i.to_string()), value, out);
+            }
+        }
+        Value::Null => {}
+        Value::Bool(b) => out.push((prefix.to_owned(), b.to_string())),
+        Value::Number(n) => out.push((prefix.to_owned(), n.to_string())),
+        Value::String(s) => out.push((prefix.to_owned(), s.clone())),
+    }
+}
+
+/// A CSV field, quoted when it holds a comma, quote or line break (RFC 4180).
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{CacheMiss, LengthUnit, Nreq, Quality, SharePrefix};
+
+    fn report(hit_ratio: f64, max_over_mean: f64) -> Report {
+        Report {
+            run: None,
+            requests: 10,
+            endpoints: 2,
+            rejected: 0,
+            unit: LengthUnit::Tokens,
+            nreq: Nreq {
+                counts: vec![5, 5],
+                max_over_mean,
+                cv: 0.0,
+            },
+            cache_miss: CacheMiss {
+                mean: 1.5,
+                std: 0.0,
+                p50: 1,
+                p90: 2,
+                p99: 2,
+                max: 2,
+            },
+            hit_ratio,
+            share_prefix: SharePrefix {
+                total: 0,
+                same_endpoint: 0,
+            },
+            constrained_decisions: 0,
+            quality: Quality::default(),
+            timed: None,
+        }
+    }
+
+    fn comparison() -> Comparison {
+        Comparison {
+            policies: vec![
+                Entry {
+                    label: "a".into(),
+                    report: report(0.25, 1.5),
+                },
+                Entry {
+                    label: "b, with a comma".into(),
+                    report: report(0.5, 1.25),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn the_best_value_of_each_row_is_marked_and_equal_rows_are_not() {
+        let table = comparison().to_table();
+        let row = |label: &str| {
+            table
+                .lines()
+                .find(|l| l.starts_with(label))
+                .unwrap()
+                .to_owned()
+        };
+        assert!(row("hit ratio").ends_with("0.5000*"), "{table}");
+        assert!(row("hit ratio").contains("0.2500 "), "{table}");
+        assert!(row("busiest endpoint").ends_with("1.2500*"), "{table}");
+        assert!(!row("rejected").contains('*'), "{table}");
+        assert!(
+            !table.contains("TTFT"),
+            "no timed rows without timed reports"
+        );
+    }
+
+    #[test]
+    fn sorting_puts_the_best_first_in_the_metrics_direction() {
+        let mut c = comparison();
+        c.sort_by(find_metric("nreq.max_over_mean").unwrap());
+        assert_eq!(c.policies[0].label, "b, with a comma");
+        c.sort_by(find_metric("cache_miss.mean").unwrap());
+        assert_eq!(
+            c.policies[0].label, "b, with a comma",
+            "a tie keeps the order"
+        );
+        let err = find_metric("ttft").unwrap_err();
+        assert!(err.starts_with("unknown metric `ttft`; the metrics are: hit_ratio,"));
+    }
+
+    #[test]
+    fn csv_has_one_row_per_policy_with_every_number_of_its_report() {
+        let csv = comparison().to_csv();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 3);
+        let header: Vec<&str> = lines[0].split(',').collect();
+        assert_eq!(header[0], "label");
+        assert!(header.contains(&"nreq.counts.1"));
+        assert!(header.contains(&"quality.kv_optimal_share"));
+        let hit = header.iter().position(|h| *h == "hit_ratio").unwrap();
+        assert!(lines[2].starts_with("\"b, with a comma\","));
+        // The quoted label holds one comma, so its fields sit one further along.
+        assert_eq!(lines[2].split(',').nth(hit + 1), Some("0.5"));
+        assert_eq!(lines[1].split(',').nth(hit), Some("0.25"));
+    }
+}
