@@ -1,0 +1,346 @@
+//! `routerlab compare` through the real binary and the real plugins: its numbers are
+//! `replay`'s, its table marks the best, it reads saved reports back, and its plots hold
+//! every policy.
+
+mod support;
+
+use std::path::Path;
+
+use support::{Replay, project_trace, routerlab, scratch_file, texts};
+
+/// `routerlab compare` with these arguments; requires exit 0; returns stdout.
+fn compare(args: &[&str]) -> String {
+    let mut all = vec!["compare"];
+    all.extend_from_slice(args);
+    let output = routerlab(&all);
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
+    stdout
+}
+
+/// `routerlab compare` that must fail with exit 2; returns stderr.
+fn refused(args: &[&str]) -> String {
+    let mut all = vec!["compare"];
+    all.extend_from_slice(args);
+    let output = routerlab(&all);
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(stdout.is_empty(), "no table on failure: {stdout}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    stderr
+}
+
+fn conversation() -> String {
+    project_trace("mooncake-conversation.jsonl")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Each policy's report in a comparison is the report `replay` prints for it alone, number
+/// for number and including its `run` block, in both modes and with two threads.
+#[test]
+fn every_policy_reports_exactly_what_replay_reports_alone() {
+    let trace = conversation();
+    for mode in [
+        &["--timing", "off"][..],
+        &["--timing", "trace", "--engine", "dynamo"],
+    ] {
+        let mut args = vec![
+            "--trace",
+            &trace,
+            "--endpoints",
+            "4",
+            "--seed",
+            "7",
+            "--policy",
+            "lcp",
+            "--policy",
+            "random",
+            "--policy",
+            "lcp + num-requests {max_running: 16}",
+            "--jobs",
+            "2",
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(mode);
+        let comparison: serde_json::Value = serde_json::from_str(&compare(&args)).unwrap();
+        let policies = comparison["policies"].as_array().unwrap();
+        assert_eq!(policies.len(), 3);
+        let alone = [
+            Replay::new("lcp", Path::new(&trace)),
+            Replay::new("random", Path::new(&trace)),
+            Replay::new("lcp", Path::new(&trace)).args(&[
+                "--detector",
+                "num-requests",
+                "--detector-config",
+                "{max_running: 16}",
+            ]),
+        ];
+        for (entry, replay) in policies.iter().zip(alone) {
+            let mut flags = vec!["--endpoints", "4", "--seed", "7"];
+            flags.extend_from_slice(mode);
+            let report = replay.args(&flags).report();
+            assert_eq!(entry["report"], report, "{}", entry["label"]);
+        }
+    }
+}
+
+#[test]
+fn the_table_has_a_column_per_policy_and_marks_the_best_sorted_on_request() {
+    let trace = conversation();
+    let table = compare(&[
+        "--trace",
+        &trace,
+        "--endpoints",
+        "4",
+        "--policy",
+        "round-robin",
+        "--policy",
+        "lcp",
+        "--sort-by",
+        "nreq.max_over_mean",
+    ]);
+    let header = table.lines().next().unwrap();
+    let columns: Vec<&str> = header.split_whitespace().collect();
+    assert_eq!(columns, ["metric", "round-robin", "lcp"], "{table}");
+    let busiest = table
+        .lines()
+        .find(|l| l.starts_with("busiest endpoint / mean"))
+        .unwrap();
+    let cells: Vec<&str> = busiest.split_whitespace().collect();
+    assert!(cells[cells.len() - 2].ends_with('*'), "{table}");
+    assert!(!cells[cells.len() - 1].ends_with('*'), "{table}");
+
+    let sorted = compare(&[
+        "--trace",
+        &trace,
+        "--endpoints",
+        "4",
+        "--policy",
+        "round-robin",
+        "--policy",
+        "lcp",
+        "--sort-by",
+        "hit_ratio",
+    ]);
+    let columns: Vec<&str> = sorted.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(columns, ["metric", "lcp", "round-robin"], "{sorted}");
+}
+
+#[test]
+fn saved_reports_give_the_same_table_and_csv_has_a_row_per_policy() {
+    let trace = conversation();
+    let run = |matcher: &str| {
+        Replay::new(matcher, Path::new(&trace))
+            .args(&["--endpoints", "4", "--format", "json"])
+            .stdout()
+    };
+    let a = scratch_file("compare-lcp.json", &run("lcp"));
+    let b = scratch_file("compare-random.json", &run("random"));
+    let fresh = compare(&[
+        "--trace",
+        &trace,
+        "--endpoints",
+        "4",
+        "--policy",
+        "lcp",
+        "--policy",
+        "random",
+    ]);
+    let saved = compare(&["--from", &a.to_string_lossy(), &b.to_string_lossy()]);
+    assert_eq!(fresh, saved);
+
+    let csv = compare(&[
+        "--from",
+        &a.to_string_lossy(),
+        &b.to_string_lossy(),
+        "--format",
+        "csv",
+    ]);
+    let rows = csv_records(&csv);
+    assert_eq!(rows.len(), 3, "{csv}");
+    assert_eq!(rows[0][0], "label");
+    assert!(rows.iter().all(|r| r.len() == rows[0].len()), "{csv}");
+    let column = |name: &str| rows[0].iter().position(|c| c == name).expect(name);
+    assert_eq!(
+        (rows[1][0].as_str(), rows[2][0].as_str()),
+        ("lcp", "random")
+    );
+    assert_eq!(rows[1][column("run.matcher.config")], "seed: 0\n");
+    let kv = column("quality.kv_optimal_share");
+    assert_eq!(
+        rows[1][kv], "1.0",
+        "lcp always picks the longest cached prefix"
+    );
+}
+
+/// RFC 4180 records: fields split on commas outside quotes, `""` an escaped quote.
+fn csv_records(text: &str) -> Vec<Vec<String>> {
+    let (mut rows, mut row, mut field) = (Vec::new(), Vec::new(), String::new());
+    let (mut quoted, mut chars) = (false, text.chars().peekable());
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                field.push('"');
+            }
+            (true, '"') => quoted = false,
+            (true, c) => field.push(c),
+            (false, '"') => quoted = true,
+            (false, ',') => row.push(std::mem::take(&mut field)),
+            (false, '\n') => {
+                row.push(std::mem::take(&mut field));
+                rows.push(std::mem::take(&mut row));
+            }
+            (false, c) => field.push(c),
+        }
+    }
+    rows
+}
+
+#[test]
+fn bad_policies_and_settings_are_refused_before_anything_runs() {
+    let trace = conversation();
+    let err = refused(&["--trace", &trace, "--policy", "lcp", "--policy", "lcp + "]);
+    assert!(
+        err.contains("policy `lcp + `: expected a detector name after `+` at character 7"),
+        "{err}"
+    );
+    let err = refused(&["--trace", &trace, "--policy", "lcp"]);
+    assert!(err.contains("two or more policies (got 1)"), "{err}");
+    let err = refused(&["--trace", &trace, "--policy", "lcp", "--policy", "lcp"]);
+    assert!(err.contains("policy `lcp` is given twice"), "{err}");
+    let err = refused(&[
+        "--trace",
+        &trace,
+        "--policy",
+        "lcp",
+        "--policy",
+        "no-such-matcher",
+    ]);
+    assert!(
+        err.starts_with("error: policy `no-such-matcher`: "),
+        "{err}"
+    );
+    let err = refused(&[
+        "--trace",
+        &trace,
+        "--policy",
+        "lcp",
+        "--policy",
+        "random",
+        "--sort-by",
+        "ttft",
+    ]);
+    assert!(err.contains("unknown metric `ttft`"), "{err}");
+    let err = refused(&["--trace", &trace, "--matcher", "lcp", "--policy", "random"]);
+    assert!(err.contains("not --matcher"), "{err}");
+}
+
+#[test]
+fn an_experiment_file_lists_policies_in_both_forms() {
+    let trace = conversation();
+    let file = scratch_file(
+        "compare-experiment.yaml",
+        format!(
+            "trace: {trace}\nendpoints: 4\npolicies:\n  - lcp\n  - matcher: lcp\n    detector: num-requests\n    detector_config: {{max_running: 16}}\n    label: lcp, bounded\n"
+        )
+        .as_bytes(),
+    );
+    let table = compare(&["--config", &file.to_string_lossy()]);
+    let header = table.lines().next().unwrap();
+    assert!(header.ends_with("lcp  lcp, bounded"), "{table}");
+}
+
+/// Every SVG parses, and each policy's label and its colour appear in the ones that show
+/// policies as series; a time-free comparison draws only the bars.
+#[test]
+fn plots_hold_a_series_per_policy() {
+    let trace = conversation();
+    let dir = std::env::temp_dir().join(format!("routerlab-plots-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let policies = ["round-robin", "lcp + num-requests {max_running: 16}"];
+    compare(&[
+        "--trace",
+        &trace,
+        "--endpoints",
+        "4",
+        "--timing",
+        "trace",
+        "--engine",
+        "dynamo",
+        "--policy",
+        policies[0],
+        "--policy",
+        policies[1],
+        "--plot",
+        &dir.to_string_lossy(),
+    ]);
+    for file in [
+        "ttft-cdf.svg",
+        "running-per-endpoint.svg",
+        "queue.svg",
+        "hit-ratios.svg",
+    ] {
+        let text = std::fs::read_to_string(dir.join(file)).expect(file);
+        let svg = roxmltree::Document::parse(&text).expect(file);
+        let texts: Vec<String> = svg
+            .descendants()
+            .filter(|n| n.has_tag_name("text"))
+            .map(|n| n.text().unwrap_or("").trim().to_owned())
+            .collect();
+        let painted: Vec<String> = svg
+            .descendants()
+            .flat_map(|n| [n.attribute("stroke"), n.attribute("fill")])
+            .flatten()
+            .map(str::to_ascii_uppercase)
+            .collect();
+        for (i, policy) in policies.iter().enumerate() {
+            assert!(
+                texts.iter().any(|t| t == policy),
+                "{file}: no label `{policy}`"
+            );
+            let colour = routerlab_plot_colour(i);
+            assert!(
+                painted.iter().any(|p| p == &colour),
+                "{file}: nothing drawn in {colour} for `{policy}`"
+            );
+        }
+        let lines = svg
+            .descendants()
+            .filter(|n| n.has_tag_name("polyline"))
+            .count();
+        if file != "hit-ratios.svg" {
+            assert!(lines >= policies.len(), "{file}: {lines} lines");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let dir = std::env::temp_dir().join(format!("routerlab-plots-tf-{}", std::process::id()));
+    let output = routerlab(&[
+        "compare",
+        "--trace",
+        &trace,
+        "--policy",
+        "lcp",
+        "--policy",
+        "random",
+        "--plot",
+        &dir.to_string_lossy(),
+    ]);
+    assert!(output.status.success());
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["hit-ratios.svg"]);
+    assert!(texts(&output).1.contains("only hit-ratios.svg is plotted"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The first two colours of the plot palette, as the SVG writes them.
+fn routerlab_plot_colour(index: usize) -> String {
+    ["#1F77B4", "#FF7F0E"][index].to_owned()
+}
