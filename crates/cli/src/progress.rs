@@ -8,7 +8,7 @@
 use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
 
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use routerlab_sim::SimError;
 use routerlab_sim::observer::{Observer, RequestRecord};
 
@@ -39,15 +39,21 @@ impl Bars {
             let (bar, template) = match total {
                 Some(total) => (
                     ProgressBar::new(total),
-                    "{prefix} [{bar:30}] {pos}/{len} requests, {per_sec}, {eta} left",
+                    "{prefix} [{bar:30}] {pos}/{len} requests, {rate}, {eta} left",
                 ),
                 None => (
                     ProgressBar::no_length(),
-                    "{prefix} {pos} requests, {per_sec}, {elapsed}",
+                    "{prefix} {pos} requests, {rate}, {elapsed}",
                 ),
             };
             let style = ProgressStyle::with_template(template)
                 .expect("a valid template")
+                .with_key(
+                    "rate",
+                    |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+                        let _ = write!(w, "{:.0}/s", state.per_sec());
+                    },
+                )
                 .progress_chars("=> ");
             multi.add(bar.with_style(style).with_prefix(label.to_owned()))
         });

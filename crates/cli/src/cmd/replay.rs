@@ -71,14 +71,14 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
     let (mut report, skipped, source) = match &spec.timed {
         None => {
             // The time-free replay streams the file: its length in requests is not known.
-            let mut bar = bars.bar("replay", None);
+            let mut bar = bars.bar(&spec.matcher, None);
             let report = timefree::replay(&mut reader, &mut router, spec.cache_blocks, &mut bar)?;
             bar.finish();
             (report, reader.skipped().clone(), reader.source())
         }
         Some(timed) => {
             let workload = Workload::load(reader, &timed.engine_block_sizes())?;
-            let mut bar = bars.bar("replay", Some(workload.requests.len() as u64));
+            let mut bar = bars.bar(&spec.matcher, Some(workload.requests.len() as u64));
             let mut watchers = Tee(&mut bar, &mut recorder);
             let report = match &spec.requests_out {
                 None => replay_timed(&workload, &mut router, timed, &mut watchers)?,
