@@ -14,6 +14,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use routerlab_sim::Report;
 use routerlab_sim::observer::RequestRecord;
+use serde::{Deserialize, Serialize};
 
 /// One policy's part in the plots.
 #[derive(Debug, Clone, Copy)]
@@ -22,8 +23,66 @@ pub struct Series<'a> {
     pub label: &'a str,
     /// Its report.
     pub report: &'a Report,
-    /// Its finished requests (timed runs; empty for time-free ones).
-    pub records: &'a [RequestRecord],
+    /// Its curves over time (timed runs only).
+    pub curves: Option<&'a Curves>,
+}
+
+/// What the time-based plots draw of one run, sampled from its finished requests: small
+/// enough to travel with a report (a sweep's JSONL line carries it, so merged shards plot
+/// exactly what the unsharded sweep plots).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Curves {
+    /// TTFT CDF: (milliseconds, share of requests at or below), at most 601 points.
+    pub ttft_cdf: Vec<(f64, f64)>,
+    /// Per endpoint, in endpoint order: (seconds, running requests), 401 samples.
+    pub running: Vec<Vec<(f64, f64)>>,
+    /// (seconds, requests arrived and not yet scheduled), 601 samples.
+    pub queue: Vec<(f64, f64)>,
+}
+
+impl Curves {
+    /// Samples a run's finished requests; `endpoints` are its endpoint names in order.
+    pub fn from_records(records: &[RequestRecord], endpoints: &[String]) -> Curves {
+        let horizon = records
+            .iter()
+            .map(|r| r.finish_s)
+            .fold(0.0f64, f64::max)
+            .max(1e-3);
+        let mut ttft: Vec<f64> = records.iter().map(|r| r.ttft_ms.max(0.1)).collect();
+        ttft.sort_by(f64::total_cmp);
+        let scheduled = |r: &RequestRecord| r.arrival_s + r.queue_ms / 1e3;
+        let running = endpoints
+            .iter()
+            .map(|name| {
+                let mut events: Vec<(f64, i64)> = records
+                    .iter()
+                    .filter(|r| r.endpoint.as_deref() == Some(name))
+                    .flat_map(|r| [(scheduled(r), 1), (r.finish_s, -1)])
+                    .collect();
+                rounded(step_samples(&mut events, horizon, 400))
+            })
+            .collect();
+        let mut waiting: Vec<(f64, i64)> = records
+            .iter()
+            .flat_map(|r| [(r.arrival_s, 1), (scheduled(r), -1)])
+            .collect();
+        Curves {
+            ttft_cdf: rounded(cdf_points(&ttft, 600)),
+            running,
+            queue: rounded(step_samples(&mut waiting, horizon, 600)),
+        }
+    }
+
+    /// The last time any curve reaches, seconds.
+    fn horizon(&self) -> f64 {
+        self.queue.last().map_or(0.0, |p| p.0)
+    }
+}
+
+/// Points at six decimals, as reports are, so a curve reads back from JSON unchanged.
+fn rounded(points: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    let r = |x: f64| (x * 1e6).round() / 1e6;
+    points.into_iter().map(|(x, y)| (r(x), r(y))).collect()
 }
 
 /// A plot could not be drawn or written.
@@ -79,13 +138,12 @@ pub const HITS: &str = "hit-ratios.svg";
 /// Time-based plots need records, which only timed runs have.
 pub fn write_all(dir: &Path, series: &[Series<'_>]) -> Result<Vec<PathBuf>, PlotError> {
     let mut written = Vec::new();
-    let timed = series.iter().any(|s| !s.records.is_empty());
+    let timed = series.iter().any(|s| s.curves.is_some());
     if timed {
         let horizon = series
             .iter()
-            .flat_map(|s| s.records.iter().map(|r| r.finish_s))
-            .fold(0.0f64, f64::max)
-            .max(1e-3);
+            .filter_map(|s| s.curves.map(Curves::horizon))
+            .fold(1e-3f64, f64::max);
         written.push(write_svg(dir, TTFT_CDF, (900, 560), |root| {
             ttft_cdf(root, series)
         })?);
@@ -165,20 +223,14 @@ fn cdf_points(sorted: &[f64], n: usize) -> Vec<(f64, f64)> {
 }
 
 fn ttft_cdf(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
-    let samples: Vec<Vec<f64>> = series
-        .iter()
-        .map(|s| {
-            let mut v: Vec<f64> = s.records.iter().map(|r| r.ttft_ms.max(0.1)).collect();
-            v.sort_by(f64::total_cmp);
-            v
-        })
-        .collect();
-    let lo = samples
-        .iter()
-        .flatten()
-        .copied()
-        .fold(f64::INFINITY, f64::min);
-    let hi = samples.iter().flatten().copied().fold(0.0f64, f64::max);
+    let points = || {
+        series
+            .iter()
+            .filter_map(|s| s.curves)
+            .flat_map(|c| &c.ttft_cdf)
+    };
+    let lo = points().map(|p| p.0).fold(f64::INFINITY, f64::min);
+    let hi = points().map(|p| p.0).fold(0.0f64, f64::max);
     let (lo, hi) = if lo.is_finite() && hi > lo {
         (lo, hi)
     } else {
@@ -199,13 +251,14 @@ fn ttft_cdf(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
         .y_desc("share of requests")
         .x_label_formatter(&|v| tick(*v))
         .draw()?;
-    for (i, (s, sorted)) in series.iter().zip(&samples).enumerate() {
-        if sorted.is_empty() {
-            continue;
-        }
+    for (i, s) in series.iter().enumerate() {
+        let Some(curves) = s.curves else { continue };
         let c = colour(i);
         chart
-            .draw_series(LineSeries::new(cdf_points(sorted, 600), c.stroke_width(2)))?
+            .draw_series(LineSeries::new(
+                curves.ttft_cdf.iter().copied(),
+                c.stroke_width(2),
+            ))?
             .label(s.label)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
@@ -235,15 +288,6 @@ fn step_samples(events: &mut [(f64, i64)], horizon: f64, points: usize) -> Vec<(
     out
 }
 
-/// Names of the endpoints a series' records went to, in first-seen order of its report's
-/// per-endpoint table (timed reports list them all).
-fn endpoint_names(s: &Series<'_>) -> Vec<String> {
-    match &s.report.timed {
-        Some(t) => t.per_endpoint.iter().map(|e| e.name.clone()).collect(),
-        None => Vec::new(),
-    }
-}
-
 fn running(root: &Area<'_>, series: &[Series<'_>], horizon: f64) -> DrawResult {
     let (title, body) = root.split_vertically(50);
     title.titled(
@@ -252,26 +296,14 @@ fn running(root: &Area<'_>, series: &[Series<'_>], horizon: f64) -> DrawResult {
     )?;
     let rows = series.len().div_ceil(2);
     let panels = body.split_evenly((rows, 2));
-    let curves: Vec<Vec<Vec<(f64, f64)>>> = series
+    let none = Vec::new();
+    let curves: Vec<&Vec<Vec<(f64, f64)>>> = series
         .iter()
-        .map(|s| {
-            endpoint_names(s)
-                .iter()
-                .map(|name| {
-                    let mut events: Vec<(f64, i64)> = s
-                        .records
-                        .iter()
-                        .filter(|r| r.endpoint.as_deref() == Some(name))
-                        .flat_map(|r| [(r.arrival_s + r.queue_ms / 1e3, 1), (r.finish_s, -1)])
-                        .collect();
-                    step_samples(&mut events, horizon, 400)
-                })
-                .collect()
-        })
+        .map(|s| s.curves.map_or(&none, |c| &c.running))
         .collect();
     let top = curves
         .iter()
-        .flatten()
+        .flat_map(|c| c.iter())
         .flatten()
         .map(|p| p.1)
         .fold(1.0f64, f64::max);
@@ -291,7 +323,7 @@ fn running(root: &Area<'_>, series: &[Series<'_>], horizon: f64) -> DrawResult {
             .y_label_formatter(&|v| tick(*v))
             .max_light_lines(2)
             .draw()?;
-        for curve in &curves[i] {
+        for curve in curves[i] {
             chart.draw_series(LineSeries::new(curve.iter().copied(), c.mix(0.7)))?;
         }
     }
@@ -299,18 +331,16 @@ fn running(root: &Area<'_>, series: &[Series<'_>], horizon: f64) -> DrawResult {
 }
 
 fn queue(root: &Area<'_>, series: &[Series<'_>], horizon: f64) -> DrawResult {
-    let curves: Vec<Vec<(f64, f64)>> = series
+    let none = Vec::new();
+    let curves: Vec<&Vec<(f64, f64)>> = series
         .iter()
-        .map(|s| {
-            let mut events: Vec<(f64, i64)> = s
-                .records
-                .iter()
-                .flat_map(|r| [(r.arrival_s, 1), (r.arrival_s + r.queue_ms / 1e3, -1)])
-                .collect();
-            step_samples(&mut events, horizon, 600)
-        })
+        .map(|s| s.curves.map_or(&none, |c| &c.queue))
         .collect();
-    let top = curves.iter().flatten().map(|p| p.1).fold(1.0f64, f64::max);
+    let top = curves
+        .iter()
+        .flat_map(|c| c.iter())
+        .map(|p| p.1)
+        .fold(1.0f64, f64::max);
     let mut chart = ChartBuilder::on(root)
         .caption(
             "Requests waiting to be scheduled (router and engine queues)",
@@ -328,7 +358,7 @@ fn queue(root: &Area<'_>, series: &[Series<'_>], horizon: f64) -> DrawResult {
         .y_label_formatter(&|v| tick(*v))
         .draw()?;
     for (i, (s, curve)) in series.iter().zip(&curves).enumerate() {
-        if s.records.is_empty() {
+        if s.curves.is_none() {
             continue;
         }
         let c = colour(i);

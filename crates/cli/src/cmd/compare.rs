@@ -134,6 +134,7 @@ pub fn run(opts: CompareOpts) -> Result<(), Failure> {
     let mut records = Vec::new();
     for (p, outcome) in prepared.iter().zip(outcomes) {
         let mut report = outcome.report;
+        let curves = crate::cmd::plot::curves_of(&report, &outcome.records);
         report.run = Some(run_info(
             &p.spec,
             workload.source.clone(),
@@ -144,7 +145,7 @@ pub fn run(opts: CompareOpts) -> Result<(), Failure> {
             label: p.label.clone(),
             report,
         });
-        records.push((p.label.clone(), outcome.records));
+        records.push((p.label.clone(), curves));
     }
     if let Some(metric) = sort_by {
         comparison.sort_by(metric);

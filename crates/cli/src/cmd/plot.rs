@@ -3,9 +3,10 @@
 
 use std::path::Path;
 
-use routerlab_plot::{Series, write_all};
+use routerlab_plot::{Curves, Series, write_all};
 use routerlab_sim::compare::Comparison;
 use routerlab_sim::observer::RequestRecord;
+use routerlab_sim::report::Report;
 
 use crate::exit::Failure;
 
@@ -39,11 +40,19 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// Draws the comparison's plots into `dir` and says on stderr what was written.
+/// The curves of a timed run's records (`None` for a time-free run, which has none).
+pub fn curves_of(report: &Report, records: &[RequestRecord]) -> Option<Curves> {
+    let timed = report.timed.as_ref()?;
+    let names: Vec<String> = timed.per_endpoint.iter().map(|e| e.name.clone()).collect();
+    Some(Curves::from_records(records, &names))
+}
+
+/// Draws the comparison's plots into `dir` and says on stderr what was written; `curves`
+/// are by label.
 pub fn write_plots(
     dir: &Path,
     comparison: &Comparison,
-    records: &[(String, Vec<RequestRecord>)],
+    curves: &[(String, Option<Curves>)],
 ) -> Result<(), Failure> {
     let series: Vec<Series<'_>> = comparison
         .policies
@@ -51,10 +60,10 @@ pub fn write_plots(
         .map(|entry| Series {
             label: &entry.label,
             report: &entry.report,
-            records: records
+            curves: curves
                 .iter()
                 .find(|(label, _)| *label == entry.label)
-                .map_or(&[][..], |(_, r)| r),
+                .and_then(|(_, c)| c.as_ref()),
         })
         .collect();
     let written = write_all(dir, &series).map_err(|e| Failure::Output {
@@ -62,7 +71,7 @@ pub fn write_plots(
         path: e.path.clone(),
         source: std::io::Error::other(e.cause),
     })?;
-    if series.iter().all(|s| s.records.is_empty()) {
+    if series.iter().all(|s| s.curves.is_none()) {
         eprintln!(
             "note: a time-free run has no clock, so only {} is plotted (add --timing trace for latencies and queues)",
             routerlab_plot::HITS

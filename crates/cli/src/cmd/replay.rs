@@ -126,11 +126,9 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
         policies: vec![Entry { label, report }],
     };
     if let Some(dir) = &plot {
-        crate::cmd::plot::write_plots(
-            dir,
-            &single,
-            &[(single.policies[0].label.clone(), recorder.records)],
-        )?;
+        let entry = &single.policies[0];
+        let curves = crate::cmd::plot::curves_of(&entry.report, &recorder.records);
+        crate::cmd::plot::write_plots(dir, &single, &[(entry.label.clone(), curves)])?;
     }
     let report = &single.policies[0].report;
     print_report(report, &spec, &single)?;
