@@ -26,6 +26,8 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Replay(opts) => cmd::replay::run(*opts),
         Command::Compare(opts) => cmd::compare::run(*opts),
+        Command::Sweep(args) => cmd::sweep::run(args),
+        Command::Merge(args) => cmd::sweep::merge(args),
         Command::Plugins(args) => cmd::plugins::run(args),
         Command::GenTrace(args) => cmd::gen_trace::run(args),
     };

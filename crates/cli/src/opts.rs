@@ -27,6 +27,10 @@ pub enum Command {
     Replay(Box<ReplayOpts>),
     /// Replay one trace through several policies and put their statistics side by side.
     Compare(Box<CompareOpts>),
+    /// Run a grid of replays from a sweep file, whole or one shard of it.
+    Sweep(crate::cmd::sweep::SweepArgs),
+    /// Put the shards of a sweep back together: the whole sweep's table, CSV or plots.
+    Merge(crate::cmd::sweep::MergeArgs),
     /// List every plugin on the search path: name, kind, version, ABI, file.
     Plugins(PluginsArgs),
     /// Write a synthetic trace (the prototype's chat workload, or Mooncake format).

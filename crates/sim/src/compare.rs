@@ -180,27 +180,7 @@ impl Comparison {
         let mut cells: Vec<Vec<String>> = Vec::new();
         for metric in &metrics {
             let values: Vec<Option<f64>> = trees.iter().map(|t| value_at(t, metric.key)).collect();
-            let present = values.iter().flatten();
-            let best = match metric.better {
-                Better::Higher => present.copied().reduce(f64::max),
-                Better::Lower => present.copied().reduce(f64::min),
-            };
-            let all_equal = values.iter().flatten().all(|v| Some(*v) == best);
-            let decimals = decimals_of(values.iter().flatten().copied());
-            let row = values
-                .iter()
-                .map(|v| match v {
-                    None => "-".to_owned(),
-                    Some(v) => {
-                        let mark = if !all_equal && Some(*v) == best {
-                            "*"
-                        } else {
-                            " "
-                        };
-                        format!("{v:.decimals$}{mark}")
-                    }
-                })
-                .collect();
+            let row = marked_cells(&values, metric.better);
             cells.push(row);
         }
         let label_width = metrics.iter().map(|m| m.label.len()).max().unwrap_or(6);
@@ -231,6 +211,55 @@ impl Comparison {
             out.push('\n');
         }
         out.push_str("* best in its row\n");
+        out
+    }
+
+    /// The table for many runs (a sweep): one row per run, one column per headline metric
+    /// (its dotted name), `*` after the best of each column.
+    pub fn to_run_table(&self) -> String {
+        let trees = self.trees();
+        let metrics: Vec<Metric> = HEADLINE
+            .iter()
+            .map(|key| find_metric(key).expect("headline metrics are metrics"))
+            .filter(|m| trees.iter().any(|t| value_at(t, m.key).is_some()))
+            .collect();
+        let mut columns: Vec<Vec<String>> = Vec::new();
+        for metric in &metrics {
+            let values: Vec<Option<f64>> = trees.iter().map(|t| value_at(t, metric.key)).collect();
+            columns.push(marked_cells(&values, metric.better));
+        }
+        let label_width = self
+            .policies
+            .iter()
+            .map(|e| e.label.len())
+            .max()
+            .unwrap_or(3)
+            .max(3);
+        let widths: Vec<usize> = metrics
+            .iter()
+            .zip(&columns)
+            .map(|(m, cells)| {
+                cells
+                    .iter()
+                    .map(String::len)
+                    .chain([m.key.len()])
+                    .max()
+                    .unwrap_or(1)
+            })
+            .collect();
+        let mut out = format!("{:<label_width$}", "run");
+        for (m, width) in metrics.iter().zip(&widths) {
+            let _ = write!(out, "  {:>width$}", m.key);
+        }
+        out.push('\n');
+        for (row, entry) in self.policies.iter().enumerate() {
+            let _ = write!(out, "{:<label_width$}", entry.label);
+            for (cells, width) in columns.iter().zip(&widths) {
+                let _ = write!(out, "  {:>width$}", cells[row]);
+            }
+            out.push('\n');
+        }
+        out.push_str("* best in its column\n");
         out
     }
 
@@ -277,6 +306,43 @@ impl Comparison {
         out
     }
 }
+
+/// The cells of one row (or column) of values: the same decimals for all, `*` after the
+/// best (every one on a tie; none when all are equal), `-` where a report has no value.
+fn marked_cells(values: &[Option<f64>], better: Better) -> Vec<String> {
+    let present = values.iter().flatten().copied();
+    let best = match better {
+        Better::Higher => present.reduce(f64::max),
+        Better::Lower => present.reduce(f64::min),
+    };
+    let all_equal = values.iter().flatten().all(|v| Some(*v) == best);
+    let decimals = decimals_of(values.iter().flatten().copied());
+    values
+        .iter()
+        .map(|v| match v {
+            None => "-".to_owned(),
+            Some(v) => {
+                let mark = if !all_equal && Some(*v) == best {
+                    "*"
+                } else {
+                    " "
+                };
+                format!("{v:.decimals$}{mark}")
+            }
+        })
+        .collect()
+}
+
+/// The columns of [`Comparison::to_run_table`], when the reports have them.
+const HEADLINE: &[&str] = &[
+    "hit_ratio",
+    "quality.achieved_over_best",
+    "nreq.max_over_mean",
+    "timed.ttft.p50",
+    "timed.ttft.p99",
+    "timed.e2e.p99",
+    "timed.makespan_s",
+];
 
 /// Decimals for one row, the same for every cell so they line up: none for counts, one
 /// for values in the hundreds or more (milliseconds), four for ratios.

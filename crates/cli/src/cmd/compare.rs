@@ -26,11 +26,13 @@ use crate::policy::{self, Policy, PolicyEntry};
 use crate::progress::Bars;
 use crate::spec::{RunSpec, one_line, resolve};
 
-/// One policy ready to run: its resolved settings and its router (plugins created).
-struct Prepared {
-    label: String,
-    spec: RunSpec,
-    router: Router,
+/// One run ready to go: its resolved settings, its router (plugins created), and which of
+/// the loaded workloads it replays.
+pub(crate) struct Prepared {
+    pub(crate) label: String,
+    pub(crate) spec: RunSpec,
+    pub(crate) router: Router,
+    pub(crate) workload: usize,
 }
 
 /// What one policy's run produced.
@@ -75,38 +77,10 @@ pub fn run(opts: CompareOpts) -> Result<(), Failure> {
     let (quiet, plot_dir) = (merged.quiet, merged.plot.clone());
 
     // Resolve every policy's settings and create its plugins before running anything.
-    let search = SearchPath::from_env();
     let mut prepared = Vec::with_capacity(policies.len());
     for policy in policies {
-        let in_policy = |failure: Failure| Failure::InPolicy {
-            label: policy.label.clone(),
-            failure: Box::new(failure),
-        };
-        let spec = resolve(ReplayOpts {
-            matcher: Some(policy.matcher.clone()),
-            matcher_config: policy.matcher_config.clone(),
-            detector: policy.detector.clone(),
-            detector_config: policy.detector_config.clone(),
-            ..merged.clone()
-        })
-        .map_err(in_policy)?;
-        let matcher = load_matcher(&spec.matcher, &spec.matcher_config, &search)
-            .map_err(|e| in_policy(e.into()))?;
-        let detector = match &spec.detector {
-            Some(name) => Some(
-                load_detector(name, &spec.detector_config, &search)
-                    .map_err(|e| in_policy(e.into()))?,
-            ),
-            None => None,
-        };
-        let table = EndpointTable::new(spec.endpoints.iter().cloned());
-        let router = Router::new(matcher, detector, table, spec.when_unavailable)
-            .map_err(|e| in_policy(e.into()))?;
-        prepared.push(Prepared {
-            label: policy.label,
-            spec,
-            router,
-        });
+        let opts = with_policy(&merged, &policy);
+        prepared.push(prepare(policy.label, opts, 0)?);
     }
     let first = &prepared[0].spec;
     if let Some(dir) = &plot_dir {
@@ -129,7 +103,9 @@ pub fn run(opts: CompareOpts) -> Result<(), Failure> {
     }
 
     let bars = Bars::new(quiet);
-    let outcomes = run_all(&mut prepared, &workload, jobs, &bars, plot_dir.is_some())?;
+    let workloads = [workload];
+    let outcomes = run_all(&mut prepared, &workloads, jobs, &bars, plot_dir.is_some())?;
+    let [workload] = workloads;
     let mut comparison = Comparison::default();
     let mut records = Vec::new();
     for (p, outcome) in prepared.iter().zip(outcomes) {
@@ -154,6 +130,48 @@ pub fn run(opts: CompareOpts) -> Result<(), Failure> {
         crate::cmd::plot::write_plots(dir, &comparison, &records)?;
     }
     print(&comparison, format)
+}
+
+/// `opts` with `policy`'s plugins.
+pub(crate) fn with_policy(opts: &ReplayOpts, policy: &Policy) -> ReplayOpts {
+    ReplayOpts {
+        matcher: Some(policy.matcher.clone()),
+        matcher_config: policy.matcher_config.clone(),
+        detector: policy.detector.clone(),
+        detector_config: policy.detector_config.clone(),
+        ..opts.clone()
+    }
+}
+
+/// Resolves a run's settings and creates its plugins and router; failures name the run.
+pub(crate) fn prepare(
+    label: String,
+    opts: ReplayOpts,
+    workload: usize,
+) -> Result<Prepared, Failure> {
+    let in_run = |failure: Failure| Failure::InPolicy {
+        label: label.clone(),
+        failure: Box::new(failure),
+    };
+    let spec = resolve(opts).map_err(in_run)?;
+    let search = SearchPath::from_env();
+    let matcher =
+        load_matcher(&spec.matcher, &spec.matcher_config, &search).map_err(|e| in_run(e.into()))?;
+    let detector = match &spec.detector {
+        Some(name) => Some(
+            load_detector(name, &spec.detector_config, &search).map_err(|e| in_run(e.into()))?,
+        ),
+        None => None,
+    };
+    let table = EndpointTable::new(spec.endpoints.iter().cloned());
+    let router = Router::new(matcher, detector, table, spec.when_unavailable)
+        .map_err(|e| in_run(e.into()))?;
+    Ok(Prepared {
+        label,
+        spec,
+        router,
+        workload,
+    })
 }
 
 /// The policies from the flags, else the experiment file; at least two, labels distinct.
@@ -191,16 +209,15 @@ fn policies_of(opts: &CompareOpts, merged: &ReplayOpts) -> Result<Vec<Policy>, F
     Ok(policies)
 }
 
-/// Runs every prepared policy over the workload, `jobs` at a time, in any order; the
-/// outcomes come back in policy order. The first failure (in policy order) is returned.
-fn run_all(
+/// Runs every prepared run over its workload, `jobs` at a time, in any order; the
+/// outcomes come back in run order. The first failure (in run order) is returned.
+pub(crate) fn run_all(
     prepared: &mut [Prepared],
-    workload: &Workload,
+    workloads: &[Workload],
     jobs: usize,
     bars: &Bars,
     keep_records: bool,
 ) -> Result<Vec<Outcome>, Failure> {
-    let total = workload.requests.len() as u64;
     let next = AtomicUsize::new(0);
     let slots: Vec<Mutex<Option<&mut Prepared>>> =
         prepared.iter_mut().map(|p| Mutex::new(Some(p))).collect();
@@ -214,6 +231,8 @@ fn run_all(
                     let Some(slot) = slots.get(i) else { break };
                     let job = slot.lock().expect("no panic holds it").take();
                     let Some(job) = job else { continue };
+                    let workload = &workloads[job.workload];
+                    let total = workload.requests.len() as u64;
                     let mut bar = bars.bar(&job.label, Some(total));
                     let outcome = run_one(job, workload, &mut bar, keep_records);
                     bar.finish();
@@ -343,7 +362,7 @@ fn label_of_run(run: &routerlab_sim::report::RunInfo) -> String {
 }
 
 /// Prints the comparison in `format`.
-fn print(comparison: &Comparison, format: OutputFormat) -> Result<(), Failure> {
+pub(crate) fn print(comparison: &Comparison, format: OutputFormat) -> Result<(), Failure> {
     let text = match format {
         OutputFormat::Human => comparison.to_table(),
         OutputFormat::Json => serde_json::to_string_pretty(comparison)

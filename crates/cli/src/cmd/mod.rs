@@ -6,6 +6,7 @@ pub mod gen_trace;
 pub mod plot;
 pub mod plugins;
 pub mod replay;
+pub mod sweep;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
