@@ -122,7 +122,7 @@ fn a_missing_or_repeated_shard_is_named() {
     };
     let err = merge(&["s1.jsonl", "s3.jsonl"]);
     assert!(
-        err.contains("shard 2/3 missing: runs 1 of 4 are in none of the files"),
+        err.contains("shard 2/3 missing: no file holds run 1 (of 4 runs)"),
         "{err}"
     );
     let err = merge(&["s1.jsonl", "s2.jsonl", "s3.jsonl", "s2.jsonl"]);
