@@ -31,10 +31,30 @@ pub struct Metric {
     pub label: &'static str,
     /// Which way is better.
     pub better: Better,
+    /// A count that must be non-zero for the metric to mean anything (a share of
+    /// follow-ups needs follow-ups); where it is zero the metric shows as absent.
+    pub needs: Option<&'static str>,
 }
 
 const fn metric(key: &'static str, label: &'static str, better: Better) -> Metric {
-    Metric { key, label, better }
+    Metric {
+        key,
+        label,
+        better,
+        needs: None,
+    }
+}
+
+impl Metric {
+    /// This metric's value in a report tree, if it has a meaningful one.
+    fn of(&self, report: &Value) -> Option<f64> {
+        if let Some(count) = self.needs
+            && value_at(report, count).is_none_or(|n| n == 0.0)
+        {
+            return None;
+        }
+        value_at(report, self.key)
+    }
 }
 
 /// The rows, in table order. Timed rows appear only when some report is timed.
@@ -50,11 +70,14 @@ pub const METRICS: &[Metric] = &[
         "kv-optimal share",
         Better::Higher,
     ),
-    metric(
-        "quality.followup_precision",
-        "follow-up precision",
-        Better::Higher,
-    ),
+    Metric {
+        needs: Some("share_prefix.total"),
+        ..metric(
+            "quality.followup_precision",
+            "follow-up precision",
+            Better::Higher,
+        )
+    },
     metric(
         "nreq.max_over_mean",
         "busiest endpoint / mean",
@@ -147,7 +170,7 @@ impl Comparison {
         METRICS
             .iter()
             .copied()
-            .filter(|m| trees.iter().any(|t| value_at(t, m.key).is_some()))
+            .filter(|m| trees.iter().any(|t| m.of(t).is_some()))
             .collect()
     }
 
@@ -157,7 +180,7 @@ impl Comparison {
         let mut keyed: Vec<(Option<f64>, Entry)> = self
             .trees()
             .iter()
-            .map(|t| value_at(t, metric.key))
+            .map(|t| metric.of(t))
             .zip(std::mem::take(&mut self.policies))
             .collect();
         keyed.sort_by(|(a, _), (b, _)| match (a, b) {
@@ -179,7 +202,7 @@ impl Comparison {
         let metrics = self.metrics();
         let mut cells: Vec<Vec<String>> = Vec::new();
         for metric in &metrics {
-            let values: Vec<Option<f64>> = trees.iter().map(|t| value_at(t, metric.key)).collect();
+            let values: Vec<Option<f64>> = trees.iter().map(|t| metric.of(t)).collect();
             let row = marked_cells(&values, metric.better);
             cells.push(row);
         }
@@ -221,11 +244,11 @@ impl Comparison {
         let metrics: Vec<Metric> = HEADLINE
             .iter()
             .map(|key| find_metric(key).expect("headline metrics are metrics"))
-            .filter(|m| trees.iter().any(|t| value_at(t, m.key).is_some()))
+            .filter(|m| trees.iter().any(|t| m.of(t).is_some()))
             .collect();
         let mut columns: Vec<Vec<String>> = Vec::new();
         for metric in &metrics {
-            let values: Vec<Option<f64>> = trees.iter().map(|t| value_at(t, metric.key)).collect();
+            let values: Vec<Option<f64>> = trees.iter().map(|t| metric.of(t)).collect();
             columns.push(marked_cells(&values, metric.better));
         }
         let label_width = self

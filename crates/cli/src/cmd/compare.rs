@@ -123,11 +123,12 @@ pub fn run(opts: CompareOpts) -> Result<(), Failure> {
         });
         records.push((p.label.clone(), curves));
     }
-    if let Some(metric) = sort_by {
-        comparison.sort_by(metric);
-    }
+    // Plotted in the order given, so a policy keeps its colour whatever the table's order.
     if let Some(dir) = &plot_dir {
         crate::cmd::plot::write_plots(dir, &comparison, &records)?;
+    }
+    if let Some(metric) = sort_by {
+        comparison.sort_by(metric);
     }
     print(&comparison, format)
 }
