@@ -244,13 +244,16 @@ fn an_experiment_file_lists_policies_in_both_forms() {
     let file = scratch_file(
         "compare-experiment.yaml",
         format!(
-            "trace: {trace}\nendpoints: 4\npolicies:\n  - lcp\n  - matcher: lcp\n    detector: num-requests\n    detector_config: {{max_running: 16}}\n    label: lcp, bounded\n"
+            "trace: {trace}\nendpoints: 4\npolicies:\n  - lcp\n  - 'lcp + num-requests {{max_running: 8}}'\n  - matcher: lcp\n    detector: num-requests\n    detector_config: {{max_running: 16}}\n    label: lcp, bounded\n"
         )
         .as_bytes(),
     );
     let table = compare(&["--config", &file.to_string_lossy()]);
     let header = table.lines().next().unwrap();
-    assert!(header.ends_with("lcp  lcp, bounded"), "{table}");
+    assert!(
+        header.ends_with("lcp  lcp + num-requests {max_running: 8}  lcp, bounded"),
+        "{table}"
+    );
 }
 
 /// Every SVG parses, and each policy's label and its colour appear in the ones that show
@@ -343,4 +346,68 @@ fn plots_hold_a_series_per_policy() {
 /// The first two colours of the plot palette, as the SVG writes them.
 fn routerlab_plot_colour(index: usize) -> String {
     ["#1F77B4", "#FF7F0E"][index].to_owned()
+}
+
+/// A policy named by the path of its library is the same plugin as by its name; and a
+/// successful comparison with stderr not a terminal prints nothing there (no progress).
+#[test]
+fn a_library_path_is_a_policy_and_no_progress_reaches_a_pipe() {
+    let trace = conversation();
+    let library = std::path::Path::new(env!("CARGO_BIN_EXE_routerlab"))
+        .parent()
+        .unwrap()
+        .join(format!(
+            "{}routerlab_lcp{}",
+            std::env::consts::DLL_PREFIX,
+            std::env::consts::DLL_SUFFIX
+        ));
+    let by_path = format!("{}#lcp", library.display());
+    let output = routerlab(&[
+        "compare", "--trace", &trace, "--policy", "lcp", "--policy", &by_path, "--format", "json",
+    ]);
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(stderr, "", "nothing but the result, and that on stdout");
+    let comparison: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let policies = comparison["policies"].as_array().unwrap();
+    assert_eq!(policies[1]["label"], by_path.as_str());
+    let stats = |i: usize| {
+        let mut report = policies[i]["report"].clone();
+        report.as_object_mut().unwrap().remove("run");
+        report
+    };
+    assert_eq!(stats(0), stats(1));
+}
+
+/// `replay --plot` draws the same four files for its one policy.
+#[test]
+fn replay_plots_its_one_policy() {
+    let dir = std::env::temp_dir().join(format!("routerlab-replay-plot-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let trace = conversation();
+    Replay::new("round-robin", Path::new(&trace))
+        .args(&[
+            "--timing",
+            "trace",
+            "--endpoints",
+            "2",
+            "--plot",
+            &dir.to_string_lossy(),
+        ])
+        .stdout();
+    for file in [
+        "ttft-cdf.svg",
+        "running-per-endpoint.svg",
+        "queue.svg",
+        "hit-ratios.svg",
+    ] {
+        let text = std::fs::read_to_string(dir.join(file)).expect(file);
+        let svg = roxmltree::Document::parse(&text).expect(file);
+        assert!(
+            svg.descendants()
+                .any(|n| n.has_tag_name("text") && n.text().map(str::trim) == Some("round-robin")),
+            "{file}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
