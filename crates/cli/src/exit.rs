@@ -30,9 +30,11 @@ pub enum Failure {
     Plugin(PluginError),
     /// The run failed.
     Run(SimError),
-    /// One policy of a comparison failed.
-    InPolicy {
-        /// The policy, as the comparison labels it.
+    /// One run of a comparison or sweep failed.
+    InRun {
+        /// `policy` (a comparison's column) or `run` (a sweep's row).
+        kind: &'static str,
+        /// Its label.
         label: String,
         /// What failed.
         failure: Box<Failure>,
@@ -66,7 +68,7 @@ impl Failure {
                 // added later: the run did not finish.
                 _ => RUN_FAILED,
             },
-            Failure::InPolicy { failure, .. } => failure.exit_code(),
+            Failure::InRun { failure, .. } => failure.exit_code(),
             Failure::Output { .. } => RUN_FAILED,
         }
     }
@@ -84,7 +86,11 @@ impl fmt::Display for Failure {
                 "line {line}: the trace has no arrival times; pass --rate R (Poisson) or --concurrency N (closed loop)"
             ),
             Failure::Run(e) => write!(f, "{e}"),
-            Failure::InPolicy { label, failure } => write!(f, "policy `{label}`: {failure}"),
+            Failure::InRun {
+                kind,
+                label,
+                failure,
+            } => write!(f, "{kind} `{label}`: {failure}"),
             Failure::Output { what, path, source } => {
                 write!(f, "{}: cannot write {what}: {source}", path.display())
             }

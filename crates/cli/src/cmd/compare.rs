@@ -29,6 +29,8 @@ use crate::spec::{RunSpec, one_line, resolve};
 /// One run ready to go: its resolved settings, its router (plugins created), and which of
 /// the loaded workloads it replays.
 pub(crate) struct Prepared {
+    /// `policy` or `run`, for messages.
+    pub(crate) kind: &'static str,
     pub(crate) label: String,
     pub(crate) spec: RunSpec,
     pub(crate) router: Router,
@@ -80,7 +82,7 @@ pub fn run(opts: CompareOpts) -> Result<(), Failure> {
     let mut prepared = Vec::with_capacity(policies.len());
     for policy in policies {
         let opts = with_policy(&merged, &policy);
-        prepared.push(prepare(policy.label, opts, 0)?);
+        prepared.push(prepare("policy", policy.label, opts, 0)?);
     }
     let first = &prepared[0].spec;
     if let Some(dir) = &plot_dir {
@@ -146,11 +148,13 @@ pub(crate) fn with_policy(opts: &ReplayOpts, policy: &Policy) -> ReplayOpts {
 
 /// Resolves a run's settings and creates its plugins and router; failures name the run.
 pub(crate) fn prepare(
+    kind: &'static str,
     label: String,
     opts: ReplayOpts,
     workload: usize,
 ) -> Result<Prepared, Failure> {
-    let in_run = |failure: Failure| Failure::InPolicy {
+    let in_run = |failure: Failure| Failure::InRun {
+        kind,
         label: label.clone(),
         failure: Box::new(failure),
     };
@@ -168,6 +172,7 @@ pub(crate) fn prepare(
     let router = Router::new(matcher, detector, table, spec.when_unavailable)
         .map_err(|e| in_run(e.into()))?;
     Ok(Prepared {
+        kind,
         label,
         spec,
         router,
@@ -247,7 +252,8 @@ pub(crate) fn run_all(
         let result = result.into_inner().expect("no panic holds it");
         let outcome = result
             .expect("every policy ran")
-            .map_err(|failure| Failure::InPolicy {
+            .map_err(|failure| Failure::InRun {
+                kind: p.kind,
                 label: p.label.clone(),
                 failure: Box::new(failure),
             })?;

@@ -212,6 +212,7 @@ pub fn run(args: SweepArgs) -> Result<(), Failure> {
     let mut settings = Vec::with_capacity(selected.len());
     for (_, run) in &selected {
         prepared.push(prepare(
+            "run",
             run.label.clone(),
             with_policy(&run.opts, &run.policy),
             0,
