@@ -253,18 +253,44 @@ fn ttft_cdf(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
         .draw()?;
     for (i, s) in series.iter().enumerate() {
         let Some(curves) = s.curves else { continue };
-        let c = colour(i);
-        chart
-            .draw_series(LineSeries::new(
-                curves.ttft_cdf.iter().copied(),
-                c.stroke_width(2),
-            ))?
-            .label(s.label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        policy_line(&mut chart, &curves.ttft_cdf, i, s.label)?;
     }
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)
+}
+
+type Chart<'a, 'b, X, Y> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<X, Y>>;
+
+/// Policy `index`'s line, in its colour, with its legend entry.
+fn policy_line<X, Y>(
+    chart: &mut Chart<'_, '_, X, Y>,
+    points: &[(f64, f64)],
+    index: usize,
+    label: &str,
+) -> DrawResult
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    let c = colour(index);
+    chart
+        .draw_series(LineSeries::new(points.iter().copied(), c.stroke_width(2)))?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    Ok(())
+}
+
+/// The legend box of every plot, at `position`.
+fn legend<'a, 'b: 'a, X, Y>(
+    chart: &mut Chart<'a, 'b, X, Y>,
+    position: SeriesLabelPosition,
+) -> DrawResult
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(position)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()?;
@@ -358,22 +384,11 @@ fn queue(root: &Area<'_>, series: &[Series<'_>], horizon: f64) -> DrawResult {
         .y_label_formatter(&|v| tick(*v))
         .draw()?;
     for (i, (s, curve)) in series.iter().zip(&curves).enumerate() {
-        if s.curves.is_none() {
-            continue;
+        if s.curves.is_some() {
+            policy_line(&mut chart, curve, i, s.label)?;
         }
-        let c = colour(i);
-        chart
-            .draw_series(LineSeries::new(curve.iter().copied(), c.stroke_width(2)))?
-            .label(s.label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
-    Ok(())
+    legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
 /// A group of bars: its name, and the value it shows of a report.
@@ -431,13 +446,7 @@ fn hits(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
             .label(s.label)
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
-    Ok(())
+    legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
 #[cfg(test)]

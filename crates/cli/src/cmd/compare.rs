@@ -7,8 +7,7 @@
 //! typo in the fifth policy fails in a second, not after four replays. If any policy fails,
 //! the command fails and prints no table: a comparison with a column missing is not one.
 
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -378,13 +377,5 @@ pub(crate) fn print(comparison: &Comparison, format: OutputFormat) -> Result<(),
         OutputFormat::Yaml => serde_yaml::to_string(comparison).expect("a comparison serialises"),
         OutputFormat::Csv => comparison.to_csv(),
     };
-    let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-        .map_err(|source| Failure::Output {
-            what: "the comparison",
-            path: PathBuf::from("-"),
-            source,
-        })
+    crate::cmd::print_stdout(&text, "the comparison")
 }

@@ -9,7 +9,23 @@ pub mod replay;
 pub mod sweep;
 
 use std::fs::File;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
+
+use crate::exit::Failure;
+
+/// Prints `text` on stdout, all of it or a failure naming `what` was being written.
+pub fn print_stdout(text: &str, what: &'static str) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|source| Failure::Output {
+            what,
+            path: PathBuf::from("-"),
+            source,
+        })
+}
 
 /// An output written beside its final name and renamed into place only once complete, so a
 /// failed run leaves no half-written file and an existing file survives a failure.

@@ -3,8 +3,7 @@
 //! Settings come from three layers, later winning: defaults, an experiment YAML file
 //! (`--config`), then flags. Nothing is printed on stdout unless the replay completed.
 
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
@@ -192,13 +191,5 @@ fn print_report(report: &Report, spec: &RunSpec, single: &Comparison) -> Result<
             .expect("report serialises"),
         OutputFormat::Yaml => serde_yaml::to_string(report).expect("report serialises"),
     };
-    let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-        .map_err(|source| Failure::Output {
-            what: "the report",
-            path: PathBuf::from("-"),
-            source,
-        })
+    crate::cmd::print_stdout(&text, "the report")
 }

@@ -384,17 +384,7 @@ fn finish(
         crate::cmd::plot::write_plots(dir, &comparison, &curves)?;
     }
     match format.unwrap_or(OutputFormat::Human) {
-        OutputFormat::Human => {
-            let mut stdout = std::io::stdout().lock();
-            stdout
-                .write_all(comparison.to_run_table().as_bytes())
-                .and_then(|()| stdout.flush())
-                .map_err(|source| Failure::Output {
-                    what: "the sweep",
-                    path: PathBuf::from("-"),
-                    source,
-                })
-        }
+        OutputFormat::Human => crate::cmd::print_stdout(&comparison.to_run_table(), "the sweep"),
         other => crate::cmd::compare::print(&comparison, other),
     }
 }
@@ -407,15 +397,7 @@ fn write_lines(lines: &[SweepLine], path: Option<&Path>) -> Result<(), Failure> 
         text.push('\n');
     }
     let Some(path) = path else {
-        let mut stdout = std::io::stdout().lock();
-        return stdout
-            .write_all(text.as_bytes())
-            .and_then(|()| stdout.flush())
-            .map_err(|source| Failure::Output {
-                what: "the shard's runs",
-                path: PathBuf::from("-"),
-                source,
-            });
+        return crate::cmd::print_stdout(&text, "the shard's runs");
     };
     let fail = |source| Failure::Output {
         what: "the shard's runs",
