@@ -208,19 +208,18 @@ fn mooncake_conversation_trace_in_tokens_shows_the_hot_spot() {
 
 #[test]
 fn other_public_traces_replay() {
-    let Some(shared) = shared_traces() else {
-        return;
-    };
-    for name in [
-        "mooncake/synthetic_trace.jsonl",
-        "dynamo/mooncake_trace_1000.jsonl",
-    ] {
-        let trace = shared.join(name);
-        let stdout = Replay::new("simhash", &trace)
-            .args(&["--format", "yaml"])
-            .stdout();
-        let stdout = String::from_utf8(stdout).unwrap();
-        assert!(stdout.contains("unit: tokens"), "{name}: {stdout}");
+    for name in ["mooncake-synthetic.jsonl", "mooncake-arxiv-1000.jsonl"] {
+        let (report, _) = Replay::new("simhash", &project_trace(name)).json();
+        assert_eq!(report["unit"], "tokens", "{name}");
+        let lines = std::fs::read_to_string(project_trace(name))
+            .unwrap()
+            .lines()
+            .count();
+        assert_eq!(report["requests"], lines as u64, "{name}");
+        assert!(
+            report["hit_ratio"].as_f64().unwrap() > 0.0,
+            "{name}: shared prefixes"
+        );
     }
 }
 
@@ -317,13 +316,30 @@ fn decision_quality_by_hand() {
 #[test]
 fn third_party_traces_are_the_published_bytes() {
     use sha2::{Digest, Sha256};
-    let bytes = std::fs::read(project_trace("mooncake-conversation.jsonl")).unwrap();
-    let digest: String = Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    assert_eq!(
-        digest,
-        "b8cbb061a85206d729d91cdc2981f43c9e0d99209dce588d3af5f7934408b9df"
-    );
+    // The SHA-256 of each file as its source publishes it (traces/README.md).
+    for (name, published) in [
+        (
+            "mooncake-conversation.jsonl",
+            "b8cbb061a85206d729d91cdc2981f43c9e0d99209dce588d3af5f7934408b9df",
+        ),
+        (
+            "mooncake-synthetic.jsonl",
+            "bd070915a98fc0ed264d7cfef2ce746002eb3076a695ec31ba2674c0111ec131",
+        ),
+        (
+            "mooncake-arxiv-1000.jsonl",
+            "e2bec9bccd21978f69a2ace7886ee2e5192a64839f7aa2c4dd5d8766fd392510",
+        ),
+        (
+            "azure-llm-inference-code-2023.csv",
+            "54e9a6d2a4bd06ba1e060304b900abbc74cbea53de96506e60fe5bb4f2277fb6",
+        ),
+    ] {
+        let bytes = std::fs::read(project_trace(name)).unwrap();
+        let digest: String = Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(digest, published, "{name}");
+    }
 }

@@ -145,10 +145,10 @@ fn linked_statically(chains: &[Vec<u64>], ids: &[Vec<u32>], decisions: &mut Vec<
 
 /// The prefix-block chains of the public Mooncake conversation trace (12,031 requests),
 /// repeated to `REQUESTS` requests (`traces/mooncake-conversation.jsonl`).
-fn conversation_chains() -> Option<Vec<Vec<u64>>> {
+fn conversation_chains() -> Vec<Vec<u64>> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../traces/mooncake-conversation.jsonl");
-    let text = std::fs::read_to_string(path).ok()?;
+    let text = std::fs::read_to_string(path).expect("the committed conversation trace");
     let one_pass: Vec<Vec<u64>> = text
         .lines()
         .map(|line| {
@@ -157,7 +157,7 @@ fn conversation_chains() -> Option<Vec<Vec<u64>>> {
             ids.iter().map(|id| id.as_u64().expect("id")).collect()
         })
         .collect();
-    Some(one_pass.iter().cycle().take(REQUESTS).cloned().collect())
+    one_pass.iter().cycle().take(REQUESTS).cloned().collect()
 }
 
 fn main() {
@@ -165,10 +165,7 @@ fn main() {
         "synthetic chains (8 shared 4-block prefixes, +1-2 blocks a turn)",
         &workload(),
     );
-    match conversation_chains() {
-        Some(chains) => measure("Mooncake conversation_trace chains", &chains),
-        None => println!("(traces/mooncake-conversation.jsonl unreadable: skipping that workload)"),
-    }
+    measure("Mooncake conversation_trace chains", &conversation_chains());
 }
 
 fn measure(label: &str, chains: &[Vec<u64>]) {

@@ -65,10 +65,7 @@ fn main() {
         child(&args[2]);
         return;
     }
-    if !trace().is_file() {
-        println!("skipping: {} not found", trace().display());
-        return;
-    }
+    assert!(trace().is_file(), "{} is committed", trace().display());
     println!("timed replay, conversation_trace, 4 endpoints, dynamo preset (best of 5)");
     println!(
         "{:<12} {:>9} {:>10} {:>9}",

@@ -52,6 +52,8 @@ pub fn engine_block_hashes(
                 })
                 .collect()
         }
+        // No prefix identity: no block is ever shared.
+        TraceFormat::AzureCsv | TraceFormat::BurstGpt => Vec::new(),
         TraceFormat::TokenIds => {
             let mut previous = 0;
             request

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use routerlab_core::Unit;
@@ -29,15 +30,34 @@ pub enum TraceFormat {
     /// Token-id JSONL (llmservingsim): the prompt as token ids.
     #[serde(rename = "token-ids")]
     TokenIds,
+    /// Azure's LLM inference trace CSV: arrival and lengths, no prefix information.
+    #[serde(rename = "azure-csv")]
+    AzureCsv,
+    /// BurstGPT's CSV: arrival and lengths, no prefix information.
+    #[serde(rename = "burstgpt")]
+    BurstGpt,
 }
 
 impl TraceFormat {
     /// Every format, in the order help texts list them.
-    pub const ALL: [TraceFormat; 3] = [
+    pub const ALL: [TraceFormat; 5] = [
         TraceFormat::Chat,
         TraceFormat::Mooncake,
         TraceFormat::TokenIds,
+        TraceFormat::AzureCsv,
+        TraceFormat::BurstGpt,
     ];
+
+    /// Whether requests of this format say which prefixes they share. Without that a replay
+    /// is load-only: every chain is empty and every hit zero.
+    pub fn has_prefixes(self) -> bool {
+        !self.is_csv()
+    }
+
+    /// Whether the format is a CSV with a header line.
+    pub(crate) fn is_csv(self) -> bool {
+        matches!(self, TraceFormat::AzureCsv | TraceFormat::BurstGpt)
+    }
 }
 
 impl std::str::FromStr for TraceFormat {
@@ -47,7 +67,9 @@ impl std::str::FromStr for TraceFormat {
             .into_iter()
             .find(|f| f.to_string() == name)
             .ok_or_else(|| {
-                format!("unknown trace format `{name}` (known: chat, mooncake, token-ids)")
+                format!(
+                    "unknown trace format `{name}` (known: chat, mooncake, token-ids, azure-csv, burstgpt)"
+                )
             })
     }
 }
@@ -58,6 +80,8 @@ impl fmt::Display for TraceFormat {
             TraceFormat::Chat => "chat",
             TraceFormat::Mooncake => "mooncake",
             TraceFormat::TokenIds => "token-ids",
+            TraceFormat::AzureCsv => "azure-csv",
+            TraceFormat::BurstGpt => "burstgpt",
         })
     }
 }
@@ -103,11 +127,48 @@ pub struct TraceRequest {
     pub token_ids: Vec<u32>,
 }
 
-/// A streaming reader over a mapped trace file.
+/// Where a trace's bytes come from: the file mapped, or a decompressor reading it.
+enum Source {
+    Mapped {
+        map: MappedFile,
+        offset: usize,
+    },
+    /// A gzip or zstd file, decompressed as it is read; one line at a time in `buf`.
+    Stream {
+        reader: Box<dyn BufRead + Send>,
+        buf: Vec<u8>,
+        /// `buf` holds a line read ahead (to detect the format) and not yet handed out.
+        pending: bool,
+        /// Bytes of the file on disk.
+        bytes: u64,
+    },
+}
+
+/// How a file is compressed, by its first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Compression {
+    Gzip,
+    Zstd,
+}
+
+impl Compression {
+    fn of(head: &[u8]) -> Option<Compression> {
+        if head.starts_with(&[0x1f, 0x8b]) {
+            Some(Compression::Gzip)
+        } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+            Some(Compression::Zstd)
+        } else {
+            None
+        }
+    }
+}
+
+/// A streaming reader over a trace file: mapped, or decompressed as it goes.
 pub struct TraceReader {
-    map: MappedFile,
-    offset: usize,
+    source: Source,
     line: usize,
+    /// CSV formats: whether the header line has been read.
+    header_done: bool,
     linker: Linker,
     skipped: BTreeMap<&'static str, u64>,
     interner: BlockInterner,
@@ -121,12 +182,15 @@ pub(crate) struct Linker {
     seq: u64,
     /// Chat ids, or Mooncake chat ids, to their `seq`.
     pub(crate) ids: IdTable<u64>,
+    /// Azure CSV: the first request's time, from which arrivals count.
+    pub(crate) csv_start_ns: Option<u64>,
     /// Session id to (session number, last `seq`).
     sessions: IdTable<(u64, u64)>,
 }
 
 impl TraceReader {
-    /// Maps `path` and detects (or takes) its format. An empty file is an error.
+    /// Opens `path` and detects (or takes) its format: mapped, or decompressed as it is
+    /// read when its first bytes say gzip or zstd. An empty file is an error.
     pub fn open(path: &Path, options: TraceOptions) -> Result<TraceReader, TraceError> {
         let whole = |message: String| TraceError {
             file: path.to_owned(),
@@ -139,22 +203,53 @@ impl TraceReader {
         if map.is_empty() {
             return Err(whole("trace is empty: no requests".into()));
         }
+        let mut source = match Compression::of(&map) {
+            None => Source::Mapped { map, offset: 0 },
+            Some(kind) => {
+                let bytes = map.len() as u64;
+                drop(map);
+                let file = std::fs::File::open(path)
+                    .map_err(|e| whole(format!("cannot read trace: {e}")))?;
+                let file = std::io::BufReader::with_capacity(1 << 16, file);
+                let reader: Box<dyn BufRead + Send> = match kind {
+                    Compression::Gzip => Box::new(std::io::BufReader::with_capacity(
+                        1 << 16,
+                        flate2::bufread::MultiGzDecoder::new(file),
+                    )),
+                    Compression::Zstd => Box::new(std::io::BufReader::with_capacity(
+                        1 << 16,
+                        ruzstd::decoding::StreamingDecoder::new(file)
+                            .map_err(|e| whole(format!("not a valid zstd file: {e}")))?,
+                    )),
+                };
+                Source::Stream {
+                    reader,
+                    buf: Vec::new(),
+                    pending: false,
+                    bytes,
+                }
+            }
+        };
         let format = match options.format {
             Some(format) => format,
             None => {
-                detect_format(&map).ok_or_else(|| whole("trace is empty: no requests".into()))?
+                let first = source
+                    .first_content_line()
+                    .map_err(|e| whole(format!("cannot decompress: {e}")))?;
+                detect_format(first).ok_or_else(|| whole("trace is empty: no requests".into()))?
             }
         };
         Ok(TraceReader {
-            map,
-            offset: 0,
+            source,
             line: 0,
+            header_done: false,
             linker: Linker {
                 path: path.to_owned(),
                 format,
                 options,
                 seq: 0,
                 ids: IdTable::default(),
+                csv_start_ns: None,
                 sessions: IdTable::default(),
             },
             skipped: BTreeMap::new(),
@@ -171,7 +266,7 @@ impl TraceReader {
     pub fn unit(&self) -> Unit {
         match self.linker.format {
             TraceFormat::Chat => Unit::Bytes,
-            TraceFormat::Mooncake | TraceFormat::TokenIds => Unit::Tokens,
+            _ => Unit::Tokens,
         }
     }
 
@@ -179,24 +274,33 @@ impl TraceReader {
     pub fn block_size(&self) -> u32 {
         match self.linker.format {
             TraceFormat::Chat => self.linker.options.block_size,
-            TraceFormat::Mooncake | TraceFormat::TokenIds => self.linker.options.trace_block_size,
+            _ => self.linker.options.trace_block_size,
         }
     }
 
-    /// Where the trace came from: path, format, size and a hash of its content (for the
-    /// report's `run` block). Hashing reads the whole file once more.
+    /// Where the trace came from: path, format, size and a hash of its content as stored
+    /// (for the report's `run` block). Hashing reads the whole file once more.
     pub fn source(&self) -> crate::workload::TraceSource {
+        let content_hash = match &self.source {
+            Source::Mapped { map, .. } => crate::workload::content_hash(map),
+            Source::Stream { .. } => MappedFile::open(&self.linker.path)
+                .map(|map| crate::workload::content_hash(&map))
+                .unwrap_or_default(),
+        };
         crate::workload::TraceSource {
             path: self.linker.path.clone(),
             format: self.linker.format,
-            bytes: self.map.len() as u64,
-            content_hash: crate::workload::content_hash(&self.map),
+            bytes: self.len_bytes() as u64,
+            content_hash,
         }
     }
 
-    /// Bytes of the file.
+    /// Bytes of the file, as stored (compressed, for a compressed trace).
     pub fn len_bytes(&self) -> usize {
-        self.map.len()
+        match &self.source {
+            Source::Mapped { map, .. } => map.len(),
+            Source::Stream { bytes, .. } => *bytes as usize,
+        }
     }
 
     /// Lines skipped so far, by reason.
@@ -207,7 +311,15 @@ impl TraceReader {
     /// Reads the next request into `out`. `Ok(false)` at the end of the trace.
     pub fn next_into(&mut self, out: &mut TraceRequest) -> Result<bool, TraceError> {
         loop {
-            let Some((start, end)) = self.next_line() else {
+            let line = self.source.next_line().map_err(|e| {
+                self.linker.error_at(
+                    self.line + 1,
+                    None,
+                    Fault::InvalidJson,
+                    format!("cannot decompress: {e}"),
+                )
+            })?;
+            let Some((numbered, bytes)) = line else {
                 if self.linker.seq == 0 {
                     return Err(self.linker.error_at(
                         0,
@@ -218,9 +330,14 @@ impl TraceReader {
                 }
                 return Ok(false);
             };
-            let parsed = self
-                .linker
-                .parse_line(self.line, &self.map[start..end], out);
+            self.line += numbered;
+            if self.linker.format.is_csv() && !self.header_done {
+                let text = self.linker.utf8(self.line, bytes)?;
+                self.linker.check_csv_header(self.line, text)?;
+                self.header_done = true;
+                continue;
+            }
+            let parsed = self.linker.parse_line(self.line, bytes, out);
             match parsed {
                 Ok(()) => {
                     if !self.interner.intern_all(&out.blocks, &mut out.block_ids) {
@@ -240,26 +357,87 @@ impl TraceReader {
             }
         }
     }
+}
 
-    /// The next non-blank line, without its line ending.
-    fn next_line(&mut self) -> Option<(usize, usize)> {
-        while self.offset < self.map.len() {
-            let rest = &self.map[self.offset..];
-            let end = memchr_newline(rest).unwrap_or(rest.len());
-            let start = self.offset;
-            self.offset += end + 1;
-            self.line += 1;
-            let mut line = &self.map[start..start + end];
-            if let [head @ .., b'\r'] = line {
-                line = head;
+impl Source {
+    /// The next non-blank line without its line ending, and how many lines (blank ones
+    /// included) were consumed to reach it.
+    fn next_line(&mut self) -> std::io::Result<Option<(usize, &[u8])>> {
+        let mut consumed = 0;
+        match self {
+            Source::Mapped { map, offset } => {
+                while *offset < map.len() {
+                    let rest = &map[*offset..];
+                    let end = memchr_newline(rest).unwrap_or(rest.len());
+                    let start = *offset;
+                    *offset += end + 1;
+                    consumed += 1;
+                    let line = trim_line(&map[start..start + end]);
+                    if !is_blank(line) {
+                        let len = line.len();
+                        return Ok(Some((consumed, &map[start..start + len])));
+                    }
+                }
+                Ok(None)
             }
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            return Some((start, start + line.len()));
+            Source::Stream {
+                reader,
+                buf,
+                pending,
+                ..
+            } => loop {
+                if !std::mem::take(pending) {
+                    buf.clear();
+                    if reader.read_until(b'\n', buf)? == 0 {
+                        return Ok(None);
+                    }
+                }
+                consumed += 1;
+                let len = trim_line(buf).len();
+                if !is_blank(&buf[..len]) {
+                    return Ok(Some((consumed, &buf[..len])));
+                }
+            },
         }
-        None
     }
+
+    /// The first non-blank line, without consuming it (for format detection).
+    fn first_content_line(&mut self) -> std::io::Result<&[u8]> {
+        match self {
+            Source::Mapped { map, .. } => Ok(map
+                .split(|b| *b == b'\n')
+                .find(|line| !is_blank(line))
+                .unwrap_or(&[])),
+            Source::Stream {
+                reader,
+                buf,
+                pending,
+                ..
+            } => {
+                // Blank leading lines are read past here and not counted; they carry nothing.
+                loop {
+                    buf.clear();
+                    if reader.read_until(b'\n', buf)? == 0 {
+                        return Ok(&[]);
+                    }
+                    if !is_blank(buf) {
+                        *pending = true;
+                        return Ok(buf);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A line without its `\n` or `\r\n`.
+fn trim_line(line: &[u8]) -> &[u8] {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(u8::is_ascii_whitespace)
 }
 
 impl Linker {
@@ -294,6 +472,10 @@ impl Linker {
             TraceFormat::TokenIds => {
                 let text = self.utf8(line_no, bytes)?;
                 self.parse_token_ids(line_no, text, out)
+            }
+            TraceFormat::AzureCsv | TraceFormat::BurstGpt => {
+                let text = self.utf8(line_no, bytes)?;
+                self.parse_csv(line_no, text, out)
             }
         }
     }
@@ -345,18 +527,26 @@ pub(crate) fn memchr_newline(bytes: &[u8]) -> Option<usize> {
     memchr::memchr(b'\n', bytes)
 }
 
-/// Detects the format from the first non-blank line: Mooncake lines have `hash_ids`,
-/// token-id lines `input_tok_ids`; anything else is chat.
-pub(crate) fn detect_format(bytes: &[u8]) -> Option<TraceFormat> {
-    let first = bytes
-        .split(|b| *b == b'\n')
-        .find(|line| !line.iter().all(u8::is_ascii_whitespace))?;
+/// Detects the format from the first non-blank line: the CSV headers of Azure and
+/// BurstGPT, Mooncake lines with `hash_ids`, token-id lines with `input_tok_ids`; anything
+/// else is chat.
+pub(crate) fn detect_format(first: &[u8]) -> Option<TraceFormat> {
+    if is_blank(first) {
+        return None;
+    }
     let has = |needle: &[u8]| first.windows(needle.len()).any(|w| w == needle);
-    Some(if has(b"\"hash_ids\"") {
-        TraceFormat::Mooncake
-    } else if has(b"\"input_tok_ids\"") {
-        TraceFormat::TokenIds
-    } else {
-        TraceFormat::Chat
-    })
+    let header = trim_line(first);
+    Some(
+        if header.starts_with(crate::format::csv::AZURE_HEADER.as_bytes()) {
+            TraceFormat::AzureCsv
+        } else if header.starts_with(crate::format::csv::BURSTGPT_HEADER.as_bytes()) {
+            TraceFormat::BurstGpt
+        } else if has(b"\"hash_ids\"") {
+            TraceFormat::Mooncake
+        } else if has(b"\"input_tok_ids\"") {
+            TraceFormat::TokenIds
+        } else {
+            TraceFormat::Chat
+        },
+    )
 }

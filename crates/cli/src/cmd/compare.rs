@@ -89,6 +89,7 @@ pub fn run(opts: CompareOpts) -> Result<(), Failure> {
     }
     let reader = TraceReader::open(&first.trace, first.trace_options.clone())?;
     let block_size = reader.block_size();
+    crate::cmd::note_load_only(&first.trace, reader.format());
     let sizes = first
         .timed
         .as_ref()

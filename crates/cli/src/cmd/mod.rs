@@ -14,6 +14,17 @@ use std::path::{Path, PathBuf};
 
 use crate::exit::Failure;
 
+/// Says once on stderr that a trace without prefix information is replayed as load-only
+/// traffic, so an all-zero hit ratio is not mistaken for a policy's result.
+pub fn note_load_only(path: &Path, format: routerlab_trace::TraceFormat) {
+    if !format.has_prefixes() {
+        eprintln!(
+            "note: {} is a {format} trace, which says nothing about shared prefixes: it is replayed as load-only traffic (no block chains, every hit is zero)",
+            path.display()
+        );
+    }
+}
+
 /// Prints `text` on stdout, all of it or a failure naming `what` was being written.
 pub fn print_stdout(text: &str, what: &'static str) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();

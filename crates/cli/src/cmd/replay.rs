@@ -63,6 +63,7 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
     let started = Instant::now();
     let mut reader = TraceReader::open(&spec.trace, spec.trace_options.clone())?;
     let block_size = reader.block_size();
+    crate::cmd::note_load_only(&spec.trace, reader.format());
     let table = EndpointTable::new(spec.endpoints.iter().cloned());
     let mut router = Router::new(matcher, detector, table, spec.when_unavailable)?;
     let bars = Bars::new(quiet);

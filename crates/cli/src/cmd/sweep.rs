@@ -464,6 +464,7 @@ fn load_workloads(prepared: &mut [Prepared]) -> Result<Vec<Workload>, Failure> {
             .map(|p| p.spec.trace_options.clone())
             .expect("a run reads it");
         let reader = TraceReader::open(&trace, options)?;
+        crate::cmd::note_load_only(&trace, reader.format());
         workloads.push(Workload::load(reader, &sizes)?);
     }
     Ok(workloads)

@@ -1,5 +1,5 @@
-//! Helpers for the replay tests: the real `routerlab` binary, scratch files, and the shared
-//! public traces beside the workspace.
+//! Helpers for the replay tests: the real `routerlab` binary, scratch files, and the
+//! traces committed under `traces/`.
 
 #![allow(dead_code)]
 
@@ -58,27 +58,6 @@ pub fn scratch_file(name: &str, contents: &[u8]) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, contents).expect("write scratch file");
     path
-}
-
-/// `../shared/traces` (or `ROUTERLAB_SHARED_TRACES`). `None` (with a message) when absent;
-/// a failure when absent under CI, where the shared folder is always provided.
-pub fn shared_traces() -> Option<PathBuf> {
-    let dir = std::env::var_os("ROUTERLAB_SHARED_TRACES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("../shared/traces"));
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI is set but the shared traces are missing at {}",
-        dir.display()
-    );
-    eprintln!(
-        "skipping: shared traces not found at {} (set ROUTERLAB_SHARED_TRACES)",
-        dir.display()
-    );
-    None
 }
 
 /// `routerlab replay` with a matcher and a trace, plus whatever a test adds: the argument

@@ -2,6 +2,7 @@
 //! `Linker` of the reader.
 
 pub(crate) mod chat;
+pub(crate) mod csv;
 pub(crate) mod mooncake;
 pub(crate) mod token_ids;
 
