@@ -28,6 +28,7 @@ pub fn main() -> ExitCode {
         Command::Compare(opts) => cmd::compare::run(*opts),
         Command::Sweep(args) => cmd::sweep::run(args),
         Command::Merge(args) => cmd::sweep::merge(args),
+        Command::Inspect(args) => cmd::inspect::run(args),
         Command::Plugins(args) => cmd::plugins::run(args),
         Command::GenTrace(args) => cmd::gen_trace::run(args),
     };

@@ -31,6 +31,9 @@ pub enum Command {
     Sweep(crate::cmd::sweep::SweepArgs),
     /// Put the shards of a sweep back together: the whole sweep's table, CSV or plots.
     Merge(crate::cmd::sweep::MergeArgs),
+    /// Summarise a trace before routing it: requests, conversations, arrivals, lengths, and
+    /// the most prefix reuse any router could realise.
+    Inspect(InspectArgs),
     /// List every plugin on the search path: name, kind, version, ABI, file.
     Plugins(PluginsArgs),
     /// Write a synthetic trace (the prototype's chat workload, or Mooncake format).
@@ -337,6 +340,29 @@ impl ReplayOpts {
             || self.output_tokens.is_some()
             || self.requests_out.is_some()
     }
+}
+
+/// `routerlab inspect`.
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// The trace (any format `replay` reads, compressed or not).
+    #[arg(value_name = "TRACE")]
+    pub trace: PathBuf,
+    /// Trace format [default: detected from the first line].
+    #[arg(long, value_name = "FORMAT")]
+    pub trace_format: Option<routerlab_trace::TraceFormat>,
+    /// Block size for text prompts, in bytes [default: 128].
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    pub block_size: u32,
+    /// Tokens per hash id in Mooncake traces [default: 512].
+    #[arg(long, value_name = "N", default_value_t = 512)]
+    pub trace_block_size: u32,
+    /// Skip malformed lines instead of failing.
+    #[arg(long)]
+    pub skip_invalid: bool,
+    /// Output format: human, json or yaml [default: human].
+    #[arg(long, value_name = "FORMAT")]
+    pub format: Option<OutputFormat>,
 }
 
 /// `routerlab plugins`.

@@ -5,13 +5,15 @@
 //! parent and session links in [`ids`], the field-by-field diagnosis of bad lines in
 //! [`diagnose`]); [`blocks`] computes prefix-block hash chains; [`synth`] writes synthetic
 //! traces; [`workload`] loads a whole trace once into an immutable [`Workload`] that many
-//! runs can share. Nothing here knows about plugins or the simulator.
+//! runs can share; [`inspect`] summarises a trace, up to the reuse any router could win.
+//! Nothing here knows about plugins or the simulator.
 
 pub mod blocks;
 pub mod diagnose;
 pub mod error;
 pub mod format;
 pub mod ids;
+pub mod inspect;
 pub mod reader;
 pub mod synth;
 pub mod workload;

@@ -3,6 +3,7 @@
 
 pub mod compare;
 pub mod gen_trace;
+pub mod inspect;
 pub mod plot;
 pub mod plugins;
 pub mod replay;
