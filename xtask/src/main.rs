@@ -2,8 +2,9 @@
 //!
 //! Every task is a thin wrapper over cargo and the `routerlab` binary: `replay`, `compare`,
 //! `plugins` and `gen-trace` build the release workspace (so every plugin library sits beside the
-//! binary, on its default search path) and then run the tool; `codegen` regenerates the C
-//! header from the Rust ABI; `bench` runs the benchmarks; `ci` is exactly what CI runs.
+//! binary, on its default search path) and then run the tool; `install` puts the binary,
+//! the plugins and the header under a prefix; `codegen` regenerates the C header from the
+//! Rust ABI; `bench` runs the benchmarks; `ci` is exactly what CI runs.
 
 #![allow(clippy::print_stdout)]
 
@@ -18,6 +19,9 @@ tasks:
   compare ARGS...    build (release) and run `routerlab compare ARGS...`
   plugins ARGS...    build (release) and list the plugins on the search path
   gen-trace ARGS...  build (release) and run `routerlab gen-trace ARGS...`
+  install --prefix DIR
+                     build (release) and install bin/routerlab, lib/routerlab/ (the
+                     built-in plugins) and include/routerlab.h under DIR
   codegen [--check]  regenerate include/routerlab.h and the README's example blocks
   bench              run the benchmarks (release) and print their numbers
   ci                 fmt, clippy, MSRV check, build, test, Miri, docs: what CI runs
@@ -32,6 +36,7 @@ fn main() -> ExitCode {
     let rest = &args[1..];
     let result = match task.as_str() {
         "replay" | "compare" | "plugins" | "gen-trace" => run_tool(task, rest),
+        "install" => install(rest),
         "codegen" => codegen(rest.iter().any(|a| a == "--check")),
         "bench" => bench(rest),
         "ci" => ci(),
@@ -93,6 +98,62 @@ fn build_release() -> Result<(), String> {
         "xtask",
     ]);
     run(cmd)
+}
+
+/// `install --prefix DIR`: the release binary to `DIR/bin`, every built-in plugin library
+/// to `DIR/lib/routerlab` (where the binary looks, see `routerlab_host::discovery`), the C
+/// header to `DIR/include`. Each file is copied beside its name and renamed into place.
+fn install(args: &[String]) -> Result<(), String> {
+    let prefix = match args {
+        [flag, dir] if flag == "--prefix" => PathBuf::from(dir),
+        _ => return Err("usage: cargo xtask install --prefix DIR".into()),
+    };
+    build_release()?;
+    let release = root().join("target/release");
+    let exe = format!("routerlab{}", std::env::consts::EXE_SUFFIX);
+    let mut copies = vec![(release.join(&exe), prefix.join("bin").join(&exe))];
+    let plugins = std::fs::read_dir(&release)
+        .map_err(|e| format!("{}: {e}", release.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(routerlab_host_plugin_file_name)
+        });
+    for plugin in plugins {
+        let name = plugin.file_name().expect("a file").to_owned();
+        copies.push((plugin, prefix.join("lib/routerlab").join(name)));
+    }
+    copies.push((
+        root().join("include/routerlab.h"),
+        prefix.join("include/routerlab.h"),
+    ));
+    for (from, to) in &copies {
+        let dir = to.parent().expect("a directory");
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let partial = dir.join(format!(
+            ".{}.partial",
+            to.file_name().expect("a file").to_string_lossy()
+        ));
+        std::fs::copy(from, &partial)
+            .and_then(|_| std::fs::rename(&partial, to))
+            .map_err(|e| format!("cannot install {}: {e}", to.display()))?;
+    }
+    println!(
+        "installed {} files under {}: add {} to PATH; `routerlab plugins` lists the plugins",
+        copies.len(),
+        prefix.display(),
+        prefix.join("bin").display()
+    );
+    Ok(())
+}
+
+/// The plugin naming rule (`routerlab_host::discovery::is_plugin_file_name`), restated here
+/// because xtask does not link the host crate.
+fn routerlab_host_plugin_file_name(name: &str) -> bool {
+    let (prefix, suffix) = (std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
+    name.starts_with(&format!("{prefix}routerlab_")) && name.ends_with(suffix)
 }
 
 /// Builds everything, then runs the release `routerlab` binary. Its exit code is passed on.

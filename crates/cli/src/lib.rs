@@ -30,6 +30,12 @@ pub fn main() -> ExitCode {
         Command::Merge(args) => cmd::sweep::merge(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Plugins(args) => cmd::plugins::run(args),
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut command, "routerlab", &mut script);
+            cmd::print_stdout(&String::from_utf8_lossy(&script), "the completion script")
+        }
         Command::GenTrace(args) => cmd::gen_trace::run(args),
     };
     match result {

@@ -36,6 +36,13 @@ pub enum Command {
     Inspect(InspectArgs),
     /// List every plugin on the search path: name, kind, version, ABI, file.
     Plugins(PluginsArgs),
+    /// Print a shell completion script, e.g. `routerlab completions bash >
+    /// ~/.local/share/bash-completion/completions/routerlab`.
+    Completions {
+        /// The shell.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
     /// Write a synthetic trace (the prototype's chat workload, or Mooncake format).
     GenTrace(GenTraceArgs),
 }

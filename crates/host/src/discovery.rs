@@ -9,7 +9,15 @@
 //! 1. each directory of `ROUTERLAB_PLUGIN_PATH` (the platform's path-list syntax);
 //! 2. the directory of the running executable, where `cargo build` puts both the `routerlab`
 //!    binary and the plugin libraries of this workspace;
-//! 3. when that directory is `deps` (a test or bench binary), its parent.
+//! 3. when that directory is `deps` (a test or bench binary), its parent;
+//! 4. `../lib/routerlab` from the executable's directory: an installed layout
+//!    (`PREFIX/bin/routerlab`, `PREFIX/lib/routerlab/*.so`, what `cargo xtask install`
+//!    writes);
+//! 5. the per-user directory `$XDG_DATA_HOME/routerlab/plugins` (by default
+//!    `~/.local/share/routerlab/plugins`), where a user drops third-party plugins without
+//!    setting anything.
+//!
+//! Built-in plugins come first, so a file in the user's directory cannot shadow one.
 //!
 //! A spec that contains a path separator, or ends in the library suffix, is a path and is
 //! used as given; `PATH#NAME` picks one plugin of a library that exports several.
@@ -90,22 +98,37 @@ pub struct SearchPath {
 }
 
 impl SearchPath {
-    /// `ROUTERLAB_PLUGIN_PATH`, then the executable's directory (and its parent for `deps`).
+    /// The search path of this process: see the module documentation for the order.
     pub fn from_env() -> SearchPath {
-        let mut dirs: Vec<PathBuf> = match std::env::var_os(PLUGIN_PATH_ENV) {
-            Some(value) => split(&value),
-            None => Vec::new(),
-        };
-        if let Some(exe_dir) = std::env::current_exe()
-            .ok()
-            .and_then(|p| p.parent().map(Path::to_owned))
-        {
+        let exe = std::env::current_exe().ok();
+        let user = user_plugin_dir(
+            std::env::var_os("XDG_DATA_HOME").as_deref(),
+            std::env::var_os("HOME").as_deref(),
+        );
+        SearchPath::for_process(
+            std::env::var_os(PLUGIN_PATH_ENV).as_ref(),
+            exe.as_deref(),
+            user,
+        )
+    }
+
+    /// The search path for an executable at `exe`, given the value of
+    /// `ROUTERLAB_PLUGIN_PATH` and the per-user directory.
+    pub fn for_process(
+        plugin_path: Option<&OsString>,
+        exe: Option<&Path>,
+        user_dir: Option<PathBuf>,
+    ) -> SearchPath {
+        let mut dirs: Vec<PathBuf> = plugin_path.map(split).unwrap_or_default();
+        if let Some(exe_dir) = exe.and_then(Path::parent) {
             let parent = (exe_dir.file_name() == Some("deps".as_ref()))
                 .then(|| exe_dir.parent().map(Path::to_owned))
                 .flatten();
-            dirs.push(exe_dir);
+            dirs.push(exe_dir.to_owned());
             dirs.extend(parent);
+            dirs.push(exe_dir.join("..").join("lib").join("routerlab"));
         }
+        dirs.extend(user_dir);
         SearchPath { dirs }
     }
 
@@ -162,6 +185,19 @@ impl SearchPath {
     }
 }
 
+/// `$XDG_DATA_HOME/routerlab/plugins`, or `$HOME/.local/share/routerlab/plugins` when
+/// `XDG_DATA_HOME` is unset or empty (the XDG rule); `None` without either.
+pub fn user_plugin_dir(
+    xdg_data_home: Option<&std::ffi::OsStr>,
+    home: Option<&std::ffi::OsStr>,
+) -> Option<PathBuf> {
+    let data = match xdg_data_home.filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(home.filter(|v| !v.is_empty())?).join(".local/share"),
+    };
+    Some(data.join("routerlab").join("plugins"))
+}
+
 fn split(value: &OsString) -> Vec<PathBuf> {
     std::env::split_paths(value)
         .filter(|p| !p.as_os_str().is_empty())
@@ -197,6 +233,35 @@ mod tests {
         );
         let err = PluginSpec::parse("Bad_Name").unwrap_err().to_string();
         assert!(err.contains("invalid plugin name `Bad_Name`"), "{err}");
+    }
+
+    #[test]
+    fn the_search_order_is_env_then_the_binary_then_the_install_then_the_user() {
+        let env = OsString::from("/opt/a:/opt/b");
+        let search = SearchPath::for_process(
+            Some(&env),
+            Some(Path::new("/usr/local/bin/routerlab")),
+            user_plugin_dir(None, Some("/home/u".as_ref())),
+        );
+        let dirs: Vec<&str> = search.dirs().iter().map(|d| d.to_str().unwrap()).collect();
+        assert_eq!(
+            dirs,
+            [
+                "/opt/a",
+                "/opt/b",
+                "/usr/local/bin",
+                "/usr/local/bin/../lib/routerlab",
+                "/home/u/.local/share/routerlab/plugins"
+            ]
+        );
+        assert_eq!(
+            user_plugin_dir(Some("/data".as_ref()), Some("/home/u".as_ref())),
+            Some(PathBuf::from("/data/routerlab/plugins"))
+        );
+        assert_eq!(user_plugin_dir(Some("".as_ref()), None), None);
+        // A test binary in target/debug/deps also searches target/debug.
+        let search = SearchPath::for_process(None, Some(Path::new("/t/debug/deps/x")), None);
+        assert_eq!(search.dirs()[1], Path::new("/t/debug"));
     }
 
     #[test]
