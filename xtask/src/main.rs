@@ -17,6 +17,7 @@ usage: cargo xtask <task> [args]
 tasks:
   replay ARGS...     build (release) and run `routerlab replay ARGS...`
   compare ARGS...    build (release) and run `routerlab compare ARGS...`
+  inspect TRACE      build (release) and run `routerlab inspect TRACE`
   plugins ARGS...    build (release) and list the plugins on the search path
   gen-trace ARGS...  build (release) and run `routerlab gen-trace ARGS...`
   install --prefix DIR
@@ -24,7 +25,8 @@ tasks:
                      built-in plugins) and include/routerlab.h under DIR
   codegen [--check]  regenerate include/routerlab.h and the README's example blocks
   bench              run the benchmarks (release) and print their numbers
-  ci                 fmt, clippy, MSRV check, build, test, Miri, docs: what CI runs
+  readme             run every `sh` block of README.md, as a new user would
+  ci                 fmt, clippy, MSRV check, build, test, Miri, docs, readme: what CI runs
 ";
 
 fn main() -> ExitCode {
@@ -35,11 +37,12 @@ fn main() -> ExitCode {
     };
     let rest = &args[1..];
     let result = match task.as_str() {
-        "replay" | "compare" | "plugins" | "gen-trace" => run_tool(task, rest),
+        "replay" | "compare" | "inspect" | "plugins" | "gen-trace" => run_tool(task, rest),
         "install" => install(rest),
         "codegen" => codegen(rest.iter().any(|a| a == "--check")),
         "bench" => bench(rest),
         "ci" => ci(),
+        "readme" => readme(),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             Ok(())
@@ -364,11 +367,105 @@ fn ci() -> Result<(), String> {
         }
         run(cmd)?;
     }
-    Ok(())
+    println!("xtask ci: cargo xtask readme");
+    readme()
+}
+
+/// The `sh` blocks of README.md, in order. `cargo xtask ci` is left out of what `readme`
+/// runs: it is the command that runs `readme`.
+fn readme_blocks(readme: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in readme.lines() {
+        match &mut current {
+            None if line.trim_end() == "```sh" => current = Some(String::new()),
+            None => {}
+            Some(_) if line.trim_end() == "```" => blocks.extend(current.take()),
+            Some(block) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+        }
+    }
+    blocks
+        .into_iter()
+        .filter(|b| b.trim() != "cargo xtask ci")
+        .collect()
+}
+
+/// Runs every `sh` block of README.md with `sh -e` from the repository root, as a new user
+/// on a fresh clone would, with `HOME` in a scratch directory (blocks may write to `~`).
+/// Files and directories the blocks create in the repository are removed afterwards, so a
+/// run leaves the checkout as it found it.
+fn readme() -> Result<(), String> {
+    let text =
+        std::fs::read_to_string(root().join("README.md")).map_err(|e| format!("README.md: {e}"))?;
+    let untracked = || -> Result<std::collections::BTreeSet<String>, String> {
+        let output = Command::new("git")
+            .args([
+                "status",
+                "--porcelain",
+                "--ignored",
+                "--untracked-files=normal",
+            ])
+            .current_dir(root())
+            .output()
+            .map_err(|e| format!("cannot run git: {e}"))?;
+        Ok(String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter(|l| l.starts_with("?? ") || l.starts_with("!! "))
+            .map(|l| l[3..].trim_end_matches('/').to_owned())
+            .collect())
+    };
+    let before = untracked()?;
+    let home = std::env::temp_dir().join(format!("routerlab-readme-home-{}", std::process::id()));
+    std::fs::create_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
+    let mut result = Ok(());
+    for (i, block) in readme_blocks(&text).iter().enumerate() {
+        println!("xtask readme: block {} of README.md:\n{block}", i + 1);
+        let status = Command::new("sh")
+            .args(["-e", "-c", block])
+            .current_dir(root())
+            .env("HOME", &home)
+            .stdout(std::process::Stdio::null())
+            .status();
+        match status {
+            Ok(s) if s.success() => {}
+            Ok(s) => {
+                result = Err(format!(
+                    "README.md sh block {} failed ({s}):\n{block}",
+                    i + 1
+                ));
+                break;
+            }
+            Err(e) => {
+                result = Err(format!("cannot run sh: {e}"));
+                break;
+            }
+        }
+    }
+    for created in untracked()?.difference(&before) {
+        let path = root().join(created);
+        let _ = if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+    }
+    let _ = std::fs::remove_dir_all(&home);
+    result
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn readme_blocks_are_the_sh_fences_but_ci() {
+        let text = "x\n```sh\ncargo xtask ci\n```\n```sh\na\nb\n```\n```bash\nc\n```\n";
+        assert_eq!(super::readme_blocks(text), ["a\nb\n"]);
+        let readme = std::fs::read_to_string(super::root().join("README.md")).unwrap();
+        assert!(super::readme_blocks(&readme).len() >= 8);
+    }
+
     #[test]
     fn committed_header_is_fresh() {
         let fresh = super::generate_header().unwrap();
