@@ -39,6 +39,38 @@ pub fn print_stdout(text: &str, what: &'static str) -> Result<(), Failure> {
         })
 }
 
+/// Refuses to write `output` (named by `flag`) when it is the same file as one of
+/// `inputs`: same device and inode, so a symbolic or hard link to a trace is caught as
+/// surely as its own name. Writing there would replace an input with a result.
+pub fn refuse_input_as_output(flag: &str, output: &Path, inputs: &[&Path]) -> Result<(), Failure> {
+    let Some(out) = file_identity(output) else {
+        return Ok(());
+    };
+    for input in inputs {
+        if file_identity(input) == Some(out) {
+            return Err(Failure::input(format!(
+                "{flag} {}: is the same file as the input {}; refusing to write over an input",
+                output.display(),
+                input.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// (device, inode) of an existing file, following links.
+#[cfg(unix)]
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Elsewhere, the canonical path stands in for the identity.
+#[cfg(not(unix))]
+fn file_identity(path: &Path) -> Option<PathBuf> {
+    path.canonicalize().ok()
+}
+
 /// An output written beside its final name and renamed into place only once complete, so a
 /// failed run leaves no half-written file and an existing file survives a failure.
 pub struct OutputFile {

@@ -49,7 +49,7 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
             "experiment `policies` is for `routerlab compare`; replay runs one matcher (`matcher`)",
         ));
     }
-    let (quiet, plot) = (opts.quiet, opts.plot.clone());
+    let (quiet, plot, config_file) = (opts.quiet, opts.plot.clone(), opts.config.clone());
     let spec = resolve(opts)?;
     let search = SearchPath::from_env();
     let matcher = load_matcher(&spec.matcher, &spec.matcher_config, &search)?;
@@ -59,6 +59,11 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
     };
     if let Some(dir) = &plot {
         crate::cmd::plot::check_dir(dir, &spec.trace)?;
+    }
+    if let Some(out) = &spec.requests_out {
+        let mut inputs = vec![spec.trace.as_path()];
+        inputs.extend(config_file.as_deref());
+        crate::cmd::refuse_input_as_output("--requests-out", out, &inputs)?;
     }
     let started = Instant::now();
     let mut reader = TraceReader::open(&spec.trace, spec.trace_options.clone())?;

@@ -204,7 +204,13 @@ pub fn run(args: SweepArgs) -> Result<(), Failure> {
         crate::cmd::plot::check_dir(dir, &args.file)?;
     }
     if let Some(path) = &args.output {
-        refuse_input_as_output(path, &args.file, &selected)?;
+        let traces: Vec<PathBuf> = selected
+            .iter()
+            .filter_map(|(_, r)| r.opts.trace.clone())
+            .collect();
+        let mut inputs: Vec<&Path> = traces.iter().map(PathBuf::as_path).collect();
+        inputs.push(&args.file);
+        crate::cmd::refuse_input_as_output("--output", path, &inputs)?;
     }
 
     // Resolve and create everything before running anything; one workload per trace.
@@ -409,28 +415,6 @@ fn write_lines(lines: &[SweepLine], path: Option<&Path>) -> Result<(), Failure> 
     writer.write_all(text.as_bytes()).map_err(fail)?;
     drop(writer);
     file.commit().map_err(fail)
-}
-
-/// Refuses an `--output` that is the sweep file or one of its traces.
-fn refuse_input_as_output(
-    output: &Path,
-    sweep: &Path,
-    runs: &[(usize, GridRun)],
-) -> Result<(), Failure> {
-    let inputs = std::iter::once(sweep.to_owned())
-        .chain(runs.iter().filter_map(|(_, r)| r.opts.trace.clone()));
-    for input in inputs {
-        if let (Ok(a), Ok(b)) = (output.canonicalize(), input.canonicalize())
-            && a == b
-        {
-            return Err(Failure::input(format!(
-                "--output {}: is an input of the sweep ({}); refusing to write over it",
-                output.display(),
-                input.display()
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// One workload per distinct trace (and reading options), with the engine block sizes of
