@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use routerlab_sim::engine::EngineConfig;
-use routerlab_sim::timed::{Arrivals, TimedSettings};
+use routerlab_sim::timed::{Arrivals, CLOCK_RANGE, MAX_CLOCK_NS, TimedSettings};
 use routerlab_sim::{MAX_ENDPOINTS, WhenUnavailable};
 use routerlab_trace::TraceOptions;
 use serde_yaml::Value;
@@ -140,17 +140,24 @@ fn resolve_timed(
     };
     positive("speedup", opts.speedup)?;
     positive("rate", opts.rate)?;
+    // Durations reach the clock: each must fit within its range.
+    let clock_s = MAX_CLOCK_NS as f64 / 1e9;
     if opts
         .think_time_s
-        .is_some_and(|t| !(t.is_finite() && t >= 0.0))
+        .is_some_and(|t| !(t.is_finite() && (0.0..=clock_s).contains(&t)))
     {
-        return Err(Failure::input("--think-time-s must be zero or more"));
+        return Err(Failure::input(format!(
+            "--think-time-s must be from 0 to {clock_s:.3e} seconds ({CLOCK_RANGE})"
+        )));
     }
     if opts
         .metrics_interval_ms
-        .is_some_and(|t| !(t.is_finite() && t >= 0.0))
+        .is_some_and(|t| !(t.is_finite() && (0.0..=clock_s * 1e3).contains(&t)))
     {
-        return Err(Failure::input("--metrics-interval-ms must be zero or more"));
+        return Err(Failure::input(format!(
+            "--metrics-interval-ms must be from 0 to {:.3e} ms ({CLOCK_RANGE})",
+            clock_s * 1e3
+        )));
     }
     let arrivals = match (opts.rate, opts.concurrency) {
         (Some(_), Some(_)) => {

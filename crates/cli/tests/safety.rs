@@ -78,3 +78,76 @@ fn a_failed_run_leaves_an_existing_output_as_it_was() {
         .count();
     assert_eq!(leftovers, 0);
 }
+
+/// Quantities the clock cannot hold, and engine numbers that would make latencies 0,
+/// negative or infinite, are refused by name instead of giving a plausible report.
+#[test]
+fn the_clock_and_the_engine_refuse_what_they_cannot_represent() {
+    let small = project_trace("mooncake-small.jsonl");
+    let timed = |extra: &[&str]| {
+        let mut args = vec!["--timing", "trace"];
+        args.extend_from_slice(extra);
+        Replay::new("lcp", &small).args(&args).run()
+    };
+    refused(
+        &timed(&["--speedup", "1e-300"]),
+        "is beyond the simulator's range of 146 years",
+    );
+    refused(
+        &timed(&["--rate", "1e-9"]),
+        "is beyond the simulator's range of 146 years",
+    );
+    refused(
+        &timed(&["--think-time-s", "1e12", "--respect-parents"]),
+        "--think-time-s must be from 0 to",
+    );
+    refused(
+        &timed(&["--metrics-interval-ms", "1e30"]),
+        "--metrics-interval-ms must be from 0 to",
+    );
+    for (config, needle) in [
+        (
+            "{step_time: {model: linear, overhead_ms: .nan, prefill_ms_per_token: 0.1, decode_ms: 1}}",
+            "`step_time.overhead_ms` must be a finite number, not NaN",
+        ),
+        (
+            "{step_time: {model: linear, overhead_ms: -1, prefill_ms_per_token: 0.1, decode_ms: 1}}",
+            "every step must take a positive time",
+        ),
+        (
+            "{step_time: {model: linear, overhead_ms: 0, prefill_ms_per_token: 0.1, decode_ms: 0}}",
+            "gives a decode step 0.000 ms at the least",
+        ),
+        (
+            "{step_time: {model: polynomial, prefill: [1e300, 0, 0], decode: [0, 0, 1]}}",
+            "more than an hour",
+        ),
+    ] {
+        refused(&timed(&["--engine-config", config]), needle);
+    }
+    // The presets themselves (Dynamo's polynomial has a negative term) are valid.
+    assert!(timed(&[]).status.success());
+
+    for (name, line) in [
+        (
+            "mooncake",
+            "{\"timestamp\": 2e16, \"input_length\": 10, \"hash_ids\": [2]}",
+        ),
+        ("chat", "{\"prompt\": \"hi\", \"arrival_s\": 1e300}"),
+    ] {
+        let trace = scratch_file(
+            &format!("clock-{name}.jsonl"),
+            format!("{line}\n").as_bytes(),
+        );
+        let output = Replay::new("lcp", &trace).run();
+        refused(&output, "does not fit in 64-bit nanoseconds");
+        assert!(texts(&output).1.contains(":1: field `"));
+    }
+    // Representable in the trace, beyond the clock: refused at its line.
+    let far = scratch_file(
+        "clock-far.jsonl",
+        b"{\"timestamp\": 0, \"input_length\": 10, \"hash_ids\": [1]}\n{\"timestamp\": 5e12, \"input_length\": 10, \"hash_ids\": [2]}\n",
+    );
+    let output = Replay::new("lcp", &far).args(&["--timing", "trace"]).run();
+    refused(&output, "line 2: arrival 5000000000000 ms is beyond");
+}

@@ -135,7 +135,7 @@ fn a_missing_or_repeated_shard_is_named() {
     let before = std::fs::read(sweep).unwrap();
     let output = routerlab(&["sweep", sweep, "--partition", "1/3", "-o", sweep]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(texts(&output).1.contains("is an input of the sweep"));
+    assert!(texts(&output).1.contains("is the same file as the input"));
     assert_eq!(std::fs::read(sweep).unwrap(), before);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -52,11 +52,94 @@ pub enum StepTime {
     },
 }
 
+/// The least and the most of `c[0] x² + c[1] x + c[2]` for `x` in `[lo, hi]`: at the ends,
+/// or at the vertex when it lies between them.
+fn quadratic_range(c: [f64; 3], (lo, hi): (f64, f64)) -> (f64, f64) {
+    let at = |x: f64| c[0] * x * x + c[1] * x + c[2];
+    let mut points = vec![at(lo), at(hi)];
+    if c[0] != 0.0 {
+        let vertex = -c[1] / (2.0 * c[0]);
+        if vertex > lo && vertex < hi {
+            points.push(at(vertex));
+        }
+    }
+    let min = points.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = points.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (min, max)
+}
+
+/// The longest step the model may take: an hour. A step time past it is a unit mistake,
+/// and it keeps every step well inside the clock's range.
+const MAX_STEP_MS: f64 = 3_600_000.0;
+
 impl StepTime {
-    /// Duration of a step, in nanoseconds (at least 1).
-    pub fn step_ns(&self, prefill_tokens: u64, decoding: bool, kv_usage: f64) -> u64 {
+    /// Checks that every coefficient is a finite number, that every step that prefills
+    /// 1 to `max_batched` tokens or decodes at any KV usage takes a positive time, and that
+    /// no step takes more than an hour.
+    pub fn validate(&self, max_batched: u32) -> Result<(), String> {
+        let (prefill, decode, names): ([f64; 3], [f64; 3], [&str; 6]) = match self {
+            StepTime::Polynomial { prefill, decode } => (
+                *prefill,
+                *decode,
+                [
+                    "prefill[0]",
+                    "prefill[1]",
+                    "prefill[2]",
+                    "decode[0]",
+                    "decode[1]",
+                    "decode[2]",
+                ],
+            ),
+            StepTime::Linear {
+                overhead_ms,
+                prefill_ms_per_token,
+                decode_ms,
+            } => (
+                [0.0, *prefill_ms_per_token, *overhead_ms],
+                [0.0, 0.0, *decode_ms],
+                [
+                    "",
+                    "prefill_ms_per_token",
+                    "overhead_ms",
+                    "",
+                    "",
+                    "decode_ms",
+                ],
+            ),
+        };
+        for (value, name) in prefill.iter().chain(&decode).zip(names) {
+            if !value.is_finite() {
+                return Err(format!(
+                    "engine `step_time.{name}` must be a finite number, not {value}"
+                ));
+            }
+        }
+        let tokens = (1.0, f64::from(max_batched.max(1)));
+        let (prefill_min, prefill_max) = quadratic_range(prefill, tokens);
+        let (decode_min, decode_max) = quadratic_range(decode, (0.0, 1.0));
+        if !(prefill_min > 0.0) {
+            return Err(format!(
+                "engine `step_time` gives a prefill step of 1 to {max_batched} tokens {prefill_min:.3} ms at the least; every step must take a positive time"
+            ));
+        }
+        if !(decode_min > 0.0) {
+            return Err(format!(
+                "engine `step_time` gives a decode step {decode_min:.3} ms at the least (KV usage 0 to 1); every step must take a positive time"
+            ));
+        }
+        let longest = prefill_max + decode_max;
+        if !(longest <= MAX_STEP_MS) {
+            return Err(format!(
+                "engine `step_time` gives a step of up to {longest:.3e} ms, more than an hour (are the units milliseconds?)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Duration of a step, in milliseconds, as the model says.
+    fn step_ms(&self, prefill_tokens: u64, decoding: bool, kv_usage: f64) -> f64 {
         let t = prefill_tokens as f64;
-        let ms = match self {
+        match self {
             StepTime::Polynomial { prefill, decode } => {
                 let p = if prefill_tokens > 0 {
                     prefill[0] * t * t + prefill[1] * t + prefill[2]
@@ -83,7 +166,13 @@ impl StepTime {
                 };
                 p + if decoding { *decode_ms } else { 0.0 }
             }
-        };
+        }
+    }
+
+    /// Duration of a step, in nanoseconds (at least 1). Validated models keep it within
+    /// an hour; the conversion saturates rather than wraps for any other.
+    pub fn step_ns(&self, prefill_tokens: u64, decoding: bool, kv_usage: f64) -> u64 {
+        let ms = self.step_ms(prefill_tokens, decoding, kv_usage);
         ((ms.max(0.0) * 1e6).round() as u64).max(1)
     }
 }
@@ -132,6 +221,7 @@ impl EngineConfig {
                 return Err(format!("engine `{key}` must be at least 1"));
             }
         }
+        self.step_time.validate(self.max_num_batched_tokens)?;
         // Every block is simulated: keep the model's memory bounded (16 M blocks is ~400 MB).
         if self.num_gpu_blocks > 1 << 24 {
             return Err("engine `num_gpu_blocks` must be at most 16777216".into());

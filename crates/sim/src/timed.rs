@@ -81,6 +81,13 @@ impl TimedSettings {
     }
 }
 
+/// The last instant the simulator's clock can hold: 2^62 ns, about 146 years. Every
+/// quantity that reaches the clock is checked against it, so a sum of two never wraps.
+pub const MAX_CLOCK_NS: u64 = 1 << 62;
+
+/// The clock's range, for messages.
+pub const CLOCK_RANGE: &str = "the simulator's range of 146 years (2^62 ns)";
+
 /// What one request of the workload did in this run.
 #[derive(Debug, Default)]
 struct RequestState {
@@ -313,11 +320,31 @@ pub fn replay_timed(
                 let Some(ns) = request.arrival_ns else {
                     return Err(SimError::NoArrivalTimes { line: request.line });
                 };
-                (ns as f64 / speedup).round() as u64
+                let at = (ns as f64 / speedup).round();
+                if !(at <= MAX_CLOCK_NS as f64) {
+                    let after = if *speedup == 1.0 {
+                        ""
+                    } else {
+                        " after the speedup"
+                    };
+                    return Err(SimError::Input(format!(
+                        "line {}: arrival {} ms{after} is beyond {CLOCK_RANGE}",
+                        request.line,
+                        ns as f64 / 1e6
+                    )));
+                }
+                at as u64
             }
             Arrivals::Poisson { rate } => {
                 poisson_clock += -(1.0 - rng.unit_f64()).ln() / rate;
-                (poisson_clock * 1e9).round() as u64
+                let at = (poisson_clock * 1e9).round();
+                if !(at <= MAX_CLOCK_NS as f64) {
+                    return Err(SimError::Input(format!(
+                        "line {}: at {rate} requests/s, its arrival ({poisson_clock:.3e} s) is beyond {CLOCK_RANGE}",
+                        request.line
+                    )));
+                }
+                at as u64
             }
             Arrivals::Closed { .. } => 0,
         };
@@ -468,6 +495,11 @@ impl Sim<'_> {
             self.events.push(0, Event::Refresh);
         }
         while let Some((now, event)) = self.events.pop() {
+            if now > MAX_CLOCK_NS {
+                return Err(SimError::Input(format!(
+                    "the simulated time passed {CLOCK_RANGE}: an engine's steps are too slow for this workload"
+                )));
+            }
             let engines = &self.fleet.engines;
             self.stats
                 .spread

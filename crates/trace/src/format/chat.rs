@@ -56,6 +56,16 @@ impl Linker {
                 format!("expected non-negative seconds, found {arrival}"),
             ));
         }
+        if let Some(arrival) = parsed.arrival_s
+            && arrival * 1e9 >= u64::MAX as f64
+        {
+            return Err(self.error_at(
+                line_no,
+                Some("arrival_s"),
+                Fault::InvalidField,
+                format!("{arrival} s does not fit in 64-bit nanoseconds (at most about 584 years)"),
+            ));
+        }
         out.prompt.clear();
         match (&parsed.prompt, &parsed.messages) {
             (Some(prompt), None) => out.prompt.extend_from_slice(prompt.as_bytes()),

@@ -59,6 +59,16 @@ impl Linker {
                 format!("expected non-negative milliseconds, found {ts}"),
             ));
         }
+        if let Some(ts) = parsed.timestamp
+            && ts * 1e6 >= u64::MAX as f64
+        {
+            return Err(self.error_at(
+                line_no,
+                Some("timestamp"),
+                Fault::InvalidField,
+                format!("{ts} ms does not fit in 64-bit nanoseconds (at most about 584 years)"),
+            ));
+        }
         let mut parent_seq = None;
         if let Some(parent) = parsed.parent_chat_id.filter(|p| *p >= 0) {
             parent_seq = Some(*self.ids.get(IdKey::Int(parent)).ok_or_else(|| {
