@@ -117,18 +117,18 @@ impl StepTime {
         let tokens = (1.0, f64::from(max_batched.max(1)));
         let (prefill_min, prefill_max) = quadratic_range(prefill, tokens);
         let (decode_min, decode_max) = quadratic_range(decode, (0.0, 1.0));
-        if !(prefill_min > 0.0) {
+        if prefill_min.is_nan() || prefill_min <= 0.0 {
             return Err(format!(
                 "engine `step_time` gives a prefill step of 1 to {max_batched} tokens {prefill_min:.3} ms at the least; every step must take a positive time"
             ));
         }
-        if !(decode_min > 0.0) {
+        if decode_min.is_nan() || decode_min <= 0.0 {
             return Err(format!(
                 "engine `step_time` gives a decode step {decode_min:.3} ms at the least (KV usage 0 to 1); every step must take a positive time"
             ));
         }
         let longest = prefill_max + decode_max;
-        if !(longest <= MAX_STEP_MS) {
+        if longest.is_nan() || longest > MAX_STEP_MS {
             return Err(format!(
                 "engine `step_time` gives a step of up to {longest:.3e} ms, more than an hour (are the units milliseconds?)"
             ));

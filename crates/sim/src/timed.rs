@@ -321,7 +321,7 @@ pub fn replay_timed(
                     return Err(SimError::NoArrivalTimes { line: request.line });
                 };
                 let at = (ns as f64 / speedup).round();
-                if !(at <= MAX_CLOCK_NS as f64) {
+                if at.is_nan() || at > MAX_CLOCK_NS as f64 {
                     let after = if *speedup == 1.0 {
                         ""
                     } else {
@@ -338,7 +338,7 @@ pub fn replay_timed(
             Arrivals::Poisson { rate } => {
                 poisson_clock += -(1.0 - rng.unit_f64()).ln() / rate;
                 let at = (poisson_clock * 1e9).round();
-                if !(at <= MAX_CLOCK_NS as f64) {
+                if at.is_nan() || at > MAX_CLOCK_NS as f64 {
                     return Err(SimError::Input(format!(
                         "line {}: at {rate} requests/s, its arrival ({poisson_clock:.3e} s) is beyond {CLOCK_RANGE}",
                         request.line
