@@ -116,7 +116,8 @@ impl StatsBuilder {
             if routed == 0 {
                 0
             } else {
-                self.miss.value_at_quantile(q)
+                // The histogram rounds up to its bucket's edge: never above the exact max.
+                self.miss.value_at_quantile(q).min(self.miss_max)
             }
         };
         let count_mean = self.counts.iter().sum::<u64>() as f64 / self.counts.len().max(1) as f64;
@@ -183,6 +184,8 @@ pub struct LatencyStat {
     hist: Histogram<u64>,
     sum: u128,
     count: u64,
+    /// The exact largest sample: the histogram only knows its bucket.
+    max: u64,
 }
 
 impl Default for LatencyStat {
@@ -191,6 +194,7 @@ impl Default for LatencyStat {
             hist: Histogram::new_with_bounds(1, 1 << 42, 3).expect("valid histogram bounds"),
             sum: 0,
             count: 0,
+            max: 0,
         }
     }
 }
@@ -201,6 +205,7 @@ impl LatencyStat {
         self.hist.saturating_record(us);
         self.sum += u128::from(us);
         self.count += 1;
+        self.max = self.max.max(us);
     }
 
     /// Mean and percentiles in milliseconds (all zero without samples).
@@ -217,10 +222,10 @@ impl LatencyStat {
         let ms = |us: u64| round6(us as f64 / 1000.0);
         Latency {
             mean: round6(self.sum as f64 / self.count as f64 / 1000.0),
-            p50: ms(self.hist.value_at_quantile(0.5)),
-            p90: ms(self.hist.value_at_quantile(0.9)),
-            p99: ms(self.hist.value_at_quantile(0.99)),
-            max: ms(self.hist.max()),
+            p50: ms(self.hist.value_at_quantile(0.5).min(self.max)),
+            p90: ms(self.hist.value_at_quantile(0.9).min(self.max)),
+            p99: ms(self.hist.value_at_quantile(0.99).min(self.max)),
+            max: ms(self.max),
         }
     }
 }
@@ -237,6 +242,40 @@ fn ratio(part: u64, whole: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn percentiles_never_pass_the_exact_maximum() {
+        // The histogram keeps 3 significant digits: 100,001 µs sits in a bucket whose
+        // upper edge is above it. The report must still say p99 <= max = the sample.
+        let mut stat = LatencyStat::default();
+        stat.record(100_001);
+        let l = stat.summary();
+        assert_eq!((l.p50, l.p99, l.max), (100.001, 100.001, 100.001));
+        let mut stats = StatsBuilder::new(1, routerlab_core::Unit::Tokens);
+        stats.route(0, 100_001, 0, false, None);
+        let report = stats.finish();
+        assert_eq!(
+            (report.cache_miss.p99, report.cache_miss.max),
+            (100_001, 100_001)
+        );
+        assert_eq!(report.invariant_violations(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_broken_report_is_caught() {
+        let mut stats = StatsBuilder::new(2, routerlab_core::Unit::Tokens);
+        stats.route(0, 100, 50, false, None);
+        let mut report = stats.finish();
+        report.cache_miss.p99 = report.cache_miss.max + 1;
+        report.rejected = 5;
+        report.hit_ratio = 1.5;
+        let broken = report.invariant_violations();
+        assert_eq!(broken.len(), 3, "{broken:?}");
+        assert!(
+            broken[0].starts_with("cache_miss.p99 51 > cache_miss.max 50"),
+            "{broken:?}"
+        );
+    }
 
     #[test]
     fn statistics_by_hand() {

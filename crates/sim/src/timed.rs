@@ -399,7 +399,7 @@ pub fn replay_timed(
         done: 0,
     };
     sim.run(router)?;
-    Ok(sim.report(router))
+    Ok(crate::report::checked(sim.report(router)))
 }
 
 impl Sim<'_> {
@@ -690,6 +690,10 @@ impl Sim<'_> {
         stats.last_finish = stats.last_finish.max(now);
         self.fleet.inflight_tokens[pos] -= u64::from(prompt_tokens);
         self.fleet.inflight_requests[pos] -= 1;
+        debug_assert!(
+            arrival <= scheduled && scheduled <= first_token && first_token <= now,
+            "request {index}: arrival {arrival} <= scheduled {scheduled} <= first token {first_token} <= finish {now}"
+        );
         self.observer.finished(&RequestRecord {
             id: index as u64 + 1,
             line: request.line,

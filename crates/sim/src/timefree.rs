@@ -263,7 +263,7 @@ pub fn replay(
             observer.progress(request.seq);
         }
     }
-    Ok(state.stats.finish())
+    Ok(crate::report::checked(state.stats.finish()))
 }
 
 /// [`replay`] over a loaded workload: the same decisions and the same report as reading
@@ -296,5 +296,5 @@ pub fn replay_workload(
             observer.progress(seq);
         }
     }
-    Ok(state.stats.finish())
+    Ok(crate::report::checked(state.stats.finish()))
 }
