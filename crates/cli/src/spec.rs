@@ -90,6 +90,15 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
     }
     let timed = resolve_timed(&opts, endpoints.len(), seed)?;
     let when_unavailable = match (opts.when_unavailable, opts.fail_open) {
+        (Some(policy), true) if policy != crate::opts::UnavailableArg::FailOpen => {
+            return Err(Failure::input(format!(
+                "--fail-open and --when-unavailable {} say different things; give one",
+                match policy {
+                    crate::opts::UnavailableArg::Queue => "queue",
+                    _ => "reject",
+                }
+            )));
+        }
         (Some(policy), _) => policy.into(),
         (None, true) => WhenUnavailable::FailOpen,
         (None, false) if timed.is_some() => WhenUnavailable::Queue,

@@ -151,3 +151,48 @@ fn the_clock_and_the_engine_refuse_what_they_cannot_represent() {
     let output = Replay::new("lcp", &far).args(&["--timing", "trace"]).run();
     refused(&output, "line 2: arrival 5000000000000 ms is beyond");
 }
+
+/// Rough edges: a reader that stops early is not an error; a byte-order mark is not part
+/// of the first line; contradictory flags are refused.
+#[test]
+fn a_closed_pipe_a_byte_order_mark_and_contradictory_flags() {
+    use std::io::Read as _;
+    for args in [&["plugins"][..], &["gen-trace", "--requests", "200000"]] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_routerlab"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = [0u8; 16];
+        child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+        // The pipe is closed now: the rest of the output has nowhere to go.
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+
+    let plain = std::fs::read(project_trace("mooncake-small.jsonl")).unwrap();
+    let with_bom = scratch_file("bom.jsonl", &[b"\xef\xbb\xbf".as_slice(), &plain].concat());
+    let mut report = Replay::new("lcp", &with_bom).report();
+    let mut expected = Replay::new("lcp", &project_trace("mooncake-small.jsonl")).report();
+    for r in [&mut report, &mut expected] {
+        r.as_object_mut().unwrap().remove("run");
+    }
+    assert_eq!(report, expected);
+
+    let output = Replay::new("lcp", &project_trace("mooncake-small.jsonl"))
+        .args(&[
+            "--timing",
+            "trace",
+            "--fail-open",
+            "--when-unavailable",
+            "reject",
+        ])
+        .run();
+    refused(
+        &output,
+        "--fail-open and --when-unavailable reject say different things",
+    );
+}

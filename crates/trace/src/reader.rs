@@ -139,10 +139,15 @@ enum Source {
         buf: Vec<u8>,
         /// `buf` holds a line read ahead (to detect the format) and not yet handed out.
         pending: bool,
+        /// No line has been read yet (a byte-order mark may start the first).
+        at_start: bool,
         /// Bytes of the file on disk.
         bytes: u64,
     },
 }
+
+/// The UTF-8 byte-order mark.
+const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
 
 /// How a file is compressed, by its first bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,7 +209,15 @@ impl TraceReader {
             return Err(whole("trace is empty: no requests".into()));
         }
         let mut source = match Compression::of(&map) {
-            None => Source::Mapped { map, offset: 0 },
+            // A UTF-8 byte-order mark (Windows editors write one) is not part of line 1.
+            None => Source::Mapped {
+                offset: if map.starts_with(UTF8_BOM) {
+                    UTF8_BOM.len()
+                } else {
+                    0
+                },
+                map,
+            },
             Some(kind) => {
                 let bytes = map.len() as u64;
                 drop(map);
@@ -226,6 +239,7 @@ impl TraceReader {
                     reader,
                     buf: Vec::new(),
                     pending: false,
+                    at_start: true,
                     bytes,
                 }
             }
@@ -384,12 +398,16 @@ impl Source {
                 reader,
                 buf,
                 pending,
+                at_start,
                 ..
             } => loop {
                 if !std::mem::take(pending) {
                     buf.clear();
                     if reader.read_until(b'\n', buf)? == 0 {
                         return Ok(None);
+                    }
+                    if std::mem::take(at_start) && buf.starts_with(UTF8_BOM) {
+                        buf.drain(..UTF8_BOM.len());
                     }
                 }
                 consumed += 1;
@@ -404,7 +422,7 @@ impl Source {
     /// The first non-blank line, without consuming it (for format detection).
     fn first_content_line(&mut self) -> std::io::Result<&[u8]> {
         match self {
-            Source::Mapped { map, .. } => Ok(map
+            Source::Mapped { map, offset } => Ok(map[*offset..]
                 .split(|b| *b == b'\n')
                 .find(|line| !is_blank(line))
                 .unwrap_or(&[])),
@@ -412,6 +430,7 @@ impl Source {
                 reader,
                 buf,
                 pending,
+                at_start,
                 ..
             } => {
                 // Blank leading lines are read past here and not counted; they carry nothing.
@@ -419,6 +438,9 @@ impl Source {
                     buf.clear();
                     if reader.read_until(b'\n', buf)? == 0 {
                         return Ok(&[]);
+                    }
+                    if std::mem::take(at_start) && buf.starts_with(UTF8_BOM) {
+                        buf.drain(..UTF8_BOM.len());
                     }
                     if !is_blank(buf) {
                         *pending = true;

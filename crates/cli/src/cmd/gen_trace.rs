@@ -49,7 +49,11 @@ pub fn run(args: GenTraceArgs) -> Result<(), Failure> {
             &mut sink,
         ),
     };
-    written.and_then(|()| sink.flush()).map_err(fail)?;
+    match written.and_then(|()| sink.flush()) {
+        // `gen-trace | head`: the reader has what it wanted.
+        Err(e) if file.is_none() && e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+        other => other.map_err(fail)?,
+    }
     drop(sink);
     match file {
         Some(file) => file.commit().map_err(fail),

@@ -26,17 +26,23 @@ pub fn note_load_only(path: &Path, format: routerlab_trace::TraceFormat) {
     }
 }
 
-/// Prints `text` on stdout, all of it or a failure naming `what` was being written.
+/// Prints `text` on stdout, all of it or a failure naming `what` was being written. A
+/// reader that stopped reading (`routerlab plugins | head`: a broken pipe) is a normal end,
+/// not a failure.
 pub fn print_stdout(text: &str, what: &'static str) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
-    stdout
+    match stdout
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
-        .map_err(|source| Failure::Output {
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(source) => Err(Failure::Output {
             what,
             path: PathBuf::from("-"),
             source,
-        })
+        }),
+    }
 }
 
 /// Refuses to write `output` (named by `flag`) when it is the same file as one of

@@ -53,14 +53,17 @@ pub fn run(args: PluginsArgs) -> Result<(), Failure> {
     let widths: Vec<usize> = (0..5)
         .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
         .collect();
+    let mut table = String::new();
     for row in &rows {
         let line: Vec<String> = row
             .iter()
             .zip(&widths)
             .map(|(cell, w)| format!("{cell:<w$}"))
             .collect();
-        println!("{}", line.join("  ").trim_end());
+        table.push_str(line.join("  ").trim_end());
+        table.push('\n');
     }
+    crate::cmd::print_stdout(&table, "the plugin list")?;
     if failures > 0 {
         return Err(Failure::input(format!(
             "{failures} plugin librar{} could not be loaded (see above)",
