@@ -2,9 +2,10 @@
 //! else, so the same failure always exits the same way.
 //!
 //! - 0: success.
-//! - 1: the run started and could not finish: a plugin failed while routing, or an output
-//!   (the report, `--requests-out`, a generated trace) could not be written.
+//! - 1: the run started and could not finish: a plugin failed while routing.
 //! - 2: bad input: flags, experiment file, trace, plugin or plugin config. Nothing ran.
+//! - 3: an output (the report, `--requests-out`, a plot, a shard, a generated trace) could
+//!   not be written. The run's numbers exist; the disk or the pipe refused them.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -17,6 +18,8 @@ use routerlab_trace::TraceError;
 pub const RUN_FAILED: u8 = 1;
 /// Exit code of bad input.
 pub const BAD_INPUT: u8 = 2;
+/// Exit code of an output that could not be written.
+pub const OUTPUT_FAILED: u8 = 3;
 
 /// A failure, as the user sees it.
 #[derive(Debug)]
@@ -64,12 +67,12 @@ impl Failure {
                 SimError::Trace(_) | SimError::Input(_) | SimError::NoArrivalTimes { .. } => {
                     BAD_INPUT
                 }
-                // A plugin failed mid-run, an output could not be written, or a failure
-                // added later: the run did not finish.
+                SimError::Io { .. } => OUTPUT_FAILED,
+                // A plugin failed mid-run, or a failure added later: the run did not finish.
                 _ => RUN_FAILED,
             },
             Failure::InRun { failure, .. } => failure.exit_code(),
-            Failure::Output { .. } => RUN_FAILED,
+            Failure::Output { .. } => OUTPUT_FAILED,
         }
     }
 }
@@ -133,8 +136,8 @@ mod tests {
             path: "out.jsonl".into(),
             source: io(),
         };
-        assert_eq!(written_by_the_run.exit_code(), RUN_FAILED);
-        assert_eq!(written_after.exit_code(), RUN_FAILED);
+        assert_eq!(written_by_the_run.exit_code(), OUTPUT_FAILED);
+        assert_eq!(written_after.exit_code(), OUTPUT_FAILED);
         assert_eq!(written_by_the_run.to_string(), written_after.to_string());
         assert_eq!(Failure::input("x").exit_code(), BAD_INPUT);
         let no_times = Failure::Run(SimError::NoArrivalTimes { line: 3 });
