@@ -139,7 +139,8 @@ typedef struct RlRequest {
    */
   uint32_t unit;
   /**
-   * Request id, unique within a replay.
+   * Request id, unique within a replay: the request's position in the trace, counted
+   * from 1 in file order (skipped lines not counted), whatever ids the trace itself uses.
    */
   uint64_t id;
   /**
@@ -152,6 +153,10 @@ typedef struct RlRequest {
   struct RlStr prompt;
   /**
    * Chain of prefix-block hashes: hash `i` identifies the whole prefix up to block `i`.
+   * For text and token-id traces the host computes them (xxh3 chains). For Mooncake
+   * traces they are the trace's own `hash_ids`, unchanged: small integers, and 0 is a
+   * valid and common value (never use 0 as "empty"). CSV traces (Azure, BurstGPT) have
+   * none: `block_count` is 0.
    */
   const uint64_t *block_hashes;
   /**
@@ -175,11 +180,13 @@ typedef struct RlRequest {
    */
   uint64_t output_tokens;
   /**
-   * Session id, 0 = none.
+   * Session id, 0 = none. Sessions are renumbered from 1 in order of first appearance
+   * in the file, whatever the trace calls them.
    */
   uint64_t session_id;
   /**
-   * Id of the request whose prompt this one continues, 0 = none.
+   * `id` of the request whose prompt this one continues, 0 = none (renumbered like
+   * `id`).
    */
   uint64_t parent_id;
   /**
@@ -231,11 +238,14 @@ typedef struct RlEndpointStatus {
    */
   uint64_t waiting;
   /**
-   * KV-cache blocks in use.
+   * KV-cache blocks in use. In a time-free replay these are the prefix-cache model's
+   * blocks, in the trace's block size (`RlRequest::block_size`); in a timed replay the
+   * engine's KV blocks, of the engine's block size (64 tokens with the `dynamo` preset;
+   * the ABI does not carry it, so a policy that mixes the two must be told by config).
    */
   uint64_t kv_blocks_used;
   /**
-   * KV-cache blocks in total; 0 = unbounded.
+   * KV-cache blocks in total, in the same blocks as `kv_blocks_used`; 0 = unbounded.
    */
   uint64_t kv_blocks_total;
   /**
@@ -243,7 +253,9 @@ typedef struct RlEndpointStatus {
    */
   double kv_usage;
   /**
-   * Prompt tokens of requests routed here that have not finished.
+   * Prompt tokens of requests routed here that have not finished (in a time-free
+   * replay nothing finishes). Always tokens: for text requests (`RL_UNIT_BYTES`) the
+   * host counts `ceil(prompt bytes / 4)` tokens a request.
    */
   uint64_t inflight_prompt_tokens;
   /**
@@ -266,7 +278,10 @@ typedef struct RlEndpointList {
    */
   uint64_t len;
   /**
-   * Distance in bytes between elements (`>= 16`, normally `size_of::<RlEndpointStatus>()`).
+   * Distance in bytes between elements. At least `RL_ENDPOINT_STATUS_SIZE_V1_0`; equal to
+   * the host's `sizeof(RlEndpointStatus)`, which may be larger or smaller than the
+   * plugin's: step through the list by `stride`, never by your own `sizeof`, and read
+   * a field only when the element's `struct_size` covers it.
    */
   uint64_t stride;
 } RlEndpointList;
@@ -288,7 +303,9 @@ typedef struct RlCreateInfo {
    */
   struct RlStr name;
   /**
-   * The plugin's own YAML or JSON text, without the `seed` key.
+   * The plugin's own config, without the `seed` key, in the host's normal form: block
+   * YAML with one `key: value` a line, keys in the order the user gave them; the empty
+   * string when the user gave nothing but a seed.
    */
   struct RlStr config;
   /**
@@ -389,7 +406,8 @@ typedef struct RlMatcherVtable {
    */
   RlRequestEndpointFn update;
   /**
-   * Optional (NULL allowed): a routed request finished on its endpoint.
+   * Optional (NULL allowed): a routed request finished on its endpoint. Called only by
+   * the timed replay (and a live router): in a time-free replay requests never finish.
    */
   RlRequestEndpointFn on_complete;
   /**

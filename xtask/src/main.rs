@@ -466,6 +466,34 @@ mod tests {
         assert!(super::readme_blocks(&readme).len() >= 8);
     }
 
+    /// What third-party authors had to discover with diagnostic plugins is in the header.
+    #[test]
+    fn the_header_says_what_plugins_must_know() {
+        let header = std::fs::read_to_string(super::header_path()).unwrap();
+        // Comment lines wrap: compare the words, not the lines.
+        let header = header
+            .split_whitespace()
+            .filter(|w| *w != "*")
+            .collect::<Vec<_>>()
+            .join(" ");
+        for fact in [
+            "counts `ceil(prompt bytes / 4)` tokens",
+            "in the trace's block size",
+            "the engine's KV blocks, of the engine's block size",
+            "0 is a valid and common value",
+            "step through the list by `stride`, never by your own `sizeof`",
+            "counted from 1 in file order",
+            "Sessions are renumbered from 1",
+            "in a time-free replay requests never finish",
+            "the host's normal form",
+        ] {
+            assert!(
+                header.contains(fact),
+                "include/routerlab.h does not say: {fact}"
+            );
+        }
+    }
+
     #[test]
     fn committed_header_is_fresh() {
         let fresh = super::generate_header().unwrap();

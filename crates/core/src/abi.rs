@@ -88,13 +88,18 @@ pub struct RlRequest {
     pub struct_size: u32,
     /// `RL_UNIT_BYTES` or `RL_UNIT_TOKENS`: the unit of `block_size` and `prompt_len`.
     pub unit: u32,
-    /// Request id, unique within a replay.
+    /// Request id, unique within a replay: the request's position in the trace, counted
+    /// from 1 in file order (skipped lines not counted), whatever ids the trace itself uses.
     pub id: u64,
     /// Arrival time in logical nanoseconds since the start of the trace.
     pub arrival_ns: u64,
     /// Prompt text; empty for hash-only traces.
     pub prompt: RlStr,
     /// Chain of prefix-block hashes: hash `i` identifies the whole prefix up to block `i`.
+    /// For text and token-id traces the host computes them (xxh3 chains). For Mooncake
+    /// traces they are the trace's own `hash_ids`, unchanged: small integers, and 0 is a
+    /// valid and common value (never use 0 as "empty"). CSV traces (Azure, BurstGPT) have
+    /// none: `block_count` is 0.
     pub block_hashes: *const u64,
     /// Number of entries in `block_hashes`.
     pub block_count: u64,
@@ -106,9 +111,11 @@ pub struct RlRequest {
     pub prompt_len: u64,
     /// Expected output tokens, or `RL_UNKNOWN`.
     pub output_tokens: u64,
-    /// Session id, 0 = none.
+    /// Session id, 0 = none. Sessions are renumbered from 1 in order of first appearance
+    /// in the file, whatever the trace calls them.
     pub session_id: u64,
-    /// Id of the request whose prompt this one continues, 0 = none.
+    /// `id` of the request whose prompt this one continues, 0 = none (renumbered like
+    /// `id`).
     pub parent_id: u64,
     // ---- appended in ABI 1.1: read only when `struct_size` covers them ----
     /// Dense block ids, `block_count` of them, or null: `block_ids[i]` names `block_hashes[i]`.
@@ -162,13 +169,18 @@ pub struct RlEndpointStatus {
     pub running: u64,
     /// Requests waiting in the endpoint's queue.
     pub waiting: u64,
-    /// KV-cache blocks in use.
+    /// KV-cache blocks in use. In a time-free replay these are the prefix-cache model's
+    /// blocks, in the trace's block size (`RlRequest::block_size`); in a timed replay the
+    /// engine's KV blocks, of the engine's block size (64 tokens with the `dynamo` preset;
+    /// the ABI does not carry it, so a policy that mixes the two must be told by config).
     pub kv_blocks_used: u64,
-    /// KV-cache blocks in total; 0 = unbounded.
+    /// KV-cache blocks in total, in the same blocks as `kv_blocks_used`; 0 = unbounded.
     pub kv_blocks_total: u64,
     /// `kv_blocks_used / kv_blocks_total`, 0 when unbounded.
     pub kv_usage: f64,
-    /// Prompt tokens of requests routed here that have not finished.
+    /// Prompt tokens of requests routed here that have not finished (in a time-free
+    /// replay nothing finishes). Always tokens: for text requests (`RL_UNIT_BYTES`) the
+    /// host counts `ceil(prompt bytes / 4)` tokens a request.
     pub inflight_prompt_tokens: u64,
     // ---- appended in ABI 1.2: read only when `struct_size` covers it ----
     /// Requests routed here that have not finished, counted by the router itself: always
@@ -184,7 +196,10 @@ pub struct RlEndpointList {
     pub items: *const RlEndpointStatus,
     /// Number of elements.
     pub len: u64,
-    /// Distance in bytes between elements (`>= 16`, normally `size_of::<RlEndpointStatus>()`).
+    /// Distance in bytes between elements. At least `RL_ENDPOINT_STATUS_SIZE_V1_0`; equal to
+    /// the host's `sizeof(RlEndpointStatus)`, which may be larger or smaller than the
+    /// plugin's: step through the list by `stride`, never by your own `sizeof`, and read
+    /// a field only when the element's `struct_size` covers it.
     pub stride: u64,
 }
 
@@ -207,7 +222,9 @@ pub struct RlCreateInfo {
     pub _reserved: u32,
     /// The plugin's name.
     pub name: RlStr,
-    /// The plugin's own YAML or JSON text, without the `seed` key.
+    /// The plugin's own config, without the `seed` key, in the host's normal form: block
+    /// YAML with one `key: value` a line, keys in the order the user gave them; the empty
+    /// string when the user gave nothing but a seed.
     pub config: RlStr,
     /// The run's seed: the only source of randomness a plugin may use.
     pub seed: u64,
@@ -293,7 +310,8 @@ pub struct RlMatcherVtable {
     pub match_request: RlMatchFn,
     /// Records that a request was routed to an endpoint.
     pub update: RlRequestEndpointFn,
-    /// Optional (NULL allowed): a routed request finished on its endpoint.
+    /// Optional (NULL allowed): a routed request finished on its endpoint. Called only by
+    /// the timed replay (and a live router): in a time-free replay requests never finish.
     pub on_complete: RlRequestEndpointFn,
     // ---- appended in ABI 1.2: optional (NULL allowed), read only when `struct_size` covers them ----
     /// A routed request produced its first token on its endpoint (timed replays).
