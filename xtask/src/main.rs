@@ -174,7 +174,19 @@ fn run_tool(task: &str, args: &[String]) -> Result<(), String> {
         return Ok(());
     }
     // The tool already printed its one-line error; keep its exit code for scripts.
-    std::process::exit(status.code().unwrap_or(1));
+    if let Some(code) = status.code() {
+        std::process::exit(code);
+    }
+    // Killed by a signal (a crashing plugin): say so, and exit as a shell would.
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt as _;
+        if let Some(signal) = status.signal() {
+            eprintln!("xtask: routerlab was killed by signal {signal} (see its last words above)");
+            std::process::exit(128 + signal);
+        }
+    }
+    std::process::exit(1);
 }
 
 /// The C header, generated from the ABI module.

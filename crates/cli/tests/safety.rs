@@ -196,3 +196,40 @@ fn a_closed_pipe_a_byte_order_mark_and_contradictory_flags() {
         "--fail-open and --when-unavailable reject say different things",
     );
 }
+
+/// A C plugin that crashes the process: one line on stderr naming the plugin, the call and
+/// the trace line, and the process still dies of the same signal (exit status 134/139).
+#[test]
+fn a_crashing_plugin_is_named_and_the_signal_kept() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let library =
+        std::env::temp_dir().join(format!("librouterlab_crash_{}.so", std::process::id()));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = std::process::Command::new(&cc)
+        .args(["-shared", "-fPIC", "-O1", "-std=c11", "-I"])
+        .arg(root.join("include"))
+        .arg(root.join("crates/cli/tests/fixtures/crash.c"))
+        .arg("-o")
+        .arg(&library)
+        .status()
+        .expect("a C compiler (cc, or $CC)");
+    assert!(built.success());
+    let trace = project_trace("mooncake-small.jsonl");
+    for (plugin, signal, name) in [("segv", 11, "SIGSEGV"), ("abort", 6, "SIGABRT")] {
+        let spec = format!("{}#{plugin}", library.display());
+        let output = Replay::new(&spec, &trace).run();
+        let (stdout, stderr) = texts(&output);
+        assert_eq!(output.status.signal(), Some(signal), "{plugin}: {stderr}");
+        assert!(stdout.is_empty());
+        assert!(
+            stderr.contains(&format!(
+                "routerlab: {name}"
+            )) && stderr.contains(&format!(
+                "in plugin `{plugin}` during `match`, routing the request on trace line 3: the plugin crashed the process"
+            )),
+            "{plugin}: {stderr}"
+        );
+    }
+    let _ = std::fs::remove_file(&library);
+}

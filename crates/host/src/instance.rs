@@ -442,7 +442,10 @@ impl Handle {
             return Err(self.error(name, CallFailure::Poisoned(why.clone())));
         }
         let instance = self.instance;
+        let plugin: &'static PluginInfo = self.plugin;
+        crate::crash::enter(&plugin.name, name);
         let (status, message) = with_sink(|err| call(instance, err));
+        crate::crash::leave();
         if status == RL_OK || accept.contains(&status) {
             return Ok(status);
         }

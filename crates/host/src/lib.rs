@@ -6,12 +6,14 @@
 //! magic, ABI major, struct sizes, kind, name), reports each failure in one line naming the
 //! file and the field, and checks every answer (an endpoint index that is out of range or
 //! flagged unavailable is an error, never used). What it cannot defend against is a plugin
-//! that crashes the process outright; that would take a separate process.
+//! that crashes the process outright (that would take a separate process); [`crash`] at
+//! least makes the process say which plugin, call and trace line it was.
 //!
 //! `unsafe` is allowed in this crate, and each block says why it is sound.
 
 #![allow(unsafe_code)]
 
+pub mod crash;
 mod discovery;
 mod error;
 mod instance;

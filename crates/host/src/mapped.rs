@@ -20,8 +20,10 @@ impl MappedFile {
         }
         // SAFETY: the map is read-only and private. If another process truncates the file
         // while it is mapped, reads past the new end fault (SIGBUS); like every tool that
-        // maps its input, we accept that for files the user asked us to read.
+        // maps its input, we accept that for files the user asked us to read, and the
+        // crash handler names the file when it happens.
         let map = unsafe { memmap2::Mmap::map(&file) }?;
+        crate::crash::note_mapped(path);
         // Readers go front to back once: ask for aggressive read-ahead. Only a hint, so a
         // platform that refuses it loses nothing but speed.
         #[cfg(unix)]

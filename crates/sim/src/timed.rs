@@ -411,6 +411,8 @@ impl Sim<'_> {
         cached_prefix: Option<CachedPrefix<'s>>,
     ) -> RequestData<'s> {
         let request = &self.workload.requests[index];
+        // Whatever plugin call follows is about this request: name its line if it crashes.
+        routerlab_host::crash::set_trace_line(request.line as u64);
         let state = &self.requests[index];
         RequestData {
             id: index as u64 + 1,
