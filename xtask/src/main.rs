@@ -26,6 +26,8 @@ tasks:
   codegen [--check]  regenerate include/routerlab.h and the README's example blocks
   bench              run the benchmarks (release) and print their numbers
   readme             run every `sh` block of README.md, as a new user would
+  fuzz --smoke | --seconds N
+                     run each cargo-fuzz target (nightly, cargo-fuzz) for 20 s, or N s
   ci                 fmt, clippy, MSRV check, build, test, Miri, docs, readme: what CI runs
 ";
 
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
         "bench" => bench(rest),
         "ci" => ci(),
         "readme" => readme(),
+        "fuzz" => fuzz(rest),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             Ok(())
@@ -379,8 +382,51 @@ fn ci() -> Result<(), String> {
         }
         run(cmd)?;
     }
+    println!("xtask ci: cargo xtask fuzz --smoke");
+    fuzz(&["--smoke".to_owned()])?;
     println!("xtask ci: cargo xtask readme");
     readme()
+}
+
+/// The cargo-fuzz targets under `fuzz/`.
+const FUZZ_TARGETS: [&str; 4] = ["trace_reader", "mooncake_fast_path", "settings", "engine"];
+
+/// Runs every fuzz target for a fixed time from its committed seed corpus. New inputs go to
+/// a scratch directory, so the committed corpus changes only by hand; a crash fails the
+/// task and leaves its input in `fuzz/artifacts/TARGET/`. The process leaks on purpose
+/// (plugin libraries are never unloaded), so leak detection is off.
+fn fuzz(args: &[String]) -> Result<(), String> {
+    let seconds = match args {
+        [flag] if flag == "--smoke" => 20,
+        [flag, n] if flag == "--seconds" => n
+            .parse::<u32>()
+            .map_err(|_| format!("--seconds {n}: expected a whole number"))?,
+        _ => return Err("usage: cargo xtask fuzz --smoke | --seconds N".into()),
+    };
+    // The engine target loads the workspace's debug plugins.
+    let mut build = cargo_bare();
+    build.args(["build", "--workspace", "--quiet"]);
+    run(build)?;
+    for target in FUZZ_TARGETS {
+        let scratch =
+            std::env::temp_dir().join(format!("routerlab-fuzz-{target}-{}", std::process::id()));
+        std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+        println!("xtask fuzz: {target} for {seconds} s");
+        let mut cmd = cargo_bare();
+        cmd.current_dir(root().join("fuzz"))
+            .args(["+nightly", "fuzz", "run", target]);
+        cmd.arg(&scratch).arg(format!("corpus/{target}"));
+        cmd.args([
+            "--",
+            &format!("-max_total_time={seconds}"),
+            "-detect_leaks=0",
+            "-print_final_stats=1",
+        ]);
+        let result = run(cmd);
+        let _ = std::fs::remove_dir_all(&scratch);
+        result?;
+    }
+    Ok(())
 }
 
 /// The `sh` blocks of README.md, in order. `cargo xtask ci` is left out of what `readme`

@@ -10,7 +10,7 @@
 //! so the exit status stays the honest one (134, 139, ...).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 /// What this thread is doing, as far as a crash report goes.
 #[derive(Clone, Copy)]
@@ -31,8 +31,9 @@ thread_local! {
     };
 }
 
-/// The last file mapped (for SIGBUS), as a leaked byte string; null = none.
-static MAPPED_PATH: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
+/// The last file mapped (for SIGBUS): its path's first bytes, and how many are valid
+/// (0 while being written). Atomics, so the handler reads them without a lock.
+static MAPPED_PATH: [AtomicU8; 512] = [const { AtomicU8::new(0) }; 512];
 static MAPPED_LEN: AtomicUsize = AtomicUsize::new(0);
 
 /// Notes that `call` of `plugin` is about to run on this thread.
@@ -67,11 +68,15 @@ pub fn set_trace_line(line: u64) {
     });
 }
 
-/// Notes a file just mapped, so a SIGBUS while reading it can name it.
+/// Notes a file just mapped, so a SIGBUS while reading it can name it (its first 512
+/// bytes).
 pub(crate) fn note_mapped(path: &std::path::Path) {
-    let bytes: &'static [u8] = Box::leak(path.to_string_lossy().into_owned().into_bytes().into());
+    let text = path.to_string_lossy();
+    let bytes = &text.as_bytes()[..text.len().min(MAPPED_PATH.len())];
     MAPPED_LEN.store(0, Ordering::Release);
-    MAPPED_PATH.store(bytes.as_ptr().cast_mut(), Ordering::Release);
+    for (slot, byte) in MAPPED_PATH.iter().zip(bytes) {
+        slot.store(*byte, Ordering::Relaxed);
+    }
     MAPPED_LEN.store(bytes.len(), Ordering::Release);
 }
 
@@ -136,11 +141,10 @@ extern "C" fn on_fatal_signal(signal: libc::c_int) {
     } else if signal == libc::SIGBUS {
         line.push(b" reading a mapped file: the trace ");
         let len = MAPPED_LEN.load(Ordering::Acquire);
-        let ptr = MAPPED_PATH.load(Ordering::Acquire);
-        if !ptr.is_null() && len > 0 {
-            // SAFETY: `ptr` and `len` describe a leaked, never-freed byte string
-            // (`note_mapped` publishes the length after the pointer).
-            line.push(unsafe { std::slice::from_raw_parts(ptr, len) });
+        for slot in &MAPPED_PATH[..len] {
+            line.push(&[slot.load(Ordering::Relaxed)]);
+        }
+        if len > 0 {
             line.push(b" ");
         }
         line.push(b"changed size while being read\n");

@@ -3,7 +3,7 @@
 
 pub(crate) mod chat;
 pub(crate) mod csv;
-pub(crate) mod mooncake;
+pub mod mooncake;
 pub(crate) mod token_ids;
 
 pub use chat::{Message, flatten_messages};

@@ -386,6 +386,29 @@ impl<'de> serde::de::Visitor<'de> for MooncakeSeed<'_> {
     }
 }
 
+/// For the fuzz targets: one line as the fast path reads it and as the serde path reads
+/// it, each as debug text with its blocks (`None`: declined, or rejected). Whenever the fast
+/// path accepts a line, the serde path must read exactly the same values.
+#[doc(hidden)]
+pub fn both_paths(bytes: &[u8]) -> (Option<String>, Option<String>) {
+    let mut fast_blocks = Vec::new();
+    let fast = fast_mooncake(bytes, &mut fast_blocks).map(|l| format!("{l:?} {fast_blocks:?}"));
+    let mut blocks = Vec::new();
+    let slow = std::str::from_utf8(bytes).ok().and_then(|text| {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let line = serde::de::DeserializeSeed::deserialize(
+            MooncakeSeed {
+                blocks: &mut blocks,
+            },
+            &mut de,
+        )
+        .ok()?;
+        de.end().ok()?;
+        Some(format!("{line:?} {blocks:?}"))
+    });
+    (fast, slow)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

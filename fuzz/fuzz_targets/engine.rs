@@ -1,0 +1,101 @@
+//! The engine model with arbitrary (validated) settings and tiny traces: every report it
+//! gives keeps its invariants (percentiles in order, e2e >= ttft >= queue, counts that add
+//! up), and no request finishes before it arrives (checked inside in debug builds, which
+//! fuzz builds are).
+#![no_main]
+
+use std::io::Write as _;
+use std::path::Path;
+
+use libfuzzer_sys::fuzz_target;
+use routerlab_host::{EndpointTable, SearchPath, load_matcher};
+use routerlab_sim::engine::{EngineConfig, StepTime};
+use routerlab_sim::observer::NoObserver;
+use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
+use routerlab_sim::{Router, WhenUnavailable};
+use routerlab_trace::{TraceFormat, TraceOptions, TraceReader, Workload};
+
+fn byte(data: &[u8], i: usize) -> u32 {
+    u32::from(data.get(i).copied().unwrap_or(0))
+}
+
+fuzz_target!(|data: &[u8]| {
+    if data.len() < 16 {
+        return;
+    }
+    let (head, body) = data.split_at(16);
+    let engine = EngineConfig {
+        num_gpu_blocks: 1 + (byte(head, 0) << 8 | byte(head, 1)) % 4096,
+        engine_block_size: 1 + byte(head, 2) % 64,
+        max_num_seqs: 1 + byte(head, 3) % 16,
+        max_num_batched_tokens: 1 + (byte(head, 4) << 8 | byte(head, 5)) % 4096,
+        step_time: StepTime::Linear {
+            overhead_ms: f64::from(byte(head, 6)) / 10.0,
+            prefill_ms_per_token: f64::from(byte(head, 7)) / 1000.0,
+            decode_ms: f64::from(byte(head, 8)) / 10.0,
+        },
+    };
+    if engine.validate().is_err() {
+        return;
+    }
+    // Up to 12 requests of 5 bytes: arrival gap (ms), input length, output length, and a
+    // prefix id that later requests may share.
+    let mut trace = String::new();
+    let mut at = 0u64;
+    for chunk in body.chunks_exact(5).take(12) {
+        at += u64::from(chunk[0]);
+        let input = 1 + (u32::from(chunk[1]) << 4 | u32::from(chunk[2])) % 2048;
+        let output = u32::from(chunk[3]) % 64;
+        let blocks = input.div_ceil(16);
+        let ids: Vec<String> = (0..blocks)
+            .map(|b| (u32::from(chunk[4] % 4) * 1000 + b).to_string())
+            .collect();
+        trace.push_str(&format!(
+            "{{\"timestamp\": {at}, \"input_length\": {input}, \"output_length\": {output}, \"hash_ids\": [{}]}}\n",
+            ids.join(", ")
+        ));
+    }
+    if trace.is_empty() {
+        return;
+    }
+    let path = std::env::temp_dir().join(format!("routerlab-fuzz-engine-{}", std::process::id()));
+    std::fs::File::create(&path)
+        .and_then(|mut f| f.write_all(trace.as_bytes()))
+        .expect("scratch file");
+    let options = TraceOptions {
+        format: Some(TraceFormat::Mooncake),
+        block_size: 128,
+        trace_block_size: 16,
+        skip_invalid: false,
+    };
+    let reader = TraceReader::open(&path, options).expect("a well-formed trace");
+    let endpoints = 1 + (byte(head, 9) % 3) as usize;
+    let settings = TimedSettings {
+        engines: vec![engine; endpoints],
+        arrivals: Arrivals::Trace {
+            speedup: 1.0 + f64::from(byte(head, 10)),
+        },
+        respect_parents: false,
+        think_time_ns: 0,
+        metrics_interval_ns: u64::from(byte(head, 11)) * 1_000_000,
+        default_output_tokens: 16,
+        seed: u64::from(byte(head, 12)),
+    };
+    let workload = Workload::load(reader, &settings.engine_block_sizes()).expect("loads");
+    // The built-in plugins of the workspace's debug build (`cargo build` first).
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug");
+    let search = SearchPath::new(vec![plugins]);
+    let matcher = load_matcher("round-robin", "seed: 0", &search)
+        .expect("the round-robin plugin (run `cargo build --workspace` first)");
+    let table = EndpointTable::new((0..endpoints).map(|i| format!("e{i}")));
+    let when = if byte(head, 13) % 2 == 0 {
+        WhenUnavailable::Queue
+    } else {
+        WhenUnavailable::Reject
+    };
+    let mut router = Router::new(matcher, None, table, when).expect("a router");
+    if let Ok(report) = replay_timed(&workload, &mut router, &settings, &mut NoObserver) {
+        let broken = report.invariant_violations();
+        assert!(broken.is_empty(), "{broken:?}");
+    }
+});
