@@ -233,3 +233,32 @@ fn a_crashing_plugin_is_named_and_the_signal_kept() {
     }
     let _ = std::fs::remove_file(&library);
 }
+
+/// A key given twice is refused the same way in every JSON format, never silently the last.
+#[test]
+fn a_duplicated_key_is_refused_in_every_format() {
+    for (name, line, field) in [
+        (
+            "dup-mooncake.jsonl",
+            "{\"timestamp\": 0, \"input_length\": 10, \"input_length\": 600, \"hash_ids\": [1]}",
+            "input_length",
+        ),
+        (
+            "dup-chat.jsonl",
+            "{\"id\": 1, \"prompt\": \"a\", \"prompt\": \"b\"}",
+            "prompt",
+        ),
+        (
+            "dup-tokens.jsonl",
+            "{\"input_tok_ids\": [1, 2], \"input_tok_ids\": [3]}",
+            "input_tok_ids",
+        ),
+    ] {
+        let trace = scratch_file(name, format!("{line}\n").as_bytes());
+        let output = Replay::new("lcp", &trace).run();
+        refused(
+            &output,
+            &format!(":1: cannot read line: duplicate field `{field}`"),
+        );
+    }
+}

@@ -104,6 +104,18 @@ pub enum LibraryFault {
         /// The name found (lossy).
         name: String,
     },
+    /// Two descriptors of one library share a name: which one a user gets would be luck.
+    #[error(
+        "plugin #{index}: the name `{name}` is already used by plugin #{first} of this library"
+    )]
+    DuplicateName {
+        /// Position of the second.
+        index: usize,
+        /// Position of the first.
+        first: usize,
+        /// The name.
+        name: String,
+    },
     /// A required vtable entry is NULL.
     #[error("plugin `{plugin}`: required entry `{slot}` is NULL")]
     MissingEntryPoint {

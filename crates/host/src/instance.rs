@@ -275,14 +275,20 @@ unsafe extern "C" fn write_error(ctx: *mut c_void, msg: RlStr) {
     if slot.text.is_some() {
         return;
     }
+    const CAP: u64 = 64 * 1024;
     let bytes = if msg.ptr.is_null() || msg.len == 0 {
         &[][..]
     } else {
         // SAFETY: the plugin passes `len` readable bytes, valid during this callback.
-        unsafe { std::slice::from_raw_parts(msg.ptr, msg.len.min(64 * 1024) as usize) }
+        unsafe { std::slice::from_raw_parts(msg.ptr, msg.len.min(CAP) as usize) }
     };
     let text = String::from_utf8_lossy(bytes);
-    slot.text = Some(text.split_whitespace().collect::<Vec<_>>().join(" "));
+    let mut text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if msg.len > CAP {
+        // Say it was cut, so nobody mistakes the cut for the message's end.
+        text.push_str(&format!(" [... {} more bytes not shown]", msg.len - CAP));
+    }
+    slot.text = Some(text);
 }
 
 /// Calls into a plugin with a fresh error sink; returns the status and any message.

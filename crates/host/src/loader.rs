@@ -211,7 +211,18 @@ fn open_and_validate(path: &Path, canonical: &Path) -> Result<Library, PluginErr
     for index in 0..module.plugin_count as usize {
         // SAFETY: the module promises `plugin_count` descriptor pointers at `plugins`.
         let descriptor = unsafe { *module.plugins.add(index) };
-        plugins.push(validate_descriptor(index, descriptor).map_err(fault)?);
+        let plugin = validate_descriptor(index, descriptor).map_err(fault)?;
+        if let Some(first) = plugins
+            .iter()
+            .position(|p: &PluginInfo| p.name == plugin.name)
+        {
+            return Err(fault(LibraryFault::DuplicateName {
+                index,
+                first,
+                name: plugin.name,
+            }));
+        }
+        plugins.push(plugin);
     }
     Ok(Library {
         path: path.to_owned(),
@@ -244,6 +255,9 @@ fn validate_descriptor(
         RL_KIND_DETECTOR => PluginKind::Detector,
         other => return Err(LibraryFault::UnknownKind { index, kind: other }),
     };
+    if descriptor.name.is_null() {
+        return Err(LibraryFault::NullPointer(format!("plugin #{index} name")));
+    }
     // SAFETY: descriptor strings are static and NUL-terminated by the ABI.
     let name = unsafe { c_text(descriptor.name) };
     if !is_valid_name(&name) {

@@ -286,3 +286,35 @@ fn an_unavailable_endpoint_is_never_used() {
         "{err}"
     );
 }
+
+#[test]
+fn a_null_name_and_a_name_given_twice_are_refused() {
+    let (search, file) = broken_library("null-name", &["NAME=0"]);
+    assert_eq!(
+        load_error(&search, "broken"),
+        format!("{}: plugin #0 name is NULL", file.display())
+    );
+    let (search, file) = broken_library("twice", &["TWICE"]);
+    assert_eq!(
+        load_error(&search, "broken"),
+        format!(
+            "{}: plugin #1: the name `broken` is already used by plugin #0 of this library",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn an_error_message_past_the_cap_says_it_was_cut() {
+    let (search, _) = broken_library("long-message", &["LONG_MESSAGE"]);
+    let mut matcher = load_matcher("broken", "", &search).unwrap();
+    let err = matcher
+        .match_request(&request(1, &[]), &endpoints(2), &[false; 2])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.ends_with("x [... 4464 more bytes not shown]"),
+        "{}",
+        &err[err.len() - 80..]
+    );
+}

@@ -176,6 +176,7 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
         }
     };
     /// The keys the fast path knows.
+    #[derive(Clone, Copy)]
     enum Key {
         Timestamp,
         InputLength,
@@ -192,6 +193,7 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
     }
     let mut line = MooncakeLine::default();
     let (mut has_input, mut has_ids) = (false, false);
+    let mut seen = 0u8;
     skip_ws(&mut at);
     if text.get(at) != Some(&b'{') {
         return None;
@@ -215,6 +217,12 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
             Some(b'p') if is(rest, b"parent_chat_id\"") => (Key::ParentChatId, 14),
             _ => return None,
         };
+        // A key given twice: serde's path names it as an error.
+        let bit = 1u8 << (key as u8);
+        if seen & bit != 0 {
+            return None;
+        }
+        seen |= bit;
         at += len + 2;
         if text.get(at..at + 2) == Some(b": ") {
             at += 2;
@@ -356,7 +364,24 @@ impl<'de> serde::de::Visitor<'de> for MooncakeSeed<'_> {
         use serde::de::Error;
         let mut line = MooncakeLine::default();
         let (mut has_input, mut has_ids) = (false, false);
+        const KNOWN: [&str; 7] = [
+            "timestamp",
+            "input_length",
+            "output_length",
+            "hash_ids",
+            "session_id",
+            "chat_id",
+            "parent_chat_id",
+        ];
+        let mut seen = [false; KNOWN.len()];
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            // A known key twice is an error, as it is in the other formats' lines.
+            if let Some(i) = KNOWN.iter().position(|k| *k == key.as_ref()) {
+                if seen[i] {
+                    return Err(A::Error::duplicate_field(KNOWN[i]));
+                }
+                seen[i] = true;
+            }
             match key.as_ref() {
                 "timestamp" => line.timestamp = map.next_value()?,
                 "input_length" => {
