@@ -267,7 +267,12 @@ fn apply(overrides: &EngineOverrides, base: &mut EngineConfig) {
 fn plugin_config(given: Option<TextOrValue>, seed: u64, which: &str) -> Result<String, Failure> {
     let value = match given {
         Some(TextOrValue::Text(text)) if text.trim().is_empty() => Value::Null,
-        Some(TextOrValue::Text(text)) => serde_yaml::from_str(&text).map_err(|e| {
+        Some(TextOrValue::Text(text)) => serde_yaml::from_str({
+            routerlab_core::config::check_nesting(&text)
+                .map_err(|e| Failure::input(format!("--{which}-config: {e}")))?;
+            &text
+        })
+        .map_err(|e| {
             Failure::input(format!(
                 "--{which}-config is not valid YAML or JSON: {}",
                 one_line(&e.to_string())
@@ -328,7 +333,17 @@ fn check_endpoints(names: Vec<String>) -> Result<Vec<String>, Failure> {
 
 /// Collapses whitespace (serde's messages span lines).
 pub fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    // A parser's message may quote the input; a message is not the place for a document.
+    const MOST: usize = 300;
+    match line.char_indices().nth(MOST) {
+        Some((cut, _)) => format!(
+            "{}… ({} more characters)",
+            &line[..cut],
+            line[cut..].chars().count()
+        ),
+        None => line,
+    }
 }
 
 #[cfg(test)]

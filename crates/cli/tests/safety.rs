@@ -262,3 +262,33 @@ fn a_duplicated_key_is_refused_in_every_format() {
         );
     }
 }
+
+/// Settings that would take a YAML parser minutes, or a message the size of a document,
+/// are cut short.
+#[test]
+fn deep_yaml_fails_fast_and_messages_stay_short() {
+    let deep = scratch_file(
+        "deep.yaml",
+        format!("matcher: {}\n", "[".repeat(100_000)).as_bytes(),
+    );
+    let output = Replay::new("lcp", &project_trace("chat.jsonl"))
+        .args(&["--config", &deep.to_string_lossy()])
+        .run();
+    refused(
+        &output,
+        "deep.yaml: line 1: brackets nest more than 64 deep",
+    );
+    // Not a speed target: a refusal that parsed first would take a minute here.
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    let long_key = scratch_file(
+        "long-key.yaml",
+        format!("{}: 1\n", "k".repeat(5000)).as_bytes(),
+    );
+    let output = Replay::new("lcp", &project_trace("chat.jsonl"))
+        .args(&["--config", &long_key.to_string_lossy()])
+        .run();
+    let stderr = texts(&output).1;
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr.len() < 700, "{} characters", stderr.len());
+    assert!(stderr.contains("more characters)"), "{stderr}");
+}

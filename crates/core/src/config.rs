@@ -26,6 +26,7 @@ pub struct PluginConfig {
 impl PluginConfig {
     /// Parses config text; empty text (or `null`) is an empty config.
     pub fn parse(text: &str) -> Result<Self, String> {
+        check_nesting(text).map_err(|e| format!("config: {e}"))?;
         let value: Value = if text.trim().is_empty() {
             Value::Null
         } else {
@@ -174,6 +175,7 @@ impl PluginConfig {
 /// is set) and its value (0 when absent). Text that is not a mapping of keys is returned
 /// unchanged, for the plugin to reject in its own words.
 pub fn split_seed(text: &str) -> Result<(String, u64), String> {
+    check_nesting(text).map_err(|e| format!("config: {e}"))?;
     let Ok(Value::Mapping(mut map)) = serde_yaml::from_str::<Value>(text) else {
         return Ok((text.to_owned(), 0));
     };
@@ -194,6 +196,43 @@ pub fn split_seed(text: &str) -> Result<(String, u64), String> {
     Ok((rest, seed))
 }
 
+/// How deep `[` and `{` may nest in settings text. A YAML parser takes time quadratic in
+/// the depth of such nesting (100,000 brackets took a minute), and no setting needs more.
+pub const MAX_NESTING: usize = 64;
+
+/// Refuses settings text whose brackets nest deeper than [`MAX_NESTING`], before any YAML
+/// parser sees it. Brackets inside quotes do not count.
+pub fn check_nesting(text: &str) -> Result<(), String> {
+    let (mut depth, mut quote, mut escaped) = (0usize, None::<char>, false);
+    for (line, content) in text.lines().enumerate() {
+        for c in content.chars() {
+            match (quote, c) {
+                (Some('"'), '\\') if !escaped => {
+                    escaped = true;
+                    continue;
+                }
+                (Some(q), c) if c == q && !escaped => quote = None,
+                (Some(_), _) => {}
+                (None, '"' | '\'') => quote = Some(c),
+                (None, '#') => break,
+                (None, '[' | '{') => {
+                    depth += 1;
+                    if depth > MAX_NESTING {
+                        return Err(format!(
+                            "line {}: brackets nest more than {MAX_NESTING} deep",
+                            line + 1
+                        ));
+                    }
+                }
+                (None, ']' | '}') => depth = depth.saturating_sub(1),
+                (None, _) => {}
+            }
+            escaped = false;
+        }
+    }
+    Ok(())
+}
+
 fn describe(value: &Value) -> String {
     match value {
         Value::Null => "null".into(),
@@ -208,6 +247,20 @@ fn describe(value: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn deep_brackets_are_refused_before_parsing_and_quoted_ones_do_not_count() {
+        let deep = format!("a: {}", "[".repeat(100_000));
+        let err = PluginConfig::parse(&deep).err().unwrap();
+        assert_eq!(err, "config: line 1: brackets nest more than 64 deep");
+        let quoted = format!("a: '{}'\nb: \"{}\\\"\"", "[".repeat(200), "{".repeat(200));
+        assert_eq!(check_nesting(&quoted), Ok(()));
+        assert_eq!(
+            check_nesting(&format!("a: {}{}", "[".repeat(64), "]".repeat(64))),
+            Ok(())
+        );
+    }
+
     use super::*;
 
     #[test]

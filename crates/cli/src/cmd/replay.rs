@@ -30,6 +30,8 @@ pub(crate) fn load_experiment(path: &Path) -> Result<ReplayOpts, Failure> {
             path.display()
         ))
     })?;
+    routerlab_core::config::check_nesting(&text)
+        .map_err(|e| Failure::input(format!("{}: {e}", path.display())))?;
     let mut opts: ReplayOpts = serde_yaml::from_str(&text)
         .map_err(|e| Failure::input(format!("{}: {}", path.display(), one_line(&e.to_string()))))?;
     let base = path.parent().map(Path::to_owned).unwrap_or_default();

@@ -458,6 +458,7 @@ fn load_workloads(prepared: &mut [Prepared]) -> Result<Vec<Workload>, Failure> {
 fn expand(path: &Path, bytes: &[u8]) -> Result<Vec<GridRun>, Failure> {
     let at = |what: String| Failure::input(format!("{}: {what}", path.display()));
     let text = std::str::from_utf8(bytes).map_err(|_| at("not UTF-8 text".into()))?;
+    routerlab_core::config::check_nesting(text).map_err(at)?;
     let root: Value = serde_yaml::from_str(text).map_err(|e| at(one_line(&e.to_string())))?;
     let Value::Mapping(mut base) = root else {
         return Err(at("expected a mapping of settings with a `grid`".into()));
