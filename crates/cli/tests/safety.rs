@@ -274,12 +274,12 @@ fn deep_yaml_fails_fast_and_messages_stay_short() {
     let output = Replay::new("lcp", &project_trace("chat.jsonl"))
         .args(&["--config", &deep.to_string_lossy()])
         .run();
+    // This message comes from the check before parsing; the parser's own would be a type
+    // error, after a minute.
     refused(
         &output,
         "deep.yaml: line 1: brackets nest more than 64 deep",
     );
-    // Not a speed target: a refusal that parsed first would take a minute here.
-    assert!(started.elapsed() < std::time::Duration::from_secs(30));
     let long_key = scratch_file(
         "long-key.yaml",
         format!("{}: 1\n", "k".repeat(5000)).as_bytes(),
