@@ -292,3 +292,44 @@ fn deep_yaml_fails_fast_and_messages_stay_short() {
     assert!(stderr.len() < 700, "{} characters", stderr.len());
     assert!(stderr.contains("more characters)"), "{stderr}");
 }
+
+/// A trace from a pipe (`--trace -`) or a FIFO is streamed, not mistaken for an empty file,
+/// and reports the same numbers and content hash as the same bytes in a file.
+#[test]
+fn a_trace_from_a_pipe_is_read_as_it_comes() {
+    use std::io::Write as _;
+    let file = project_trace("mooncake-small.jsonl");
+    let bytes = std::fs::read(&file).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_routerlab"))
+        .args([
+            "replay",
+            "--matcher",
+            "lcp",
+            "--trace",
+            "-",
+            "--format",
+            "json",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&bytes).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", texts(&output).1);
+    let piped: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let from_file = Replay::new("lcp", &file).report();
+    assert_eq!(piped["run"]["trace"]["path"], "-");
+    for key in ["bytes", "content_hash"] {
+        assert_eq!(
+            piped["run"]["trace"][key], from_file["run"]["trace"][key],
+            "{key}"
+        );
+    }
+    let strip = |mut r: serde_json::Value| {
+        r.as_object_mut().unwrap().remove("run");
+        r
+    };
+    assert_eq!(strip(piped), strip(from_file));
+}

@@ -143,7 +143,36 @@ enum Source {
         at_start: bool,
         /// Bytes of the file on disk.
         bytes: u64,
+        /// For a pipe, FIFO or stdin, which cannot be read twice: the bytes read and
+        /// their running hash, for the report's `run` block.
+        tally: Option<std::sync::Arc<std::sync::Mutex<Tally>>>,
     },
+}
+
+/// What has been read from a source that cannot be read again.
+#[derive(Default)]
+pub(crate) struct Tally {
+    bytes: u64,
+    hash: xxhash_rust::xxh3::Xxh3Default,
+}
+
+/// A reader that counts and hashes what passes through it.
+struct Tallied<R> {
+    inner: R,
+    tally: std::sync::Arc<std::sync::Mutex<Tally>>,
+}
+
+impl<R: std::io::Read> std::io::Read for Tallied<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let mut tally = self
+            .tally
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        tally.bytes += n as u64;
+        tally.hash.update(&buf[..n]);
+        Ok(n)
+    }
 }
 
 /// The UTF-8 byte-order mark.
@@ -166,6 +195,26 @@ impl Compression {
             None
         }
     }
+}
+
+/// `input`, decompressed when `kind` says it is compressed.
+fn decompressing(
+    kind: Option<Compression>,
+    input: impl BufRead + Send + 'static,
+    whole: &impl Fn(String) -> TraceError,
+) -> Result<Box<dyn BufRead + Send>, TraceError> {
+    Ok(match kind {
+        None => Box::new(input),
+        Some(Compression::Gzip) => Box::new(std::io::BufReader::with_capacity(
+            1 << 16,
+            flate2::bufread::MultiGzDecoder::new(input),
+        )),
+        Some(Compression::Zstd) => Box::new(std::io::BufReader::with_capacity(
+            1 << 16,
+            ruzstd::decoding::StreamingDecoder::new(input)
+                .map_err(|e| whole(format!("not a valid zstd file: {e}")))?,
+        )),
+    })
 }
 
 /// A streaming reader over a trace file: mapped, or decompressed as it goes.
@@ -204,44 +253,42 @@ impl TraceReader {
             fault: Fault::InvalidJson,
             message,
         };
-        let map = MappedFile::open(path).map_err(|e| whole(format!("cannot read trace: {e}")))?;
-        if map.is_empty() {
-            return Err(whole("trace is empty: no requests".into()));
-        }
-        let mut source = match Compression::of(&map) {
-            // A UTF-8 byte-order mark (Windows editors write one) is not part of line 1.
-            None => Source::Mapped {
-                offset: if map.starts_with(UTF8_BOM) {
-                    UTF8_BOM.len()
-                } else {
-                    0
+        let stdin = path == Path::new("-");
+        let regular = !stdin && std::fs::metadata(path).is_ok_and(|m| m.is_file());
+        let mut source = if regular {
+            Self::file_source(path, &whole)?
+        } else {
+            // A pipe, a FIFO or stdin (`-`): read once, as it comes, hashed on the way.
+            let raw: Box<dyn std::io::Read + Send> = if stdin {
+                Box::new(std::io::stdin())
+            } else {
+                Box::new(
+                    std::fs::File::open(path)
+                        .map_err(|e| whole(format!("cannot read trace: {e}")))?,
+                )
+            };
+            let tally = std::sync::Arc::new(std::sync::Mutex::new(Tally::default()));
+            let mut input = std::io::BufReader::with_capacity(
+                1 << 16,
+                Tallied {
+                    inner: raw,
+                    tally: tally.clone(),
                 },
-                map,
-            },
-            Some(kind) => {
-                let bytes = map.len() as u64;
-                drop(map);
-                let file = std::fs::File::open(path)
-                    .map_err(|e| whole(format!("cannot read trace: {e}")))?;
-                let file = std::io::BufReader::with_capacity(1 << 16, file);
-                let reader: Box<dyn BufRead + Send> = match kind {
-                    Compression::Gzip => Box::new(std::io::BufReader::with_capacity(
-                        1 << 16,
-                        flate2::bufread::MultiGzDecoder::new(file),
-                    )),
-                    Compression::Zstd => Box::new(std::io::BufReader::with_capacity(
-                        1 << 16,
-                        ruzstd::decoding::StreamingDecoder::new(file)
-                            .map_err(|e| whole(format!("not a valid zstd file: {e}")))?,
-                    )),
-                };
-                Source::Stream {
-                    reader,
-                    buf: Vec::new(),
-                    pending: false,
-                    at_start: true,
-                    bytes,
-                }
+            );
+            let head = input
+                .fill_buf()
+                .map_err(|e| whole(format!("cannot read trace: {e}")))?
+                .to_vec();
+            if head.is_empty() {
+                return Err(whole("trace is empty: no requests".into()));
+            }
+            Source::Stream {
+                reader: decompressing(Compression::of(&head), input, &whole)?,
+                buf: Vec::new(),
+                pending: false,
+                at_start: true,
+                bytes: 0,
+                tally: Some(tally),
             }
         };
         let format = match options.format {
@@ -271,6 +318,43 @@ impl TraceReader {
         })
     }
 
+    /// A regular file: mapped, or decompressed as it is read when its first bytes say so.
+    fn file_source(
+        path: &Path,
+        whole: &impl Fn(String) -> TraceError,
+    ) -> Result<Source, TraceError> {
+        let map = MappedFile::open(path).map_err(|e| whole(format!("cannot read trace: {e}")))?;
+        if map.is_empty() {
+            return Err(whole("trace is empty: no requests".into()));
+        }
+        Ok(match Compression::of(&map) {
+            // A UTF-8 byte-order mark (Windows editors write one) is not part of line 1.
+            None => Source::Mapped {
+                offset: if map.starts_with(UTF8_BOM) {
+                    UTF8_BOM.len()
+                } else {
+                    0
+                },
+                map,
+            },
+            Some(kind) => {
+                let bytes = map.len() as u64;
+                drop(map);
+                let file = std::fs::File::open(path)
+                    .map_err(|e| whole(format!("cannot read trace: {e}")))?;
+                let file = std::io::BufReader::with_capacity(1 << 16, file);
+                Source::Stream {
+                    reader: decompressing(Some(kind), file, whole)?,
+                    buf: Vec::new(),
+                    pending: false,
+                    at_start: true,
+                    bytes,
+                    tally: None,
+                }
+            }
+        })
+    }
+
     /// The trace's format.
     pub fn format(&self) -> TraceFormat {
         self.linker.format
@@ -297,7 +381,11 @@ impl TraceReader {
     pub fn source(&self) -> crate::workload::TraceSource {
         let content_hash = match &self.source {
             Source::Mapped { map, .. } => crate::workload::content_hash(map),
-            Source::Stream { .. } => MappedFile::open(&self.linker.path)
+            Source::Stream { tally: Some(t), .. } => {
+                let t = t.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                format!("{:016x}", t.hash.digest())
+            }
+            Source::Stream { tally: None, .. } => MappedFile::open(&self.linker.path)
                 .map(|map| crate::workload::content_hash(&map))
                 .unwrap_or_default(),
         };
@@ -313,6 +401,11 @@ impl TraceReader {
     pub fn len_bytes(&self) -> usize {
         match &self.source {
             Source::Mapped { map, .. } => map.len(),
+            Source::Stream { tally: Some(t), .. } => {
+                t.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .bytes as usize
+            }
             Source::Stream { bytes, .. } => *bytes as usize,
         }
     }
