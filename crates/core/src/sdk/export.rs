@@ -411,18 +411,35 @@ unsafe extern "C" fn match_shim<M: Matcher>(
     })
 }
 
+/// The body of the three `(request, endpoint)` slots: `update`, `on_complete` and
+/// `on_first_token` differ only in the trait method they reach.
+///
+/// # Safety
+/// `req` must be null or point at a request valid for the call (as `request` requires).
+#[inline]
+unsafe fn request_endpoint_call<M: Matcher>(
+    instance: *mut c_void,
+    req: *const RlRequest,
+    endpoint: u32,
+    err: *const RlErrorSink,
+    method: fn(&mut M, &Request<'_>, EndpointId) -> Result<(), String>,
+) -> RlStatus {
+    with_instance::<M>(instance, err, |m| {
+        let mut scratch = MaybeUninit::uninit();
+        // SAFETY: the caller passes a valid request for the duration of the call.
+        let req = unsafe { request(req, &mut scratch) }?;
+        method(m, &req, EndpointId(endpoint)).map(|()| RL_OK)
+    })
+}
+
 unsafe extern "C" fn update_shim<M: Matcher>(
     instance: *mut c_void,
     req: *const RlRequest,
     endpoint: u32,
     err: *const RlErrorSink,
 ) -> RlStatus {
-    with_instance::<M>(instance, err, |m| {
-        let mut scratch = MaybeUninit::uninit();
-        // SAFETY: the host passes a valid request for the duration of the call.
-        let req = unsafe { request(req, &mut scratch) }?;
-        m.update(&req, EndpointId(endpoint)).map(|()| RL_OK)
-    })
+    // SAFETY: the host's contract for this slot is `request_endpoint_call`'s.
+    unsafe { request_endpoint_call::<M>(instance, req, endpoint, err, M::update) }
 }
 
 unsafe extern "C" fn on_complete_shim<M: Matcher>(
@@ -431,12 +448,8 @@ unsafe extern "C" fn on_complete_shim<M: Matcher>(
     endpoint: u32,
     err: *const RlErrorSink,
 ) -> RlStatus {
-    with_instance::<M>(instance, err, |m| {
-        let mut scratch = MaybeUninit::uninit();
-        // SAFETY: the host passes a valid request for the duration of the call.
-        let req = unsafe { request(req, &mut scratch) }?;
-        m.on_complete(&req, EndpointId(endpoint)).map(|()| RL_OK)
-    })
+    // SAFETY: the host's contract for this slot is `request_endpoint_call`'s.
+    unsafe { request_endpoint_call::<M>(instance, req, endpoint, err, M::on_complete) }
 }
 
 unsafe extern "C" fn on_first_token_shim<M: Matcher>(
@@ -445,12 +458,8 @@ unsafe extern "C" fn on_first_token_shim<M: Matcher>(
     endpoint: u32,
     err: *const RlErrorSink,
 ) -> RlStatus {
-    with_instance::<M>(instance, err, |m| {
-        let mut scratch = MaybeUninit::uninit();
-        // SAFETY: the host passes a valid request for the duration of the call.
-        let req = unsafe { request(req, &mut scratch) }?;
-        m.on_first_token(&req, EndpointId(endpoint)).map(|()| RL_OK)
-    })
+    // SAFETY: the host's contract for this slot is `request_endpoint_call`'s.
+    unsafe { request_endpoint_call::<M>(instance, req, endpoint, err, M::on_first_token) }
 }
 
 /// `match` then `update` in one crossing. Kept apart from `match_shim` on purpose: one
