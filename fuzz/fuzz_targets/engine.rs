@@ -6,6 +6,7 @@
 
 use std::io::Write as _;
 use std::path::Path;
+use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use routerlab_host::{EndpointTable, SearchPath, load_matcher};
@@ -14,6 +15,9 @@ use routerlab_sim::observer::NoObserver;
 use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
 use routerlab_sim::{Router, WhenUnavailable};
 use routerlab_trace::{TraceFormat, TraceOptions, TraceReader, Workload};
+
+/// `PATH#round-robin` of the workspace's plugin library.
+static ROUND_ROBIN: OnceLock<String> = OnceLock::new();
 
 fn byte(data: &[u8], i: usize) -> u32 {
     u32::from(data.get(i).copied().unwrap_or(0))
@@ -82,11 +86,16 @@ fuzz_target!(|data: &[u8]| {
         seed: u64::from(byte(head, 12)),
     };
     let workload = Workload::load(reader, &settings.engine_block_sizes()).expect("loads");
-    // The built-in plugins of the workspace's debug build (`cargo build` first).
-    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug");
-    let search = SearchPath::new(vec![plugins]);
-    let matcher = load_matcher("round-robin", "seed: 0", &search)
-        .expect("the round-robin plugin (run `cargo build --workspace` first)");
+    let library = ROUND_ROBIN.get_or_init(|| {
+        // The built-in plugins of the workspace's debug build (`cargo build` first). Found
+        // once: searching the directory for every input would dominate the run.
+        let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug");
+        let file = SearchPath::new(vec![plugins])
+            .resolve("round-robin")
+            .expect("the round-robin plugin (run `cargo build --workspace` first)");
+        format!("{}#round-robin", file.display())
+    });
+    let matcher = load_matcher(library, "seed: 0", &SearchPath::new(Vec::new())).expect("loads");
     let table = EndpointTable::new((0..endpoints).map(|i| format!("e{i}")));
     let when = if byte(head, 13) % 2 == 0 {
         WhenUnavailable::Queue

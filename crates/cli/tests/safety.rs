@@ -3,6 +3,8 @@
 
 mod support;
 
+use std::path::{Path, PathBuf};
+
 use support::{Replay, project_trace, scratch_file, texts};
 
 /// Asserts a run failed with exit 2, one line on stderr holding `needle`, nothing on stdout.
@@ -202,19 +204,7 @@ fn a_closed_pipe_a_byte_order_mark_and_contradictory_flags() {
 #[test]
 fn a_crashing_plugin_is_named_and_the_signal_kept() {
     use std::os::unix::process::ExitStatusExt as _;
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let library =
-        std::env::temp_dir().join(format!("librouterlab_crash_{}.so", std::process::id()));
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let built = std::process::Command::new(&cc)
-        .args(["-shared", "-fPIC", "-O1", "-std=c11", "-I"])
-        .arg(root.join("include"))
-        .arg(root.join("crates/cli/tests/fixtures/crash.c"))
-        .arg("-o")
-        .arg(&library)
-        .status()
-        .expect("a C compiler (cc, or $CC)");
-    assert!(built.success());
+    let library = crash_fixture("signals");
     let trace = project_trace("mooncake-small.jsonl");
     for (plugin, signal, name) in [("segv", 11, "SIGSEGV"), ("abort", 6, "SIGABRT")] {
         let spec = format!("{}#{plugin}", library.display());
@@ -232,6 +222,50 @@ fn a_crashing_plugin_is_named_and_the_signal_kept() {
         );
     }
     let _ = std::fs::remove_file(&library);
+}
+
+/// A mapped trace that shrinks while it is read (another process truncating it; here the
+/// `truncate` fixture plugin, on cue) faults on the next read: the report names the file,
+/// and the process still dies of SIGBUS. The trace is a scratch copy.
+#[test]
+fn a_trace_truncated_while_read_is_named() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let library = crash_fixture("truncate");
+    let original = std::fs::read(project_trace("mooncake-small.jsonl")).expect("trace");
+    let trace = scratch_file("shrinks.jsonl", &original);
+    let spec = format!("{}#truncate", library.display());
+    let output = Replay::new(&spec, &trace)
+        .args(&["--matcher-config", &format!("path: {}", trace.display())])
+        .run();
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.signal(), Some(7), "{stderr}");
+    assert!(stdout.is_empty());
+    assert!(
+        stderr.contains("routerlab: SIGBUS")
+            && stderr.contains(&format!("trace {} changed size while being read", trace.display())),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_file(&library);
+}
+
+/// Builds `tests/fixtures/crash.c` into a scratch library of its own for the test `tag`.
+fn crash_fixture(tag: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let library = std::env::temp_dir().join(format!(
+        "librouterlab_crash_{tag}_{}.so",
+        std::process::id()
+    ));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = std::process::Command::new(&cc)
+        .args(["-shared", "-fPIC", "-O1", "-std=c11", "-I"])
+        .arg(root.join("include"))
+        .arg(root.join("crates/cli/tests/fixtures/crash.c"))
+        .arg("-o")
+        .arg(&library)
+        .status()
+        .expect("a C compiler (cc, or $CC)");
+    assert!(built.success());
+    library
 }
 
 /// A key given twice is refused the same way in every JSON format, never silently the last.
