@@ -199,6 +199,66 @@ fn a_closed_pipe_a_byte_order_mark_and_contradictory_flags() {
     );
 }
 
+/// A latency nothing measured is reported as absent (`null`, "no samples"), not as 0 ms:
+/// requests of one output token have no time per output token, and requests too long for
+/// any engine never finish.
+#[test]
+fn an_empty_latency_distribution_is_absent_not_zero() {
+    let one_token = scratch_file(
+        "one-token.jsonl",
+        b"{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 1, \"hash_ids\": [1]}\n\
+          {\"timestamp\": 5, \"input_length\": 100, \"output_length\": 1, \"hash_ids\": [1]}\n",
+    );
+    let json = |output: &std::process::Output| -> serde_json::Value {
+        let (stdout, stderr) = texts(output);
+        assert!(output.status.success(), "{stderr}");
+        serde_json::from_str(&stdout).expect("a JSON report")
+    };
+    let report = json(
+        &Replay::new("lcp", &one_token)
+            .args(&["--timing", "trace", "--format", "json"])
+            .run(),
+    );
+    let timed = &report["timed"];
+    assert!(timed["tpot"].is_null(), "{timed}");
+    assert!(
+        timed["ttft"]["p50"].as_f64().is_some_and(|ms| ms > 0.0),
+        "{timed}"
+    );
+    let human = Replay::new("lcp", &one_token)
+        .args(&["--timing", "trace"])
+        .run();
+    let (stdout, _) = texts(&human);
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("tpot"))
+        .expect("a tpot row");
+    assert!(row.contains("no samples"), "{stdout}");
+
+    // 500 tokens are 32 engine blocks of 16, past an engine of 8 blocks: never finishes.
+    let too_long = scratch_file(
+        "too-long.jsonl",
+        b"{\"timestamp\": 0, \"input_length\": 500, \"output_length\": 4, \"hash_ids\": [1]}\n",
+    );
+    let report = json(
+        &Replay::new("lcp", &too_long)
+            .args(&[
+                "--timing",
+                "trace",
+                "--format",
+                "json",
+                "--engine-config",
+                "{num_gpu_blocks: 8, engine_block_size: 16}",
+            ])
+            .run(),
+    );
+    let timed = &report["timed"];
+    assert_eq!(timed["too_long"], 1, "{timed}");
+    for latency in ["ttft", "tpot", "e2e", "queue"] {
+        assert!(timed[latency].is_null(), "{latency}: {timed}");
+    }
+}
+
 /// A C plugin that crashes the process: one line on stderr naming the plugin, the call and
 /// the trace line, and the process still dies of the same signal (exit status 134/139).
 #[test]
@@ -242,7 +302,10 @@ fn a_trace_truncated_while_read_is_named() {
     assert!(stdout.is_empty());
     assert!(
         stderr.contains("routerlab: SIGBUS")
-            && stderr.contains(&format!("trace {} changed size while being read", trace.display())),
+            && stderr.contains(&format!(
+                "trace {} changed size while being read",
+                trace.display()
+            )),
         "{stderr}"
     );
     let _ = std::fs::remove_file(&library);

@@ -184,14 +184,15 @@ pub struct EndpointTimed {
 /// The timed part of the report.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TimedReport {
-    /// Arrival to first token.
-    pub ttft: Latency,
+    /// Arrival to first token. Each latency is `null` when no request gave a sample (no
+    /// request finished; for `tpot`, none generated a second token), never a made-up 0.
+    pub ttft: Option<Latency>,
     /// Time per output token after the first.
-    pub tpot: Latency,
+    pub tpot: Option<Latency>,
     /// Arrival to last token.
-    pub e2e: Latency,
+    pub e2e: Option<Latency>,
     /// Arrival to first scheduled on an engine (router queue included).
-    pub queue: Latency,
+    pub queue: Option<Latency>,
     /// Token throughput.
     pub throughput: Throughput,
     /// First arrival to last finish, seconds.
@@ -245,6 +246,7 @@ impl Report {
                 ("timed.e2e", &t.e2e),
                 ("timed.queue", &t.queue),
             ] {
+                let Some(l) = l else { continue };
                 ordered(
                     name,
                     &[
@@ -257,18 +259,31 @@ impl Report {
                 ordered(name, &[("mean", l.mean), ("max", l.max)]);
             }
             // Per request e2e >= ttft >= queue, so every quantile and the mean keep that order.
-            for (q, queue, ttft, e2e) in [
-                ("p50", t.queue.p50, t.ttft.p50, t.e2e.p50),
-                ("p99", t.queue.p99, t.ttft.p99, t.e2e.p99),
-                ("max", t.queue.max, t.ttft.max, t.e2e.max),
-                ("mean", t.queue.mean, t.ttft.mean, t.e2e.mean),
-            ] {
-                // Rounded to 1 µs: allow the last digit.
-                if queue > ttft + 1e-3 || ttft > e2e + 1e-3 {
-                    broken.push(format!(
-                        "timed {q}: queue {queue} <= ttft {ttft} <= e2e {e2e} does not hold"
-                    ));
+            // The three are sampled from the same finished requests: all present or none.
+            match (&t.queue, &t.ttft, &t.e2e) {
+                (Some(queue), Some(ttft), Some(e2e)) => {
+                    for (q, queue, ttft, e2e) in [
+                        ("p50", queue.p50, ttft.p50, e2e.p50),
+                        ("p99", queue.p99, ttft.p99, e2e.p99),
+                        ("max", queue.max, ttft.max, e2e.max),
+                        ("mean", queue.mean, ttft.mean, e2e.mean),
+                    ] {
+                        // Rounded to 1 µs: allow the last digit.
+                        if queue > ttft + 1e-3 || ttft > e2e + 1e-3 {
+                            broken.push(format!(
+                                "timed {q}: queue {queue} <= ttft {ttft} <= e2e {e2e} does not hold"
+                            ));
+                        }
+                    }
                 }
+                (None, None, None) => {
+                    if t.tpot.is_some() {
+                        broken.push("timed.tpot has samples but no request finished".to_owned());
+                    }
+                }
+                _ => broken.push(
+                    "timed: queue, ttft and e2e are not all present or all absent".to_owned(),
+                ),
             }
             if !(0.0..=1.0).contains(&t.hit_ratio) {
                 broken.push(format!("timed.hit_ratio {} outside 0..=1", t.hit_ratio));
@@ -421,11 +436,14 @@ fn timed_human(out: &mut String, timed: &TimedReport) {
         ("e2e", &timed.e2e),
         ("queue", &timed.queue),
     ] {
-        let _ = writeln!(
-            out,
-            "{label:<10}{:>12.1}{:>12.1}{:>12.1}{:>12.1}{:>12.1}",
-            l.mean, l.p50, l.p90, l.p99, l.max
-        );
+        let _ = match l {
+            Some(l) => writeln!(
+                out,
+                "{label:<10}{:>12.1}{:>12.1}{:>12.1}{:>12.1}{:>12.1}",
+                l.mean, l.p50, l.p90, l.p99, l.max
+            ),
+            None => writeln!(out, "{label:<10}{:>12}", "no samples"),
+        };
     }
     let _ = writeln!(out);
     let _ = writeln!(

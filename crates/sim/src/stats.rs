@@ -208,25 +208,20 @@ impl LatencyStat {
         self.max = self.max.max(us);
     }
 
-    /// Mean and percentiles in milliseconds (all zero without samples).
-    pub fn summary(&self) -> Latency {
+    /// Mean and percentiles in milliseconds; `None` without samples, so that a report never
+    /// shows a latency of 0 ms that nothing measured.
+    pub fn summary(&self) -> Option<Latency> {
         if self.count == 0 {
-            return Latency {
-                mean: 0.0,
-                p50: 0.0,
-                p90: 0.0,
-                p99: 0.0,
-                max: 0.0,
-            };
+            return None;
         }
         let ms = |us: u64| round6(us as f64 / 1000.0);
-        Latency {
+        Some(Latency {
             mean: round6(self.sum as f64 / self.count as f64 / 1000.0),
             p50: ms(self.hist.value_at_quantile(0.5).min(self.max)),
             p90: ms(self.hist.value_at_quantile(0.9).min(self.max)),
             p99: ms(self.hist.value_at_quantile(0.99).min(self.max)),
             max: ms(self.max),
-        }
+        })
     }
 }
 
@@ -249,7 +244,7 @@ mod tests {
         // upper edge is above it. The report must still say p99 <= max = the sample.
         let mut stat = LatencyStat::default();
         stat.record(100_001);
-        let l = stat.summary();
+        let l = stat.summary().expect("one sample");
         assert_eq!((l.p50, l.p99, l.max), (100.001, 100.001, 100.001));
         let mut stats = StatsBuilder::new(1, routerlab_core::Unit::Tokens);
         stats.route(0, 100_001, 0, false, None);
