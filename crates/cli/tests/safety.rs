@@ -259,6 +259,44 @@ fn an_empty_latency_distribution_is_absent_not_zero() {
     }
 }
 
+/// Every input the fuzz targets found a crash with (`tests/fixtures/fuzz/`, the file's
+/// extension names its format) is now read to a clean end or a one-line error, strictly
+/// and with `--skip-invalid`.
+#[test]
+fn inputs_the_fuzzers_crashed_on_are_read_cleanly() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fuzz");
+    let mut found = 0;
+    for entry in std::fs::read_dir(&dir).expect("the fuzz fixtures") {
+        let path = entry.expect("an entry").path();
+        let format = match path.extension().and_then(|e| e.to_str()) {
+            Some("csv") => "azure-csv",
+            Some("jsonl") => "mooncake",
+            other => panic!("{}: no format for extension {other:?}", path.display()),
+        };
+        found += 1;
+        for extra in [&[][..], &["--skip-invalid"][..]] {
+            let output = Replay::new("lcp", &path)
+                .args(&["--trace-format", format])
+                .args(extra)
+                .run();
+            let (_, stderr) = texts(&output);
+            assert!(!stderr.contains("panicked"), "{}: {stderr}", path.display());
+            match output.status.code() {
+                Some(0) => {}
+                Some(2) => assert!(
+                    stderr
+                        .lines()
+                        .any(|l| l.starts_with("error: ") && l.contains(&*path.to_string_lossy())),
+                    "{}: {stderr}",
+                    path.display()
+                ),
+                other => panic!("{}: exit {other:?}: {stderr}", path.display()),
+            }
+        }
+    }
+    assert!(found > 0, "no fixtures in {}", dir.display());
+}
+
 /// A C plugin that crashes the process: one line on stderr naming the plugin, the call and
 /// the trace line, and the process still dies of the same signal (exit status 134/139).
 #[test]

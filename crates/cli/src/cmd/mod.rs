@@ -20,7 +20,7 @@ use crate::exit::Failure;
 pub fn note_load_only(path: &Path, format: routerlab_trace::TraceFormat) {
     if !format.has_prefixes() {
         eprintln!(
-            "note: {} is a {format} trace, which says nothing about shared prefixes: it is replayed as load-only traffic (no block chains, every hit is zero)",
+            "note: {} is in the {format} format, which says nothing about shared prefixes: it is replayed as load-only traffic (no block chains, every hit is zero)",
             path.display()
         );
     }

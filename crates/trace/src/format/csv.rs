@@ -138,7 +138,12 @@ pub(crate) fn parse_datetime_ns(text: &str) -> Option<u64> {
         d.next()?.parse().ok()?,
         d.next()?.parse().ok()?,
     );
-    if d.next().is_some() || !(1..=12).contains(&m) || !(1..=31).contains(&day) || y < 1970 {
+    // Four-digit years: a longer one is a typo, and would overflow the day count below.
+    if d.next().is_some()
+        || !(1..=12).contains(&m)
+        || !(1..=31).contains(&day)
+        || !(1970..=9999).contains(&y)
+    {
         return None;
     }
     let (clock, fraction) = match time.split_once('.') {
@@ -193,6 +198,9 @@ mod tests {
             "2023-11-16 25:00:00",
             "x y",
             "2023-11-16 18:17:03.1234567890",
+            // Found by the trace_reader fuzz target: the day count overflowed (a panic).
+            "9223372036854775807-11-16 18:17:04.1",
+            "10000-01-01 00:00:00",
         ] {
             assert_eq!(parse_datetime_ns(bad), None, "{bad}");
         }
