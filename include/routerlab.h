@@ -239,9 +239,8 @@ typedef struct RlEndpointStatus {
   uint64_t waiting;
   /**
    * KV-cache blocks in use. In a time-free replay these are the prefix-cache model's
-   * blocks, in the trace's block size (`RlRequest::block_size`); in a timed replay the
-   * engine's KV blocks, of the engine's block size (64 tokens with the `dynamo` preset;
-   * the ABI does not carry it, so a policy that mixes the two must be told by config).
+   * blocks, of the trace's block size (`RlRequest::block_size`, in the request's unit);
+   * in a timed replay the engine's KV blocks, of `kv_block_tokens` tokens each.
    */
   uint64_t kv_blocks_used;
   /**
@@ -263,6 +262,12 @@ typedef struct RlEndpointStatus {
    * current, where `running`/`waiting` are the engine's report and may be stale.
    */
   uint64_t inflight_requests;
+  /**
+   * Tokens per block of `kv_blocks_used`/`kv_blocks_total`: the engine's block size in a
+   * timed replay (64 with the `dynamo` preset); 0 in a time-free replay, whose blocks are
+   * the request's `block_size` in the request's unit.
+   */
+  uint64_t kv_block_tokens;
 } RlEndpointStatus;
 
 /**

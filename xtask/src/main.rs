@@ -536,8 +536,9 @@ mod tests {
             .join(" ");
         for fact in [
             "counts `ceil(prompt bytes / 4)` tokens",
-            "in the trace's block size",
-            "the engine's KV blocks, of the engine's block size",
+            "blocks, of the trace's block size",
+            "the engine's KV blocks, of `kv_block_tokens` tokens each",
+            "Tokens per block of `kv_blocks_used`/`kv_blocks_total`",
             "0 is a valid and common value",
             "step through the list by `stride`, never by your own `sizeof`",
             "counted from 1 in file order",

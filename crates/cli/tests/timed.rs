@@ -445,13 +445,22 @@ fn abi_one_two_signals_keep_their_contract() {
     }
     // Timed, with stale metrics and a detector that makes requests wait at the router, so
     // decisions happen after arrival and engine statuses lag the router's own counts.
+    // The default engine preset's blocks are 64 tokens.
     let report = Replay::new(&contract, &project_trace("mooncake-small.jsonl"))
+        .args(&["--matcher-config", "{kv_block_tokens: 64}"])
         .args(&["--timing", "trace", "--speedup", "20", "--endpoints", "3"])
         .args(&["--metrics-interval-ms", "500", "--detector", "num-requests"])
         .args(&["--detector-config", "max_running: 2"])
         .report();
     assert!(report["timed"]["router_queued"].as_u64().unwrap() > 0);
     assert_eq!(report["requests"], 300);
+    // Plugins see the block size of the engines the run has, not a constant.
+    let report = Replay::new(&contract, &project_trace("mooncake-small.jsonl"))
+        .args(&["--matcher-config", "{kv_block_tokens: 16}"])
+        .args(&["--timing", "trace", "--speedup", "20", "--endpoints", "3"])
+        .args(&["--engine-config", "{engine_block_size: 16}"])
+        .report();
+    assert_eq!(report["rejected"], 0);
 }
 
 /// A closed loop of one on two endpoints: at every moment one endpoint runs one request and

@@ -170,9 +170,8 @@ pub struct RlEndpointStatus {
     /// Requests waiting in the endpoint's queue.
     pub waiting: u64,
     /// KV-cache blocks in use. In a time-free replay these are the prefix-cache model's
-    /// blocks, in the trace's block size (`RlRequest::block_size`); in a timed replay the
-    /// engine's KV blocks, of the engine's block size (64 tokens with the `dynamo` preset;
-    /// the ABI does not carry it, so a policy that mixes the two must be told by config).
+    /// blocks, of the trace's block size (`RlRequest::block_size`, in the request's unit);
+    /// in a timed replay the engine's KV blocks, of `kv_block_tokens` tokens each.
     pub kv_blocks_used: u64,
     /// KV-cache blocks in total, in the same blocks as `kv_blocks_used`; 0 = unbounded.
     pub kv_blocks_total: u64,
@@ -186,6 +185,10 @@ pub struct RlEndpointStatus {
     /// Requests routed here that have not finished, counted by the router itself: always
     /// current, where `running`/`waiting` are the engine's report and may be stale.
     pub inflight_requests: u64,
+    /// Tokens per block of `kv_blocks_used`/`kv_blocks_total`: the engine's block size in a
+    /// timed replay (64 with the `dynamo` preset); 0 in a time-free replay, whose blocks are
+    /// the request's `block_size` in the request's unit.
+    pub kv_block_tokens: u64,
 }
 
 /// A borrowed list of endpoint statuses; element `i` is at `items + i * stride` bytes.
@@ -409,10 +412,11 @@ const _: () = {
     assert!(offset_of!(RlRequest, block_ids) == RL_REQUEST_SIZE_V1_0 as usize);
     assert!(offset_of!(RlRequest, now_ns) == RL_REQUEST_SIZE_V1_1 as usize);
     assert!(offset_of!(RlRequest, prompt_len) == 64);
-    assert!(size_of::<RlEndpointStatus>() == 80);
+    assert!(size_of::<RlEndpointStatus>() == 88);
     assert!(
         offset_of!(RlEndpointStatus, inflight_requests) == RL_ENDPOINT_STATUS_SIZE_V1_0 as usize
     );
+    assert!(offset_of!(RlEndpointStatus, kv_block_tokens) == 80);
     assert!(offset_of!(RlEndpointStatus, inflight_prompt_tokens) == 64);
     assert!(size_of::<RlEndpointList>() == 24);
     assert!(size_of::<RlMatcherVtable>() == 88);
@@ -449,6 +453,7 @@ impl RlEndpointStatus {
             kv_usage: 0.0,
             inflight_prompt_tokens: 0,
             inflight_requests: 0,
+            kv_block_tokens: 0,
         }
     }
 }

@@ -96,10 +96,12 @@ impl Matcher for LeastOutstanding {
 /// request gets exactly one first token, after `update` and before `on_complete`;
 /// `inflight_requests` equals its own count of routed, unfinished requests; and, with
 /// `unbounded_cache: true` (the time-free replay's default model), `cached_prefix` equals
-/// the leading blocks it has itself sent each endpoint. Routes round-robin.
+/// the leading blocks it has itself sent each endpoint; every endpoint's `kv_block_tokens`
+/// is the config's `kv_block_tokens` (default 0, the time-free value). Routes round-robin.
 #[derive(Default)]
 pub struct Contract {
     check_cache: bool,
+    block_tokens: u64,
     turn: usize,
     /// Per endpoint id: routed and unfinished requests.
     inflight: std::collections::BTreeMap<EndpointId, u64>,
@@ -114,8 +116,10 @@ pub struct Contract {
 impl Matcher for Contract {
     fn create(_name: &str, config: &mut PluginConfig) -> Result<Self, String> {
         let check_cache = config.u64("unbounded_cache", 0)? == 1;
+        let block_tokens = config.u64("kv_block_tokens", 0)?;
         Ok(Contract {
             check_cache,
+            block_tokens,
             ..Contract::default()
         })
     }
@@ -135,6 +139,14 @@ impl Matcher for Contract {
                     "request {id}: endpoint {} in flight {:?}, expected {own}",
                     endpoint.id(),
                     endpoint.inflight_requests()
+                ));
+            }
+            if endpoint.kv_block_tokens() != Some(self.block_tokens) {
+                return Err(format!(
+                    "request {id}: endpoint {} has KV blocks of {:?} tokens, expected {}",
+                    endpoint.id(),
+                    endpoint.kv_block_tokens(),
+                    self.block_tokens
                 ));
             }
             let cached = request.cached_prefix(endpoint.id());

@@ -144,6 +144,8 @@ pub struct EndpointLoad {
     pub inflight_prompt_tokens: u64,
     /// Unfinished requests routed here, counted by the router (ABI 1.2).
     pub inflight_requests: u64,
+    /// Tokens per KV block (timed: the engine's block size; 0 time-free).
+    pub kv_block_tokens: u64,
 }
 
 /// The fleet's endpoints in the exact layout plugins read, kept up to date in place so that
@@ -232,6 +234,7 @@ impl EndpointTable {
             kv_blocks_total: s.kv_blocks_total,
             inflight_prompt_tokens: s.inflight_prompt_tokens,
             inflight_requests: s.inflight_requests,
+            kv_block_tokens: s.kv_block_tokens,
         }
     }
 
@@ -249,6 +252,7 @@ impl EndpointTable {
         };
         s.inflight_prompt_tokens = load.inflight_prompt_tokens;
         s.inflight_requests = load.inflight_requests;
+        s.kv_block_tokens = load.kv_block_tokens;
     }
 
     #[inline]

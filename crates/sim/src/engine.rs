@@ -564,6 +564,11 @@ impl Engine {
         }
     }
 
+    /// Tokens per KV block.
+    pub fn block_tokens(&self) -> u32 {
+        self.config.engine_block_size
+    }
+
     fn usage(&self) -> f64 {
         f64::from(self.kv.used()) / f64::from(self.kv.capacity())
     }

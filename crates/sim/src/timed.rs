@@ -181,6 +181,7 @@ impl Fleet {
             kv_blocks_total: status.kv_blocks_total,
             inflight_prompt_tokens: self.inflight_tokens[pos],
             inflight_requests: self.inflight_requests[pos],
+            kv_block_tokens: u64::from(self.engines[pos].block_tokens()),
         }
     }
 

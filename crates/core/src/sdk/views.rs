@@ -342,10 +342,23 @@ impl<'a> EndpointStatus<'a> {
         // SAFETY: `struct_size` says the host wrote this field.
         Some(unsafe { std::ptr::addr_of!((*self.raw).inflight_requests).read_unaligned() })
     }
+    /// Tokens per block of `kv_blocks_used`/`kv_blocks_total`: the engine's block size in a
+    /// timed replay, `Some(0)` in a time-free one (blocks of the request's `block_size`, in
+    /// its unit). `None` from a host that does not say (older than this field).
+    #[inline]
+    pub fn kv_block_tokens(&self) -> Option<u64> {
+        if field!(self.raw, struct_size) < ENDPOINT_STATUS_SIZE_WITH_BLOCK_TOKENS {
+            return None;
+        }
+        // SAFETY: `struct_size` says the host wrote this field.
+        Some(unsafe { std::ptr::addr_of!((*self.raw).kv_block_tokens).read_unaligned() })
+    }
 }
 
 /// `RlEndpointStatus::struct_size` of an ABI 1.2 host.
 const ENDPOINT_STATUS_SIZE_V1_2: u32 = 80;
+/// `RlEndpointStatus::struct_size` from which `kv_block_tokens` is there.
+const ENDPOINT_STATUS_SIZE_WITH_BLOCK_TOKENS: u32 = 88;
 
 /// The endpoint list of one call, with the host's unavailable flags when it sent them.
 #[derive(Clone, Copy)]
