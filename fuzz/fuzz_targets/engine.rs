@@ -13,7 +13,7 @@ use routerlab_host::{EndpointTable, SearchPath, load_matcher};
 use routerlab_sim::engine::{EngineConfig, StepTime};
 use routerlab_sim::observer::NoObserver;
 use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
-use routerlab_sim::{Router, WhenUnavailable};
+use routerlab_sim::{Replicas, Router, WhenUnavailable};
 use routerlab_trace::{TraceFormat, TraceOptions, TraceReader, Workload};
 
 /// `PATH#round-robin` of the workspace's plugin library.
@@ -102,8 +102,8 @@ fuzz_target!(|data: &[u8]| {
     } else {
         WhenUnavailable::Reject
     };
-    let mut router = Router::new(matcher, None, table, when).expect("a router");
-    if let Ok(report) = replay_timed(&workload, &mut router, &settings, &mut NoObserver) {
+    let mut replicas = Replicas::from(Router::new(matcher, None, table, when).expect("a router"));
+    if let Ok(report) = replay_timed(&workload, &mut replicas, &settings, &mut NoObserver) {
         let broken = report.invariant_violations();
         assert!(broken.is_empty(), "{broken:?}");
     }

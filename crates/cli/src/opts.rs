@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use routerlab_sim::WhenUnavailable;
 use routerlab_sim::engine::StepTime;
+use routerlab_sim::{ReplicaAssign, WhenUnavailable};
 use serde::Deserialize;
 use serde_yaml::Value;
 
@@ -102,6 +102,29 @@ impl From<UnavailableArg> for WhenUnavailable {
     }
 }
 
+/// How the balancer spreads requests over router replicas (the library's rule, as a flag
+/// value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AssignArg {
+    /// In turn, in arrival order (L4 round robin).
+    RoundRobin,
+    /// Uniformly at random, seeded by --seed.
+    Random,
+    /// Sticky by session; without one, by conversation (the parent chain's first request).
+    Session,
+}
+
+impl From<AssignArg> for ReplicaAssign {
+    fn from(arg: AssignArg) -> ReplicaAssign {
+        match arg {
+            AssignArg::RoundRobin => ReplicaAssign::RoundRobin,
+            AssignArg::Random => ReplicaAssign::Random,
+            AssignArg::Session => ReplicaAssign::Session,
+        }
+    }
+}
+
 /// A setting typed as text after a flag, or written as any YAML value in the experiment
 /// file (plugin configs, endpoints): [`crate::spec`] reads either form.
 #[derive(Debug, Clone, PartialEq)]
@@ -186,6 +209,13 @@ pub struct ReplayOpts {
     /// [default: 0].
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
+    /// Router replicas, each with its own plugin instances, seeing only the requests the
+    /// balancer gives it [default: 1].
+    #[arg(long, value_name = "N")]
+    pub router_replicas: Option<u64>,
+    /// How the balancer in front of the replicas spreads requests [default: round-robin].
+    #[arg(long, value_name = "RULE")]
+    pub replica_assign: Option<AssignArg>,
     /// Report format [default: human].
     #[arg(long, value_name = "FORMAT")]
     pub format: Option<OutputFormat>,
@@ -307,6 +337,8 @@ impl ReplayOpts {
             trace_block_size: self.trace_block_size.or(file.trace_block_size),
             cache_blocks: self.cache_blocks.or(file.cache_blocks),
             seed: self.seed.or(file.seed),
+            router_replicas: self.router_replicas.or(file.router_replicas),
+            replica_assign: self.replica_assign.or(file.replica_assign),
             format: self.format.or(file.format),
             fail_open: self.fail_open || file.fail_open,
             skip_invalid: self.skip_invalid || file.skip_invalid,

@@ -5,8 +5,9 @@
 use std::path::PathBuf;
 
 use routerlab_sim::engine::EngineConfig;
+use routerlab_sim::replicas::MAX_REPLICAS;
 use routerlab_sim::timed::{Arrivals, CLOCK_RANGE, MAX_CLOCK_NS, TimedSettings};
-use routerlab_sim::{MAX_ENDPOINTS, WhenUnavailable};
+use routerlab_sim::{MAX_ENDPOINTS, ReplicaAssign, WhenUnavailable};
 use routerlab_trace::TraceOptions;
 use serde_yaml::Value;
 
@@ -38,6 +39,10 @@ pub struct RunSpec {
     pub format: OutputFormat,
     /// When nothing is available.
     pub when_unavailable: WhenUnavailable,
+    /// Router replicas (1 = one router, as without replicas).
+    pub router_replicas: usize,
+    /// How the balancer spreads requests over them.
+    pub replica_assign: ReplicaAssign,
     /// Present for the timed replay.
     pub timed: Option<TimedSettings>,
     /// Per-request output file (timed replay).
@@ -89,6 +94,15 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
         ));
     }
     let timed = resolve_timed(&opts, endpoints.len(), seed)?;
+    let router_replicas = match opts.router_replicas {
+        None => 1,
+        Some(n) if (1..=MAX_REPLICAS as u64).contains(&n) => n as usize,
+        Some(n) => {
+            return Err(Failure::input(format!(
+                "--router-replicas must be from 1 to {MAX_REPLICAS}, not {n}"
+            )));
+        }
+    };
     let when_unavailable = match (opts.when_unavailable, opts.fail_open) {
         (Some(policy), true) if policy != crate::opts::UnavailableArg::FailOpen => {
             return Err(Failure::input(format!(
@@ -121,6 +135,8 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
         cache_blocks: opts.cache_blocks,
         format: opts.format.unwrap_or(OutputFormat::Human),
         when_unavailable,
+        router_replicas,
+        replica_assign: opts.replica_assign.map(Into::into).unwrap_or_default(),
         timed,
         requests_out: opts.requests_out,
     })

@@ -8,7 +8,7 @@ use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
 use routerlab_sim::engine::EngineConfig;
 use routerlab_sim::observer::NoObserver;
 use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
-use routerlab_sim::{Report, Router, WhenUnavailable};
+use routerlab_sim::{Replicas, Report, Router, WhenUnavailable};
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
 use support::project_trace;
 
@@ -37,8 +37,10 @@ fn run(matcher: &str, config: &str, detector: Option<(&str, &str)>) -> Report {
     };
     let workload = Workload::load(reader, &settings.engine_block_sizes()).expect("loads");
     let table = EndpointTable::new((0..4).map(|i| format!("localhost:{}", 8000 + i)));
-    let mut router = Router::new(matcher, detector, table, WhenUnavailable::Queue).expect("router");
-    replay_timed(&workload, &mut router, &settings, &mut NoObserver).expect("replay")
+    let mut replicas = Replicas::from(
+        Router::new(matcher, detector, table, WhenUnavailable::Queue).expect("router"),
+    );
+    replay_timed(&workload, &mut replicas, &settings, &mut NoObserver).expect("replay")
 }
 
 /// `policy!(test, "snapshot", "matcher", "config"[, ("detector", "config")])`.

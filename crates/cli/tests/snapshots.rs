@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
-use routerlab_sim::{Report, Router, WhenUnavailable, timefree};
+use routerlab_sim::{Replicas, Report, Router, WhenUnavailable, timefree};
 use routerlab_trace::{TraceOptions, TraceReader};
 
 fn trace(name: &str) -> PathBuf {
@@ -34,11 +34,12 @@ fn run(
     };
     let mut reader = TraceReader::open(&trace(trace_name), options).expect("trace opens");
     let table = EndpointTable::new((0..10).map(|i| format!("localhost:{}", 8000 + i)));
-    let mut router =
-        Router::new(matcher, detector, table, WhenUnavailable::Reject).expect("router");
+    let mut replicas = Replicas::from(
+        Router::new(matcher, detector, table, WhenUnavailable::Reject).expect("router"),
+    );
     timefree::replay(
         &mut reader,
-        &mut router,
+        &mut replicas,
         cache_blocks,
         &mut routerlab_sim::observer::NoObserver,
     )

@@ -9,7 +9,7 @@ use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
 use routerlab_sim::engine::EngineConfig;
 use routerlab_sim::observer::NoObserver;
 use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
-use routerlab_sim::{Report, Router, WhenUnavailable};
+use routerlab_sim::{Replicas, Report, Router, WhenUnavailable};
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
 use support::*;
 
@@ -51,8 +51,10 @@ fn timed(
     };
     let workload = Workload::load(reader, &settings.engine_block_sizes()).expect("trace loads");
     let table = EndpointTable::new(["a:8000", "b:8000", "c:8000"]);
-    let mut router = Router::new(matcher, detector, table, WhenUnavailable::Queue).expect("router");
-    replay_timed(&workload, &mut router, &settings, &mut NoObserver).expect("replay")
+    let mut replicas = Replicas::from(
+        Router::new(matcher, detector, table, WhenUnavailable::Queue).expect("router"),
+    );
+    replay_timed(&workload, &mut replicas, &settings, &mut NoObserver).expect("replay")
 }
 
 #[test]

@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use routerlab_host::{EndpointTable, SearchPath, load_matcher};
-use routerlab_sim::{Router, WhenUnavailable, timefree};
+use routerlab_sim::{Replicas, Router, WhenUnavailable, timefree};
 use routerlab_trace::synth::{MooncakeWorkload, write_mooncake};
 use routerlab_trace::{TraceOptions, TraceReader};
 
@@ -86,10 +86,11 @@ fn child(trace: &Path, matcher_name: &str) {
     let start = Instant::now();
     let mut reader = TraceReader::open(trace, options).expect("trace opens");
     let table = EndpointTable::new((0..10).map(|i| format!("localhost:{}", 8000 + i)));
-    let mut router = Router::new(matcher, None, table, WhenUnavailable::Reject).expect("router");
+    let mut replicas =
+        Replicas::from(Router::new(matcher, None, table, WhenUnavailable::Reject).expect("router"));
     let report = timefree::replay(
         &mut reader,
-        &mut router,
+        &mut replicas,
         None,
         &mut routerlab_sim::observer::NoObserver,
     )

@@ -20,7 +20,7 @@ use routerlab_host::{SearchPath, load_matcher};
 use routerlab_sim::engine::EngineConfig;
 use routerlab_sim::observer::NoObserver;
 use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
-use routerlab_sim::{Router, WhenUnavailable};
+use routerlab_sim::{Replicas, Router, WhenUnavailable};
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
 
 fn trace() -> PathBuf {
@@ -47,8 +47,10 @@ fn child(matcher: &str) {
     };
     let workload = Workload::load(reader, &settings.engine_block_sizes()).expect("trace loads");
     let table = EndpointTable::new((0..4).map(|i| format!("localhost:{}", 8000 + i)));
-    let mut router = Router::new(matcher, None, table, WhenUnavailable::Queue).expect("router");
-    let report = replay_timed(&workload, &mut router, &settings, &mut NoObserver).expect("replay");
+    let mut replicas =
+        Replicas::from(Router::new(matcher, None, table, WhenUnavailable::Queue).expect("router"));
+    let report =
+        replay_timed(&workload, &mut replicas, &settings, &mut NoObserver).expect("replay");
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let peak = status
         .lines()

@@ -447,6 +447,7 @@ mod tests {
             },
             constrained_decisions: 0,
             quality: Quality::default(),
+            replicas: None,
             timed: None,
         }
     }

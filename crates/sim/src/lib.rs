@@ -13,6 +13,7 @@ pub mod compare;
 pub mod engine;
 pub mod error;
 pub mod observer;
+pub mod replicas;
 pub mod report;
 pub mod router;
 pub mod run;
@@ -21,5 +22,6 @@ pub mod timed;
 pub mod timefree;
 
 pub use error::SimError;
+pub use replicas::{ReplicaAssign, Replicas};
 pub use report::Report;
 pub use router::{MAX_ENDPOINTS, Router, WhenUnavailable};

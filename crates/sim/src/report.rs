@@ -107,9 +107,44 @@ pub struct Report {
     /// How good the decisions were, against what each could have had (added in 0.3).
     #[serde(default)]
     pub quality: Quality,
+    /// Each router replica's own decisions, with more than one replica (added in 0.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<Vec<ReplicaReport>>,
     /// Latencies and engine figures, in timed replays only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timed: Option<TimedReport>,
+}
+
+/// One router replica's decisions: the requests the balancer gave it, where it sent them,
+/// and how much of what the engines held it found.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ReplicaReport {
+    /// Requests the balancer gave this replica.
+    pub requests: u64,
+    /// Of those, requests it could not place.
+    pub rejected: u64,
+    /// Where it sent them, per endpoint.
+    pub nreq: Nreq,
+    /// Hit units / prompt units over the requests it routed.
+    pub hit_ratio: f64,
+    /// Its decisions taken while at least one endpoint was unavailable.
+    pub constrained_decisions: u64,
+    /// Its decisions against the best it could have made.
+    pub quality: Quality,
+}
+
+impl ReplicaReport {
+    /// The replica's part, from a report of its requests alone.
+    pub fn of(report: Report) -> ReplicaReport {
+        ReplicaReport {
+            requests: report.requests,
+            rejected: report.rejected,
+            nreq: report.nreq,
+            hit_ratio: report.hit_ratio,
+            constrained_decisions: report.constrained_decisions,
+            quality: report.quality,
+        }
+    }
 }
 
 /// Decision quality: what the routed requests could reuse where they went, against the

@@ -31,6 +31,9 @@ pub struct RunInfo {
     pub cache_blocks: Option<u64>,
     /// What happens when no endpoint is available.
     pub when_unavailable: WhenUnavailable,
+    /// Router replicas and the balancer's rule; absent = one router (added in 0.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router_replicas: Option<ReplicasRun>,
     /// Timed-replay settings; absent for the time-free replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timed: Option<TimedRun>,
@@ -76,4 +79,13 @@ pub struct TimedRun {
     pub default_output_tokens: u64,
     /// One engine per endpoint.
     pub engines: Vec<EngineConfig>,
+}
+
+/// Router replicas behind a balancer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ReplicasRun {
+    /// How many.
+    pub count: u64,
+    /// How the balancer spread requests over them.
+    pub assign: crate::replicas::ReplicaAssign,
 }

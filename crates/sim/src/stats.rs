@@ -173,6 +173,7 @@ impl StatsBuilder {
                 kv_optimal_share: ratio(self.kv_optimal, self.judged),
                 followup_precision: ratio(self.share_same, self.share_total),
             },
+            replicas: None,
             timed: None,
         }
     }

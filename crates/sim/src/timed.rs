@@ -30,9 +30,10 @@ use crate::SimError;
 use crate::engine::{Engine, EngineConfig, EngineStatus, Sequence};
 use crate::error::request_location;
 use crate::observer::{Observer, RequestRecord};
+use crate::replicas::{Placement, Replicas, Tally};
 use crate::report::{EndpointTimed, Report, Spread, Throughput, TimedReport, round6};
-use crate::router::{Decision, Router, WhenUnavailable};
-use crate::stats::{LatencyStat, StatsBuilder};
+use crate::router::{Decision, WhenUnavailable};
+use crate::stats::LatencyStat;
 
 /// Where arrival times come from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -93,6 +94,8 @@ pub const CLOCK_RANGE: &str = "the simulator's range of 146 years (2^62 ns)";
 struct RequestState {
     arrival_ns: u64,
     output_tokens: u32,
+    /// The router replica the balancer gave it to.
+    replica: usize,
     endpoint: Option<usize>,
     constrained: bool,
     queued_at_router: bool,
@@ -104,8 +107,8 @@ struct RequestState {
 /// keep file order); the derived order of the variants themselves is never used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
-    /// Metrics snapshot refresh.
-    Refresh,
+    /// A router replica's metrics snapshot refresh.
+    Refresh(usize),
     /// The end of an engine's step, with the step's generation.
     Step(usize, u64),
     /// A request arrives at the router.
@@ -117,70 +120,77 @@ enum Event {
 struct Events {
     heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
     scheduled: u64,
+    /// Refreshes among the pending events.
+    refreshes: usize,
 }
 
 impl Events {
     fn push(&mut self, time: u64, event: Event) {
         self.scheduled += 1;
+        self.refreshes += usize::from(matches!(event, Event::Refresh(_)));
         self.heap.push(Reverse((time, self.scheduled, event)));
     }
     fn pop(&mut self) -> Option<(u64, Event)> {
-        self.heap
+        let (time, event) = self
+            .heap
             .pop()
-            .map(|Reverse((time, _, event))| (time, event))
+            .map(|Reverse((time, _, event))| (time, event))?;
+        self.refreshes -= usize::from(matches!(event, Event::Refresh(_)));
+        Some((time, event))
     }
-    fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+    /// Whether anything but metric refreshes is pending: arrivals or engine steps.
+    fn has_work(&self) -> bool {
+        self.heap.len() > self.refreshes
     }
 }
 
-/// The engines, one per endpoint, and what the router knows of them.
+/// The engines, one per endpoint, and what each router replica knows of them.
 struct Fleet {
     engines: Vec<Engine>,
     /// Generation of each engine's pending step event; older events are stale.
     generation: Vec<u64>,
-    /// Statuses as of the last refresh (with a metrics interval).
-    snapshot: Vec<EngineStatus>,
-    /// Prompt tokens routed to each endpoint and not finished: always current.
-    inflight_tokens: Vec<u64>,
-    /// Requests routed to each endpoint and not finished: always current.
-    inflight_requests: Vec<u64>,
+    /// Per replica: statuses as of its last refresh (with a metrics interval).
+    snapshots: Vec<Vec<EngineStatus>>,
+    /// Per replica: prompt tokens it routed to each endpoint and not finished.
+    inflight_tokens: Vec<Vec<u64>>,
+    /// Per replica: requests it routed to each endpoint and not finished.
+    inflight_requests: Vec<Vec<u64>>,
 }
 
 impl Fleet {
-    fn new(engines: &[EngineConfig]) -> Fleet {
+    fn new(engines: &[EngineConfig], replicas: usize) -> Fleet {
         let n = engines.len();
         Fleet {
             engines: engines.iter().cloned().map(Engine::new).collect(),
             generation: vec![0; n],
-            snapshot: vec![EngineStatus::default(); n],
-            inflight_tokens: vec![0; n],
-            inflight_requests: vec![0; n],
+            snapshots: vec![vec![EngineStatus::default(); n]; replicas],
+            inflight_tokens: vec![vec![0; n]; replicas],
+            inflight_requests: vec![vec![0; n]; replicas],
         }
     }
 
-    /// Takes a new snapshot; whether it differs from the last.
-    fn refresh(&mut self) -> bool {
+    /// Takes a new snapshot for replica `r`; whether it differs from its last.
+    fn refresh(&mut self, r: usize) -> bool {
         let fresh: Vec<EngineStatus> = self.engines.iter().map(Engine::status).collect();
-        let changed = fresh != self.snapshot;
-        self.snapshot = fresh;
+        let changed = fresh != self.snapshots[r];
+        self.snapshots[r] = fresh;
         changed
     }
 
-    /// What plugins see of endpoint `pos`.
-    fn load(&self, pos: usize, live: bool) -> EndpointLoad {
+    /// What plugins of replica `r` see of endpoint `pos`.
+    fn load(&self, pos: usize, live: bool, r: usize) -> EndpointLoad {
         let status = if live {
             self.engines[pos].status()
         } else {
-            self.snapshot[pos]
+            self.snapshots[r][pos]
         };
         EndpointLoad {
             running: status.running,
             waiting: status.waiting,
             kv_blocks_used: status.kv_blocks_used,
             kv_blocks_total: status.kv_blocks_total,
-            inflight_prompt_tokens: self.inflight_tokens[pos],
-            inflight_requests: self.inflight_requests[pos],
+            inflight_prompt_tokens: self.inflight_tokens[r][pos],
+            inflight_requests: self.inflight_requests[r][pos],
             kv_block_tokens: u64::from(self.engines[pos].block_tokens()),
         }
     }
@@ -255,7 +265,7 @@ impl SpreadTally {
 
 /// What the timed replay measures beyond the time-free statistics.
 struct TimedStats {
-    base: StatsBuilder,
+    base: Tally,
     ttft: LatencyStat,
     tpot: LatencyStat,
     e2e: LatencyStat,
@@ -280,7 +290,10 @@ struct Sim<'a> {
     requests: Vec<RequestState>,
     fleet: Fleet,
     events: Events,
-    router_queue: VecDeque<usize>,
+    /// Per replica: requests waiting at it for an available endpoint.
+    router_queues: Vec<VecDeque<usize>>,
+    /// First request of each request's parent chain, 1-based (for the balancer).
+    conversation_of: Vec<u64>,
     stats: TimedStats,
     next_closed: usize,
     /// Stable endpoint index -> list position.
@@ -291,14 +304,16 @@ struct Sim<'a> {
     done: u64,
 }
 
-/// Runs a timed replay of `workload` through `router`; `observer` sees each finished
-/// request. The workload must have been loaded with [`TimedSettings::engine_block_sizes`].
+/// Runs a timed replay of `workload` through the router `replicas`; `observer` sees each
+/// finished request. The workload must have been loaded with
+/// [`TimedSettings::engine_block_sizes`].
 pub fn replay_timed(
     workload: &Workload,
-    router: &mut Router,
+    replicas: &mut Replicas,
     settings: &TimedSettings,
     observer: &mut dyn Observer,
 ) -> Result<Report, SimError> {
+    let router = replicas.router(0);
     let n = router.table().len();
     if settings.engines.len() != n {
         return Err(SimError::Input(format!(
@@ -360,17 +375,26 @@ pub fn replay_timed(
             ..RequestState::default()
         });
     }
+    let mut conversation_of: Vec<u64> = Vec::with_capacity(workload.requests.len());
+    for (index, request) in workload.requests.iter().enumerate() {
+        // Parents come before their children in a workload.
+        let root = request
+            .parent
+            .map_or(index as u64 + 1, |p| conversation_of[p]);
+        conversation_of.push(root);
+    }
     let mut sim = Sim {
         settings,
         workload,
         observer,
         base_arrival,
         requests,
-        fleet: Fleet::new(&settings.engines),
+        fleet: Fleet::new(&settings.engines, replicas.len()),
         events: Events::default(),
-        router_queue: VecDeque::new(),
+        router_queues: vec![VecDeque::new(); replicas.len()],
+        conversation_of,
         stats: TimedStats {
-            base: StatsBuilder::new(n, Unit::Tokens),
+            base: Tally::new(replicas.len(), n, Unit::Tokens),
             ttft: LatencyStat::default(),
             tpot: LatencyStat::default(),
             e2e: LatencyStat::default(),
@@ -399,8 +423,8 @@ pub fn replay_timed(
         first_tokens: Vec::new(),
         done: 0,
     };
-    sim.run(router)?;
-    Ok(crate::report::checked(sim.report(router)))
+    sim.run(replicas)?;
+    Ok(crate::report::checked(sim.report(replicas)))
 }
 
 impl Sim<'_> {
@@ -454,6 +478,7 @@ impl Sim<'_> {
     /// Records how good the pick of list position `pos` was, against the endpoints the
     /// matcher could choose, in blocks of the trace's block size.
     fn judge(&mut self, index: usize, pos: usize, decision: &Decision, flags: &[bool]) {
+        let r = self.requests[index].replica;
         let block = u64::from(self.workload.block_size.max(1));
         let (mut best, mut achieved) = (0, 0);
         for p in 0..self.fleet.engines.len() {
@@ -465,7 +490,7 @@ impl Sim<'_> {
                 }
             }
         }
-        self.stats.base.judge(best, achieved);
+        self.stats.base.each(r, |s| s.judge(best, achieved));
     }
 
     fn plugin_error(&self, index: usize) -> impl FnOnce(routerlab_host::PluginError) -> SimError {
@@ -473,7 +498,7 @@ impl Sim<'_> {
         move |source| SimError::plugin(location, source)
     }
 
-    fn run(&mut self, router: &mut Router) -> Result<(), SimError> {
+    fn run(&mut self, replicas: &mut Replicas) -> Result<(), SimError> {
         // Schedule the first arrivals.
         match self.settings.arrivals {
             Arrivals::Closed { concurrency } => {
@@ -494,8 +519,14 @@ impl Sim<'_> {
                 }
             }
         }
-        if self.settings.metrics_interval_ns > 0 {
-            self.events.push(0, Event::Refresh);
+        // Each replica scrapes the engines on its own schedule, at evenly staggered phases.
+        let interval = self.settings.metrics_interval_ns;
+        if interval > 0 {
+            let count = replicas.len() as u64;
+            for r in 0..replicas.len() {
+                let phase = (u128::from(interval) * r as u128 / u128::from(count)) as u64;
+                self.events.push(phase, Event::Refresh(r));
+            }
         }
         while let Some((now, event)) = self.events.pop() {
             if now > MAX_CLOCK_NS {
@@ -508,17 +539,22 @@ impl Sim<'_> {
                 .spread
                 .advance(now, engines.iter().map(|e| e.status().running));
             match event {
-                Event::Refresh => {
-                    let changed = self.fleet.refresh();
-                    self.drain_router_queue(now, router)?;
+                Event::Refresh(r) => {
+                    let changed = self.fleet.refresh(r);
+                    self.drain_router_queue(now, replicas, r)?;
                     // Keep refreshing while something is left to happen, or while a refresh
-                    // can still change what the router sees.
-                    if !self.events.is_empty() || (changed && !self.router_queue.is_empty()) {
+                    // can still change what the replica sees.
+                    if self.events.has_work() || (changed && !self.router_queues[r].is_empty()) {
                         let next = now + self.settings.metrics_interval_ns;
-                        self.events.push(next, Event::Refresh);
+                        self.events.push(next, Event::Refresh(r));
                     }
                 }
                 Event::Arrival(index) => {
+                    let r = replicas.place(Placement {
+                        session: self.workload.requests[index].session,
+                        conversation: self.conversation_of[index],
+                    });
+                    self.requests[index].replica = r;
                     self.requests[index].arrival_ns = now;
                     self.stats.first_arrival.get_or_insert(now);
                     let prompt = self.workload.requests[index].prompt_tokens;
@@ -532,10 +568,10 @@ impl Sim<'_> {
                         // Longer than any engine's whole KV cache: it could only wait forever.
                         self.stats.too_long += 1;
                         self.reject(index, now);
-                    } else if !self.router_queue.is_empty() {
+                    } else if !self.router_queues[r].is_empty() {
                         self.enter_router_queue(index);
-                    } else if !self.try_route(index, now, router)? {
-                        match router.when_unavailable() {
+                    } else if !self.try_route(index, now, replicas)? {
+                        match replicas.router(r).when_unavailable() {
                             WhenUnavailable::Queue => self.enter_router_queue(index),
                             WhenUnavailable::Reject | WhenUnavailable::FailOpen => {
                                 self.reject(index, now)
@@ -554,22 +590,27 @@ impl Sim<'_> {
                     let mut first_tokens = std::mem::take(&mut self.first_tokens);
                     self.fleet.engines[pos].take_first_tokens(&mut first_tokens);
                     for index in first_tokens.drain(..) {
-                        router
+                        replicas
+                            .router_mut(self.requests[index].replica)
                             .first_token(&self.data(index, now, None), pos)
                             .map_err(self.plugin_error(index))?;
                     }
                     self.first_tokens = first_tokens;
                     for sequence in finished {
-                        self.complete(sequence, pos, now, router)?;
+                        self.complete(sequence, pos, now, replicas)?;
                     }
-                    self.drain_router_queue(now, router)?;
+                    for r in 0..replicas.len() {
+                        self.drain_router_queue(now, replicas, r)?;
+                    }
                 }
             }
         }
         // Nothing is left to happen, so nothing can free an endpoint for whatever still
-        // waits at the router (its detector never clears): reject it rather than hang.
-        while let Some(index) = self.router_queue.pop_front() {
-            self.reject(index, self.stats.last_finish);
+        // waits at a router (its detector never clears): reject it rather than hang.
+        for r in 0..self.router_queues.len() {
+            while let Some(index) = self.router_queues[r].pop_front() {
+                self.reject(index, self.stats.last_finish);
+            }
         }
         Ok(())
     }
@@ -579,24 +620,40 @@ impl Sim<'_> {
             self.requests[index].queued_at_router = true;
             self.stats.router_queued += 1;
         }
-        self.router_queue.push_back(index);
+        self.router_queues[self.requests[index].replica].push_back(index);
     }
 
-    fn drain_router_queue(&mut self, now: u64, router: &mut Router) -> Result<(), SimError> {
-        while let Some(index) = self.router_queue.pop_front() {
-            if !self.try_route(index, now, router)? {
-                self.router_queue.push_front(index);
+    /// Routes what waits at replica `r`, in order, until one request cannot go.
+    fn drain_router_queue(
+        &mut self,
+        now: u64,
+        replicas: &mut Replicas,
+        r: usize,
+    ) -> Result<(), SimError> {
+        while let Some(index) = self.router_queues[r].pop_front() {
+            if !self.try_route(index, now, replicas)? {
+                self.router_queues[r].push_front(index);
                 break;
             }
         }
         Ok(())
     }
 
-    /// One routing decision; `false` when no endpoint could take the request.
-    fn try_route(&mut self, index: usize, now: u64, router: &mut Router) -> Result<bool, SimError> {
+    /// One routing decision, by the replica the request was given to; `false` when no
+    /// endpoint could take the request.
+    fn try_route(
+        &mut self,
+        index: usize,
+        now: u64,
+        replicas: &mut Replicas,
+    ) -> Result<bool, SimError> {
+        let r = self.requests[index].replica;
+        let router = replicas.router_mut(r);
         let live = self.settings.metrics_interval_ns == 0;
         for pos in 0..self.fleet.engines.len() {
-            router.table_mut().set_load(pos, self.fleet.load(pos, live));
+            router
+                .table_mut()
+                .set_load(pos, self.fleet.load(pos, live, r));
         }
         let prompt_tokens = self.workload.requests[index].prompt_tokens;
         let output_tokens = self.requests[index].output_tokens;
@@ -628,8 +685,8 @@ impl Sim<'_> {
         }
         self.judge(index, pos, &decision, router.unavailable());
         self.requests[index].endpoint = Some(pos);
-        self.fleet.inflight_tokens[pos] += u64::from(prompt_tokens);
-        self.fleet.inflight_requests[pos] += 1;
+        self.fleet.inflight_tokens[r][pos] += u64::from(prompt_tokens);
+        self.fleet.inflight_requests[r][pos] += 1;
         let engine_block = self.settings.engines[pos].engine_block_size;
         let chain = self.workload.engine_chain(index, engine_block).to_vec();
         let sequence = Sequence::new(index, prompt_tokens, output_tokens, chain);
@@ -641,9 +698,11 @@ impl Sim<'_> {
 
     fn reject(&mut self, index: usize, now: u64) {
         let has_parent = self.workload.requests[index].parent.is_some();
+        let state = &self.requests[index];
+        let constrained = state.constrained;
         self.stats
             .base
-            .reject(self.requests[index].constrained, has_parent);
+            .each(state.replica, |s| s.reject(constrained, has_parent));
         self.after_done(index, now);
     }
 
@@ -652,10 +711,12 @@ impl Sim<'_> {
         sequence: Sequence,
         pos: usize,
         now: u64,
-        router: &mut Router,
+        replicas: &mut Replicas,
     ) -> Result<(), SimError> {
         let index = sequence.request;
-        router
+        let r = self.requests[index].replica;
+        replicas
+            .router_mut(r)
             .complete(&self.data(index, now, None), pos)
             .map_err(self.plugin_error(index))?;
         let request = &self.workload.requests[index];
@@ -677,13 +738,15 @@ impl Sim<'_> {
             .parent
             .map(|p| self.requests[p].endpoint == Some(pos));
         let prompt_tokens = request.prompt_tokens;
-        stats.base.route(
-            pos,
-            u64::from(prompt_tokens),
-            u64::from(hit),
-            state.constrained,
-            same_as_parent,
-        );
+        stats.base.each(r, |s| {
+            s.route(
+                pos,
+                u64::from(prompt_tokens),
+                u64::from(hit),
+                state.constrained,
+                same_as_parent,
+            )
+        });
         let tally = &mut stats.per_endpoint[pos];
         tally.requests += 1;
         tally.prompt_tokens += u64::from(prompt_tokens);
@@ -691,8 +754,8 @@ impl Sim<'_> {
         stats.hit_tokens_done += u128::from(hit);
         stats.output_tokens_done += u128::from(state.output_tokens);
         stats.last_finish = stats.last_finish.max(now);
-        self.fleet.inflight_tokens[pos] -= u64::from(prompt_tokens);
-        self.fleet.inflight_requests[pos] -= 1;
+        self.fleet.inflight_tokens[r][pos] -= u64::from(prompt_tokens);
+        self.fleet.inflight_requests[r][pos] -= 1;
         debug_assert!(
             arrival <= scheduled && scheduled <= first_token && first_token <= now,
             "request {index}: arrival {arrival} <= scheduled {scheduled} <= first token {first_token} <= finish {now}"
@@ -701,7 +764,7 @@ impl Sim<'_> {
             id: index as u64 + 1,
             line: request.line,
             arrival_s: round6(arrival as f64 / 1e9),
-            endpoint: Some(router.table().name(pos).to_owned()),
+            endpoint: Some(replicas.router(r).table().name(pos).to_owned()),
             prompt_tokens,
             hit_tokens: hit,
             queue_ms: round6((scheduled - arrival) as f64 / 1e6),
@@ -737,7 +800,8 @@ impl Sim<'_> {
         }
     }
 
-    fn report(self, router: &Router) -> Report {
+    fn report(self, replicas: &Replicas) -> Report {
+        let router = replicas.router(0);
         let stats = self.stats;
         let mut report = stats.base.finish();
         let start = stats.first_arrival.unwrap_or(0);

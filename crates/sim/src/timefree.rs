@@ -16,9 +16,8 @@ use routerlab_trace::{TraceReader, TraceRequest, Workload};
 
 use crate::error::{SimError, request_location};
 use crate::observer::{Observer, PROGRESS_EVERY};
+use crate::replicas::{Placement, Replicas, Tally};
 use crate::report::Report;
-use crate::router::Router;
-use crate::stats::StatsBuilder;
 
 /// One endpoint's prefix cache, keyed by dense block id: a bitset when unbounded (as the
 /// prototype), a least-recently-used set when bounded.
@@ -123,23 +122,28 @@ struct TimeFree {
     unit: routerlab_core::Unit,
     block_size: u32,
     caches: Vec<PrefixCache>,
-    loads: Vec<EndpointLoad>,
+    /// Per replica, per endpoint: what that replica sees. The engine's figures (running,
+    /// blocks held) are the same in every replica; the in-flight counts are its own.
+    loads: Vec<Vec<EndpointLoad>>,
     /// Endpoint of each request (by seq), for the share-prefix statistic; u16::MAX =
     /// rejected. `Router::new` bounds the fleet below that.
     endpoint_of: Vec<u16>,
-    stats: StatsBuilder,
+    /// First request of each request's parent chain (by seq), for the balancer; kept only
+    /// with several replicas.
+    conversation_of: Vec<u64>,
+    stats: Tally,
     /// Stable index -> list position, for plugins asking what an endpoint holds.
     position_of: Vec<Option<usize>>,
 }
 
 impl TimeFree {
     fn new(
-        router: &Router,
+        replicas: &Replicas,
         unit: routerlab_core::Unit,
         block_size: u32,
         cache_blocks: Option<u64>,
     ) -> TimeFree {
-        let table = router.table();
+        let table = replicas.router(0).table();
         let n = table.len();
         let mut position_of = vec![None; n];
         for pos in 0..n {
@@ -152,19 +156,37 @@ impl TimeFree {
             block_size,
             caches: (0..n).map(|_| PrefixCache::new(cache_blocks)).collect(),
             loads: vec![
-                EndpointLoad {
-                    kv_blocks_total: cache_blocks.unwrap_or(0),
-                    ..Default::default()
-                };
-                n
+                vec![
+                    EndpointLoad {
+                        kv_blocks_total: cache_blocks.unwrap_or(0),
+                        ..Default::default()
+                    };
+                    n
+                ];
+                replicas.len()
             ],
             endpoint_of: vec![u16::MAX],
-            stats: StatsBuilder::new(n, unit),
+            conversation_of: vec![0],
+            stats: Tally::new(replicas.len(), n, unit),
             position_of,
         }
     }
 
-    fn step(&mut self, router: &mut Router, request: Step<'_>) -> Result<(), SimError> {
+    fn step(&mut self, replicas: &mut Replicas, request: Step<'_>) -> Result<(), SimError> {
+        let r = if replicas.len() == 1 {
+            0
+        } else {
+            let conversation = match request.parent_seq {
+                Some(parent) => self.conversation_of[parent as usize],
+                None => request.seq,
+            };
+            self.conversation_of.push(conversation);
+            replicas.place(Placement {
+                session: request.session,
+                conversation,
+            })
+        };
+        let router = replicas.router_mut(r);
         let block_size = self.block_size;
         let (caches, position_of) = (&self.caches, &self.position_of);
         let cached_prefix = |index: u32| {
@@ -194,8 +216,9 @@ impl TimeFree {
         let decision = router.decide(&data, true).map_err(plugin_error)?;
         let parent_endpoint = request.parent_seq.map(|p| self.endpoint_of[p as usize]);
         let Some(pos) = decision.endpoint else {
-            self.stats
-                .reject(decision.constrained, parent_endpoint.is_some());
+            self.stats.each(r, |s| {
+                s.reject(decision.constrained, parent_endpoint.is_some())
+            });
             self.endpoint_of.push(u16::MAX);
             return Ok(());
         };
@@ -212,41 +235,48 @@ impl TimeFree {
                 }
             }
         }
-        self.stats.judge(best, achieved);
+        self.stats.each(r, |s| s.judge(best, achieved));
         let hit_blocks = self.caches[pos].serve(request.block_ids);
         let hit_units = (hit_blocks * u64::from(block_size)).min(request.prompt_len);
-        self.stats.route(
-            pos,
-            request.prompt_len,
-            hit_units,
-            decision.constrained,
-            parent_endpoint.map(|p| p == pos as u16),
-        );
+        self.stats.each(r, |s| {
+            s.route(
+                pos,
+                request.prompt_len,
+                hit_units,
+                decision.constrained,
+                parent_endpoint.map(|p| p == pos as u16),
+            )
+        });
         self.endpoint_of.push(pos as u16);
 
-        let load = &mut self.loads[pos];
-        load.running += 1;
-        load.inflight_requests += 1;
-        load.kv_blocks_used = self.caches[pos].len();
-        load.inflight_prompt_tokens += prompt_tokens(self.unit, request.prompt_len);
-        router.table_mut().set_load(pos, *load);
+        let held = self.caches[pos].len();
+        for (q, loads) in self.loads.iter_mut().enumerate() {
+            let load = &mut loads[pos];
+            load.running += 1;
+            load.kv_blocks_used = held;
+            if q == r {
+                load.inflight_requests += 1;
+                load.inflight_prompt_tokens += prompt_tokens(self.unit, request.prompt_len);
+            }
+            replicas.router_mut(q).table_mut().set_load(pos, *load);
+        }
         Ok(())
     }
 }
 
-/// Replays the whole trace through `router`, each endpoint with a prefix cache of
-/// `cache_blocks` blocks (`None` = unbounded), reading it as it goes.
+/// Replays the whole trace through the router `replicas`, each endpoint with a prefix
+/// cache of `cache_blocks` blocks (`None` = unbounded), reading it as it goes.
 pub fn replay(
     reader: &mut TraceReader,
-    router: &mut Router,
+    replicas: &mut Replicas,
     cache_blocks: Option<u64>,
     observer: &mut dyn Observer,
 ) -> Result<Report, SimError> {
-    let mut state = TimeFree::new(router, reader.unit(), reader.block_size(), cache_blocks);
+    let mut state = TimeFree::new(replicas, reader.unit(), reader.block_size(), cache_blocks);
     let mut request = TraceRequest::default();
     while reader.next_into(&mut request)? {
         state.step(
-            router,
+            replicas,
             Step {
                 seq: request.seq,
                 line: request.line,
@@ -271,15 +301,15 @@ pub fn replay(
 /// its file, for runs that share one load (the policies of a comparison).
 pub fn replay_workload(
     workload: &Workload,
-    router: &mut Router,
+    replicas: &mut Replicas,
     cache_blocks: Option<u64>,
     observer: &mut dyn Observer,
 ) -> Result<Report, SimError> {
-    let mut state = TimeFree::new(router, workload.unit, workload.block_size, cache_blocks);
+    let mut state = TimeFree::new(replicas, workload.unit, workload.block_size, cache_blocks);
     for (index, request) in workload.requests.iter().enumerate() {
         let seq = index as u64 + 1;
         state.step(
-            router,
+            replicas,
             Step {
                 seq,
                 line: request.line,

@@ -11,11 +11,10 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
 use routerlab_sim::compare::{Comparison, Entry, find_metric};
 use routerlab_sim::observer::{Recorder, RequestRecord, Tee};
 use routerlab_sim::timed::replay_timed;
-use routerlab_sim::{Report, Router, timefree};
+use routerlab_sim::{Replicas, Report, timefree};
 use routerlab_trace::{TraceReader, Workload};
 
 use crate::cmd::replay::{load_experiment, run_info};
@@ -32,7 +31,7 @@ pub(crate) struct Prepared {
     pub(crate) kind: &'static str,
     pub(crate) label: String,
     pub(crate) spec: RunSpec,
-    pub(crate) router: Router,
+    pub(crate) replicas: Replicas,
     pub(crate) workload: usize,
 }
 
@@ -159,23 +158,12 @@ pub(crate) fn prepare(
         failure: Box::new(failure),
     };
     let spec = resolve(opts).map_err(in_run)?;
-    let search = SearchPath::from_env();
-    let matcher =
-        load_matcher(&spec.matcher, &spec.matcher_config, &search).map_err(|e| in_run(e.into()))?;
-    let detector = match &spec.detector {
-        Some(name) => Some(
-            load_detector(name, &spec.detector_config, &search).map_err(|e| in_run(e.into()))?,
-        ),
-        None => None,
-    };
-    let table = EndpointTable::new(spec.endpoints.iter().cloned());
-    let router = Router::new(matcher, detector, table, spec.when_unavailable)
-        .map_err(|e| in_run(e.into()))?;
+    let replicas = crate::cmd::build_replicas(&spec).map_err(in_run)?;
     Ok(Prepared {
         kind,
         label,
         spec,
-        router,
+        replicas,
         workload,
     })
 }
@@ -271,14 +259,14 @@ fn run_one(
 ) -> Result<Outcome, Failure> {
     let mut recorder = Recorder::default();
     let report = match &job.spec.timed {
-        None => timefree::replay_workload(workload, &mut job.router, job.spec.cache_blocks, bar)?,
+        None => timefree::replay_workload(workload, &mut job.replicas, job.spec.cache_blocks, bar)?,
         Some(timed) if keep_records => replay_timed(
             workload,
-            &mut job.router,
+            &mut job.replicas,
             timed,
             &mut Tee(bar, &mut recorder),
         )?,
-        Some(timed) => replay_timed(workload, &mut job.router, timed, bar)?,
+        Some(timed) => replay_timed(workload, &mut job.replicas, timed, bar)?,
     };
     Ok(Outcome {
         report,

@@ -13,7 +13,33 @@ use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
+use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
+use routerlab_sim::{Replicas, Router};
+
 use crate::exit::Failure;
+use crate::spec::RunSpec;
+
+/// The run's router replicas, each with plugin instances of its own, created with the
+/// same configs (seed included), as identically deployed replicas are.
+pub(crate) fn build_replicas(spec: &RunSpec) -> Result<Replicas, Failure> {
+    let search = SearchPath::from_env();
+    let mut routers = Vec::with_capacity(spec.router_replicas);
+    for _ in 0..spec.router_replicas {
+        let matcher = load_matcher(&spec.matcher, &spec.matcher_config, &search)?;
+        let detector = match &spec.detector {
+            Some(name) => Some(load_detector(name, &spec.detector_config, &search)?),
+            None => None,
+        };
+        let table = EndpointTable::new(spec.endpoints.iter().cloned());
+        routers.push(Router::new(
+            matcher,
+            detector,
+            table,
+            spec.when_unavailable,
+        )?);
+    }
+    Ok(Replicas::new(routers, spec.replica_assign, spec.seed)?)
+}
 
 /// Says once on stderr that a trace without prefix information is replayed as load-only
 /// traffic, so an all-zero hit ratio is not mistaken for a policy's result.

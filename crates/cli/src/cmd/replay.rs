@@ -6,13 +6,12 @@
 use std::path::Path;
 use std::time::Instant;
 
-use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
 use routerlab_sim::compare::{Comparison, Entry};
 use routerlab_sim::observer::{JsonLines, Recorder, Tee};
 use routerlab_sim::report::Report;
-use routerlab_sim::run::{PluginRun, RunInfo, TimedRun, TraceRun};
+use routerlab_sim::run::{PluginRun, ReplicasRun, RunInfo, TimedRun, TraceRun};
 use routerlab_sim::timed::replay_timed;
-use routerlab_sim::{Router, timefree};
+use routerlab_sim::timefree;
 use routerlab_trace::workload::TraceSource;
 use routerlab_trace::{TraceReader, Workload};
 
@@ -53,12 +52,7 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
     }
     let (quiet, plot, config_file) = (opts.quiet, opts.plot.clone(), opts.config.clone());
     let spec = resolve(opts)?;
-    let search = SearchPath::from_env();
-    let matcher = load_matcher(&spec.matcher, &spec.matcher_config, &search)?;
-    let detector = match &spec.detector {
-        Some(name) => Some(load_detector(name, &spec.detector_config, &search)?),
-        None => None,
-    };
+    let mut replicas = crate::cmd::build_replicas(&spec)?;
     if let Some(dir) = &plot {
         crate::cmd::plot::check_dir(dir, &spec.trace)?;
     }
@@ -71,15 +65,13 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
     let mut reader = TraceReader::open(&spec.trace, spec.trace_options.clone())?;
     let block_size = reader.block_size();
     crate::cmd::note_load_only(&spec.trace, reader.format());
-    let table = EndpointTable::new(spec.endpoints.iter().cloned());
-    let mut router = Router::new(matcher, detector, table, spec.when_unavailable)?;
     let bars = Bars::new(quiet);
     let mut recorder = Recorder::default();
     let (mut report, skipped, source) = match &spec.timed {
         None => {
             // The time-free replay streams the file: its length in requests is not known.
             let mut bar = bars.bar(&spec.matcher, None);
-            let report = timefree::replay(&mut reader, &mut router, spec.cache_blocks, &mut bar)?;
+            let report = timefree::replay(&mut reader, &mut replicas, spec.cache_blocks, &mut bar)?;
             bar.finish();
             (report, reader.skipped().clone(), reader.source())
         }
@@ -88,7 +80,7 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
             let mut bar = bars.bar(&spec.matcher, Some(workload.requests.len() as u64));
             let mut watchers = Tee(&mut bar, &mut recorder);
             let report = match &spec.requests_out {
-                None => replay_timed(&workload, &mut router, timed, &mut watchers)?,
+                None => replay_timed(&workload, &mut replicas, timed, &mut watchers)?,
                 Some(path) => {
                     let fail = |source| Failure::Output {
                         what: "per-request records",
@@ -100,7 +92,7 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
                     let mut lines = JsonLines::new(writer, path.clone());
                     let report = replay_timed(
                         &workload,
-                        &mut router,
+                        &mut replicas,
                         timed,
                         &mut Tee(&mut watchers, &mut lines),
                     )?;
@@ -179,6 +171,10 @@ pub(crate) fn run_info(
         endpoints: spec.endpoints.clone(),
         cache_blocks: spec.cache_blocks,
         when_unavailable: spec.when_unavailable,
+        router_replicas: (spec.router_replicas > 1).then(|| ReplicasRun {
+            count: spec.router_replicas as u64,
+            assign: spec.replica_assign,
+        }),
         timed: spec.timed.as_ref().map(|t| TimedRun {
             arrivals: t.arrivals.clone(),
             respect_parents: t.respect_parents,

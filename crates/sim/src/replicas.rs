@@ -1,0 +1,221 @@
+//! Router replicas: several [`Router`]s behind a load balancer, each seeing only the
+//! requests the balancer gives it.
+//!
+//! Production routers run as replicas, and a replica knows only what passed through it:
+//! its matcher learns (`update`, `on_complete`) only its own picks, its in-flight counts
+//! are its own, and with a metrics interval it scrapes the engines on its own schedule. A
+//! policy that looks perfect as one router can lose most of its prefix hits, or chase
+//! noise with its imbalance thresholds, once split. What the engines themselves hold (the
+//! cached prefix a plugin may ask for) is the same for every replica: it is the engines'.
+//!
+//! One replica is exactly the single router of the drivers: no balancer, no extra
+//! statistics, the same report.
+
+use routerlab_core::SeededRng;
+use routerlab_core::hash::hash64;
+use serde::{Deserialize, Serialize};
+
+use crate::SimError;
+use crate::report::{ReplicaReport, Report};
+use crate::router::Router;
+use crate::stats::StatsBuilder;
+
+/// The most replicas one run may simulate.
+pub const MAX_REPLICAS: usize = 1024;
+
+/// How the load balancer in front of the replicas spreads requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReplicaAssign {
+    /// In turn, in arrival order (an L4 balancer's round robin).
+    #[default]
+    RoundRobin,
+    /// Uniformly at random, seeded.
+    Random,
+    /// Sticky: every request of a session goes to one replica (a hash of the session).
+    /// A request without a session follows its conversation (the first request of its
+    /// parent chain); one with neither is placed by a hash of its own id.
+    Session,
+}
+
+impl ReplicaAssign {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplicaAssign::RoundRobin => "round-robin",
+            ReplicaAssign::Random => "random",
+            ReplicaAssign::Session => "session",
+        }
+    }
+}
+
+/// What the balancer knows of a request when it places it.
+#[derive(Debug, Clone, Copy)]
+pub struct Placement {
+    /// Session number, 0 = none.
+    pub session: u64,
+    /// Id (1-based position) of the first request of its parent chain; its own id when
+    /// it has no parent.
+    pub conversation: u64,
+}
+
+/// The routers and the balancer in front of them.
+pub struct Replicas {
+    routers: Vec<Router>,
+    assign: ReplicaAssign,
+    rng: SeededRng,
+    turn: usize,
+}
+
+impl From<Router> for Replicas {
+    /// One router, alone: what every driver did before replicas.
+    fn from(router: Router) -> Replicas {
+        Replicas {
+            routers: vec![router],
+            assign: ReplicaAssign::RoundRobin,
+            rng: SeededRng::new(0),
+            turn: 0,
+        }
+    }
+}
+
+impl Replicas {
+    /// `routers` (1 to [`MAX_REPLICAS`], each with its own plugin instances over the same
+    /// endpoints) behind a balancer that places requests by `assign`; `seed` drives the
+    /// `random` balancer.
+    pub fn new(
+        routers: Vec<Router>,
+        assign: ReplicaAssign,
+        seed: u64,
+    ) -> Result<Replicas, SimError> {
+        let Some(first) = routers.first() else {
+            return Err(SimError::Input(format!(
+                "a run has 1 to {MAX_REPLICAS} router replicas, found 0"
+            )));
+        };
+        if routers.len() > MAX_REPLICAS {
+            return Err(SimError::Input(format!(
+                "a run has 1 to {MAX_REPLICAS} router replicas, found {}",
+                routers.len()
+            )));
+        }
+        fn names(r: &Router) -> Vec<&str> {
+            (0..r.table().len()).map(|p| r.table().name(p)).collect()
+        }
+        if routers
+            .iter()
+            .any(|r| names(r) != names(first) || r.when_unavailable() != first.when_unavailable())
+        {
+            return Err(SimError::Input(
+                "router replicas must route to the same endpoints with the same unavailable policy"
+                    .into(),
+            ));
+        }
+        Ok(Replicas {
+            routers,
+            assign,
+            // Its own stream: the balancer must not echo the arrival process's draws.
+            rng: SeededRng::new(seed ^ 0x5245_504c_4943_4153),
+            turn: 0,
+        })
+    }
+
+    /// Number of replicas.
+    pub fn len(&self) -> usize {
+        self.routers.len()
+    }
+
+    /// Never: a run has at least one replica.
+    pub fn is_empty(&self) -> bool {
+        self.routers.is_empty()
+    }
+
+    /// The balancer's rule.
+    pub fn assign(&self) -> ReplicaAssign {
+        self.assign
+    }
+
+    /// Replica `r`.
+    pub fn router(&self, r: usize) -> &Router {
+        &self.routers[r]
+    }
+
+    /// Replica `r`, to route through.
+    pub fn router_mut(&mut self, r: usize) -> &mut Router {
+        &mut self.routers[r]
+    }
+
+    /// Every replica.
+    pub fn routers_mut(&mut self) -> &mut [Router] {
+        &mut self.routers
+    }
+
+    /// The replica the balancer gives the next request to (requests come in arrival order).
+    pub fn place(&mut self, request: Placement) -> usize {
+        let n = self.routers.len();
+        if n == 1 {
+            return 0;
+        }
+        match self.assign {
+            ReplicaAssign::RoundRobin => {
+                let r = self.turn;
+                self.turn = (self.turn + 1) % n;
+                r
+            }
+            ReplicaAssign::Random => self.rng.below(n as u64) as usize,
+            ReplicaAssign::Session => {
+                // Sessions and conversations are numbered apart: keep their keys apart.
+                let (tag, id) = match request.session {
+                    0 => (b'c', request.conversation),
+                    session => (b's', session),
+                };
+                let mut key = [tag; 9];
+                key[1..].copy_from_slice(&id.to_le_bytes());
+                (hash64(&key, 0) % n as u64) as usize
+            }
+        }
+    }
+}
+
+/// The statistics of the whole run and, with more than one replica, of each replica's
+/// own decisions.
+pub(crate) struct Tally {
+    pub(crate) all: StatsBuilder,
+    replicas: Vec<StatsBuilder>,
+}
+
+impl Tally {
+    /// For `replicas` replicas over `endpoints` endpoints; per-replica statistics only
+    /// when there are several.
+    pub(crate) fn new(replicas: usize, endpoints: usize, unit: routerlab_core::Unit) -> Tally {
+        let per_replica = if replicas > 1 { replicas } else { 0 };
+        Tally {
+            all: StatsBuilder::new(endpoints, unit),
+            replicas: (0..per_replica)
+                .map(|_| StatsBuilder::new(endpoints, unit))
+                .collect(),
+        }
+    }
+
+    /// The whole run's statistics and those of replica `r` (when kept).
+    pub(crate) fn each(&mut self, r: usize, mut f: impl FnMut(&mut StatsBuilder)) {
+        f(&mut self.all);
+        if let Some(replica) = self.replicas.get_mut(r) {
+            f(replica);
+        }
+    }
+
+    /// The report, with its `replicas` block when there are several.
+    pub(crate) fn finish(self) -> Report {
+        let mut report = self.all.finish();
+        if !self.replicas.is_empty() {
+            report.replicas = Some(
+                self.replicas
+                    .into_iter()
+                    .map(|stats| ReplicaReport::of(stats.finish()))
+                    .collect(),
+            );
+        }
+        report
+    }
+}
