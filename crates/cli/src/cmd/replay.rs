@@ -171,7 +171,7 @@ pub(crate) fn run_info(
         endpoints: spec.endpoints.clone(),
         cache_blocks: spec.cache_blocks,
         when_unavailable: spec.when_unavailable,
-        router_replicas: (spec.router_replicas > 1).then(|| ReplicasRun {
+        router_replicas: (spec.router_replicas > 1).then_some(ReplicasRun {
             count: spec.router_replicas as u64,
             assign: spec.replica_assign,
         }),
