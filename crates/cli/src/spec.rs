@@ -41,6 +41,10 @@ pub struct RunSpec {
     pub when_unavailable: WhenUnavailable,
     /// Router replicas (1 = one router, as without replicas).
     pub router_replicas: usize,
+    /// The (matcher, detector) config texts of each replica: replica `r`'s plugins get
+    /// seed `seed + r` unless their config sets one, as independently started replicas
+    /// draw different random numbers. Replica 0's are `matcher_config`/`detector_config`.
+    pub replica_configs: Vec<(String, String)>,
     /// How the balancer spreads requests over them.
     pub replica_assign: ReplicaAssign,
     /// Present for the timed replay.
@@ -103,6 +107,14 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
             )));
         }
     };
+    let mut replica_configs = vec![(matcher_config.clone(), detector_config.clone())];
+    for r in 1..router_replicas as u64 {
+        let seed = seed.wrapping_add(r);
+        replica_configs.push((
+            plugin_config(opts.matcher_config.clone(), seed, "matcher")?,
+            plugin_config(opts.detector_config.clone(), seed, "detector")?,
+        ));
+    }
     let when_unavailable = match (opts.when_unavailable, opts.fail_open) {
         (Some(policy), true) if policy != crate::opts::UnavailableArg::FailOpen => {
             return Err(Failure::input(format!(
@@ -136,6 +148,7 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
         format: opts.format.unwrap_or(OutputFormat::Human),
         when_unavailable,
         router_replicas,
+        replica_configs,
         replica_assign: opts.replica_assign.map(Into::into).unwrap_or_default(),
         timed,
         requests_out: opts.requests_out,

@@ -24,6 +24,9 @@ pub struct RequestRecord {
     pub arrival_s: f64,
     /// Endpoint name.
     pub endpoint: Option<String>,
+    /// The router replica that routed it, from 0; absent with one router (added in 0.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<u32>,
     /// Prompt tokens.
     pub prompt_tokens: u32,
     /// Prompt tokens served from the engine's prefix cache.

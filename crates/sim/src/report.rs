@@ -450,10 +450,41 @@ impl Report {
         for (label, value) in rows {
             let _ = writeln!(out, "{label:<28}{value}");
         }
+        if let Some(replicas) = &self.replicas {
+            replicas_human(&mut out, replicas);
+        }
         if let Some(timed) = &self.timed {
             timed_human(&mut out, timed);
         }
         out
+    }
+}
+
+/// Each router replica's decisions, a row each.
+fn replicas_human(out: &mut String, replicas: &[ReplicaReport]) {
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<8}{:>10}{:>10}{:>11}{:>15}{:>12}{:>15}",
+        "replica",
+        "requests",
+        "rejected",
+        "hit ratio",
+        "achieved/best",
+        "kv-optimal",
+        "load max/mean"
+    );
+    for (r, replica) in replicas.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "{r:<8}{:>10}{:>10}{:>11.4}{:>15.4}{:>12.4}{:>15.3}",
+            replica.requests,
+            replica.rejected,
+            replica.hit_ratio,
+            replica.quality.achieved_over_best,
+            replica.quality.kv_optimal_share,
+            replica.nreq.max_over_mean
+        );
     }
 }
 

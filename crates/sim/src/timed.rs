@@ -765,6 +765,7 @@ impl Sim<'_> {
             line: request.line,
             arrival_s: round6(arrival as f64 / 1e9),
             endpoint: Some(replicas.router(r).table().name(pos).to_owned()),
+            replica: (replicas.len() > 1).then_some(r as u32),
             prompt_tokens,
             hit_tokens: hit,
             queue_ms: round6((scheduled - arrival) as f64 / 1e6),

@@ -19,15 +19,15 @@ use routerlab_sim::{Replicas, Router};
 use crate::exit::Failure;
 use crate::spec::RunSpec;
 
-/// The run's router replicas, each with plugin instances of its own, created with the
-/// same configs (seed included), as identically deployed replicas are.
+/// The run's router replicas, each with plugin instances of its own, created with its
+/// configs (the same settings; see [`RunSpec::replica_configs`] for the seed).
 pub(crate) fn build_replicas(spec: &RunSpec) -> Result<Replicas, Failure> {
     let search = SearchPath::from_env();
     let mut routers = Vec::with_capacity(spec.router_replicas);
-    for _ in 0..spec.router_replicas {
-        let matcher = load_matcher(&spec.matcher, &spec.matcher_config, &search)?;
+    for (matcher_config, detector_config) in &spec.replica_configs {
+        let matcher = load_matcher(&spec.matcher, matcher_config, &search)?;
         let detector = match &spec.detector {
-            Some(name) => Some(load_detector(name, &spec.detector_config, &search)?),
+            Some(name) => Some(load_detector(name, detector_config, &search)?),
             None => None,
         };
         let table = EndpointTable::new(spec.endpoints.iter().cloned());
