@@ -192,7 +192,7 @@ impl Tally {
         Tally {
             all: StatsBuilder::new(endpoints, unit),
             replicas: (0..per_replica)
-                .map(|_| StatsBuilder::new(endpoints, unit))
+                .map(|_| StatsBuilder::decisions_only(endpoints, unit))
                 .collect(),
         }
     }

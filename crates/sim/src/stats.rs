@@ -14,7 +14,8 @@ const MAX_TRACKED: u64 = 1 << 40;
 pub struct StatsBuilder {
     unit: Unit,
     counts: Vec<u64>,
-    miss: Histogram<u64>,
+    /// Cache-miss lengths, for percentiles; `None` when only decisions are counted.
+    miss: Option<Histogram<u64>>,
     miss_sum: u128,
     miss_sum_sq: u128,
     miss_max: u64,
@@ -39,7 +40,9 @@ impl StatsBuilder {
             counts: vec![0; endpoints],
             // Fixed bounds: an auto-resizing histogram clamps `saturating_record` to its
             // current (tiny) range instead of growing.
-            miss: Histogram::new_with_bounds(1, MAX_TRACKED, 3).expect("valid histogram bounds"),
+            miss: Some(
+                Histogram::new_with_bounds(1, MAX_TRACKED, 3).expect("valid histogram bounds"),
+            ),
             miss_sum: 0,
             miss_sum_sq: 0,
             miss_max: 0,
@@ -54,6 +57,15 @@ impl StatsBuilder {
             achieved_hit_blocks: 0,
             kv_optimal: 0,
             judged: 0,
+        }
+    }
+
+    /// Statistics of decisions only: no cache-miss percentiles (they read 0), for the
+    /// per-replica tallies that report none and should cost little.
+    pub fn decisions_only(endpoints: usize, unit: Unit) -> StatsBuilder {
+        StatsBuilder {
+            miss: None,
+            ..StatsBuilder::new(endpoints, unit)
         }
     }
 
@@ -78,7 +90,9 @@ impl StatsBuilder {
         self.counts[pos] += 1;
         self.constrained += u64::from(constrained);
         let miss = prompt_len - hit_units;
-        self.miss.saturating_record(miss);
+        if let Some(histogram) = &mut self.miss {
+            histogram.saturating_record(miss);
+        }
         self.miss_sum += u128::from(miss);
         self.miss_sum_sq += u128::from(miss) * u128::from(miss);
         self.miss_max = self.miss_max.max(miss);
@@ -117,7 +131,9 @@ impl StatsBuilder {
                 0
             } else {
                 // The histogram rounds up to its bucket's edge: never above the exact max.
-                self.miss.value_at_quantile(q).min(self.miss_max)
+                self.miss
+                    .as_ref()
+                    .map_or(0, |h| h.value_at_quantile(q).min(self.miss_max))
             }
         };
         let count_mean = self.counts.iter().sum::<u64>() as f64 / self.counts.len().max(1) as f64;

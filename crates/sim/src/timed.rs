@@ -171,9 +171,12 @@ impl Fleet {
 
     /// Takes a new snapshot for replica `r`; whether it differs from its last.
     fn refresh(&mut self, r: usize) -> bool {
-        let fresh: Vec<EngineStatus> = self.engines.iter().map(Engine::status).collect();
-        let changed = fresh != self.snapshots[r];
-        self.snapshots[r] = fresh;
+        let mut changed = false;
+        for (seen, engine) in self.snapshots[r].iter_mut().zip(&self.engines) {
+            let fresh = engine.status();
+            changed |= fresh != *seen;
+            *seen = fresh;
+        }
         changed
     }
 

@@ -1,0 +1,149 @@
+//! What router replicas cost: the same replay with 1 and with 8 replicas (round robin and
+//! session-sticky balancers), time-free over the Mooncake conversation trace ×8 and timed
+//! over the conversation trace on 8 endpoints (Dynamo preset, metrics refreshed every
+//! 100 ms, so each replica keeps its own scrape schedule). The target: 8 replicas at most
+//! 1.3× the single router's time.
+//!
+//! Two matchers: `lcp`, whose 8 instances each keep their own prefix trie and whose
+//! different picks change the work the caches and engines do; and `random`, whose picks
+//! are alike in distribution with 1 or 8 replicas, so its ratio is what the replicas'
+//! own bookkeeping costs.
+//!
+//! Each case is timed inside this process from plugin creation to report, reading the
+//! trace included; runs of the cases are interleaved (1, 8, 8, 1, 8, 8, ...) so a slow
+//! moment of a noisy machine does not land on one case only. Median of seven.
+//!
+//! Run: `cargo bench -p routerlab-sim --bench replicas` (after `cargo build --release
+//! --workspace`, so the plugin libraries exist).
+
+#![allow(clippy::print_stdout)]
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use routerlab_host::{EndpointTable, SearchPath, load_matcher};
+use routerlab_sim::engine::EngineConfig;
+use routerlab_sim::observer::NoObserver;
+use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
+use routerlab_sim::{ReplicaAssign, Replicas, Router, WhenUnavailable, timefree};
+use routerlab_trace::{TraceOptions, TraceReader, Workload};
+
+const RUNS: usize = 7;
+const ENDPOINTS: usize = 8;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The conversation trace 8 times back to back (the throughput bench's input).
+fn repeated() -> PathBuf {
+    let path = root().join("target/bench-data/repeated-8.jsonl");
+    if !path.exists() {
+        std::fs::create_dir_all(path.parent().expect("a directory")).expect("bench data dir");
+        let text =
+            std::fs::read(root().join("traces/mooncake-conversation.jsonl")).expect("read trace");
+        std::fs::write(&path, text.repeat(8)).expect("write repeated trace");
+    }
+    path
+}
+
+fn options() -> TraceOptions {
+    TraceOptions {
+        format: None,
+        block_size: 128,
+        trace_block_size: 512,
+        skip_invalid: false,
+    }
+}
+
+/// `count` replicas of `matcher` behind `assign`, each with its own instance.
+fn replicas(matcher: &str, count: usize, assign: ReplicaAssign, when: WhenUnavailable) -> Replicas {
+    let search = SearchPath::from_env();
+    let routers = (0..count)
+        .map(|r| {
+            let matcher = load_matcher(matcher, &format!("seed: {r}"), &search)
+                .expect("plugin built (cargo build --release --workspace)");
+            let table = EndpointTable::new((0..ENDPOINTS).map(|i| format!("e{i}")));
+            Router::new(matcher, None, table, when).expect("router")
+        })
+        .collect();
+    Replicas::new(routers, assign, 0).expect("replicas")
+}
+
+/// Seconds for one time-free replay of `trace`, and its hit ratio.
+fn time_free(trace: &Path, matcher: &str, count: usize, assign: ReplicaAssign) -> (f64, f64) {
+    let start = Instant::now();
+    let mut replicas = replicas(matcher, count, assign, WhenUnavailable::Reject);
+    let mut reader = TraceReader::open(trace, options()).expect("trace opens");
+    let report =
+        timefree::replay(&mut reader, &mut replicas, None, &mut NoObserver).expect("replay");
+    (start.elapsed().as_secs_f64(), report.hit_ratio)
+}
+
+/// Seconds for one timed replay of the conversation trace, and its hit ratio.
+fn timed(matcher: &str, count: usize, assign: ReplicaAssign) -> (f64, f64) {
+    let settings = TimedSettings {
+        engines: vec![EngineConfig::dynamo(); ENDPOINTS],
+        arrivals: Arrivals::Trace { speedup: 1.0 },
+        respect_parents: false,
+        think_time_ns: 0,
+        metrics_interval_ns: 100_000_000,
+        default_output_tokens: 128,
+        seed: 0,
+    };
+    let start = Instant::now();
+    let mut replicas = replicas(matcher, count, assign, WhenUnavailable::Queue);
+    let trace = root().join("traces/mooncake-conversation.jsonl");
+    let reader = TraceReader::open(&trace, options()).expect("trace opens");
+    let workload = Workload::load(reader, &settings.engine_block_sizes()).expect("loads");
+    let report =
+        replay_timed(&workload, &mut replicas, &settings, &mut NoObserver).expect("replay");
+    (start.elapsed().as_secs_f64(), report.hit_ratio)
+}
+
+fn median(mut seconds: Vec<f64>) -> f64 {
+    seconds.sort_by(f64::total_cmp);
+    seconds[seconds.len() / 2]
+}
+
+fn main() {
+    let trace = repeated();
+    let cases = [
+        (1, ReplicaAssign::RoundRobin),
+        (8, ReplicaAssign::RoundRobin),
+        (8, ReplicaAssign::Session),
+    ];
+    println!(
+        "{:<10} {:<8} {:>8} {:<12} {:>10} {:>10} {:>9}",
+        "mode", "matcher", "replicas", "assign", "median s", "vs 1", "hit ratio"
+    );
+    for (mode, matcher) in [
+        ("time-free", "lcp"),
+        ("time-free", "random"),
+        ("timed", "lcp"),
+        ("timed", "random"),
+    ] {
+        let mut seconds = vec![Vec::new(); cases.len()];
+        let mut hit = vec![0.0; cases.len()];
+        for _ in 0..RUNS {
+            for (i, (count, assign)) in cases.iter().enumerate() {
+                let (s, h) = match mode {
+                    "time-free" => time_free(&trace, matcher, *count, *assign),
+                    _ => timed(matcher, *count, *assign),
+                };
+                seconds[i].push(s);
+                hit[i] = h;
+            }
+        }
+        let medians: Vec<f64> = seconds.into_iter().map(median).collect();
+        for (i, (count, assign)) in cases.iter().enumerate() {
+            println!(
+                "{mode:<10} {matcher:<8} {count:>8} {:<12} {:>10.3} {:>9.2}x {:>9.4}",
+                assign.name(),
+                medians[i],
+                medians[i] / medians[0],
+                hit[i]
+            );
+        }
+    }
+}
