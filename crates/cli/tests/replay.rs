@@ -174,6 +174,25 @@ fn committed_chat_trace_is_the_generators_default_output() {
 }
 
 #[test]
+fn committed_sessions_trace_is_the_generators_mooncake_output() {
+    let committed = project_trace("mooncake-sessions.jsonl");
+    let generated = scratch_file("mooncake-sessions.jsonl", b"");
+    let output = routerlab(&[
+        "gen-trace",
+        "--format",
+        "mooncake",
+        "-o",
+        &generated.to_string_lossy(),
+    ]);
+    assert!(output.status.success(), "{}", texts(&output).1);
+    assert!(
+        std::fs::read(&generated).unwrap() == std::fs::read(&committed).unwrap(),
+        "traces/mooncake-sessions.jsonl differs from `routerlab gen-trace --format mooncake`: \
+         regenerate it with `cargo xtask gen-trace --format mooncake -o traces/mooncake-sessions.jsonl`"
+    );
+}
+
+#[test]
 fn mooncake_conversation_trace_in_tokens_shows_the_hot_spot() {
     let trace = project_trace("mooncake-conversation.jsonl");
     let report = Replay::new("lcp", &trace)

@@ -5,7 +5,7 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use support::{Replay, fixture_plugin, project_trace, routerlab, scratch_file, texts};
+use support::{Replay, fixture_plugin, project_trace, scratch_file, texts};
 
 /// One replica is the single router: the same report, byte for byte, in both modes,
 /// whatever the balancer's rule (it has nothing to spread).
@@ -36,22 +36,13 @@ fn one_replica_is_the_single_router() {
     }
 }
 
-/// A generated Mooncake trace with sessions, `lcp` over 8 endpoints: 8 replicas that each
-/// learn an eighth of the traffic (round robin) find less of what the engines hold than
-/// one router; sticky sessions keep most of it (within 5% of one router).
+/// A generated Mooncake trace with sessions (`traces/mooncake-sessions.jsonl`, the output
+/// of `gen-trace --format mooncake`), `lcp` over 8 endpoints: 8 replicas that each learn an
+/// eighth of the traffic (round robin) find less of what the engines hold than one router;
+/// sticky sessions keep most of it (within 5% of one router).
 #[test]
 fn replicas_lose_hits_unless_sessions_stick() {
-    let trace = scratch_file("replicas-generated.jsonl", b"");
-    let generated = routerlab(&[
-        "gen-trace",
-        "--format",
-        "mooncake",
-        "--requests",
-        "2200",
-        "-o",
-        &trace.to_string_lossy(),
-    ]);
-    assert!(generated.status.success(), "{}", texts(&generated).1);
+    let trace = project_trace("mooncake-sessions.jsonl");
     for mode in [&[][..], &["--timing", "trace"][..]] {
         let hit_ratio = |replicas: &str, assign: &str| {
             let report = Replay::new("lcp", &trace)
