@@ -205,6 +205,32 @@ fn each_replica_sees_only_its_own_requests() {
     }
 }
 
+/// With a metrics interval each replica scrapes the engines at its own phase: the
+/// `scrape-phase` fixture fails the run when the statuses it sees change between two of its
+/// decisions with none of its own scrape times in between. Told the wrong phases (as if
+/// every replica scraped at once), it does fail: the check bites.
+#[test]
+fn replicas_scrape_the_engines_at_staggered_phases() {
+    let fixture = fixture_plugin("scrape-phase");
+    let trace = project_trace("mooncake-small.jsonl");
+    let run = |config: &str| {
+        Replay::new(&fixture, &trace)
+            .args(&["--timing", "trace", "--speedup", "20", "--endpoints", "3"])
+            .args(&["--metrics-interval-ms", "100", "--router-replicas", "4"])
+            .args(&["--matcher-config", config])
+            .run()
+    };
+    let staggered = run("{replicas: 4, interval_ms: 100}");
+    assert!(staggered.status.success(), "{}", texts(&staggered).1);
+    let together = run("{replicas: 1, interval_ms: 100}");
+    let (_, stderr) = texts(&together);
+    assert_eq!(together.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("without a scrape of this replica"),
+        "{stderr}"
+    );
+}
+
 /// Bad counts are refused by name.
 #[test]
 fn replica_counts_out_of_range_are_refused() {

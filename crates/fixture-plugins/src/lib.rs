@@ -1,8 +1,9 @@
 //! Test plugins that the built-ins cannot stand in for: two that panic on purpose (so the
 //! host's tests can prove a panic is caught at the boundary, reported with its payload, and
 //! poisons the instance), one that depends on `on_complete` (so the timed replay's tests
-//! can prove it is called), and one that checks the ABI 1.2 signals against its own books
-//! and fails the run on the first disagreement.
+//! can prove it is called), one that checks the ABI 1.2 signals against its own books
+//! and fails the run on the first disagreement, and one that checks its router replica
+//! scrapes the engines on its own schedule.
 
 use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request};
 
@@ -205,6 +206,69 @@ impl Matcher for Contract {
     }
 }
 
+/// Checks that its router replica sees engine statuses refreshed on that replica's own
+/// schedule: with the run's seed 0, replica r gets seed r, and of `replicas` replicas
+/// scraping every `interval_ms`, replica r scrapes at r · interval / replicas + k ·
+/// interval. Between two of its decisions at t1 <= t2 the statuses it sees may change only
+/// if one of its scrape times lies in [t1, t2]. Routes round-robin.
+pub struct ScrapePhase {
+    phase_ns: u64,
+    interval_ns: u64,
+    turn: u64,
+    /// The last decision's time and the statuses it saw.
+    last: Option<(u64, Vec<(u64, u64, u64)>)>,
+}
+
+impl ScrapePhase {
+    /// Whether one of this replica's scrape times lies in `[from, to]`.
+    fn scraped_between(&self, from: u64, to: u64) -> bool {
+        let k = from
+            .saturating_sub(self.phase_ns)
+            .div_ceil(self.interval_ns);
+        self.phase_ns + k * self.interval_ns <= to
+    }
+}
+
+impl Matcher for ScrapePhase {
+    fn create(_name: &str, config: &mut PluginConfig) -> Result<Self, String> {
+        let replica = config.seed()?;
+        let replicas = config.u64("replicas", 1)?.max(1);
+        let interval_ns = config.u64("interval_ms", 100)?.max(1) * 1_000_000;
+        Ok(ScrapePhase {
+            phase_ns: interval_ns * replica / replicas,
+            interval_ns,
+            turn: 0,
+            last: None,
+        })
+    }
+    fn match_request(
+        &mut self,
+        request: &Request<'_>,
+        endpoints: &Endpoints<'_>,
+    ) -> Result<Option<EndpointId>, String> {
+        let now = request.now_ns();
+        let seen: Vec<(u64, u64, u64)> = endpoints
+            .iter()
+            .map(|e| (e.running(), e.waiting(), e.kv_blocks_used()))
+            .collect();
+        if let Some((then, before)) = &self.last
+            && *before != seen
+            && !self.scraped_between(*then, now)
+        {
+            return Err(format!(
+                "statuses changed between {then} ns and {now} ns without a scrape of this replica (phase {} ns)",
+                self.phase_ns
+            ));
+        }
+        self.last = Some((now, seen));
+        let available: Vec<EndpointId> = endpoints.available().map(|e| e.id()).collect();
+        self.turn += 1;
+        Ok(available
+            .get((self.turn % available.len().max(1) as u64) as usize)
+            .copied())
+    }
+}
+
 routerlab_core::export_plugins! {
     matcher PanicOnCreate { name: "panic-on-create", description: "fixture: panics in create" },
     matcher PanicOnMatch { name: "panic-on-match", description: "fixture: panics in match" },
@@ -215,5 +279,9 @@ routerlab_core::export_plugins! {
     matcher LeastOutstanding {
         name: "least-outstanding",
         description: "fixture: fewest outstanding requests, tracked with update and on_complete",
+    },
+    matcher ScrapePhase {
+        name: "scrape-phase",
+        description: "fixture: fails when its replica's statuses change between its own scrapes",
     },
 }
