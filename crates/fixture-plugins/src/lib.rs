@@ -216,8 +216,11 @@ pub struct ScrapePhase {
     interval_ns: u64,
     turn: u64,
     /// The last decision's time and the statuses it saw.
-    last: Option<(u64, Vec<(u64, u64, u64)>)>,
+    last: Option<(u64, Vec<Scraped>)>,
 }
+
+/// What a scrape tells of an endpoint: running, waiting, KV blocks used.
+type Scraped = (u64, u64, u64);
 
 impl ScrapePhase {
     /// Whether one of this replica's scrape times lies in `[from, to]`.
@@ -247,7 +250,7 @@ impl Matcher for ScrapePhase {
         endpoints: &Endpoints<'_>,
     ) -> Result<Option<EndpointId>, String> {
         let now = request.now_ns();
-        let seen: Vec<(u64, u64, u64)> = endpoints
+        let seen: Vec<Scraped> = endpoints
             .iter()
             .map(|e| (e.running(), e.waiting(), e.kv_blocks_used()))
             .collect();
