@@ -45,6 +45,12 @@ pub enum Command {
     },
     /// Write a synthetic trace (the prototype's chat workload, or Mooncake format).
     GenTrace(GenTraceArgs),
+    /// Route live OpenAI-compatible traffic to engines with the same plugins a replay uses.
+    Serve(Box<crate::cmd::live::ServeArgs>),
+    /// Run a simulated OpenAI-compatible engine (the replay's engine model, in real time).
+    Engine(crate::cmd::live::EngineArgs),
+    /// Send a trace's requests to an OpenAI-compatible URL and report what a client measured.
+    Drive(Box<crate::cmd::live::DriveArgs>),
 }
 
 /// Report formats.

@@ -265,6 +265,22 @@ fn resolve_engines(opts: &ReplayOpts, endpoints: usize) -> Result<Vec<EngineConf
     Ok(engines)
 }
 
+/// One engine: the `dynamo` preset with `--engine-config` YAML laid over it (what
+/// `routerlab engine` simulates), validated.
+pub fn engine_config(text: Option<&str>) -> Result<EngineConfig, Failure> {
+    let mut engine = preset_config(EnginePreset::Dynamo);
+    if let Some(text) = text {
+        let overrides: EngineOverrides = serde_yaml::from_str(text).map_err(|e| {
+            Failure::input(format!("--engine-config: {}", one_line(&e.to_string())))
+        })?;
+        apply(&overrides, &mut engine);
+    }
+    engine
+        .validate()
+        .map_err(|e| Failure::input(format!("--engine-config: {e}")))?;
+    Ok(engine)
+}
+
 fn preset_config(preset: EnginePreset) -> EngineConfig {
     match preset {
         EnginePreset::Dynamo => EngineConfig::dynamo(),
@@ -293,7 +309,7 @@ fn apply(overrides: &EngineOverrides, base: &mut EngineConfig) {
 }
 
 /// The config text handed to a plugin, with `seed` added unless it is set.
-fn plugin_config(given: Option<TextOrValue>, seed: u64, which: &str) -> Result<String, Failure> {
+pub(crate) fn plugin_config(given: Option<TextOrValue>, seed: u64, which: &str) -> Result<String, Failure> {
     let value = match given {
         Some(TextOrValue::Text(text)) if text.trim().is_empty() => Value::Null,
         Some(TextOrValue::Text(text)) => serde_yaml::from_str({

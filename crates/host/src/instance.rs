@@ -263,6 +263,15 @@ impl EndpointTable {
             stride: size_of::<RlEndpointStatus>() as u64,
         }
     }
+
+    /// A list of the one endpoint at list position `pos`.
+    fn raw_list_of(&self, pos: usize) -> RlEndpointList {
+        RlEndpointList {
+            items: &self.raw[pos],
+            len: 1,
+            stride: size_of::<RlEndpointStatus>() as u64,
+        }
+    }
 }
 
 /// Collects the message a plugin writes through the error sink.
@@ -516,6 +525,17 @@ impl MatcherInstance {
         let f = self.vtable.add_endpoints.expect("checked by the loader");
         let list = table.raw_list();
         // SAFETY: `list` borrows `table` for the call; the instance is live.
+        self.handle.call("add_endpoints", &[], |inst, err| unsafe {
+            f(inst, &list, err)
+        })?;
+        Ok(())
+    }
+
+    /// Announces the one endpoint at list position `pos` of `table` (one that joined later).
+    pub fn add_endpoint_at(&mut self, table: &EndpointTable, pos: usize) -> Result<(), PluginError> {
+        let f = self.vtable.add_endpoints.expect("checked by the loader");
+        let list = table.raw_list_of(pos);
+        // SAFETY: `list` borrows one element of `table` for the call; the instance is live.
         self.handle.call("add_endpoints", &[], |inst, err| unsafe {
             f(inst, &list, err)
         })?;

@@ -564,6 +564,18 @@ impl Engine {
         }
     }
 
+    /// The sequences running now, in admission order (a live engine streams their tokens).
+    pub fn running(&self) -> &[Sequence] {
+        &self.running
+    }
+
+    /// The step in flight: its start, the length of one step and how many identical steps
+    /// it stands for (more than one only when every running sequence just decodes: each
+    /// step then gives each of them one token). `None` when idle.
+    pub fn step_in_flight(&self) -> Option<(u64, u64, u64)> {
+        self.plan.as_ref().map(|p| (p.start_ns, p.step_ns, p.steps))
+    }
+
     /// Tokens per KV block.
     pub fn block_tokens(&self) -> u32 {
         self.config.engine_block_size

@@ -294,31 +294,31 @@ impl Report {
                 ordered(name, &[("mean", l.mean), ("max", l.max)]);
             }
             // Per request e2e >= ttft >= queue, so every quantile and the mean keep that order.
-            // The three are sampled from the same finished requests: all present or none.
-            match (&t.queue, &t.ttft, &t.e2e) {
-                (Some(queue), Some(ttft), Some(e2e)) => {
+            // ttft and e2e are sampled from the same finished requests: both present or
+            // neither; queue too, except where it cannot be seen (a client's measurements).
+            match (&t.ttft, &t.e2e) {
+                (Some(ttft), Some(e2e)) => {
+                    let queue = t.queue.as_ref();
                     for (q, queue, ttft, e2e) in [
-                        ("p50", queue.p50, ttft.p50, e2e.p50),
-                        ("p99", queue.p99, ttft.p99, e2e.p99),
-                        ("max", queue.max, ttft.max, e2e.max),
-                        ("mean", queue.mean, ttft.mean, e2e.mean),
+                        ("p50", queue.map(|l| l.p50), ttft.p50, e2e.p50),
+                        ("p99", queue.map(|l| l.p99), ttft.p99, e2e.p99),
+                        ("max", queue.map(|l| l.max), ttft.max, e2e.max),
+                        ("mean", queue.map(|l| l.mean), ttft.mean, e2e.mean),
                     ] {
                         // Rounded to 1 µs: allow the last digit.
-                        if queue > ttft + 1e-3 || ttft > e2e + 1e-3 {
+                        if queue.unwrap_or(0.0) > ttft + 1e-3 || ttft > e2e + 1e-3 {
                             broken.push(format!(
-                                "timed {q}: queue {queue} <= ttft {ttft} <= e2e {e2e} does not hold"
+                                "timed {q}: queue {queue:?} <= ttft {ttft} <= e2e {e2e} does not hold"
                             ));
                         }
                     }
                 }
-                (None, None, None) => {
-                    if t.tpot.is_some() {
-                        broken.push("timed.tpot has samples but no request finished".to_owned());
+                (None, None) => {
+                    if t.tpot.is_some() || t.queue.is_some() {
+                        broken.push("timed latencies have samples but no request finished".to_owned());
                     }
                 }
-                _ => broken.push(
-                    "timed: queue, ttft and e2e are not all present or all absent".to_owned(),
-                ),
+                _ => broken.push("timed: ttft and e2e are not both present or both absent".to_owned()),
             }
             if !(0.0..=1.0).contains(&t.hit_ratio) {
                 broken.push(format!("timed.hit_ratio {} outside 0..=1", t.hit_ratio));

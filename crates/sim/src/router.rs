@@ -87,6 +87,11 @@ impl Router {
         })
     }
 
+    /// The matcher's name.
+    pub fn matcher_name(&self) -> &str {
+        self.matcher.name()
+    }
+
     /// The endpoint table, whose loads the driver keeps current.
     pub fn table(&self) -> &EndpointTable {
         &self.table
@@ -156,6 +161,28 @@ impl Router {
             learned: learn && endpoint.is_some(),
             opened,
         })
+    }
+
+    /// Takes the endpoint with stable index `index` out of the fleet (a live endpoint that
+    /// failed its health check): the matcher is told, and it is never offered again.
+    pub fn remove_endpoint(&mut self, index: u32) -> Result<(), PluginError> {
+        if self.table.remove(index) {
+            self.unavailable.pop();
+            self.none_unavailable.pop();
+            self.matcher.remove_endpoints(&[index])?;
+        }
+        Ok(())
+    }
+
+    /// Adds an endpoint named `name` (one that came back): it gets a new stable index, which
+    /// is returned, and the matcher is told.
+    pub fn add_endpoint(&mut self, name: String) -> Result<u32, PluginError> {
+        let index = self.table.push(name);
+        self.unavailable.push(false);
+        self.none_unavailable.push(false);
+        let pos = self.table.len() - 1;
+        self.matcher.add_endpoint_at(&self.table, pos)?;
+        Ok(index)
     }
 
     /// Tells the matcher `request` went to list position `pos`.

@@ -39,19 +39,10 @@ pub fn engine_block_hashes(
                 hash64(&id.to_le_bytes(), j as u64 + 1)
             })
             .collect(),
-        TraceFormat::Chat => {
-            let bytes_per_block = engine_block as usize * 4;
-            let mut previous = 0;
-            request
-                .prompt
-                .chunks_exact(bytes_per_block)
-                .take(full)
-                .map(|b| {
-                    previous = chain(previous, b);
-                    previous
-                })
-                .collect()
-        }
+        TraceFormat::Chat => text_engine_chain(&request.prompt, engine_block)
+            .into_iter()
+            .take(full)
+            .collect(),
         // No prefix identity: no block is ever shared.
         TraceFormat::AzureCsv | TraceFormat::BurstGpt => Vec::new(),
         TraceFormat::TokenIds => {
@@ -68,6 +59,20 @@ pub fn engine_block_hashes(
                 .collect()
         }
     }
+}
+
+/// Engine-block hashes of a text prompt (4 bytes a token, full blocks only): what the
+/// engine model's prefix cache is keyed by, for a replayed chat request and for a prompt
+/// that arrives over HTTP alike.
+pub fn text_engine_chain(prompt: &[u8], engine_block: u32) -> Vec<u64> {
+    let mut previous = 0;
+    prompt
+        .chunks_exact(engine_block.max(1) as usize * 4)
+        .map(|b| {
+            previous = chain(previous, b);
+            previous
+        })
+        .collect()
 }
 
 /// Prompt tokens of a request: exact for token traces, bytes / 4 for text. The one estimate

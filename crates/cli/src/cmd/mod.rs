@@ -4,6 +4,7 @@
 pub mod compare;
 pub mod gen_trace;
 pub mod inspect;
+pub mod live;
 pub mod plot;
 pub mod plugins;
 pub mod replay;
@@ -39,6 +40,20 @@ pub(crate) fn build_replicas(spec: &RunSpec) -> Result<Replicas, Failure> {
         )?);
     }
     Ok(Replicas::new(routers, spec.replica_assign, spec.seed)?)
+}
+
+/// Writes `bytes` to `path` whole, through a temporary file renamed into place.
+pub fn write_output(path: &Path, bytes: &[u8], what: &'static str) -> Result<(), Failure> {
+    let fail = |source| Failure::Output {
+        what,
+        path: path.to_owned(),
+        source,
+    };
+    let file = OutputFile::create(path).map_err(fail)?;
+    file.writer()
+        .and_then(|mut w| w.write_all(bytes))
+        .map_err(fail)?;
+    file.commit().map_err(fail)
 }
 
 /// Says once on stderr that a trace without prefix information is replayed as load-only

@@ -1,7 +1,7 @@
 //! One module per trace format, each adding its line parser to the shared
 //! `Linker` of the reader.
 
-pub(crate) mod chat;
+pub mod chat;
 pub(crate) mod csv;
 pub mod mooncake;
 pub(crate) mod token_ids;

@@ -1,0 +1,339 @@
+//! `routerlab serve`, `routerlab engine` and `routerlab drive`: the flags, and a runtime
+//! for `routerlab-live` to run on. The HTTP work is the library's.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
+use routerlab_live::drive::{DriveSettings, Pace};
+use routerlab_live::engine::EngineSettings;
+use routerlab_live::serve::{OnPluginError, ServeSettings};
+use routerlab_sim::{Router, WhenUnavailable};
+use routerlab_trace::{TraceOptions, TraceReader, Workload};
+
+use crate::exit::Failure;
+use crate::opts::{OutputFormat, TextOrValue};
+use crate::spec::{engine_config, one_line, plugin_config};
+
+/// `routerlab engine`.
+#[derive(Args, Debug)]
+pub struct EngineArgs {
+    /// Address to listen on (port 0: any free port, printed on stderr).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8000")]
+    pub listen: SocketAddr,
+    /// Engine settings over the `dynamo` preset, YAML (as `replay --engine-config`).
+    #[arg(long, value_name = "YAML")]
+    pub engine_config: Option<String>,
+    /// Model time per wall time: 10 runs the model ten times faster than it says.
+    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    pub speedup: f64,
+    /// Answer every request at once, without the model (for measuring a router).
+    #[arg(long)]
+    pub instant: bool,
+    /// Model name served (`/v1/models`, metric labels).
+    #[arg(long, value_name = "NAME", default_value = "routerlab-sim")]
+    pub model: String,
+    /// Output tokens of requests without `max_tokens`.
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    pub max_tokens: u32,
+}
+
+/// What `serve` does when a plugin call fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PluginErrorArg {
+    /// Answer 503 naming the plugin and its message.
+    Reject,
+    /// Route the request round robin over the healthy endpoints.
+    RoundRobin,
+}
+
+/// `routerlab serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0: any free port, printed on stderr). Loopback by
+    /// default: the router proxies to engines, so exposing it is a choice to make.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// The engines: host:port,... (plain HTTP). Requests go only to these.
+    #[arg(long, value_name = "LIST", required = true)]
+    pub endpoints: String,
+    /// Matcher name or PATH[#NAME], as for replay.
+    #[arg(long, value_name = "NAME", required = true)]
+    pub matcher: String,
+    /// Matcher config, YAML or JSON text.
+    #[arg(long, value_name = "YAML")]
+    pub matcher_config: Option<String>,
+    /// Overload detector, as for replay.
+    #[arg(long, value_name = "NAME")]
+    pub detector: Option<String>,
+    /// Detector config, YAML or JSON text.
+    #[arg(long, value_name = "YAML")]
+    pub detector_config: Option<String>,
+    /// Seed given to plugins as their `seed` unless their config sets one.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+    /// Block size of the prompt's hash chain, bytes (as replay's --block-size).
+    #[arg(long, value_name = "BYTES", default_value_t = 128)]
+    pub block_size: u32,
+    /// Scrape the engines' metrics (and check their health) every MS milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    pub metrics_interval_ms: u64,
+    /// Other endpoints to try when one refuses the connection.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub retries: u32,
+    /// Seconds an engine may take to start answering.
+    #[arg(long, value_name = "S", default_value_t = 600.0)]
+    pub upstream_timeout_s: f64,
+    /// When a plugin call fails: answer 503, or route round robin.
+    #[arg(long, value_name = "ACTION", default_value = "reject")]
+    pub on_plugin_error: PluginErrorArg,
+}
+
+/// `routerlab drive`.
+#[derive(Args, Debug)]
+pub struct DriveArgs {
+    /// Base URL of the router or engine, e.g. http://127.0.0.1:8080.
+    #[arg(long, value_name = "URL")]
+    pub url: String,
+    /// The trace.
+    #[arg(long, value_name = "PATH")]
+    pub trace: PathBuf,
+    /// Trace format [default: detected].
+    #[arg(long, value_name = "FORMAT")]
+    pub trace_format: Option<routerlab_trace::TraceFormat>,
+    /// Tokens per block id of Mooncake traces.
+    #[arg(long, value_name = "N", default_value_t = 512)]
+    pub trace_block_size: u32,
+    /// Send at the trace's timestamps, compressed by F (the default pace, F = 1).
+    #[arg(long, value_name = "F")]
+    pub speedup: Option<f64>,
+    /// Poisson arrivals at R requests/s instead (seeded).
+    #[arg(long, value_name = "R")]
+    pub rate: Option<f64>,
+    /// Closed loop: N requests outstanding instead.
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<usize>,
+    /// Seed of the Poisson arrivals.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+    /// Bytes of text per block id for traces without text [default: 4 per token of a
+    /// trace block].
+    #[arg(long, value_name = "BYTES")]
+    pub block_bytes: Option<usize>,
+    /// max_tokens of requests whose trace line gives no output length.
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    pub max_tokens: u64,
+    /// The `model` field sent.
+    #[arg(long, value_name = "NAME", default_value = "routerlab-sim")]
+    pub model: String,
+    /// Seconds to wait for one request.
+    #[arg(long, value_name = "S", default_value_t = 600.0)]
+    pub timeout_s: f64,
+    /// Report format.
+    #[arg(long, value_name = "FORMAT", default_value = "human")]
+    pub format: OutputFormat,
+    /// Write one JSON line per request: id, endpoint, error, ttft_ms, e2e_ms.
+    #[arg(long, value_name = "FILE")]
+    pub requests_out: Option<PathBuf>,
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::input(format!("cannot start the async runtime: {e}")))
+}
+
+/// Binds first (so a taken port is an error before anything else), says where, then runs.
+fn bound(listen: SocketAddr, what: &str) -> Result<(std::net::TcpListener, SocketAddr), Failure> {
+    let listener = std::net::TcpListener::bind(listen)
+        .map_err(|e| Failure::input(format!("--listen {listen}: {e}")))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Failure::input(format!("--listen {listen}: {e}")))?;
+    eprintln!("routerlab {what}: listening on http://{addr}");
+    Ok((listener, addr))
+}
+
+/// `routerlab engine`.
+pub fn engine(args: EngineArgs) -> Result<(), Failure> {
+    let config = engine_config(args.engine_config.as_deref())?;
+    if !(args.speedup.is_finite() && args.speedup > 0.0) {
+        return Err(Failure::input(format!(
+            "--speedup must be a positive number, not {}",
+            args.speedup
+        )));
+    }
+    let (listener, _) = bound(args.listen, "engine")?;
+    let settings = EngineSettings {
+        config,
+        speedup: args.speedup,
+        instant: args.instant,
+        model: args.model,
+        default_max_tokens: args.max_tokens.max(1),
+    };
+    runtime()?
+        .block_on(routerlab_live::engine::run_on(listener, settings))
+        .map_err(Failure::input)
+}
+
+/// The engines of `--endpoints`: `host:port` each, distinct.
+fn endpoints(text: &str) -> Result<Vec<String>, Failure> {
+    let mut list: Vec<String> = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let item = item.trim_start_matches("http://").trim_end_matches('/');
+        let valid = item
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        if !valid {
+            return Err(Failure::input(format!(
+                "--endpoints: `{item}` is not host:port (plain http)"
+            )));
+        }
+        if list.iter().any(|e| e == item) {
+            return Err(Failure::input(format!("--endpoints: `{item}` is given twice")));
+        }
+        list.push(item.to_owned());
+    }
+    if list.is_empty() {
+        return Err(Failure::input("--endpoints: give at least one host:port"));
+    }
+    Ok(list)
+}
+
+/// `routerlab serve`.
+pub fn serve(args: ServeArgs) -> Result<(), Failure> {
+    let endpoints = endpoints(&args.endpoints)?;
+    if args.block_size == 0 {
+        return Err(Failure::input("--block-size must be at least 1"));
+    }
+    if args.metrics_interval_ms == 0 {
+        return Err(Failure::input(
+            "--metrics-interval-ms must be at least 1 (the router's own in-flight counts are always current)",
+        ));
+    }
+    if !(args.upstream_timeout_s.is_finite() && args.upstream_timeout_s > 0.0) {
+        return Err(Failure::input("--upstream-timeout-s must be a positive number"));
+    }
+    let text = |t: Option<String>| t.map(TextOrValue::Text);
+    let matcher_config = plugin_config(text(args.matcher_config), args.seed, "matcher")?;
+    let detector_config = plugin_config(text(args.detector_config), args.seed, "detector")?;
+    let search = SearchPath::from_env();
+    let matcher = load_matcher(&args.matcher, &matcher_config, &search)?;
+    let detector = match &args.detector {
+        Some(name) => Some(load_detector(name, &detector_config, &search)?),
+        None => None,
+    };
+    let table = EndpointTable::new(endpoints.iter().cloned());
+    let router = Router::new(matcher, detector, table, WhenUnavailable::Reject)?;
+    let (listener, _) = bound(args.listen, "serve")?;
+    let settings = ServeSettings {
+        endpoints,
+        block_size: args.block_size,
+        metrics_interval: Duration::from_millis(args.metrics_interval_ms),
+        retries: args.retries,
+        upstream_timeout: Duration::from_secs_f64(args.upstream_timeout_s),
+        on_plugin_error: match args.on_plugin_error {
+            PluginErrorArg::Reject => OnPluginError::Reject,
+            PluginErrorArg::RoundRobin => OnPluginError::RoundRobin,
+        },
+    };
+    runtime()?
+        .block_on(routerlab_live::serve::run_on(listener, settings, router))
+        .map_err(Failure::input)
+}
+
+/// `routerlab drive`.
+pub fn drive(args: DriveArgs) -> Result<(), Failure> {
+    let pace = match (args.speedup, args.rate, args.concurrency) {
+        (_, Some(_), Some(_)) | (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
+            return Err(Failure::input(
+                "give one of --speedup, --rate and --concurrency",
+            ));
+        }
+        (_, Some(rate), None) if rate.is_finite() && rate > 0.0 => Pace::Poisson {
+            rate,
+            seed: args.seed,
+        },
+        (_, Some(rate), None) => {
+            return Err(Failure::input(format!(
+                "--rate must be a positive number, not {rate}"
+            )));
+        }
+        (_, None, Some(0)) => return Err(Failure::input("--concurrency must be at least 1")),
+        (_, None, Some(concurrency)) => Pace::Closed { concurrency },
+        (speedup, None, None) => {
+            let speedup = speedup.unwrap_or(1.0);
+            if !(speedup.is_finite() && speedup > 0.0) {
+                return Err(Failure::input(format!(
+                    "--speedup must be a positive number, not {speedup}"
+                )));
+            }
+            Pace::Trace { speedup }
+        }
+    };
+    if !(args.timeout_s.is_finite() && args.timeout_s > 0.0) {
+        return Err(Failure::input("--timeout-s must be a positive number"));
+    }
+    let options = TraceOptions {
+        format: args.trace_format,
+        block_size: 128,
+        trace_block_size: args.trace_block_size,
+        skip_invalid: false,
+    };
+    let reader = TraceReader::open(&args.trace, options)?;
+    let workload = Arc::new(Workload::load(reader, &[])?);
+    let settings = DriveSettings {
+        url: args.url,
+        pace,
+        block_bytes: args
+            .block_bytes
+            .unwrap_or(args.trace_block_size as usize * 4)
+            .max(1),
+        default_max_tokens: args.max_tokens,
+        model: args.model,
+        timeout: Duration::from_secs_f64(args.timeout_s),
+    };
+    let outcomes = runtime()?
+        .block_on(routerlab_live::drive::drive(workload, settings))
+        .map_err(Failure::input)?;
+    if let Some(path) = &args.requests_out {
+        let mut lines = String::new();
+        for o in &outcomes {
+            let line = serde_json::json!({
+                "id": o.id,
+                "endpoint": o.endpoint,
+                "error": o.error,
+                "ttft_ms": o.ttft.as_secs_f64() * 1e3,
+                "e2e_ms": o.e2e.as_secs_f64() * 1e3,
+            });
+            lines.push_str(&line.to_string());
+            lines.push('\n');
+        }
+        crate::cmd::write_output(path, lines.as_bytes(), "per-request records")?;
+    }
+    let failed: Vec<&routerlab_live::drive::Outcome> =
+        outcomes.iter().filter(|o| o.error.is_some()).collect();
+    if let Some(first) = failed.first() {
+        eprintln!(
+            "warning: {} of {} requests failed (counted as rejected); request {}: {}",
+            failed.len(),
+            outcomes.len(),
+            first.id,
+            one_line(first.error.as_deref().unwrap_or_default())
+        );
+    }
+    let (report, endpoints) = routerlab_live::drive::report(&outcomes);
+    let text = match args.format {
+        OutputFormat::Json => serde_json::to_string_pretty(&report).expect("a report serialises") + "\n",
+        OutputFormat::Yaml => serde_yaml::to_string(&report).expect("a report serialises"),
+        OutputFormat::Csv => {
+            return Err(Failure::input("drive prints human, json or yaml"));
+        }
+        OutputFormat::Human => report.to_human(&endpoints),
+    };
+    crate::cmd::print_stdout(&text, "the report")
+}

@@ -1,0 +1,380 @@
+//! `routerlab drive`: a trace's requests, sent to any OpenAI-compatible URL at their times,
+//! measured as a client sees them, and reported in the replay's schema so that a live run
+//! and a simulated one can be put side by side (`compare --from`).
+//!
+//! Chat traces send their prompts (messages flattened as the chat format documents).
+//! Traces without text (Mooncake, token ids) send one deterministic text block per block
+//! id, of `block_bytes` bytes, so requests that share a prefix in the trace share it on the
+//! wire; a router hashing blocks of that size sees the trace's own prefix structure. Every
+//! request streams (`stream: true`) so the first token can be timed, with `max_tokens` the
+//! trace's output length.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::BodyExt as _;
+use hyper::Request;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use routerlab_core::{SeededRng, Unit};
+use routerlab_sim::report::{Report, Throughput, TimedReport};
+use routerlab_sim::stats::{LatencyStat, StatsBuilder};
+use routerlab_trace::Workload;
+use tokio::sync::Semaphore;
+
+use crate::serve::{ENDPOINT_HEADER, SESSION_HEADER};
+
+/// When requests are sent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pace {
+    /// At the trace's timestamps divided by `speedup`.
+    Trace {
+        /// Time compression.
+        speedup: f64,
+    },
+    /// Poisson arrivals at `rate` requests per second (seeded), in file order.
+    Poisson {
+        /// Requests per second.
+        rate: f64,
+        /// Seed of the arrival process.
+        seed: u64,
+    },
+    /// `concurrency` requests outstanding; each answer sends the next.
+    Closed {
+        /// Requests in flight.
+        concurrency: usize,
+    },
+}
+
+/// How to drive.
+#[derive(Debug, Clone)]
+pub struct DriveSettings {
+    /// Base URL, e.g. `http://127.0.0.1:8080` (plain HTTP).
+    pub url: String,
+    /// When requests go out.
+    pub pace: Pace,
+    /// Bytes of text per block id (traces without text).
+    pub block_bytes: usize,
+    /// `max_tokens` when the trace gives no output length.
+    pub default_max_tokens: u64,
+    /// The `model` field sent.
+    pub model: String,
+    /// Give up on a request after this long.
+    pub timeout: Duration,
+}
+
+/// What one request did.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Request id (1-based position in the trace).
+    pub id: u64,
+    /// The endpoint that served it (the router's `x-routerlab-endpoint`), if said.
+    pub endpoint: Option<String>,
+    /// Failure, if it failed.
+    pub error: Option<String>,
+    /// Sent, since the run began.
+    pub sent: Duration,
+    /// Sent to first token.
+    pub ttft: Duration,
+    /// Sent to last byte.
+    pub e2e: Duration,
+    /// Prompt tokens (the engine's `usage`, else bytes / 4).
+    pub prompt_tokens: u64,
+    /// Of those, served from the engine's prefix cache, when the engine says.
+    pub cached_tokens: Option<u64>,
+    /// Tokens generated.
+    pub output_tokens: u64,
+}
+
+/// The prompt sent for request `index` of `workload`.
+pub fn prompt_of(workload: &Workload, index: usize, block_bytes: usize) -> Vec<u8> {
+    let request = &workload.requests[index];
+    if !request.prompt.is_empty() {
+        return request.prompt.clone();
+    }
+    let mut text = Vec::with_capacity(request.blocks.len() * block_bytes);
+    for id in &request.blocks {
+        text.extend_from_slice(&block_text(*id, block_bytes));
+    }
+    text
+}
+
+/// The text standing for block id `id`: `block_bytes` letters, the same for the same id.
+fn block_text(id: u64, block_bytes: usize) -> Vec<u8> {
+    let mut rng = SeededRng::new(id);
+    (0..block_bytes)
+        .map(|i| {
+            if i % 6 == 5 {
+                b' '
+            } else {
+                b'a' + rng.below(26) as u8
+            }
+        })
+        .collect()
+}
+
+/// Sends every request of `workload` and returns what each did, in trace order.
+pub async fn drive(workload: Arc<Workload>, settings: DriveSettings) -> Result<Vec<Outcome>, String> {
+    if !settings.url.starts_with("http://") {
+        return Err(format!(
+            "--url {}: only plain http:// URLs are supported",
+            settings.url
+        ));
+    }
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let client = Client::builder(TokioExecutor::new()).build(connector);
+    let started = Instant::now();
+    let n = workload.requests.len();
+    let send_times: Vec<Option<Duration>> = match settings.pace {
+        Pace::Trace { speedup } => workload
+            .requests
+            .iter()
+            .map(|r| {
+                r.arrival_ns
+                    .map(|ns| Duration::from_secs_f64(ns as f64 / 1e9 / speedup))
+            })
+            .collect::<Option<Vec<_>>>()
+            .map(|times| times.into_iter().map(Some).collect())
+            .ok_or("the trace has no arrival times: use --rate or --concurrency")?,
+        Pace::Poisson { rate, seed } => {
+            let mut rng = SeededRng::new(seed);
+            let mut clock = 0.0f64;
+            (0..n)
+                .map(|_| {
+                    clock += -(1.0 - rng.unit_f64()).ln() / rate;
+                    Some(Duration::from_secs_f64(clock))
+                })
+                .collect()
+        }
+        Pace::Closed { .. } => vec![None; n],
+    };
+    let limit = match settings.pace {
+        Pace::Closed { concurrency } => concurrency.max(1),
+        _ => Semaphore::MAX_PERMITS,
+    };
+    let permits = Arc::new(Semaphore::new(limit));
+    let settings = Arc::new(settings);
+    let mut tasks = Vec::with_capacity(n);
+    for (index, at) in send_times.into_iter().enumerate() {
+        if let Some(at) = at {
+            tokio::time::sleep_until((started + at).into()).await;
+        }
+        let permit = permits.clone().acquire_owned().await.expect("never closed");
+        let (client, workload, settings) = (client.clone(), workload.clone(), settings.clone());
+        tasks.push(tokio::spawn(async move {
+            let outcome = send_one(&client, &workload, index, &settings, started).await;
+            drop(permit);
+            outcome
+        }));
+    }
+    let mut outcomes = Vec::with_capacity(n);
+    for task in tasks {
+        outcomes.push(task.await.map_err(|e| format!("a request task failed: {e}"))?);
+    }
+    Ok(outcomes)
+}
+
+async fn send_one(
+    client: &Client<HttpConnector, http_body_util::Full<Bytes>>,
+    workload: &Workload,
+    index: usize,
+    settings: &DriveSettings,
+    started: Instant,
+) -> Outcome {
+    let request = &workload.requests[index];
+    let prompt = prompt_of(workload, index, settings.block_bytes);
+    let max_tokens = request
+        .output_tokens
+        .unwrap_or(settings.default_max_tokens)
+        .max(1);
+    let body = serde_json::json!({
+        "model": settings.model,
+        "prompt": String::from_utf8_lossy(&prompt),
+        "max_tokens": max_tokens,
+        "stream": true,
+    });
+    let mut outgoing = Request::post(format!(
+        "{}/v1/completions",
+        settings.url.trim_end_matches('/')
+    ))
+    .header("content-type", "application/json");
+    if request.session != 0 {
+        outgoing = outgoing.header(SESSION_HEADER, request.session.to_string());
+    }
+    let outgoing = outgoing
+        .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+        .expect("a valid request");
+    let sent = started.elapsed();
+    let t0 = Instant::now();
+    let mut outcome = Outcome {
+        id: index as u64 + 1,
+        endpoint: None,
+        error: None,
+        sent,
+        ttft: Duration::ZERO,
+        e2e: Duration::ZERO,
+        prompt_tokens: prompt.len().div_ceil(4) as u64,
+        cached_tokens: None,
+        output_tokens: 0,
+    };
+    let exchange = async {
+        let response = client
+            .request(outgoing)
+            .await
+            .map_err(|e| format!("sending: {e}"))?;
+        outcome.endpoint = response
+            .headers()
+            .get(ENDPOINT_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let status = response.status();
+        let mut body = response.into_body();
+        let mut text = Vec::new();
+        let mut first = None;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| format!("reading: {e}"))?;
+            if let Some(data) = frame.data_ref() {
+                first.get_or_insert_with(|| t0.elapsed());
+                text.extend_from_slice(data);
+            }
+        }
+        if !status.is_success() {
+            return Err(format!("{status}: {}", String::from_utf8_lossy(&text).trim()));
+        }
+        outcome.ttft = first.unwrap_or_else(|| t0.elapsed());
+        outcome.e2e = t0.elapsed();
+        read_events(&text, &mut outcome);
+        Ok(())
+    };
+    match tokio::time::timeout(settings.timeout, exchange).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => outcome.error = Some(e),
+        Err(_) => {
+            outcome.error = Some(format!(
+                "no answer within {} s",
+                settings.timeout.as_secs_f64()
+            ))
+        }
+    }
+    outcome
+}
+
+/// Counts generated tokens and reads `usage` from a server-sent event stream.
+fn read_events(text: &[u8], outcome: &mut Outcome) {
+    let mut chunks = 0;
+    for line in String::from_utf8_lossy(text).lines() {
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(data) else {
+            continue;
+        };
+        if let Some(usage) = event.get("usage").filter(|u| !u.is_null()) {
+            if let Some(p) = usage["prompt_tokens"].as_u64() {
+                outcome.prompt_tokens = p;
+            }
+            if let Some(c) = usage["completion_tokens"].as_u64() {
+                outcome.output_tokens = c;
+            }
+            outcome.cached_tokens = usage["prompt_tokens_details"]["cached_tokens"].as_u64();
+        }
+        if event["choices"][0]["text"].as_str().is_some_and(|t| !t.is_empty()) {
+            chunks += 1;
+        }
+    }
+    if outcome.output_tokens == 0 {
+        outcome.output_tokens = chunks;
+    }
+}
+
+/// The report of a driven run, in the replay's schema: requests per endpoint (as the
+/// router's header named them, in order of first appearance), the engines' reported cached
+/// tokens as the hit ratio (0 when they report none), and the latencies measured at the
+/// client. What a client cannot see is left empty: no decision quality, no queue time.
+pub fn report(outcomes: &[Outcome]) -> (Report, Vec<String>) {
+    let mut endpoints: Vec<String> = Vec::new();
+    let mut position: HashMap<String, usize> = HashMap::new();
+    for o in outcomes.iter().filter(|o| o.error.is_none()) {
+        let name = o.endpoint.clone().unwrap_or_else(|| "direct".to_owned());
+        if !position.contains_key(&name) {
+            position.insert(name.clone(), endpoints.len());
+            endpoints.push(name);
+        }
+    }
+    let mut stats = StatsBuilder::new(endpoints.len().max(1), Unit::Tokens);
+    let (mut ttft, mut tpot, mut e2e) = (
+        LatencyStat::default(),
+        LatencyStat::default(),
+        LatencyStat::default(),
+    );
+    let (mut prompt, mut cached, mut output) = (0u128, 0u128, 0u128);
+    let mut first_sent: Option<Duration> = None;
+    let mut last_end = Duration::ZERO;
+    for o in outcomes {
+        if o.error.is_some() {
+            stats.reject(false, false);
+            continue;
+        }
+        let name = o.endpoint.clone().unwrap_or_else(|| "direct".to_owned());
+        let hit = o.cached_tokens.unwrap_or(0).min(o.prompt_tokens);
+        stats.route(position[&name], o.prompt_tokens, hit, false, None);
+        ttft.record(o.ttft.as_micros() as u64);
+        e2e.record(o.e2e.as_micros() as u64);
+        if o.output_tokens > 1 {
+            tpot.record(((o.e2e - o.ttft).as_micros() / u128::from(o.output_tokens - 1)) as u64);
+        }
+        prompt += u128::from(o.prompt_tokens);
+        cached += u128::from(hit);
+        output += u128::from(o.output_tokens);
+        first_sent = Some(first_sent.map_or(o.sent, |f| f.min(o.sent)));
+        last_end = last_end.max(o.sent + o.e2e);
+    }
+    let mut report = stats.finish();
+    let seconds = last_end
+        .saturating_sub(first_sent.unwrap_or_default())
+        .as_secs_f64();
+    let per_second = |tokens: u128| {
+        if seconds > 0.0 {
+            routerlab_sim::report::round6(tokens as f64 / seconds)
+        } else {
+            0.0
+        }
+    };
+    report.timed = Some(TimedReport {
+        ttft: ttft.summary(),
+        tpot: tpot.summary(),
+        e2e: e2e.summary(),
+        queue: None,
+        throughput: Throughput {
+            input_tokens_per_s: per_second(prompt),
+            output_tokens_per_s: per_second(output),
+        },
+        makespan_s: routerlab_sim::report::round6(seconds),
+        hit_ratio: if prompt == 0 {
+            0.0
+        } else {
+            routerlab_sim::report::round6(cached as f64 / prompt as f64)
+        },
+        router_queued: 0,
+        too_long: 0,
+        running_spread: Default::default(),
+        per_endpoint: Vec::new(),
+    });
+    (report, endpoints)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_block_id_is_always_the_same_text_and_ids_differ() {
+        assert_eq!(block_text(7, 64), block_text(7, 64));
+        assert_ne!(block_text(7, 64), block_text(8, 64));
+        assert_eq!(block_text(7, 2048).len(), 2048);
+    }
+}

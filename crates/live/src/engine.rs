@@ -1,0 +1,367 @@
+//! `routerlab engine`: an OpenAI-compatible engine without a GPU. It runs the replay's
+//! engine model (prefix cache, queue, chunked prefill, step time) against the wall clock,
+//! streams each request's tokens at the model's pace, and reports vLLM's metric names, so
+//! a router (ours or anyone's) can be tested at scale on one machine.
+//!
+//! One task owns the model; HTTP handlers hand it requests over a channel and receive
+//! their tokens over another. Model time is wall time since start × `speedup`. Within a
+//! run of identical decode steps the model plans as one, the task still wakes at every
+//! step and sends each running request its token, so streams are paced step by step.
+//! `instant` skips the model: every request is answered at once (router overhead
+//! benchmarks measure the router, not the engine).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use routerlab_sim::engine::{Engine, EngineConfig, Sequence};
+use routerlab_trace::blocks::text_engine_chain;
+use tokio::sync::mpsc;
+
+use crate::http::{self, Body, ChannelBody};
+use crate::openai::{self, Api};
+
+/// How a simulated engine runs.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// The model of the engine.
+    pub config: EngineConfig,
+    /// Model time per wall time (2 = twice as fast as the model says).
+    pub speedup: f64,
+    /// Answer every request at once, without the model.
+    pub instant: bool,
+    /// The model name it serves (`/v1/models`, metric labels).
+    pub model: String,
+    /// Output tokens when a request gives no `max_tokens`.
+    pub default_max_tokens: u32,
+}
+
+/// What the model tells a request's stream.
+#[derive(Debug)]
+enum Tokens {
+    /// `n` more tokens.
+    More(u32),
+    /// All generated; this many prompt tokens came from the prefix cache.
+    Done {
+        cached: u32,
+    },
+    /// It can never run here (longer than the whole KV cache).
+    Refused(String),
+}
+
+/// A request handed to the model.
+struct Submit {
+    prompt_tokens: u32,
+    output_tokens: u32,
+    chain: Vec<u64>,
+    tokens: mpsc::UnboundedSender<Tokens>,
+}
+
+/// Figures `/metrics` reports, updated by the model task after every event.
+#[derive(Default)]
+struct Gauges {
+    running: AtomicU64,
+    waiting: AtomicU64,
+    kv_used: AtomicU64,
+    kv_total: AtomicU64,
+    requests: AtomicU64,
+    prompt_tokens: AtomicU64,
+    generation_tokens: AtomicU64,
+}
+
+struct Shared {
+    settings: EngineSettings,
+    submit: mpsc::UnboundedSender<Submit>,
+    gauges: Gauges,
+    next_id: AtomicU64,
+}
+
+/// Runs a simulated engine on `listener` (bound already) until the process ends.
+pub async fn run_on(
+    listener: std::net::TcpListener,
+    settings: EngineSettings,
+) -> Result<(), String> {
+    settings.config.validate()?;
+    if !(settings.speedup.is_finite() && settings.speedup > 0.0) {
+        return Err(format!(
+            "--speedup must be a positive number, not {}",
+            settings.speedup
+        ));
+    }
+    let listener = http::from_std(listener)?;
+    let (submit, requests) = mpsc::unbounded_channel();
+    let shared = Arc::new(Shared {
+        settings,
+        submit,
+        gauges: Gauges::default(),
+        next_id: AtomicU64::new(1),
+    });
+    shared.gauges.kv_total.store(
+        u64::from(shared.settings.config.num_gpu_blocks),
+        Ordering::Relaxed,
+    );
+    tokio::spawn(model_task(shared.clone(), requests));
+    http::serve(listener, move |request| {
+        let shared = shared.clone();
+        async move { handle(shared, request).await }
+    })
+    .await;
+    Ok(())
+}
+
+async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
+    let path = request.uri().path().to_owned();
+    match (request.method(), path.as_str()) {
+        (&Method::GET, "/health") => http::json(StatusCode::OK, &serde_json::json!({})),
+        (&Method::GET, "/v1/models") => http::json(
+            StatusCode::OK,
+            &serde_json::json!({"object": "list", "data": [
+                {"id": shared.settings.model, "object": "model", "owned_by": "routerlab"}]}),
+        ),
+        (&Method::GET, "/metrics") => Response::builder()
+            .header("content-type", "text/plain; version=0.0.4")
+            .body(http::full(metrics_text(&shared)))
+            .expect("a valid response"),
+        (&Method::POST, _) => match Api::of_path(&path) {
+            Some(api) => complete(shared, api, request).await,
+            None => http::error(StatusCode::NOT_FOUND, &format!("no endpoint {path}")),
+        },
+        _ => http::error(StatusCode::NOT_FOUND, &format!("no endpoint {path}")),
+    }
+}
+
+/// The Prometheus text of the engine's figures, under vLLM's names (and the older name of
+/// the KV usage gauge, which some routers still read).
+fn metrics_text(shared: &Shared) -> String {
+    let g = &shared.gauges;
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let total = load(&g.kv_total).max(1);
+    let usage = load(&g.kv_used) as f64 / total as f64;
+    let label = format!("{{model_name=\"{}\"}}", shared.settings.model);
+    let mut out = String::new();
+    for (name, kind, value) in [
+        ("vllm:num_requests_running", "gauge", load(&g.running).to_string()),
+        ("vllm:num_requests_waiting", "gauge", load(&g.waiting).to_string()),
+        ("vllm:kv_cache_usage_perc", "gauge", usage.to_string()),
+        ("vllm:gpu_cache_usage_perc", "gauge", usage.to_string()),
+        ("vllm:request_success_total", "counter", load(&g.requests).to_string()),
+        ("vllm:prompt_tokens_total", "counter", load(&g.prompt_tokens).to_string()),
+        ("vllm:generation_tokens_total", "counter", load(&g.generation_tokens).to_string()),
+    ] {
+        out.push_str(&format!("# TYPE {name} {kind}\n{name}{label} {value}\n"));
+    }
+    out
+}
+
+async fn complete(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Response<Body> {
+    let body = match http::read_body(request).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let inference = match openai::parse(api, &body) {
+        Ok(inference) => inference,
+        Err(message) => return http::error(StatusCode::BAD_REQUEST, &message),
+    };
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let model = shared.settings.model.clone();
+    let prompt_tokens = u32::try_from(inference.prompt.len().div_ceil(4)).unwrap_or(u32::MAX);
+    let output_tokens = inference
+        .max_tokens
+        .unwrap_or(shared.settings.default_max_tokens)
+        .max(1);
+    let g = &shared.gauges;
+    g.prompt_tokens.fetch_add(u64::from(prompt_tokens), Ordering::Relaxed);
+    if shared.settings.instant {
+        g.requests.fetch_add(1, Ordering::Relaxed);
+        g.generation_tokens.fetch_add(u64::from(output_tokens), Ordering::Relaxed);
+        let text = openai::filler(output_tokens);
+        let usage = openai::usage(u64::from(prompt_tokens), 0, u64::from(output_tokens));
+        return if inference.stream {
+            let events = openai::event(api, id, &model, &text, Some(&usage)) + openai::DONE;
+            sse(http::full(events))
+        } else {
+            http::json(
+                StatusCode::OK,
+                &openai::response(api, id, &model, &text, usage),
+            )
+        };
+    }
+    let (tokens, mut stream) = mpsc::unbounded_channel();
+    let chain = text_engine_chain(&inference.prompt, shared.settings.config.engine_block_size);
+    let submitted = shared.submit.send(Submit {
+        prompt_tokens,
+        output_tokens,
+        chain,
+        tokens,
+    });
+    if submitted.is_err() {
+        return http::error(StatusCode::SERVICE_UNAVAILABLE, "the engine model stopped");
+    }
+    if inference.stream {
+        // The first message decides the status: a refusal is an error response, not an
+        // empty stream.
+        let first = stream.recv().await;
+        if let Some(Tokens::Refused(message)) = &first {
+            return http::error(StatusCode::BAD_REQUEST, message);
+        }
+        let (tx, body) = ChannelBody::new(16);
+        tokio::spawn(async move {
+            let mut next = first;
+            let mut generated = 0u32;
+            while let Some(message) = next {
+                let chunk = match message {
+                    Tokens::More(n) => {
+                        generated += n;
+                        openai::event(api, id, &model, &openai::filler(n), None)
+                    }
+                    Tokens::Done { cached } => {
+                        let usage = openai::usage(
+                            u64::from(prompt_tokens),
+                            u64::from(cached),
+                            u64::from(generated),
+                        );
+                        openai::event(api, id, &model, "", Some(&usage)) + openai::DONE
+                    }
+                    Tokens::Refused(_) => break,
+                };
+                // A client that went away drops the body: stop sending.
+                if tx.send(Bytes::from(chunk)).await.is_err() {
+                    return;
+                }
+                next = stream.recv().await;
+            }
+        });
+        return sse(body);
+    }
+    let (mut generated, mut cached_tokens) = (0u32, 0u32);
+    while let Some(message) = stream.recv().await {
+        match message {
+            Tokens::More(n) => generated += n,
+            Tokens::Done { cached } => {
+                cached_tokens = cached;
+                break;
+            }
+            Tokens::Refused(message) => return http::error(StatusCode::BAD_REQUEST, &message),
+        }
+    }
+    let usage = openai::usage(
+        u64::from(prompt_tokens),
+        u64::from(cached_tokens),
+        u64::from(generated),
+    );
+    let text = openai::filler(generated);
+    http::json(
+        StatusCode::OK,
+        &openai::response(api, id, &model, &text, usage),
+    )
+}
+
+fn sse(body: Body) -> Response<Body> {
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(body)
+        .expect("a valid response")
+}
+
+/// A request inside the model: where its tokens go and how many it was sent.
+struct Active {
+    tokens: mpsc::UnboundedSender<Tokens>,
+    sent: u32,
+}
+
+/// Owns the engine model: admits requests, steps it at the wall-clock times it says, and
+/// sends each request its tokens.
+async fn model_task(shared: Arc<Shared>, mut requests: mpsc::UnboundedReceiver<Submit>) {
+    let settings = &shared.settings;
+    let mut engine = Engine::new(settings.config.clone());
+    let origin = Instant::now();
+    let speedup = settings.speedup;
+    let model_now = || (origin.elapsed().as_nanos() as f64 * speedup) as u64;
+    let wall_at = |model_ns: u64| origin + Duration::from_nanos((model_ns as f64 / speedup) as u64);
+    let mut active: HashMap<usize, Active> = HashMap::new();
+    let mut next_handle = 0usize;
+    // The next step boundary to act on: a step's end, or a step inside a run of identical
+    // decode steps (whose tokens are sent as they come).
+    let mut boundary: Option<u64> = None;
+    loop {
+        let sleep = boundary.map(|at| tokio::time::sleep_until(wall_at(at).into()));
+        tokio::select! {
+            submit = requests.recv() => {
+                let Some(submit) = submit else { return };
+                if !engine.can_ever_fit(submit.prompt_tokens, submit.output_tokens) {
+                    let _ = submit.tokens.send(Tokens::Refused(format!(
+                        "{} prompt and {} output tokens exceed this engine's whole KV cache",
+                        submit.prompt_tokens, submit.output_tokens
+                    )));
+                    continue;
+                }
+                let handle = next_handle;
+                next_handle += 1;
+                active.insert(handle, Active { tokens: submit.tokens, sent: 0 });
+                let sequence =
+                    Sequence::new(handle, submit.prompt_tokens, submit.output_tokens, submit.chain);
+                engine.enqueue(sequence, model_now());
+            }
+            () = async { sleep.expect("a boundary").await }, if sleep.is_some() => {
+                let at = boundary.take().expect("a boundary");
+                if engine.step_end() == Some(at) {
+                    for finished in engine.finish_step(at) {
+                        if let Some(mut request) = active.remove(&finished.request) {
+                            send_up_to(&mut request, finished.generated);
+                            let cached = finished.hit_tokens.unwrap_or(0);
+                            let _ = request.tokens.send(Tokens::Done { cached });
+                            shared.gauges.requests.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    for sequence in engine.running() {
+                        if let Some(request) = active.get_mut(&sequence.request) {
+                            send_up_to(request, sequence.generated);
+                        }
+                    }
+                } else if let Some((start, step, _)) = engine.step_in_flight() {
+                    // Inside a run of identical decode steps: each running request has
+                    // one more token per step since the run began.
+                    let steps = ((at - start) / step.max(1)) as u32;
+                    for sequence in engine.running() {
+                        if let Some(request) = active.get_mut(&sequence.request) {
+                            send_up_to(request, sequence.generated + steps);
+                        }
+                    }
+                }
+            }
+        }
+        boundary = next_boundary(&engine, model_now());
+        let status = engine.status();
+        let g = &shared.gauges;
+        g.running.store(status.running, Ordering::Relaxed);
+        g.waiting.store(status.waiting, Ordering::Relaxed);
+        g.kv_used.store(status.kv_blocks_used, Ordering::Relaxed);
+    }
+}
+
+/// Sends `request` the tokens it has not been sent of its first `generated`.
+fn send_up_to(request: &mut Active, generated: u32) {
+    if generated > request.sent {
+        let _ = request.tokens.send(Tokens::More(generated - request.sent));
+        request.sent = generated;
+    }
+}
+
+/// The next step boundary after `now`: the next single step's end inside a run of
+/// identical steps, or the end of the step in flight.
+fn next_boundary(engine: &Engine, now: u64) -> Option<u64> {
+    let (start, step, steps) = engine.step_in_flight()?;
+    let end = start + step * steps;
+    if steps > 1 && step > 0 {
+        let next = start + (now.saturating_sub(start) / step + 1) * step;
+        if next < end {
+            return Some(next);
+        }
+    }
+    Some(end)
+}
