@@ -279,8 +279,9 @@ pub struct ReplayOpts {
     /// Output tokens of requests whose trace line has none [default: 128].
     #[arg(long, value_name = "N", help_heading = TIMED)]
     pub output_tokens: Option<u64>,
-    /// Write one JSON line per request (arrival, endpoint, hit tokens, queue, TTFT, finish).
-    #[arg(long, value_name = "FILE", help_heading = TIMED)]
+    /// Write one JSON line per request: where it went (time-free: id, line, endpoint), and
+    /// in the timed replay its arrival, hit tokens, queue, TTFT and finish.
+    #[arg(long, value_name = "FILE")]
     pub requests_out: Option<PathBuf>,
     /// Experiment YAML file holding any of these settings (snake_case keys); flags override.
     #[arg(long, value_name = "PATH")]
@@ -383,7 +384,6 @@ impl ReplayOpts {
             || self.metrics_interval_ms.is_some()
             || self.when_unavailable.is_some()
             || self.output_tokens.is_some()
-            || self.requests_out.is_some()
     }
 }
 

@@ -309,7 +309,11 @@ fn apply(overrides: &EngineOverrides, base: &mut EngineConfig) {
 }
 
 /// The config text handed to a plugin, with `seed` added unless it is set.
-pub(crate) fn plugin_config(given: Option<TextOrValue>, seed: u64, which: &str) -> Result<String, Failure> {
+pub(crate) fn plugin_config(
+    given: Option<TextOrValue>,
+    seed: u64,
+    which: &str,
+) -> Result<String, Failure> {
     let value = match given {
         Some(TextOrValue::Text(text)) if text.trim().is_empty() => Value::Null,
         Some(TextOrValue::Text(text)) => serde_yaml::from_str({

@@ -532,7 +532,11 @@ impl MatcherInstance {
     }
 
     /// Announces the one endpoint at list position `pos` of `table` (one that joined later).
-    pub fn add_endpoint_at(&mut self, table: &EndpointTable, pos: usize) -> Result<(), PluginError> {
+    pub fn add_endpoint_at(
+        &mut self,
+        table: &EndpointTable,
+        pos: usize,
+    ) -> Result<(), PluginError> {
         let f = self.vtable.add_endpoints.expect("checked by the loader");
         let list = table.raw_list_of(pos);
         // SAFETY: `list` borrows one element of `table` for the call; the instance is live.

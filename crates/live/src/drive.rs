@@ -117,7 +117,10 @@ fn block_text(id: u64, block_bytes: usize) -> Vec<u8> {
 }
 
 /// Sends every request of `workload` and returns what each did, in trace order.
-pub async fn drive(workload: Arc<Workload>, settings: DriveSettings) -> Result<Vec<Outcome>, String> {
+pub async fn drive(
+    workload: Arc<Workload>,
+    settings: DriveSettings,
+) -> Result<Vec<Outcome>, String> {
     if !settings.url.starts_with("http://") {
         return Err(format!(
             "--url {}: only plain http:// URLs are supported",
@@ -173,7 +176,10 @@ pub async fn drive(workload: Arc<Workload>, settings: DriveSettings) -> Result<V
     }
     let mut outcomes = Vec::with_capacity(n);
     for task in tasks {
-        outcomes.push(task.await.map_err(|e| format!("a request task failed: {e}"))?);
+        outcomes.push(
+            task.await
+                .map_err(|e| format!("a request task failed: {e}"))?,
+        );
     }
     Ok(outcomes)
 }
@@ -243,7 +249,10 @@ async fn send_one(
             }
         }
         if !status.is_success() {
-            return Err(format!("{status}: {}", String::from_utf8_lossy(&text).trim()));
+            return Err(format!(
+                "{status}: {}",
+                String::from_utf8_lossy(&text).trim()
+            ));
         }
         outcome.ttft = first.unwrap_or_else(|| t0.elapsed());
         outcome.e2e = t0.elapsed();
@@ -282,7 +291,10 @@ fn read_events(text: &[u8], outcome: &mut Outcome) {
             }
             outcome.cached_tokens = usage["prompt_tokens_details"]["cached_tokens"].as_u64();
         }
-        if event["choices"][0]["text"].as_str().is_some_and(|t| !t.is_empty()) {
+        if event["choices"][0]["text"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty())
+        {
             chunks += 1;
         }
     }

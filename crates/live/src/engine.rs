@@ -46,9 +46,7 @@ enum Tokens {
     /// `n` more tokens.
     More(u32),
     /// All generated; this many prompt tokens came from the prefix cache.
-    Done {
-        cached: u32,
-    },
+    Done { cached: u32 },
     /// It can never run here (longer than the whole KV cache).
     Refused(String),
 }
@@ -144,13 +142,33 @@ fn metrics_text(shared: &Shared) -> String {
     let label = format!("{{model_name=\"{}\"}}", shared.settings.model);
     let mut out = String::new();
     for (name, kind, value) in [
-        ("vllm:num_requests_running", "gauge", load(&g.running).to_string()),
-        ("vllm:num_requests_waiting", "gauge", load(&g.waiting).to_string()),
+        (
+            "vllm:num_requests_running",
+            "gauge",
+            load(&g.running).to_string(),
+        ),
+        (
+            "vllm:num_requests_waiting",
+            "gauge",
+            load(&g.waiting).to_string(),
+        ),
         ("vllm:kv_cache_usage_perc", "gauge", usage.to_string()),
         ("vllm:gpu_cache_usage_perc", "gauge", usage.to_string()),
-        ("vllm:request_success_total", "counter", load(&g.requests).to_string()),
-        ("vllm:prompt_tokens_total", "counter", load(&g.prompt_tokens).to_string()),
-        ("vllm:generation_tokens_total", "counter", load(&g.generation_tokens).to_string()),
+        (
+            "vllm:request_success_total",
+            "counter",
+            load(&g.requests).to_string(),
+        ),
+        (
+            "vllm:prompt_tokens_total",
+            "counter",
+            load(&g.prompt_tokens).to_string(),
+        ),
+        (
+            "vllm:generation_tokens_total",
+            "counter",
+            load(&g.generation_tokens).to_string(),
+        ),
     ] {
         out.push_str(&format!("# TYPE {name} {kind}\n{name}{label} {value}\n"));
     }
@@ -174,10 +192,12 @@ async fn complete(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> 
         .unwrap_or(shared.settings.default_max_tokens)
         .max(1);
     let g = &shared.gauges;
-    g.prompt_tokens.fetch_add(u64::from(prompt_tokens), Ordering::Relaxed);
+    g.prompt_tokens
+        .fetch_add(u64::from(prompt_tokens), Ordering::Relaxed);
     if shared.settings.instant {
         g.requests.fetch_add(1, Ordering::Relaxed);
-        g.generation_tokens.fetch_add(u64::from(output_tokens), Ordering::Relaxed);
+        g.generation_tokens
+            .fetch_add(u64::from(output_tokens), Ordering::Relaxed);
         let text = openai::filler(output_tokens);
         let usage = openai::usage(u64::from(prompt_tokens), 0, u64::from(output_tokens));
         return if inference.stream {

@@ -88,7 +88,10 @@ pub async fn read_body(request: Request<Incoming>) -> Result<Bytes, Response<Bod
             StatusCode::PAYLOAD_TOO_LARGE,
             &format!("request body over {MAX_REQUEST_BYTES} bytes"),
         )),
-        Err(e) => Err(error(StatusCode::BAD_REQUEST, &format!("reading the body: {e}"))),
+        Err(e) => Err(error(
+            StatusCode::BAD_REQUEST,
+            &format!("reading the body: {e}"),
+        )),
     }
 }
 

@@ -7,9 +7,9 @@
 //! be tested at scale without GPUs, and [`drive`] sends a trace to any such URL and
 //! reports what it measured in the replay's report schema.
 
+pub mod drive;
 pub mod engine;
 pub mod http;
 pub mod openai;
 pub mod prom;
-pub mod drive;
 pub mod serve;

@@ -63,15 +63,17 @@ struct Body<'a> {
 
 /// Reads a request body of `api`; the error says what is wrong, for a 400.
 pub fn parse(api: Api, body: &[u8]) -> Result<Inference, String> {
-    let parsed: Body<'_> =
-        serde_json::from_slice(body).map_err(|e| format!("the body is not a valid request: {e}"))?;
+    let parsed: Body<'_> = serde_json::from_slice(body)
+        .map_err(|e| format!("the body is not a valid request: {e}"))?;
     let mut prompt = Vec::new();
     match (api, parsed.prompt, parsed.messages) {
         (Api::Completions, Some(serde_json::Value::String(text)), _) => {
             prompt.extend_from_slice(text.as_bytes())
         }
         (Api::Completions, Some(_), _) => {
-            return Err("`prompt` must be one string (token-id and batched prompts are not routed)".into());
+            return Err(
+                "`prompt` must be one string (token-id and batched prompts are not routed)".into(),
+            );
         }
         (Api::Completions, None, _) => return Err("missing `prompt`".into()),
         (Api::Chat, _, Some(messages)) => flatten_messages(&messages, &mut prompt),
@@ -180,10 +182,20 @@ mod tests {
 
     #[test]
     fn malformed_requests_say_what_is_wrong() {
-        assert!(parse(Api::Completions, b"{}").unwrap_err().contains("missing `prompt`"));
-        assert!(parse(Api::Completions, br#"{"prompt": [1, 2]}"#)
-            .unwrap_err()
-            .contains("one string"));
-        assert!(parse(Api::Chat, b"{").unwrap_err().contains("not a valid request"));
+        assert!(
+            parse(Api::Completions, b"{}")
+                .unwrap_err()
+                .contains("missing `prompt`")
+        );
+        assert!(
+            parse(Api::Completions, br#"{"prompt": [1, 2]}"#)
+                .unwrap_err()
+                .contains("one string")
+        );
+        assert!(
+            parse(Api::Chat, b"{")
+                .unwrap_err()
+                .contains("not a valid request")
+        );
     }
 }

@@ -80,7 +80,8 @@ mod tests {
                 kv_usage: 0.25
             }
         );
-        let sglang = "sglang:num_running_reqs{a=\"b\"} 7\nsglang:num_queue_reqs 1\nsglang:token_usage 0.5\n";
+        let sglang =
+            "sglang:num_running_reqs{a=\"b\"} 7\nsglang:num_queue_reqs 1\nsglang:token_usage 0.5\n";
         assert_eq!(
             parse(sglang),
             Scraped {
@@ -89,6 +90,9 @@ mod tests {
                 kv_usage: 0.5
             }
         );
-        assert_eq!(parse("garbage\nvllm:num_requests_running NaN\n"), Scraped::default());
+        assert_eq!(
+            parse("garbage\nvllm:num_requests_running NaN\n"),
+            Scraped::default()
+        );
     }
 }

@@ -116,7 +116,9 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock is a bug in this module (plugin panics are caught
         // at the ABI boundary); the state it guards stays usable.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -615,7 +617,12 @@ async fn scrape_loop(shared: Arc<Shared>) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let names: Vec<String> = shared.lock().upstreams.iter().map(|u| u.name.clone()).collect();
+        let names: Vec<String> = shared
+            .lock()
+            .upstreams
+            .iter()
+            .map(|u| u.name.clone())
+            .collect();
         for (u, name) in names.into_iter().enumerate() {
             let scraped = scrape(&shared, &name).await;
             let mut state = shared.lock();
@@ -668,14 +675,42 @@ fn metrics_text(shared: &Shared) -> String {
     let mut out = String::new();
     let matcher = &shared.matcher;
     for (name, help, value) in [
-        ("routerlab_requests_total", "requests proxied to the endpoint", 0usize),
-        ("routerlab_errors_total", "failed or refused upstream requests", 1),
-        ("routerlab_retries_total", "requests moved to another endpoint after a refusal", 2),
-        ("routerlab_unavailable_total", "decisions in which the detector flagged the endpoint", 3),
-        ("routerlab_inflight_requests", "requests routed there and not finished", 4),
-        ("routerlab_endpoint_up", "1 while the endpoint is in the fleet", 5),
+        (
+            "routerlab_requests_total",
+            "requests proxied to the endpoint",
+            0usize,
+        ),
+        (
+            "routerlab_errors_total",
+            "failed or refused upstream requests",
+            1,
+        ),
+        (
+            "routerlab_retries_total",
+            "requests moved to another endpoint after a refusal",
+            2,
+        ),
+        (
+            "routerlab_unavailable_total",
+            "decisions in which the detector flagged the endpoint",
+            3,
+        ),
+        (
+            "routerlab_inflight_requests",
+            "requests routed there and not finished",
+            4,
+        ),
+        (
+            "routerlab_endpoint_up",
+            "1 while the endpoint is in the fleet",
+            5,
+        ),
     ] {
-        let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
+        let kind = if name.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
         for u in &state.upstreams {
             let v = match value {

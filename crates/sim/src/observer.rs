@@ -39,10 +39,34 @@ pub struct RequestRecord {
     pub finish_s: f64,
 }
 
+/// Where one request of a time-free replay went (it has no latencies: nothing finishes).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RoutedRecord {
+    /// Request id (1-based position in the trace).
+    pub id: u64,
+    /// Line in the trace.
+    pub line: usize,
+    /// Endpoint name; `None` when the request was rejected.
+    pub endpoint: Option<String>,
+    /// The router replica that decided, from 0; absent with one router.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<u32>,
+}
+
 /// Receives each request as it finishes, and how far the run is.
 pub trait Observer {
     /// One finished request (timed replay); an error stops the run.
     fn finished(&mut self, record: &RequestRecord) -> Result<(), SimError>;
+
+    /// One decided request (time-free replay); an error stops the run.
+    fn routed(&mut self, _record: &RoutedRecord) -> Result<(), SimError> {
+        Ok(())
+    }
+
+    /// Whether [`Observer::routed`] wants records (building them costs a little).
+    fn wants_routed(&self) -> bool {
+        false
+    }
 
     /// `done` requests of the workload are through (decided in the time-free replay,
     /// finished in the timed one); told every so often, for a progress bar.
@@ -88,12 +112,26 @@ impl<W: Write> JsonLines<W> {
     }
 }
 
-impl<W: Write> Observer for JsonLines<W> {
-    fn finished(&mut self, record: &RequestRecord) -> Result<(), SimError> {
+impl<W: Write> JsonLines<W> {
+    fn line(&mut self, record: &impl Serialize) -> Result<(), SimError> {
         serde_json::to_writer(&mut self.out, record)
             .map_err(std::io::Error::from)
             .and_then(|()| self.out.write_all(b"\n"))
             .map_err(|e| self.io_error(e))
+    }
+}
+
+impl<W: Write> Observer for JsonLines<W> {
+    fn finished(&mut self, record: &RequestRecord) -> Result<(), SimError> {
+        self.line(record)
+    }
+
+    fn routed(&mut self, record: &RoutedRecord) -> Result<(), SimError> {
+        self.line(record)
+    }
+
+    fn wants_routed(&self) -> bool {
+        true
     }
 }
 
@@ -109,6 +147,15 @@ impl Observer for Tee<'_> {
     fn progress(&mut self, done: u64) {
         self.0.progress(done);
         self.1.progress(done);
+    }
+
+    fn routed(&mut self, record: &RoutedRecord) -> Result<(), SimError> {
+        self.0.routed(record)?;
+        self.1.routed(record)
+    }
+
+    fn wants_routed(&self) -> bool {
+        self.0.wants_routed() || self.1.wants_routed()
     }
 }
 

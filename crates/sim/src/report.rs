@@ -315,10 +315,13 @@ impl Report {
                 }
                 (None, None) => {
                     if t.tpot.is_some() || t.queue.is_some() {
-                        broken.push("timed latencies have samples but no request finished".to_owned());
+                        broken.push(
+                            "timed latencies have samples but no request finished".to_owned(),
+                        );
                     }
                 }
-                _ => broken.push("timed: ttft and e2e are not both present or both absent".to_owned()),
+                _ => broken
+                    .push("timed: ttft and e2e are not both present or both absent".to_owned()),
             }
             if !(0.0..=1.0).contains(&t.hit_ratio) {
                 broken.push(format!("timed.hit_ratio {} outside 0..=1", t.hit_ratio));

@@ -15,7 +15,7 @@ use routerlab_trace::blocks::prompt_tokens;
 use routerlab_trace::{TraceReader, TraceRequest, Workload};
 
 use crate::error::{SimError, request_location};
-use crate::observer::{Observer, PROGRESS_EVERY};
+use crate::observer::{Observer, PROGRESS_EVERY, RoutedRecord};
 use crate::replicas::{Placement, Replicas, Tally};
 use crate::report::Report;
 
@@ -172,7 +172,13 @@ impl TimeFree {
         }
     }
 
-    fn step(&mut self, replicas: &mut Replicas, request: Step<'_>) -> Result<(), SimError> {
+    /// Routes one request; returns the replica that decided and the list position chosen
+    /// (`None`: rejected).
+    fn step(
+        &mut self,
+        replicas: &mut Replicas,
+        request: Step<'_>,
+    ) -> Result<(usize, Option<usize>), SimError> {
         let r = if replicas.len() == 1 {
             0
         } else {
@@ -220,7 +226,7 @@ impl TimeFree {
                 s.reject(decision.constrained, parent_endpoint.is_some())
             });
             self.endpoint_of.push(u16::MAX);
-            return Ok(());
+            return Ok((r, None));
         };
         // What the matcher could have had: the longest cached prefix among the endpoints it
         // was allowed to choose, before this request changes any cache.
@@ -260,8 +266,26 @@ impl TimeFree {
             }
             replicas.router_mut(q).table_mut().set_load(pos, *load);
         }
-        Ok(())
+        Ok((r, Some(pos)))
     }
+}
+
+/// Tells `observer` where request `id` (trace line `line`) went, when it wants to know.
+fn tell_routed(
+    observer: &mut dyn Observer,
+    replicas: &Replicas,
+    (id, line): (u64, usize),
+    (replica, pos): (usize, Option<usize>),
+) -> Result<(), SimError> {
+    if !observer.wants_routed() {
+        return Ok(());
+    }
+    observer.routed(&RoutedRecord {
+        id,
+        line,
+        endpoint: pos.map(|p| replicas.router(replica).table().name(p).to_owned()),
+        replica: (replicas.len() > 1).then_some(replica as u32),
+    })
 }
 
 /// Replays the whole trace through the router `replicas`, each endpoint with a prefix
@@ -275,7 +299,7 @@ pub fn replay(
     let mut state = TimeFree::new(replicas, reader.unit(), reader.block_size(), cache_blocks);
     let mut request = TraceRequest::default();
     while reader.next_into(&mut request)? {
-        state.step(
+        let routed = state.step(
             replicas,
             Step {
                 seq: request.seq,
@@ -290,6 +314,7 @@ pub fn replay(
                 parent_seq: request.parent_seq,
             },
         )?;
+        tell_routed(observer, replicas, (request.seq, request.line), routed)?;
         if request.seq.is_multiple_of(PROGRESS_EVERY) {
             observer.progress(request.seq);
         }
@@ -308,7 +333,7 @@ pub fn replay_workload(
     let mut state = TimeFree::new(replicas, workload.unit, workload.block_size, cache_blocks);
     for (index, request) in workload.requests.iter().enumerate() {
         let seq = index as u64 + 1;
-        state.step(
+        let routed = state.step(
             replicas,
             Step {
                 seq,
@@ -323,6 +348,7 @@ pub fn replay_workload(
                 parent_seq: request.parent.map(|p| p as u64 + 1),
             },
         )?;
+        tell_routed(observer, replicas, (seq, request.line), routed)?;
         if seq.is_multiple_of(PROGRESS_EVERY) {
             observer.progress(seq);
         }

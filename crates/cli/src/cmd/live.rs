@@ -194,7 +194,9 @@ fn endpoints(text: &str) -> Result<Vec<String>, Failure> {
             )));
         }
         if list.iter().any(|e| e == item) {
-            return Err(Failure::input(format!("--endpoints: `{item}` is given twice")));
+            return Err(Failure::input(format!(
+                "--endpoints: `{item}` is given twice"
+            )));
         }
         list.push(item.to_owned());
     }
@@ -216,7 +218,9 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
         ));
     }
     if !(args.upstream_timeout_s.is_finite() && args.upstream_timeout_s > 0.0) {
-        return Err(Failure::input("--upstream-timeout-s must be a positive number"));
+        return Err(Failure::input(
+            "--upstream-timeout-s must be a positive number",
+        ));
     }
     let text = |t: Option<String>| t.map(TextOrValue::Text);
     let matcher_config = plugin_config(text(args.matcher_config), args.seed, "matcher")?;
@@ -328,7 +332,9 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
     }
     let (report, endpoints) = routerlab_live::drive::report(&outcomes);
     let text = match args.format {
-        OutputFormat::Json => serde_json::to_string_pretty(&report).expect("a report serialises") + "\n",
+        OutputFormat::Json => {
+            serde_json::to_string_pretty(&report).expect("a report serialises") + "\n"
+        }
         OutputFormat::Yaml => serde_yaml::to_string(&report).expect("a report serialises"),
         OutputFormat::Csv => {
             return Err(Failure::input("drive prints human, json or yaml"));

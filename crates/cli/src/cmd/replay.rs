@@ -71,7 +71,9 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
         None => {
             // The time-free replay streams the file: its length in requests is not known.
             let mut bar = bars.bar(&spec.matcher, None);
-            let report = timefree::replay(&mut reader, &mut replicas, spec.cache_blocks, &mut bar)?;
+            let report = with_records(spec.requests_out.as_deref(), &mut bar, |watchers| {
+                timefree::replay(&mut reader, &mut replicas, spec.cache_blocks, watchers)
+            })?;
             bar.finish();
             (report, reader.skipped().clone(), reader.source())
         }
@@ -79,28 +81,9 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
             let workload = Workload::load(reader, &timed.engine_block_sizes())?;
             let mut bar = bars.bar(&spec.matcher, Some(workload.requests.len() as u64));
             let mut watchers = Tee(&mut bar, &mut recorder);
-            let report = match &spec.requests_out {
-                None => replay_timed(&workload, &mut replicas, timed, &mut watchers)?,
-                Some(path) => {
-                    let fail = |source| Failure::Output {
-                        what: "per-request records",
-                        path: path.clone(),
-                        source,
-                    };
-                    let file = OutputFile::create(path).map_err(fail)?;
-                    let writer = std::io::BufWriter::new(file.writer().map_err(fail)?);
-                    let mut lines = JsonLines::new(writer, path.clone());
-                    let report = replay_timed(
-                        &workload,
-                        &mut replicas,
-                        timed,
-                        &mut Tee(&mut watchers, &mut lines),
-                    )?;
-                    drop(lines.finish()?);
-                    file.commit().map_err(fail)?;
-                    report
-                }
-            };
+            let report = with_records(spec.requests_out.as_deref(), &mut watchers, |watchers| {
+                replay_timed(&workload, &mut replicas, timed, watchers)
+            })?;
             bar.finish();
             (report, workload.skipped.clone(), workload.source.clone())
         }
@@ -141,6 +124,32 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// Runs `replay` with `watchers`, and with per-request records written to `path` (through
+/// a temporary file renamed into place once the run succeeded) when it is given.
+fn with_records(
+    path: Option<&Path>,
+    watchers: &mut dyn routerlab_sim::observer::Observer,
+    replay: impl FnOnce(
+        &mut dyn routerlab_sim::observer::Observer,
+    ) -> Result<Report, routerlab_sim::SimError>,
+) -> Result<Report, Failure> {
+    let Some(path) = path else {
+        return Ok(replay(watchers)?);
+    };
+    let fail = |source| Failure::Output {
+        what: "per-request records",
+        path: path.to_owned(),
+        source,
+    };
+    let file = OutputFile::create(path).map_err(fail)?;
+    let writer = std::io::BufWriter::new(file.writer().map_err(fail)?);
+    let mut lines = JsonLines::new(writer, path.to_owned());
+    let report = replay(&mut Tee(watchers, &mut lines))?;
+    drop(lines.finish()?);
+    file.commit().map_err(fail)?;
+    Ok(report)
 }
 
 pub(crate) fn run_info(
