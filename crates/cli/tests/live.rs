@@ -19,9 +19,14 @@ struct Server {
 impl Server {
     /// Starts `routerlab ARGS --listen 127.0.0.1:0` and reads the address it prints.
     fn start(args: &[&str]) -> Server {
+        Server::start_on(args, "127.0.0.1:0")
+    }
+
+    /// Starts `routerlab ARGS --listen ADDR` and reads the address it prints.
+    fn start_on(args: &[&str], listen: &str) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_routerlab"))
             .args(args)
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", listen])
             .env_remove("ROUTERLAB_PLUGIN_PATH")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -50,6 +55,50 @@ impl Drop for Server {
         let _ = self.child.wait();
     }
 }
+
+/// One HTTP/1.1 exchange over a plain socket: status code and body.
+fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, b)| b.to_owned());
+    (status, body)
+}
+
+/// The value of the metric line starting with `series` on `addr`'s `/metrics`.
+fn metric(addr: &str, series: &str) -> f64 {
+    let (_, text) = http(addr, "GET", "/metrics", "");
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no {series} in {text}"))
+}
+
+/// Polls `check` every 50 ms for up to 5 s.
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    for _ in 0..100 {
+        if check() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("not within 5 s: {what}");
+}
+
+const SMALL: &str = r#"{"prompt": "hello there", "max_tokens": 4}"#;
 
 /// The first `n` lines of a committed trace, as a scratch file.
 fn head(trace: &str, n: usize, name: &str) -> PathBuf {
@@ -175,4 +224,143 @@ fn live_decisions_are_the_time_free_replays() {
         let used: std::collections::BTreeSet<_> = live.iter().collect();
         assert_eq!(used.len() > 1, spreads, "{name}: {used:?}");
     }
+}
+
+/// An engine dies: requests routed to it are retried on the other one (none lost), the
+/// router takes it out of the fleet, and puts it back when it answers again.
+#[test]
+fn a_dead_engine_is_retried_around_removed_and_readded() {
+    let a = Server::start(&["engine", "--instant"]);
+    let b = Server::start(&["engine", "--instant"]);
+    let b_addr = b.addr.clone();
+    let router = Server::start(&[
+        "serve",
+        "--endpoints",
+        &format!("{},{b_addr}", a.addr),
+        "--matcher",
+        "round-robin",
+        "--metrics-interval-ms",
+        "100",
+    ]);
+    let up = |addr: &str| {
+        metric(
+            &router.addr,
+            &format!("routerlab_endpoint_up{{endpoint=\"{addr}\"}}"),
+        )
+    };
+    eventually("both engines in the fleet", || {
+        up(&a.addr) == 1.0 && up(&b_addr) == 1.0
+    });
+    drop(b);
+    // Right after the kill the router still offers b: those requests are refused there
+    // and go to a.
+    for _ in 0..10 {
+        let (status, body) = http(&router.addr, "POST", "/v1/completions", SMALL);
+        assert_eq!(status, 200, "{body}");
+    }
+    eventually("b taken out", || up(&b_addr) == 0.0);
+    let trace = head("mooncake-sessions.jsonl", 40, "live-dead.jsonl");
+    let report = drive(&router.url(), &trace, &["--concurrency", "4"]);
+    assert_eq!(report["rejected"], 0);
+    let _b_again = Server::start_on(&["engine", "--instant"], &b_addr);
+    eventually("b back", || up(&b_addr) == 1.0);
+    let before = metric(
+        &router.addr,
+        &format!("routerlab_requests_total{{endpoint=\"{b_addr}\"}}"),
+    );
+    let report = drive(&router.url(), &trace, &["--concurrency", "4"]);
+    assert_eq!(report["rejected"], 0);
+    let after = metric(
+        &router.addr,
+        &format!("routerlab_requests_total{{endpoint=\"{b_addr}\"}}"),
+    );
+    assert!(after > before, "no request went to b after it came back");
+}
+
+/// A plugin that panics: its request gets a 503 naming the plugin and the panic, the
+/// router stays up, and with `--on-plugin-error round-robin` requests still get through.
+#[test]
+fn a_panicking_plugin_gets_503s_and_the_router_stays_up() {
+    let engine = Server::start(&["engine", "--instant"]);
+    let fixture = support::fixture_plugin("panic-on-match");
+    let reject = Server::start(&["serve", "--endpoints", &engine.addr, "--matcher", &fixture]);
+    let (first, _) = http(&reject.addr, "POST", "/v1/completions", SMALL);
+    assert_eq!(first, 200);
+    let (status, body) = http(&reject.addr, "POST", "/v1/completions", SMALL);
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("panic-on-match") && body.contains("boom"),
+        "{body}"
+    );
+    let (status, body) = http(&reject.addr, "POST", "/v1/completions", SMALL);
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(http(&reject.addr, "GET", "/health", "").0, 200);
+    let fallback = Server::start(&[
+        "serve",
+        "--endpoints",
+        &engine.addr,
+        "--matcher",
+        &fixture,
+        "--on-plugin-error",
+        "round-robin",
+    ]);
+    for _ in 0..3 {
+        let (status, body) = http(&fallback.addr, "POST", "/v1/completions", SMALL);
+        assert_eq!(status, 200, "{body}");
+    }
+    assert!(
+        metric(
+            &fallback.addr,
+            "routerlab_plugin_errors_total{matcher=\"panic-on-match\"}"
+        ) >= 2.0
+    );
+}
+
+/// A client that goes away mid-stream: the router cancels the upstream request (the
+/// engine sees its stream's reader gone) and the request leaves the router's books.
+#[test]
+fn a_client_disconnect_cancels_the_upstream_request() {
+    use std::io::{Read as _, Write as _};
+    let engine = Server::start(&["engine"]);
+    let router = Server::start(&[
+        "serve",
+        "--endpoints",
+        &engine.addr,
+        "--matcher",
+        "round-robin",
+    ]);
+    let body = r#"{"prompt": "tell me a long story", "max_tokens": 100000, "stream": true}"#;
+    let mut stream = std::net::TcpStream::connect(&router.addr).expect("connect");
+    write!(
+        stream,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    let mut seen = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("data: ") {
+        let n = stream.read(&mut buffer).expect("read");
+        assert!(
+            n > 0,
+            "the stream ended early: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buffer[..n]);
+    }
+    let inflight = format!(
+        "routerlab_inflight_requests{{endpoint=\"{}\"}}",
+        engine.addr
+    );
+    assert_eq!(metric(&router.addr, &inflight), 1.0);
+    drop(stream);
+    eventually("the router's books cleared", || {
+        metric(&router.addr, &inflight) == 0.0
+    });
+    eventually("the engine's stream cancelled", || {
+        metric(
+            &engine.addr,
+            "routerlab:cancelled_streams_total{model_name=\"routerlab-sim\"}",
+        ) == 1.0
+    });
 }

@@ -67,6 +67,9 @@ struct Gauges {
     kv_used: AtomicU64,
     kv_total: AtomicU64,
     requests: AtomicU64,
+    /// Streams whose reader went away before the end (the client, or a router that
+    /// cancelled its upstream request).
+    cancelled: AtomicU64,
     prompt_tokens: AtomicU64,
     generation_tokens: AtomicU64,
 }
@@ -169,6 +172,11 @@ fn metrics_text(shared: &Shared) -> String {
             "counter",
             load(&g.generation_tokens).to_string(),
         ),
+        (
+            "routerlab:cancelled_streams_total",
+            "counter",
+            load(&g.cancelled).to_string(),
+        ),
     ] {
         out.push_str(&format!("# TYPE {name} {kind}\n{name}{label} {value}\n"));
     }
@@ -228,7 +236,8 @@ async fn complete(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> 
         if let Some(Tokens::Refused(message)) = &first {
             return http::error(StatusCode::BAD_REQUEST, message);
         }
-        let (tx, body) = ChannelBody::new(16);
+        let (tx, body) = ChannelBody::channel(16);
+        let counter = shared.clone();
         tokio::spawn(async move {
             let mut next = first;
             let mut generated = 0u32;
@@ -248,8 +257,9 @@ async fn complete(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> 
                     }
                     Tokens::Refused(_) => break,
                 };
-                // A client that went away drops the body: stop sending.
+                // A reader that went away drops the body: stop sending.
                 if tx.send(Bytes::from(chunk)).await.is_err() {
+                    counter.gauges.cancelled.fetch_add(1, Ordering::Relaxed);
                     return;
                 }
                 next = stream.recv().await;

@@ -58,7 +58,7 @@ pub struct ChannelBody {
 
 impl ChannelBody {
     /// A body and the sender that feeds it (`capacity` chunks buffered).
-    pub fn new(capacity: usize) -> (mpsc::Sender<Bytes>, Body) {
+    pub fn channel(capacity: usize) -> (mpsc::Sender<Bytes>, Body) {
         let (tx, rx) = mpsc::channel(capacity);
         (tx, ChannelBody { chunks: rx }.boxed())
     }

@@ -63,7 +63,8 @@ pub struct ServeSettings {
     pub block_size: u32,
     /// How often the engines' metrics are scraped (and their health checked).
     pub metrics_interval: Duration,
-    /// Further endpoints to try when one refuses the connection.
+    /// Further endpoints to try when one fails before answering (refused, reset or closed
+    /// the connection); a request whose answer had begun is never retried.
     pub retries: u32,
     /// How long an engine may take to answer a request's headers.
     pub upstream_timeout: Duration,
@@ -318,10 +319,10 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
                 decide(&shared, &mut state, &routed)
             } else {
                 next_untried(&mut state, &tried).ok_or_else(|| {
-                    http::error(
+                    Refusal(
                         StatusCode::BAD_GATEWAY,
-                        &format!(
-                            "no endpoint took the request: {} refused or timed out",
+                        format!(
+                            "no endpoint took the request: {} failed",
                             names(&state, &tried)
                         ),
                     )
@@ -330,7 +331,7 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
         };
         let upstream = match pick {
             Ok(upstream) => upstream,
-            Err(response) => return response,
+            Err(Refusal(status, message)) => return http::error(status, &message),
         };
         let name = {
             let mut state = shared.lock();
@@ -380,7 +381,9 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
                 };
                 return Response::from_parts(parts, tracked.boxed());
             }
-            Ok(Err(e)) if e.is_connect() => {
+            Ok(Err(e)) => {
+                // Refused, reset or closed before any response: the engine produced nothing
+                // the client has seen, so the request can go elsewhere.
                 let mut state = shared.lock();
                 release(&mut state, upstream, &routed);
                 state.upstreams[upstream].errors += 1;
@@ -389,15 +392,9 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
                 if tried.len() > shared.settings.retries as usize {
                     return http::error(
                         StatusCode::BAD_GATEWAY,
-                        &format!("{name} refused the connection, and the retries are spent"),
+                        &format!("{name}: {e}; the retries are spent"),
                     );
                 }
-            }
-            Ok(Err(e)) => {
-                let mut state = shared.lock();
-                release(&mut state, upstream, &routed);
-                state.upstreams[upstream].errors += 1;
-                return http::error(StatusCode::BAD_GATEWAY, &format!("{name}: {e}"));
             }
             Err(_) => {
                 let mut state = shared.lock();
@@ -425,7 +422,7 @@ fn names(state: &State, upstreams: &[usize]) -> String {
 
 /// The detector and the matcher decide; a failing plugin is answered by
 /// `--on-plugin-error`. Returns the upstream chosen.
-fn decide(shared: &Shared, state: &mut State, routed: &Routed) -> Result<usize, Response<Body>> {
+fn decide(shared: &Shared, state: &mut State, routed: &Routed) -> Result<usize, Refusal> {
     let now = shared.started.elapsed().as_nanos() as u64;
     refresh_loads(state);
     let started = Instant::now();
@@ -449,26 +446,33 @@ fn decide(shared: &Shared, state: &mut State, routed: &Routed) -> Result<usize, 
             }
             match decision.endpoint.and_then(|pos| upstream_at(state, pos)) {
                 Some(upstream) => Ok(upstream),
-                None => Err(http::error(
+                None => Err(Refusal(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "no endpoint is available for this request (the detector flagged them all)",
+                    "no endpoint is available for this request (the detector flagged them all)"
+                        .into(),
                 )),
             }
         }
         Err(e) => {
             state.plugin_errors += 1;
             match shared.settings.on_plugin_error {
-                OnPluginError::Reject => Err(http::error(
+                OnPluginError::Reject => Err(Refusal(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    &format!("routing failed: {e}"),
+                    format!("routing failed: {e}"),
                 )),
                 OnPluginError::RoundRobin => next_untried(state, &[]).ok_or_else(|| {
-                    http::error(StatusCode::SERVICE_UNAVAILABLE, "no healthy endpoint")
+                    Refusal(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "no healthy endpoint".into(),
+                    )
                 }),
             }
         }
     }
 }
+
+/// Why a request gets no endpoint: the status and message of its error response.
+struct Refusal(StatusCode, String);
 
 /// The next healthy endpoint, round robin, that is not in `tried`.
 fn next_untried(state: &mut State, tried: &[usize]) -> Option<usize> {

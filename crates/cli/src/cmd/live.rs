@@ -81,7 +81,7 @@ pub struct ServeArgs {
     /// Scrape the engines' metrics (and check their health) every MS milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 500)]
     pub metrics_interval_ms: u64,
-    /// Other endpoints to try when one refuses the connection.
+    /// Other endpoints to try when one fails before answering (refused, reset, closed).
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub retries: u32,
     /// Seconds an engine may take to start answering.
