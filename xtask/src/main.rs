@@ -687,11 +687,27 @@ mod tidy {
         }
     }
 
+    /// The async runtime and HTTP stack stay in live routing (and the command line that
+    /// starts its runtime): replays are synchronous and must not grow a runtime.
+    #[test]
+    fn only_live_routing_uses_the_async_stack() {
+        for (crate_dir, deps) in workspace_crates() {
+            for dep in ["tokio", "hyper", "hyper-util"] {
+                if deps.contains(&dep.to_owned()) {
+                    assert!(
+                        crate_dir == "crates/live" || (crate_dir == "crates/cli" && dep == "tokio"),
+                        "{crate_dir} must not depend on {dep}"
+                    );
+                }
+            }
+        }
+    }
+
     /// The layering in ARCHITECTURE.md: each library crate depends only on the routerlab
     /// crates below it.
     #[test]
     fn library_crates_depend_only_on_the_layers_below() {
-        let allowed: [(&str, &[&str]); 6] = [
+        let allowed: [(&str, &[&str]); 7] = [
             ("crates/core", &[]),
             ("crates/policy-kit", &["routerlab-core"]),
             ("crates/host", &["routerlab-core"]),
@@ -709,6 +725,17 @@ mod tidy {
             // Pictures are drawn from finished reports and records: nothing below the
             // simulator's output types.
             ("crates/plot", &["routerlab-sim"]),
+            // Live routing builds requests as the trace crate does and routes through the
+            // simulator's `Router`; it loads no code itself.
+            (
+                "crates/live",
+                &[
+                    "routerlab-core",
+                    "routerlab-host",
+                    "routerlab-trace",
+                    "routerlab-sim",
+                ],
+            ),
         ];
         let crates = workspace_crates();
         for (dir, may) in allowed {
