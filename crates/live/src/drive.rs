@@ -5,9 +5,9 @@
 //! Chat traces send their prompts (messages flattened as the chat format documents).
 //! Traces without text (Mooncake, token ids) send one deterministic text block per block
 //! id, of `block_bytes` bytes, so requests that share a prefix in the trace share it on the
-//! wire; a router hashing blocks of that size sees the trace's own prefix structure. Every
-//! request streams (`stream: true`) so the first token can be timed, with `max_tokens` the
-//! trace's output length.
+//! wire; a router hashing blocks of that size sees the trace's own prefix structure.
+//! Requests stream (`stream: true`) unless asked not to, so the first token can be timed,
+//! with `max_tokens` the trace's output length.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -64,6 +64,9 @@ pub struct DriveSettings {
     pub model: String,
     /// Give up on a request after this long.
     pub timeout: Duration,
+    /// Ask for server-sent events (the first token can be timed); without, TTFT is the
+    /// whole answer's time.
+    pub stream: bool,
 }
 
 /// What one request did.
@@ -201,7 +204,7 @@ async fn send_one(
         "model": settings.model,
         "prompt": String::from_utf8_lossy(&prompt),
         "max_tokens": max_tokens,
-        "stream": true,
+        "stream": settings.stream,
     });
     let mut outgoing = Request::post(format!(
         "{}/v1/completions",
@@ -254,9 +257,16 @@ async fn send_one(
                 String::from_utf8_lossy(&text).trim()
             ));
         }
-        outcome.ttft = first.unwrap_or_else(|| t0.elapsed());
         outcome.e2e = t0.elapsed();
-        read_events(&text, &mut outcome);
+        if settings.stream {
+            outcome.ttft = first.unwrap_or(outcome.e2e);
+            read_events(&text, &mut outcome);
+        } else {
+            outcome.ttft = outcome.e2e;
+            if let Ok(whole) = serde_json::from_slice::<serde_json::Value>(&text) {
+                read_usage(&whole, &mut outcome);
+            }
+        }
         Ok(())
     };
     match tokio::time::timeout(settings.timeout, exchange).await {
@@ -272,6 +282,20 @@ async fn send_one(
     outcome
 }
 
+/// Reads the token counts of a response's (or a last event's) `usage`, if it has one.
+fn read_usage(response: &serde_json::Value, outcome: &mut Outcome) {
+    let Some(usage) = response.get("usage").filter(|u| !u.is_null()) else {
+        return;
+    };
+    if let Some(p) = usage["prompt_tokens"].as_u64() {
+        outcome.prompt_tokens = p;
+    }
+    if let Some(c) = usage["completion_tokens"].as_u64() {
+        outcome.output_tokens = c;
+    }
+    outcome.cached_tokens = usage["prompt_tokens_details"]["cached_tokens"].as_u64();
+}
+
 /// Counts generated tokens and reads `usage` from a server-sent event stream.
 fn read_events(text: &[u8], outcome: &mut Outcome) {
     let mut chunks = 0;
@@ -282,15 +306,7 @@ fn read_events(text: &[u8], outcome: &mut Outcome) {
         let Ok(event) = serde_json::from_str::<serde_json::Value>(data) else {
             continue;
         };
-        if let Some(usage) = event.get("usage").filter(|u| !u.is_null()) {
-            if let Some(p) = usage["prompt_tokens"].as_u64() {
-                outcome.prompt_tokens = p;
-            }
-            if let Some(c) = usage["completion_tokens"].as_u64() {
-                outcome.output_tokens = c;
-            }
-            outcome.cached_tokens = usage["prompt_tokens_details"]["cached_tokens"].as_u64();
-        }
+        read_usage(&event, outcome);
         if event["choices"][0]["text"]
             .as_str()
             .is_some_and(|t| !t.is_empty())

@@ -135,6 +135,9 @@ pub struct DriveArgs {
     /// Report format.
     #[arg(long, value_name = "FORMAT", default_value = "human")]
     pub format: OutputFormat,
+    /// Ask for whole answers instead of server-sent events (TTFT is then the whole time).
+    #[arg(long)]
+    pub no_stream: bool,
     /// Write one JSON line per request: id, endpoint, error, ttft_ms, e2e_ms.
     #[arg(long, value_name = "FILE")]
     pub requests_out: Option<PathBuf>,
@@ -300,6 +303,7 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
         default_max_tokens: args.max_tokens,
         model: args.model,
         timeout: Duration::from_secs_f64(args.timeout_s),
+        stream: !args.no_stream,
     };
     let outcomes = runtime()?
         .block_on(routerlab_live::drive::drive(workload, settings))

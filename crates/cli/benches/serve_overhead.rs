@@ -1,0 +1,141 @@
+//! What `routerlab serve` adds to a request: small non-streaming requests at 500 and 2,000
+//! requests per second, sent by `routerlab drive` straight to a `routerlab engine --instant`
+//! and through `routerlab serve --matcher lcp` in front of the same engine. The engine
+//! answers at once, so the difference between the two latency distributions is the
+//! router's decision and proxying. Everything (client, router, engine) shares this
+//! machine's cores, as it would on one host.
+//!
+//! Each rate sends `SECONDS` seconds of requests, direct and routed alternating, `ROUNDS`
+//! times; the table shows each side's p50 and p99 (median over rounds) and the added
+//! latency (routed minus direct). Run: `cargo build --release --workspace && cargo bench
+//! -p routerlab-cli --bench serve_overhead`.
+
+#![allow(clippy::print_stdout)]
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+const ROUNDS: usize = 3;
+const SECONDS: f64 = 5.0;
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_routerlab"))
+            .args(args)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start routerlab");
+        let mut line = String::new();
+        BufReader::new(child.stderr.take().expect("stderr"))
+            .read_line(&mut line)
+            .expect("a first line");
+        let addr = line
+            .trim()
+            .rsplit_once("http://")
+            .expect("an address")
+            .1
+            .to_owned();
+        Server { child, addr }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A chat trace of `n` short prompts, each a little different, 4 output tokens each.
+fn small_requests(n: usize) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-data");
+    std::fs::create_dir_all(&dir).expect("bench data dir");
+    let path = dir.join(format!("small-{n}.jsonl"));
+    let text: String = (0..n)
+        .map(|i| {
+            format!("{{\"prompt\": \"request {i}: a short question\", \"output_tokens\": 4}}\n")
+        })
+        .collect();
+    std::fs::write(&path, text).expect("write trace");
+    path
+}
+
+/// Latencies (ms) of one drive at `rate` against `url`, sorted.
+fn drive(url: &str, trace: &Path, rate: f64) -> Vec<f64> {
+    let records = trace.with_extension("records.jsonl");
+    let output = Command::new(env!("CARGO_BIN_EXE_routerlab"))
+        .args(["drive", "--url", url, "--trace"])
+        .arg(trace)
+        .args([
+            "--rate",
+            &rate.to_string(),
+            "--no-stream",
+            "--format",
+            "json",
+        ])
+        .arg("--requests-out")
+        .arg(&records)
+        .output()
+        .expect("run drive");
+    assert!(
+        output.status.success() && output.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut ms: Vec<f64> = std::fs::read_to_string(&records)
+        .expect("records")
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("JSON");
+            v["e2e_ms"].as_f64().expect("e2e")
+        })
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    ms
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn main() {
+    let engine = Server::start(&["engine", "--instant"]);
+    let router = Server::start(&["serve", "--endpoints", &engine.addr, "--matcher", "lcp"]);
+    let direct_url = format!("http://{}", engine.addr);
+    let routed_url = format!("http://{}", router.addr);
+    println!(
+        "{:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "rate/s", "direct p50", "direct p99", "routed p50", "routed p99", "added p50", "added p99"
+    );
+    for rate in [500.0, 2000.0] {
+        let trace = small_requests((rate * SECONDS) as usize);
+        let (mut d50, mut d99, mut r50, mut r99) = (vec![], vec![], vec![], vec![]);
+        for _ in 0..ROUNDS {
+            let direct = drive(&direct_url, &trace, rate);
+            let routed = drive(&routed_url, &trace, rate);
+            d50.push(quantile(&direct, 0.5));
+            d99.push(quantile(&direct, 0.99));
+            r50.push(quantile(&routed, 0.5));
+            r99.push(quantile(&routed, 0.99));
+        }
+        let (d50, d99, r50, r99) = (median(d50), median(d99), median(r50), median(r99));
+        println!(
+            "{rate:>6} {d50:>10.3} {d99:>10.3} {r50:>10.3} {r99:>10.3} {:>10.3} {:>10.3}",
+            r50 - d50,
+            r99 - d99
+        );
+    }
+}
