@@ -322,8 +322,10 @@ fn read_events(text: &[u8], outcome: &mut Outcome) {
 /// The report of a driven run, in the replay's schema: requests per endpoint (as the
 /// router's header named them, in order of first appearance), the engines' reported cached
 /// tokens as the hit ratio (0 when they report none), and the latencies measured at the
-/// client. What a client cannot see is left empty: no decision quality, no queue time.
-pub fn report(outcomes: &[Outcome]) -> (Report, Vec<String>) {
+/// client; a follow-up (a request with a parent in `workload`) counts as kept with its
+/// parent when both went to the same endpoint. What a client cannot see is left out: no
+/// decision quality, no queue time.
+pub fn report(workload: &Workload, outcomes: &[Outcome]) -> (Report, Vec<String>) {
     let mut endpoints: Vec<String> = Vec::new();
     let mut position: HashMap<String, usize> = HashMap::new();
     for o in outcomes.iter().filter(|o| o.error.is_none()) {
@@ -342,14 +344,16 @@ pub fn report(outcomes: &[Outcome]) -> (Report, Vec<String>) {
     let (mut prompt, mut cached, mut output) = (0u128, 0u128, 0u128);
     let mut first_sent: Option<Duration> = None;
     let mut last_end = Duration::ZERO;
-    for o in outcomes {
+    for (index, o) in outcomes.iter().enumerate() {
+        let parent = workload.requests.get(index).and_then(|r| r.parent);
         if o.error.is_some() {
-            stats.reject(false, false);
+            stats.reject(false, parent.is_some());
             continue;
         }
         let name = o.endpoint.clone().unwrap_or_else(|| "direct".to_owned());
         let hit = o.cached_tokens.unwrap_or(0).min(o.prompt_tokens);
-        stats.route(position[&name], o.prompt_tokens, hit, false, None);
+        let same_as_parent = parent.map(|p| outcomes[p].endpoint == o.endpoint);
+        stats.route(position[&name], o.prompt_tokens, hit, false, same_as_parent);
         ttft.record(o.ttft.as_micros() as u64);
         e2e.record(o.e2e.as_micros() as u64);
         if o.output_tokens > 1 {
@@ -362,6 +366,8 @@ pub fn report(outcomes: &[Outcome]) -> (Report, Vec<String>) {
         last_end = last_end.max(o.sent + o.e2e);
     }
     let mut report = stats.finish();
+    // Decision quality needs what every engine held at each decision: not seen here.
+    report.quality = None;
     let seconds = last_end
         .saturating_sub(first_sent.unwrap_or_default())
         .as_secs_f64();

@@ -399,8 +399,12 @@ fn hits(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
         ("hit ratio", |r| {
             r.timed.as_ref().map_or(r.hit_ratio, |t| t.hit_ratio)
         }),
-        ("achieved / best hit", |r| r.quality.achieved_over_best),
-        ("kv-optimal share", |r| r.quality.kv_optimal_share),
+        ("achieved / best hit", |r| {
+            r.quality.as_ref().map_or(0.0, |q| q.achieved_over_best)
+        }),
+        ("kv-optimal share", |r| {
+            r.quality.as_ref().map_or(0.0, |q| q.kv_optimal_share)
+        }),
     ];
     let mut chart = ChartBuilder::on(root)
         .caption(

@@ -446,7 +446,7 @@ mod tests {
                 same_endpoint: 0,
             },
             constrained_decisions: 0,
-            quality: Quality::default(),
+            quality: Some(Quality::default()),
             replicas: None,
             timed: None,
         }

@@ -104,9 +104,10 @@ pub struct Report {
     pub share_prefix: SharePrefix,
     /// Decisions taken while at least one endpoint was unavailable.
     pub constrained_decisions: u64,
-    /// How good the decisions were, against what each could have had (added in 0.3).
-    #[serde(default)]
-    pub quality: Quality,
+    /// How good the decisions were, against what each could have had (added in 0.3);
+    /// absent where that cannot be known (a live run measured at the client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<Quality>,
     /// Each router replica's own decisions, with more than one replica (added in 0.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<Vec<ReplicaReport>>,
@@ -142,7 +143,7 @@ impl ReplicaReport {
             nreq: report.nreq,
             hit_ratio: report.hit_ratio,
             constrained_decisions: report.constrained_decisions,
-            quality: report.quality,
+            quality: report.quality.unwrap_or_default(),
         }
     }
 }
@@ -330,22 +331,25 @@ impl Report {
                 broken.push(format!("timed.makespan_s {} is negative", t.makespan_s));
             }
         }
-        let q = &self.quality;
-        for (name, v) in [
-            ("hit_ratio", self.hit_ratio),
-            ("quality.achieved_over_best", q.achieved_over_best),
-            ("quality.kv_optimal_share", q.kv_optimal_share),
-            ("quality.followup_precision", q.followup_precision),
-        ] {
-            if !(0.0..=1.0).contains(&v) {
-                broken.push(format!("{name} {v} outside 0..=1"));
-            }
+        if !(0.0..=1.0).contains(&self.hit_ratio) {
+            broken.push(format!("hit_ratio {} outside 0..=1", self.hit_ratio));
         }
-        if q.achieved_hit_blocks > q.best_hit_blocks {
-            broken.push(format!(
-                "quality.achieved_hit_blocks {} > best_hit_blocks {}",
-                q.achieved_hit_blocks, q.best_hit_blocks
-            ));
+        if let Some(q) = &self.quality {
+            for (name, v) in [
+                ("quality.achieved_over_best", q.achieved_over_best),
+                ("quality.kv_optimal_share", q.kv_optimal_share),
+                ("quality.followup_precision", q.followup_precision),
+            ] {
+                if !(0.0..=1.0).contains(&v) {
+                    broken.push(format!("{name} {v} outside 0..=1"));
+                }
+            }
+            if q.achieved_hit_blocks > q.best_hit_blocks {
+                broken.push(format!(
+                    "quality.achieved_hit_blocks {} > best_hit_blocks {}",
+                    q.achieved_hit_blocks, q.best_hit_blocks
+                ));
+            }
         }
         let routed: u64 = self.nreq.counts.iter().sum();
         if routed + self.rejected != self.requests {
@@ -524,6 +528,10 @@ fn timed_human(out: &mut String, timed: &TimedReport) {
         timed.hit_ratio,
         timed.router_queued
     );
+    if timed.per_endpoint.is_empty() {
+        // A client's measurements: no engine figures.
+        return;
+    }
     let width = timed
         .per_endpoint
         .iter()

@@ -178,7 +178,7 @@ impl StatsBuilder {
                 same_endpoint: self.share_same,
             },
             constrained_decisions: self.constrained,
-            quality: Quality {
+            quality: Some(Quality {
                 best_hit_blocks: self.best_hit_blocks,
                 achieved_hit_blocks: self.achieved_hit_blocks,
                 achieved_over_best: if self.best_hit_blocks == 0 {
@@ -188,7 +188,7 @@ impl StatsBuilder {
                 },
                 kv_optimal_share: ratio(self.kv_optimal, self.judged),
                 followup_precision: ratio(self.share_same, self.share_total),
-            },
+            }),
             replicas: None,
             timed: None,
         }

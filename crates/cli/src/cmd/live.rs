@@ -306,7 +306,7 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
         stream: !args.no_stream,
     };
     let outcomes = runtime()?
-        .block_on(routerlab_live::drive::drive(workload, settings))
+        .block_on(routerlab_live::drive::drive(workload.clone(), settings))
         .map_err(Failure::input)?;
     if let Some(path) = &args.requests_out {
         let mut lines = String::new();
@@ -334,7 +334,7 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
             one_line(first.error.as_deref().unwrap_or_default())
         );
     }
-    let (report, endpoints) = routerlab_live::drive::report(&outcomes);
+    let (report, endpoints) = routerlab_live::drive::report(&workload, &outcomes);
     let text = match args.format {
         OutputFormat::Json => {
             serde_json::to_string_pretty(&report).expect("a report serialises") + "\n"
