@@ -364,3 +364,33 @@ fn a_client_disconnect_cancels_the_upstream_request() {
         ) == 1.0
     });
 }
+
+/// The policy can come from a replay experiment file, as for `replay`; with none at all,
+/// `serve` says so and exits 2.
+#[test]
+fn serve_takes_its_policy_from_an_experiment_file() {
+    let engine = Server::start(&["engine", "--instant"]);
+    let config = scratch_file(
+        "live-experiment.yaml",
+        b"matcher: round-robin\nblock_size: 64\nseed: 3\ntrace: unused.jsonl\n",
+    );
+    let router = Server::start(&[
+        "serve",
+        "--endpoints",
+        &engine.addr,
+        "--config",
+        &config.to_string_lossy(),
+    ]);
+    let (status, body) = http(&router.addr, "POST", "/v1/completions", SMALL);
+    assert_eq!(status, 200, "{body}");
+    let output = routerlab(&[
+        "serve",
+        "--endpoints",
+        &engine.addr,
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no matcher"), "{stderr}");
+}

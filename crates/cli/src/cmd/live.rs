@@ -61,8 +61,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "LIST", required = true)]
     pub endpoints: String,
     /// Matcher name or PATH[#NAME], as for replay.
-    #[arg(long, value_name = "NAME", required = true)]
-    pub matcher: String,
+    #[arg(long, value_name = "NAME")]
+    pub matcher: Option<String>,
     /// Matcher config, YAML or JSON text.
     #[arg(long, value_name = "YAML")]
     pub matcher_config: Option<String>,
@@ -72,12 +72,18 @@ pub struct ServeArgs {
     /// Detector config, YAML or JSON text.
     #[arg(long, value_name = "YAML")]
     pub detector_config: Option<String>,
-    /// Seed given to plugins as their `seed` unless their config sets one.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub seed: u64,
-    /// Block size of the prompt's hash chain, bytes (as replay's --block-size).
-    #[arg(long, value_name = "BYTES", default_value_t = 128)]
-    pub block_size: u32,
+    /// Seed given to plugins as their `seed` unless their config sets one [default: 0].
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Block size of the prompt's hash chain, bytes (as replay's --block-size)
+    /// [default: 128].
+    #[arg(long, value_name = "BYTES")]
+    pub block_size: Option<u32>,
+    /// A replay experiment file: its `matcher`, `matcher_config`, `detector`,
+    /// `detector_config`, `seed` and `block_size` are used (flags override); the rest of it
+    /// is about replays and is ignored here.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
     /// Scrape the engines' metrics (and check their health) every MS milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 500)]
     pub metrics_interval_ms: u64,
@@ -212,9 +218,30 @@ fn endpoints(text: &str) -> Result<Vec<String>, Failure> {
 /// `routerlab serve`.
 pub fn serve(args: ServeArgs) -> Result<(), Failure> {
     let endpoints = endpoints(&args.endpoints)?;
-    if args.block_size == 0 {
+    let file = match &args.config {
+        Some(path) => crate::cmd::replay::load_experiment(path)?,
+        None => crate::opts::ReplayOpts::default(),
+    };
+    let text = |t: Option<String>| t.map(TextOrValue::Text);
+    let matcher_name = args.matcher.clone().or(file.matcher).ok_or_else(|| {
+        Failure::input("no matcher: pass --matcher NAME (or `matcher` in --config)")
+    })?;
+    let seed = args.seed.or(file.seed).unwrap_or(0);
+    let block_size = args.block_size.or(file.block_size).unwrap_or(128);
+    if block_size == 0 {
         return Err(Failure::input("--block-size must be at least 1"));
     }
+    let matcher_config = plugin_config(
+        text(args.matcher_config).or(file.matcher_config),
+        seed,
+        "matcher",
+    )?;
+    let detector_config = plugin_config(
+        text(args.detector_config).or(file.detector_config),
+        seed,
+        "detector",
+    )?;
+    let detector_name = args.detector.clone().or(file.detector);
     if args.metrics_interval_ms == 0 {
         return Err(Failure::input(
             "--metrics-interval-ms must be at least 1 (the router's own in-flight counts are always current)",
@@ -225,12 +252,9 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
             "--upstream-timeout-s must be a positive number",
         ));
     }
-    let text = |t: Option<String>| t.map(TextOrValue::Text);
-    let matcher_config = plugin_config(text(args.matcher_config), args.seed, "matcher")?;
-    let detector_config = plugin_config(text(args.detector_config), args.seed, "detector")?;
     let search = SearchPath::from_env();
-    let matcher = load_matcher(&args.matcher, &matcher_config, &search)?;
-    let detector = match &args.detector {
+    let matcher = load_matcher(&matcher_name, &matcher_config, &search)?;
+    let detector = match &detector_name {
         Some(name) => Some(load_detector(name, &detector_config, &search)?),
         None => None,
     };
@@ -239,7 +263,7 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
     let (listener, _) = bound(args.listen, "serve")?;
     let settings = ServeSettings {
         endpoints,
-        block_size: args.block_size,
+        block_size,
         metrics_interval: Duration::from_millis(args.metrics_interval_ms),
         retries: args.retries,
         upstream_timeout: Duration::from_secs_f64(args.upstream_timeout_s),
