@@ -307,70 +307,110 @@ struct Active {
 /// Owns the engine model: admits requests, steps it at the wall-clock times it says, and
 /// sends each request its tokens.
 async fn model_task(shared: Arc<Shared>, mut requests: mpsc::UnboundedReceiver<Submit>) {
-    let settings = &shared.settings;
-    let mut engine = Engine::new(settings.config.clone());
     let origin = Instant::now();
-    let speedup = settings.speedup;
+    let speedup = shared.settings.speedup;
     let model_now = || (origin.elapsed().as_nanos() as f64 * speedup) as u64;
     let wall_at = |model_ns: u64| origin + Duration::from_nanos((model_ns as f64 / speedup) as u64);
-    let mut active: HashMap<usize, Active> = HashMap::new();
-    let mut next_handle = 0usize;
-    // The next step boundary to act on: a step's end, or a step inside a run of identical
-    // decode steps (whose tokens are sent as they come).
-    let mut boundary: Option<u64> = None;
+    let mut model = Model {
+        engine: Engine::new(shared.settings.config.clone()),
+        active: HashMap::new(),
+        next_handle: 0,
+        shared: shared.clone(),
+    };
     loop {
-        let sleep = boundary.map(|at| tokio::time::sleep_until(wall_at(at).into()));
+        let wake = next_boundary(&model.engine, model_now());
+        let sleep = wake.map(|at| tokio::time::sleep_until(wall_at(at).into()));
         tokio::select! {
             submit = requests.recv() => {
                 let Some(submit) = submit else { return };
-                if !engine.can_ever_fit(submit.prompt_tokens, submit.output_tokens) {
-                    let _ = submit.tokens.send(Tokens::Refused(format!(
-                        "{} prompt and {} output tokens exceed this engine's whole KV cache",
-                        submit.prompt_tokens, submit.output_tokens
-                    )));
-                    continue;
-                }
-                let handle = next_handle;
-                next_handle += 1;
-                active.insert(handle, Active { tokens: submit.tokens, sent: 0 });
-                let sequence =
-                    Sequence::new(handle, submit.prompt_tokens, submit.output_tokens, submit.chain);
-                engine.enqueue(sequence, model_now());
+                // Whatever was due happens first, so the model's time only moves forward.
+                let now = model_now();
+                model.advance(now);
+                model.admit(submit, now);
             }
             () = async { sleep.expect("a boundary").await }, if sleep.is_some() => {
-                let at = boundary.take().expect("a boundary");
-                if engine.step_end() == Some(at) {
-                    for finished in engine.finish_step(at) {
-                        if let Some(mut request) = active.remove(&finished.request) {
-                            send_up_to(&mut request, finished.generated);
-                            let cached = finished.hit_tokens.unwrap_or(0);
-                            let _ = request.tokens.send(Tokens::Done { cached });
-                            shared.gauges.requests.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    for sequence in engine.running() {
-                        if let Some(request) = active.get_mut(&sequence.request) {
-                            send_up_to(request, sequence.generated);
-                        }
-                    }
-                } else if let Some((start, step, _)) = engine.step_in_flight() {
-                    // Inside a run of identical decode steps: each running request has
-                    // one more token per step since the run began.
-                    let steps = ((at - start) / step.max(1)) as u32;
-                    for sequence in engine.running() {
-                        if let Some(request) = active.get_mut(&sequence.request) {
-                            send_up_to(request, sequence.generated + steps);
-                        }
-                    }
-                }
+                model.advance(model_now());
             }
         }
-        boundary = next_boundary(&engine, model_now());
-        let status = engine.status();
+        let status = model.engine.status();
         let g = &shared.gauges;
         g.running.store(status.running, Ordering::Relaxed);
         g.waiting.store(status.waiting, Ordering::Relaxed);
         g.kv_used.store(status.kv_blocks_used, Ordering::Relaxed);
+    }
+}
+
+/// The engine model and the requests inside it.
+struct Model {
+    engine: Engine,
+    active: HashMap<usize, Active>,
+    next_handle: usize,
+    shared: Arc<Shared>,
+}
+
+impl Model {
+    /// Takes a request in at model time `now`, or refuses one that can never fit.
+    fn admit(&mut self, submit: Submit, now: u64) {
+        if !self
+            .engine
+            .can_ever_fit(submit.prompt_tokens, submit.output_tokens)
+        {
+            let _ = submit.tokens.send(Tokens::Refused(format!(
+                "{} prompt and {} output tokens exceed this engine's whole KV cache",
+                submit.prompt_tokens, submit.output_tokens
+            )));
+            return;
+        }
+        let handle = self.next_handle;
+        self.next_handle += 1;
+        self.active.insert(
+            handle,
+            Active {
+                tokens: submit.tokens,
+                sent: 0,
+            },
+        );
+        let sequence = Sequence::new(
+            handle,
+            submit.prompt_tokens,
+            submit.output_tokens,
+            submit.chain,
+        );
+        self.engine.enqueue(sequence, now);
+    }
+
+    /// Runs the model up to `now`: every step that ended by then, in order, and within a
+    /// run of identical decode steps the tokens of the steps done so far.
+    fn advance(&mut self, now: u64) {
+        while let Some(end) = self.engine.step_end()
+            && end <= now
+        {
+            for finished in self.engine.finish_step(end) {
+                if let Some(mut request) = self.active.remove(&finished.request) {
+                    send_up_to(&mut request, finished.generated);
+                    let cached = finished.hit_tokens.unwrap_or(0);
+                    let _ = request.tokens.send(Tokens::Done { cached });
+                    self.shared.gauges.requests.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            self.send_progress(0);
+        }
+        if let Some((start, step, steps)) = self.engine.step_in_flight()
+            && steps > 1
+        {
+            // Each running request has one more token per step since the run began.
+            let done = (now.saturating_sub(start) / step.max(1)).min(steps - 1);
+            self.send_progress(done as u32);
+        }
+    }
+
+    /// Sends each running request its tokens, `extra` steps past what the model recorded.
+    fn send_progress(&mut self, extra: u32) {
+        for sequence in self.engine.running() {
+            if let Some(request) = self.active.get_mut(&sequence.request) {
+                send_up_to(request, sequence.generated + extra);
+            }
+        }
     }
 }
 
