@@ -394,3 +394,33 @@ fn serve_takes_its_policy_from_an_experiment_file() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("no matcher"), "{stderr}");
 }
+
+/// An engine killed while requests run on it: those requests (not yet answered: whole
+/// answers, `--no-stream`) are retried on the other engine, and none is lost.
+#[test]
+fn requests_on_an_engine_killed_mid_run_are_retried_elsewhere() {
+    let a = Server::start(&["engine", "--speedup", "50"]);
+    let b = Server::start(&["engine", "--speedup", "50"]);
+    let b_addr = b.addr.clone();
+    let router = Server::start(&[
+        "serve",
+        "--endpoints",
+        &format!("{},{b_addr}", a.addr),
+        "--matcher",
+        "round-robin",
+    ]);
+    let trace = head("mooncake-sessions.jsonl", 60, "live-killed.jsonl");
+    let url = router.url();
+    let run =
+        std::thread::spawn(move || drive(&url, &trace, &["--concurrency", "8", "--no-stream"]));
+    let in_flight = format!("routerlab_inflight_requests{{endpoint=\"{b_addr}\"}}");
+    eventually("requests running on b", || {
+        metric(&router.addr, &in_flight) >= 2.0
+    });
+    drop(b);
+    let report = run.join().expect("the drive");
+    assert_eq!(report["requests"], 60);
+    assert_eq!(report["rejected"], 0);
+    let retries = format!("routerlab_retries_total{{endpoint=\"{b_addr}\"}}");
+    assert!(metric(&router.addr, &retries) >= 2.0);
+}
