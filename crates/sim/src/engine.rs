@@ -50,6 +50,36 @@ pub enum StepTime {
         /// Cost of a step that decodes (the inter-token latency).
         decode_ms: f64,
     },
+    /// A step's time grows with what its batch holds: `overhead_ms + prefill_ms_per_token
+    /// × P + decode_ms_per_seq × D + context_ms_per_ktoken × C / 1000`, for `P` prompt
+    /// tokens computed in the step, `D` sequences decoding a token, and `C` tokens of context
+    /// the batch's attention reads (each sequence's KV so far). On a GPU: kernel launches,
+    /// sampling and scheduling; the weights' matrix multiplies per prompt token; the
+    /// per-sequence work of a decode step (its share of reading the weights, sampling);
+    /// reading the KV cache, which grows with every sequence's context.
+    Batched {
+        /// Fixed cost of any step.
+        overhead_ms: f64,
+        /// Cost per prompt token computed in the step.
+        prefill_ms_per_token: f64,
+        /// Cost per sequence that decodes a token in the step.
+        decode_ms_per_seq: f64,
+        /// Cost per thousand tokens of context in the batch.
+        context_ms_per_ktoken: f64,
+    },
+}
+
+/// What a step's batch holds, as the step-time models read it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Batch {
+    /// Prompt tokens computed in the step (uncached).
+    pub prefill_tokens: u64,
+    /// Sequences that decode one token in the step.
+    pub decode_seqs: u64,
+    /// Tokens of context the step's sequences attend to.
+    pub context_tokens: u64,
+    /// KV-cache usage, 0 to 1.
+    pub kv_usage: f64,
 }
 
 /// The least and the most of `c[0] x² + c[1] x + c[2]` for `x` in `[lo, hi]`: at the ends,
@@ -75,8 +105,51 @@ const MAX_STEP_MS: f64 = 3_600_000.0;
 impl StepTime {
     /// Checks that every coefficient is a finite number, that every step that prefills
     /// 1 to `max_batched` tokens or decodes at any KV usage takes a positive time, and that
-    /// no step takes more than an hour.
-    pub fn validate(&self, max_batched: u32) -> Result<(), String> {
+    /// no step takes more than an hour (with `max_seqs` sequences and `max_context`
+    /// tokens of context, for the batched model).
+    pub fn validate(
+        &self,
+        max_batched: u32,
+        max_seqs: u32,
+        max_context: u64,
+    ) -> Result<(), String> {
+        if let StepTime::Batched {
+            overhead_ms,
+            prefill_ms_per_token,
+            decode_ms_per_seq,
+            context_ms_per_ktoken,
+        } = self
+        {
+            let terms = [
+                ("overhead_ms", *overhead_ms),
+                ("prefill_ms_per_token", *prefill_ms_per_token),
+                ("decode_ms_per_seq", *decode_ms_per_seq),
+                ("context_ms_per_ktoken", *context_ms_per_ktoken),
+            ];
+            for (name, value) in terms {
+                if !value.is_finite() || value < 0.0 {
+                    return Err(format!(
+                        "engine `step_time.{name}` must be a finite, non-negative number, not {value}"
+                    ));
+                }
+            }
+            if *overhead_ms <= 0.0 {
+                return Err(
+                    "engine `step_time.overhead_ms` must be positive: every step must take a positive time"
+                        .into(),
+                );
+            }
+            let longest = overhead_ms
+                + prefill_ms_per_token * f64::from(max_batched)
+                + decode_ms_per_seq * f64::from(max_seqs)
+                + context_ms_per_ktoken * max_context as f64 / 1000.0;
+            if longest > MAX_STEP_MS {
+                return Err(format!(
+                    "engine `step_time` gives a step of up to {longest:.3e} ms, more than an hour (are the units milliseconds?)"
+                ));
+            }
+            return Ok(());
+        }
         let (prefill, decode, names): ([f64; 3], [f64; 3], [&str; 6]) = match self {
             StepTime::Polynomial { prefill, decode } => (
                 *prefill,
@@ -106,6 +179,7 @@ impl StepTime {
                     "decode_ms",
                 ],
             ),
+            StepTime::Batched { .. } => unreachable!("checked above"),
         };
         for (value, name) in prefill.iter().chain(&decode).zip(names) {
             if !value.is_finite() {
@@ -137,7 +211,9 @@ impl StepTime {
     }
 
     /// Duration of a step, in milliseconds, as the model says.
-    fn step_ms(&self, prefill_tokens: u64, decoding: bool, kv_usage: f64) -> f64 {
+    fn step_ms(&self, batch: &Batch) -> f64 {
+        let (prefill_tokens, decoding, kv_usage) =
+            (batch.prefill_tokens, batch.decode_seqs > 0, batch.kv_usage);
         let t = prefill_tokens as f64;
         match self {
             StepTime::Polynomial { prefill, decode } => {
@@ -166,13 +242,24 @@ impl StepTime {
                 };
                 p + if decoding { *decode_ms } else { 0.0 }
             }
+            StepTime::Batched {
+                overhead_ms,
+                prefill_ms_per_token,
+                decode_ms_per_seq,
+                context_ms_per_ktoken,
+            } => {
+                overhead_ms
+                    + prefill_ms_per_token * t
+                    + decode_ms_per_seq * batch.decode_seqs as f64
+                    + context_ms_per_ktoken * batch.context_tokens as f64 / 1000.0
+            }
         }
     }
 
     /// Duration of a step, in nanoseconds (at least 1). Validated models keep it within
     /// an hour; the conversion saturates rather than wraps for any other.
-    pub fn step_ns(&self, prefill_tokens: u64, decoding: bool, kv_usage: f64) -> u64 {
-        let ms = self.step_ms(prefill_tokens, decoding, kv_usage);
+    pub fn step_ns(&self, batch: &Batch) -> u64 {
+        let ms = self.step_ms(batch);
         ((ms.max(0.0) * 1e6).round() as u64).max(1)
     }
 }
@@ -221,7 +308,11 @@ impl EngineConfig {
                 return Err(format!("engine `{key}` must be at least 1"));
             }
         }
-        self.step_time.validate(self.max_num_batched_tokens)?;
+        self.step_time.validate(
+            self.max_num_batched_tokens,
+            self.max_num_seqs,
+            u64::from(self.num_gpu_blocks) * u64::from(self.engine_block_size),
+        )?;
         // Every block is simulated: keep the model's memory bounded (16 M blocks is ~400 MB).
         if self.num_gpu_blocks > 1 << 24 {
             return Err("engine `num_gpu_blocks` must be at most 16777216".into());
@@ -775,10 +866,26 @@ impl Engine {
         };
         let usage = self.usage();
         self.peak_usage = self.peak_usage.max(usage);
-        let step_ns = self
-            .config
-            .step_time
-            .step_ns(prefill_tokens, !decode.is_empty(), usage);
+        // Context the batch attends to: each prefilling sequence's KV after its chunk, each
+        // decoding one's before its token. Over a run of identical decode steps it grows by
+        // one token per sequence a step; the run's middle step stands for all of them (exact
+        // in total for a model linear in context).
+        let context: u64 = prefill
+            .iter()
+            .map(|(pos, tokens)| u64::from(self.running[*pos].computed + tokens))
+            .chain(
+                decode
+                    .iter()
+                    .map(|pos| u64::from(self.running[*pos].computed)),
+            )
+            .sum::<u64>()
+            + decode.len() as u64 * (steps - 1) / 2;
+        let step_ns = self.config.step_time.step_ns(&Batch {
+            prefill_tokens,
+            decode_seqs: decode.len() as u64,
+            context_tokens: context,
+            kv_usage: usage,
+        });
         self.plan = Some(Plan {
             start_ns: now_ns,
             step_ns,
@@ -963,6 +1070,56 @@ mod tests {
     }
 
     #[test]
+    fn the_batched_model_charges_overhead_prompt_sequences_and_context() {
+        let model = StepTime::Batched {
+            overhead_ms: 5.0,
+            prefill_ms_per_token: 0.1,
+            decode_ms_per_seq: 0.2,
+            context_ms_per_ktoken: 2.0,
+        };
+        let batch = Batch {
+            prefill_tokens: 100,
+            decode_seqs: 10,
+            context_tokens: 5000,
+            kv_usage: 0.0,
+        };
+        // 5 + 10 + 2 + 10 ms.
+        assert_eq!(model.step_ns(&batch), 27_000_000);
+        assert!(model.validate(2048, 128, 1 << 20).is_ok());
+        let batched = |overhead_ms, decode_ms_per_seq| StepTime::Batched {
+            overhead_ms,
+            prefill_ms_per_token: 0.1,
+            decode_ms_per_seq,
+            context_ms_per_ktoken: 2.0,
+        };
+        let negative = batched(5.0, -0.1).validate(2048, 128, 1 << 20);
+        assert!(negative.unwrap_err().contains("decode_ms_per_seq"));
+        let free = batched(0.0, 0.2).validate(2048, 128, 1 << 20);
+        assert!(free.unwrap_err().contains("positive"));
+        // A longer context makes the same request finish later.
+        let finish = |context_ms_per_ktoken| {
+            let mut config = linear(1000, 4, 100);
+            config.step_time = StepTime::Batched {
+                overhead_ms: 1.0,
+                prefill_ms_per_token: 0.01,
+                decode_ms_per_seq: 0.5,
+                context_ms_per_ktoken,
+            };
+            let mut engine = Engine::new(config);
+            let mut end = engine
+                .enqueue(Sequence::new(0, 400, 20, vec![]), 0)
+                .unwrap();
+            loop {
+                if !engine.finish_step(end).is_empty() {
+                    return end;
+                }
+                end = engine.step_end().unwrap();
+            }
+        };
+        assert!(finish(50.0) > finish(0.0));
+    }
+
+    #[test]
     fn a_second_request_reuses_the_first_ones_prefix() {
         let mut engine = Engine::new(linear(100, 4, 100));
         let end = engine
@@ -1031,8 +1188,14 @@ mod tests {
     fn polynomial_matches_dynamos_published_coefficients() {
         let model = EngineConfig::dynamo().step_time;
         // P(1000) = 4.21e-7·1e6 + 15.18 + 16.5 = 32.101 ms; no decode.
-        assert_eq!(model.step_ns(1000, false, 0.5), 32_101_000);
+        let batch = |prefill_tokens, decode_seqs| Batch {
+            prefill_tokens,
+            decode_seqs,
+            context_tokens: 0,
+            kv_usage: 0.5,
+        };
+        assert_eq!(model.step_ns(&batch(1000, 0)), 32_101_000);
         // D(0.5) = -6.435 + 27.005 + 5.74 = 26.31 ms.
-        assert_eq!(model.step_ns(0, true, 0.5), 26_310_000);
+        assert_eq!(model.step_ns(&batch(0, 1)), 26_310_000);
     }
 }
