@@ -39,6 +39,7 @@ pub fn main() -> ExitCode {
             cmd::print_stdout(&String::from_utf8_lossy(&script), "the completion script")
         }
         Command::GenTrace(args) => cmd::gen_trace::run(args),
+        Command::Calibrate(args) => cmd::calibrate::run(*args),
         Command::Serve(args) => cmd::live::serve(*args),
         Command::Engine(args) => cmd::live::engine(args),
         Command::Drive(args) => cmd::live::drive(*args),

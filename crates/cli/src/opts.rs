@@ -45,6 +45,8 @@ pub enum Command {
     },
     /// Write a synthetic trace (the prototype's chat workload, or Mooncake format).
     GenTrace(GenTraceArgs),
+    /// Fit the engine model to a measured run and write the engine config.
+    Calibrate(Box<crate::cmd::calibrate::CalibrateArgs>),
     /// Route live OpenAI-compatible traffic to engines with the same plugins a replay uses.
     Serve(Box<crate::cmd::live::ServeArgs>),
     /// Run a simulated OpenAI-compatible engine (the replay's engine model, in real time).

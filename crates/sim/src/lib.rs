@@ -9,6 +9,7 @@
 //! [`Observer`](observer::Observer). This crate never touches raw ABI types: it talks to
 //! plugins only through `routerlab-host`'s safe handles.
 
+pub mod calibrate;
 pub mod compare;
 pub mod engine;
 pub mod error;

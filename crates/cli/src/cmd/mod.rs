@@ -1,6 +1,7 @@
 //! One module per subcommand, each a `run` over the library crates; plus the one way the
 //! command line writes an output file.
 
+pub mod calibrate;
 pub mod compare;
 pub mod gen_trace;
 pub mod inspect;

@@ -1,0 +1,178 @@
+//! `routerlab calibrate RUN_DIR --workload FILE`: fits the engine model to a measured run
+//! and writes the engine config (YAML, for `--engine-config` or an experiment file's
+//! `engine`), printing how close the fit came.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use routerlab_host::{EndpointTable, SearchPath, load_matcher};
+use routerlab_sim::calibrate::{MeasuredRun, Samples, fit};
+use routerlab_sim::engine::EngineConfig;
+use routerlab_sim::observer::Recorder;
+use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
+use routerlab_sim::{Replicas, Router, WhenUnavailable};
+use routerlab_trace::{TraceOptions, TraceReader, Workload};
+
+use crate::exit::Failure;
+
+/// `routerlab calibrate`.
+#[derive(Args, Debug)]
+pub struct CalibrateArgs {
+    /// The measured run: a directory with requests.jsonl, timeseries.csv and meta.json.
+    #[arg(value_name = "RUN_DIR")]
+    pub run: PathBuf,
+    /// The workload the measured engine was fed (any trace format with arrival times).
+    #[arg(long, value_name = "PATH")]
+    pub workload: PathBuf,
+    /// Its format [default: detected].
+    #[arg(long, value_name = "FORMAT")]
+    pub trace_format: Option<routerlab_trace::TraceFormat>,
+    /// Tokens per block id of a Mooncake workload.
+    #[arg(long, value_name = "N", default_value_t = 512)]
+    pub trace_block_size: u32,
+    /// Seed of the search.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+    /// Replays the search may run.
+    #[arg(long, value_name = "N", default_value_t = 300)]
+    pub budget: usize,
+    /// Write the engine config here [default: stdout].
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+fn read(dir: &Path, name: &str) -> Result<String, Failure> {
+    let path = dir.join(name);
+    std::fs::read_to_string(&path)
+        .map_err(|e| Failure::input(format!("{}: cannot read: {e}", path.display())))
+}
+
+/// Replays `workload` on one engine `engine` and returns what its requests took.
+fn simulate(
+    workload: &Workload,
+    replicas: &mut Replicas,
+    engine: &EngineConfig,
+) -> Option<Samples> {
+    let settings = TimedSettings {
+        engines: vec![engine.clone()],
+        arrivals: Arrivals::Trace { speedup: 1.0 },
+        respect_parents: false,
+        think_time_ns: 0,
+        metrics_interval_ns: 0,
+        default_output_tokens: 128,
+        seed: 0,
+    };
+    let mut recorder = Recorder::default();
+    let report = replay_timed(workload, replicas, &settings, &mut recorder).ok()?;
+    if recorder.records.len() != workload.requests.len() {
+        // Some request could not run on this engine: not a candidate.
+        return None;
+    }
+    let mut samples = Samples {
+        makespan_s: report.timed?.makespan_s,
+        ..Samples::default()
+    };
+    for record in &recorder.records {
+        samples.ttft_ms.push(record.ttft_ms);
+        let output = workload.requests[record.id as usize - 1]
+            .output_tokens
+            .unwrap_or(settings.default_output_tokens);
+        if output > 1 {
+            let decode_ms = (record.finish_s - record.arrival_s) * 1e3 - record.ttft_ms;
+            samples.tpot_ms.push(decode_ms / (output - 1) as f64);
+        }
+    }
+    Some(samples)
+}
+
+/// Runs the command.
+pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
+    let run = MeasuredRun::parse(
+        &read(&args.run, "requests.jsonl")?,
+        &read(&args.run, "meta.json")?,
+        &read(&args.run, "timeseries.csv")?,
+    )
+    .map_err(|e| Failure::input(format!("{}/{e}", args.run.display())))?;
+    if args.budget < 10 {
+        return Err(Failure::input("--budget must be at least 10 replays"));
+    }
+    if let Some(out) = &args.output {
+        let inputs = [
+            args.workload.as_path(),
+            &args.run.join("requests.jsonl"),
+            &args.run.join("meta.json"),
+            &args.run.join("timeseries.csv"),
+        ];
+        crate::cmd::refuse_input_as_output("--output", out, &inputs)?;
+    }
+    let (blocks, block_size, how) = run.kv_capacity();
+    eprintln!("KV cache: {blocks} blocks of {block_size} tokens ({how})");
+    let options = TraceOptions {
+        format: args.trace_format,
+        block_size: 128,
+        trace_block_size: args.trace_block_size,
+        skip_invalid: false,
+    };
+    let reader = TraceReader::open(&args.workload, options)?;
+    let workload = Workload::load(reader, &[block_size])?;
+    if workload.requests.len() != run.requests.len() {
+        return Err(Failure::input(format!(
+            "--workload {} has {} requests, the measured run {}: give the workload the run was fed",
+            args.workload.display(),
+            workload.requests.len(),
+            run.requests.len()
+        )));
+    }
+    if workload.requests.iter().any(|r| r.arrival_ns.is_none()) {
+        return Err(Failure::input(format!(
+            "--workload {}: every request needs an arrival time",
+            args.workload.display()
+        )));
+    }
+    let matcher = load_matcher("round-robin", "seed: 0", &SearchPath::from_env())?;
+    let table = EndpointTable::new(["engine"]);
+    let mut replicas = Replicas::from(Router::new(matcher, None, table, WhenUnavailable::Queue)?);
+    let base = EngineConfig {
+        num_gpu_blocks: blocks,
+        engine_block_size: block_size,
+        max_num_seqs: run.max_num_seqs,
+        max_num_batched_tokens: run.max_num_batched_tokens,
+        step_time: run.initial_guess(),
+    };
+    let measured = run.samples();
+    let fitted = fit(&base, &measured, args.seed, args.budget, |engine| {
+        simulate(&workload, &mut replicas, engine)
+    })
+    .ok_or_else(|| {
+        Failure::input("the engine model could not replay the workload with the starting guess")
+    })?;
+    let mut table = format!(
+        "{:<16}{:>12}{:>12}{:>10}\n",
+        "", "measured", "simulated", "error"
+    );
+    let (measured, simulated) = (measured.figures(), fitted.samples.figures());
+    for ((name, m), (_, s)) in measured.rows().into_iter().zip(simulated.rows()) {
+        let error = if m > 0.0 { (s - m) / m * 100.0 } else { 0.0 };
+        let _ = writeln!(table, "{name:<16}{m:>12.2}{s:>12.2}{error:>9.1}%");
+    }
+    let _ = writeln!(
+        table,
+        "({} replays, seed {})",
+        fitted.evaluations, args.seed
+    );
+    eprint!("{table}");
+    let yaml = format!(
+        "# routerlab calibrate {} (seed {}): TTFT p50 {:+.1}%, p90 {:+.1}%; TPOT p50 {:+.1}%\n{}",
+        args.run.display(),
+        args.seed,
+        (simulated.ttft_p50 / measured.ttft_p50 - 1.0) * 100.0,
+        (simulated.ttft_p90 / measured.ttft_p90 - 1.0) * 100.0,
+        (simulated.tpot_p50 / measured.tpot_p50 - 1.0) * 100.0,
+        serde_yaml::to_string(&fitted.engine).expect("an engine config serialises")
+    );
+    match &args.output {
+        Some(path) => crate::cmd::write_output(path, yaml.as_bytes(), "the engine config"),
+        None => crate::cmd::print_stdout(&yaml, "the engine config"),
+    }
+}

@@ -1,0 +1,230 @@
+//! `routerlab calibrate`: a "measured" run produced by the engine model itself, with known
+//! step-time terms, is fitted back.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use support::{routerlab, scratch_file, texts};
+
+/// The truth the synthetic run is made with.
+const KNOWN: [(&str, f64); 4] = [
+    ("overhead_ms", 8.0),
+    ("prefill_ms_per_token", 0.05),
+    ("decode_ms_per_seq", 0.5),
+    ("context_ms_per_ktoken", 0.1),
+];
+
+/// 200 requests in three phases (one every 1.2 s, a burst every 30 ms, one every 300 ms),
+/// prompts either short (100-300 tokens) or long (5,000-8,000), 50-300 output tokens:
+/// batches of every size and context, so that each term shows in the latencies.
+fn workload(name: &str) -> PathBuf {
+    let mut state = 11u64;
+    let mut next = |below: u64| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) % below
+    };
+    let (mut text, mut at, mut id) = (String::new(), 0u64, 0u64);
+    for i in 0..200 {
+        at += if i < 50 {
+            1200
+        } else if i < 130 {
+            30
+        } else {
+            300
+        };
+        let input = if next(2) == 0 {
+            100 + next(200)
+        } else {
+            5000 + next(3000)
+        };
+        let output = 50 + next(250);
+        let blocks = input.div_ceil(512);
+        let ids: Vec<String> = (id..id + blocks).map(|b| b.to_string()).collect();
+        id += blocks;
+        text.push_str(&format!(
+            "{{\"timestamp\": {at}, \"input_length\": {input}, \"output_length\": {output}, \"hash_ids\": [{}]}}\n",
+            ids.join(", ")
+        ));
+    }
+    scratch_file(&format!("{name}.jsonl"), text.as_bytes())
+}
+
+/// Replays `workload` on one engine with the known terms and writes what it "measured"
+/// in the measured-run layout; returns the run's directory.
+fn synthetic_run(workload: &Path) -> PathBuf {
+    let dir = workload.with_extension("run");
+    std::fs::create_dir_all(&dir).expect("run dir");
+    let terms: Vec<String> = KNOWN.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    let engine = format!(
+        "{{num_gpu_blocks: 16384, engine_block_size: 16, max_num_seqs: 32, max_num_batched_tokens: 2048, step_time: {{model: batched, {}}}}}",
+        terms.join(", ")
+    );
+    let records = dir.join("records.jsonl");
+    let output = routerlab(&[
+        "replay",
+        "--matcher",
+        "round-robin",
+        "--endpoints",
+        "1",
+        "--timing",
+        "trace",
+        "--trace",
+        &workload.to_string_lossy(),
+        "--engine-config",
+        &engine,
+        "--requests-out",
+        &records.to_string_lossy(),
+        "--quiet",
+    ]);
+    assert!(output.status.success(), "{}", texts(&output).1);
+    let trace: Vec<serde_json::Value> = std::fs::read_to_string(workload)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut rows: Vec<serde_json::Value> = std::fs::read_to_string(&records)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    rows.sort_by_key(|r| r["id"].as_u64());
+    let mut requests = String::new();
+    for r in &rows {
+        let at = r["arrival_s"].as_f64().unwrap();
+        let line = serde_json::json!({
+            "input_toks": r["prompt_tokens"],
+            "output_toks": trace[r["id"].as_u64().unwrap() as usize - 1]["output_length"],
+            "queued_ts": at,
+            "scheduled_ts": at + r["queue_ms"].as_f64().unwrap() / 1e3,
+            "first_token_ts": at + r["ttft_ms"].as_f64().unwrap() / 1e3,
+            "last_token_ts": r["finish_s"],
+        });
+        requests.push_str(&format!("{line}\n"));
+    }
+    std::fs::write(dir.join("requests.jsonl"), requests).unwrap();
+    std::fs::write(
+        dir.join("meta.json"),
+        r#"{"engine_kwargs": {"max_num_seqs": 32, "max_num_batched_tokens": 2048, "num_gpu_blocks": 16384, "block_size": 16}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("timeseries.csv"),
+        "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n",
+    )
+    .unwrap();
+    dir
+}
+
+/// The error column of the fit table's row `name`, percent.
+fn error_of(table: &str, name: &str) -> f64 {
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(name))
+        .unwrap_or_else(|| panic!("no {name} row: {table}"));
+    row.split_whitespace()
+        .last()
+        .and_then(|e| e.trim_end_matches('%').parse().ok())
+        .unwrap_or_else(|| panic!("no error in {row}"))
+}
+
+/// The fit lands on the known terms where the latencies pin them: the step overhead and
+/// the prompt cost each within 5%, and the cost of a full decode step (32 sequences, 96,000
+/// tokens of context: per-sequence and context terms together, which trade off against
+/// each other on any workload) within 10%. Its latencies match within 3%.
+#[test]
+fn a_synthetic_run_is_fitted_back_to_its_terms() {
+    let workload = workload("calibrate-fit");
+    let run = synthetic_run(&workload);
+    let fit = run.with_extension("yaml");
+    let output = routerlab(&[
+        "calibrate",
+        &run.to_string_lossy(),
+        "--workload",
+        &workload.to_string_lossy(),
+        "-o",
+        &fit.to_string_lossy(),
+    ]);
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.is_empty());
+    assert!(
+        stderr.contains("KV cache: 16384 blocks of 16 tokens (from meta.json)"),
+        "{stderr}"
+    );
+    for row in ["TTFT p50", "TTFT p90", "TPOT p50"] {
+        assert!(error_of(&stderr, row).abs() < 3.0, "{row}: {stderr}");
+    }
+    let engine: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&fit).unwrap()).unwrap();
+    let term = |name: &str| engine["step_time"][name].as_f64().unwrap();
+    assert_eq!(engine["step_time"]["model"], "batched");
+    assert_eq!(engine["max_num_seqs"], 32);
+    let near = |got: f64, want: f64, tolerance: f64| (got / want - 1.0).abs() < tolerance;
+    assert!(near(term("overhead_ms"), 8.0, 0.05), "{engine:?}");
+    assert!(near(term("prefill_ms_per_token"), 0.05, 0.05), "{engine:?}");
+    let full_step = |per_seq: f64, per_ktoken: f64| per_seq * 32.0 + per_ktoken * 96.0;
+    assert!(
+        near(
+            full_step(term("decode_ms_per_seq"), term("context_ms_per_ktoken")),
+            full_step(0.5, 0.1),
+            0.10
+        ),
+        "{engine:?}"
+    );
+    // The fit's engine runs as written: `--engine-config` takes the file's text.
+    let replay = routerlab(&[
+        "replay",
+        "--matcher",
+        "round-robin",
+        "--endpoints",
+        "1",
+        "--timing",
+        "trace",
+        "--trace",
+        &workload.to_string_lossy(),
+        "--engine-config",
+        &std::fs::read_to_string(&fit).unwrap(),
+        "--quiet",
+    ]);
+    assert!(replay.status.success(), "{}", texts(&replay).1);
+}
+
+/// A run directory that lacks a file, or a workload of another length, is refused by name.
+#[test]
+fn a_bad_run_or_workload_is_refused_by_name() {
+    let placeholder = scratch_file("calibrate-empty.txt", b"");
+    let dir = placeholder.with_extension("dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    let output = routerlab(&["calibrate", &dir.to_string_lossy(), "--workload", "x.jsonl"]);
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("requests.jsonl: cannot read"), "{stderr}");
+
+    let workload = workload("calibrate-refused");
+    let run = synthetic_run(&workload);
+    let short = scratch_file(
+        "calibrate-short.jsonl",
+        std::fs::read_to_string(&workload)
+            .unwrap()
+            .lines()
+            .take(10)
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+            .as_bytes(),
+    );
+    let output = routerlab(&[
+        "calibrate",
+        &run.to_string_lossy(),
+        "--workload",
+        &short.to_string_lossy(),
+    ]);
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("has 10 requests, the measured run 200"),
+        "{stderr}"
+    );
+}

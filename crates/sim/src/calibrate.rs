@@ -1,0 +1,584 @@
+//! Fitting the engine model to a measured run.
+//!
+//! A timed replay is worth what its step-time model is worth. The fit replays the very
+//! workload the measured engine was fed through the engine model and moves the `batched`
+//! model's four terms until the simulated TTFT and time-per-output-token distributions
+//! match the measured ones; a regression on aggregates only gives the starting point. The
+//! search is seeded and deterministic: the same run and seed give the same fit.
+//!
+//! The measured run is read from the layout LLMServingSim's bench examples use:
+//! `requests.jsonl` (per request: `input_toks`, `output_toks`, `queued_ts`, `scheduled_ts`,
+//! `first_token_ts`, `last_token_ts`, seconds), `timeseries.csv` (per second: `t`,
+//! `prompt_throughput`, `gen_throughput`, `running`, `waiting`, `kv_cache_pct`) and
+//! `meta.json` (`engine_kwargs.max_num_seqs`, `max_num_batched_tokens`, and the KV cache's
+//! blocks where the run recorded them).
+
+use routerlab_core::SeededRng;
+use serde::Deserialize;
+
+use crate::engine::{EngineConfig, StepTime};
+
+/// One request of a measured run.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct MeasuredRequest {
+    /// Prompt tokens.
+    pub input_toks: u64,
+    /// Generated tokens.
+    pub output_toks: u64,
+    /// Entered the engine's queue, seconds (any origin).
+    pub queued_ts: f64,
+    /// First scheduled, seconds.
+    pub scheduled_ts: f64,
+    /// First token out, seconds.
+    pub first_token_ts: f64,
+    /// Last token out, seconds.
+    pub last_token_ts: f64,
+}
+
+/// One second of a measured run's time series.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// Seconds since the run began.
+    pub t: f64,
+    /// Prompt tokens per second.
+    pub prompt_throughput: f64,
+    /// Generated tokens per second.
+    pub gen_throughput: f64,
+    /// Requests running.
+    pub running: f64,
+    /// KV-cache usage, 0 to 1 (the file may say percent; see [`MeasuredRun::parse`]).
+    pub kv_usage: f64,
+}
+
+/// A measured run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeasuredRun {
+    /// Its requests, in the workload's order.
+    pub requests: Vec<MeasuredRequest>,
+    /// Its time series.
+    pub samples: Vec<Sample>,
+    /// `max_num_seqs`.
+    pub max_num_seqs: u32,
+    /// `max_num_batched_tokens`.
+    pub max_num_batched_tokens: u32,
+    /// KV blocks and their tokens, when the run recorded them.
+    pub kv_blocks: Option<(u32, u32)>,
+}
+
+/// What a run's requests measured, one value each: the fit compares these distributions
+/// (many quantiles, not a few aggregates, so that what depends on the batch shows).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Samples {
+    /// Time to first token of each request, ms.
+    pub ttft_ms: Vec<f64>,
+    /// Time per output token after the first, ms, of each request of two or more tokens.
+    pub tpot_ms: Vec<f64>,
+    /// First arrival to last token, seconds.
+    pub makespan_s: f64,
+}
+
+/// The quantiles the fit matches, with their weights.
+const QUANTILES: [(f64, f64); 6] = [
+    (0.1, 1.0),
+    (0.25, 1.0),
+    (0.5, 1.0),
+    (0.75, 1.0),
+    (0.9, 1.0),
+    (0.99, 0.25),
+];
+
+impl Samples {
+    /// The figures reported to people.
+    pub fn figures(&self) -> Figures {
+        let (mut ttft, mut tpot) = (self.ttft_ms.clone(), self.tpot_ms.clone());
+        Figures {
+            ttft_p50: quantile(&mut ttft, 0.5),
+            ttft_p90: quantile(&mut ttft, 0.9),
+            ttft_p99: quantile(&mut ttft, 0.99),
+            tpot_p50: quantile(&mut tpot, 0.5),
+            tpot_p90: quantile(&mut tpot, 0.9),
+            makespan_s: self.makespan_s,
+        }
+    }
+
+    /// How far `self` (simulated) is from `measured`: squared log ratios of the TTFT and
+    /// TPOT quantiles (the 99th at a quarter of the weight), and of the makespan at a
+    /// quarter.
+    pub fn distance(&self, measured: &Samples) -> f64 {
+        let term = |s: f64, m: f64| {
+            if s > 0.0 && m > 0.0 {
+                (s / m).ln().powi(2)
+            } else if s == m {
+                0.0
+            } else {
+                100.0
+            }
+        };
+        let (mut a, mut b) = (self.ttft_ms.clone(), measured.ttft_ms.clone());
+        let (mut c, mut d) = (self.tpot_ms.clone(), measured.tpot_ms.clone());
+        let mut total = 0.25 * term(self.makespan_s, measured.makespan_s);
+        for (q, weight) in QUANTILES {
+            total += weight * term(quantile(&mut a, q), quantile(&mut b, q));
+            total += weight * term(quantile(&mut c, q), quantile(&mut d, q));
+        }
+        total
+    }
+}
+
+/// The figures a fit is judged by, in milliseconds (makespan in seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Figures {
+    /// TTFT percentiles.
+    pub ttft_p50: f64,
+    /// TTFT 90th percentile.
+    pub ttft_p90: f64,
+    /// TTFT 99th percentile.
+    pub ttft_p99: f64,
+    /// Time per output token after the first, median.
+    pub tpot_p50: f64,
+    /// Time per output token, 90th percentile.
+    pub tpot_p90: f64,
+    /// First arrival to last token, seconds.
+    pub makespan_s: f64,
+}
+
+impl Figures {
+    /// The rows of a comparison: name, value.
+    pub fn rows(&self) -> [(&'static str, f64); 6] {
+        [
+            ("TTFT p50 (ms)", self.ttft_p50),
+            ("TTFT p90 (ms)", self.ttft_p90),
+            ("TTFT p99 (ms)", self.ttft_p99),
+            ("TPOT p50 (ms)", self.tpot_p50),
+            ("TPOT p90 (ms)", self.tpot_p90),
+            ("makespan (s)", self.makespan_s),
+        ]
+    }
+}
+
+fn quantile(values: &mut [f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    values[((values.len() - 1) as f64 * q).round() as usize]
+}
+
+impl MeasuredRun {
+    /// Reads the three files' texts; errors name the file, line and field.
+    pub fn parse(requests: &str, meta: &str, timeseries: &str) -> Result<MeasuredRun, String> {
+        let mut parsed = Vec::new();
+        for (i, line) in requests.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let request: MeasuredRequest =
+                serde_json::from_str(line).map_err(|e| format!("requests.jsonl:{}: {e}", i + 1))?;
+            let times = [
+                request.queued_ts,
+                request.scheduled_ts,
+                request.first_token_ts,
+                request.last_token_ts,
+            ];
+            if times.iter().any(|t| !t.is_finite())
+                || !(times[0] <= times[1] && times[1] <= times[2] && times[2] <= times[3])
+            {
+                return Err(format!(
+                    "requests.jsonl:{}: times must be finite and in order: queued <= scheduled <= first token <= last token",
+                    i + 1
+                ));
+            }
+            parsed.push(request);
+        }
+        if parsed.is_empty() {
+            return Err("requests.jsonl: no requests".into());
+        }
+        let meta: serde_json::Value =
+            serde_json::from_str(meta).map_err(|e| format!("meta.json: {e}"))?;
+        let kwargs = &meta["engine_kwargs"];
+        let number = |key: &str| -> Result<u32, String> {
+            kwargs[key]
+                .as_u64()
+                .and_then(|v| u32::try_from(v).ok())
+                .filter(|v| *v > 0)
+                .ok_or_else(|| {
+                    format!("meta.json: `engine_kwargs.{key}` must be a positive whole number")
+                })
+        };
+        let max_num_seqs = number("max_num_seqs")?;
+        let max_num_batched_tokens = number("max_num_batched_tokens")?;
+        let blocks = ["num_gpu_blocks", "kv_blocks"]
+            .iter()
+            .find_map(|key| kwargs[*key].as_u64().or(meta[*key].as_u64()));
+        let block_size = kwargs["block_size"].as_u64().unwrap_or(16);
+        let kv_blocks = blocks
+            .and_then(|b| u32::try_from(b).ok())
+            .zip(u32::try_from(block_size).ok());
+        let mut samples = Vec::new();
+        let mut lines = timeseries.lines();
+        let header: Vec<&str> = lines
+            .next()
+            .ok_or("timeseries.csv: empty")?
+            .split(',')
+            .map(str::trim)
+            .collect();
+        let column = |name: &str| {
+            header
+                .iter()
+                .position(|h| *h == name)
+                .ok_or_else(|| format!("timeseries.csv: no `{name}` column"))
+        };
+        let columns = [
+            column("t")?,
+            column("prompt_throughput")?,
+            column("gen_throughput")?,
+            column("running")?,
+            column("kv_cache_pct")?,
+        ];
+        for (i, line) in lines.enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let cells: Vec<&str> = line.split(',').map(str::trim).collect();
+            let mut values = [0.0; 5];
+            for (value, (c, name)) in values.iter_mut().zip(columns.iter().zip([
+                "t",
+                "prompt_throughput",
+                "gen_throughput",
+                "running",
+                "kv_cache_pct",
+            ])) {
+                *value = cells
+                    .get(*c)
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .filter(|v| v.is_finite() && *v >= 0.0)
+                    .ok_or_else(|| {
+                        format!(
+                            "timeseries.csv:{}: field `{name}` is not a non-negative number",
+                            i + 2
+                        )
+                    })?;
+            }
+            samples.push(Sample {
+                t: values[0],
+                prompt_throughput: values[1],
+                gen_throughput: values[2],
+                running: values[3],
+                kv_usage: values[4],
+            });
+        }
+        // Percent or fraction: a series that ever passes 1 is percent.
+        if samples.iter().any(|s| s.kv_usage > 1.0) {
+            for s in &mut samples {
+                s.kv_usage /= 100.0;
+            }
+        }
+        Ok(MeasuredRun {
+            requests: parsed,
+            samples,
+            max_num_seqs,
+            max_num_batched_tokens,
+            kv_blocks,
+        })
+    }
+
+    /// What the measured requests took.
+    pub fn samples(&self) -> Samples {
+        let start = self
+            .requests
+            .iter()
+            .map(|r| r.queued_ts)
+            .fold(f64::INFINITY, f64::min);
+        let end = self
+            .requests
+            .iter()
+            .map(|r| r.last_token_ts)
+            .fold(0.0, f64::max);
+        Samples {
+            ttft_ms: self
+                .requests
+                .iter()
+                .map(|r| (r.first_token_ts - r.queued_ts) * 1e3)
+                .collect(),
+            tpot_ms: self
+                .requests
+                .iter()
+                .filter(|r| r.output_toks > 1)
+                .map(|r| (r.last_token_ts - r.first_token_ts) * 1e3 / (r.output_toks - 1) as f64)
+                .collect(),
+            makespan_s: end - start,
+        }
+    }
+
+    /// The KV cache in blocks of 16 tokens: as recorded, else estimated. The estimate
+    /// divides the tokens the running requests held by the KV usage the time series
+    /// reports, second by second (median); when the run never reported any usage, the
+    /// cache was never the limit, and one twice the largest number of tokens ever held at
+    /// once stands in. The second value says how it was found.
+    pub fn kv_capacity(&self) -> (u32, u32, String) {
+        if let Some((blocks, block_size)) = self.kv_blocks {
+            return (blocks, block_size, "from meta.json".into());
+        }
+        let start = self
+            .requests
+            .iter()
+            .map(|r| r.queued_ts)
+            .fold(f64::INFINITY, f64::min);
+        let held_at = |t: f64| -> f64 {
+            self.requests
+                .iter()
+                .filter(|r| r.scheduled_ts <= t && t < r.last_token_ts)
+                .map(|r| {
+                    let span = (r.last_token_ts - r.first_token_ts).max(1e-9);
+                    let done = ((t - r.first_token_ts) / span).clamp(0.0, 1.0);
+                    r.input_toks as f64 + done * r.output_toks as f64
+                })
+                .sum()
+        };
+        let mut ratios: Vec<f64> = self
+            .samples
+            .iter()
+            .filter(|s| s.kv_usage > 0.05 && s.running > 0.0)
+            .map(|s| held_at(start + s.t) / s.kv_usage)
+            .filter(|c| c.is_finite() && *c > 0.0)
+            .collect();
+        let block_size = 16u32;
+        if !ratios.is_empty() {
+            let tokens = quantile(&mut ratios, 0.5);
+            let blocks = (tokens / f64::from(block_size))
+                .ceil()
+                .clamp(1.0, f64::from(1u32 << 24));
+            return (
+                blocks as u32,
+                block_size,
+                format!(
+                    "estimated from the time series: tokens held by running requests / KV usage, median of {} seconds",
+                    ratios.len()
+                ),
+            );
+        }
+        let peak = (0..=((self.samples().makespan_s * 10.0) as usize))
+            .map(|i| held_at(start + i as f64 / 10.0))
+            .fold(0.0, f64::max);
+        let blocks = (2.0 * peak / f64::from(block_size))
+            .ceil()
+            .clamp(1.0, f64::from(1u32 << 24));
+        (
+            blocks as u32,
+            block_size,
+            "the time series never reports KV usage, so the cache never limited the run: twice the most tokens ever held at once".into(),
+        )
+    }
+
+    /// A first guess from aggregates: the decode step from seconds of steady decoding
+    /// (the most sequences running, little prefill), the prompt cost from requests that did
+    /// not wait.
+    pub fn initial_guess(&self) -> StepTime {
+        let steady = self
+            .samples
+            .iter()
+            .filter(|s| s.running > 0.0 && s.gen_throughput > 0.0)
+            .max_by(|a, b| {
+                (a.running - a.prompt_throughput / 1000.0)
+                    .total_cmp(&(b.running - b.prompt_throughput / 1000.0))
+            });
+        let step_ms = steady.map_or(20.0, |s| 1000.0 * s.running / s.gen_throughput);
+        let seqs = steady.map_or(1.0, |s| s.running.max(1.0));
+        let early: Vec<&MeasuredRequest> = self
+            .requests
+            .iter()
+            .filter(|r| r.scheduled_ts - r.queued_ts < 0.01)
+            .collect();
+        let prefill = if early.len() >= 2 {
+            let xs: Vec<f64> = early.iter().map(|r| r.input_toks as f64).collect();
+            let ys: Vec<f64> = early
+                .iter()
+                .map(|r| (r.first_token_ts - r.scheduled_ts) * 1e3)
+                .collect();
+            let (mx, my) = (
+                xs.iter().sum::<f64>() / xs.len() as f64,
+                ys.iter().sum::<f64>() / ys.len() as f64,
+            );
+            let sxx: f64 = xs.iter().map(|x| (x - mx).powi(2)).sum();
+            let sxy: f64 = xs.iter().zip(&ys).map(|(x, y)| (x - mx) * (y - my)).sum();
+            if sxx > 0.0 {
+                (sxy / sxx).max(1e-4)
+            } else {
+                0.05
+            }
+        } else {
+            0.05
+        };
+        StepTime::Batched {
+            overhead_ms: (step_ms * 0.5).max(0.01),
+            prefill_ms_per_token: prefill,
+            decode_ms_per_seq: (step_ms * 0.5 / seqs).max(1e-4),
+            context_ms_per_ktoken: 0.01,
+        }
+    }
+}
+
+/// The four terms of a batched model, as a vector the search moves in log space.
+fn terms(model: &StepTime) -> [f64; 4] {
+    match model {
+        StepTime::Batched {
+            overhead_ms,
+            prefill_ms_per_token,
+            decode_ms_per_seq,
+            context_ms_per_ktoken,
+        } => [
+            *overhead_ms,
+            *prefill_ms_per_token,
+            *decode_ms_per_seq,
+            *context_ms_per_ktoken,
+        ],
+        _ => [1.0, 0.05, 0.1, 0.01],
+    }
+}
+
+fn model(terms: [f64; 4]) -> StepTime {
+    StepTime::Batched {
+        overhead_ms: terms[0],
+        prefill_ms_per_token: terms[1],
+        decode_ms_per_seq: terms[2],
+        context_ms_per_ktoken: terms[3],
+    }
+}
+
+/// The result of a fit.
+#[derive(Debug, Clone)]
+pub struct Fit {
+    /// The engine, its step time fitted.
+    pub engine: EngineConfig,
+    /// What the requests took with it.
+    pub samples: Samples,
+    /// Replays run.
+    pub evaluations: usize,
+}
+
+/// Fits the batched model's terms: from `base` (the engine's other settings, its step time
+/// the starting point), `simulate` replays the workload with a candidate engine and returns
+/// what its requests took (`None` when the candidate cannot run it). A seeded random
+/// search around the start picks where to begin; then Nelder-Mead in log space (the terms
+/// trade off against each other along narrow valleys, which coordinate steps crawl
+/// along), restarted from its best point while the budget of `budget` replays lasts.
+pub fn fit(
+    base: &EngineConfig,
+    measured: &Samples,
+    seed: u64,
+    budget: usize,
+    mut simulate: impl FnMut(&EngineConfig) -> Option<Samples>,
+) -> Option<Fit> {
+    let evaluations = std::cell::Cell::new(0usize);
+    let mut best: Option<(f64, [f64; 4], Samples)> = None;
+    // The distance of log-space point `x`, remembering the best seen.
+    let mut evaluate = |x: [f64; 4], best: &mut Option<(f64, [f64; 4], Samples)>| -> f64 {
+        evaluations.set(evaluations.get() + 1);
+        let engine = EngineConfig {
+            step_time: model(x.map(f64::exp)),
+            ..base.clone()
+        };
+        if engine.validate().is_err() {
+            return f64::INFINITY;
+        }
+        let Some(samples) = simulate(&engine) else {
+            return f64::INFINITY;
+        };
+        let d = samples.distance(measured);
+        if best.as_ref().is_none_or(|(b, _, _)| d < *b) {
+            *best = Some((d, x, samples));
+        }
+        d
+    };
+    let start = terms(&base.step_time).map(|t| t.max(1e-9).ln());
+    if !evaluate(start, &mut best).is_finite() {
+        return None;
+    }
+    let mut rng = SeededRng::new(seed);
+    for _ in 0..budget / 5 {
+        let Some((_, from, _)) = &best else { break };
+        let mut candidate = *from;
+        for value in &mut candidate {
+            *value += (4f64).ln() * (2.0 * rng.unit_f64() - 1.0);
+        }
+        evaluate(candidate, &mut best);
+    }
+    let mut spread = 2f64.ln();
+    while evaluations.get() + 5 < budget && spread > 1e-3 {
+        let from = best.as_ref().map(|(_, x, _)| *x)?;
+        let mut simplex: Vec<([f64; 4], f64)> = Vec::with_capacity(5);
+        simplex.push((from, evaluate(from, &mut best)));
+        for i in 0..4 {
+            let mut vertex = from;
+            vertex[i] += spread;
+            simplex.push((vertex, evaluate(vertex, &mut best)));
+        }
+        let mut moves = 0;
+        while evaluations.get() < budget && moves < 200 {
+            moves += 1;
+            simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
+            let size = simplex[1..]
+                .iter()
+                .flat_map(|(v, _)| v.iter().zip(&simplex[0].0).map(|(a, b)| (a - b).abs()))
+                .fold(0.0, f64::max);
+            if size < 1e-3 {
+                break;
+            }
+            let mut centroid = [0.0; 4];
+            for (vertex, _) in &simplex[..4] {
+                for (c, v) in centroid.iter_mut().zip(vertex) {
+                    *c += v / 4.0;
+                }
+            }
+            let worst = simplex[4];
+            let along = |t: f64| -> [f64; 4] {
+                let mut x = [0.0; 4];
+                for i in 0..4 {
+                    x[i] = centroid[i] + t * (worst.0[i] - centroid[i]);
+                }
+                x
+            };
+            let reflected = along(-1.0);
+            let fr = evaluate(reflected, &mut best);
+            if fr < simplex[0].1 {
+                let expanded = along(-2.0);
+                let fe = evaluate(expanded, &mut best);
+                simplex[4] = if fe < fr {
+                    (expanded, fe)
+                } else {
+                    (reflected, fr)
+                };
+            } else if fr < simplex[3].1 {
+                simplex[4] = (reflected, fr);
+            } else {
+                let contracted = if fr < worst.1 {
+                    along(-0.5)
+                } else {
+                    along(0.5)
+                };
+                let fc = evaluate(contracted, &mut best);
+                if fc < worst.1.min(fr) {
+                    simplex[4] = (contracted, fc);
+                } else {
+                    let anchor = simplex[0].0;
+                    for (vertex, value) in simplex.iter_mut().skip(1) {
+                        for (v, a) in vertex.iter_mut().zip(anchor) {
+                            *v = a + 0.5 * (*v - a);
+                        }
+                        *value = evaluate(*vertex, &mut best);
+                    }
+                }
+            }
+        }
+        spread /= 4.0;
+    }
+    let (_, x, samples) = best?;
+    Some(Fit {
+        engine: EngineConfig {
+            step_time: model(x.map(f64::exp)),
+            ..base.clone()
+        },
+        samples,
+        evaluations: evaluations.get(),
+    })
+}
