@@ -582,3 +582,55 @@ pub fn fit(
         evaluations: evaluations.get(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const META: &str = r#"{"engine_kwargs": {"max_num_seqs": 8, "max_num_batched_tokens": 512}}"#;
+
+    /// Two requests of 1,000 prompt tokens run through seconds 1 to 9; 100 output tokens
+    /// each, generated from second 2 to 10.
+    const REQUESTS: &str = "\
+{\"input_toks\": 1000, \"output_toks\": 100, \"queued_ts\": 0.0, \"scheduled_ts\": 0.5, \"first_token_ts\": 2.0, \"last_token_ts\": 10.0}
+{\"input_toks\": 1000, \"output_toks\": 100, \"queued_ts\": 0.0, \"scheduled_ts\": 0.5, \"first_token_ts\": 2.0, \"last_token_ts\": 10.0}
+";
+
+    #[test]
+    fn missing_kv_capacity_is_estimated_from_usage_and_said_so() {
+        // At second 1 the two hold 2,000 tokens and the cache is 25% full: 8,000 tokens,
+        // 500 blocks of 16. (Percent in the file: 25 is read as 0.25.)
+        let series =
+            "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1,0,0,2,0,25\n";
+        let run = MeasuredRun::parse(REQUESTS, META, series).unwrap();
+        let (blocks, block_size, how) = run.kv_capacity();
+        assert_eq!((blocks, block_size), (500, 16));
+        assert!(how.contains("estimated from the time series"), "{how}");
+        // Never any usage: twice the most ever held (2 × (1,000 + 100) tokens, at the end).
+        let series =
+            "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1,0,0,2,0,0\n";
+        let run = MeasuredRun::parse(REQUESTS, META, series).unwrap();
+        let (blocks, _, how) = run.kv_capacity();
+        assert!((270..=276).contains(&blocks), "{blocks}");
+        assert!(how.contains("never reports KV usage"), "{how}");
+    }
+
+    #[test]
+    fn bad_files_are_named_with_line_and_field() {
+        let series = "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n";
+        let late = REQUESTS.replace("\"first_token_ts\": 2.0", "\"first_token_ts\": 20.0");
+        let error = MeasuredRun::parse(&late, META, series).unwrap_err();
+        assert!(
+            error.starts_with("requests.jsonl:1: times must be"),
+            "{error}"
+        );
+        let error = MeasuredRun::parse(REQUESTS, "{}", series).unwrap_err();
+        assert!(error.contains("engine_kwargs.max_num_seqs"), "{error}");
+        let bad = format!("{series}1,x,0,2,0,0\n");
+        let error = MeasuredRun::parse(REQUESTS, META, &bad).unwrap_err();
+        assert_eq!(
+            error,
+            "timeseries.csv:2: field `prompt_throughput` is not a non-negative number"
+        );
+    }
+}
