@@ -65,14 +65,15 @@ pub struct MeasuredRun {
     pub kv_blocks: Option<(u32, u32)>,
 }
 
-/// What a run's requests measured, one value each: the fit compares these distributions
-/// (many quantiles, not a few aggregates, so that what depends on the batch shows).
+/// What a run's requests measured, one value each, in the workload's order: the fit
+/// compares these distributions (many quantiles, not a few aggregates) and the requests
+/// one by one (each request's own batch and context show in its own latencies).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Samples {
     /// Time to first token of each request, ms.
     pub ttft_ms: Vec<f64>,
-    /// Time per output token after the first, ms, of each request of two or more tokens.
-    pub tpot_ms: Vec<f64>,
+    /// Time per output token after the first, ms; `None` for a request of one token.
+    pub tpot_ms: Vec<Option<f64>>,
     /// First arrival to last token, seconds.
     pub makespan_s: f64,
 }
@@ -90,7 +91,7 @@ const QUANTILES: [(f64, f64); 6] = [
 impl Samples {
     /// The figures reported to people.
     pub fn figures(&self) -> Figures {
-        let (mut ttft, mut tpot) = (self.ttft_ms.clone(), self.tpot_ms.clone());
+        let (mut ttft, mut tpot) = (self.ttft_ms.clone(), self.tpots());
         Figures {
             ttft_p50: quantile(&mut ttft, 0.5),
             ttft_p90: quantile(&mut ttft, 0.9),
@@ -101,9 +102,14 @@ impl Samples {
         }
     }
 
+    /// The times per output token of the requests that have one.
+    fn tpots(&self) -> Vec<f64> {
+        self.tpot_ms.iter().flatten().copied().collect()
+    }
+
     /// How far `self` (simulated) is from `measured`: squared log ratios of the TTFT and
-    /// TPOT quantiles (the 99th at a quarter of the weight), and of the makespan at a
-    /// quarter.
+    /// TPOT quantiles (the 99th at a quarter of the weight), of the makespan at a quarter,
+    /// and the mean squared log ratio of each request's own TTFT and TPOT.
     pub fn distance(&self, measured: &Samples) -> f64 {
         let term = |s: f64, m: f64| {
             if s > 0.0 && m > 0.0 {
@@ -115,13 +121,25 @@ impl Samples {
             }
         };
         let (mut a, mut b) = (self.ttft_ms.clone(), measured.ttft_ms.clone());
-        let (mut c, mut d) = (self.tpot_ms.clone(), measured.tpot_ms.clone());
+        let (mut c, mut d) = (self.tpots(), measured.tpots());
         let mut total = 0.25 * term(self.makespan_s, measured.makespan_s);
         for (q, weight) in QUANTILES {
             total += weight * term(quantile(&mut a, q), quantile(&mut b, q));
             total += weight * term(quantile(&mut c, q), quantile(&mut d, q));
         }
-        total
+        let mut paired = 0.0;
+        let mut count = 0usize;
+        for (s, m) in self.ttft_ms.iter().zip(&measured.ttft_ms) {
+            paired += term(*s, *m);
+            count += 1;
+        }
+        for (s, m) in self.tpot_ms.iter().zip(&measured.tpot_ms) {
+            if let (Some(s), Some(m)) = (s, m) {
+                paired += term(*s, *m);
+                count += 1;
+            }
+        }
+        total + paired / count.max(1) as f64
     }
 }
 
@@ -303,8 +321,11 @@ impl MeasuredRun {
             tpot_ms: self
                 .requests
                 .iter()
-                .filter(|r| r.output_toks > 1)
-                .map(|r| (r.last_token_ts - r.first_token_ts) * 1e3 / (r.output_toks - 1) as f64)
+                .map(|r| {
+                    (r.output_toks > 1).then(|| {
+                        (r.last_token_ts - r.first_token_ts) * 1e3 / (r.output_toks - 1) as f64
+                    })
+                })
                 .collect(),
             makespan_s: end - start,
         }

@@ -69,18 +69,22 @@ fn simulate(
         // Some request could not run on this engine: not a candidate.
         return None;
     }
+    let n = workload.requests.len();
     let mut samples = Samples {
+        ttft_ms: vec![0.0; n],
+        tpot_ms: vec![None; n],
         makespan_s: report.timed?.makespan_s,
-        ..Samples::default()
     };
+    // Records come in the order requests finished: put them back in the workload's.
     for record in &recorder.records {
-        samples.ttft_ms.push(record.ttft_ms);
-        let output = workload.requests[record.id as usize - 1]
+        let index = record.id as usize - 1;
+        samples.ttft_ms[index] = record.ttft_ms;
+        let output = workload.requests[index]
             .output_tokens
             .unwrap_or(settings.default_output_tokens);
         if output > 1 {
             let decode_ms = (record.finish_s - record.arrival_s) * 1e3 - record.ttft_ms;
-            samples.tpot_ms.push(decode_ms / (output - 1) as f64);
+            samples.tpot_ms[index] = Some(decode_ms / (output - 1) as f64);
         }
     }
     Some(samples)
