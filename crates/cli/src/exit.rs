@@ -20,6 +20,8 @@ pub const RUN_FAILED: u8 = 1;
 pub const BAD_INPUT: u8 = 2;
 /// Exit code of an output that could not be written.
 pub const OUTPUT_FAILED: u8 = 3;
+/// `snapshot --check` found statistics that moved.
+pub const DIFFERS: u8 = 4;
 
 /// A failure, as the user sees it.
 #[derive(Debug)]
@@ -42,6 +44,8 @@ pub enum Failure {
         /// What failed.
         failure: Box<Failure>,
     },
+    /// A check found differences (the message lists them).
+    Differs(String),
     /// An output could not be written.
     Output {
         /// What was being written.
@@ -73,6 +77,7 @@ impl Failure {
             },
             Failure::InRun { failure, .. } => failure.exit_code(),
             Failure::Output { .. } => OUTPUT_FAILED,
+            Failure::Differs(_) => DIFFERS,
         }
     }
 }
@@ -80,7 +85,7 @@ impl Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::Input(message) => f.write_str(message),
+            Failure::Input(message) | Failure::Differs(message) => f.write_str(message),
             Failure::Trace(e) => write!(f, "{e}"),
             Failure::Plugin(e) => write!(f, "{e}"),
             // The library names concepts; here they get the flags that set them.

@@ -40,6 +40,7 @@ pub fn main() -> ExitCode {
         }
         Command::GenTrace(args) => cmd::gen_trace::run(args),
         Command::Calibrate(args) => cmd::calibrate::run(*args),
+        Command::Snapshot(args) => cmd::snapshot::run(*args),
         Command::Serve(args) => cmd::live::serve(*args),
         Command::Engine(args) => cmd::live::engine(args),
         Command::Drive(args) => cmd::live::drive(*args),

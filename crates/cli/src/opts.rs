@@ -45,6 +45,8 @@ pub enum Command {
     },
     /// Write a synthetic trace (the prototype's chat workload, or Mooncake format).
     GenTrace(GenTraceArgs),
+    /// Write a replay's report as an insta snapshot, or check it against the stored one.
+    Snapshot(Box<crate::cmd::snapshot::SnapshotArgs>),
     /// Fit the engine model to a measured run and write the engine config.
     Calibrate(Box<crate::cmd::calibrate::CalibrateArgs>),
     /// Route live OpenAI-compatible traffic to engines with the same plugins a replay uses.

@@ -41,6 +41,32 @@ pub(crate) fn load_experiment(path: &Path) -> Result<ReplayOpts, Failure> {
 
 /// Runs a replay and prints its report.
 pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
+    let done = replay(flags)?;
+    let (report, spec) = (&done.single.policies[0].report, &done.spec);
+    print_report(report, spec, &done.single)?;
+    if spec.format == OutputFormat::Human {
+        eprintln!(
+            "replayed {} requests in {:.3} s ({:.0} decisions/s, {:.1} MB/s of trace)",
+            report.requests,
+            done.elapsed,
+            report.requests as f64 / done.elapsed.max(1e-9),
+            done.trace_bytes as f64 / 1e6 / done.elapsed.max(1e-9),
+        );
+    }
+    Ok(())
+}
+
+/// A finished replay: its report (as the one entry of a comparison, for the CSV and plot
+/// writers), its settings, how long it took and how many trace bytes it read.
+pub(crate) struct Replayed {
+    pub(crate) single: Comparison,
+    pub(crate) spec: RunSpec,
+    pub(crate) elapsed: f64,
+    pub(crate) trace_bytes: u64,
+}
+
+/// Runs a replay (plots and per-request records written as asked) and returns its report.
+pub(crate) fn replay(flags: ReplayOpts) -> Result<Replayed, Failure> {
     let opts = match flags.config.clone() {
         Some(path) => flags.or(load_experiment(&path)?),
         None => flags,
@@ -112,18 +138,12 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
         let curves = crate::cmd::plot::curves_of(&entry.report, &recorder.records);
         crate::cmd::plot::write_plots(dir, &single, &[(entry.label.clone(), curves)])?;
     }
-    let report = &single.policies[0].report;
-    print_report(report, &spec, &single)?;
-    if spec.format == OutputFormat::Human {
-        eprintln!(
-            "replayed {} requests in {:.3} s ({:.0} decisions/s, {:.1} MB/s of trace)",
-            report.requests,
-            elapsed,
-            report.requests as f64 / elapsed.max(1e-9),
-            trace_bytes as f64 / 1e6 / elapsed.max(1e-9),
-        );
-    }
-    Ok(())
+    Ok(Replayed {
+        single,
+        spec,
+        elapsed,
+        trace_bytes,
+    })
 }
 
 /// Runs `replay` with `watchers`, and with per-request records written to `path` (through

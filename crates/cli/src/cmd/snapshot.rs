@@ -1,0 +1,282 @@
+//! `routerlab snapshot FILE.snap [replay flags]`: a replay's report as an insta snapshot,
+//! so a policy author's change in load spread, hit ratio or latency shows up in review as
+//! a diff, with the workflow insta users know: `--check` compares and leaves
+//! `FILE.snap.new` beside a stored snapshot that moved; `--accept` (or `cargo insta
+//! review`) takes it.
+//!
+//! What would differ between machines or releases is redacted: the tool version (unless
+//! `--keep-version`) and an absolute trace path (its file name is kept). Latencies and
+//! other timed figures are rounded to `--digits` significant digits, so a change in the
+//! engine model's last digit does not churn every snapshot while a real change still shows.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use serde_yaml::Value;
+
+use crate::exit::Failure;
+use crate::opts::ReplayOpts;
+
+/// `routerlab snapshot`.
+#[derive(Args, Debug)]
+pub struct SnapshotArgs {
+    /// The snapshot file (conventionally NAME.snap, beside the plugin's tests).
+    #[arg(value_name = "FILE.snap")]
+    pub file: PathBuf,
+    /// Compare with the stored snapshot instead of writing it: exit 4 and write
+    /// FILE.snap.new when a statistic moved.
+    #[arg(long, conflicts_with = "accept")]
+    pub check: bool,
+    /// Take FILE.snap.new as the stored snapshot (after a failed --check).
+    #[arg(long)]
+    pub accept: bool,
+    /// Significant digits kept of the timed figures (latencies, throughput, makespan).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub digits: u32,
+    /// Keep the tool version in the snapshot (it changes with every release).
+    #[arg(long)]
+    pub keep_version: bool,
+    /// The replay to snapshot: the same flags as `routerlab replay`.
+    #[command(flatten)]
+    pub replay: ReplayOpts,
+}
+
+/// Rounds `x` to `digits` significant digits.
+fn significant(x: f64, digits: u32) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powi(digits as i32 - 1 - x.abs().log10().floor() as i32);
+    (x * scale).round() / scale
+}
+
+/// Rounds every float under `value` to `digits` significant digits.
+fn round_all(value: &mut Value, digits: u32) {
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            let x = n.as_f64().unwrap_or(0.0);
+            *value = Value::from(significant(x, digits));
+        }
+        Value::Mapping(map) => map.values_mut().for_each(|v| round_all(v, digits)),
+        Value::Sequence(items) => items.iter_mut().for_each(|v| round_all(v, digits)),
+        _ => {}
+    }
+}
+
+/// The report as it is stored: machine-specific fields redacted, timed figures rounded.
+pub fn redacted(report: &routerlab_sim::Report, digits: u32, keep_version: bool) -> Value {
+    let mut value = serde_yaml::to_value(report).expect("a report serialises");
+    if let Some(run) = value.get_mut("run") {
+        if !keep_version && let Some(version) = run.get_mut("tool_version") {
+            *version = Value::from("[version]");
+        }
+        if let Some(path) = run.get_mut("trace").and_then(|t| t.get_mut("path"))
+            && let Some(text) = path.as_str()
+        {
+            *path = Value::from(shown(Path::new(text)));
+        }
+    }
+    if let Some(timed) = value.get_mut("timed") {
+        round_all(timed, digits);
+    }
+    value
+}
+
+/// The insta file: its header (source and expression), then the YAML body.
+fn snapshot_text(expression: &str, body: &Value) -> String {
+    let yaml = serde_yaml::to_string(body).expect("a value serialises");
+    format!(
+        "---\nsource: routerlab snapshot\nexpression: {}\n---\n{yaml}",
+        serde_json::to_string(expression).expect("a string serialises")
+    )
+}
+
+/// The YAML body of an insta file (after the second `---` line).
+fn body_of(text: &str, path: &Path) -> Result<Value, Failure> {
+    let rest = text
+        .strip_prefix("---\n")
+        .and_then(|t| t.split_once("\n---\n"))
+        .map(|(_, body)| body)
+        .ok_or_else(|| {
+            Failure::input(format!(
+                "{}: not an insta snapshot (a `---` header, then the body)",
+                path.display()
+            ))
+        })?;
+    serde_yaml::from_str(rest).map_err(|e| Failure::input(format!("{}: body: {e}", path.display())))
+}
+
+/// Every scalar of `value` by its dotted path.
+fn flatten(prefix: &str, value: &Value, out: &mut BTreeMap<String, String>) {
+    match value {
+        Value::Mapping(map) => {
+            for (key, v) in map {
+                let key = key
+                    .as_str()
+                    .map_or_else(|| format!("{key:?}"), str::to_owned);
+                let path = if prefix.is_empty() {
+                    key
+                } else {
+                    format!("{prefix}.{key}")
+                };
+                flatten(&path, v, out);
+            }
+        }
+        Value::Sequence(items) => {
+            for (i, v) in items.iter().enumerate() {
+                flatten(&format!("{prefix}.{i}"), v, out);
+            }
+        }
+        // Strings quoted (a config's lines stay on one line of the diff).
+        Value::String(text) => {
+            let quoted = serde_json::to_string(text).expect("a string serialises");
+            out.insert(prefix.to_owned(), quoted);
+        }
+        other => {
+            let text = serde_yaml::to_string(other).unwrap_or_default();
+            out.insert(prefix.to_owned(), text.trim().to_owned());
+        }
+    }
+}
+
+/// The statistics that moved: `path: old -> new`, one a line.
+fn differences(stored: &Value, fresh: &Value) -> Vec<String> {
+    let (mut old, mut new) = (BTreeMap::new(), BTreeMap::new());
+    flatten("", stored, &mut old);
+    flatten("", fresh, &mut new);
+    let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter_map(|key| match (old.get(key), new.get(key)) {
+            (Some(a), Some(b)) if a == b => None,
+            (a, b) => Some(format!(
+                "{key}: {} -> {}",
+                a.map_or("(absent)", String::as_str),
+                b.map_or("(absent)", String::as_str)
+            )),
+        })
+        .collect()
+}
+
+fn new_path(file: &Path) -> PathBuf {
+    let mut name = file.as_os_str().to_owned();
+    name.push(".new");
+    PathBuf::from(name)
+}
+
+/// Runs the command.
+pub fn run(args: SnapshotArgs) -> Result<(), Failure> {
+    let pending = new_path(&args.file);
+    if args.accept {
+        std::fs::rename(&pending, &args.file).map_err(|e| {
+            Failure::input(format!(
+                "--accept: cannot take {} as {}: {e}",
+                pending.display(),
+                args.file.display()
+            ))
+        })?;
+        eprintln!("accepted {}", args.file.display());
+        return Ok(());
+    }
+    if args.digits == 0 || args.digits > 17 {
+        return Err(Failure::input("--digits must be from 1 to 17"));
+    }
+    let mut inputs: Vec<&Path> = args.replay.trace.as_deref().into_iter().collect();
+    inputs.extend(args.replay.config.as_deref());
+    crate::cmd::refuse_input_as_output("the snapshot", &args.file, &inputs)?;
+    let expression = expression_of(&args.replay);
+    let mut replay = args.replay;
+    replay.quiet = true;
+    let done = crate::cmd::replay::replay(replay)?;
+    let fresh = redacted(
+        &done.single.policies[0].report,
+        args.digits,
+        args.keep_version,
+    );
+    let text = snapshot_text(&expression, &fresh);
+    if !args.check {
+        crate::cmd::write_output(&args.file, text.as_bytes(), "the snapshot")?;
+        eprintln!("wrote {}", args.file.display());
+        return Ok(());
+    }
+    let stored_text = std::fs::read_to_string(&args.file).map_err(|e| {
+        Failure::input(format!(
+            "{}: cannot read the stored snapshot ({e}); write it first, without --check",
+            args.file.display()
+        ))
+    })?;
+    let stored = body_of(&stored_text, &args.file)?;
+    let moved = differences(&stored, &fresh);
+    if moved.is_empty() {
+        let _ = std::fs::remove_file(&pending);
+        eprintln!("{} matches", args.file.display());
+        return Ok(());
+    }
+    crate::cmd::write_output(&pending, text.as_bytes(), "the new snapshot")?;
+    let mut message = format!(
+        "{} differs in {} value(s); the new one is {} (accept with `routerlab snapshot {} --accept` or `cargo insta review`):",
+        args.file.display(),
+        moved.len(),
+        pending.display(),
+        args.file.display()
+    );
+    for line in &moved {
+        let _ = write!(message, "\n  {line}");
+    }
+    Err(Failure::Differs(message))
+}
+
+/// A path as a snapshot shows it: as given when relative, only its file name when absolute
+/// (the rest differs between machines).
+fn shown(path: &Path) -> String {
+    if path.is_absolute() {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        format!("[absolute]/{name}")
+    } else {
+        path.display().to_string()
+    }
+}
+
+/// The replay's command line as the snapshot's `expression`, paths as [`shown`].
+fn expression_of(opts: &ReplayOpts) -> String {
+    let mut parts = vec!["replay".to_owned()];
+    let mut push = |flag: &str, value: Option<String>| {
+        if let Some(value) = value {
+            parts.push(format!("{flag} {value}"));
+        }
+    };
+    push("--matcher", opts.matcher.clone());
+    push("--detector", opts.detector.clone());
+    push("--trace", opts.trace.as_deref().map(shown));
+    push("--config", opts.config.as_deref().map(shown));
+    parts.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding_keeps_significant_digits() {
+        assert_eq!(significant(123.456, 3), 123.0);
+        assert_eq!(significant(0.0012345, 2), 0.0012);
+        assert_eq!(significant(98765.0, 1), 100000.0);
+        assert_eq!(significant(0.0, 3), 0.0);
+    }
+
+    #[test]
+    fn differences_name_the_paths_that_moved() {
+        let a: Value = serde_yaml::from_str("a: 1\nb: {c: 2, d: [1, 2]}\n").unwrap();
+        let b: Value = serde_yaml::from_str("a: 1\nb: {c: 3, d: [1, 5]}\ne: x\n").unwrap();
+        assert_eq!(
+            differences(&a, &b),
+            ["b.c: 2 -> 3", "b.d.1: 2 -> 5", "e: (absent) -> \"x\""]
+        );
+    }
+}

@@ -1,0 +1,88 @@
+//! `routerlab snapshot`: written, checked unchanged, checked after a policy change (a
+//! readable diff, exit 4, `.snap.new` beside it), accepted, checked again.
+
+mod support;
+
+use support::{project_trace, routerlab, scratch_file, texts};
+
+#[test]
+fn write_check_change_accept_check() {
+    let snap = scratch_file("policy.snap", b"");
+    std::fs::remove_file(&snap).unwrap();
+    let pending = snap.with_extension("snap.new");
+    let trace = project_trace("mooncake-small.jsonl");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["snapshot", snap.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--matcher", "lcp", "--trace", trace.to_str().unwrap()]);
+        args.extend_from_slice(&["--timing", "trace"]);
+        routerlab(&args)
+    };
+
+    let written = run(&[]);
+    assert!(written.status.success(), "{}", texts(&written).1);
+    let text = std::fs::read_to_string(&snap).unwrap();
+    assert!(
+        text.starts_with("---\nsource: routerlab snapshot\nexpression: "),
+        "{text}"
+    );
+    assert!(text.contains("tool_version: '[version]'"), "{text}");
+    assert!(
+        !text.contains(&*trace.to_string_lossy()),
+        "absolute path kept: {text}"
+    );
+
+    let same = run(&["--check"]);
+    assert!(same.status.success(), "{}", texts(&same).1);
+    assert!(!pending.exists());
+
+    let changed = run(&["--check", "--matcher-config", "{seed: 5}"]);
+    let (_, stderr) = texts(&changed);
+    assert_eq!(changed.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("nreq.counts."), "{stderr}");
+    assert!(
+        stderr.contains(r#"run.matcher.config: "seed: 0\n" -> "seed: 5\n""#),
+        "{stderr}"
+    );
+    assert!(pending.exists());
+    let proposed = std::fs::read_to_string(&pending).unwrap();
+
+    let accepted = routerlab(&["snapshot", snap.to_str().unwrap(), "--accept"]);
+    assert!(accepted.status.success(), "{}", texts(&accepted).1);
+    assert!(!pending.exists());
+    assert_eq!(std::fs::read_to_string(&snap).unwrap(), proposed);
+
+    let again = run(&["--check", "--matcher-config", "{seed: 5}"]);
+    assert!(again.status.success(), "{}", texts(&again).1);
+}
+
+/// Rounding to the stated digits keeps a last-digit change out of the snapshot: the timed
+/// figures are stored with `--digits` significant digits.
+#[test]
+fn timed_figures_are_stored_rounded() {
+    let snap = scratch_file("rounded.snap", b"");
+    let trace = project_trace("mooncake-small.jsonl");
+    let output = routerlab(&[
+        "snapshot",
+        snap.to_str().unwrap(),
+        "--digits",
+        "2",
+        "--matcher",
+        "lcp",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--timing",
+        "trace",
+    ]);
+    assert!(output.status.success(), "{}", texts(&output).1);
+    let text = std::fs::read_to_string(&snap).unwrap();
+    let body: serde_yaml::Value =
+        serde_yaml::from_str(text.split("\n---\n").nth(1).unwrap()).unwrap();
+    let p50 = body["timed"]["ttft"]["p50"].as_f64().unwrap();
+    let digits = format!("{p50:e}");
+    let mantissa = digits.split('e').next().unwrap().replace(['.', '-'], "");
+    assert!(
+        mantissa.len() <= 2,
+        "{p50} has more than 2 significant digits"
+    );
+}
