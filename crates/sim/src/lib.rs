@@ -18,6 +18,7 @@ pub mod replicas;
 pub mod report;
 pub mod router;
 pub mod run;
+pub mod snapshot;
 pub mod stats;
 pub mod timed;
 pub mod timefree;

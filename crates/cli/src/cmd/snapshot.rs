@@ -14,6 +14,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use routerlab_sim::snapshot::{redacted_keeping_version, shown};
 use serde_yaml::Value;
 
 use crate::exit::Failure;
@@ -41,47 +42,6 @@ pub struct SnapshotArgs {
     /// The replay to snapshot: the same flags as `routerlab replay`.
     #[command(flatten)]
     pub replay: ReplayOpts,
-}
-
-/// Rounds `x` to `digits` significant digits.
-fn significant(x: f64, digits: u32) -> f64 {
-    if x == 0.0 || !x.is_finite() {
-        return x;
-    }
-    let scale = 10f64.powi(digits as i32 - 1 - x.abs().log10().floor() as i32);
-    (x * scale).round() / scale
-}
-
-/// Rounds every float under `value` to `digits` significant digits.
-fn round_all(value: &mut Value, digits: u32) {
-    match value {
-        Value::Number(n) if n.is_f64() => {
-            let x = n.as_f64().unwrap_or(0.0);
-            *value = Value::from(significant(x, digits));
-        }
-        Value::Mapping(map) => map.values_mut().for_each(|v| round_all(v, digits)),
-        Value::Sequence(items) => items.iter_mut().for_each(|v| round_all(v, digits)),
-        _ => {}
-    }
-}
-
-/// The report as it is stored: machine-specific fields redacted, timed figures rounded.
-pub fn redacted(report: &routerlab_sim::Report, digits: u32, keep_version: bool) -> Value {
-    let mut value = serde_yaml::to_value(report).expect("a report serialises");
-    if let Some(run) = value.get_mut("run") {
-        if !keep_version && let Some(version) = run.get_mut("tool_version") {
-            *version = Value::from("[version]");
-        }
-        if let Some(path) = run.get_mut("trace").and_then(|t| t.get_mut("path"))
-            && let Some(text) = path.as_str()
-        {
-            *path = Value::from(shown(Path::new(text)));
-        }
-    }
-    if let Some(timed) = value.get_mut("timed") {
-        round_all(timed, digits);
-    }
-    value
 }
 
 /// The insta file: its header (source and expression), then the YAML body.
@@ -191,7 +151,7 @@ pub fn run(args: SnapshotArgs) -> Result<(), Failure> {
     let mut replay = args.replay;
     replay.quiet = true;
     let done = crate::cmd::replay::replay(replay)?;
-    let fresh = redacted(
+    let fresh = redacted_keeping_version(
         &done.single.policies[0].report,
         args.digits,
         args.keep_version,
@@ -229,21 +189,7 @@ pub fn run(args: SnapshotArgs) -> Result<(), Failure> {
     Err(Failure::Differs(message))
 }
 
-/// A path as a snapshot shows it: as given when relative, only its file name when absolute
-/// (the rest differs between machines).
-fn shown(path: &Path) -> String {
-    if path.is_absolute() {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        format!("[absolute]/{name}")
-    } else {
-        path.display().to_string()
-    }
-}
-
-/// The replay's command line as the snapshot's `expression`, paths as [`shown`].
+/// The replay's command line as the snapshot's `expression`, paths as `shown`.
 fn expression_of(opts: &ReplayOpts) -> String {
     let mut parts = vec!["replay".to_owned()];
     let mut push = |flag: &str, value: Option<String>| {
@@ -261,14 +207,6 @@ fn expression_of(opts: &ReplayOpts) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rounding_keeps_significant_digits() {
-        assert_eq!(significant(123.456, 3), 123.0);
-        assert_eq!(significant(0.0012345, 2), 0.0012);
-        assert_eq!(significant(98765.0, 1), 100000.0);
-        assert_eq!(significant(0.0, 3), 0.0);
-    }
 
     #[test]
     fn differences_name_the_paths_that_moved() {
