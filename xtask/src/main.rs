@@ -774,8 +774,8 @@ mod tidy {
         let readme = std::fs::read_to_string(super::root().join("README.md")).unwrap();
         assert_eq!(
             readme.matches("<!-- file: ").count(),
-            2,
-            "the Rust and the C example"
+            3,
+            "the Rust and the C example, and the Rust example's snapshot test"
         );
         assert!(
             super::readme_with_fresh_examples().unwrap() == readme,
