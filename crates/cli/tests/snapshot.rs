@@ -86,3 +86,35 @@ fn timed_figures_are_stored_rounded() {
         "{p50} has more than 2 significant digits"
     );
 }
+
+/// A comparison's runs snapshot together, each under its label; a change to one policy
+/// names it in the diff.
+#[test]
+fn a_comparison_snapshots_every_policy() {
+    let snap = scratch_file("comparison.snap", b"");
+    let trace = project_trace("mooncake-small.jsonl");
+    let run = |first: &str, check: bool| {
+        let mut args = vec!["snapshot", snap.to_str().unwrap()];
+        if check {
+            args.push("--check");
+        }
+        args.extend_from_slice(&["--policy", first, "--policy", "round-robin"]);
+        args.extend_from_slice(&["--trace", trace.to_str().unwrap(), "--endpoints", "4"]);
+        routerlab(&args)
+    };
+    assert!(run("lcp", false).status.success());
+    let text = std::fs::read_to_string(&snap).unwrap();
+    let body: serde_yaml::Value =
+        serde_yaml::from_str(text.split("\n---\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["policies"][0]["label"], "lcp");
+    assert_eq!(body["policies"][1]["label"], "round-robin");
+    assert!(run("lcp", true).status.success());
+    let changed = run("lcp {seed: 1}", true);
+    let (_, stderr) = texts(&changed);
+    assert_eq!(changed.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("policies.0.report.nreq.counts."),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("policies.1.report"), "{stderr}");
+}

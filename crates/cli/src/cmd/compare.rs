@@ -47,6 +47,18 @@ pub fn run(opts: CompareOpts) -> Result<(), Failure> {
     if !opts.from.is_empty() {
         return from_saved(opts);
     }
+    let sort_by = opts.sort_by.as_deref().map(find_metric).transpose();
+    let sort_by = sort_by.map_err(Failure::input)?;
+    let (mut comparison, format) = compare(opts)?;
+    if let Some(metric) = sort_by {
+        comparison.sort_by(metric);
+    }
+    print(&comparison, format)
+}
+
+/// Runs every policy of a comparison (plots written as asked) and returns their reports in
+/// the order given, and the output format asked for.
+pub(crate) fn compare(opts: CompareOpts) -> Result<(Comparison, OutputFormat), Failure> {
     let flags = opts.replay.clone();
     let merged = match flags.config.clone() {
         Some(path) => flags.or(load_experiment(&path)?),
@@ -67,8 +79,6 @@ pub fn run(opts: CompareOpts) -> Result<(), Failure> {
     }
     let policies = policies_of(&opts, &merged)?;
     let format = merged.format.unwrap_or(OutputFormat::Human);
-    let sort_by = opts.sort_by.as_deref().map(find_metric).transpose();
-    let sort_by = sort_by.map_err(Failure::input)?;
     let jobs = match opts.jobs {
         Some(0) => return Err(Failure::input("--jobs must be at least 1")),
         Some(n) => n,
@@ -128,10 +138,7 @@ pub fn run(opts: CompareOpts) -> Result<(), Failure> {
     if let Some(dir) = &plot_dir {
         crate::cmd::plot::write_plots(dir, &comparison, &records)?;
     }
-    if let Some(metric) = sort_by {
-        comparison.sort_by(metric);
-    }
-    print(&comparison, format)
+    Ok((comparison, format))
 }
 
 /// `opts` with `policy`'s plugins.

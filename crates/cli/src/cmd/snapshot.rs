@@ -1,4 +1,5 @@
-//! `routerlab snapshot FILE.snap [replay flags]`: a replay's report as an insta snapshot,
+//! `routerlab snapshot FILE.snap [replay flags]`: a replay's report (or a comparison's,
+//! with `--policy`) as an insta snapshot,
 //! so a policy author's change in load spread, hit ratio or latency shows up in review as
 //! a diff, with the workflow insta users know: `--check` compares and leaves
 //! `FILE.snap.new` beside a stored snapshot that moved; `--accept` (or `cargo insta
@@ -39,6 +40,10 @@ pub struct SnapshotArgs {
     /// Keep the tool version in the snapshot (it changes with every release).
     #[arg(long)]
     pub keep_version: bool,
+    /// Snapshot a comparison instead of one replay: a policy as for `compare`
+    /// (repeatable), or `policies` in the experiment file.
+    #[arg(long = "policy", value_name = "POLICY")]
+    pub policies: Vec<String>,
     /// The replay to snapshot: the same flags as `routerlab replay`.
     #[command(flatten)]
     pub replay: ReplayOpts,
@@ -147,15 +152,48 @@ pub fn run(args: SnapshotArgs) -> Result<(), Failure> {
     let mut inputs: Vec<&Path> = args.replay.trace.as_deref().into_iter().collect();
     inputs.extend(args.replay.config.as_deref());
     crate::cmd::refuse_input_as_output("the snapshot", &args.file, &inputs)?;
-    let expression = expression_of(&args.replay);
+    let expression = expression_of(&args.replay, &args.policies);
     let mut replay = args.replay;
     replay.quiet = true;
-    let done = crate::cmd::replay::replay(replay)?;
-    let fresh = redacted_keeping_version(
-        &done.single.policies[0].report,
-        args.digits,
-        args.keep_version,
-    );
+    let in_file = match &replay.config {
+        Some(path) => crate::cmd::replay::load_experiment(path)?
+            .policies
+            .is_some(),
+        None => false,
+    };
+    let fresh = if args.policies.is_empty() && !in_file {
+        let done = crate::cmd::replay::replay(replay)?;
+        redacted_keeping_version(
+            &done.single.policies[0].report,
+            args.digits,
+            args.keep_version,
+        )
+    } else {
+        // Every policy's report, in the order given, under its label.
+        let (comparison, _) = crate::cmd::compare::compare(crate::opts::CompareOpts {
+            policies: args.policies,
+            jobs: None,
+            sort_by: None,
+            from: Vec::new(),
+            replay,
+        })?;
+        let entries: Vec<Value> = comparison
+            .policies
+            .iter()
+            .map(|entry| {
+                let mut map = serde_yaml::Mapping::new();
+                map.insert("label".into(), entry.label.clone().into());
+                map.insert(
+                    "report".into(),
+                    redacted_keeping_version(&entry.report, args.digits, args.keep_version),
+                );
+                Value::Mapping(map)
+            })
+            .collect();
+        let mut body = serde_yaml::Mapping::new();
+        body.insert("policies".into(), Value::Sequence(entries));
+        Value::Mapping(body)
+    };
     let text = snapshot_text(&expression, &fresh);
     if !args.check {
         crate::cmd::write_output(&args.file, text.as_bytes(), "the snapshot")?;
@@ -189,9 +227,17 @@ pub fn run(args: SnapshotArgs) -> Result<(), Failure> {
     Err(Failure::Differs(message))
 }
 
-/// The replay's command line as the snapshot's `expression`, paths as `shown`.
-fn expression_of(opts: &ReplayOpts) -> String {
-    let mut parts = vec!["replay".to_owned()];
+/// The run's command line as the snapshot's `expression`, paths as `shown`.
+fn expression_of(opts: &ReplayOpts, policies: &[String]) -> String {
+    let command = if policies.is_empty() {
+        "replay"
+    } else {
+        "compare"
+    };
+    let mut parts = vec![command.to_owned()];
+    for policy in policies {
+        parts.push(format!("--policy '{policy}'"));
+    }
     let mut push = |flag: &str, value: Option<String>| {
         if let Some(value) = value {
             parts.push(format!("{flag} {value}"));
