@@ -673,43 +673,47 @@ async fn scrape(shared: &Shared, name: &str) -> Option<Scraped> {
     Some(prom::parse(&String::from_utf8_lossy(&body)))
 }
 
+/// A per-endpoint metric: its name, its help text, and its value for one endpoint.
+type PerEndpoint = (&'static str, &'static str, fn(&Upstream) -> u64);
+
 /// The router's own Prometheus metrics.
 fn metrics_text(shared: &Shared) -> String {
     let state = shared.lock();
     let mut out = String::new();
     let matcher = &shared.matcher;
-    for (name, help, value) in [
+    let per_endpoint: [PerEndpoint; 6] = [
         (
             "routerlab_requests_total",
             "requests proxied to the endpoint",
-            0usize,
+            |u| u.requests,
         ),
         (
             "routerlab_errors_total",
             "failed or refused upstream requests",
-            1,
+            |u| u.errors,
         ),
         (
             "routerlab_retries_total",
-            "requests moved to another endpoint after a refusal",
-            2,
+            "requests moved to another endpoint after a failure",
+            |u| u.retries,
         ),
         (
             "routerlab_unavailable_total",
             "decisions in which the detector flagged the endpoint",
-            3,
+            |u| u.unavailable,
         ),
         (
             "routerlab_inflight_requests",
             "requests routed there and not finished",
-            4,
+            |u| u.inflight,
         ),
         (
             "routerlab_endpoint_up",
             "1 while the endpoint is in the fleet",
-            5,
+            |u| u64::from(u.index.is_some()),
         ),
-    ] {
+    ];
+    for (name, help, value) in per_endpoint {
         let kind = if name.ends_with("_total") {
             "counter"
         } else {
@@ -717,15 +721,7 @@ fn metrics_text(shared: &Shared) -> String {
         };
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
         for u in &state.upstreams {
-            let v = match value {
-                0 => u.requests,
-                1 => u.errors,
-                2 => u.retries,
-                3 => u.unavailable,
-                4 => u.inflight,
-                _ => u64::from(u.index.is_some()),
-            };
-            out.push_str(&format!("{name}{{endpoint=\"{}\"}} {v}\n", u.name));
+            out.push_str(&format!("{name}{{endpoint=\"{}\"}} {}\n", u.name, value(u)));
         }
     }
     out.push_str("# HELP routerlab_plugin_errors_total plugin calls that failed\n");
