@@ -25,7 +25,7 @@ use serde_yaml::Value;
 use crate::engine::EngineConfig;
 use crate::observer::NoObserver;
 use crate::report::Report;
-use crate::timed::{Arrivals, TimedSettings, replay_timed};
+use crate::timed::{TimedSettings, replay_timed};
 use crate::{Replicas, Router, WhenUnavailable, timefree};
 
 /// A replay to snapshot: the trace and the few settings a policy test varies; the rest are
@@ -108,15 +108,7 @@ pub fn replay_plugin(library: &Path, name: &str, run: &SnapshotRun) -> Result<Re
         return timefree::replay(&mut reader, &mut replicas, None, &mut NoObserver)
             .map_err(|e| e.to_string());
     }
-    let settings = TimedSettings {
-        engines: vec![EngineConfig::dynamo(); run.endpoints],
-        arrivals: Arrivals::Trace { speedup: 1.0 },
-        respect_parents: false,
-        think_time_ns: 0,
-        metrics_interval_ns: 0,
-        default_output_tokens: 128,
-        seed: 0,
-    };
+    let settings = TimedSettings::at_trace_times(vec![EngineConfig::dynamo(); run.endpoints]);
     let workload =
         Workload::load(reader, &settings.engine_block_sizes()).map_err(|e| e.to_string())?;
     replay_timed(&workload, &mut replicas, &settings, &mut NoObserver).map_err(|e| e.to_string())

@@ -76,6 +76,21 @@ pub struct TimedSettings {
 }
 
 impl TimedSettings {
+    /// `engines` (one per endpoint) fed at the trace's own times: no speedup, live
+    /// metrics, children not held for parents, 128 output tokens where the trace has none,
+    /// seed 0. What a calibration or a snapshot replays.
+    pub fn at_trace_times(engines: Vec<EngineConfig>) -> TimedSettings {
+        TimedSettings {
+            engines,
+            arrivals: Arrivals::Trace { speedup: 1.0 },
+            respect_parents: false,
+            think_time_ns: 0,
+            metrics_interval_ns: 0,
+            default_output_tokens: 128,
+            seed: 0,
+        }
+    }
+
     /// The engine block sizes a workload must be loaded with for these engines.
     pub fn engine_block_sizes(&self) -> Vec<u32> {
         self.engines.iter().map(|e| e.engine_block_size).collect()

@@ -10,7 +10,7 @@ use routerlab_host::{EndpointTable, SearchPath, load_matcher};
 use routerlab_sim::calibrate::{MeasuredRun, Samples, fit};
 use routerlab_sim::engine::EngineConfig;
 use routerlab_sim::observer::Recorder;
-use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
+use routerlab_sim::timed::{TimedSettings, replay_timed};
 use routerlab_sim::{Replicas, Router, WhenUnavailable};
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
 
@@ -54,15 +54,7 @@ fn simulate(
     replicas: &mut Replicas,
     engine: &EngineConfig,
 ) -> Option<Samples> {
-    let settings = TimedSettings {
-        engines: vec![engine.clone()],
-        arrivals: Arrivals::Trace { speedup: 1.0 },
-        respect_parents: false,
-        think_time_ns: 0,
-        metrics_interval_ns: 0,
-        default_output_tokens: 128,
-        seed: 0,
-    };
+    let settings = TimedSettings::at_trace_times(vec![engine.clone()]);
     let mut recorder = Recorder::default();
     let report = replay_timed(workload, replicas, &settings, &mut recorder).ok()?;
     if recorder.records.len() != workload.requests.len() {
