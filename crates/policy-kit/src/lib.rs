@@ -7,6 +7,7 @@
 //! `routerlab-core` and holds no `unsafe`, so a third-party plugin can depend on it without
 //! taking in anything of the host.
 
+pub mod block_masks;
 pub mod endpoint_set;
 pub mod ids;
 pub mod load;
@@ -18,6 +19,7 @@ pub mod ring;
 pub mod threshold;
 pub mod trie;
 
+pub use block_masks::BlockMasks;
 pub use endpoint_set::EndpointSet;
 pub use ids::DenseIds;
 pub use load::{Score, inflight, prefix_key, range_of, within_bound};

@@ -15,6 +15,7 @@
 use routerlab_core::EndpointId;
 use routerlab_core::hash::U64Map;
 
+use crate::block_masks::BlockMasks;
 use crate::endpoint_set::{EndpointSet, EndpointSetRef};
 use crate::lru::LruMap;
 
@@ -29,7 +30,7 @@ struct Node {
 enum Nodes {
     Unbounded {
         /// Holders below id 64, by block id; 0 = no node.
-        low: Vec<u64>,
+        low: BlockMasks,
         /// Holders from id 64 up, by block id, for the nodes that have any.
         high: U64Map<Vec<u32>>,
     },
@@ -51,7 +52,7 @@ impl PrefixTrie {
     pub fn unbounded() -> PrefixTrie {
         PrefixTrie {
             nodes: Nodes::Unbounded {
-                low: Vec::new(),
+                low: BlockMasks::default(),
                 high: U64Map::default(),
             },
         }
@@ -90,7 +91,7 @@ impl PrefixTrie {
         match &self.nodes {
             Nodes::Unbounded { low, high } => {
                 let node = EndpointSetRef {
-                    low: low.get(id as usize).copied().unwrap_or(0),
+                    low: low.get(id),
                     high: if high.is_empty() {
                         &[]
                     } else {
@@ -112,15 +113,12 @@ impl PrefixTrie {
             // Every endpoint id below 64: the walk is a loop over one array of masks.
             Nodes::Unbounded { low, high } if high.is_empty() && available.is_small() => {
                 let mask = available.low_mask();
-                for id in ids {
-                    let holders = low.get(*id as usize).copied().unwrap_or(0);
-                    if holders == 0 {
-                        break;
-                    }
+                low.walk(ids, |id, holders| {
                     if holders & mask != 0 {
-                        deepest = Some(*id);
+                        deepest = Some(id);
                     }
-                }
+                    holders != 0
+                });
             }
             _ => {
                 for id in ids {
@@ -152,14 +150,10 @@ impl PrefixTrie {
             Nodes::Unbounded { low, high } => {
                 let index = endpoint.get();
                 for id in ids {
-                    let id = *id as usize;
                     if index < 64 {
-                        if id >= low.len() {
-                            low.resize(id + 1, 0);
-                        }
-                        low[id] |= 1 << index;
+                        low.insert(*id, index);
                     } else {
-                        let list = high.entry(id as u64).or_default();
+                        let list = high.entry(u64::from(*id)).or_default();
                         if !list.contains(&index) {
                             list.push(index);
                         }
@@ -206,9 +200,7 @@ impl PrefixTrie {
             Nodes::Unbounded { low, high } => {
                 let index = endpoint.get();
                 if index < 64 {
-                    if let Some(mask) = low.get_mut(id as usize) {
-                        *mask &= !(1 << index);
-                    }
+                    low.remove(id, 1 << index);
                 } else if let Some(list) = high.get_mut(&u64::from(id)) {
                     list.retain(|i| *i != index);
                     if list.is_empty() {
@@ -235,9 +227,7 @@ impl PrefixTrie {
         let removed = EndpointSet::of(ids);
         match &mut self.nodes {
             Nodes::Unbounded { low, high } => {
-                for mask in low.iter_mut() {
-                    *mask &= !removed.low_mask();
-                }
+                low.remove_everywhere(removed.low_mask());
                 high.retain(|_, list| {
                     list.retain(|i| !removed.contains(EndpointId(*i)));
                     !list.is_empty()

@@ -131,31 +131,42 @@ enum Event {
 }
 
 /// The pending events, earliest first.
+///
+/// Metric refreshes wait in a heap of their own, at most one per replica: with several
+/// replicas scraping on their own schedules they outnumber the other events, and keeping
+/// them out of the main heap keeps its pushes and pops as short as with one replica. Both
+/// heaps order by (time, order of scheduling), and `pop` takes the earlier head, so the
+/// order of events is the same as one heap's.
 #[derive(Default)]
 struct Events {
     heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    refreshes: BinaryHeap<Reverse<(u64, u64, usize)>>,
     scheduled: u64,
-    /// Refreshes among the pending events.
-    refreshes: usize,
 }
 
 impl Events {
     fn push(&mut self, time: u64, event: Event) {
         self.scheduled += 1;
-        self.refreshes += usize::from(matches!(event, Event::Refresh(_)));
-        self.heap.push(Reverse((time, self.scheduled, event)));
+        match event {
+            Event::Refresh(r) => self.refreshes.push(Reverse((time, self.scheduled, r))),
+            _ => self.heap.push(Reverse((time, self.scheduled, event))),
+        }
     }
     fn pop(&mut self) -> Option<(u64, Event)> {
-        let (time, event) = self
-            .heap
-            .pop()
-            .map(|Reverse((time, _, event))| (time, event))?;
-        self.refreshes -= usize::from(matches!(event, Event::Refresh(_)));
+        let refresh_first = match (self.refreshes.peek(), self.heap.peek()) {
+            (Some(Reverse((rt, rs, _))), Some(Reverse((t, s, _)))) => (rt, rs) < (t, s),
+            (refresh, _) => refresh.is_some(),
+        };
+        if refresh_first {
+            let Reverse((time, _, r)) = self.refreshes.pop()?;
+            return Some((time, Event::Refresh(r)));
+        }
+        let Reverse((time, _, event)) = self.heap.pop()?;
         Some((time, event))
     }
     /// Whether anything but metric refreshes is pending: arrivals or engine steps.
     fn has_work(&self) -> bool {
-        self.heap.len() > self.refreshes
+        !self.heap.is_empty()
     }
 }
 

@@ -10,7 +10,7 @@
 //! prefix they share, not how fast they are served.
 
 use routerlab_host::{EndpointLoad, RequestData};
-use routerlab_policy_kit::LruMap;
+use routerlab_policy_kit::{BlockMasks, LruMap};
 use routerlab_trace::blocks::prompt_tokens;
 use routerlab_trace::{TraceReader, TraceRequest, Workload};
 
@@ -103,6 +103,110 @@ impl PrefixCache {
     }
 }
 
+/// The fleet's prefix caches. Unbounded caches of at most 64 endpoints are kept as one
+/// mask of holders per block, so judging a decision against every endpoint is one walk
+/// down the request's chain rather than one walk per endpoint: with spread picks (router
+/// replicas, load-aware policies) every endpoint holds long prefixes and those walks were
+/// most of a replay's time. Otherwise each endpoint keeps its own [`PrefixCache`].
+enum FleetCaches {
+    Masks {
+        /// Bit `p` of block `id`'s mask: list position `p` holds block `id`.
+        holders: BlockMasks,
+        /// Blocks held, per list position.
+        lens: Vec<u64>,
+    },
+    PerEndpoint(Vec<PrefixCache>),
+}
+
+impl FleetCaches {
+    fn new(endpoints: usize, capacity: Option<u64>) -> FleetCaches {
+        if capacity.is_none() && endpoints <= 64 {
+            FleetCaches::Masks {
+                holders: BlockMasks::default(),
+                lens: vec![0; endpoints],
+            }
+        } else {
+            FleetCaches::PerEndpoint((0..endpoints).map(|_| PrefixCache::new(capacity)).collect())
+        }
+    }
+
+    /// Blocks held by list position `pos`.
+    fn len(&self, pos: usize) -> u64 {
+        match self {
+            FleetCaches::Masks { lens, .. } => lens[pos],
+            FleetCaches::PerEndpoint(caches) => caches[pos].len(),
+        }
+    }
+
+    /// Leading blocks of `ids` that `pos` holds, changing nothing.
+    fn peek(&self, pos: usize, ids: &[u32]) -> u64 {
+        match self {
+            FleetCaches::Masks { holders, .. } => held_run(holders, ids, 1 << pos),
+            FleetCaches::PerEndpoint(caches) => caches[pos].peek(ids),
+        }
+    }
+
+    /// The longest run of leading blocks of `ids` any position in `allowed` holds, and the
+    /// run `chosen` holds (0 unless it is allowed).
+    fn judge(&self, ids: &[u32], allowed: impl Fn(usize) -> bool, chosen: usize) -> (u64, u64) {
+        match self {
+            FleetCaches::Masks { holders, lens } => {
+                // Positions holding every block so far, among the allowed ones.
+                let mut alive = (0..lens.len())
+                    .filter(|p| allowed(*p))
+                    .fold(0u64, |mask, p| mask | 1 << p);
+                let (mut best, mut achieved) = (0, 0);
+                holders.walk(ids, |_, mask| {
+                    alive &= mask;
+                    best += u64::from(alive != 0);
+                    achieved += (alive >> chosen) & 1;
+                    alive != 0
+                });
+                (best, achieved)
+            }
+            FleetCaches::PerEndpoint(caches) => {
+                let (mut best, mut achieved) = (0, 0);
+                for (p, cache) in caches.iter().enumerate() {
+                    if allowed(p) {
+                        let held = cache.peek(ids);
+                        best = best.max(held);
+                        if p == chosen {
+                            achieved = held;
+                        }
+                    }
+                }
+                (best, achieved)
+            }
+        }
+    }
+
+    /// Counts the leading blocks of `ids` `pos` already holds, then caches them all there.
+    fn serve(&mut self, pos: usize, ids: &[u32]) -> u64 {
+        match self {
+            FleetCaches::Masks { holders, lens } => {
+                let hits = held_run(holders, ids, 1 << pos);
+                for id in &ids[hits as usize..] {
+                    lens[pos] += u64::from(holders.insert(*id, pos as u32));
+                }
+                hits
+            }
+            FleetCaches::PerEndpoint(caches) => caches[pos].serve(ids),
+        }
+    }
+}
+
+/// How many leading blocks of `ids` a position of `positions` holds throughout.
+#[inline]
+fn held_run(holders: &BlockMasks, ids: &[u32], positions: u64) -> u64 {
+    let mut run = 0;
+    holders.walk(ids, |_, mask| {
+        let held = mask & positions != 0;
+        run += u64::from(held);
+        held
+    });
+    run
+}
+
 /// One request as the time-free loop needs it, from a trace reader or a loaded workload.
 struct Step<'a> {
     seq: u64,
@@ -121,7 +225,7 @@ struct Step<'a> {
 struct TimeFree {
     unit: routerlab_core::Unit,
     block_size: u32,
-    caches: Vec<PrefixCache>,
+    caches: FleetCaches,
     /// Per replica, per endpoint: what that replica sees. The engine's figures (running,
     /// blocks held) are the same in every replica; the in-flight counts are its own.
     loads: Vec<Vec<EndpointLoad>>,
@@ -154,7 +258,7 @@ impl TimeFree {
         TimeFree {
             unit,
             block_size,
-            caches: (0..n).map(|_| PrefixCache::new(cache_blocks)).collect(),
+            caches: FleetCaches::new(n, cache_blocks),
             loads: vec![
                 vec![
                     EndpointLoad {
@@ -197,7 +301,7 @@ impl TimeFree {
         let (caches, position_of) = (&self.caches, &self.position_of);
         let cached_prefix = |index: u32| {
             let pos = (*position_of.get(index as usize)?)?;
-            let hit = caches[pos].peek(request.block_ids) * u64::from(block_size);
+            let hit = caches.peek(pos, request.block_ids) * u64::from(block_size);
             Some(hit.min(request.prompt_len))
         };
         let data = RequestData {
@@ -231,18 +335,11 @@ impl TimeFree {
         // What the matcher could have had: the longest cached prefix among the endpoints it
         // was allowed to choose, before this request changes any cache.
         let flags = router.unavailable();
-        let (mut best, mut achieved) = (0, 0);
-        for (p, cache) in self.caches.iter().enumerate() {
-            if decision.allowed(flags, p) {
-                let held = cache.peek(request.block_ids);
-                best = best.max(held);
-                if p == pos {
-                    achieved = held;
-                }
-            }
-        }
+        let (best, achieved) =
+            self.caches
+                .judge(request.block_ids, |p| decision.allowed(flags, p), pos);
         self.stats.each(r, |s| s.judge(best, achieved));
-        let hit_blocks = self.caches[pos].serve(request.block_ids);
+        let hit_blocks = self.caches.serve(pos, request.block_ids);
         let hit_units = (hit_blocks * u64::from(block_size)).min(request.prompt_len);
         self.stats.each(r, |s| {
             s.route(
@@ -255,7 +352,7 @@ impl TimeFree {
         });
         self.endpoint_of.push(pos as u16);
 
-        let held = self.caches[pos].len();
+        let held = self.caches.len(pos);
         for (q, loads) in self.loads.iter_mut().enumerate() {
             let load = &mut loads[pos];
             load.running += 1;
