@@ -628,6 +628,12 @@ impl Engine {
         self.kv.cached_prefix(chain) as u64 * u64::from(self.config.engine_block_size)
     }
 
+    /// Whether this engine's KV cache holds the block of hash `hash` now (wherever it is in
+    /// a chain).
+    pub fn holds_block(&self, hash: u64) -> bool {
+        self.kv.by_hash.contains_key(&hash)
+    }
+
     /// Its settings.
     pub fn config(&self) -> &EngineConfig {
         &self.config

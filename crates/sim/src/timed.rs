@@ -504,19 +504,46 @@ impl Sim<'_> {
         len.min(self.workload.requests[index].prompt_len)
     }
 
+    /// Whether [`Sim::cached_units`] of request `index` at list position `pos` can reach
+    /// `units`: only if the engine holds the block that would carry its cached run that
+    /// far (a run of leading blocks cannot pass a block that is missing). One lookup where
+    /// walking the run would take one a block, for each endpoint judged a decision.
+    fn may_hold_more(&self, index: usize, pos: usize, units: u64) -> bool {
+        if units > self.workload.requests[index].prompt_len {
+            return false;
+        }
+        let tokens = match self.workload.unit {
+            Unit::Tokens => units,
+            Unit::Bytes => units.div_ceil(4),
+        };
+        let block = self.settings.engines[pos].engine_block_size;
+        let needed = tokens.div_ceil(u64::from(block.max(1)));
+        let chain = self.workload.engine_chain(index, block);
+        match needed.checked_sub(1) {
+            None => true,
+            Some(last) => chain
+                .get(last as usize)
+                .is_some_and(|hash| self.fleet.engines[pos].holds_block(*hash)),
+        }
+    }
+
     /// Records how good the pick of list position `pos` was, against the endpoints the
     /// matcher could choose, in blocks of the trace's block size.
     fn judge(&mut self, index: usize, pos: usize, decision: &Decision, flags: &[bool]) {
         let r = self.requests[index].replica;
         let block = u64::from(self.workload.block_size.max(1));
-        let (mut best, mut achieved) = (0, 0);
+        let achieved = if decision.allowed(flags, pos) {
+            self.cached_units(index, pos) / block
+        } else {
+            0
+        };
+        let mut best = achieved;
         for p in 0..self.fleet.engines.len() {
-            if decision.allowed(flags, p) {
-                let held = self.cached_units(index, p) / block;
-                best = best.max(held);
-                if p == pos {
-                    achieved = held;
-                }
+            if p != pos
+                && decision.allowed(flags, p)
+                && self.may_hold_more(index, p, (best + 1) * block)
+            {
+                best = best.max(self.cached_units(index, p) / block);
             }
         }
         self.stats.base.each(r, |s| s.judge(best, achieved));
