@@ -181,11 +181,17 @@ fn measure(label: &str, chains: &[Vec<u64>]) {
         .collect();
     let (mut abi, mut linked) = (Vec::new(), Vec::new());
     let (mut abi_decisions, mut linked_decisions) = (Vec::new(), Vec::new());
-    // Interleave rounds so drift in machine speed hits both sides alike.
+    // Interleave rounds so drift in machine speed hits both sides alike, and alternate
+    // which side goes first, so neither always runs on the memory the other just freed.
     let rounds = rounds();
-    for _ in 0..rounds {
-        abi.push(through_abi(chains, &ids, &mut abi_decisions));
-        linked.push(linked_statically(chains, &ids, &mut linked_decisions));
+    for round in 0..rounds {
+        if round % 2 == 0 {
+            abi.push(through_abi(chains, &ids, &mut abi_decisions));
+            linked.push(linked_statically(chains, &ids, &mut linked_decisions));
+        } else {
+            linked.push(linked_statically(chains, &ids, &mut linked_decisions));
+            abi.push(through_abi(chains, &ids, &mut abi_decisions));
+        }
         assert_eq!(
             abi_decisions, linked_decisions,
             "both paths must decide identically"

@@ -76,16 +76,28 @@ impl BlockMasks {
     /// Marks slot `slot` (below 64) as holding block `id`; whether it was not already.
     #[inline]
     pub fn insert(&mut self, id: u32, slot: u32) -> bool {
+        self.insert_all(std::slice::from_ref(&id), slot) == 1
+    }
+
+    /// Marks slot `slot` (below 64) as holding each block of `ids`; how many it did not
+    /// hold already.
+    #[inline]
+    pub fn insert_all(&mut self, ids: &[u32], slot: u32) -> u64 {
         debug_assert!(slot < 64, "slot {slot} has no bit");
-        self.widen_for(slot);
-        let id = id as usize;
+        if slot >= self.width() {
+            self.widen_for(slot);
+        }
         each_width!(&mut self.words, v => {
-            if id >= v.len() {
-                v.resize(id + 1, 0);
-            }
             let bit = 1 << slot;
-            let new = v[id] & bit == 0;
-            v[id] |= bit;
+            let mut new = 0;
+            for id in ids {
+                let id = *id as usize;
+                if id >= v.len() {
+                    v.resize(id + 1, 0);
+                }
+                new += u64::from(v[id] & bit == 0);
+                v[id] |= bit;
+            }
             new
         })
     }
@@ -109,17 +121,20 @@ impl BlockMasks {
         })
     }
 
-    /// Makes the entries wide enough for `slot`.
-    fn widen_for(&mut self, slot: u32) {
-        let bits = match &self.words {
+    /// Slots an entry has room for.
+    #[inline]
+    fn width(&self) -> u32 {
+        match &self.words {
             Words::W8(_) => 8,
             Words::W16(_) => 16,
             Words::W32(_) => 32,
             Words::W64(_) => 64,
-        };
-        if slot < bits {
-            return;
         }
+    }
+
+    /// Makes the entries wide enough for `slot` (at most three times in a table's life).
+    #[cold]
+    fn widen_for(&mut self, slot: u32) {
         let old: Vec<u64> =
             each_width!(&self.words, v => v.iter().map(|w| u64::from(*w)).collect());
         // The values fit: every bit set so far is below the old width.

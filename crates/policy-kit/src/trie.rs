@@ -149,14 +149,14 @@ impl PrefixTrie {
         match &mut self.nodes {
             Nodes::Unbounded { low, high } => {
                 let index = endpoint.get();
+                if index < 64 {
+                    low.insert_all(ids, index);
+                    return;
+                }
                 for id in ids {
-                    if index < 64 {
-                        low.insert(*id, index);
-                    } else {
-                        let list = high.entry(u64::from(*id)).or_default();
-                        if !list.contains(&index) {
-                            list.push(index);
-                        }
+                    let list = high.entry(u64::from(*id)).or_default();
+                    if !list.contains(&index) {
+                        list.push(index);
                     }
                 }
             }

@@ -185,9 +185,7 @@ impl FleetCaches {
         match self {
             FleetCaches::Masks { holders, lens } => {
                 let hits = held_run(holders, ids, 1 << pos);
-                for id in &ids[hits as usize..] {
-                    lens[pos] += u64::from(holders.insert(*id, pos as u32));
-                }
+                lens[pos] += holders.insert_all(&ids[hits as usize..], pos as u32);
                 hits
             }
             FleetCaches::PerEndpoint(caches) => caches[pos].serve(ids),
