@@ -357,7 +357,12 @@ impl KvCache {
     pub fn new(capacity: u32) -> KvCache {
         let mut cache = KvCache {
             blocks: Vec::with_capacity(capacity as usize),
-            by_hash: U64Map::default(),
+            // Room for every block up front, up to a bound: growing the index while the
+            // cache fills costs rehashes in every engine that gets traffic.
+            by_hash: U64Map::with_capacity_and_hasher(
+                capacity.min(1 << 14) as usize,
+                Default::default(),
+            ),
             free_head: NONE,
             free_tail: NONE,
             free: 0,

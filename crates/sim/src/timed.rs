@@ -247,6 +247,11 @@ struct SpreadTally {
     range_ns: f64,
     cv_ns: f64,
     total_ns: u64,
+    /// The running counts the last (max − min, cv) was computed for, and that pair: most
+    /// events (every metrics refresh, every step that admits or finishes nothing) leave the
+    /// counts as they were, and the pair need not be worked out again.
+    counts: Vec<u64>,
+    last: Option<(u64, f64)>,
 }
 
 impl SpreadTally {
@@ -258,24 +263,19 @@ impl SpreadTally {
         if dt == 0 {
             return;
         }
-        let (mut n, mut sum, mut max, mut min) = (0u64, 0u64, 0u64, u64::MAX);
-        for r in running.clone() {
-            n += 1;
-            sum += r;
-            max = max.max(r);
-            min = min.min(r);
-        }
-        if n == 0 {
-            return;
-        }
-        let mean = sum as f64 / n as f64;
-        let cv = if mean > 0.0 {
-            let var = running.map(|r| (r as f64 - mean).powi(2)).sum::<f64>() / n as f64;
-            var.sqrt() / mean
-        } else {
-            0.0
+        let (range, cv) = match self.last {
+            Some(pair) if self.counts.iter().copied().eq(running.clone()) => pair,
+            _ => {
+                self.counts.clear();
+                self.counts.extend(running);
+                let Some(pair) = spread_of(&self.counts) else {
+                    return;
+                };
+                self.last = Some(pair);
+                pair
+            }
         };
-        self.range_ns += (max - min) as f64 * dt as f64;
+        self.range_ns += range as f64 * dt as f64;
         self.cv_ns += cv * dt as f64;
         self.total_ns += dt;
     }
@@ -290,6 +290,32 @@ impl SpreadTally {
             cv: round6(self.cv_ns / total),
         }
     }
+}
+
+/// max − min and the coefficient of variation of `running` (`None` for no endpoints).
+fn spread_of(running: &[u64]) -> Option<(u64, f64)> {
+    let (mut sum, mut max, mut min) = (0u64, 0u64, u64::MAX);
+    for r in running {
+        sum += r;
+        max = max.max(*r);
+        min = min.min(*r);
+    }
+    if running.is_empty() {
+        return None;
+    }
+    let n = running.len() as f64;
+    let mean = sum as f64 / n;
+    let cv = if mean > 0.0 {
+        let var = running
+            .iter()
+            .map(|r| (*r as f64 - mean).powi(2))
+            .sum::<f64>()
+            / n;
+        var.sqrt() / mean
+    } else {
+        0.0
+    };
+    Some((max - min, cv))
 }
 
 /// What the timed replay measures beyond the time-free statistics.
