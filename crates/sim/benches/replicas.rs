@@ -10,8 +10,9 @@
 //! own bookkeeping costs.
 //!
 //! Each case is timed inside this process from plugin creation to report, reading the
-//! trace included; runs of the cases are interleaved (1, 8, 8, 1, 8, 8, ...) so a slow
-//! moment of a noisy machine does not land on one case only. Median of seven.
+//! trace included. Eleven runs, each timing every case once (starting from a different
+//! case each run), so a slow moment of a noisy machine lands on the cases of one run alike;
+//! "vs 1" is the median over runs of each run's ratio to its single-router case.
 //!
 //! Run: `cargo bench -p routerlab-sim --bench replicas` (after `cargo build --release
 //! --workspace`, so the plugin libraries exist).
@@ -28,7 +29,7 @@ use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
 use routerlab_sim::{ReplicaAssign, Replicas, Router, WhenUnavailable, timefree};
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
 
-const RUNS: usize = 7;
+const RUNS: usize = 11;
 const ENDPOINTS: usize = 8;
 
 fn root() -> PathBuf {
@@ -125,23 +126,32 @@ fn main() {
     ] {
         let mut seconds = vec![Vec::new(); cases.len()];
         let mut hit = vec![0.0; cases.len()];
-        for _ in 0..RUNS {
-            for (i, (count, assign)) in cases.iter().enumerate() {
+        for run in 0..RUNS {
+            // Each run times every case once, starting from a different one each time.
+            for step in 0..cases.len() {
+                let i = (run + step) % cases.len();
+                let (count, assign) = cases[i];
                 let (s, h) = match mode {
-                    "time-free" => time_free(&trace, matcher, *count, *assign),
-                    _ => timed(matcher, *count, *assign),
+                    "time-free" => time_free(&trace, matcher, count, assign),
+                    _ => timed(matcher, count, assign),
                 };
                 seconds[i].push(s);
                 hit[i] = h;
             }
         }
-        let medians: Vec<f64> = seconds.into_iter().map(median).collect();
         for (i, (count, assign)) in cases.iter().enumerate() {
+            // The ratio within each run, then the median: a slow stretch of a shared
+            // machine slows the cases of one run alike.
+            let ratios = seconds[i]
+                .iter()
+                .zip(&seconds[0])
+                .map(|(s, one)| s / one)
+                .collect();
             println!(
                 "{mode:<10} {matcher:<8} {count:>8} {:<12} {:>10.3} {:>9.2}x {:>9.4}",
                 assign.name(),
-                medians[i],
-                medians[i] / medians[0],
+                median(seconds[i].clone()),
+                median(ratios),
                 hit[i]
             );
         }
