@@ -450,3 +450,71 @@ pub fn replay_workload(
     }
     Ok(crate::report::checked(state.stats.finish()))
 }
+
+#[cfg(test)]
+mod tests {
+    use routerlab_core::SeededRng;
+
+    use super::*;
+
+    /// Chains that share prefixes: each extends a random earlier one or starts anew.
+    fn chains(rng: &mut SeededRng, count: usize) -> Vec<Vec<u32>> {
+        let mut next = 0;
+        let mut chains: Vec<Vec<u32>> = Vec::new();
+        for _ in 0..count {
+            let mut chain = match chains.len() {
+                0 => Vec::new(),
+                n => chains[rng.below(n as u64) as usize].clone(),
+            };
+            chain.truncate(rng.below(chain.len() as u64 + 1) as usize);
+            for _ in 0..1 + rng.below(4) {
+                chain.push(next);
+                next += 1;
+            }
+            chains.push(chain);
+        }
+        chains
+    }
+
+    #[test]
+    fn holder_masks_answer_as_one_cache_per_endpoint_would() {
+        let endpoints = 12;
+        let mut masks = FleetCaches::new(endpoints, None);
+        let mut separate =
+            FleetCaches::PerEndpoint((0..endpoints).map(|_| PrefixCache::new(None)).collect());
+        assert!(matches!(masks, FleetCaches::Masks { .. }));
+        let mut rng = SeededRng::new(7);
+        let all = chains(&mut rng, 400);
+        // Requests are often re-sent, so caches hold long runs somewhere.
+        for step in 0..2000 {
+            let ids = &all[rng.below(all.len() as u64) as usize];
+            let chosen = rng.below(endpoints as u64) as usize;
+            let blocked = rng.below(endpoints as u64) as usize;
+            let allowed = |p: usize| p != blocked || step % 3 == 0;
+            assert_eq!(
+                masks.judge(ids, allowed, chosen),
+                separate.judge(ids, allowed, chosen),
+                "judge, step {step}"
+            );
+            for p in 0..endpoints {
+                assert_eq!(masks.peek(p, ids), separate.peek(p, ids), "peek {p}");
+            }
+            assert_eq!(masks.serve(chosen, ids), separate.serve(chosen, ids));
+            assert_eq!(masks.len(chosen), separate.len(chosen));
+        }
+        let (best, _) = masks.judge(&all[0], |_| true, 0);
+        assert!(best > 0, "the walk saw held blocks");
+    }
+
+    #[test]
+    fn more_than_64_endpoints_or_a_bound_keep_a_cache_each() {
+        assert!(matches!(
+            FleetCaches::new(65, None),
+            FleetCaches::PerEndpoint(_)
+        ));
+        assert!(matches!(
+            FleetCaches::new(8, Some(100)),
+            FleetCaches::PerEndpoint(_)
+        ));
+    }
+}
