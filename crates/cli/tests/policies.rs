@@ -7,7 +7,7 @@ mod support;
 use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
 use routerlab_sim::engine::EngineConfig;
 use routerlab_sim::observer::NoObserver;
-use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
+use routerlab_sim::timed::{TimedSettings, replay_timed};
 use routerlab_sim::{Replicas, Report, Router, WhenUnavailable};
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
 use support::project_trace;
@@ -26,15 +26,7 @@ fn run(matcher: &str, config: &str, detector: Option<(&str, &str)>) -> Report {
     };
     let trace = project_trace("mooncake-conversation.jsonl");
     let reader = TraceReader::open(&trace, options).expect("trace opens");
-    let settings = TimedSettings {
-        engines: vec![EngineConfig::dynamo(); 4],
-        arrivals: Arrivals::Trace { speedup: 1.0 },
-        respect_parents: false,
-        think_time_ns: 0,
-        metrics_interval_ns: 0,
-        default_output_tokens: 128,
-        seed: 0,
-    };
+    let settings = TimedSettings::at_trace_times(vec![EngineConfig::dynamo(); 4]);
     let workload = Workload::load(reader, &settings.engine_block_sizes()).expect("loads");
     let table = EndpointTable::new((0..4).map(|i| format!("localhost:{}", 8000 + i)));
     let mut replicas = Replicas::from(

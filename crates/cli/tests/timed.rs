@@ -41,13 +41,9 @@ fn timed(
     };
     let reader = TraceReader::open(trace, options).expect("trace opens");
     let settings = TimedSettings {
-        engines: vec![small_engine(); 3],
         arrivals,
-        respect_parents: false,
-        think_time_ns: 0,
-        metrics_interval_ns: 0,
         default_output_tokens: 64,
-        seed: 0,
+        ..TimedSettings::at_trace_times(vec![small_engine(); 3])
     };
     let workload = Workload::load(reader, &settings.engine_block_sizes()).expect("trace loads");
     let table = EndpointTable::new(["a:8000", "b:8000", "c:8000"]);

@@ -25,7 +25,7 @@ use std::time::Instant;
 use routerlab_host::{EndpointTable, SearchPath, load_matcher};
 use routerlab_sim::engine::EngineConfig;
 use routerlab_sim::observer::NoObserver;
-use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
+use routerlab_sim::timed::{TimedSettings, replay_timed};
 use routerlab_sim::{ReplicaAssign, Replicas, Router, WhenUnavailable, timefree};
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
 
@@ -84,13 +84,8 @@ fn time_free(trace: &Path, matcher: &str, count: usize, assign: ReplicaAssign) -
 /// Seconds for one timed replay of the conversation trace, and its hit ratio.
 fn timed(matcher: &str, count: usize, assign: ReplicaAssign) -> (f64, f64) {
     let settings = TimedSettings {
-        engines: vec![EngineConfig::dynamo(); ENDPOINTS],
-        arrivals: Arrivals::Trace { speedup: 1.0 },
-        respect_parents: false,
-        think_time_ns: 0,
         metrics_interval_ns: 100_000_000,
-        default_output_tokens: 128,
-        seed: 0,
+        ..TimedSettings::at_trace_times(vec![EngineConfig::dynamo(); ENDPOINTS])
     };
     let start = Instant::now();
     let mut replicas = replicas(matcher, count, assign, WhenUnavailable::Queue);

@@ -19,7 +19,7 @@ use routerlab_host::EndpointTable;
 use routerlab_host::{SearchPath, load_matcher};
 use routerlab_sim::engine::EngineConfig;
 use routerlab_sim::observer::NoObserver;
-use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
+use routerlab_sim::timed::{TimedSettings, replay_timed};
 use routerlab_sim::{Replicas, Router, WhenUnavailable};
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
 
@@ -36,15 +36,7 @@ fn child(matcher: &str) {
         skip_invalid: false,
     };
     let reader = TraceReader::open(&trace(), options).expect("trace");
-    let settings = TimedSettings {
-        engines: vec![EngineConfig::dynamo(); 4],
-        arrivals: Arrivals::Trace { speedup: 1.0 },
-        respect_parents: false,
-        think_time_ns: 0,
-        metrics_interval_ns: 0,
-        default_output_tokens: 128,
-        seed: 0,
-    };
+    let settings = TimedSettings::at_trace_times(vec![EngineConfig::dynamo(); 4]);
     let workload = Workload::load(reader, &settings.engine_block_sizes()).expect("trace loads");
     let table = EndpointTable::new((0..4).map(|i| format!("localhost:{}", 8000 + i)));
     let mut replicas =
