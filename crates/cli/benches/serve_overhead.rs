@@ -12,47 +12,16 @@
 
 #![allow(clippy::print_stdout)]
 
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
+
+#[path = "../tests/support/server.rs"]
+mod server;
+
+use server::Server;
 
 const ROUNDS: usize = 3;
 const SECONDS: f64 = 5.0;
-
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Server {
-    fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_routerlab"))
-            .args(args)
-            .args(["--listen", "127.0.0.1:0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start routerlab");
-        let mut line = String::new();
-        BufReader::new(child.stderr.take().expect("stderr"))
-            .read_line(&mut line)
-            .expect("a first line");
-        let addr = line
-            .trim()
-            .rsplit_once("http://")
-            .expect("an address")
-            .1
-            .to_owned();
-        Server { child, addr }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A chat trace of `n` short prompts, each a little different, 4 output tokens each.
 fn small_requests(n: usize) -> PathBuf {

@@ -3,57 +3,29 @@
 
 mod support;
 
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 
+use support::server::Server;
 use support::{project_trace, routerlab, scratch_file, texts};
 
-/// A `routerlab` server process, killed when dropped.
-struct Server {
-    child: Child,
-    /// `host:port` it listens on.
-    addr: String,
-}
-
-impl Server {
-    /// Starts `routerlab ARGS --listen 127.0.0.1:0` and reads the address it prints.
-    fn start(args: &[&str]) -> Server {
-        Server::start_on(args, "127.0.0.1:0")
-    }
-
-    /// Starts `routerlab ARGS --listen ADDR` and reads the address it prints.
-    fn start_on(args: &[&str], listen: &str) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_routerlab"))
-            .args(args)
-            .args(["--listen", listen])
-            .env_remove("ROUTERLAB_PLUGIN_PATH")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start routerlab");
-        let mut line = String::new();
-        BufReader::new(child.stderr.take().expect("stderr"))
-            .read_line(&mut line)
-            .expect("a first line");
-        let addr = line
-            .trim()
-            .rsplit_once("http://")
-            .map(|(_, addr)| addr.to_owned())
-            .unwrap_or_else(|| panic!("{args:?} did not say where it listens: {line}"));
-        Server { child, addr }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Two engines started with `engine` and a round-robin router in front of them (with
+/// `router_args` besides): the engines and the router.
+fn two_engines_behind_round_robin(
+    engine: &[&str],
+    router_args: &[&str],
+) -> (Server, Server, Server) {
+    let (a, b) = (Server::start(engine), Server::start(engine));
+    let endpoints = format!("{},{}", a.addr, b.addr);
+    let mut args = vec![
+        "serve",
+        "--endpoints",
+        &endpoints,
+        "--matcher",
+        "round-robin",
+    ];
+    args.extend_from_slice(router_args);
+    let router = Server::start(&args);
+    (a, b, router)
 }
 
 /// One HTTP/1.1 exchange over a plain socket: status code and body.
@@ -230,18 +202,9 @@ fn live_decisions_are_the_time_free_replays() {
 /// router takes it out of the fleet, and puts it back when it answers again.
 #[test]
 fn a_dead_engine_is_retried_around_removed_and_readded() {
-    let a = Server::start(&["engine", "--instant"]);
-    let b = Server::start(&["engine", "--instant"]);
+    let (a, b, router) =
+        two_engines_behind_round_robin(&["engine", "--instant"], &["--metrics-interval-ms", "100"]);
     let b_addr = b.addr.clone();
-    let router = Server::start(&[
-        "serve",
-        "--endpoints",
-        &format!("{},{b_addr}", a.addr),
-        "--matcher",
-        "round-robin",
-        "--metrics-interval-ms",
-        "100",
-    ]);
     let up = |addr: &str| {
         metric(
             &router.addr,
@@ -399,16 +362,8 @@ fn serve_takes_its_policy_from_an_experiment_file() {
 /// answers, `--no-stream`) are retried on the other engine, and none is lost.
 #[test]
 fn requests_on_an_engine_killed_mid_run_are_retried_elsewhere() {
-    let a = Server::start(&["engine", "--speedup", "50"]);
-    let b = Server::start(&["engine", "--speedup", "50"]);
+    let (_a, b, router) = two_engines_behind_round_robin(&["engine", "--speedup", "50"], &[]);
     let b_addr = b.addr.clone();
-    let router = Server::start(&[
-        "serve",
-        "--endpoints",
-        &format!("{},{b_addr}", a.addr),
-        "--matcher",
-        "round-robin",
-    ]);
     let trace = head("mooncake-sessions.jsonl", 60, "live-killed.jsonl");
     let url = router.url();
     let run =

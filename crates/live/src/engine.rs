@@ -123,10 +123,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
             &serde_json::json!({"object": "list", "data": [
                 {"id": shared.settings.model, "object": "model", "owned_by": "routerlab"}]}),
         ),
-        (&Method::GET, "/metrics") => Response::builder()
-            .header("content-type", "text/plain; version=0.0.4")
-            .body(http::full(metrics_text(&shared)))
-            .expect("a valid response"),
+        (&Method::GET, "/metrics") => http::prometheus(metrics_text(&shared)),
         (&Method::POST, _) => match Api::of_path(&path) {
             Some(api) => complete(shared, api, request).await,
             None => http::error(StatusCode::NOT_FOUND, &format!("no endpoint {path}")),

@@ -42,6 +42,14 @@ pub fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
         .expect("a valid response")
 }
 
+/// A Prometheus text-format response (`/metrics`).
+pub fn prometheus(text: String) -> Response<Body> {
+    Response::builder()
+        .header("content-type", "text/plain; version=0.0.4")
+        .body(full(text))
+        .expect("a valid response")
+}
+
 /// An OpenAI-style error response: `{"error": {"message", "type"}}`.
 pub fn error(status: StatusCode, message: &str) -> Response<Body> {
     json(

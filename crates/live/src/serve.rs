@@ -222,10 +222,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
             };
             http::json(status, &serde_json::json!({"healthy_endpoints": healthy}))
         }
-        (&Method::GET, "/metrics") => Response::builder()
-            .header("content-type", "text/plain; version=0.0.4")
-            .body(http::full(metrics_text(&shared)))
-            .expect("a valid response"),
+        (&Method::GET, "/metrics") => http::prometheus(metrics_text(&shared)),
         (&Method::GET, "/v1/models") => models(shared, request).await,
         (&Method::POST, _) => match Api::of_path(&path) {
             Some(api) => route(shared, api, request).await,
