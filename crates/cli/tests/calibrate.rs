@@ -4,6 +4,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
+use std::process::Output;
 
 use support::{routerlab, scratch_file, texts};
 
@@ -63,22 +64,11 @@ fn synthetic_run(workload: &Path) -> PathBuf {
         terms.join(", ")
     );
     let records = dir.join("records.jsonl");
-    let output = routerlab(&[
-        "replay",
-        "--matcher",
-        "round-robin",
-        "--endpoints",
-        "1",
-        "--timing",
-        "trace",
-        "--trace",
-        &workload.to_string_lossy(),
-        "--engine-config",
+    let output = replay_on_one_engine(
+        workload,
         &engine,
-        "--requests-out",
-        &records.to_string_lossy(),
-        "--quiet",
-    ]);
+        &["--requests-out", &records.to_string_lossy()],
+    );
     assert!(output.status.success(), "{}", texts(&output).1);
     let trace: Vec<serde_json::Value> = std::fs::read_to_string(workload)
         .unwrap()
@@ -176,7 +166,14 @@ fn a_synthetic_run_is_fitted_back_to_its_terms() {
         "{engine:?}"
     );
     // The fit's engine runs as written: `--engine-config` takes the file's text.
-    let replay = routerlab(&[
+    let replay = replay_on_one_engine(&workload, &std::fs::read_to_string(&fit).unwrap(), &[]);
+    assert!(replay.status.success(), "{}", texts(&replay).1);
+}
+
+/// A quiet timed replay of `workload` on one engine of config `engine`, with `extra` flags.
+fn replay_on_one_engine(workload: &Path, engine: &str, extra: &[&str]) -> Output {
+    let workload = workload.to_string_lossy();
+    let mut args = vec![
         "replay",
         "--matcher",
         "round-robin",
@@ -185,12 +182,13 @@ fn a_synthetic_run_is_fitted_back_to_its_terms() {
         "--timing",
         "trace",
         "--trace",
-        &workload.to_string_lossy(),
+        &workload,
         "--engine-config",
-        &std::fs::read_to_string(&fit).unwrap(),
+        engine,
         "--quiet",
-    ]);
-    assert!(replay.status.success(), "{}", texts(&replay).1);
+    ];
+    args.extend_from_slice(extra);
+    routerlab(&args)
 }
 
 /// A run directory that lacks a file, or a workload of another length, is refused by name.

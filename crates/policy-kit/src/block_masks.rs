@@ -73,12 +73,6 @@ impl BlockMasks {
         })
     }
 
-    /// Marks slot `slot` (below 64) as holding block `id`; whether it was not already.
-    #[inline]
-    pub fn insert(&mut self, id: u32, slot: u32) -> bool {
-        self.insert_all(std::slice::from_ref(&id), slot) == 1
-    }
-
     /// Marks slot `slot` (below 64) as holding each block of `ids`; how many it did not
     /// hold already.
     #[inline]
@@ -153,12 +147,12 @@ mod tests {
     #[test]
     fn masks_widen_when_a_higher_slot_arrives_and_keep_what_they_held() {
         let mut masks = BlockMasks::default();
-        assert!(masks.insert(5, 0));
-        assert!(!masks.insert(5, 0), "already held");
-        assert!(masks.insert(5, 7));
+        assert_eq!(masks.insert_all(&[5], 0), 1);
+        assert_eq!(masks.insert_all(&[5], 0), 0, "already held");
+        assert_eq!(masks.insert_all(&[5, 6], 7), 2);
         assert_eq!(masks.get(5), 0b1000_0001);
         for slot in [12, 20, 63] {
-            assert!(masks.insert(9, slot));
+            assert_eq!(masks.insert_all(&[9], slot), 1);
             assert_eq!(masks.get(5), 0b1000_0001, "kept across widening to {slot}");
         }
         assert_eq!(masks.get(9), 1 << 12 | 1 << 20 | 1 << 63);
@@ -168,10 +162,8 @@ mod tests {
     #[test]
     fn removal_clears_only_the_given_slots() {
         let mut masks = BlockMasks::default();
-        for id in 0..4 {
-            masks.insert(id, 1);
-            masks.insert(id, 2);
-        }
+        masks.insert_all(&[0, 1, 2, 3], 1);
+        masks.insert_all(&[0, 1, 2, 3], 2);
         masks.remove(0, 1 << 1);
         assert_eq!(masks.get(0), 1 << 2);
         masks.remove_everywhere(1 << 2);
@@ -181,9 +173,7 @@ mod tests {
     #[test]
     fn a_walk_stops_where_its_step_says() {
         let mut masks = BlockMasks::default();
-        for id in [3, 4, 6] {
-            masks.insert(id, 0);
-        }
+        masks.insert_all(&[3, 4, 6], 0);
         let mut seen = Vec::new();
         masks.walk(&[3, 4, 5, 6], |id, mask| {
             seen.push(id);
