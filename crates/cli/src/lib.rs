@@ -23,7 +23,7 @@ use crate::opts::{Cli, Command};
 /// Runs the command line; returns the process exit code.
 pub fn main() -> ExitCode {
     // A plugin that crashes the process still gets it to say which plugin, call and line.
-    routerlab_host::crash::install_fatal_signal_handler();
+    routerlab_os::crash::install_fatal_signal_handler();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Replay(opts) => cmd::replay::run(*opts),

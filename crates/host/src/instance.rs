@@ -462,9 +462,9 @@ impl Handle {
         }
         let instance = self.instance;
         let plugin: &'static PluginInfo = self.plugin;
-        crate::crash::enter(&plugin.name, name);
+        routerlab_os::crash::enter(&plugin.name, name);
         let (status, message) = with_sink(|err| call(instance, err));
-        crate::crash::leave();
+        routerlab_os::crash::leave();
         if status == RL_OK || accept.contains(&status) {
             return Ok(status);
         }

@@ -6,19 +6,18 @@
 //! magic, ABI major, struct sizes, kind, name), reports each failure in one line naming the
 //! file and the field, and checks every answer (an endpoint index that is out of range or
 //! flagged unavailable is an error, never used). What it cannot defend against is a plugin
-//! that crashes the process outright (that would take a separate process); [`crash`] at
-//! least makes the process say which plugin, call and trace line it was.
+//! that crashes the process outright (that would take a separate process); the crash
+//! handler of `routerlab-os` at least makes the process say which plugin, call and trace
+//! line it was.
 //!
 //! `unsafe` is allowed in this crate, and each block says why it is sound.
 
 #![allow(unsafe_code)]
 
-pub mod crash;
 mod discovery;
 mod error;
 mod instance;
 mod loader;
-pub mod mapped;
 
 pub use discovery::{PLUGIN_PATH_ENV, PluginSpec, SearchPath, is_valid_name, library_file_name};
 pub use error::{CallFailure, LibraryFault, PluginError};

@@ -492,7 +492,7 @@ impl Sim<'_> {
     ) -> RequestData<'s> {
         let request = &self.workload.requests[index];
         // Whatever plugin call follows is about this request: name its line if it crashes.
-        routerlab_host::crash::set_trace_line(request.line as u64);
+        routerlab_os::crash::set_trace_line(request.line as u64);
         let state = &self.requests[index];
         RequestData {
             id: index as u64 + 1,

@@ -319,7 +319,7 @@ impl TimeFree {
             cached_prefix: Some(&cached_prefix),
         };
         let plugin_error = |e| SimError::plugin(request_location(request.seq, request.line), e);
-        routerlab_host::crash::set_trace_line(request.line as u64);
+        routerlab_os::crash::set_trace_line(request.line as u64);
         // Nothing can turn a pick down here, so the matcher learns it in the same call.
         let decision = router.decide(&data, true).map_err(plugin_error)?;
         let parent_endpoint = request.parent_seq.map(|p| self.endpoint_of[p as usize]);

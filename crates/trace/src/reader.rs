@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use routerlab_core::Unit;
 use routerlab_core::hash::BlockInterner;
-use routerlab_host::mapped::MappedFile;
+use routerlab_os::MappedFile;
 
 use crate::error::{Fault, TraceError};
 use crate::ids::{IdKey, IdTable, MAX_REQUESTS};

@@ -38,7 +38,7 @@ static MAPPED_LEN: AtomicUsize = AtomicUsize::new(0);
 
 /// Notes that `call` of `plugin` is about to run on this thread.
 #[inline]
-pub(crate) fn enter(plugin: &'static str, call: &'static str) {
+pub fn enter(plugin: &'static str, call: &'static str) {
     CURRENT.with(|c| {
         let mut now = c.get();
         now.plugin = plugin;
@@ -49,7 +49,7 @@ pub(crate) fn enter(plugin: &'static str, call: &'static str) {
 
 /// Notes that the plugin call on this thread returned.
 #[inline]
-pub(crate) fn leave() {
+pub fn leave() {
     CURRENT.with(|c| {
         let mut now = c.get();
         now.plugin = "";
@@ -70,7 +70,7 @@ pub fn set_trace_line(line: u64) {
 
 /// Notes a file just mapped, so a SIGBUS while reading it can name it (its first 512
 /// bytes).
-pub(crate) fn note_mapped(path: &std::path::Path) {
+pub fn note_mapped(path: &std::path::Path) {
     let text = path.to_string_lossy();
     let bytes = &text.as_bytes()[..text.len().min(MAPPED_PATH.len())];
     MAPPED_LEN.store(0, Ordering::Release);
