@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use routerlab_host::{EndpointTable, SearchPath, load_matcher};
-use routerlab_sim::engine::{EngineConfig, StepTime};
+use routerlab_engine::{EngineConfig, StepTime};
 use routerlab_sim::observer::NoObserver;
 use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
 use routerlab_sim::{Replicas, Router, WhenUnavailable};

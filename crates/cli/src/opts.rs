@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use routerlab_sim::engine::StepTime;
+use routerlab_engine::StepTime;
 use routerlab_sim::{ReplicaAssign, WhenUnavailable};
 use serde::Deserialize;
 use serde_yaml::Value;

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use routerlab_sim::engine::EngineConfig;
+use routerlab_engine::EngineConfig;
 use routerlab_sim::replicas::MAX_REPLICAS;
 use routerlab_sim::timed::{Arrivals, CLOCK_RANGE, MAX_CLOCK_NS, TimedSettings};
 use routerlab_sim::{MAX_ENDPOINTS, ReplicaAssign, WhenUnavailable};

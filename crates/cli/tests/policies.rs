@@ -5,7 +5,7 @@
 mod support;
 
 use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
-use routerlab_sim::engine::EngineConfig;
+use routerlab_engine::EngineConfig;
 use routerlab_sim::observer::NoObserver;
 use routerlab_sim::timed::{TimedSettings, replay_timed};
 use routerlab_sim::{Replicas, Report, Router, WhenUnavailable};

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use routerlab_sim::engine::{Engine, EngineConfig, Sequence};
+use routerlab_engine::{Engine, EngineConfig, Sequence};
 use routerlab_trace::blocks::text_engine_chain;
 use tokio::sync::mpsc;
 

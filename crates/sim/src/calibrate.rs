@@ -16,7 +16,7 @@
 use routerlab_core::SeededRng;
 use serde::Deserialize;
 
-use crate::engine::{EngineConfig, StepTime};
+use routerlab_engine::{EngineConfig, StepTime};
 
 /// One request of a measured run.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -11,7 +11,6 @@
 
 pub mod calibrate;
 pub mod compare;
-pub mod engine;
 pub mod error;
 pub mod observer;
 pub mod replicas;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::EngineConfig;
+use routerlab_engine::EngineConfig;
 use crate::router::WhenUnavailable;
 
 /// What produced a report.

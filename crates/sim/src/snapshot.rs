@@ -22,7 +22,7 @@ use routerlab_host::{EndpointTable, load_matcher};
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
 use serde_yaml::Value;
 
-use crate::engine::EngineConfig;
+use routerlab_engine::EngineConfig;
 use crate::observer::NoObserver;
 use crate::report::Report;
 use crate::timed::{TimedSettings, replay_timed};

@@ -27,7 +27,7 @@ use routerlab_trace::Workload;
 use serde::{Deserialize, Serialize};
 
 use crate::SimError;
-use crate::engine::{Engine, EngineConfig, EngineStatus, Sequence};
+use routerlab_engine::{Engine, EngineConfig, EngineStatus, Sequence};
 use crate::error::request_location;
 use crate::observer::{Observer, RequestRecord};
 use crate::replicas::{Placement, Replicas, Tally};

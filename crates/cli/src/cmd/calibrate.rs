@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use routerlab_host::{EndpointTable, SearchPath, load_matcher};
 use routerlab_sim::calibrate::{MeasuredRun, Samples, fit};
-use routerlab_sim::engine::EngineConfig;
+use routerlab_engine::EngineConfig;
 use routerlab_sim::observer::Recorder;
 use routerlab_sim::timed::{TimedSettings, replay_timed};
 use routerlab_sim::{Replicas, Router, WhenUnavailable};
