@@ -203,7 +203,11 @@ pub fn violations(ws: &Workspace) -> Vec<String> {
         if may.contains(&"*") {
             continue;
         }
-        for dep in krate.deps.iter().filter(|d| d.name.starts_with("routerlab-")) {
+        for dep in krate
+            .deps
+            .iter()
+            .filter(|d| d.name.starts_with("routerlab-"))
+        {
             // Tests may load a plugin crate (built-in policies are rlibs too).
             let plugin = ws
                 .by_name(&dep.name)
@@ -219,7 +223,9 @@ pub fn violations(ws: &Workspace) -> Vec<String> {
         };
         let reach = closure(ws, krate);
         if reach.contains(*forbidden) {
-            out.push(format!("{dir} must never link {forbidden}, not even indirectly"));
+            out.push(format!(
+                "{dir} must never link {forbidden}, not even indirectly"
+            ));
         }
     }
     out

@@ -619,9 +619,14 @@ mod tidy {
             let text = std::fs::read_to_string(&path).unwrap();
             let opts_out = text.lines().any(|l| {
                 let l = l.trim_start();
-                ["#![allow(unsafe_code)]", "#[allow(unsafe_code)]", "#![expect(unsafe_code)]", "#[expect(unsafe_code)]"]
-                    .iter()
-                    .any(|opt_out| l.starts_with(opt_out))
+                [
+                    "#![allow(unsafe_code)]",
+                    "#[allow(unsafe_code)]",
+                    "#![expect(unsafe_code)]",
+                    "#[expect(unsafe_code)]",
+                ]
+                .iter()
+                .any(|opt_out| l.starts_with(opt_out))
             });
             if opts_out {
                 assert!(
@@ -699,7 +704,11 @@ mod tidy {
             "[workspace]\nmembers = [\"crates/*\"]\nresolver = \"3\"\n[workspace.lints.rust]\nunsafe_code = \"deny\"\n",
         )
         .unwrap();
-        let lints = if lints { "[lints]\nworkspace = true\n" } else { "" };
+        let lints = if lints {
+            "[lints]\nworkspace = true\n"
+        } else {
+            ""
+        };
         std::fs::write(
             krate.join("Cargo.toml"),
             format!(

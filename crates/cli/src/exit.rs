@@ -11,6 +11,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use routerlab_host::PluginError;
+use routerlab_route::RouteError;
 use routerlab_sim::SimError;
 use routerlab_trace::TraceError;
 
@@ -109,6 +110,12 @@ impl fmt::Display for Failure {
 impl From<SimError> for Failure {
     fn from(e: SimError) -> Failure {
         Failure::Run(e)
+    }
+}
+
+impl From<RouteError> for Failure {
+    fn from(e: RouteError) -> Failure {
+        Failure::Run(SimError::from(e))
     }
 }
 

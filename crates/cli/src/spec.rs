@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use routerlab_engine::EngineConfig;
-use routerlab_sim::replicas::MAX_REPLICAS;
+use routerlab_route::MAX_REPLICAS;
 use routerlab_sim::timed::{Arrivals, CLOCK_RANGE, MAX_CLOCK_NS, TimedSettings};
 use routerlab_sim::{MAX_ENDPOINTS, ReplicaAssign, WhenUnavailable};
 use routerlab_trace::TraceOptions;

@@ -4,8 +4,8 @@
 
 mod support;
 
-use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
 use routerlab_engine::EngineConfig;
+use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
 use routerlab_sim::observer::NoObserver;
 use routerlab_sim::timed::{TimedSettings, replay_timed};
 use routerlab_sim::{Replicas, Report, Router, WhenUnavailable};

@@ -5,8 +5,8 @@ mod support;
 
 use std::path::Path;
 
-use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
 use routerlab_engine::EngineConfig;
+use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
 use routerlab_sim::observer::NoObserver;
 use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
 use routerlab_sim::{Replicas, Report, Router, WhenUnavailable};

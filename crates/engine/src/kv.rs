@@ -181,4 +181,3 @@ impl KvCache {
         self.free -= 1;
     }
 }
-

@@ -725,4 +725,3 @@ mod tests {
         assert_eq!(model.step_ns(&batch(0, 1)), 26_310_000);
     }
 }
-

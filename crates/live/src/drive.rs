@@ -20,8 +20,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use routerlab_core::{SeededRng, Unit};
-use routerlab_sim::report::{Report, Throughput, TimedReport};
-use routerlab_sim::stats::{LatencyStat, StatsBuilder};
+use routerlab_report::stats::{LatencyStat, StatsBuilder};
+use routerlab_report::{Report, Throughput, TimedReport};
 use routerlab_trace::Workload;
 use tokio::sync::Semaphore;
 
@@ -373,7 +373,7 @@ pub fn report(workload: &Workload, outcomes: &[Outcome]) -> (Report, Vec<String>
         .as_secs_f64();
     let per_second = |tokens: u128| {
         if seconds > 0.0 {
-            routerlab_sim::report::round6(tokens as f64 / seconds)
+            routerlab_report::round6(tokens as f64 / seconds)
         } else {
             0.0
         }
@@ -387,11 +387,11 @@ pub fn report(workload: &Workload, outcomes: &[Outcome]) -> (Report, Vec<String>
             input_tokens_per_s: per_second(prompt),
             output_tokens_per_s: per_second(output),
         },
-        makespan_s: routerlab_sim::report::round6(seconds),
+        makespan_s: routerlab_report::round6(seconds),
         hit_ratio: if prompt == 0 {
             0.0
         } else {
-            routerlab_sim::report::round6(cached as f64 / prompt as f64)
+            routerlab_report::round6(cached as f64 / prompt as f64)
         },
         router_queued: 0,
         too_long: 0,

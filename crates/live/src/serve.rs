@@ -31,7 +31,7 @@ use hyper_util::rt::TokioExecutor;
 use routerlab_core::Unit;
 use routerlab_core::hash::BlockInterner;
 use routerlab_host::{EndpointLoad, RequestData};
-use routerlab_sim::Router;
+use routerlab_route::Router;
 use routerlab_trace::blocks::hash_text_blocks;
 
 use crate::http::{self, Body, BoxError};

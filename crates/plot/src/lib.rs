@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use routerlab_sim::Report;
-use routerlab_sim::observer::RequestRecord;
+use routerlab_report::Report;
+use routerlab_report::records::RequestRecord;
 use serde::{Deserialize, Serialize};
 
 /// One policy's part in the plots.

@@ -22,8 +22,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use routerlab_host::{EndpointTable, SearchPath, load_matcher};
 use routerlab_engine::EngineConfig;
+use routerlab_host::{EndpointTable, SearchPath, load_matcher};
 use routerlab_sim::observer::NoObserver;
 use routerlab_sim::timed::{TimedSettings, replay_timed};
 use routerlab_sim::{ReplicaAssign, Replicas, Router, WhenUnavailable, timefree};

@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use routerlab_engine::EngineConfig;
 use routerlab_host::EndpointTable;
 use routerlab_host::{SearchPath, load_matcher};
-use routerlab_engine::EngineConfig;
 use routerlab_sim::observer::NoObserver;
 use routerlab_sim::timed::{TimedSettings, replay_timed};
 use routerlab_sim::{Replicas, Router, WhenUnavailable};

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use routerlab_host::PluginError;
+use routerlab_route::RouteError;
 use routerlab_trace::TraceError;
 
 /// Why a replay stopped.
@@ -41,6 +42,17 @@ pub enum SimError {
         /// The cause.
         source: std::io::Error,
     },
+}
+
+impl From<RouteError> for SimError {
+    /// A fleet or replica count out of range is a settings fault; a matcher that fails
+    /// when told the endpoints is a plugin failure at `start`.
+    fn from(e: RouteError) -> SimError {
+        match e {
+            RouteError::Start(source) => SimError::plugin("start", source),
+            other => SimError::Input(other.to_string()),
+        }
+    }
 }
 
 impl SimError {

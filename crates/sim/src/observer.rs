@@ -6,52 +6,13 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
+pub use routerlab_report::records::{RequestRecord, RoutedRecord};
+use serde::Serialize;
 
 use crate::SimError;
 
 /// How often, in requests, the drivers tell the observer how far they are.
 pub const PROGRESS_EVERY: u64 = 1024;
-
-/// One finished request.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct RequestRecord {
-    /// Request id (1-based position in the trace).
-    pub id: u64,
-    /// Line in the trace.
-    pub line: usize,
-    /// Arrival, seconds.
-    pub arrival_s: f64,
-    /// Endpoint name.
-    pub endpoint: Option<String>,
-    /// The router replica that routed it, from 0; absent with one router (added in 0.3).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replica: Option<u32>,
-    /// Prompt tokens.
-    pub prompt_tokens: u32,
-    /// Prompt tokens served from the engine's prefix cache.
-    pub hit_tokens: u32,
-    /// Arrival to first scheduled, ms.
-    pub queue_ms: f64,
-    /// Arrival to first token, ms.
-    pub ttft_ms: f64,
-    /// Finish, seconds.
-    pub finish_s: f64,
-}
-
-/// Where one request of a time-free replay went (it has no latencies: nothing finishes).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct RoutedRecord {
-    /// Request id (1-based position in the trace).
-    pub id: u64,
-    /// Line in the trace.
-    pub line: usize,
-    /// Endpoint name; `None` when the request was rejected.
-    pub endpoint: Option<String>,
-    /// The router replica that decided, from 0; absent with one router.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replica: Option<u32>,
-}
 
 /// Receives each request as it finishes, and how far the run is.
 pub trait Observer {

@@ -24,37 +24,18 @@ use std::collections::{BinaryHeap, VecDeque};
 use routerlab_core::{SeededRng, Unit};
 use routerlab_host::{CachedPrefix, EndpointLoad, RequestData};
 use routerlab_trace::Workload;
-use serde::{Deserialize, Serialize};
 
 use crate::SimError;
-use routerlab_engine::{Engine, EngineConfig, EngineStatus, Sequence};
 use crate::error::request_location;
 use crate::observer::{Observer, RequestRecord};
-use crate::replicas::{Placement, Replicas, Tally};
-use crate::report::{EndpointTimed, Report, Spread, Throughput, TimedReport, round6};
-use crate::router::{Decision, WhenUnavailable};
-use crate::stats::LatencyStat;
+use routerlab_engine::{Engine, EngineConfig, EngineStatus, Sequence};
+use routerlab_report::stats::LatencyStat;
+use routerlab_report::stats::Tally;
+use routerlab_report::{EndpointTimed, Report, Spread, Throughput, TimedReport, round6};
+use routerlab_route::{Decision, WhenUnavailable};
+use routerlab_route::{Placement, Replicas};
 
-/// Where arrival times come from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", tag = "process")]
-pub enum Arrivals {
-    /// The trace's timestamps, divided by `speedup`.
-    Trace {
-        /// Time compression (2 = twice as fast).
-        speedup: f64,
-    },
-    /// Poisson arrivals at `rate` requests per second, seeded, in file order.
-    Poisson {
-        /// Requests per second.
-        rate: f64,
-    },
-    /// Closed loop: `concurrency` requests outstanding; each completion sends the next.
-    Closed {
-        /// Requests in flight.
-        concurrency: usize,
-    },
-}
+pub use routerlab_trace::arrivals::Arrivals;
 
 /// Settings of a timed replay (the endpoints and the unavailable policy are the router's).
 #[derive(Debug, Clone, PartialEq)]
@@ -479,7 +460,7 @@ pub fn replay_timed(
         done: 0,
     };
     sim.run(replicas)?;
-    Ok(crate::report::checked(sim.report(replicas)))
+    Ok(routerlab_report::checked(sim.report(replicas)))
 }
 
 impl Sim<'_> {

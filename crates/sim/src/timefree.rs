@@ -16,8 +16,9 @@ use routerlab_trace::{TraceReader, TraceRequest, Workload};
 
 use crate::error::{SimError, request_location};
 use crate::observer::{Observer, PROGRESS_EVERY, RoutedRecord};
-use crate::replicas::{Placement, Replicas, Tally};
-use crate::report::Report;
+use routerlab_report::Report;
+use routerlab_report::stats::Tally;
+use routerlab_route::{Placement, Replicas};
 
 /// One endpoint's prefix cache, keyed by dense block id: a bitset when unbounded (as the
 /// prototype), a least-recently-used set when bounded.
@@ -414,7 +415,7 @@ pub fn replay(
             observer.progress(request.seq);
         }
     }
-    Ok(crate::report::checked(state.stats.finish()))
+    Ok(routerlab_report::checked(state.stats.finish()))
 }
 
 /// [`replay`] over a loaded workload: the same decisions and the same report as reading
@@ -448,7 +449,7 @@ pub fn replay_workload(
             observer.progress(seq);
         }
     }
-    Ok(crate::report::checked(state.stats.finish()))
+    Ok(routerlab_report::checked(state.stats.finish()))
 }
 
 #[cfg(test)]

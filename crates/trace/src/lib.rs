@@ -8,6 +8,7 @@
 //! runs can share; [`inspect`] summarises a trace, up to the reuse any router could win.
 //! Nothing here knows about plugins or the simulator.
 
+pub mod arrivals;
 pub mod blocks;
 pub mod diagnose;
 pub mod error;

@@ -6,9 +6,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use routerlab_engine::EngineConfig;
 use routerlab_host::{EndpointTable, SearchPath, load_matcher};
 use routerlab_sim::calibrate::{MeasuredRun, Samples, fit};
-use routerlab_engine::EngineConfig;
 use routerlab_sim::observer::Recorder;
 use routerlab_sim::timed::{TimedSettings, replay_timed};
 use routerlab_sim::{Replicas, Router, WhenUnavailable};

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use routerlab_sim::compare::{Comparison, Entry, find_metric};
+use routerlab_report::compare::{Comparison, Entry, find_metric};
 use routerlab_sim::observer::{Recorder, RequestRecord, Tee};
 use routerlab_sim::timed::replay_timed;
 use routerlab_sim::{Replicas, Report, timefree};
@@ -356,7 +356,7 @@ fn read_saved(path: &Path) -> Result<Vec<Entry>, Failure> {
 }
 
 /// The label of a saved run: its matcher, and `+ detector` when it had one.
-fn label_of_run(run: &routerlab_sim::report::RunInfo) -> String {
+fn label_of_run(run: &routerlab_report::RunInfo) -> String {
     match &run.detector {
         Some(d) => format!("{} + {}", run.matcher.name, d.name),
         None => run.matcher.name.clone(),

@@ -4,9 +4,9 @@
 use std::path::Path;
 
 use routerlab_plot::{Curves, Series, write_all};
-use routerlab_sim::compare::Comparison;
-use routerlab_sim::observer::RequestRecord;
-use routerlab_sim::report::Report;
+use routerlab_report::Report;
+use routerlab_report::compare::Comparison;
+use routerlab_report::records::RequestRecord;
 
 use crate::exit::Failure;
 

@@ -6,10 +6,10 @@
 use std::path::Path;
 use std::time::Instant;
 
-use routerlab_sim::compare::{Comparison, Entry};
+use routerlab_report::Report;
+use routerlab_report::compare::{Comparison, Entry};
+use routerlab_report::run::{PluginRun, ReplicasRun, RunInfo, TimedRun, TraceRun};
 use routerlab_sim::observer::{JsonLines, Recorder, Tee};
-use routerlab_sim::report::Report;
-use routerlab_sim::run::{PluginRun, ReplicasRun, RunInfo, TimedRun, TraceRun};
 use routerlab_sim::timed::replay_timed;
 use routerlab_sim::timefree;
 use routerlab_trace::workload::TraceSource;

@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use routerlab_sim::snapshot::{redacted_keeping_version, shown};
+use routerlab_report::redact::{redacted_keeping_version, shown};
 use serde_yaml::Value;
 
 use crate::exit::Failure;

@@ -1,12 +1,12 @@
 //! One router replica: the matcher, the detector, the endpoint table they read, and what to
-//! do when nothing is available. Both drivers (time-free and timed) route through
+//! do when nothing is available. Both replay drivers (time-free and timed) and `serve` route through
 //! [`Router::decide`], so the routing rule is written once; the drivers only keep books
 //! around it. Several replicas are several `Router`s.
 
 use routerlab_host::{DetectorInstance, EndpointTable, MatcherInstance, PluginError, RequestData};
 use serde::{Deserialize, Serialize};
 
-use crate::SimError;
+use crate::RouteError;
 
 /// The most endpoints one fleet may have: per-request records keep an endpoint in 16 bits.
 pub const MAX_ENDPOINTS: usize = 4096;
@@ -67,16 +67,12 @@ impl Router {
         detector: Option<DetectorInstance>,
         table: EndpointTable,
         when_unavailable: WhenUnavailable,
-    ) -> Result<Router, SimError> {
+    ) -> Result<Router, RouteError> {
         let n = table.len();
         if n == 0 || n > MAX_ENDPOINTS {
-            return Err(SimError::Input(format!(
-                "a fleet has 1 to {MAX_ENDPOINTS} endpoints, found {n}"
-            )));
+            return Err(RouteError::Endpoints(n));
         }
-        matcher
-            .add_endpoints(&table)
-            .map_err(|e| SimError::plugin("start", e))?;
+        matcher.add_endpoints(&table).map_err(RouteError::Start)?;
         Ok(Router {
             matcher,
             detector,

@@ -418,7 +418,7 @@ fn csv_field(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{CacheMiss, LengthUnit, Nreq, Quality, SharePrefix};
+    use crate::schema::{CacheMiss, LengthUnit, Nreq, Quality, SharePrefix};
 
     fn report(hit_ratio: f64, max_over_mean: f64) -> Report {
         Report {

@@ -363,7 +363,7 @@ impl Report {
 }
 
 /// `report`, after checking its invariants in debug builds (a broken one is a bug here).
-pub(crate) fn checked(report: Report) -> Report {
+pub fn checked(report: Report) -> Report {
     debug_assert!(
         report.invariant_violations().is_empty(),
         "a report breaks its invariants: {:?}",

@@ -15,10 +15,8 @@ use routerlab_core::SeededRng;
 use routerlab_core::hash::hash64;
 use serde::{Deserialize, Serialize};
 
-use crate::SimError;
-use crate::report::{ReplicaReport, Report};
+use crate::RouteError;
 use crate::router::Router;
-use crate::stats::StatsBuilder;
 
 /// The most replicas one run may simulate.
 pub const MAX_REPLICAS: usize = 1024;
@@ -87,17 +85,12 @@ impl Replicas {
         routers: Vec<Router>,
         assign: ReplicaAssign,
         seed: u64,
-    ) -> Result<Replicas, SimError> {
+    ) -> Result<Replicas, RouteError> {
         let Some(first) = routers.first() else {
-            return Err(SimError::Input(format!(
-                "a run has 1 to {MAX_REPLICAS} router replicas, found 0"
-            )));
+            return Err(RouteError::Replicas(0));
         };
         if routers.len() > MAX_REPLICAS {
-            return Err(SimError::Input(format!(
-                "a run has 1 to {MAX_REPLICAS} router replicas, found {}",
-                routers.len()
-            )));
+            return Err(RouteError::Replicas(routers.len()));
         }
         fn names(r: &Router) -> Vec<&str> {
             (0..r.table().len()).map(|p| r.table().name(p)).collect()
@@ -106,10 +99,7 @@ impl Replicas {
             .iter()
             .any(|r| names(r) != names(first) || r.when_unavailable() != first.when_unavailable())
         {
-            return Err(SimError::Input(
-                "router replicas must route to the same endpoints with the same unavailable policy"
-                    .into(),
-            ));
+            return Err(RouteError::MismatchedReplicas);
         }
         Ok(Replicas {
             routers,
@@ -174,48 +164,5 @@ impl Replicas {
                 (hash64(&key, 0) % n as u64) as usize
             }
         }
-    }
-}
-
-/// The statistics of the whole run and, with more than one replica, of each replica's
-/// own decisions.
-pub(crate) struct Tally {
-    pub(crate) all: StatsBuilder,
-    replicas: Vec<StatsBuilder>,
-}
-
-impl Tally {
-    /// For `replicas` replicas over `endpoints` endpoints; per-replica statistics only
-    /// when there are several.
-    pub(crate) fn new(replicas: usize, endpoints: usize, unit: routerlab_core::Unit) -> Tally {
-        let per_replica = if replicas > 1 { replicas } else { 0 };
-        Tally {
-            all: StatsBuilder::new(endpoints, unit),
-            replicas: (0..per_replica)
-                .map(|_| StatsBuilder::decisions_only(endpoints, unit))
-                .collect(),
-        }
-    }
-
-    /// The whole run's statistics and those of replica `r` (when kept).
-    pub(crate) fn each(&mut self, r: usize, mut f: impl FnMut(&mut StatsBuilder)) {
-        f(&mut self.all);
-        if let Some(replica) = self.replicas.get_mut(r) {
-            f(replica);
-        }
-    }
-
-    /// The report, with its `replicas` block when there are several.
-    pub(crate) fn finish(self) -> Report {
-        let mut report = self.all.finish();
-        if !self.replicas.is_empty() {
-            report.replicas = Some(
-                self.replicas
-                    .into_iter()
-                    .map(|stats| ReplicaReport::of(stats.finish()))
-                    .collect(),
-            );
-        }
-        report
     }
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use routerlab_engine::EngineConfig;
-use crate::router::WhenUnavailable;
+use routerlab_route::WhenUnavailable;
 
 /// What produced a report.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -68,7 +68,7 @@ pub struct TraceRun {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TimedRun {
     /// Arrival process.
-    pub arrivals: crate::timed::Arrivals,
+    pub arrivals: routerlab_trace::arrivals::Arrivals,
     /// Whether children wait for their parents.
     pub respect_parents: bool,
     /// Pause between a parent's finish and its child's arrival, ns.
@@ -87,5 +87,5 @@ pub struct ReplicasRun {
     /// How many.
     pub count: u64,
     /// How the balancer spread requests over them.
-    pub assign: crate::replicas::ReplicaAssign,
+    pub assign: routerlab_route::ReplicaAssign,
 }
