@@ -253,6 +253,50 @@ fn ratio(part: u64, whole: u64) -> f64 {
     }
 }
 
+/// The statistics of the whole run and, with more than one replica, of each replica's
+/// own decisions.
+pub struct Tally {
+    /// The whole run's statistics.
+    pub all: StatsBuilder,
+    replicas: Vec<StatsBuilder>,
+}
+
+impl Tally {
+    /// For `replicas` replicas over `endpoints` endpoints; per-replica statistics only
+    /// when there are several.
+    pub fn new(replicas: usize, endpoints: usize, unit: routerlab_core::Unit) -> Tally {
+        let per_replica = if replicas > 1 { replicas } else { 0 };
+        Tally {
+            all: StatsBuilder::new(endpoints, unit),
+            replicas: (0..per_replica)
+                .map(|_| StatsBuilder::decisions_only(endpoints, unit))
+                .collect(),
+        }
+    }
+
+    /// The whole run's statistics and those of replica `r` (when kept).
+    pub fn each(&mut self, r: usize, mut f: impl FnMut(&mut StatsBuilder)) {
+        f(&mut self.all);
+        if let Some(replica) = self.replicas.get_mut(r) {
+            f(replica);
+        }
+    }
+
+    /// The report, with its `replicas` block when there are several.
+    pub fn finish(self) -> Report {
+        let mut report = self.all.finish();
+        if !self.replicas.is_empty() {
+            report.replicas = Some(
+                self.replicas
+                    .into_iter()
+                    .map(|stats| ReplicaReport::of(stats.finish()))
+                    .collect(),
+            );
+        }
+        report
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,49 +370,5 @@ mod tests {
             }
         );
         assert_eq!(report.constrained_decisions, 2);
-    }
-}
-
-/// The statistics of the whole run and, with more than one replica, of each replica's
-/// own decisions.
-pub struct Tally {
-    /// The whole run's statistics.
-    pub all: StatsBuilder,
-    replicas: Vec<StatsBuilder>,
-}
-
-impl Tally {
-    /// For `replicas` replicas over `endpoints` endpoints; per-replica statistics only
-    /// when there are several.
-    pub fn new(replicas: usize, endpoints: usize, unit: routerlab_core::Unit) -> Tally {
-        let per_replica = if replicas > 1 { replicas } else { 0 };
-        Tally {
-            all: StatsBuilder::new(endpoints, unit),
-            replicas: (0..per_replica)
-                .map(|_| StatsBuilder::decisions_only(endpoints, unit))
-                .collect(),
-        }
-    }
-
-    /// The whole run's statistics and those of replica `r` (when kept).
-    pub fn each(&mut self, r: usize, mut f: impl FnMut(&mut StatsBuilder)) {
-        f(&mut self.all);
-        if let Some(replica) = self.replicas.get_mut(r) {
-            f(replica);
-        }
-    }
-
-    /// The report, with its `replicas` block when there are several.
-    pub fn finish(self) -> Report {
-        let mut report = self.all.finish();
-        if !self.replicas.is_empty() {
-            report.replicas = Some(
-                self.replicas
-                    .into_iter()
-                    .map(|stats| ReplicaReport::of(stats.finish()))
-                    .collect(),
-            );
-        }
-        report
     }
 }
