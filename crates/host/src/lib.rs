@@ -16,6 +16,7 @@
 
 mod discovery;
 mod error;
+pub mod in_process;
 mod instance;
 mod loader;
 

@@ -179,6 +179,28 @@ fn open_and_validate(path: &Path, canonical: &Path) -> Result<Library, PluginErr
     std::mem::forget(handle);
     // SAFETY: calling the entry function is the ABI's first step; it takes no arguments.
     let module = unsafe { entry() };
+    // SAFETY: the module pointer is what the library's entry function returned; the
+    // library stays loaded, so whatever it points at lives for the process.
+    unsafe { validate_module(path, module) }
+}
+
+/// Validates a module descriptor field by field and makes a [`Library`] of it. Used for
+/// libraries opened from a file and for Rust plugins driven in process
+/// ([`crate::in_process`]), so both pass the same checks.
+///
+/// # Safety
+/// `module` is null or points at memory that stays valid for the rest of the process and
+/// holds at least the 16-byte head every module version starts with, followed by as many
+/// bytes as its `struct_size` declares; the same holds for every descriptor, string and
+/// vtable it points at, as the ABI requires of a plugin.
+pub(crate) unsafe fn validate_module(
+    path: &Path,
+    module: *const RlModule,
+) -> Result<Library, PluginError> {
+    let fault = |cause| PluginError::Library {
+        file: path.to_owned(),
+        cause,
+    };
     if module.is_null() {
         return Err(fault(LibraryFault::NullModule));
     }
