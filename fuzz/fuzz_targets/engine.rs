@@ -9,12 +9,13 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use routerlab_host::{EndpointTable, SearchPath, load_matcher};
 use routerlab_engine::{EngineConfig, StepTime};
+use routerlab_host::SearchPath;
+use routerlab_sim::WhenUnavailable;
 use routerlab_sim::observer::NoObserver;
+use routerlab_sim::scenario::Scenario;
 use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
-use routerlab_sim::{Replicas, Router, WhenUnavailable};
-use routerlab_trace::{TraceFormat, TraceOptions, TraceReader, Workload};
+use routerlab_trace::{TraceFormat, TraceOptions};
 
 /// `PATH#round-robin` of the workspace's plugin library.
 static ROUND_ROBIN: OnceLock<String> = OnceLock::new();
@@ -66,13 +67,6 @@ fuzz_target!(|data: &[u8]| {
     std::fs::File::create(&path)
         .and_then(|mut f| f.write_all(trace.as_bytes()))
         .expect("scratch file");
-    let options = TraceOptions {
-        format: Some(TraceFormat::Mooncake),
-        block_size: 128,
-        trace_block_size: 16,
-        skip_invalid: false,
-    };
-    let reader = TraceReader::open(&path, options).expect("a well-formed trace");
     let endpoints = 1 + (byte(head, 9) % 3) as usize;
     let settings = TimedSettings {
         engines: vec![engine; endpoints],
@@ -85,7 +79,6 @@ fuzz_target!(|data: &[u8]| {
         default_output_tokens: 16,
         seed: u64::from(byte(head, 12)),
     };
-    let workload = Workload::load(reader, &settings.engine_block_sizes()).expect("loads");
     let library = ROUND_ROBIN.get_or_init(|| {
         // The built-in plugins of the workspace's debug build (`cargo build` first). Found
         // once: searching the directory for every input would dominate the run.
@@ -95,15 +88,27 @@ fuzz_target!(|data: &[u8]| {
             .expect("the round-robin plugin (run `cargo build --workspace` first)");
         format!("{}#round-robin", file.display())
     });
-    let matcher = load_matcher(library, "seed: 0", &SearchPath::new(Vec::new())).expect("loads");
-    let table = EndpointTable::new((0..endpoints).map(|i| format!("e{i}")));
     let when = if byte(head, 13) % 2 == 0 {
         WhenUnavailable::Queue
     } else {
         WhenUnavailable::Reject
     };
-    let mut replicas = Replicas::from(Router::new(matcher, None, table, when).expect("a router"));
-    if let Ok(report) = replay_timed(&workload, &mut replicas, &settings, &mut NoObserver) {
+    let scenario = Scenario::new(library.as_str(), &path)
+        .endpoints(endpoints)
+        .trace_options(TraceOptions {
+            format: Some(TraceFormat::Mooncake),
+            trace_block_size: 16,
+            ..TraceOptions::default()
+        })
+        .timed(settings)
+        .when_unavailable(when);
+    let reader = scenario.reader().expect("a well-formed trace");
+    let workload = scenario.workload(reader).expect("loads");
+    let mut replicas = scenario
+        .routers(&SearchPath::new(Vec::new()))
+        .expect("loads");
+    let settings = scenario.timed.as_ref().expect("timed");
+    if let Ok(report) = replay_timed(&workload, &mut replicas, settings, &mut NoObserver) {
         let broken = report.invariant_violations();
         assert!(broken.is_empty(), "{broken:?}");
     }

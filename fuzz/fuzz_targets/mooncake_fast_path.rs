@@ -8,6 +8,10 @@ use routerlab_trace::format::mooncake::both_paths;
 fuzz_target!(|data: &[u8]| {
     let (fast, slow) = both_paths(data);
     if let Some(fast) = fast {
-        assert_eq!(Some(fast), slow, "the fast path and serde disagree on {data:?}");
+        assert_eq!(
+            Some(fast),
+            slow,
+            "the fast path and serde disagree on {data:?}"
+        );
     }
 });

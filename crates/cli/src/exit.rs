@@ -109,7 +109,11 @@ impl fmt::Display for Failure {
 
 impl From<SimError> for Failure {
     fn from(e: SimError) -> Failure {
-        Failure::Run(e)
+        match e {
+            // A plugin that cannot be loaded is bad input, reported as the host says it.
+            SimError::Load(e) => Failure::Plugin(e),
+            e => Failure::Run(e),
+        }
     }
 }
 

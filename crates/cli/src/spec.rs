@@ -6,51 +6,33 @@ use std::path::PathBuf;
 
 use routerlab_engine::EngineConfig;
 use routerlab_route::MAX_REPLICAS;
+use routerlab_sim::scenario::{DEFAULT_ENDPOINTS, Scenario, default_endpoints};
 use routerlab_sim::timed::{Arrivals, CLOCK_RANGE, MAX_CLOCK_NS, TimedSettings};
-use routerlab_sim::{MAX_ENDPOINTS, ReplicaAssign, WhenUnavailable};
+use routerlab_sim::{MAX_ENDPOINTS, WhenUnavailable};
 use routerlab_trace::TraceOptions;
-use serde_yaml::Value;
+use routerlab_trace::reader::{DEFAULT_BLOCK_SIZE, DEFAULT_TRACE_BLOCK_SIZE};
+use serde_yaml::{Mapping, Value};
 
 use crate::exit::Failure;
 use crate::opts::{EngineOverrides, EnginePreset, OutputFormat, ReplayOpts, TextOrValue, Timing};
 
-/// Everything a replay needs, resolved.
+/// Everything a replay needs, resolved: the library's [`Scenario`], and where the
+/// command line puts its results.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSpec {
-    /// Matcher name or `PATH[#NAME]`.
-    pub matcher: String,
-    /// The matcher's config text, `seed` included.
-    pub matcher_config: String,
-    /// Detector, if any.
-    pub detector: Option<String>,
-    /// The detector's config text, `seed` included.
-    pub detector_config: String,
-    /// The seed.
-    pub seed: u64,
-    /// Trace file.
-    pub trace: PathBuf,
-    /// How to read it.
-    pub trace_options: TraceOptions,
-    /// Endpoint names.
-    pub endpoints: Vec<String>,
-    /// Time-free prefix-cache capacity per endpoint; `None` = unbounded.
-    pub cache_blocks: Option<u64>,
+    /// The run itself.
+    pub scenario: Scenario,
     /// Report format.
     pub format: OutputFormat,
-    /// When nothing is available.
-    pub when_unavailable: WhenUnavailable,
-    /// Router replicas (1 = one router, as without replicas).
-    pub router_replicas: usize,
-    /// The (matcher, detector) config texts of each replica: replica `r`'s plugins get
-    /// seed `seed + r` unless their config sets one, as independently started replicas
-    /// draw different random numbers. Replica 0's are `matcher_config`/`detector_config`.
-    pub replica_configs: Vec<(String, String)>,
-    /// How the balancer spreads requests over them.
-    pub replica_assign: ReplicaAssign,
-    /// Present for the timed replay.
-    pub timed: Option<TimedSettings>,
-    /// Per-request output file (timed replay).
+    /// Per-request output file.
     pub requests_out: Option<PathBuf>,
+}
+
+impl std::ops::Deref for RunSpec {
+    type Target = Scenario;
+    fn deref(&self) -> &Scenario {
+        &self.scenario
+    }
 }
 
 /// Resolves merged options (flags over the experiment file).
@@ -65,10 +47,10 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
         .clone()
         .ok_or_else(|| Failure::input("no trace: pass --trace PATH (e.g. traces/chat.jsonl)"))?;
     let seed = opts.seed.unwrap_or(0);
-    let matcher_config = plugin_config(opts.matcher_config.clone(), seed, "matcher")?;
-    let detector_config = plugin_config(opts.detector_config.clone(), seed, "detector")?;
+    let matcher_config = plugin_config(opts.matcher_config.clone(), "matcher")?;
+    let detector_config = plugin_config(opts.detector_config.clone(), "detector")?;
     let endpoints = match &opts.endpoints {
-        None => default_endpoints(10),
+        None => default_endpoints(DEFAULT_ENDPOINTS),
         Some(TextOrValue::Text(text)) => parse_endpoints(text)?,
         Some(TextOrValue::Value(Value::Number(n))) => parse_endpoints(&n.to_string())?,
         Some(TextOrValue::Value(Value::Sequence(names))) => names
@@ -85,8 +67,8 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
             ));
         }
     };
-    let block_size = opts.block_size.unwrap_or(128);
-    let trace_block_size = opts.trace_block_size.unwrap_or(512);
+    let block_size = opts.block_size.unwrap_or(DEFAULT_BLOCK_SIZE);
+    let trace_block_size = opts.trace_block_size.unwrap_or(DEFAULT_TRACE_BLOCK_SIZE);
     if block_size == 0 || trace_block_size == 0 {
         return Err(Failure::input(
             "--block-size and --trace-block-size must be at least 1",
@@ -107,14 +89,6 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
             )));
         }
     };
-    let mut replica_configs = vec![(matcher_config.clone(), detector_config.clone())];
-    for r in 1..router_replicas as u64 {
-        let seed = seed.wrapping_add(r);
-        replica_configs.push((
-            plugin_config(opts.matcher_config.clone(), seed, "matcher")?,
-            plugin_config(opts.detector_config.clone(), seed, "detector")?,
-        ));
-    }
     let when_unavailable = match (opts.when_unavailable, opts.fail_open) {
         (Some(policy), true) if policy != crate::opts::UnavailableArg::FailOpen => {
             return Err(Failure::input(format!(
@@ -131,26 +105,27 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
         (None, false) => WhenUnavailable::Reject,
     };
     Ok(RunSpec {
-        matcher,
-        matcher_config,
-        detector: opts.detector,
-        detector_config,
-        seed,
-        trace,
-        trace_options: TraceOptions {
-            format: opts.trace_format,
-            block_size,
-            trace_block_size,
-            skip_invalid: opts.skip_invalid,
+        scenario: Scenario {
+            matcher,
+            matcher_config,
+            detector: opts.detector,
+            detector_config,
+            seed,
+            trace,
+            trace_options: TraceOptions {
+                format: opts.trace_format,
+                block_size,
+                trace_block_size,
+                skip_invalid: opts.skip_invalid,
+            },
+            endpoints,
+            cache_blocks: opts.cache_blocks,
+            when_unavailable,
+            router_replicas,
+            replica_assign: opts.replica_assign.map(Into::into).unwrap_or_default(),
+            timed,
         },
-        endpoints,
-        cache_blocks: opts.cache_blocks,
         format: opts.format.unwrap_or(OutputFormat::Human),
-        when_unavailable,
-        router_replicas,
-        replica_configs,
-        replica_assign: opts.replica_assign.map(Into::into).unwrap_or_default(),
-        timed,
         requests_out: opts.requests_out,
     })
 }
@@ -308,12 +283,9 @@ fn apply(overrides: &EngineOverrides, base: &mut EngineConfig) {
     }
 }
 
-/// The config text handed to a plugin, with `seed` added unless it is set.
-pub(crate) fn plugin_config(
-    given: Option<TextOrValue>,
-    seed: u64,
-    which: &str,
-) -> Result<String, Failure> {
+/// A plugin's config as given (flag text or the experiment file's value), as a mapping;
+/// the scenario adds the seed. Errors name the flag.
+pub(crate) fn plugin_config(given: Option<TextOrValue>, which: &str) -> Result<Mapping, Failure> {
     let value = match given {
         Some(TextOrValue::Text(text)) if text.trim().is_empty() => Value::Null,
         Some(TextOrValue::Text(text)) => serde_yaml::from_str({
@@ -330,25 +302,14 @@ pub(crate) fn plugin_config(
         Some(TextOrValue::Value(value)) => value,
         None => Value::Null,
     };
-    let mut map = match value {
-        Value::Null => serde_yaml::Mapping::new(),
-        Value::Mapping(map) => map,
-        other => {
-            return Err(Failure::input(format!(
-                "--{which}-config must be a mapping of keys, found {}",
-                one_line(&serde_yaml::to_string(&other).unwrap_or_default())
-            )));
-        }
-    };
-    let key = Value::String("seed".into());
-    if !map.contains_key(&key) {
-        map.insert(key, Value::Number(seed.into()));
+    match value {
+        Value::Null => Ok(Mapping::new()),
+        Value::Mapping(map) => Ok(map),
+        other => Err(Failure::input(format!(
+            "--{which}-config must be a mapping of keys, found {}",
+            one_line(&serde_yaml::to_string(&other).unwrap_or_default())
+        ))),
     }
-    serde_yaml::to_string(&map).map_err(|e| Failure::input(format!("--{which}-config: {e}")))
-}
-
-fn default_endpoints(n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("localhost:{}", 8000 + i)).collect()
 }
 
 fn parse_endpoints(text: &str) -> Result<Vec<String>, Failure> {
@@ -427,7 +388,7 @@ mod tests {
         assert_eq!(spec.endpoints[9], "localhost:8009");
         assert_eq!(spec.trace_options.block_size, 128);
         assert_eq!(spec.trace_options.trace_block_size, 512);
-        assert_eq!(spec.matcher_config, "seed: 0\n");
+        assert_eq!(spec.plugin_configs(0).0, "seed: 0\n");
         assert_eq!(spec.when_unavailable, WhenUnavailable::Reject);
         assert_eq!(spec.timed, None);
     }
@@ -442,7 +403,7 @@ mod tests {
         assert_eq!(spec.trace, PathBuf::from("a.jsonl"));
         assert_eq!(spec.endpoints, ["x", "y"]);
         assert_eq!(spec.seed, 9);
-        assert_eq!(spec.matcher_config, "virtual_nodes: 7\nseed: 9\n");
+        assert_eq!(spec.plugin_configs(0).0, "virtual_nodes: 7\nseed: 9\n");
     }
 
     #[test]
@@ -460,7 +421,7 @@ mod tests {
             "{max_num_seqs: 3}",
         ])
         .or(from_file);
-        let timed = resolve(opts).unwrap().timed.unwrap();
+        let timed = resolve(opts).unwrap().scenario.timed.unwrap();
         let engine = &timed.engines[0];
         assert_eq!(
             engine.num_gpu_blocks, 100,

@@ -4,35 +4,32 @@
 
 mod support;
 
-use routerlab_engine::EngineConfig;
-use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
+use routerlab_host::SearchPath;
+use routerlab_sim::Report;
 use routerlab_sim::observer::NoObserver;
-use routerlab_sim::timed::{TimedSettings, replay_timed};
-use routerlab_sim::{Replicas, Report, Router, WhenUnavailable};
-use routerlab_trace::{TraceOptions, TraceReader, Workload};
+use routerlab_sim::scenario::Scenario;
 use support::project_trace;
 
 /// The timed report of `matcher` (and `detector`) with the given configs.
 fn run(matcher: &str, config: &str, detector: Option<(&str, &str)>) -> Report {
-    let search = SearchPath::from_env();
-    let matcher = load_matcher(matcher, config, &search).expect("matcher loads");
-    let detector = detector
-        .map(|(name, config)| load_detector(name, config, &search).expect("detector loads"));
-    let options = TraceOptions {
-        format: None,
-        block_size: 128,
-        trace_block_size: 512,
-        skip_invalid: false,
-    };
     let trace = project_trace("mooncake-conversation.jsonl");
-    let reader = TraceReader::open(&trace, options).expect("trace opens");
-    let settings = TimedSettings::at_trace_times(vec![EngineConfig::dynamo(); 4]);
-    let workload = Workload::load(reader, &settings.engine_block_sizes()).expect("loads");
-    let table = EndpointTable::new((0..4).map(|i| format!("localhost:{}", 8000 + i)));
-    let mut replicas = Replicas::from(
-        Router::new(matcher, detector, table, WhenUnavailable::Queue).expect("router"),
-    );
-    replay_timed(&workload, &mut replicas, &settings, &mut NoObserver).expect("replay")
+    let mut scenario = Scenario::new(matcher, trace)
+        .endpoints(4)
+        .matcher_config(config)
+        .expect("matcher config");
+    if let Some((name, config)) = detector {
+        scenario = scenario.detector(name, config).expect("detector config");
+    }
+    let scenario = scenario.timed_at_trace_times();
+    let mut replicas = scenario
+        .routers(&SearchPath::from_env())
+        .expect("plugins load");
+    let mut report = scenario
+        .replay(&mut replicas, &mut NoObserver)
+        .expect("replay");
+    // The snapshots hold the statistics; the run block names this machine's paths.
+    report.run = None;
+    report
 }
 
 /// `policy!(test, "snapshot", "matcher", "config"[, ("detector", "config")])`.

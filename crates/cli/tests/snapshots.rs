@@ -6,9 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
-use routerlab_sim::{Replicas, Report, Router, WhenUnavailable, timefree};
-use routerlab_trace::{TraceOptions, TraceReader};
+use routerlab_host::SearchPath;
+use routerlab_sim::Report;
+use routerlab_sim::scenario::Scenario;
 
 fn trace(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -22,28 +22,20 @@ fn run(
     detector: Option<(&str, &str)>,
     cache_blocks: Option<u64>,
 ) -> Report {
-    let search = SearchPath::from_env();
-    let matcher = load_matcher(matcher, "seed: 0", &search).expect("matcher loads");
-    let detector = detector
-        .map(|(name, config)| load_detector(name, config, &search).expect("detector loads"));
-    let options = TraceOptions {
-        format: None,
-        block_size: 128,
-        trace_block_size: 512,
-        skip_invalid: false,
-    };
-    let mut reader = TraceReader::open(&trace(trace_name), options).expect("trace opens");
-    let table = EndpointTable::new((0..10).map(|i| format!("localhost:{}", 8000 + i)));
-    let mut replicas = Replicas::from(
-        Router::new(matcher, detector, table, WhenUnavailable::Reject).expect("router"),
-    );
-    timefree::replay(
-        &mut reader,
-        &mut replicas,
-        cache_blocks,
-        &mut routerlab_sim::observer::NoObserver,
-    )
-    .expect("replay succeeds")
+    let mut scenario = Scenario::new(matcher, trace(trace_name));
+    if let Some((name, config)) = detector {
+        scenario = scenario.detector(name, config).expect("detector config");
+    }
+    scenario.cache_blocks = cache_blocks;
+    let mut replicas = scenario
+        .routers(&SearchPath::from_env())
+        .expect("plugins load");
+    let mut report = scenario
+        .replay(&mut replicas, &mut routerlab_sim::observer::NoObserver)
+        .expect("replay succeeds");
+    // The snapshots hold the statistics; the run block names this machine's paths.
+    report.run = None;
+    report
 }
 
 /// `case!(test_name, "snapshot name", trace, matcher, detector, cache)`.

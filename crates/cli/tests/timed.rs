@@ -6,11 +6,11 @@ mod support;
 use std::path::Path;
 
 use routerlab_engine::EngineConfig;
-use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
+use routerlab_host::SearchPath;
+use routerlab_sim::Report;
 use routerlab_sim::observer::NoObserver;
-use routerlab_sim::timed::{Arrivals, TimedSettings, replay_timed};
-use routerlab_sim::{Replicas, Report, Router, WhenUnavailable};
-use routerlab_trace::{TraceOptions, TraceReader, Workload};
+use routerlab_sim::scenario::Scenario;
+use routerlab_sim::timed::{Arrivals, TimedSettings};
 use support::*;
 
 fn small_engine() -> EngineConfig {
@@ -29,28 +29,27 @@ fn timed(
     detector: Option<(&str, &str)>,
     arrivals: Arrivals,
 ) -> Report {
-    let search = SearchPath::from_env();
-    let matcher = load_matcher(matcher, "seed: 0", &search).expect("matcher loads");
-    let detector =
-        detector.map(|(name, config)| load_detector(name, config, &search).expect("detector"));
-    let options = TraceOptions {
-        format: None,
-        block_size: 128,
-        trace_block_size: 512,
-        skip_invalid: false,
+    let mut scenario = Scenario {
+        endpoints: vec!["a:8000".into(), "b:8000".into(), "c:8000".into()],
+        ..Scenario::new(matcher, trace)
     };
-    let reader = TraceReader::open(trace, options).expect("trace opens");
-    let settings = TimedSettings {
+    if let Some((name, config)) = detector {
+        scenario = scenario.detector(name, config).expect("detector config");
+    }
+    let scenario = scenario.timed(TimedSettings {
         arrivals,
         default_output_tokens: 64,
         ..TimedSettings::at_trace_times(vec![small_engine(); 3])
-    };
-    let workload = Workload::load(reader, &settings.engine_block_sizes()).expect("trace loads");
-    let table = EndpointTable::new(["a:8000", "b:8000", "c:8000"]);
-    let mut replicas = Replicas::from(
-        Router::new(matcher, detector, table, WhenUnavailable::Queue).expect("router"),
-    );
-    replay_timed(&workload, &mut replicas, &settings, &mut NoObserver).expect("replay")
+    });
+    let mut replicas = scenario
+        .routers(&SearchPath::from_env())
+        .expect("plugins load");
+    let mut report = scenario
+        .replay(&mut replicas, &mut NoObserver)
+        .expect("replay");
+    // The snapshots hold the statistics; the run block names this machine's paths.
+    report.run = None;
+    report
 }
 
 #[test]

@@ -63,7 +63,8 @@ fn library<T: 'static>(
     }
     // A name with a NUL byte cannot be a C string; the loader's name check then refuses
     // the empty name with the usual message.
-    let c_name: &'static CStr = Box::leak(CString::new(name).unwrap_or_default().into_boxed_c_str());
+    let c_name: &'static CStr =
+        Box::leak(CString::new(name).unwrap_or_default().into_boxed_c_str());
     let descriptor: &'static RlPluginDescriptor = Box::leak(Box::new(RlPluginDescriptor {
         struct_size: size_of::<RlPluginDescriptor>() as u32,
         kind,
@@ -147,7 +148,9 @@ mod tests {
         let mut m = matcher::<Last>("last", "start: 5").unwrap();
         m.add_endpoints(&table).unwrap();
         assert_eq!(m.name(), "last");
-        let pick = m.match_request(&request(4), &table, &[false, false, true]).unwrap();
+        let pick = m
+            .match_request(&request(4), &table, &[false, false, true])
+            .unwrap();
         assert_eq!(pick, Some(1), "the last endpoint not flagged");
         // The SDK's config check runs: an unknown key is refused at create.
         let Err(err) = matcher::<Last>("last", "stat: 5") else {
@@ -156,9 +159,15 @@ mod tests {
         let err = err.to_string();
         assert!(err.contains("stat"), "{err}");
         // A panic is caught by the shim and poisons the instance, as for a library.
-        let err = m.match_request(&request(13), &table, &[false; 3]).unwrap_err().to_string();
+        let err = m
+            .match_request(&request(13), &table, &[false; 3])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("thirteen, call 7"), "{err}");
-        let err = m.match_request(&request(4), &table, &[false; 3]).unwrap_err().to_string();
+        let err = m
+            .match_request(&request(4), &table, &[false; 3])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("poisoned"), "{err}");
     }
 

@@ -23,11 +23,11 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use routerlab_engine::EngineConfig;
-use routerlab_host::{EndpointTable, SearchPath, load_matcher};
+use routerlab_host::SearchPath;
 use routerlab_sim::observer::NoObserver;
+use routerlab_sim::scenario::Scenario;
 use routerlab_sim::timed::{TimedSettings, replay_timed};
-use routerlab_sim::{ReplicaAssign, Replicas, Router, WhenUnavailable, timefree};
-use routerlab_trace::{TraceOptions, TraceReader, Workload};
+use routerlab_sim::{ReplicaAssign, Replicas, timefree};
 
 const RUNS: usize = 11;
 const ENDPOINTS: usize = 8;
@@ -48,34 +48,28 @@ fn repeated() -> PathBuf {
     path
 }
 
-fn options() -> TraceOptions {
-    TraceOptions {
-        format: None,
-        block_size: 128,
-        trace_block_size: 512,
-        skip_invalid: false,
+/// `count` replicas of `matcher` behind `assign` (replica `r` seeded `r`), each with its
+/// own instance, over `ENDPOINTS` endpoints.
+fn scenario(trace: &Path, matcher: &str, count: usize, assign: ReplicaAssign) -> Scenario {
+    Scenario {
+        router_replicas: count,
+        replica_assign: assign,
+        ..Scenario::new(matcher, trace).endpoints(ENDPOINTS)
     }
 }
 
-/// `count` replicas of `matcher` behind `assign`, each with its own instance.
-fn replicas(matcher: &str, count: usize, assign: ReplicaAssign, when: WhenUnavailable) -> Replicas {
-    let search = SearchPath::from_env();
-    let routers = (0..count)
-        .map(|r| {
-            let matcher = load_matcher(matcher, &format!("seed: {r}"), &search)
-                .expect("plugin built (cargo build --release --workspace)");
-            let table = EndpointTable::new((0..ENDPOINTS).map(|i| format!("e{i}")));
-            Router::new(matcher, None, table, when).expect("router")
-        })
-        .collect();
-    Replicas::new(routers, assign, 0).expect("replicas")
+fn replicas(scenario: &Scenario) -> Replicas {
+    scenario
+        .routers(&SearchPath::from_env())
+        .expect("plugin built (cargo build --release --workspace)")
 }
 
 /// Seconds for one time-free replay of `trace`, and its hit ratio.
 fn time_free(trace: &Path, matcher: &str, count: usize, assign: ReplicaAssign) -> (f64, f64) {
+    let scenario = scenario(trace, matcher, count, assign);
     let start = Instant::now();
-    let mut replicas = replicas(matcher, count, assign, WhenUnavailable::Reject);
-    let mut reader = TraceReader::open(trace, options()).expect("trace opens");
+    let mut replicas = replicas(&scenario);
+    let mut reader = scenario.reader().expect("trace opens");
     let report =
         timefree::replay(&mut reader, &mut replicas, None, &mut NoObserver).expect("replay");
     (start.elapsed().as_secs_f64(), report.hit_ratio)
@@ -87,11 +81,12 @@ fn timed(matcher: &str, count: usize, assign: ReplicaAssign) -> (f64, f64) {
         metrics_interval_ns: 100_000_000,
         ..TimedSettings::at_trace_times(vec![EngineConfig::dynamo(); ENDPOINTS])
     };
-    let start = Instant::now();
-    let mut replicas = replicas(matcher, count, assign, WhenUnavailable::Queue);
     let trace = root().join("traces/mooncake-conversation.jsonl");
-    let reader = TraceReader::open(&trace, options()).expect("trace opens");
-    let workload = Workload::load(reader, &settings.engine_block_sizes()).expect("loads");
+    let scenario = scenario(&trace, matcher, count, assign).timed(settings.clone());
+    let start = Instant::now();
+    let mut replicas = replicas(&scenario);
+    let reader = scenario.reader().expect("trace opens");
+    let workload = scenario.workload(reader).expect("loads");
     let report =
         replay_timed(&workload, &mut replicas, &settings, &mut NoObserver).expect("replay");
     (start.elapsed().as_secs_f64(), report.hit_ratio)

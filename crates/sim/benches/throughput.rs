@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use routerlab_host::{EndpointTable, SearchPath, load_matcher};
-use routerlab_sim::{Replicas, Router, WhenUnavailable, timefree};
+use routerlab_host::SearchPath;
+use routerlab_sim::scenario::Scenario;
+use routerlab_sim::timefree;
 use routerlab_trace::synth::{MooncakeWorkload, write_mooncake};
-use routerlab_trace::{TraceOptions, TraceReader};
 
 /// Child runs per case.
 const RUNS: usize = 5;
@@ -74,20 +74,12 @@ fn status_kb(field: &str) -> u64 {
 
 /// The child: one replay, one line of numbers.
 fn child(trace: &Path, matcher_name: &str) {
-    let search = SearchPath::from_env();
-    let matcher = load_matcher(matcher_name, "seed: 0", &search)
+    let scenario = Scenario::new(matcher_name, trace);
+    let mut replicas = scenario
+        .routers(&SearchPath::from_env())
         .expect("plugin built (cargo build --release --workspace)");
-    let options = TraceOptions {
-        format: None,
-        block_size: 128,
-        trace_block_size: 512,
-        skip_invalid: false,
-    };
     let start = Instant::now();
-    let mut reader = TraceReader::open(trace, options).expect("trace opens");
-    let table = EndpointTable::new((0..10).map(|i| format!("localhost:{}", 8000 + i)));
-    let mut replicas =
-        Replicas::from(Router::new(matcher, None, table, WhenUnavailable::Reject).expect("router"));
+    let mut reader = scenario.reader().expect("trace opens");
     let report = timefree::replay(
         &mut reader,
         &mut replicas,

@@ -15,34 +15,26 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use routerlab_engine::EngineConfig;
-use routerlab_host::EndpointTable;
-use routerlab_host::{SearchPath, load_matcher};
+use routerlab_host::SearchPath;
 use routerlab_sim::observer::NoObserver;
-use routerlab_sim::timed::{TimedSettings, replay_timed};
-use routerlab_sim::{Replicas, Router, WhenUnavailable};
-use routerlab_trace::{TraceOptions, TraceReader, Workload};
+use routerlab_sim::scenario::Scenario;
+use routerlab_sim::timed::replay_timed;
 
 fn trace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/mooncake-conversation.jsonl")
 }
 
 fn child(matcher: &str) {
-    let matcher = load_matcher(matcher, "seed: 0", &SearchPath::from_env()).expect("plugin built");
-    let options = TraceOptions {
-        format: None,
-        block_size: 128,
-        trace_block_size: 512,
-        skip_invalid: false,
-    };
-    let reader = TraceReader::open(&trace(), options).expect("trace");
-    let settings = TimedSettings::at_trace_times(vec![EngineConfig::dynamo(); 4]);
-    let workload = Workload::load(reader, &settings.engine_block_sizes()).expect("trace loads");
-    let table = EndpointTable::new((0..4).map(|i| format!("localhost:{}", 8000 + i)));
-    let mut replicas =
-        Replicas::from(Router::new(matcher, None, table, WhenUnavailable::Queue).expect("router"));
-    let report =
-        replay_timed(&workload, &mut replicas, &settings, &mut NoObserver).expect("replay");
+    let scenario = Scenario::new(matcher, trace())
+        .endpoints(4)
+        .timed_at_trace_times();
+    let reader = scenario.reader().expect("trace");
+    let workload = scenario.workload(reader).expect("trace loads");
+    let mut replicas = scenario
+        .routers(&SearchPath::from_env())
+        .expect("plugin built");
+    let settings = scenario.timed.as_ref().expect("timed");
+    let report = replay_timed(&workload, &mut replicas, settings, &mut NoObserver).expect("replay");
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let peak = status
         .lines()

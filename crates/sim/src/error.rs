@@ -18,6 +18,9 @@ pub enum SimError {
     /// The settings cannot work with this trace or fleet.
     #[error("{0}")]
     Input(String),
+    /// A plugin could not be found, loaded or created.
+    #[error("{0}")]
+    Load(PluginError),
     /// A plugin failed while routing a request.
     #[error("{location}: {source}")]
     Plugin {

@@ -12,6 +12,7 @@
 pub mod calibrate;
 pub mod error;
 pub mod observer;
+pub mod scenario;
 pub mod snapshot;
 pub mod timed;
 pub mod timefree;

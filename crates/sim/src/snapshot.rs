@@ -18,13 +18,11 @@
 
 use std::path::{Path, PathBuf};
 
-use routerlab_host::{EndpointTable, load_matcher};
-use routerlab_trace::{TraceOptions, TraceReader, Workload};
+use routerlab_host::SearchPath;
+use routerlab_trace::TraceOptions;
 
 use crate::observer::NoObserver;
-use crate::timed::{TimedSettings, replay_timed};
-use crate::{Replicas, Router, WhenUnavailable, timefree};
-use routerlab_engine::EngineConfig;
+use crate::scenario::Scenario;
 use routerlab_report::Report;
 pub use routerlab_report::redact::{redacted, redacted_keeping_version, shown, significant};
 
@@ -36,7 +34,7 @@ pub struct SnapshotRun {
     pub trace: PathBuf,
     /// Endpoints (`localhost:8000`, ...).
     pub endpoints: usize,
-    /// The plugin's config text (YAML); `seed: 0` is added unless it sets one.
+    /// The plugin's config text (YAML mapping); `seed: 0` is added unless it sets one.
     pub config: String,
     /// Timed (trace arrivals, the `dynamo` engine preset) instead of time-free.
     pub timed: bool,
@@ -74,6 +72,8 @@ pub fn plugin_library(name: &str) -> PathBuf {
 }
 
 /// Replays `run` through the matcher `name` of `library`; the error says what failed.
+/// The run is a [`Scenario`] with `replay`'s defaults, so it is what `routerlab replay`
+/// with the same settings reports.
 pub fn replay_plugin(library: &Path, name: &str, run: &SnapshotRun) -> Result<Report, String> {
     if !library.is_file() {
         return Err(format!(
@@ -81,35 +81,28 @@ pub fn replay_plugin(library: &Path, name: &str, run: &SnapshotRun) -> Result<Re
             library.display()
         ));
     }
-    let spec = format!("{}#{name}", library.display());
-    let config = if run.config.contains("seed") {
-        run.config.clone()
+    let scenario = Scenario::new(format!("{}#{name}", library.display()), &run.trace)
+        .endpoints(run.endpoints)
+        .trace_options(TraceOptions {
+            trace_block_size: run.trace_block_size,
+            ..TraceOptions::default()
+        })
+        .matcher_config(&run.config)
+        .map_err(|e| e.to_string())?;
+    let scenario = if run.timed {
+        scenario.timed_at_trace_times()
     } else {
-        format!("{}\nseed: 0\n", run.config)
+        scenario
     };
-    let search = routerlab_host::SearchPath::new(Vec::new());
-    let matcher = load_matcher(&spec, &config, &search).map_err(|e| e.to_string())?;
-    let table = EndpointTable::new((0..run.endpoints).map(|i| format!("localhost:{}", 8000 + i)));
-    let when = if run.timed {
-        WhenUnavailable::Queue
-    } else {
-        WhenUnavailable::Reject
-    };
-    let mut replicas =
-        Replicas::from(Router::new(matcher, None, table, when).map_err(|e| e.to_string())?);
-    let options = TraceOptions {
-        format: None,
-        block_size: 128,
-        trace_block_size: run.trace_block_size,
-        skip_invalid: false,
-    };
-    let mut reader = TraceReader::open(&run.trace, options).map_err(|e| e.to_string())?;
-    if !run.timed {
-        return timefree::replay(&mut reader, &mut replicas, None, &mut NoObserver)
-            .map_err(|e| e.to_string());
-    }
-    let settings = TimedSettings::at_trace_times(vec![EngineConfig::dynamo(); run.endpoints]);
-    let workload =
-        Workload::load(reader, &settings.engine_block_sizes()).map_err(|e| e.to_string())?;
-    replay_timed(&workload, &mut replicas, &settings, &mut NoObserver).map_err(|e| e.to_string())
+    // Only the library named, never one found on a search path.
+    let mut replicas = scenario
+        .routers(&SearchPath::new(Vec::new()))
+        .map_err(|e| e.to_string())?;
+    let mut report = scenario
+        .replay(&mut replicas, &mut NoObserver)
+        .map_err(|e| e.to_string())?;
+    // As it always has, the report carries no `run` block: snapshots written before must
+    // not change.
+    report.run = None;
+    Ok(report)
 }

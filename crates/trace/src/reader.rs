@@ -99,6 +99,24 @@ pub struct TraceOptions {
     pub skip_invalid: bool,
 }
 
+/// Block size for text prompts by default, in bytes.
+pub const DEFAULT_BLOCK_SIZE: u32 = 128;
+/// Tokens per Mooncake hash id by default (Mooncake's own traces use 512).
+pub const DEFAULT_TRACE_BLOCK_SIZE: u32 = 512;
+
+impl Default for TraceOptions {
+    /// The format detected from the first line, 128-byte text blocks, 512-token Mooncake
+    /// blocks, bad lines refused.
+    fn default() -> TraceOptions {
+        TraceOptions {
+            format: None,
+            block_size: DEFAULT_BLOCK_SIZE,
+            trace_block_size: DEFAULT_TRACE_BLOCK_SIZE,
+            skip_invalid: false,
+        }
+    }
+}
+
 /// One request of a trace, in a buffer the reader refills.
 #[derive(Debug, Default)]
 pub struct TraceRequest {

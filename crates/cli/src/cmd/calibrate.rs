@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use routerlab_engine::EngineConfig;
-use routerlab_host::{EndpointTable, SearchPath, load_matcher};
+use routerlab_host::SearchPath;
 use routerlab_sim::calibrate::{MeasuredRun, Samples, fit};
 use routerlab_sim::observer::Recorder;
+use routerlab_sim::scenario::Scenario;
 use routerlab_sim::timed::{TimedSettings, replay_timed};
-use routerlab_sim::{Replicas, Router, WhenUnavailable};
+use routerlab_sim::{Replicas, WhenUnavailable};
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
 
 use crate::exit::Failure;
@@ -106,9 +107,8 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
     eprintln!("KV cache: {blocks} blocks of {block_size} tokens ({how})");
     let options = TraceOptions {
         format: args.trace_format,
-        block_size: 128,
         trace_block_size: args.trace_block_size,
-        skip_invalid: false,
+        ..TraceOptions::default()
     };
     let reader = TraceReader::open(&args.workload, options)?;
     let workload = Workload::load(reader, &[block_size])?;
@@ -126,9 +126,14 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
             args.workload.display()
         )));
     }
-    let matcher = load_matcher("round-robin", "seed: 0", &SearchPath::from_env())?;
-    let table = EndpointTable::new(["engine"]);
-    let mut replicas = Replicas::from(Router::new(matcher, None, table, WhenUnavailable::Queue)?);
+    // One engine: any matcher sends everything to it; round robin is the plainest.
+    let scenario = Scenario {
+        matcher: "round-robin".into(),
+        endpoints: vec!["engine".into()],
+        when_unavailable: WhenUnavailable::Queue,
+        ..Scenario::default()
+    };
+    let mut replicas = scenario.routers(&SearchPath::from_env())?;
     let base = EngineConfig {
         num_gpu_blocks: blocks,
         engine_block_size: block_size,

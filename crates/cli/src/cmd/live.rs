@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
+use routerlab_host::SearchPath;
 use routerlab_live::drive::{DriveSettings, Pace};
 use routerlab_live::engine::EngineSettings;
 use routerlab_live::serve::{OnPluginError, ServeSettings};
-use routerlab_sim::{Router, WhenUnavailable};
+use routerlab_sim::WhenUnavailable;
+use routerlab_sim::scenario::Scenario;
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
 
 use crate::exit::Failure;
@@ -227,18 +228,17 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
         Failure::input("no matcher: pass --matcher NAME (or `matcher` in --config)")
     })?;
     let seed = args.seed.or(file.seed).unwrap_or(0);
-    let block_size = args.block_size.or(file.block_size).unwrap_or(128);
+    let block_size = args
+        .block_size
+        .or(file.block_size)
+        .unwrap_or(routerlab_trace::reader::DEFAULT_BLOCK_SIZE);
     if block_size == 0 {
         return Err(Failure::input("--block-size must be at least 1"));
     }
-    let matcher_config = plugin_config(
-        text(args.matcher_config).or(file.matcher_config),
-        seed,
-        "matcher",
-    )?;
+    let matcher_config =
+        plugin_config(text(args.matcher_config).or(file.matcher_config), "matcher")?;
     let detector_config = plugin_config(
         text(args.detector_config).or(file.detector_config),
-        seed,
         "detector",
     )?;
     let detector_name = args.detector.clone().or(file.detector);
@@ -252,14 +252,17 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
             "--upstream-timeout-s must be a positive number",
         ));
     }
-    let search = SearchPath::from_env();
-    let matcher = load_matcher(&matcher_name, &matcher_config, &search)?;
-    let detector = match &detector_name {
-        Some(name) => Some(load_detector(name, &detector_config, &search)?),
-        None => None,
+    let scenario = Scenario {
+        matcher: matcher_name,
+        matcher_config,
+        detector: detector_name,
+        detector_config,
+        seed,
+        endpoints: endpoints.clone(),
+        when_unavailable: WhenUnavailable::Reject,
+        ..Scenario::default()
     };
-    let table = EndpointTable::new(endpoints.iter().cloned());
-    let router = Router::new(matcher, detector, table, WhenUnavailable::Reject)?;
+    let router = scenario.router(&SearchPath::from_env())?;
     let (listener, _) = bound(args.listen, "serve")?;
     let settings = ServeSettings {
         endpoints,
@@ -311,9 +314,8 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
     }
     let options = TraceOptions {
         format: args.trace_format,
-        block_size: 128,
         trace_block_size: args.trace_block_size,
-        skip_invalid: false,
+        ..TraceOptions::default()
     };
     let reader = TraceReader::open(&args.trace, options)?;
     let workload = Arc::new(Workload::load(reader, &[])?);

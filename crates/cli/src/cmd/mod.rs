@@ -16,32 +16,16 @@ use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use routerlab_host::{EndpointTable, SearchPath, load_detector, load_matcher};
-use routerlab_sim::{Replicas, Router};
+use routerlab_host::SearchPath;
+use routerlab_sim::Replicas;
 
 use crate::exit::Failure;
 use crate::spec::RunSpec;
 
-/// The run's router replicas, each with plugin instances of its own, created with its
-/// configs (the same settings; see [`RunSpec::replica_configs`] for the seed).
+/// The run's router replicas, loaded from the plugin search path (see
+/// [`routerlab_sim::scenario::Scenario::routers`]).
 pub(crate) fn build_replicas(spec: &RunSpec) -> Result<Replicas, Failure> {
-    let search = SearchPath::from_env();
-    let mut routers = Vec::with_capacity(spec.router_replicas);
-    for (matcher_config, detector_config) in &spec.replica_configs {
-        let matcher = load_matcher(&spec.matcher, matcher_config, &search)?;
-        let detector = match &spec.detector {
-            Some(name) => Some(load_detector(name, detector_config, &search)?),
-            None => None,
-        };
-        let table = EndpointTable::new(spec.endpoints.iter().cloned());
-        routers.push(Router::new(
-            matcher,
-            detector,
-            table,
-            spec.when_unavailable,
-        )?);
-    }
-    Ok(Replicas::new(routers, spec.replica_assign, spec.seed)?)
+    Ok(spec.routers(&SearchPath::from_env())?)
 }
 
 /// Writes `bytes` to `path` whole, through a temporary file renamed into place.

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use routerlab_report::Report;
 use routerlab_report::compare::{Comparison, Entry};
-use routerlab_report::run::{PluginRun, ReplicasRun, RunInfo, TimedRun, TraceRun};
+use routerlab_report::run::RunInfo;
 use routerlab_sim::observer::{JsonLines, Recorder, Tee};
 use routerlab_sim::timed::replay_timed;
 use routerlab_sim::timefree;
@@ -178,41 +178,7 @@ pub(crate) fn run_info(
     block_size: u32,
     skipped: &std::collections::BTreeMap<&'static str, u64>,
 ) -> RunInfo {
-    RunInfo {
-        tool_version: env!("CARGO_PKG_VERSION").to_owned(),
-        matcher: PluginRun {
-            name: spec.matcher.clone(),
-            config: spec.matcher_config.clone(),
-        },
-        detector: spec.detector.as_ref().map(|name| PluginRun {
-            name: name.clone(),
-            config: spec.detector_config.clone(),
-        }),
-        seed: spec.seed,
-        trace: TraceRun {
-            path: source.path,
-            format: source.format.to_string(),
-            bytes: source.bytes,
-            content_hash: source.content_hash,
-            skipped: skipped.iter().map(|(r, n)| ((*r).to_owned(), *n)).collect(),
-        },
-        block_size,
-        endpoints: spec.endpoints.clone(),
-        cache_blocks: spec.cache_blocks,
-        when_unavailable: spec.when_unavailable,
-        router_replicas: (spec.router_replicas > 1).then_some(ReplicasRun {
-            count: spec.router_replicas as u64,
-            assign: spec.replica_assign,
-        }),
-        timed: spec.timed.as_ref().map(|t| TimedRun {
-            arrivals: t.arrivals.clone(),
-            respect_parents: t.respect_parents,
-            think_time_ns: t.think_time_ns,
-            metrics_interval_ns: t.metrics_interval_ns,
-            default_output_tokens: t.default_output_tokens,
-            engines: t.engines.clone(),
-        }),
-    }
+    spec.scenario.run_info(source, block_size, skipped)
 }
 
 fn print_report(report: &Report, spec: &RunSpec, single: &Comparison) -> Result<(), Failure> {

@@ -1,0 +1,351 @@
+//! A [`Scenario`] owns a run: which plugins, which trace read how, which fleet, which
+//! replay. It is the one place routers, workloads and engines are assembled, so `replay`,
+//! `compare`, `sweep`, `snapshot`, `calibrate`, `serve`, the plugin authors' snapshot helper
+//! and the benches all build the same run from the same defaults.
+//!
+//! The command line only turns flags and the experiment file into a `Scenario`; a program
+//! or a test starts from [`Scenario::new`] (or [`Default`]) and sets what it varies:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), routerlab_sim::SimError> {
+//! use routerlab_host::SearchPath;
+//! use routerlab_sim::observer::NoObserver;
+//! use routerlab_sim::scenario::Scenario;
+//!
+//! let scenario = Scenario::new("lcp", "traces/chat.jsonl").endpoints(4).seed(7);
+//! let mut replicas = scenario.routers(&SearchPath::from_env())?;
+//! let report = scenario.replay(&mut replicas, &mut NoObserver)?;
+//! # Ok(()) }
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use routerlab_engine::EngineConfig;
+use routerlab_host::{
+    DetectorInstance, EndpointTable, MatcherInstance, SearchPath, load_detector, load_matcher,
+};
+use routerlab_report::Report;
+use routerlab_report::run::{PluginRun, ReplicasRun, RunInfo, TimedRun, TraceRun};
+use routerlab_route::{ReplicaAssign, Replicas, Router, WhenUnavailable};
+use routerlab_trace::workload::TraceSource;
+use routerlab_trace::{TraceOptions, TraceReader, Workload};
+use serde_yaml::{Mapping, Value};
+
+use crate::SimError;
+use crate::observer::Observer;
+use crate::timed::{TimedSettings, replay_timed};
+use crate::timefree;
+
+/// Endpoints of a fleet by default.
+pub const DEFAULT_ENDPOINTS: usize = 10;
+
+/// The names `localhost:8000`, `localhost:8001`, ... of a fleet of `n` endpoints given by
+/// count.
+pub fn default_endpoints(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("localhost:{}", 8000 + i)).collect()
+}
+
+/// One run, fully resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// Matcher name or `PATH[#NAME]`.
+    pub matcher: String,
+    /// The matcher's config as given (without the seed unless the user set one).
+    pub matcher_config: Mapping,
+    /// Detector, if any.
+    pub detector: Option<String>,
+    /// The detector's config as given.
+    pub detector_config: Mapping,
+    /// The seed: the plugins' `seed` key unless their config sets one (replica `r` gets
+    /// `seed + r`), and the arrival process's.
+    pub seed: u64,
+    /// Trace file.
+    pub trace: PathBuf,
+    /// How to read it.
+    pub trace_options: TraceOptions,
+    /// Endpoint names.
+    pub endpoints: Vec<String>,
+    /// Time-free prefix-cache capacity per endpoint; `None` = unbounded.
+    pub cache_blocks: Option<u64>,
+    /// When nothing is available.
+    pub when_unavailable: WhenUnavailable,
+    /// Router replicas (1 = one router).
+    pub router_replicas: usize,
+    /// How the balancer spreads requests over them.
+    pub replica_assign: ReplicaAssign,
+    /// Present for the timed replay.
+    pub timed: Option<TimedSettings>,
+}
+
+impl Default for Scenario {
+    /// No matcher or trace yet; 10 endpoints, the default trace options, seed 0, one router
+    /// by round robin, time-free, rejecting what finds no endpoint.
+    fn default() -> Scenario {
+        Scenario {
+            matcher: String::new(),
+            matcher_config: Mapping::new(),
+            detector: None,
+            detector_config: Mapping::new(),
+            seed: 0,
+            trace: PathBuf::new(),
+            trace_options: TraceOptions::default(),
+            endpoints: default_endpoints(DEFAULT_ENDPOINTS),
+            cache_blocks: None,
+            when_unavailable: WhenUnavailable::Reject,
+            router_replicas: 1,
+            replica_assign: ReplicaAssign::RoundRobin,
+            timed: None,
+        }
+    }
+}
+
+impl Scenario {
+    /// `matcher` over `trace`, with the defaults.
+    pub fn new(matcher: impl Into<String>, trace: impl Into<PathBuf>) -> Scenario {
+        Scenario {
+            matcher: matcher.into(),
+            trace: trace.into(),
+            ..Scenario::default()
+        }
+    }
+
+    /// With `n` endpoints named `localhost:8000`, ...
+    pub fn endpoints(mut self, n: usize) -> Scenario {
+        self.endpoints = default_endpoints(n);
+        self
+    }
+
+    /// With the matcher config `text` (YAML or JSON mapping, may be empty).
+    pub fn matcher_config(mut self, text: &str) -> Result<Scenario, SimError> {
+        self.matcher_config = config_mapping(text, "matcher")?;
+        Ok(self)
+    }
+
+    /// With the detector `name` and its config `text`.
+    pub fn detector(mut self, name: impl Into<String>, text: &str) -> Result<Scenario, SimError> {
+        self.detector = Some(name.into());
+        self.detector_config = config_mapping(text, "detector")?;
+        Ok(self)
+    }
+
+    /// With the seed.
+    pub fn seed(mut self, seed: u64) -> Scenario {
+        self.seed = seed;
+        self
+    }
+
+    /// With the trace read by `options`.
+    pub fn trace_options(mut self, options: TraceOptions) -> Scenario {
+        self.trace_options = options;
+        self
+    }
+
+    /// Timed, with `settings`; requests that find no endpoint then wait at the router
+    /// (the timed replay's default) unless [`Scenario::when_unavailable`] says otherwise.
+    pub fn timed(mut self, settings: TimedSettings) -> Scenario {
+        self.timed = Some(settings);
+        self.when_unavailable = WhenUnavailable::Queue;
+        self
+    }
+
+    /// Timed at the trace's own times on the `dynamo` engine preset, one engine per
+    /// endpoint: what a calibration or a snapshot replays.
+    pub fn timed_at_trace_times(self) -> Scenario {
+        let engines = vec![EngineConfig::dynamo(); self.endpoints.len()];
+        self.timed(TimedSettings::at_trace_times(engines))
+    }
+
+    /// With `policy` when nothing is available.
+    pub fn when_unavailable(mut self, policy: WhenUnavailable) -> Scenario {
+        self.when_unavailable = policy;
+        self
+    }
+
+    /// The config texts of replica `r`'s matcher and detector: each as given, with
+    /// `seed: seed + r` added unless it sets a seed, as independently started replicas
+    /// draw different random numbers.
+    pub fn plugin_configs(&self, r: usize) -> (String, String) {
+        let seed = self.seed.wrapping_add(r as u64);
+        (
+            with_seed(&self.matcher_config, seed),
+            with_seed(&self.detector_config, seed),
+        )
+    }
+
+    /// The run's router replicas, each with plugin instances of its own loaded from
+    /// `search` (see [`Scenario::plugin_configs`] for their seeds).
+    pub fn routers(&self, search: &SearchPath) -> Result<Replicas, SimError> {
+        self.routers_with(|matcher, detector| {
+            let m = load_matcher(&self.matcher, matcher, search).map_err(SimError::Load)?;
+            let d = match &self.detector {
+                Some(name) => Some(load_detector(name, detector, search).map_err(SimError::Load)?),
+                None => None,
+            };
+            Ok((m, d))
+        })
+    }
+
+    /// One router (replica 0's plugins) loaded from `search`: what `serve` deploys.
+    pub fn router(&self, search: &SearchPath) -> Result<Router, SimError> {
+        let (matcher_config, detector_config) = self.plugin_configs(0);
+        let matcher =
+            load_matcher(&self.matcher, &matcher_config, search).map_err(SimError::Load)?;
+        let detector = match &self.detector {
+            Some(name) => {
+                Some(load_detector(name, &detector_config, search).map_err(SimError::Load)?)
+            }
+            None => None,
+        };
+        self.router_of(matcher, detector)
+    }
+
+    /// The run's router replicas, with the plugin instances `make` creates from each
+    /// replica's (matcher, detector) config texts: a test's in-process plugins, say.
+    pub fn routers_with(
+        &self,
+        mut make: impl FnMut(
+            &str,
+            &str,
+        ) -> Result<(MatcherInstance, Option<DetectorInstance>), SimError>,
+    ) -> Result<Replicas, SimError> {
+        if self.matcher.is_empty() {
+            return Err(SimError::Input("the run has no matcher".into()));
+        }
+        let mut routers = Vec::with_capacity(self.router_replicas);
+        for r in 0..self.router_replicas.max(1) {
+            let (matcher_config, detector_config) = self.plugin_configs(r);
+            let (matcher, detector) = make(&matcher_config, &detector_config)?;
+            routers.push(self.router_of(matcher, detector)?);
+        }
+        Ok(Replicas::new(routers, self.replica_assign, self.seed)?)
+    }
+
+    /// One router over this fleet from given plugin instances (what `serve` deploys).
+    pub fn router_of(
+        &self,
+        matcher: MatcherInstance,
+        detector: Option<DetectorInstance>,
+    ) -> Result<Router, SimError> {
+        let table = EndpointTable::new(self.endpoints.iter().cloned());
+        Ok(Router::new(
+            matcher,
+            detector,
+            table,
+            self.when_unavailable,
+        )?)
+    }
+
+    /// Opens the trace.
+    pub fn reader(&self) -> Result<TraceReader, SimError> {
+        Ok(TraceReader::open(&self.trace, self.trace_options.clone())?)
+    }
+
+    /// Loads the whole trace for a timed replay, with the chains its engines need.
+    pub fn workload(&self, reader: TraceReader) -> Result<Workload, SimError> {
+        let sizes = self
+            .timed
+            .as_ref()
+            .map(TimedSettings::engine_block_sizes)
+            .unwrap_or_default();
+        Ok(Workload::load(reader, &sizes)?)
+    }
+
+    /// Runs the whole replay through `replicas` (from [`Scenario::routers`]), telling
+    /// `observer` each request; the report carries its `run` block.
+    pub fn replay(
+        &self,
+        replicas: &mut Replicas,
+        observer: &mut dyn Observer,
+    ) -> Result<Report, SimError> {
+        let mut reader = self.reader()?;
+        let block_size = reader.block_size();
+        let (mut report, skipped, source) = match &self.timed {
+            None => {
+                let report = timefree::replay(&mut reader, replicas, self.cache_blocks, observer)?;
+                (report, reader.skipped().clone(), reader.source())
+            }
+            Some(timed) => {
+                let workload = self.workload(reader)?;
+                let report = replay_timed(&workload, replicas, timed, observer)?;
+                (report, workload.skipped.clone(), workload.source.clone())
+            }
+        };
+        report.run = Some(self.run_info(source, block_size, &skipped));
+        Ok(report)
+    }
+
+    /// The report's `run` block: what produced it.
+    pub fn run_info(
+        &self,
+        source: TraceSource,
+        block_size: u32,
+        skipped: &BTreeMap<&'static str, u64>,
+    ) -> RunInfo {
+        let (matcher_config, detector_config) = self.plugin_configs(0);
+        RunInfo {
+            tool_version: env!("CARGO_PKG_VERSION").to_owned(),
+            matcher: PluginRun {
+                name: self.matcher.clone(),
+                config: matcher_config,
+            },
+            detector: self.detector.as_ref().map(|name| PluginRun {
+                name: name.clone(),
+                config: detector_config,
+            }),
+            seed: self.seed,
+            trace: TraceRun {
+                path: source.path,
+                format: source.format.to_string(),
+                bytes: source.bytes,
+                content_hash: source.content_hash,
+                skipped: skipped.iter().map(|(r, n)| ((*r).to_owned(), *n)).collect(),
+            },
+            block_size,
+            endpoints: self.endpoints.clone(),
+            cache_blocks: self.cache_blocks,
+            when_unavailable: self.when_unavailable,
+            router_replicas: (self.router_replicas > 1).then_some(ReplicasRun {
+                count: self.router_replicas as u64,
+                assign: self.replica_assign,
+            }),
+            timed: self.timed.as_ref().map(|t| TimedRun {
+                arrivals: t.arrivals.clone(),
+                respect_parents: t.respect_parents,
+                think_time_ns: t.think_time_ns,
+                metrics_interval_ns: t.metrics_interval_ns,
+                default_output_tokens: t.default_output_tokens,
+                engines: t.engines.clone(),
+            }),
+        }
+    }
+}
+
+/// A plugin config text as a mapping; `which` (`matcher`, `detector`) names it in errors.
+pub fn config_mapping(text: &str, which: &str) -> Result<Mapping, SimError> {
+    if text.trim().is_empty() {
+        return Ok(Mapping::new());
+    }
+    routerlab_core::config::check_nesting(text)
+        .map_err(|e| SimError::Input(format!("the {which} config: {e}")))?;
+    match serde_yaml::from_str::<Value>(text) {
+        Ok(Value::Null) => Ok(Mapping::new()),
+        Ok(Value::Mapping(map)) => Ok(map),
+        Ok(_) => Err(SimError::Input(format!(
+            "the {which} config must be a mapping of keys"
+        ))),
+        Err(e) => Err(SimError::Input(format!(
+            "the {which} config is not valid YAML or JSON: {e}"
+        ))),
+    }
+}
+
+/// `config` as text, with `seed: seed` added unless it has a `seed` key.
+pub fn with_seed(config: &Mapping, seed: u64) -> String {
+    let mut map = config.clone();
+    let key = Value::String("seed".into());
+    if !map.contains_key(&key) {
+        map.insert(key, Value::Number(seed.into()));
+    }
+    serde_yaml::to_string(&map).expect("a mapping of YAML values serialises")
+}
