@@ -202,3 +202,174 @@ impl Router {
         self.matcher.on_complete(request, index)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use routerlab_core::{Detector, EndpointId, Endpoints, Matcher, PluginConfig, Request, Unit};
+    use routerlab_host::in_process;
+
+    use super::*;
+
+    /// The first endpoint it may pick; counts what it learns.
+    struct First;
+
+    static LEARNED: AtomicU64 = AtomicU64::new(0);
+
+    impl Matcher for First {
+        fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
+            Ok(First)
+        }
+        fn match_request(
+            &mut self,
+            _request: &Request<'_>,
+            endpoints: &Endpoints<'_>,
+        ) -> Result<Option<EndpointId>, String> {
+            Ok(endpoints.available().next().map(|e| e.id()))
+        }
+        fn update(&mut self, _request: &Request<'_>, _endpoint: EndpointId) -> Result<(), String> {
+            LEARNED.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    /// Picks nothing while anything is flagged.
+    struct Choosy;
+
+    impl Matcher for Choosy {
+        fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
+            Ok(Choosy)
+        }
+        fn match_request(
+            &mut self,
+            _request: &Request<'_>,
+            endpoints: &Endpoints<'_>,
+        ) -> Result<Option<EndpointId>, String> {
+            if endpoints.available().count() < endpoints.len() {
+                return Ok(None);
+            }
+            Ok(endpoints.available().next().map(|e| e.id()))
+        }
+    }
+
+    /// Flags the first `count` endpoints (config key `count`).
+    struct FlagFirst {
+        count: usize,
+    }
+
+    impl Detector for FlagFirst {
+        fn create(_name: &str, config: &mut PluginConfig) -> Result<Self, String> {
+            Ok(FlagFirst {
+                count: config.u64("count", 1)? as usize,
+            })
+        }
+        fn detect(&mut self, _e: &Endpoints<'_>, unavailable: &mut [bool]) -> Result<(), String> {
+            for (pos, flag) in unavailable.iter_mut().enumerate() {
+                *flag = pos < self.count;
+            }
+            Ok(())
+        }
+    }
+
+    fn request() -> RequestData<'static> {
+        RequestData {
+            id: 1,
+            arrival_ns: 0,
+            prompt: b"hello",
+            block_hashes: &[],
+            block_ids: None,
+            block_size: 128,
+            unit: Unit::Bytes,
+            prompt_len: 5,
+            output_tokens: None,
+            session_id: 0,
+            parent_id: 0,
+            now_ns: 0,
+            cached_prefix: None,
+        }
+    }
+
+    fn router<M: Matcher>(flagged: Option<usize>, when: WhenUnavailable) -> Router {
+        let matcher = in_process::matcher::<M>("m", "").unwrap();
+        let detector = flagged.map(|n| {
+            in_process::detector::<FlagFirst>("flag-first", &format!("count: {n}")).unwrap()
+        });
+        let table = EndpointTable::new(["a", "b", "c"]);
+        let Ok(router) = Router::new(matcher, detector, table, when) else {
+            panic!("a router over three endpoints")
+        };
+        router
+    }
+
+    #[test]
+    fn the_matcher_picks_among_what_the_detector_left() {
+        let mut r = router::<First>(Some(1), WhenUnavailable::Reject);
+        let d = r.decide(&request(), false).unwrap();
+        assert_eq!(d.endpoint, Some(1));
+        assert!(d.constrained && !d.opened && !d.learned);
+        assert_eq!(r.unavailable(), [true, false, false]);
+        assert!(d.allowed(r.unavailable(), 1) && !d.allowed(r.unavailable(), 0));
+    }
+
+    #[test]
+    fn everything_flagged_rejects_or_opens_as_told() {
+        let mut reject = router::<First>(Some(3), WhenUnavailable::Reject);
+        let d = reject.decide(&request(), true).unwrap();
+        assert_eq!(
+            (d.endpoint, d.constrained, d.opened, d.learned),
+            (None, true, false, false)
+        );
+        let mut open = router::<First>(Some(3), WhenUnavailable::FailOpen);
+        let d = open.decide(&request(), false).unwrap();
+        assert_eq!((d.endpoint, d.opened), (Some(0), true));
+        assert!(
+            d.allowed(open.unavailable(), 0),
+            "opened: every endpoint is allowed"
+        );
+    }
+
+    #[test]
+    fn fail_open_asks_again_among_all_when_the_matcher_finds_nothing() {
+        let mut open = router::<Choosy>(Some(1), WhenUnavailable::FailOpen);
+        let d = open.decide(&request(), false).unwrap();
+        assert_eq!((d.endpoint, d.opened), (Some(0), true));
+        let mut reject = router::<Choosy>(Some(1), WhenUnavailable::Reject);
+        assert_eq!(reject.decide(&request(), false).unwrap().endpoint, None);
+        let mut free = router::<Choosy>(None, WhenUnavailable::Reject);
+        let d = free.decide(&request(), false).unwrap();
+        assert_eq!((d.endpoint, d.constrained), (Some(0), false));
+    }
+
+    #[test]
+    fn learning_in_the_decision_tells_the_matcher_once() {
+        let mut r = router::<First>(None, WhenUnavailable::Reject);
+        let before = LEARNED.load(Ordering::Relaxed);
+        let d = r.decide(&request(), true).unwrap();
+        assert!(d.learned);
+        assert_eq!(LEARNED.load(Ordering::Relaxed), before + 1);
+    }
+
+    #[test]
+    fn an_endpoint_taken_out_is_never_offered_and_one_added_gets_a_new_index() {
+        let mut r = router::<First>(None, WhenUnavailable::Reject);
+        r.remove_endpoint(0).unwrap();
+        assert_eq!(r.table().len(), 2);
+        let pos = r.decide(&request(), false).unwrap().endpoint.unwrap();
+        assert_eq!(r.table().name(pos), "b");
+        let index = r.add_endpoint("a".into()).unwrap();
+        assert_eq!(index, 3, "stable indices are never reused");
+        assert_eq!(r.unavailable().len(), 3);
+        assert_eq!(r.table().index(r.table().len() - 1), 3);
+    }
+
+    #[test]
+    fn a_fleet_of_no_endpoints_is_refused() {
+        let matcher = in_process::matcher::<First>("m", "").unwrap();
+        let table = EndpointTable::new(Vec::<String>::new());
+        let Err(err) = Router::new(matcher, None, table, WhenUnavailable::Reject) else {
+            panic!("no endpoints must be refused")
+        };
+        assert_eq!(err.to_string(), "a fleet has 1 to 4096 endpoints, found 0");
+    }
+}

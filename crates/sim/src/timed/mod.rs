@@ -18,24 +18,33 @@
 //! where each request went, the engines (`Fleet`), the event queue, the statistics. So
 //! one workload can feed many runs.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use routerlab_core::{SeededRng, Unit};
-use routerlab_host::{CachedPrefix, EndpointLoad, RequestData};
+use routerlab_host::{CachedPrefix, RequestData};
 use routerlab_trace::Workload;
 
 use crate::SimError;
 use crate::error::request_location;
 use crate::observer::{Observer, RequestRecord};
-use routerlab_engine::{Engine, EngineConfig, EngineStatus, Sequence};
+use routerlab_engine::{EngineConfig, Sequence};
 use routerlab_report::stats::LatencyStat;
 use routerlab_report::stats::Tally;
-use routerlab_report::{EndpointTimed, Report, Spread, Throughput, TimedReport, round6};
+use routerlab_report::{EndpointTimed, Report, Throughput, TimedReport, round6};
 use routerlab_route::{Decision, WhenUnavailable};
 use routerlab_route::{Placement, Replicas};
 
 pub use routerlab_trace::arrivals::Arrivals;
+
+mod events;
+mod fleet;
+mod tally;
+#[cfg(test)]
+mod tests;
+
+use events::{Event, Events};
+use fleet::Fleet;
+use tally::{EndpointTally, SpreadTally, TimedStats};
 
 /// Settings of a timed replay (the endpoints and the unavailable policy are the router's).
 #[derive(Debug, Clone, PartialEq)]
@@ -97,224 +106,6 @@ struct RequestState {
     queued_at_router: bool,
     /// Requests waiting for this one to finish (with `respect_parents`).
     children: Vec<usize>,
-}
-
-/// Events are ordered by time, then by when they were scheduled (so simultaneous arrivals
-/// keep file order); the derived order of the variants themselves is never used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Event {
-    /// A router replica's metrics snapshot refresh.
-    Refresh(usize),
-    /// The end of an engine's step, with the step's generation.
-    Step(usize, u64),
-    /// A request arrives at the router.
-    Arrival(usize),
-}
-
-/// The pending events, earliest first.
-///
-/// Metric refreshes wait in a heap of their own, at most one per replica: with several
-/// replicas scraping on their own schedules they outnumber the other events, and keeping
-/// them out of the main heap keeps its pushes and pops as short as with one replica. Both
-/// heaps order by (time, order of scheduling), and `pop` takes the earlier head, so the
-/// order of events is the same as one heap's.
-#[derive(Default)]
-struct Events {
-    heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
-    refreshes: BinaryHeap<Reverse<(u64, u64, usize)>>,
-    scheduled: u64,
-}
-
-impl Events {
-    fn push(&mut self, time: u64, event: Event) {
-        self.scheduled += 1;
-        match event {
-            Event::Refresh(r) => self.refreshes.push(Reverse((time, self.scheduled, r))),
-            _ => self.heap.push(Reverse((time, self.scheduled, event))),
-        }
-    }
-    fn pop(&mut self) -> Option<(u64, Event)> {
-        let refresh_first = match (self.refreshes.peek(), self.heap.peek()) {
-            (Some(Reverse((rt, rs, _))), Some(Reverse((t, s, _)))) => (rt, rs) < (t, s),
-            (refresh, _) => refresh.is_some(),
-        };
-        if refresh_first {
-            let Reverse((time, _, r)) = self.refreshes.pop()?;
-            return Some((time, Event::Refresh(r)));
-        }
-        let Reverse((time, _, event)) = self.heap.pop()?;
-        Some((time, event))
-    }
-    /// Whether anything but metric refreshes is pending: arrivals or engine steps.
-    fn has_work(&self) -> bool {
-        !self.heap.is_empty()
-    }
-}
-
-/// The engines, one per endpoint, and what each router replica knows of them.
-struct Fleet {
-    engines: Vec<Engine>,
-    /// Generation of each engine's pending step event; older events are stale.
-    generation: Vec<u64>,
-    /// Per replica: statuses as of its last refresh (with a metrics interval).
-    snapshots: Vec<Vec<EngineStatus>>,
-    /// Per replica: prompt tokens it routed to each endpoint and not finished.
-    inflight_tokens: Vec<Vec<u64>>,
-    /// Per replica: requests it routed to each endpoint and not finished.
-    inflight_requests: Vec<Vec<u64>>,
-}
-
-impl Fleet {
-    fn new(engines: &[EngineConfig], replicas: usize) -> Fleet {
-        let n = engines.len();
-        Fleet {
-            engines: engines.iter().cloned().map(Engine::new).collect(),
-            generation: vec![0; n],
-            snapshots: vec![vec![EngineStatus::default(); n]; replicas],
-            inflight_tokens: vec![vec![0; n]; replicas],
-            inflight_requests: vec![vec![0; n]; replicas],
-        }
-    }
-
-    /// Takes a new snapshot for replica `r`; whether it differs from its last.
-    fn refresh(&mut self, r: usize) -> bool {
-        let mut changed = false;
-        for (seen, engine) in self.snapshots[r].iter_mut().zip(&self.engines) {
-            let fresh = engine.status();
-            changed |= fresh != *seen;
-            *seen = fresh;
-        }
-        changed
-    }
-
-    /// What plugins of replica `r` see of endpoint `pos`.
-    fn load(&self, pos: usize, live: bool, r: usize) -> EndpointLoad {
-        let status = if live {
-            self.engines[pos].status()
-        } else {
-            self.snapshots[r][pos]
-        };
-        EndpointLoad {
-            running: status.running,
-            waiting: status.waiting,
-            kv_blocks_used: status.kv_blocks_used,
-            kv_blocks_total: status.kv_blocks_total,
-            inflight_prompt_tokens: self.inflight_tokens[r][pos],
-            inflight_requests: self.inflight_requests[r][pos],
-            kv_block_tokens: u64::from(self.engines[pos].block_tokens()),
-        }
-    }
-
-    /// A new step of engine `pos` ends at `end`: supersedes its pending step event.
-    fn next_step(&mut self, pos: usize, end: u64, events: &mut Events) {
-        self.generation[pos] += 1;
-        events.push(end, Event::Step(pos, self.generation[pos]));
-    }
-}
-
-/// Prompt and output tokens of one endpoint's finished requests.
-#[derive(Debug, Default, Clone, Copy)]
-struct EndpointTally {
-    requests: u64,
-    prompt_tokens: u64,
-}
-
-/// Running requests across endpoints, integrated over time.
-#[derive(Debug, Default)]
-struct SpreadTally {
-    /// Time of the last event seen.
-    last_ns: Option<u64>,
-    /// ∫ (max − min) dt and ∫ cv dt, in request·ns and ns.
-    range_ns: f64,
-    cv_ns: f64,
-    total_ns: u64,
-    /// The running counts the last (max − min, cv) was computed for, and that pair: most
-    /// events (every metrics refresh, every step that admits or finishes nothing) leave the
-    /// counts as they were, and the pair need not be worked out again.
-    counts: Vec<u64>,
-    last: Option<(u64, f64)>,
-}
-
-impl SpreadTally {
-    /// The fleet held `running` from the last event until `now`.
-    fn advance(&mut self, now: u64, running: impl Iterator<Item = u64> + Clone) {
-        let last = *self.last_ns.get_or_insert(now);
-        let dt = now.saturating_sub(last);
-        self.last_ns = Some(now);
-        if dt == 0 {
-            return;
-        }
-        let (range, cv) = match self.last {
-            Some(pair) if self.counts.iter().copied().eq(running.clone()) => pair,
-            _ => {
-                self.counts.clear();
-                self.counts.extend(running);
-                let Some(pair) = spread_of(&self.counts) else {
-                    return;
-                };
-                self.last = Some(pair);
-                pair
-            }
-        };
-        self.range_ns += range as f64 * dt as f64;
-        self.cv_ns += cv * dt as f64;
-        self.total_ns += dt;
-    }
-
-    fn finish(&self) -> Spread {
-        if self.total_ns == 0 {
-            return Spread::default();
-        }
-        let total = self.total_ns as f64;
-        Spread {
-            max_minus_min: round6(self.range_ns / total),
-            cv: round6(self.cv_ns / total),
-        }
-    }
-}
-
-/// max − min and the coefficient of variation of `running` (`None` for no endpoints).
-fn spread_of(running: &[u64]) -> Option<(u64, f64)> {
-    let (mut sum, mut max, mut min) = (0u64, 0u64, u64::MAX);
-    for r in running {
-        sum += r;
-        max = max.max(*r);
-        min = min.min(*r);
-    }
-    if running.is_empty() {
-        return None;
-    }
-    let n = running.len() as f64;
-    let mean = sum as f64 / n;
-    let cv = if mean > 0.0 {
-        let var = running
-            .iter()
-            .map(|r| (*r as f64 - mean).powi(2))
-            .sum::<f64>()
-            / n;
-        var.sqrt() / mean
-    } else {
-        0.0
-    };
-    Some((max - min, cv))
-}
-
-/// What the timed replay measures beyond the time-free statistics.
-struct TimedStats {
-    base: Tally,
-    ttft: LatencyStat,
-    tpot: LatencyStat,
-    e2e: LatencyStat,
-    queue: LatencyStat,
-    per_endpoint: Vec<EndpointTally>,
-    prompt_tokens_done: u128,
-    hit_tokens_done: u128,
-    output_tokens_done: u128,
-    first_arrival: Option<u64>,
-    last_finish: u64,
-    router_queued: u64,
-    too_long: u64,
-    spread: SpreadTally,
 }
 
 struct Sim<'a> {

@@ -1,0 +1,57 @@
+//! The timed replay's event queue: arrivals, step ends and metric refreshes in time
+//! order, ties in the order they were scheduled.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// Events are ordered by time, then by when they were scheduled (so simultaneous arrivals
+/// keep file order); the derived order of the variants themselves is never used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Event {
+    /// A router replica's metrics snapshot refresh.
+    Refresh(usize),
+    /// The end of an engine's step, with the step's generation.
+    Step(usize, u64),
+    /// A request arrives at the router.
+    Arrival(usize),
+}
+
+/// The pending events, earliest first.
+///
+/// Metric refreshes wait in a heap of their own, at most one per replica: with several
+/// replicas scraping on their own schedules they outnumber the other events, and keeping
+/// them out of the main heap keeps its pushes and pops as short as with one replica. Both
+/// heaps order by (time, order of scheduling), and `pop` takes the earlier head, so the
+/// order of events is the same as one heap's.
+#[derive(Default)]
+pub(super) struct Events {
+    pub(super) heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    pub(super) refreshes: BinaryHeap<Reverse<(u64, u64, usize)>>,
+    pub(super) scheduled: u64,
+}
+
+impl Events {
+    pub(super) fn push(&mut self, time: u64, event: Event) {
+        self.scheduled += 1;
+        match event {
+            Event::Refresh(r) => self.refreshes.push(Reverse((time, self.scheduled, r))),
+            _ => self.heap.push(Reverse((time, self.scheduled, event))),
+        }
+    }
+    pub(super) fn pop(&mut self) -> Option<(u64, Event)> {
+        let refresh_first = match (self.refreshes.peek(), self.heap.peek()) {
+            (Some(Reverse((rt, rs, _))), Some(Reverse((t, s, _)))) => (rt, rs) < (t, s),
+            (refresh, _) => refresh.is_some(),
+        };
+        if refresh_first {
+            let Reverse((time, _, r)) = self.refreshes.pop()?;
+            return Some((time, Event::Refresh(r)));
+        }
+        let Reverse((time, _, event)) = self.heap.pop()?;
+        Some((time, event))
+    }
+    /// Whether anything but metric refreshes is pending: arrivals or engine steps.
+    pub(super) fn has_work(&self) -> bool {
+        !self.heap.is_empty()
+    }
+}

@@ -1,0 +1,68 @@
+//! The engines of a timed replay, one per endpoint, and what each router replica knows of
+//! them (its own in-flight counts, its own metric snapshot).
+
+use routerlab_engine::{Engine, EngineConfig, EngineStatus};
+use routerlab_host::EndpointLoad;
+
+use super::events::{Event, Events};
+
+/// The engines, one per endpoint, and what each router replica knows of them.
+pub(super) struct Fleet {
+    pub(super) engines: Vec<Engine>,
+    /// Generation of each engine's pending step event; older events are stale.
+    pub(super) generation: Vec<u64>,
+    /// Per replica: statuses as of its last refresh (with a metrics interval).
+    pub(super) snapshots: Vec<Vec<EngineStatus>>,
+    /// Per replica: prompt tokens it routed to each endpoint and not finished.
+    pub(super) inflight_tokens: Vec<Vec<u64>>,
+    /// Per replica: requests it routed to each endpoint and not finished.
+    pub(super) inflight_requests: Vec<Vec<u64>>,
+}
+
+impl Fleet {
+    pub(super) fn new(engines: &[EngineConfig], replicas: usize) -> Fleet {
+        let n = engines.len();
+        Fleet {
+            engines: engines.iter().cloned().map(Engine::new).collect(),
+            generation: vec![0; n],
+            snapshots: vec![vec![EngineStatus::default(); n]; replicas],
+            inflight_tokens: vec![vec![0; n]; replicas],
+            inflight_requests: vec![vec![0; n]; replicas],
+        }
+    }
+
+    /// Takes a new snapshot for replica `r`; whether it differs from its last.
+    pub(super) fn refresh(&mut self, r: usize) -> bool {
+        let mut changed = false;
+        for (seen, engine) in self.snapshots[r].iter_mut().zip(&self.engines) {
+            let fresh = engine.status();
+            changed |= fresh != *seen;
+            *seen = fresh;
+        }
+        changed
+    }
+
+    /// What plugins of replica `r` see of endpoint `pos`.
+    pub(super) fn load(&self, pos: usize, live: bool, r: usize) -> EndpointLoad {
+        let status = if live {
+            self.engines[pos].status()
+        } else {
+            self.snapshots[r][pos]
+        };
+        EndpointLoad {
+            running: status.running,
+            waiting: status.waiting,
+            kv_blocks_used: status.kv_blocks_used,
+            kv_blocks_total: status.kv_blocks_total,
+            inflight_prompt_tokens: self.inflight_tokens[r][pos],
+            inflight_requests: self.inflight_requests[r][pos],
+            kv_block_tokens: u64::from(self.engines[pos].block_tokens()),
+        }
+    }
+
+    /// A new step of engine `pos` ends at `end`: supersedes its pending step event.
+    pub(super) fn next_step(&mut self, pos: usize, end: u64, events: &mut Events) {
+        self.generation[pos] += 1;
+        events.push(end, Event::Step(pos, self.generation[pos]));
+    }
+}

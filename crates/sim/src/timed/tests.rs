@@ -1,0 +1,202 @@
+//! The timed replay in process: small traces written by the test, Rust matchers driven
+//! through the real export shims (`routerlab_host::in_process`), no built library.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request};
+use routerlab_host::in_process;
+use routerlab_report::Report;
+
+use crate::SimError;
+use crate::observer::NoObserver;
+use crate::scenario::Scenario;
+
+/// Always the first available endpoint.
+struct First;
+
+impl Matcher for First {
+    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
+        Ok(First)
+    }
+    fn match_request(
+        &mut self,
+        _request: &Request<'_>,
+        endpoints: &Endpoints<'_>,
+    ) -> Result<Option<EndpointId>, String> {
+        Ok(endpoints.available().next().map(|e| e.id()))
+    }
+}
+
+/// The available endpoints in turn.
+struct Turns {
+    next: usize,
+}
+
+impl Matcher for Turns {
+    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
+        Ok(Turns { next: 0 })
+    }
+    fn match_request(
+        &mut self,
+        _request: &Request<'_>,
+        endpoints: &Endpoints<'_>,
+    ) -> Result<Option<EndpointId>, String> {
+        let available: Vec<_> = endpoints.available().map(|e| e.id()).collect();
+        self.next += 1;
+        Ok(available
+            .get((self.next - 1) % available.len().max(1))
+            .copied())
+    }
+}
+
+/// `First`, counting the completions and first tokens the replay reports to it.
+struct Counting;
+
+static COMPLETED: AtomicU64 = AtomicU64::new(0);
+static FIRST_TOKENS: AtomicU64 = AtomicU64::new(0);
+
+impl Matcher for Counting {
+    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
+        Ok(Counting)
+    }
+    fn match_request(
+        &mut self,
+        request: &Request<'_>,
+        endpoints: &Endpoints<'_>,
+    ) -> Result<Option<EndpointId>, String> {
+        First.match_request(request, endpoints)
+    }
+    fn on_first_token(&mut self, _r: &Request<'_>, _e: EndpointId) -> Result<(), String> {
+        FIRST_TOKENS.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+    fn on_complete(&mut self, _r: &Request<'_>, _e: EndpointId) -> Result<(), String> {
+        COMPLETED.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Fails on the third request it sees.
+struct FailsThird {
+    seen: u64,
+}
+
+impl Matcher for FailsThird {
+    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
+        Ok(FailsThird { seen: 0 })
+    }
+    fn match_request(
+        &mut self,
+        request: &Request<'_>,
+        endpoints: &Endpoints<'_>,
+    ) -> Result<Option<EndpointId>, String> {
+        self.seen += 1;
+        if self.seen == 3 {
+            return Err("no third".into());
+        }
+        First.match_request(request, endpoints)
+    }
+}
+
+/// A Mooncake trace of `n` requests, `gap_ms` apart, of four 512-token blocks each: all
+/// four shared when `shared`, otherwise distinct per request.
+fn trace(name: &str, n: u64, gap_ms: u64, shared: bool) -> PathBuf {
+    let mut text = String::new();
+    for i in 0..n {
+        let base = if shared { 0 } else { i * 10 };
+        text.push_str(&format!(
+            "{{\"timestamp\": {}, \"input_length\": 2048, \"output_length\": 32, \"hash_ids\": [{}, {}, {}, {}]}}\n",
+            i * gap_ms,
+            base + 1,
+            base + 2,
+            base + 3,
+            base + 4
+        ));
+    }
+    let path = std::env::temp_dir().join(format!(
+        "routerlab-sim-timed-{name}-{}.jsonl",
+        std::process::id()
+    ));
+    std::fs::write(&path, text).expect("scratch trace");
+    path
+}
+
+fn replay<M: Matcher>(scenario: &Scenario, name: &str) -> Result<Report, SimError> {
+    let mut replicas = scenario.routers_with(|config, _| {
+        let matcher = in_process::matcher::<M>(name, config).map_err(SimError::Load)?;
+        Ok((matcher, None))
+    })?;
+    scenario.replay(&mut replicas, &mut NoObserver)
+}
+
+fn timed(trace: PathBuf, endpoints: usize) -> Scenario {
+    Scenario::new("in-process", trace)
+        .endpoints(endpoints)
+        .timed_at_trace_times()
+}
+
+fn requests_per_endpoint(report: &Report) -> Vec<u64> {
+    let timed = report.timed.as_ref().expect("a timed report");
+    timed.per_endpoint.iter().map(|e| e.requests).collect()
+}
+
+#[test]
+fn a_sticky_matcher_keeps_the_shared_prefix_a_spreading_one_splits_it() {
+    // One second apart: each request has finished before the next arrives, so what an
+    // engine holds is exactly what was sent to it before.
+    let scenario = timed(trace("sticky", 8, 1000, true), 2);
+    let sticky = replay::<First>(&scenario, "first").unwrap();
+    let spread = replay::<Turns>(&scenario, "turns").unwrap();
+    assert_eq!(requests_per_endpoint(&sticky), [8, 0]);
+    assert_eq!(requests_per_endpoint(&spread), [4, 4]);
+    // Sticky: only the first request misses. Spread: the first on each engine misses.
+    let (sticky_hits, spread_hits) = (
+        sticky.timed.as_ref().unwrap().hit_ratio,
+        spread.timed.as_ref().unwrap().hit_ratio,
+    );
+    assert!(sticky_hits > spread_hits, "{sticky_hits} vs {spread_hits}");
+    assert!(
+        spread_hits > 0.0,
+        "each engine reuses its own earlier requests"
+    );
+    assert_eq!(sticky.requests, 8);
+    assert_eq!(sticky.rejected, 0);
+}
+
+#[test]
+fn a_burst_on_one_engine_waits_longer_than_a_burst_spread_over_two() {
+    let scenario = timed(trace("burst", 16, 0, false), 2);
+    let one = replay::<First>(&scenario, "first").unwrap();
+    let two = replay::<Turns>(&scenario, "turns").unwrap();
+    let ttft = |r: &Report| r.timed.as_ref().unwrap().ttft.as_ref().unwrap().mean;
+    assert!(ttft(&one) > ttft(&two), "{} vs {}", ttft(&one), ttft(&two));
+    assert_eq!(requests_per_endpoint(&one), [16, 0]);
+}
+
+#[test]
+fn every_request_reports_its_first_token_and_completion_to_the_matcher() {
+    let scenario = timed(trace("callbacks", 12, 50, true), 3);
+    let report = replay::<Counting>(&scenario, "counting").unwrap();
+    assert_eq!(report.requests, 12);
+    assert_eq!(FIRST_TOKENS.load(Ordering::Relaxed), 12);
+    assert_eq!(COMPLETED.load(Ordering::Relaxed), 12);
+}
+
+#[test]
+fn a_plugin_error_stops_the_run_naming_the_request_and_line() {
+    let scenario = timed(trace("fails", 5, 10, true), 2);
+    let err = replay::<FailsThird>(&scenario, "fails-third").unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, SimError::Plugin { .. }), "{text}");
+    assert!(text.starts_with("request 3 (line 3): "), "{text}");
+    assert!(text.contains("no third"), "{text}");
+}
+
+#[test]
+fn the_same_scenario_gives_the_same_report() {
+    let scenario = timed(trace("determinism", 20, 7, false), 3);
+    let a = serde_json::to_string(&replay::<Turns>(&scenario, "turns").unwrap()).unwrap();
+    let b = serde_json::to_string(&replay::<Turns>(&scenario, "turns").unwrap()).unwrap();
+    assert_eq!(a, b);
+}
