@@ -24,29 +24,23 @@ const KV_USAGE: &[&str] = &[
 ];
 
 /// Reads the gauges from Prometheus text. Series of one metric with several label sets
-/// (several models on one server) add up; KV usage takes the largest. Unknown lines are
-/// skipped; a metric that is absent reads 0.
+/// (several models on one server) add up, saturating rather than wrapping; KV usage takes
+/// the largest. Lines that are not samples are skipped; a metric that is absent reads 0.
 pub fn parse(text: &str) -> Scraped {
     let mut scraped = Scraped::default();
     let mut seen_usage: Option<usize> = None;
     for line in text.lines() {
-        if line.starts_with('#') {
-            continue;
-        }
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let name = series.split('{').next().unwrap_or(series).trim();
-        let Ok(value) = value.trim().parse::<f64>() else {
+        let Some(Sample { name, value }) = sample(line) else {
             continue;
         };
         if !value.is_finite() || value < 0.0 {
             continue;
         }
         if RUNNING.contains(&name) {
-            scraped.running += value as u64;
+            // `as` saturates at u64::MAX; the sum saturates too.
+            scraped.running = scraped.running.saturating_add(value as u64);
         } else if WAITING.contains(&name) {
-            scraped.waiting += value as u64;
+            scraped.waiting = scraped.waiting.saturating_add(value as u64);
         } else if let Some(rank) = KV_USAGE.iter().position(|n| *n == name) {
             // Prefer the current name when an engine exports two.
             match seen_usage {
@@ -59,6 +53,102 @@ pub fn parse(text: &str) -> Scraped {
     }
     scraped.kv_usage = scraped.kv_usage.min(1.0);
     scraped
+}
+
+/// One sample line: the metric's name and its value (labels and timestamp read past).
+#[derive(Debug, PartialEq)]
+struct Sample<'a> {
+    name: &'a str,
+    value: f64,
+}
+
+/// Parses a line of the text exposition format (version 0.0.4):
+/// `name[{label="value",...}] value [timestamp]`, with label values quoted and escaped
+/// (`\\`, `\"`, `\n`), so a `}` or a space inside a label is not the end of it. Comments,
+/// blank lines and anything malformed give `None`. The well-known crate for this
+/// (`prometheus-parse`) matches names with `\w+`, which refuses the `:` that every vLLM
+/// and SGLang metric name has; this follows the format's own grammar instead.
+fn sample(line: &str) -> Option<Sample<'_>> {
+    let line = line.trim_start();
+    if line.is_empty() || line.starts_with('#') {
+        return None;
+    }
+    let bytes = line.as_bytes();
+    let name_end = bytes
+        .iter()
+        .position(|&b| !(b.is_ascii_alphanumeric() || b == b'_' || b == b':'))
+        .unwrap_or(bytes.len());
+    let name = &line[..name_end];
+    if name.is_empty() || name.as_bytes()[0].is_ascii_digit() {
+        return None;
+    }
+    let mut rest = &line[name_end..];
+    if let Some(labels) = rest.strip_prefix('{') {
+        rest = after_labels(labels)?;
+    }
+    // Whitespace, the value, and optionally whitespace and an integer timestamp.
+    if !rest.starts_with([' ', '\t']) {
+        return None;
+    }
+    let mut fields = rest.split_ascii_whitespace();
+    let value = parse_value(fields.next()?)?;
+    if let Some(timestamp) = fields.next() {
+        timestamp.parse::<i64>().ok()?;
+    }
+    if fields.next().is_some() {
+        return None;
+    }
+    Some(Sample { name, value })
+}
+
+/// What follows a label set whose opening `{` has been read, or `None` if it never closes.
+fn after_labels(mut text: &str) -> Option<&str> {
+    loop {
+        text = text.trim_start();
+        if let Some(rest) = text.strip_prefix('}') {
+            return Some(rest);
+        }
+        let eq = text.find('=')?;
+        let label = text[..eq].trim();
+        if label.is_empty()
+            || !label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            return None;
+        }
+        text = text[eq + 1..].trim_start().strip_prefix('"')?;
+        // The quoted value: up to the first `"` not escaped by a backslash.
+        let mut escaped = false;
+        let close = text.char_indices().find_map(|(i, c)| match (escaped, c) {
+            (true, _) => {
+                escaped = false;
+                None
+            }
+            (false, '\\') => {
+                escaped = true;
+                None
+            }
+            (false, '"') => Some(i),
+            _ => None,
+        })?;
+        text = text[close + 1..].trim_start();
+        if let Some(rest) = text.strip_prefix(',') {
+            text = rest;
+        } else if !text.starts_with('}') {
+            return None;
+        }
+    }
+}
+
+/// A sample value: a float, or `+Inf`, `-Inf`, `NaN` as the format spells them.
+fn parse_value(text: &str) -> Option<f64> {
+    match text {
+        "+Inf" => Some(f64::INFINITY),
+        "-Inf" => Some(f64::NEG_INFINITY),
+        "NaN" => Some(f64::NAN),
+        _ => text.parse().ok(),
+    }
 }
 
 #[cfg(test)]
@@ -94,5 +184,44 @@ mod tests {
             parse("garbage\nvllm:num_requests_running NaN\n"),
             Scraped::default()
         );
+    }
+
+    #[test]
+    fn a_timestamp_is_not_the_value() {
+        let text = "vllm:num_requests_running{model_name=\"m\"} 3 1700000000000\n\
+            vllm:num_requests_waiting 2 1700000000000\n\
+            vllm:kv_cache_usage_perc{model_name=\"m\"} 0.5 -12\n";
+        assert_eq!(
+            parse(text),
+            Scraped {
+                running: 3,
+                waiting: 2,
+                kv_usage: 0.5
+            }
+        );
+    }
+
+    #[test]
+    fn label_values_may_hold_spaces_braces_and_quotes() {
+        let text = "vllm:num_requests_running{model_name=\"a } b\",path=\"x\\\"y\\\\\",} 4\n";
+        assert_eq!(parse(text).running, 4);
+        // Unclosed labels, a missing value, trailing junk: not samples.
+        let bad = "vllm:num_requests_running{model_name=\"a} 4\n\
+            vllm:num_requests_running\n\
+            vllm:num_requests_running 4 5 6\n\
+            vllm:num_requests_running 4 notatime\n";
+        assert_eq!(parse(bad), Scraped::default());
+    }
+
+    #[test]
+    fn huge_values_saturate_instead_of_wrapping() {
+        let text = "vllm:num_requests_running{m=\"a\"} 1e19\n\
+            vllm:num_requests_running{m=\"b\"} 1e19\n\
+            vllm:num_requests_waiting 1e300\n\
+            vllm:kv_cache_usage_perc 7\n";
+        let scraped = parse(text);
+        assert_eq!(scraped.running, u64::MAX);
+        assert_eq!(scraped.waiting, u64::MAX);
+        assert_eq!(scraped.kv_usage, 1.0);
     }
 }

@@ -139,11 +139,18 @@ pub(crate) fn parse_datetime_ns(text: &str) -> Option<u64> {
         d.next()?.parse().ok()?,
     );
     // Four-digit years: a longer one is a typo, and would overflow the day count below.
-    if d.next().is_some()
-        || !(1..=12).contains(&m)
-        || !(1..=31).contains(&day)
-        || !(1970..=9999).contains(&y)
-    {
+    if d.next().is_some() || !(1..=12).contains(&m) || !(1970..=9999).contains(&y) {
+        return None;
+    }
+    // The calendar's own month lengths: 2023-02-31 is no date (it is not 2023-03-03).
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let month_days = match m {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    if !(1..=month_days).contains(&day) {
         return None;
     }
     let (clock, fraction) = match time.split_once('.') {
@@ -192,6 +199,15 @@ mod tests {
             parse_datetime_ns("2000-03-01 00:00:01.5"),
             Some(951_868_801_500_000_000)
         );
+        // Leap days that exist: 2000 (divisible by 400) and 2024.
+        assert_eq!(
+            parse_datetime_ns("2000-02-29 00:00:00"),
+            Some(951_782_400_000_000_000)
+        );
+        assert_eq!(
+            parse_datetime_ns("2024-02-29 00:00:00"),
+            Some(1_709_164_800_000_000_000)
+        );
         for bad in [
             "2023-13-01 00:00:00",
             "2023-11-16",
@@ -201,6 +217,12 @@ mod tests {
             // Found by the trace_reader fuzz target: the day count overflowed (a panic).
             "9223372036854775807-11-16 18:17:04.1",
             "10000-01-01 00:00:00",
+            // Days the month does not have.
+            "2023-02-31 00:00:00",
+            "2023-02-29 00:00:00",
+            "2100-02-29 00:00:00",
+            "2023-04-31 12:00:00",
+            "2023-01-00 00:00:00",
         ] {
             assert_eq!(parse_datetime_ns(bad), None, "{bad}");
         }
