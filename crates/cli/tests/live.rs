@@ -379,3 +379,44 @@ fn requests_on_an_engine_killed_mid_run_are_retried_elsewhere() {
     let retries = format!("routerlab_retries_total{{endpoint=\"{b_addr}\"}}");
     assert!(metric(&router.addr, &retries) >= 2.0);
 }
+
+/// CPU seconds (user + system) the process `pid` has used, from /proc.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // Fields after the command name in parentheses: utime and stime are the 12th and 13th.
+    let after = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // Clock ticks per second: 100 on Linux (USER_HZ).
+    ticks / 100.0
+}
+
+#[test]
+fn a_router_out_of_file_descriptors_waits_instead_of_spinning() {
+    let router = Server::start_with_file_limit(
+        &[
+            "serve",
+            "--matcher",
+            "round-robin",
+            "--endpoints",
+            "127.0.0.1:9",
+        ],
+        32,
+    );
+    // More connections than it can take: once out of descriptors, every further accept
+    // fails with EMFILE while the connections wait in the backlog.
+    let holders: Vec<std::net::TcpStream> = (0..64)
+        .filter_map(|_| std::net::TcpStream::connect(&router.addr).ok())
+        .collect();
+    assert!(holders.len() > 32, "{} connections", holders.len());
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let before = cpu_seconds(router.pid());
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let used = cpu_seconds(router.pid()) - before;
+    // A loop that retried at once would burn the whole 2 s of a core.
+    assert!(
+        used < 0.5,
+        "the router used {used} s of CPU in 2 s while out of descriptors"
+    );
+    drop(holders);
+}

@@ -106,7 +106,7 @@ pub async fn run_on(
         Ordering::Relaxed,
     );
     tokio::spawn(model_task(shared.clone(), requests));
-    http::serve(listener, move |request| {
+    http::serve(listener, http::HEADER_READ_TIMEOUT, move |request| {
         let shared = shared.clone();
         async move { handle(shared, request).await }
     })

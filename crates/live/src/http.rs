@@ -5,6 +5,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::Frame;
@@ -13,7 +14,7 @@ use http_body_util::combinators::BoxBody;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
@@ -112,16 +113,36 @@ pub fn from_std(listener: std::net::TcpListener) -> Result<TcpListener, String> 
         .map_err(|e| format!("cannot listen: {e}"))
 }
 
+/// How long a client may take to send a request's headers, and how long a kept-alive
+/// connection may sit idle before its next request: after that the connection is closed,
+/// so a client that connects and says nothing holds no task or descriptor for long.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the accept loop waits after an error that is not one connection's own (out of
+/// descriptors, out of memory): the condition lasts, and retrying at once would spin.
+pub const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+
 /// Serves HTTP/1.1 connections from `listener` with `handler`, each connection on its own
-/// task, until the process ends.
-pub async fn serve<H, F>(listener: TcpListener, handler: H)
+/// task, until the process ends; headers must arrive within `header_read_timeout` (also the
+/// idle limit of a kept-alive connection).
+///
+/// hyper's connection builder, on hyper-util's tokio timer, does the protocol and the
+/// timeouts. The loop around it follows the rule axum's `serve` uses: an error that
+/// belongs to one connection (refused, aborted or reset before it was accepted) is skipped;
+/// any other (`EMFILE`, `ENFILE`, `ENOMEM`) waits [`ACCEPT_BACKOFF`] before the next try.
+pub async fn serve<H, F>(listener: TcpListener, header_read_timeout: Duration, handler: H)
 where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) if is_connection_error(&e) => continue,
+            Err(_) => {
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
         };
         let _ = stream.set_nodelay(true);
         let handler = handler.clone();
@@ -131,8 +152,101 @@ where
                 async move { Ok::<_, Infallible>(handler(request).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read_timeout)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
+    }
+}
+
+/// An accept error that concerns one connection only (the next accept may well succeed).
+fn is_connection_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read as _, Write as _};
+    use std::time::Instant;
+
+    use super::*;
+
+    /// A server whose handler answers `ok`, with a 300 ms header timeout, on a free port.
+    fn server() -> (std::net::SocketAddr, tokio::runtime::Runtime) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = std_listener.local_addr().unwrap();
+        runtime.spawn(async move {
+            let listener = from_std(std_listener).unwrap();
+            serve(listener, Duration::from_millis(300), |_req| async {
+                Response::new(full("ok"))
+            })
+            .await;
+        });
+        (addr, runtime)
+    }
+
+    /// Reads until the server closes the connection, or 5 s pass; returns what came and
+    /// how long it took.
+    fn read_to_close(stream: &mut std::net::TcpStream) -> (String, Duration) {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let started = Instant::now();
+        let mut got = Vec::new();
+        let _ = stream.read_to_end(&mut got);
+        (
+            String::from_utf8_lossy(&got).into_owned(),
+            started.elapsed(),
+        )
+    }
+
+    #[test]
+    fn a_client_that_sends_nothing_is_closed_after_the_header_timeout() {
+        let (addr, _runtime) = server();
+        let mut silent = std::net::TcpStream::connect(addr).unwrap();
+        let (got, took) = read_to_close(&mut silent);
+        assert!(took < Duration::from_secs(3), "closed after {took:?}");
+        assert!(!got.contains("200 OK"), "{got}");
+        // Half a request line, then silence: closed too.
+        let mut slow = std::net::TcpStream::connect(addr).unwrap();
+        slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
+        let (_, took) = read_to_close(&mut slow);
+        assert!(took < Duration::from_secs(3), "closed after {took:?}");
+    }
+
+    #[test]
+    fn a_kept_alive_connection_idle_past_the_timeout_is_closed() {
+        let (addr, _runtime) = server();
+        let mut client = std::net::TcpStream::connect(addr).unwrap();
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let (got, took) = read_to_close(&mut client);
+        assert!(got.starts_with("HTTP/1.1 200 OK"), "{got}");
+        assert!(got.ends_with("ok"), "{got}");
+        assert!(
+            took < Duration::from_secs(3),
+            "idle connection kept {took:?}"
+        );
+    }
+
+    #[test]
+    fn per_connection_accept_errors_are_told_apart_from_lasting_ones() {
+        use std::io::{Error, ErrorKind};
+        assert!(is_connection_error(&Error::from(
+            ErrorKind::ConnectionAborted
+        )));
+        // EMFILE: the process is out of descriptors; retrying at once would spin.
+        assert!(!is_connection_error(&Error::from_raw_os_error(24)));
     }
 }

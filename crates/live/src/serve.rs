@@ -202,7 +202,7 @@ pub async fn run_on(
         matcher,
     });
     tokio::spawn(scrape_loop(shared.clone()));
-    http::serve(listener, move |request| {
+    http::serve(listener, http::HEADER_READ_TIMEOUT, move |request| {
         let shared = shared.clone();
         async move { handle(shared, request).await }
     })

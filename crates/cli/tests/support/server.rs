@@ -22,9 +22,31 @@ impl Server {
 
     /// Starts `routerlab ARGS --listen ADDR` and reads the address it prints.
     pub fn start_on(args: &[&str], listen: &str) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_routerlab"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_routerlab"));
+        command.args(args).args(["--listen", listen]);
+        Server::spawn(command, args)
+    }
+
+    /// Starts `routerlab ARGS --listen 127.0.0.1:0` allowed at most `files` open file
+    /// descriptors (`ulimit -n`, then `exec`, so the process is the server itself).
+    pub fn start_with_file_limit(args: &[&str], files: u32) -> Server {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!("ulimit -n {files} && exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_routerlab"))
             .args(args)
-            .args(["--listen", listen])
+            .args(["--listen", "127.0.0.1:0"]);
+        Server::spawn(command, args)
+    }
+
+    /// The process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn spawn(mut command: Command, args: &[&str]) -> Server {
+        let mut child = command
             .env_remove("ROUTERLAB_PLUGIN_PATH")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
