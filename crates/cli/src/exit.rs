@@ -11,6 +11,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use routerlab_host::PluginError;
+use routerlab_live::LiveError;
 use routerlab_route::RouteError;
 use routerlab_sim::SimError;
 use routerlab_trace::TraceError;
@@ -36,6 +37,8 @@ pub enum Failure {
     Plugin(PluginError),
     /// The run failed.
     Run(SimError),
+    /// A live command (`serve`, `engine`, `drive`) stopped.
+    Live(LiveError),
     /// One run of a comparison or sweep failed.
     InRun {
         /// `policy` (a comparison's column) or `run` (a sweep's row).
@@ -76,6 +79,11 @@ impl Failure {
                 // A plugin failed mid-run, or a failure added later: the run did not finish.
                 _ => RUN_FAILED,
             },
+            Failure::Live(e) => match e {
+                LiveError::Settings(_) | LiveError::Trace(_) => BAD_INPUT,
+                // Could not listen, a request task failed, or a failure added later.
+                _ => RUN_FAILED,
+            },
             Failure::InRun { failure, .. } => failure.exit_code(),
             Failure::Output { .. } => OUTPUT_FAILED,
             Failure::Differs(_) => DIFFERS,
@@ -95,6 +103,7 @@ impl fmt::Display for Failure {
                 "line {line}: the trace has no arrival times; pass --rate R (Poisson) or --concurrency N (closed loop)"
             ),
             Failure::Run(e) => write!(f, "{e}"),
+            Failure::Live(e) => write!(f, "{e}"),
             Failure::InRun {
                 kind,
                 label,
@@ -120,6 +129,12 @@ impl From<SimError> for Failure {
 impl From<RouteError> for Failure {
     fn from(e: RouteError) -> Failure {
         Failure::Run(SimError::from(e))
+    }
+}
+
+impl From<LiveError> for Failure {
+    fn from(e: LiveError) -> Failure {
+        Failure::Live(e)
     }
 }
 
@@ -159,5 +174,18 @@ mod tests {
         let no_times = Failure::Run(SimError::NoArrivalTimes { line: 3 });
         assert_eq!(no_times.exit_code(), BAD_INPUT);
         assert!(no_times.to_string().contains("pass --rate R"));
+    }
+
+    #[test]
+    fn a_live_failure_exits_by_what_went_wrong() {
+        let settings = Failure::from(LiveError::Settings("--speedup must be positive".into()));
+        assert_eq!(settings.exit_code(), BAD_INPUT);
+        let trace = Failure::from(LiveError::Trace("no arrival times".into()));
+        assert_eq!(trace.exit_code(), BAD_INPUT);
+        let run = Failure::from(LiveError::Run("a request task failed: panic".into()));
+        assert_eq!(run.exit_code(), RUN_FAILED);
+        let listen = Failure::from(LiveError::Listen(std::io::Error::other("no")));
+        assert_eq!(listen.exit_code(), RUN_FAILED);
+        assert_eq!(listen.to_string(), "cannot listen: no");
     }
 }

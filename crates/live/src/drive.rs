@@ -25,6 +25,7 @@ use routerlab_report::{Report, Throughput, TimedReport};
 use routerlab_trace::Workload;
 use tokio::sync::Semaphore;
 
+use crate::LiveError;
 use crate::serve::{ENDPOINT_HEADER, SESSION_HEADER};
 
 /// When requests are sent.
@@ -123,12 +124,12 @@ fn block_text(id: u64, block_bytes: usize) -> Vec<u8> {
 pub async fn drive(
     workload: Arc<Workload>,
     settings: DriveSettings,
-) -> Result<Vec<Outcome>, String> {
+) -> Result<Vec<Outcome>, LiveError> {
     if !settings.url.starts_with("http://") {
-        return Err(format!(
+        return Err(LiveError::Settings(format!(
             "--url {}: only plain http:// URLs are supported",
             settings.url
-        ));
+        )));
     }
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
@@ -145,7 +146,11 @@ pub async fn drive(
             })
             .collect::<Option<Vec<_>>>()
             .map(|times| times.into_iter().map(Some).collect())
-            .ok_or("the trace has no arrival times: use --rate or --concurrency")?,
+            .ok_or_else(|| {
+                LiveError::Trace(
+                    "the trace has no arrival times: use --rate or --concurrency".into(),
+                )
+            })?,
         Pace::Poisson { rate, seed } => {
             let mut rng = SeededRng::new(seed);
             let mut clock = 0.0f64;
@@ -181,7 +186,7 @@ pub async fn drive(
     for task in tasks {
         outcomes.push(
             task.await
-                .map_err(|e| format!("a request task failed: {e}"))?,
+                .map_err(|e| LiveError::Run(format!("a request task failed: {e}")))?,
         );
     }
     Ok(outcomes)

@@ -22,6 +22,7 @@ use routerlab_engine::{Engine, EngineConfig, Sequence};
 use routerlab_trace::blocks::text_engine_chain;
 use tokio::sync::mpsc;
 
+use crate::LiveError;
 use crate::http::{self, Body, ChannelBody};
 use crate::openai::{self, Api};
 
@@ -85,13 +86,13 @@ struct Shared {
 pub async fn run_on(
     listener: std::net::TcpListener,
     settings: EngineSettings,
-) -> Result<(), String> {
-    settings.config.validate()?;
+) -> Result<(), LiveError> {
+    settings.config.validate().map_err(LiveError::Settings)?;
     if !(settings.speedup.is_finite() && settings.speedup > 0.0) {
-        return Err(format!(
+        return Err(LiveError::Settings(format!(
             "--speedup must be a positive number, not {}",
             settings.speedup
-        ));
+        )));
     }
     let listener = http::from_std(listener)?;
     let (submit, requests) = mpsc::unbounded_channel();

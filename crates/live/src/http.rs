@@ -18,6 +18,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+use crate::LiveError;
+
 /// Any error a body can end with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -106,11 +108,11 @@ pub async fn read_body(request: Request<Incoming>) -> Result<Bytes, Response<Bod
 
 /// A listener bound by the caller (so a taken port fails before anything starts), handed
 /// to the runtime.
-pub fn from_std(listener: std::net::TcpListener) -> Result<TcpListener, String> {
+pub fn from_std(listener: std::net::TcpListener) -> Result<TcpListener, LiveError> {
     listener
         .set_nonblocking(true)
         .and_then(|()| TcpListener::from_std(listener))
-        .map_err(|e| format!("cannot listen: {e}"))
+        .map_err(LiveError::Listen)
 }
 
 /// How long a client may take to send a request's headers, and how long a kept-alive

@@ -9,7 +9,10 @@
 
 pub mod drive;
 pub mod engine;
+mod error;
 pub mod http;
 pub mod openai;
 pub mod prom;
 pub mod serve;
+
+pub use error::LiveError;

@@ -34,6 +34,7 @@ use routerlab_host::{EndpointLoad, RequestData};
 use routerlab_route::Router;
 use routerlab_trace::blocks::hash_text_blocks;
 
+use crate::LiveError;
 use crate::http::{self, Body, BoxError};
 use crate::openai::{self, Api};
 use crate::prom::{self, Scraped};
@@ -160,9 +161,11 @@ pub async fn run_on(
     listener: std::net::TcpListener,
     settings: ServeSettings,
     router: Router,
-) -> Result<(), String> {
+) -> Result<(), LiveError> {
     if settings.endpoints.is_empty() {
-        return Err("serve needs at least one endpoint (--endpoints host:port,...)".into());
+        return Err(LiveError::Settings(
+            "serve needs at least one endpoint (--endpoints host:port,...)".into(),
+        ));
     }
     let table = router.table();
     let upstreams = (0..table.len())

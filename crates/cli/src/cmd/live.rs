@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use routerlab_host::SearchPath;
+use routerlab_live::LiveError;
 use routerlab_live::drive::{DriveSettings, Pace};
 use routerlab_live::engine::EngineSettings;
 use routerlab_live::serve::{OnPluginError, ServeSettings};
@@ -154,7 +155,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| Failure::input(format!("cannot start the async runtime: {e}")))
+        .map_err(|e| LiveError::Run(format!("cannot start the async runtime: {e}")).into())
 }
 
 /// Binds first (so a taken port is an error before anything else), says where, then runs.
@@ -187,7 +188,7 @@ pub fn engine(args: EngineArgs) -> Result<(), Failure> {
     };
     runtime()?
         .block_on(routerlab_live::engine::run_on(listener, settings))
-        .map_err(Failure::input)
+        .map_err(Failure::from)
 }
 
 /// The engines of `--endpoints`: `host:port` each, distinct.
@@ -277,7 +278,7 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
     };
     runtime()?
         .block_on(routerlab_live::serve::run_on(listener, settings, router))
-        .map_err(Failure::input)
+        .map_err(Failure::from)
 }
 
 /// `routerlab drive`.
@@ -333,7 +334,7 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
     };
     let outcomes = runtime()?
         .block_on(routerlab_live::drive::drive(workload.clone(), settings))
-        .map_err(Failure::input)?;
+        .map_err(Failure::from)?;
     if let Some(path) = &args.requests_out {
         let mut lines = String::new();
         for o in &outcomes {

@@ -1,0 +1,21 @@
+//! Why a live command stopped. Each variant has one exit code in the CLI: bad settings or
+//! input are 2 (nothing ran); a listener that cannot be served, or a run that started and
+//! could not go on, is 1. (Outputs are written by the CLI, which reports them as 3.)
+
+/// Why `serve`, `engine` or `drive` stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LiveError {
+    /// The settings cannot work (a URL, a speed, an engine config, no endpoints).
+    #[error("{0}")]
+    Settings(String),
+    /// The trace cannot be driven as asked (no arrival times for `--speedup`, say).
+    #[error("{0}")]
+    Trace(String),
+    /// The listener bound by the caller could not be handed to the runtime.
+    #[error("cannot listen: {0}")]
+    Listen(std::io::Error),
+    /// The run started and could not go on (a request task panicked, say).
+    #[error("{0}")]
+    Run(String),
+}
