@@ -22,6 +22,12 @@ use routerlab_engine::{Engine, EngineConfig, Sequence};
 use routerlab_trace::blocks::text_engine_chain;
 use tokio::sync::mpsc;
 
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+
 use crate::LiveError;
 use crate::http::{self, Body, ChannelBody};
 use crate::openai::{self, Api};
@@ -124,7 +130,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
             &serde_json::json!({"object": "list", "data": [
                 {"id": shared.settings.model, "object": "model", "owned_by": "routerlab"}]}),
         ),
-        (&Method::GET, "/metrics") => http::prometheus(metrics_text(&shared)),
+        (&Method::GET, "/metrics") => http::openmetrics(metrics_text(&shared)),
         (&Method::POST, _) => match Api::of_path(&path) {
             Some(api) => complete(shared, api, request).await,
             None => http::error(StatusCode::NOT_FOUND, &format!("no endpoint {path}")),
@@ -133,51 +139,88 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
     }
 }
 
-/// The Prometheus text of the engine's figures, under vLLM's names (and the older name of
-/// the KV usage gauge, which some routers still read).
+/// The engine's figures of one moment, under vLLM's names (and the older name of the KV
+/// usage gauge, which some routers still read), as `prometheus-client` encodes them.
+#[derive(Debug)]
+struct Figures {
+    model: String,
+    /// (name, help, value) of each gauge.
+    gauges: [(&'static str, &'static str, f64); 4],
+    /// (name without `_total`, help, value) of each counter.
+    counters: [(&'static str, &'static str, u64); 4],
+}
+
+impl Collector for Figures {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let labels = [("model_name", self.model.as_str())];
+        for (name, help, value) in self.gauges {
+            let gauge = ConstGauge::new(value);
+            let mut family = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+            gauge.encode(family.encode_family(&labels)?)?;
+        }
+        for (name, help, value) in self.counters {
+            let counter = ConstCounter::new(value);
+            let mut family = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+            counter.encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The text of the engine's `/metrics`.
 fn metrics_text(shared: &Shared) -> String {
     let g = &shared.gauges;
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let total = load(&g.kv_total).max(1);
     let usage = load(&g.kv_used) as f64 / total as f64;
-    let label = format!("{{model_name=\"{}\"}}", shared.settings.model);
+    let figures = Figures {
+        model: shared.settings.model.clone(),
+        gauges: [
+            (
+                "vllm:num_requests_running",
+                "requests running",
+                load(&g.running) as f64,
+            ),
+            (
+                "vllm:num_requests_waiting",
+                "requests waiting",
+                load(&g.waiting) as f64,
+            ),
+            ("vllm:kv_cache_usage_perc", "KV-cache usage, 0 to 1", usage),
+            (
+                "vllm:gpu_cache_usage_perc",
+                "KV-cache usage, 0 to 1 (older name)",
+                usage,
+            ),
+        ],
+        counters: [
+            (
+                "vllm:request_success",
+                "requests finished",
+                load(&g.requests),
+            ),
+            (
+                "vllm:prompt_tokens",
+                "prompt tokens processed",
+                load(&g.prompt_tokens),
+            ),
+            (
+                "vllm:generation_tokens",
+                "tokens generated",
+                load(&g.generation_tokens),
+            ),
+            (
+                "routerlab:cancelled_streams",
+                "streams whose reader went away",
+                load(&g.cancelled),
+            ),
+        ],
+    };
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(figures));
     let mut out = String::new();
-    for (name, kind, value) in [
-        (
-            "vllm:num_requests_running",
-            "gauge",
-            load(&g.running).to_string(),
-        ),
-        (
-            "vllm:num_requests_waiting",
-            "gauge",
-            load(&g.waiting).to_string(),
-        ),
-        ("vllm:kv_cache_usage_perc", "gauge", usage.to_string()),
-        ("vllm:gpu_cache_usage_perc", "gauge", usage.to_string()),
-        (
-            "vllm:request_success_total",
-            "counter",
-            load(&g.requests).to_string(),
-        ),
-        (
-            "vllm:prompt_tokens_total",
-            "counter",
-            load(&g.prompt_tokens).to_string(),
-        ),
-        (
-            "vllm:generation_tokens_total",
-            "counter",
-            load(&g.generation_tokens).to_string(),
-        ),
-        (
-            "routerlab:cancelled_streams_total",
-            "counter",
-            load(&g.cancelled).to_string(),
-        ),
-    ] {
-        out.push_str(&format!("# TYPE {name} {kind}\n{name}{label} {value}\n"));
-    }
+    prometheus_client::encoding::text::encode(&mut out, &registry)
+        .expect("writing to a String cannot fail");
     out
 }
 

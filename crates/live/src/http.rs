@@ -45,10 +45,13 @@ pub fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
         .expect("a valid response")
 }
 
-/// A Prometheus text-format response (`/metrics`).
-pub fn prometheus(text: String) -> Response<Body> {
+/// An OpenMetrics text response (`/metrics`, as `prometheus-client` writes it).
+pub fn openmetrics(text: String) -> Response<Body> {
     Response::builder()
-        .header("content-type", "text/plain; version=0.0.4")
+        .header(
+            "content-type",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )
         .body(full(text))
         .expect("a valid response")
 }

@@ -11,6 +11,7 @@ use routerlab_host::SearchPath;
 use routerlab_live::LiveError;
 use routerlab_live::drive::{DriveSettings, Pace};
 use routerlab_live::engine::EngineSettings;
+use routerlab_live::serve::health::HealthRule;
 use routerlab_live::serve::{OnPluginError, ServeSettings};
 use routerlab_sim::WhenUnavailable;
 use routerlab_sim::scenario::Scenario;
@@ -89,6 +90,15 @@ pub struct ServeArgs {
     /// Scrape the engines' metrics (and check their health) every MS milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 500)]
     pub metrics_interval_ms: u64,
+    /// Milliseconds one scrape may take (all engines are scraped at once).
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub scrape_timeout_ms: u64,
+    /// Failed scrapes in a row that take an engine out of the fleet.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub unhealthy_after: u32,
+    /// Good scrapes in a row that bring it back.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub healthy_after: u32,
     /// Other endpoints to try when one fails before answering (refused, reset, closed).
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub retries: u32,
@@ -248,6 +258,11 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
             "--metrics-interval-ms must be at least 1 (the router's own in-flight counts are always current)",
         ));
     }
+    if args.scrape_timeout_ms == 0 || args.unhealthy_after == 0 || args.healthy_after == 0 {
+        return Err(Failure::input(
+            "--scrape-timeout-ms, --unhealthy-after and --healthy-after must be at least 1",
+        ));
+    }
     if !(args.upstream_timeout_s.is_finite() && args.upstream_timeout_s > 0.0) {
         return Err(Failure::input(
             "--upstream-timeout-s must be a positive number",
@@ -269,6 +284,11 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
         endpoints,
         block_size,
         metrics_interval: Duration::from_millis(args.metrics_interval_ms),
+        scrape_timeout: Duration::from_millis(args.scrape_timeout_ms),
+        health: HealthRule {
+            fails: args.unhealthy_after,
+            passes: args.healthy_after,
+        },
         retries: args.retries,
         upstream_timeout: Duration::from_secs_f64(args.upstream_timeout_s),
         on_plugin_error: match args.on_plugin_error {

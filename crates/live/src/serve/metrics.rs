@@ -1,0 +1,197 @@
+//! The router's own `/metrics`, written by `prometheus-client` (names, types, label
+//! escaping and the text format are its job): per endpoint, the counts the router keeps
+//! under its lock, read once per scrape; the decision-time histogram, observed as
+//! decisions happen.
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use super::state::{State, Upstream};
+
+/// Upper bounds of the decision-time buckets, seconds: 10 µs to 10 ms.
+const DECISION_BUCKETS_S: [f64; 10] = [
+    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3,
+];
+
+/// The decision-time histogram, shared by every request task.
+pub(super) fn decision_histogram() -> Histogram {
+    Histogram::new(DECISION_BUCKETS_S)
+}
+
+/// A per-endpoint metric: its name (counters without `_total`, which the encoder adds),
+/// help text, whether it is a counter, and its value for one endpoint.
+type PerEndpoint = (&'static str, &'static str, bool, fn(&Upstream) -> u64);
+
+const PER_ENDPOINT: [PerEndpoint; 6] = [
+    (
+        "routerlab_requests",
+        "requests proxied to the endpoint",
+        true,
+        |u| u.requests,
+    ),
+    (
+        "routerlab_errors",
+        "failed or refused upstream requests",
+        true,
+        |u| u.errors,
+    ),
+    (
+        "routerlab_retries",
+        "requests moved to another endpoint after a failure",
+        true,
+        |u| u.retries,
+    ),
+    (
+        "routerlab_unavailable",
+        "decisions in which the detector flagged the endpoint",
+        true,
+        |u| u.unavailable,
+    ),
+    (
+        "routerlab_inflight_requests",
+        "requests routed there and not finished",
+        false,
+        |u| u.inflight,
+    ),
+    (
+        "routerlab_endpoint_up",
+        "1 while the endpoint is in the fleet",
+        false,
+        |u| u64::from(u.index.is_some()),
+    ),
+];
+
+/// The counts of one moment, as a collector the registry encodes.
+#[derive(Debug)]
+struct Counts {
+    /// Per endpoint: its name and the value of each of [`PER_ENDPOINT`].
+    endpoints: Vec<(String, [u64; PER_ENDPOINT.len()])>,
+    matcher: String,
+    plugin_errors: u64,
+}
+
+impl Collector for Counts {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for (i, (name, help, counter, _)) in PER_ENDPOINT.iter().enumerate() {
+            let kind = if *counter {
+                ConstCounter::new(0u64).metric_type()
+            } else {
+                ConstGauge::new(0i64).metric_type()
+            };
+            let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+            for (endpoint, values) in &self.endpoints {
+                let labels = [("endpoint", endpoint.as_str())];
+                let metric = family.encode_family(&labels)?;
+                if *counter {
+                    ConstCounter::new(values[i]).encode(metric)?;
+                } else {
+                    ConstGauge::new(i64::try_from(values[i]).unwrap_or(i64::MAX)).encode(metric)?;
+                }
+            }
+        }
+        let errors = ConstCounter::new(self.plugin_errors);
+        let mut family = encoder.encode_descriptor(
+            "routerlab_plugin_errors",
+            "plugin calls that failed",
+            None,
+            errors.metric_type(),
+        )?;
+        errors.encode(family.encode_family(&[("matcher", self.matcher.as_str())])?)?;
+        Ok(())
+    }
+}
+
+/// The text of `/metrics`: `state`'s counts, and `decisions`.
+pub(super) fn text(state: &State, matcher: &str, decisions: &Histogram) -> String {
+    let counts = Counts {
+        endpoints: state
+            .upstreams
+            .iter()
+            .map(|u| {
+                (
+                    u.name.clone(),
+                    PER_ENDPOINT.map(|(_, _, _, value)| value(u)),
+                )
+            })
+            .collect(),
+        matcher: matcher.to_owned(),
+        plugin_errors: state.plugin_errors,
+    };
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(counts));
+    registry.register(
+        "routerlab_decision_seconds",
+        "time the detector and matcher took",
+        decisions.clone(),
+    );
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &registry)
+        .expect("writing to a String cannot fail");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request};
+    use routerlab_host::{EndpointTable, in_process};
+    use routerlab_route::{Router, WhenUnavailable};
+
+    use super::*;
+    use crate::serve::health::HealthRule;
+
+    struct Any;
+
+    impl Matcher for Any {
+        fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
+            Ok(Any)
+        }
+        fn match_request(
+            &mut self,
+            _request: &Request<'_>,
+            endpoints: &Endpoints<'_>,
+        ) -> Result<Option<EndpointId>, String> {
+            Ok(endpoints.available().next().map(|e| e.id()))
+        }
+    }
+
+    #[test]
+    fn every_series_is_written_and_labels_are_escaped() {
+        let matcher = in_process::matcher::<Any>("any", "").unwrap();
+        let table = EndpointTable::new(["a:1", "b:2"]);
+        let Ok(router) = Router::new(matcher, None, table, WhenUnavailable::Reject) else {
+            panic!("a router")
+        };
+        let mut state = State::new(
+            router,
+            16,
+            HealthRule {
+                fails: 1,
+                passes: 1,
+            },
+        );
+        state.upstreams[1].requests = 7;
+        state.plugin_errors = 2;
+        let decisions = decision_histogram();
+        decisions.observe(20e-6);
+        decisions.observe(1.0);
+        let text = text(&state, "/lib/my \"odd\"\\policy.so#p", &decisions);
+        for line in [
+            "routerlab_requests_total{endpoint=\"b:2\"} 7",
+            "routerlab_requests_total{endpoint=\"a:1\"} 0",
+            "routerlab_endpoint_up{endpoint=\"a:1\"} 1",
+            "routerlab_inflight_requests{endpoint=\"b:2\"} 0",
+            "routerlab_plugin_errors_total{matcher=\"/lib/my \\\"odd\\\"\\\\policy.so#p\"} 2",
+            "routerlab_decision_seconds_bucket{le=\"0.000025\"} 1",
+            "routerlab_decision_seconds_bucket{le=\"+Inf\"} 2",
+            "routerlab_decision_seconds_count 2",
+            "# TYPE routerlab_retries counter",
+            "# EOF",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+        }
+    }
+}

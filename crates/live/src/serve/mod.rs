@@ -1,0 +1,381 @@
+//! `routerlab serve`: the same plugins, in front of real engines.
+//!
+//! Each request becomes exactly the request a replay builds from a chat trace line: the
+//! prompt (chat `messages` flattened as the chat format documents), its chain of
+//! `block_size`-byte block hashes, a session (from the `x-session-id` header, else the
+//! OpenAI `user` field; a request continues the previous one of its session), and its
+//! arrival time. The detector sees the endpoints' statuses, the matcher picks, the request
+//! is proxied, and the matcher learns the pick once the engine answered; the first body
+//! bytes are its first token, the end of the body its completion. Statuses come from the
+//! engines' Prometheus metrics, scraped every `metrics_interval`, plus the router's own
+//! in-flight counts, always current. An endpoint whose scrapes fail `health.fails` times in
+//! a row leaves the fleet (`remove_endpoints`) and comes back (`add_endpoints`) after
+//! `health.passes` good ones ([`health`]).
+//!
+//! The plugins are called under one lock, so calls on an instance stay serialised as the
+//! ABI requires; the proxying itself runs outside it, concurrently. What the lock guards is
+//! [`state`] (no I/O, unit-tested); `/metrics` is [`metrics`].
+
+pub mod health;
+mod metrics;
+mod state;
+#[cfg(test)]
+mod tests;
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body::Frame;
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use prometheus_client::metrics::histogram::Histogram;
+use routerlab_route::Router;
+
+use crate::LiveError;
+use crate::http::{self, Body, BoxError};
+use crate::openai::{self, Api};
+use health::HealthRule;
+use state::{Refusal, Routed, State};
+
+/// The header a client names its session with (else the body's `user`).
+pub const SESSION_HEADER: &str = "x-session-id";
+/// The header the router adds to each response: the endpoint that served it.
+pub const ENDPOINT_HEADER: &str = "x-routerlab-endpoint";
+
+/// What to do when a plugin call fails (an error, or a panic the SDK caught).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnPluginError {
+    /// Answer 503 naming the plugin and its message.
+    Reject,
+    /// Route the request round robin over the healthy endpoints.
+    RoundRobin,
+}
+
+/// How the router runs.
+pub struct ServeSettings {
+    /// The engines, `host:port` each (plain HTTP).
+    pub endpoints: Vec<String>,
+    /// Block size of the prompt's hash chain, bytes (as `replay --block-size`).
+    pub block_size: u32,
+    /// How often the engines' metrics are scraped (and their health checked).
+    pub metrics_interval: Duration,
+    /// How long one scrape may take, answer and body.
+    pub scrape_timeout: Duration,
+    /// When a failing engine leaves the fleet and when it comes back.
+    pub health: HealthRule,
+    /// Further endpoints to try when one fails before answering (refused, reset or closed
+    /// the connection); a request whose answer had begun is never retried.
+    pub retries: u32,
+    /// How long an engine may take to answer a request's headers.
+    pub upstream_timeout: Duration,
+    /// What a failing plugin call does to the request.
+    pub on_plugin_error: OnPluginError,
+}
+
+struct Shared {
+    settings: ServeSettings,
+    state: Mutex<State>,
+    client: Client<HttpConnector, http_body_util::Full<Bytes>>,
+    started: Instant,
+    matcher: String,
+    decisions: Histogram,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock is a bug in this module (plugin panics are caught
+        // at the ABI boundary); the state it guards stays usable.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Nanoseconds since the router started: the arrival and decision times plugins see.
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// Runs the router on `listener` (bound already) until the process ends.
+pub async fn run_on(
+    listener: std::net::TcpListener,
+    settings: ServeSettings,
+    router: Router,
+) -> Result<(), LiveError> {
+    if settings.endpoints.is_empty() {
+        return Err(LiveError::Settings(
+            "serve needs at least one endpoint (--endpoints host:port,...)".into(),
+        ));
+    }
+    let listener = http::from_std(listener)?;
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(Duration::from_secs(2)));
+    connector.set_nodelay(true);
+    let client = Client::builder(TokioExecutor::new()).build(connector);
+    let matcher = router.matcher_name().to_owned();
+    let state = State::new(router, settings.block_size, settings.health);
+    let shared = Arc::new(Shared {
+        settings,
+        state: Mutex::new(state),
+        client,
+        started: Instant::now(),
+        matcher,
+        decisions: metrics::decision_histogram(),
+    });
+    tokio::spawn(health::scrape_loop(shared.clone()));
+    http::serve(listener, http::HEADER_READ_TIMEOUT, move |request| {
+        let shared = shared.clone();
+        async move { handle(shared, request).await }
+    })
+    .await;
+    Ok(())
+}
+
+async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
+    let path = request.uri().path().to_owned();
+    match (request.method(), path.as_str()) {
+        (&Method::GET, "/health") => {
+            let healthy = shared.lock().healthy();
+            let status = if healthy {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            http::json(status, &serde_json::json!({"healthy_endpoints": healthy}))
+        }
+        (&Method::GET, "/metrics") => {
+            let text = metrics::text(&shared.lock(), &shared.matcher, &shared.decisions);
+            http::openmetrics(text)
+        }
+        (&Method::GET, "/v1/models") => models(shared, request).await,
+        (&Method::POST, _) => match Api::of_path(&path) {
+            Some(api) => route(shared, api, request).await,
+            None => http::error(StatusCode::NOT_FOUND, &format!("no endpoint {path}")),
+        },
+        _ => http::error(StatusCode::NOT_FOUND, &format!("no endpoint {path}")),
+    }
+}
+
+/// `/v1/models`: what the first healthy engine serves.
+async fn models(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
+    let name = {
+        let state = shared.lock();
+        state
+            .upstreams
+            .iter()
+            .find(|u| u.index.is_some())
+            .map(|u| u.name.clone())
+    };
+    let Some(name) = name else {
+        return http::error(StatusCode::SERVICE_UNAVAILABLE, "no healthy endpoint");
+    };
+    let mut upstream = Request::get(format!("http://{name}/v1/models"));
+    if let Some(auth) = request.headers().get("authorization") {
+        upstream = upstream.header("authorization", auth);
+    }
+    let upstream = upstream
+        .body(http_body_util::Full::new(Bytes::new()))
+        .expect("a valid request");
+    match shared.client.request(upstream).await {
+        Ok(response) => response.map(|b| b.map_err(|e| Box::new(e) as BoxError).boxed()),
+        Err(e) => http::error(StatusCode::BAD_GATEWAY, &format!("{name}: {e}")),
+    }
+}
+
+/// Decides, proxies, and hands back the engine's answer as it streams.
+async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Response<Body> {
+    let session_key = request
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let authorization = request.headers().get("authorization").cloned();
+    let body = match http::read_body(request).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let inference = match openai::parse(api, &body) {
+        Ok(inference) => inference,
+        Err(message) => return http::error(StatusCode::BAD_REQUEST, &message),
+    };
+    let routed = shared.lock().admit(
+        inference.prompt,
+        session_key.or(inference.user),
+        inference.max_tokens.map(u64::from),
+        shared.now_ns(),
+    );
+    let path = match api {
+        Api::Completions => "/v1/completions",
+        Api::Chat => "/v1/chat/completions",
+    };
+    let mut tried: Vec<usize> = Vec::new();
+    loop {
+        let pick = {
+            let mut state = shared.lock();
+            if tried.is_empty() {
+                let started = Instant::now();
+                let pick = state.decide(&routed, shared.now_ns(), shared.settings.on_plugin_error);
+                shared.decisions.observe(started.elapsed().as_secs_f64());
+                pick
+            } else {
+                state.next_untried(&tried).ok_or_else(|| {
+                    Refusal(
+                        502,
+                        format!(
+                            "no endpoint took the request: {} failed",
+                            names(&state, &tried)
+                        ),
+                    )
+                })
+            }
+        };
+        let upstream = match pick {
+            Ok(upstream) => upstream,
+            Err(Refusal(status, message)) => {
+                let status = StatusCode::from_u16(status).expect("a refusal's status is valid");
+                return http::error(status, &message);
+            }
+        };
+        let name = shared.lock().send(upstream, &routed);
+        let mut outgoing = Request::post(format!("http://{name}{path}"))
+            .header("content-type", "application/json");
+        if let Some(auth) = &authorization {
+            outgoing = outgoing.header("authorization", auth);
+        }
+        let outgoing = outgoing
+            .body(http_body_util::Full::new(body.clone()))
+            .expect("a valid request");
+        let sent = tokio::time::timeout(
+            shared.settings.upstream_timeout,
+            shared.client.request(outgoing),
+        )
+        .await;
+        match sent {
+            Ok(Ok(response)) => {
+                let status = response.status();
+                {
+                    let mut state = shared.lock();
+                    if status.is_success() {
+                        state.learn(&routed, upstream, shared.now_ns());
+                    } else {
+                        state.upstreams[upstream].errors += 1;
+                    }
+                }
+                let (mut parts, incoming) = response.into_parts();
+                parts.headers.insert(
+                    ENDPOINT_HEADER,
+                    name.parse().expect("an endpoint name is a header value"),
+                );
+                let tracked = Tracked {
+                    inner: incoming,
+                    shared: shared.clone(),
+                    routed: Some(routed),
+                    upstream,
+                    first_seen: false,
+                    learned: status.is_success(),
+                };
+                return Response::from_parts(parts, tracked.boxed());
+            }
+            Ok(Err(e)) => {
+                // Refused, reset or closed before any response: the engine produced nothing
+                // the client has seen, so the request can go elsewhere.
+                let mut state = shared.lock();
+                state.release(upstream, &routed);
+                state.upstreams[upstream].errors += 1;
+                state.upstreams[upstream].retries += 1;
+                tried.push(upstream);
+                if tried.len() > shared.settings.retries as usize {
+                    return http::error(
+                        StatusCode::BAD_GATEWAY,
+                        &format!("{name}: {e}; the retries are spent"),
+                    );
+                }
+            }
+            Err(_) => {
+                let mut state = shared.lock();
+                state.release(upstream, &routed);
+                state.upstreams[upstream].errors += 1;
+                return http::error(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    &format!(
+                        "{name} did not answer within {} s",
+                        shared.settings.upstream_timeout.as_secs_f64()
+                    ),
+                );
+            }
+        }
+    }
+}
+
+fn names(state: &State, upstreams: &[usize]) -> String {
+    upstreams
+        .iter()
+        .map(|u| state.upstreams[*u].name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The engine's response body, passed through as it arrives; its first bytes are the
+/// request's first token, its end (or the client going away, which drops it and so
+/// cancels the upstream request) the request's completion.
+struct Tracked {
+    inner: Incoming,
+    shared: Arc<Shared>,
+    routed: Option<Routed>,
+    upstream: usize,
+    first_seen: bool,
+    /// Whether the matcher learned the pick (the engine answered with success).
+    learned: bool,
+}
+
+impl Tracked {
+    fn finish(&mut self) {
+        let Some(routed) = self.routed.take() else {
+            return;
+        };
+        let now = self.shared.now_ns();
+        self.shared
+            .lock()
+            .complete(&routed, self.upstream, self.learned, now);
+    }
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) if frame.is_data() && !this.first_seen => {
+                this.first_seen = true;
+                if this.learned
+                    && let Some(routed) = &this.routed
+                {
+                    let now = this.shared.now_ns();
+                    this.shared.lock().first_token(routed, this.upstream, now);
+                }
+            }
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => this.finish(),
+            _ => {}
+        }
+        polled.map(|frame| frame.map(|r| r.map_err(|e| Box::new(e) as BoxError)))
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}

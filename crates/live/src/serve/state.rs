@@ -1,0 +1,329 @@
+//! What the plugins' lock guards: the router, the engines as the router keeps them, the
+//! session numbering and block interning that make each request a replay's request. No
+//! I/O and no clock here (times are arguments), so every rule of `serve` short of the
+//! network is tested in process, with Rust plugins driven through the real shims.
+
+use std::collections::HashMap;
+
+use routerlab_core::Unit;
+use routerlab_core::hash::BlockInterner;
+use routerlab_host::{EndpointLoad, RequestData};
+use routerlab_route::Router;
+use routerlab_trace::blocks::{hash_text_blocks, prompt_tokens};
+
+use super::OnPluginError;
+use super::health::{Health, HealthRule};
+use crate::prom::Scraped;
+
+/// KV usage arrives as a fraction; plugins see it as this many blocks out of the total.
+const LIVE_KV_BLOCKS: u64 = 10_000;
+
+/// One engine, as the router keeps it.
+pub(super) struct Upstream {
+    pub(super) name: String,
+    /// Its stable index while it is in the fleet.
+    pub(super) index: Option<u32>,
+    pub(super) health: Health,
+    pub(super) scraped: Scraped,
+    pub(super) inflight: u64,
+    pub(super) inflight_tokens: u64,
+    pub(super) requests: u64,
+    pub(super) errors: u64,
+    pub(super) retries: u64,
+    pub(super) unavailable: u64,
+}
+
+/// A request as the plugins see it, owned for the length of the proxying.
+pub(super) struct Routed {
+    pub(super) seq: u64,
+    pub(super) arrival_ns: u64,
+    pub(super) prompt: Vec<u8>,
+    pub(super) hashes: Vec<u64>,
+    pub(super) ids: Vec<u32>,
+    pub(super) output_tokens: Option<u64>,
+    pub(super) session: u64,
+    pub(super) parent: u64,
+}
+
+impl Routed {
+    pub(super) fn data(&self, block_size: u32, now_ns: u64) -> RequestData<'_> {
+        RequestData {
+            id: self.seq,
+            arrival_ns: self.arrival_ns,
+            prompt: &self.prompt,
+            block_hashes: &self.hashes,
+            block_ids: Some(&self.ids),
+            block_size,
+            unit: Unit::Bytes,
+            prompt_len: self.prompt.len() as u64,
+            output_tokens: self.output_tokens,
+            session_id: self.session,
+            parent_id: self.parent,
+            now_ns,
+            cached_prefix: None,
+        }
+    }
+
+    /// Prompt tokens, by the one estimate replays use.
+    fn tokens(&self) -> u64 {
+        prompt_tokens(Unit::Bytes, self.prompt.len() as u64)
+    }
+}
+
+/// Why a request gets no endpoint: the status and message of its error response.
+#[derive(Debug, PartialEq)]
+pub(super) struct Refusal(pub(super) u16, pub(super) String);
+
+/// The router and its books.
+pub(super) struct State {
+    pub(super) router: Router,
+    pub(super) upstreams: Vec<Upstream>,
+    block_size: u32,
+    health: HealthRule,
+    interner: BlockInterner,
+    /// Session key -> (session number, last request of it).
+    sessions: HashMap<String, (u64, u64)>,
+    next_seq: u64,
+    turn: usize,
+    pub(super) plugin_errors: u64,
+}
+
+impl State {
+    /// Books for `router`'s endpoints, all in the fleet to begin with.
+    pub(super) fn new(router: Router, block_size: u32, health: HealthRule) -> State {
+        let table = router.table();
+        let upstreams = (0..table.len())
+            .map(|pos| Upstream {
+                name: table.name(pos).to_owned(),
+                index: Some(table.index(pos)),
+                health: Health::default(),
+                scraped: Scraped::default(),
+                inflight: 0,
+                inflight_tokens: 0,
+                requests: 0,
+                errors: 0,
+                retries: 0,
+                unavailable: 0,
+            })
+            .collect();
+        State {
+            router,
+            upstreams,
+            block_size,
+            health,
+            interner: BlockInterner::default(),
+            sessions: HashMap::new(),
+            next_seq: 1,
+            turn: 0,
+            plugin_errors: 0,
+        }
+    }
+
+    /// Whether any endpoint is in the fleet.
+    pub(super) fn healthy(&self) -> bool {
+        self.upstreams.iter().any(|u| u.index.is_some())
+    }
+
+    /// The next request, numbered and hashed as a replay numbers and hashes a chat line:
+    /// a session key seen before continues that session (its previous request is the
+    /// parent); a new one gets the next session number.
+    pub(super) fn admit(
+        &mut self,
+        prompt: Vec<u8>,
+        session_key: Option<String>,
+        output_tokens: Option<u64>,
+        arrival_ns: u64,
+    ) -> Routed {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let (session, parent) = match session_key {
+            Some(key) => {
+                let fresh = self.sessions.len() as u64 + 1;
+                let entry = self.sessions.entry(key).or_insert((fresh, 0));
+                let parent = entry.1;
+                entry.1 = seq;
+                (entry.0, parent)
+            }
+            None => (0, 0),
+        };
+        let mut hashes = Vec::new();
+        hash_text_blocks(&prompt, self.block_size as usize, &mut hashes);
+        let mut ids = Vec::new();
+        self.interner.intern_all(&hashes, &mut ids);
+        Routed {
+            seq,
+            arrival_ns,
+            prompt,
+            hashes,
+            ids,
+            output_tokens,
+            session,
+            parent,
+        }
+    }
+
+    /// The detector and the matcher decide; a failing plugin is answered by
+    /// `on_plugin_error`. Returns the upstream chosen.
+    pub(super) fn decide(
+        &mut self,
+        routed: &Routed,
+        now_ns: u64,
+        on_plugin_error: OnPluginError,
+    ) -> Result<usize, Refusal> {
+        self.refresh_loads();
+        match self
+            .router
+            .decide(&routed.data(self.block_size, now_ns), false)
+        {
+            Ok(decision) => {
+                let flags = self.router.unavailable().to_vec();
+                for (pos, flagged) in flags.iter().enumerate() {
+                    if *flagged && let Some(u) = self.upstream_at(pos) {
+                        self.upstreams[u].unavailable += 1;
+                    }
+                }
+                match decision.endpoint.and_then(|pos| self.upstream_at(pos)) {
+                    Some(upstream) => Ok(upstream),
+                    None => Err(Refusal(
+                        503,
+                        "no endpoint is available for this request (the detector flagged them all)"
+                            .into(),
+                    )),
+                }
+            }
+            Err(e) => {
+                self.plugin_errors += 1;
+                match on_plugin_error {
+                    OnPluginError::Reject => Err(Refusal(503, format!("routing failed: {e}"))),
+                    OnPluginError::RoundRobin => self
+                        .next_untried(&[])
+                        .ok_or_else(|| Refusal(503, "no healthy endpoint".into())),
+                }
+            }
+        }
+    }
+
+    /// The next healthy endpoint, round robin, that is not in `tried`.
+    pub(super) fn next_untried(&mut self, tried: &[usize]) -> Option<usize> {
+        let n = self.upstreams.len();
+        for step in 0..n {
+            let u = (self.turn + step) % n;
+            if self.upstreams[u].index.is_some() && !tried.contains(&u) {
+                self.turn = u + 1;
+                return Some(u);
+            }
+        }
+        None
+    }
+
+    /// `routed` is being sent to `upstream`: it counts as in flight there. Returns the
+    /// upstream's name.
+    pub(super) fn send(&mut self, upstream: usize, routed: &Routed) -> String {
+        let u = &mut self.upstreams[upstream];
+        u.inflight += 1;
+        u.inflight_tokens += routed.tokens();
+        u.requests += 1;
+        u.name.clone()
+    }
+
+    /// The request no longer occupies `upstream`.
+    pub(super) fn release(&mut self, upstream: usize, routed: &Routed) {
+        let u = &mut self.upstreams[upstream];
+        u.inflight = u.inflight.saturating_sub(1);
+        u.inflight_tokens = u.inflight_tokens.saturating_sub(routed.tokens());
+    }
+
+    /// The engine took the request: the matcher learns where it went.
+    pub(super) fn learn(&mut self, routed: &Routed, upstream: usize, now_ns: u64) {
+        let Some(pos) = self.position_of(upstream) else {
+            return;
+        };
+        let data = routed.data(self.block_size, now_ns);
+        if self.router.learn(&data, pos).is_err() {
+            self.plugin_errors += 1;
+        }
+    }
+
+    /// The request's first token came from `upstream`.
+    pub(super) fn first_token(&mut self, routed: &Routed, upstream: usize, now_ns: u64) {
+        if let Some(pos) = self.position_of(upstream) {
+            let data = routed.data(self.block_size, now_ns);
+            if self.router.first_token(&data, pos).is_err() {
+                self.plugin_errors += 1;
+            }
+        }
+    }
+
+    /// The request finished on `upstream` (`learned`: the matcher was told of the pick).
+    pub(super) fn complete(
+        &mut self,
+        routed: &Routed,
+        upstream: usize,
+        learned: bool,
+        now_ns: u64,
+    ) {
+        self.release(upstream, routed);
+        if learned && let Some(pos) = self.position_of(upstream) {
+            let data = routed.data(self.block_size, now_ns);
+            if self.router.complete(&data, pos).is_err() {
+                self.plugin_errors += 1;
+            }
+        }
+    }
+
+    /// The outcome of one scrape of `upstream` (`None`: it failed). Health changes only
+    /// after the rule's run of failures or successes; then the matcher is told
+    /// (`remove_endpoints` / `add_endpoints`).
+    pub(super) fn scraped(&mut self, upstream: usize, scraped: Option<Scraped>) {
+        let ok = scraped.is_some();
+        if let Some(scraped) = scraped {
+            self.upstreams[upstream].scraped = scraped;
+        }
+        let Some(up) = self.upstreams[upstream].health.observe(ok, self.health) else {
+            return;
+        };
+        if up {
+            let name = self.upstreams[upstream].name.clone();
+            match self.router.add_endpoint(name) {
+                Ok(index) => self.upstreams[upstream].index = Some(index),
+                Err(_) => self.plugin_errors += 1,
+            }
+        } else if let Some(index) = self.upstreams[upstream].index.take()
+            && self.router.remove_endpoint(index).is_err()
+        {
+            self.plugin_errors += 1;
+        }
+    }
+
+    /// The upstream at list position `pos` of the router's table.
+    fn upstream_at(&self, pos: usize) -> Option<usize> {
+        let index = self.router.table().index(pos);
+        self.upstreams.iter().position(|u| u.index == Some(index))
+    }
+
+    /// The list position of `upstream` in the router's table, while it is in the fleet.
+    fn position_of(&self, upstream: usize) -> Option<usize> {
+        let index = self.upstreams[upstream].index?;
+        self.router.table().position(index)
+    }
+
+    /// Puts every endpoint's current figures in the table the plugins read.
+    fn refresh_loads(&mut self) {
+        for u in 0..self.upstreams.len() {
+            let Some(pos) = self.position_of(u) else {
+                continue;
+            };
+            let upstream = &self.upstreams[u];
+            let load = EndpointLoad {
+                running: upstream.scraped.running,
+                waiting: upstream.scraped.waiting,
+                kv_blocks_used: (upstream.scraped.kv_usage * LIVE_KV_BLOCKS as f64).round() as u64,
+                kv_blocks_total: LIVE_KV_BLOCKS,
+                inflight_prompt_tokens: upstream.inflight_tokens,
+                inflight_requests: upstream.inflight,
+                kv_block_tokens: 0,
+            };
+            self.router.table_mut().set_load(pos, load);
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! `serve`'s routing and health rules in process: the router's state with Rust plugins
+//! driven through the real export shims (`routerlab_host::in_process`), no sockets.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use routerlab_core::{Detector, EndpointId, Endpoints, Matcher, PluginConfig, Request};
+use routerlab_host::{EndpointTable, in_process};
+use routerlab_route::{Router, WhenUnavailable};
+
+use super::OnPluginError;
+use super::health::HealthRule;
+use super::state::{Refusal, State};
+use crate::prom::Scraped;
+
+/// The endpoint with the fewest prompt tokens in flight (ties: the first), as the router's
+/// own counts say; counts what it is told of the fleet.
+struct FewestTokens;
+
+static ADDED: AtomicU64 = AtomicU64::new(0);
+static REMOVED: AtomicU64 = AtomicU64::new(0);
+
+impl Matcher for FewestTokens {
+    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
+        Ok(FewestTokens)
+    }
+    fn match_request(
+        &mut self,
+        _request: &Request<'_>,
+        endpoints: &Endpoints<'_>,
+    ) -> Result<Option<EndpointId>, String> {
+        Ok(endpoints
+            .available()
+            .min_by_key(|e| e.inflight_prompt_tokens())
+            .map(|e| e.id()))
+    }
+    fn add_endpoints(&mut self, endpoints: &Endpoints<'_>) -> Result<(), String> {
+        ADDED.fetch_add(endpoints.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+    fn remove_endpoints(&mut self, ids: &[EndpointId]) -> Result<(), String> {
+        REMOVED.fetch_add(ids.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Fails every decision.
+struct Broken;
+
+impl Matcher for Broken {
+    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
+        Ok(Broken)
+    }
+    fn match_request(
+        &mut self,
+        _request: &Request<'_>,
+        _endpoints: &Endpoints<'_>,
+    ) -> Result<Option<EndpointId>, String> {
+        Err("broken on purpose".into())
+    }
+}
+
+/// Flags every endpoint whose scraped KV usage is at least a half.
+struct HalfFull;
+
+impl Detector for HalfFull {
+    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
+        Ok(HalfFull)
+    }
+    fn detect(
+        &mut self,
+        endpoints: &Endpoints<'_>,
+        unavailable: &mut [bool],
+    ) -> Result<(), String> {
+        for (pos, flag) in unavailable.iter_mut().enumerate() {
+            *flag = endpoints.get(pos).kv_usage() >= 0.5;
+        }
+        Ok(())
+    }
+}
+
+const RULE: HealthRule = HealthRule {
+    fails: 2,
+    passes: 2,
+};
+
+fn state<M: Matcher>(name: &str, detector: bool) -> State {
+    let matcher = in_process::matcher::<M>(name, "").unwrap();
+    let detector = detector.then(|| in_process::detector::<HalfFull>("half-full", "").unwrap());
+    let table = EndpointTable::new(["a:1", "b:1", "c:1"]);
+    let Ok(router) = Router::new(matcher, detector, table, WhenUnavailable::Reject) else {
+        panic!("a router over three endpoints")
+    };
+    State::new(router, 16, RULE)
+}
+
+fn usage(kv_usage: f64) -> Option<Scraped> {
+    Some(Scraped {
+        kv_usage,
+        ..Scraped::default()
+    })
+}
+
+#[test]
+fn sessions_are_numbered_in_order_and_a_request_continues_its_session() {
+    let mut s = state::<FewestTokens>("fewest-tokens", false);
+    let first = s.admit(b"hello".to_vec(), Some("alice".into()), None, 10);
+    let other = s.admit(b"hi".to_vec(), Some("bob".into()), Some(4), 20);
+    let again = s.admit(b"hello again".to_vec(), Some("alice".into()), None, 30);
+    let alone = s.admit(b"x".to_vec(), None, None, 40);
+    assert_eq!((first.seq, first.session, first.parent), (1, 1, 0));
+    assert_eq!((other.seq, other.session, other.parent), (2, 2, 0));
+    assert_eq!((again.seq, again.session, again.parent), (3, 1, 1));
+    assert_eq!((alone.seq, alone.session, alone.parent), (4, 0, 0));
+    // Prompts are hashed in 16-byte blocks (the last one partial), as a replay hashes a
+    // chat line; equal prefixes share their blocks' ids, a partial block is its own.
+    let long = s.admit(vec![b'a'; 40], None, None, 50);
+    let longer = s.admit(vec![b'a'; 70], None, None, 60);
+    assert_eq!(long.hashes.len(), 3);
+    assert_eq!(longer.hashes.len(), 5);
+    assert_eq!(long.ids[..2], longer.ids[..2]);
+    assert_ne!(long.ids[2], longer.ids[2]);
+}
+
+#[test]
+fn the_matcher_sees_the_routers_own_in_flight_tokens() {
+    let mut s = state::<FewestTokens>("fewest-tokens", false);
+    let r1 = s.admit(vec![b'x'; 400], None, None, 0);
+    let u1 = s.decide(&r1, 0, OnPluginError::Reject).unwrap();
+    assert_eq!(s.send(u1, &r1), "a:1");
+    let r2 = s.admit(vec![b'y'; 40], None, None, 1);
+    let u2 = s.decide(&r2, 1, OnPluginError::Reject).unwrap();
+    assert_eq!(u2, 1, "a has 100 tokens in flight, b none");
+    assert_eq!(s.upstreams[0].inflight_tokens, 100);
+    s.complete(&r1, u1, true, 2);
+    assert_eq!(
+        (s.upstreams[0].inflight, s.upstreams[0].inflight_tokens),
+        (0, 0)
+    );
+    assert_eq!(s.decide(&r2, 3, OnPluginError::Reject).unwrap(), 0);
+}
+
+#[test]
+fn detector_verdicts_are_counted_and_a_fully_flagged_fleet_refuses() {
+    let mut s = state::<FewestTokens>("fewest-tokens", true);
+    s.scraped(0, usage(0.9));
+    let r = s.admit(b"hello".to_vec(), None, None, 0);
+    assert_eq!(s.decide(&r, 0, OnPluginError::Reject).unwrap(), 1);
+    assert_eq!(s.upstreams[0].unavailable, 1);
+    s.scraped(1, usage(0.5));
+    s.scraped(2, usage(0.7));
+    let Err(Refusal(status, message)) = s.decide(&r, 1, OnPluginError::Reject) else {
+        panic!("everything is flagged")
+    };
+    assert_eq!(status, 503);
+    assert!(message.contains("flagged them all"), "{message}");
+    assert_eq!(
+        s.upstreams
+            .iter()
+            .map(|u| u.unavailable)
+            .collect::<Vec<_>>(),
+        [2, 1, 1]
+    );
+}
+
+#[test]
+fn a_failing_plugin_is_refused_or_routed_round_robin_as_told() {
+    let mut s = state::<Broken>("broken", false);
+    let r = s.admit(b"hello".to_vec(), None, None, 0);
+    let Err(Refusal(status, message)) = s.decide(&r, 0, OnPluginError::Reject) else {
+        panic!("a failing matcher must not route")
+    };
+    assert_eq!(status, 503);
+    assert!(message.contains("broken on purpose"), "{message}");
+    let turns: Vec<usize> = (0..4)
+        .map(|t| s.decide(&r, t, OnPluginError::RoundRobin).unwrap())
+        .collect();
+    assert_eq!(turns, [0, 1, 2, 0]);
+    assert_eq!(s.plugin_errors, 5);
+}
+
+#[test]
+fn an_engine_leaves_only_after_failures_in_a_row_and_returns_after_passes() {
+    let mut s = state::<FewestTokens>("fewest-tokens", false);
+    let (added, removed) = (
+        ADDED.load(Ordering::Relaxed),
+        REMOVED.load(Ordering::Relaxed),
+    );
+    // One lost scrape: still in the fleet, the matcher told nothing.
+    s.scraped(1, None);
+    s.scraped(1, usage(0.1));
+    s.scraped(1, None);
+    assert!(s.upstreams[1].index.is_some());
+    assert_eq!(s.router.table().len(), 3);
+    // Two in a row: out.
+    s.scraped(1, None);
+    assert_eq!(s.upstreams[1].index, None);
+    assert_eq!(s.router.table().len(), 2);
+    assert_eq!(REMOVED.load(Ordering::Relaxed), removed + 1);
+    let r = s.admit(b"hello".to_vec(), None, None, 0);
+    for t in 0..6 {
+        let u = s.decide(&r, t, OnPluginError::Reject).unwrap();
+        assert_ne!(u, 1, "an engine out of the fleet is never picked");
+        s.send(u, &r);
+        assert_ne!(s.next_untried(&[]), Some(1));
+    }
+    // One good scrape is not enough to come back; two are.
+    s.scraped(1, usage(0.1));
+    assert_eq!(s.upstreams[1].index, None);
+    s.scraped(1, usage(0.1));
+    assert_eq!(
+        s.upstreams[1].index,
+        Some(3),
+        "back with a new stable index"
+    );
+    assert_eq!(ADDED.load(Ordering::Relaxed), added + 1);
+    assert!(s.healthy());
+}
