@@ -145,14 +145,6 @@ fn resolve_timed(
         }
         return Ok(None);
     }
-    let positive = |name: &str, value: Option<f64>| match value {
-        Some(v) if !(v.is_finite() && v > 0.0) => Err(Failure::input(format!(
-            "--{name} must be a positive number"
-        ))),
-        _ => Ok(()),
-    };
-    positive("speedup", opts.speedup)?;
-    positive("rate", opts.rate)?;
     // Durations reach the clock: each must fit within its range.
     let clock_s = MAX_CLOCK_NS as f64 / 1e9;
     if opts
@@ -172,19 +164,7 @@ fn resolve_timed(
             clock_s * 1e3
         )));
     }
-    let arrivals = match (opts.rate, opts.concurrency) {
-        (Some(_), Some(_)) => {
-            return Err(Failure::input(
-                "--rate and --concurrency exclude each other",
-            ));
-        }
-        (Some(rate), None) => Arrivals::Poisson { rate },
-        (None, Some(0)) => return Err(Failure::input("--concurrency must be at least 1")),
-        (None, Some(concurrency)) => Arrivals::Closed { concurrency },
-        (None, None) => Arrivals::Trace {
-            speedup: opts.speedup.unwrap_or(1.0),
-        },
-    };
+    let arrivals = arrivals(opts.speedup, opts.rate, opts.concurrency)?;
     let engines = resolve_engines(opts, endpoints)?;
     Ok(Some(TimedSettings {
         engines,
@@ -195,6 +175,37 @@ fn resolve_timed(
         default_output_tokens: opts.output_tokens.unwrap_or(128),
         seed,
     }))
+}
+
+/// The arrival process of `--speedup`, `--rate` and `--concurrency` (replay and drive
+/// alike): at most one of them; none means the trace's own times.
+pub(crate) fn arrivals(
+    speedup: Option<f64>,
+    rate: Option<f64>,
+    concurrency: Option<usize>,
+) -> Result<Arrivals, Failure> {
+    let positive = |name: &str, value: f64| {
+        if value.is_finite() && value > 0.0 {
+            Ok(value)
+        } else {
+            Err(Failure::input(format!(
+                "--{name} must be a positive number, not {value}"
+            )))
+        }
+    };
+    match (speedup, rate, concurrency) {
+        (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => Err(
+            Failure::input("give at most one of --speedup, --rate and --concurrency"),
+        ),
+        (_, Some(rate), None) => Ok(Arrivals::Poisson {
+            rate: positive("rate", rate)?,
+        }),
+        (_, None, Some(0)) => Err(Failure::input("--concurrency must be at least 1")),
+        (_, None, Some(concurrency)) => Ok(Arrivals::Closed { concurrency }),
+        (speedup, None, None) => Ok(Arrivals::Trace {
+            speedup: positive("speedup", speedup.unwrap_or(1.0))?,
+        }),
+    }
 }
 
 /// One engine per endpoint. Precedence, later winning: the preset (`--engine`, else the
@@ -449,7 +460,7 @@ mod tests {
         );
         assert_eq!(
             message(with(&["--timing", "trace", "--rate", "0"])),
-            "--rate must be a positive number"
+            "--rate must be a positive number, not 0"
         );
         assert_eq!(
             message(with(&[
@@ -460,7 +471,7 @@ mod tests {
                 "--concurrency",
                 "2"
             ])),
-            "--rate and --concurrency exclude each other"
+            "give at most one of --speedup, --rate and --concurrency"
         );
         assert_eq!(
             message(with(&["--endpoints", "a,b,a"])),

@@ -267,7 +267,7 @@ fn timed_input_errors() {
         ),
         (
             &["--timing", "trace", "--rate", "5", "--concurrency", "2"],
-            "error: --rate and --concurrency exclude each other",
+            "error: give at most one of --speedup, --rate and --concurrency",
         ),
         (
             &["--timing", "trace", "--rate", "0"],

@@ -20,43 +20,24 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use routerlab_core::{SeededRng, Unit};
-use routerlab_report::stats::{LatencyStat, StatsBuilder};
-use routerlab_report::{Report, Throughput, TimedReport};
+use routerlab_report::Report;
+use routerlab_report::stats::{Finished, StatsBuilder, TimedTally};
 use routerlab_trace::Workload;
+use routerlab_trace::arrivals::{ArrivalError, Arrivals};
 use tokio::sync::Semaphore;
 
 use crate::LiveError;
 use crate::serve::{ENDPOINT_HEADER, SESSION_HEADER};
-
-/// When requests are sent.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Pace {
-    /// At the trace's timestamps divided by `speedup`.
-    Trace {
-        /// Time compression.
-        speedup: f64,
-    },
-    /// Poisson arrivals at `rate` requests per second (seeded), in file order.
-    Poisson {
-        /// Requests per second.
-        rate: f64,
-        /// Seed of the arrival process.
-        seed: u64,
-    },
-    /// `concurrency` requests outstanding; each answer sends the next.
-    Closed {
-        /// Requests in flight.
-        concurrency: usize,
-    },
-}
 
 /// How to drive.
 #[derive(Debug, Clone)]
 pub struct DriveSettings {
     /// Base URL, e.g. `http://127.0.0.1:8080` (plain HTTP).
     pub url: String,
-    /// When requests go out.
-    pub pace: Pace,
+    /// When requests go out: the replay's own arrival process.
+    pub arrivals: Arrivals,
+    /// Seed of a Poisson draw.
+    pub seed: u64,
     /// Bytes of text per block id (traces without text).
     pub block_bytes: usize,
     /// `max_tokens` when the trace gives no output length.
@@ -136,37 +117,26 @@ pub async fn drive(
     let client = Client::builder(TokioExecutor::new()).build(connector);
     let started = Instant::now();
     let n = workload.requests.len();
-    let send_times: Vec<Option<Duration>> = match settings.pace {
-        Pace::Trace { speedup } => workload
-            .requests
-            .iter()
-            .map(|r| {
-                r.arrival_ns
-                    .map(|ns| Duration::from_secs_f64(ns as f64 / 1e9 / speedup))
-            })
-            .collect::<Option<Vec<_>>>()
-            .map(|times| times.into_iter().map(Some).collect())
-            .ok_or_else(|| {
-                LiveError::Trace(
-                    "the trace has no arrival times: use --rate or --concurrency".into(),
-                )
-            })?,
-        Pace::Poisson { rate, seed } => {
-            let mut rng = SeededRng::new(seed);
-            let mut clock = 0.0f64;
-            (0..n)
-                .map(|_| {
-                    clock += -(1.0 - rng.unit_f64()).ln() / rate;
-                    Some(Duration::from_secs_f64(clock))
-                })
-                .collect()
+    let send_times: Vec<Option<Duration>> = match settings
+        .arrivals
+        .schedule(&workload.requests, settings.seed)
+    {
+        Ok(Some(times)) => times
+            .into_iter()
+            .map(|ns| Some(Duration::from_nanos(ns)))
+            .collect(),
+        Ok(None) => vec![None; n],
+        Err(ArrivalError::NoArrivalTimes { .. }) => {
+            return Err(LiveError::Trace(
+                "the trace has no arrival times: use --rate or --concurrency".into(),
+            ));
         }
-        Pace::Closed { .. } => vec![None; n],
+        Err(e) => return Err(LiveError::Trace(e.to_string())),
     };
-    let limit = match settings.pace {
-        Pace::Closed { concurrency } => concurrency.max(1),
-        _ => Semaphore::MAX_PERMITS,
-    };
+    let limit = settings
+        .arrivals
+        .concurrency()
+        .map_or(Semaphore::MAX_PERMITS, |c| c.max(1));
     let permits = Arc::new(Semaphore::new(limit));
     let settings = Arc::new(settings);
     let mut tasks = Vec::with_capacity(n);
@@ -341,14 +311,7 @@ pub fn report(workload: &Workload, outcomes: &[Outcome]) -> (Report, Vec<String>
         }
     }
     let mut stats = StatsBuilder::new(endpoints.len().max(1), Unit::Tokens);
-    let (mut ttft, mut tpot, mut e2e) = (
-        LatencyStat::default(),
-        LatencyStat::default(),
-        LatencyStat::default(),
-    );
-    let (mut prompt, mut cached, mut output) = (0u128, 0u128, 0u128);
-    let mut first_sent: Option<Duration> = None;
-    let mut last_end = Duration::ZERO;
+    let mut latency = TimedTally::default();
     for (index, o) in outcomes.iter().enumerate() {
         let parent = workload.requests.get(index).and_then(|r| r.parent);
         if o.error.is_some() {
@@ -359,50 +322,25 @@ pub fn report(workload: &Workload, outcomes: &[Outcome]) -> (Report, Vec<String>
         let hit = o.cached_tokens.unwrap_or(0).min(o.prompt_tokens);
         let same_as_parent = parent.map(|p| outcomes[p].endpoint == o.endpoint);
         stats.route(position[&name], o.prompt_tokens, hit, false, same_as_parent);
-        ttft.record(o.ttft.as_micros() as u64);
-        e2e.record(o.e2e.as_micros() as u64);
-        if o.output_tokens > 1 {
-            tpot.record(((o.e2e - o.ttft).as_micros() / u128::from(o.output_tokens - 1)) as u64);
-        }
-        prompt += u128::from(o.prompt_tokens);
-        cached += u128::from(hit);
-        output += u128::from(o.output_tokens);
-        first_sent = Some(first_sent.map_or(o.sent, |f| f.min(o.sent)));
-        last_end = last_end.max(o.sent + o.e2e);
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let sent = ns(o.sent);
+        let first_token = sent.saturating_add(ns(o.ttft));
+        latency.arrived(sent);
+        latency.finished(Finished {
+            arrival_ns: sent,
+            // A client cannot see when an engine first scheduled the request.
+            scheduled_ns: None,
+            first_token_ns: first_token,
+            finish_ns: sent.saturating_add(ns(o.e2e)).max(first_token),
+            output_tokens: o.output_tokens,
+            prompt_tokens: o.prompt_tokens,
+            hit_tokens: hit,
+        });
     }
     let mut report = stats.finish();
     // Decision quality needs what every engine held at each decision: not seen here.
     report.quality = None;
-    let seconds = last_end
-        .saturating_sub(first_sent.unwrap_or_default())
-        .as_secs_f64();
-    let per_second = |tokens: u128| {
-        if seconds > 0.0 {
-            routerlab_report::round6(tokens as f64 / seconds)
-        } else {
-            0.0
-        }
-    };
-    report.timed = Some(TimedReport {
-        ttft: ttft.summary(),
-        tpot: tpot.summary(),
-        e2e: e2e.summary(),
-        queue: None,
-        throughput: Throughput {
-            input_tokens_per_s: per_second(prompt),
-            output_tokens_per_s: per_second(output),
-        },
-        makespan_s: routerlab_report::round6(seconds),
-        hit_ratio: if prompt == 0 {
-            0.0
-        } else {
-            routerlab_report::round6(cached as f64 / prompt as f64)
-        },
-        router_queued: 0,
-        too_long: 0,
-        running_spread: Default::default(),
-        per_endpoint: Vec::new(),
-    });
+    report.timed = Some(latency.report());
     (report, endpoints)
 }
 

@@ -6,7 +6,8 @@ use hdrhistogram::Histogram;
 use routerlab_core::Unit;
 
 use crate::schema::{
-    CacheMiss, Latency, Nreq, Quality, ReplicaReport, Report, SharePrefix, round6,
+    CacheMiss, Latency, Nreq, Quality, ReplicaReport, Report, SharePrefix, Throughput, TimedReport,
+    round6,
 };
 
 /// Largest length the histogram tells apart (2^40); longer misses count as this.
@@ -250,6 +251,107 @@ fn ratio(part: u64, whole: u64) -> f64 {
         0.0
     } else {
         round6(part as f64 / whole as f64)
+    }
+}
+
+/// One finished request's times (nanoseconds on the run's clock) and tokens, as the timed
+/// reduction takes them.
+#[derive(Debug, Clone, Copy)]
+pub struct Finished {
+    /// When it arrived (was sent, for `drive`).
+    pub arrival_ns: u64,
+    /// When an engine first scheduled it, if the driver can see that (`drive` cannot).
+    pub scheduled_ns: Option<u64>,
+    /// When its first token came.
+    pub first_token_ns: u64,
+    /// When its last token came.
+    pub finish_ns: u64,
+    /// Tokens it generated.
+    pub output_tokens: u64,
+    /// Its prompt's tokens.
+    pub prompt_tokens: u64,
+    /// Of those, served from a prefix cache.
+    pub hit_tokens: u64,
+}
+
+/// The latency-to-report reduction of a timed run, one for the timed replay and `drive`:
+/// TTFT, TPOT (the time after the first token over the tokens after it), end to end and
+/// queue time in microseconds, token throughput over the makespan (first arrival to last
+/// finish) and the prefix hit ratio of finished requests.
+#[derive(Default)]
+pub struct TimedTally {
+    ttft: LatencyStat,
+    tpot: LatencyStat,
+    e2e: LatencyStat,
+    queue: LatencyStat,
+    prompt_tokens: u128,
+    hit_tokens: u128,
+    output_tokens: u128,
+    start_ns: Option<u64>,
+    end_ns: u64,
+}
+
+impl TimedTally {
+    /// A request arrived at `at_ns`: the makespan starts at the earliest.
+    pub fn arrived(&mut self, at_ns: u64) {
+        self.start_ns = Some(self.start_ns.map_or(at_ns, |s| s.min(at_ns)));
+    }
+
+    /// The latest finish so far (0 before any).
+    pub fn end_ns(&self) -> u64 {
+        self.end_ns
+    }
+
+    /// One finished request.
+    pub fn finished(&mut self, r: Finished) {
+        let us = |ns: u64| ns / 1000;
+        self.ttft.record(us(r.first_token_ns - r.arrival_ns));
+        if r.output_tokens > 1 {
+            let per_token = (r.finish_ns - r.first_token_ns) / (r.output_tokens - 1);
+            self.tpot.record(us(per_token));
+        }
+        self.e2e.record(us(r.finish_ns - r.arrival_ns));
+        if let Some(scheduled) = r.scheduled_ns {
+            self.queue.record(us(scheduled - r.arrival_ns));
+        }
+        self.prompt_tokens += u128::from(r.prompt_tokens);
+        self.hit_tokens += u128::from(r.hit_tokens);
+        self.output_tokens += u128::from(r.output_tokens);
+        self.end_ns = self.end_ns.max(r.finish_ns);
+    }
+
+    /// The report's `timed` block, with no router queue, no spread and no per-endpoint
+    /// rows (the replay fills those in; `drive` cannot see them).
+    pub fn report(&self) -> TimedReport {
+        let start = self.start_ns.unwrap_or(0);
+        let seconds = self.end_ns.saturating_sub(start) as f64 / 1e9;
+        let per_second = |tokens: u128| {
+            if seconds > 0.0 {
+                round6(tokens as f64 / seconds)
+            } else {
+                0.0
+            }
+        };
+        TimedReport {
+            ttft: self.ttft.summary(),
+            tpot: self.tpot.summary(),
+            e2e: self.e2e.summary(),
+            queue: self.queue.summary(),
+            throughput: Throughput {
+                input_tokens_per_s: per_second(self.prompt_tokens),
+                output_tokens_per_s: per_second(self.output_tokens),
+            },
+            makespan_s: round6(seconds),
+            hit_ratio: if self.prompt_tokens == 0 {
+                0.0
+            } else {
+                round6(self.hit_tokens as f64 / self.prompt_tokens as f64)
+            },
+            router_queued: 0,
+            too_long: 0,
+            running_spread: Default::default(),
+            per_endpoint: Vec::new(),
+        }
     }
 }
 

@@ -1,7 +1,38 @@
 //! The arrival process: when each request of a workload is sent, in a replay and in
-//! `drive` alike.
+//! `drive` alike. [`Arrivals::schedule`] is the one place the times are worked out (the
+//! trace's own, compressed; or a seeded Poisson draw), so a replay and a live run of the
+//! same settings send the same request at the same moment.
 
 use serde::{Deserialize, Serialize};
+
+use crate::workload::WorkloadRequest;
+
+/// The last instant the simulator's clock can hold: 2^62 ns, about 146 years. Every
+/// quantity that reaches the clock is checked against it, so a sum of two never wraps.
+pub const MAX_CLOCK_NS: u64 = 1 << 62;
+
+/// The clock's range, for messages.
+pub const CLOCK_RANGE: &str = "the simulator's range of 146 years (2^62 ns)";
+
+/// Why a workload cannot be scheduled.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ArrivalError {
+    /// The trace's own times were asked for, and a request has none.
+    #[error("line {line}: the trace has no arrival times")]
+    NoArrivalTimes {
+        /// The first line without one.
+        line: usize,
+    },
+    /// A time past [`MAX_CLOCK_NS`].
+    #[error("line {line}: {what} is beyond {CLOCK_RANGE}")]
+    BeyondClock {
+        /// The request's line.
+        line: usize,
+        /// Which time, in words.
+        what: String,
+    },
+}
 
 /// Where arrival times come from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -22,4 +53,64 @@ pub enum Arrivals {
         /// Requests in flight.
         concurrency: usize,
     },
+}
+
+impl Arrivals {
+    /// Requests in flight at once, for a closed loop.
+    pub fn concurrency(&self) -> Option<usize> {
+        match self {
+            Arrivals::Closed { concurrency } => Some(*concurrency),
+            _ => None,
+        }
+    }
+
+    /// When each request is sent, in nanoseconds from the start, in workload order; a
+    /// closed loop has no times (requests go as earlier ones finish) and gives `None`.
+    /// `seed` drives the Poisson draw.
+    pub fn schedule(
+        &self,
+        requests: &[WorkloadRequest],
+        seed: u64,
+    ) -> Result<Option<Vec<u64>>, ArrivalError> {
+        let mut times = Vec::with_capacity(requests.len());
+        match self {
+            Arrivals::Closed { .. } => return Ok(None),
+            Arrivals::Trace { speedup } => {
+                for request in requests {
+                    let Some(ns) = request.arrival_ns else {
+                        return Err(ArrivalError::NoArrivalTimes { line: request.line });
+                    };
+                    let at = (ns as f64 / speedup).round();
+                    if at.is_nan() || at > MAX_CLOCK_NS as f64 {
+                        let after = if *speedup == 1.0 {
+                            ""
+                        } else {
+                            " after the speedup"
+                        };
+                        return Err(ArrivalError::BeyondClock {
+                            line: request.line,
+                            what: format!("arrival {} ms{after}", ns as f64 / 1e6),
+                        });
+                    }
+                    times.push(at as u64);
+                }
+            }
+            Arrivals::Poisson { rate } => {
+                let mut rng = routerlab_core::SeededRng::new(seed);
+                let mut clock = 0.0f64;
+                for request in requests {
+                    clock += -(1.0 - rng.unit_f64()).ln() / rate;
+                    let at = (clock * 1e9).round();
+                    if at.is_nan() || at > MAX_CLOCK_NS as f64 {
+                        return Err(ArrivalError::BeyondClock {
+                            line: request.line,
+                            what: format!("at {rate} requests/s, its arrival ({clock:.3e} s)"),
+                        });
+                    }
+                    times.push(at as u64);
+                }
+            }
+        }
+        Ok(Some(times))
+    }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use routerlab_host::SearchPath;
 use routerlab_live::LiveError;
-use routerlab_live::drive::{DriveSettings, Pace};
+use routerlab_live::drive::DriveSettings;
 use routerlab_live::engine::EngineSettings;
 use routerlab_live::serve::health::HealthRule;
 use routerlab_live::serve::{OnPluginError, ServeSettings};
@@ -303,33 +303,7 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
 
 /// `routerlab drive`.
 pub fn drive(args: DriveArgs) -> Result<(), Failure> {
-    let pace = match (args.speedup, args.rate, args.concurrency) {
-        (_, Some(_), Some(_)) | (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
-            return Err(Failure::input(
-                "give one of --speedup, --rate and --concurrency",
-            ));
-        }
-        (_, Some(rate), None) if rate.is_finite() && rate > 0.0 => Pace::Poisson {
-            rate,
-            seed: args.seed,
-        },
-        (_, Some(rate), None) => {
-            return Err(Failure::input(format!(
-                "--rate must be a positive number, not {rate}"
-            )));
-        }
-        (_, None, Some(0)) => return Err(Failure::input("--concurrency must be at least 1")),
-        (_, None, Some(concurrency)) => Pace::Closed { concurrency },
-        (speedup, None, None) => {
-            let speedup = speedup.unwrap_or(1.0);
-            if !(speedup.is_finite() && speedup > 0.0) {
-                return Err(Failure::input(format!(
-                    "--speedup must be a positive number, not {speedup}"
-                )));
-            }
-            Pace::Trace { speedup }
-        }
-    };
+    let arrivals = crate::spec::arrivals(args.speedup, args.rate, args.concurrency)?;
     if !(args.timeout_s.is_finite() && args.timeout_s > 0.0) {
         return Err(Failure::input("--timeout-s must be a positive number"));
     }
@@ -342,7 +316,8 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
     let workload = Arc::new(Workload::load(reader, &[])?);
     let settings = DriveSettings {
         url: args.url,
-        pace,
+        arrivals,
+        seed: args.seed,
         block_bytes: args
             .block_bytes
             .unwrap_or(args.trace_block_size as usize * 4)

@@ -20,7 +20,7 @@
 
 use std::collections::VecDeque;
 
-use routerlab_core::{SeededRng, Unit};
+use routerlab_core::Unit;
 use routerlab_host::{CachedPrefix, RequestData};
 use routerlab_trace::Workload;
 
@@ -28,13 +28,14 @@ use crate::SimError;
 use crate::error::request_location;
 use crate::observer::{Observer, RequestRecord};
 use routerlab_engine::{EngineConfig, Sequence};
-use routerlab_report::stats::LatencyStat;
 use routerlab_report::stats::Tally;
-use routerlab_report::{EndpointTimed, Report, Throughput, TimedReport, round6};
+use routerlab_report::stats::{Finished, TimedTally};
+use routerlab_report::{EndpointTimed, Report, TimedReport, round6};
 use routerlab_route::{Decision, WhenUnavailable};
 use routerlab_route::{Placement, Replicas};
 
-pub use routerlab_trace::arrivals::Arrivals;
+use routerlab_trace::arrivals::ArrivalError;
+pub use routerlab_trace::arrivals::{Arrivals, CLOCK_RANGE, MAX_CLOCK_NS};
 
 mod events;
 mod fleet;
@@ -86,13 +87,6 @@ impl TimedSettings {
         self.engines.iter().map(|e| e.engine_block_size).collect()
     }
 }
-
-/// The last instant the simulator's clock can hold: 2^62 ns, about 146 years. Every
-/// quantity that reaches the clock is checked against it, so a sum of two never wraps.
-pub const MAX_CLOCK_NS: u64 = 1 << 62;
-
-/// The clock's range, for messages.
-pub const CLOCK_RANGE: &str = "the simulator's range of 146 years (2^62 ns)";
 
 /// What one request of the workload did in this run.
 #[derive(Debug, Default)]
@@ -153,55 +147,31 @@ pub fn replay_timed(
             SimError::Input(format!("endpoint `{}`: {e}", router.table().name(pos)))
         })?;
     }
-    let mut rng = SeededRng::new(settings.seed);
-    let mut poisson_clock = 0.0f64;
-    let mut base_arrival = Vec::with_capacity(workload.requests.len());
-    let mut requests = Vec::with_capacity(workload.requests.len());
-    for request in &workload.requests {
-        let base = match &settings.arrivals {
-            Arrivals::Trace { speedup } => {
-                let Some(ns) = request.arrival_ns else {
-                    return Err(SimError::NoArrivalTimes { line: request.line });
-                };
-                let at = (ns as f64 / speedup).round();
-                if at.is_nan() || at > MAX_CLOCK_NS as f64 {
-                    let after = if *speedup == 1.0 {
-                        ""
-                    } else {
-                        " after the speedup"
-                    };
-                    return Err(SimError::Input(format!(
-                        "line {}: arrival {} ms{after} is beyond {CLOCK_RANGE}",
-                        request.line,
-                        ns as f64 / 1e6
-                    )));
-                }
-                at as u64
+    let scheduled = settings
+        .arrivals
+        .schedule(&workload.requests, settings.seed)
+        .map_err(|e| match e {
+            ArrivalError::NoArrivalTimes { line } => SimError::NoArrivalTimes { line },
+            other => SimError::Input(other.to_string()),
+        })?;
+    // A closed loop's requests are released as earlier ones finish, from time 0.
+    let base_arrival = scheduled.unwrap_or_else(|| vec![0; workload.requests.len()]);
+    let requests = workload
+        .requests
+        .iter()
+        .zip(&base_arrival)
+        .map(|(request, &base)| {
+            let output = request
+                .output_tokens
+                .unwrap_or(settings.default_output_tokens)
+                .max(1);
+            RequestState {
+                arrival_ns: base,
+                output_tokens: u32::try_from(output).unwrap_or(u32::MAX),
+                ..RequestState::default()
             }
-            Arrivals::Poisson { rate } => {
-                poisson_clock += -(1.0 - rng.unit_f64()).ln() / rate;
-                let at = (poisson_clock * 1e9).round();
-                if at.is_nan() || at > MAX_CLOCK_NS as f64 {
-                    return Err(SimError::Input(format!(
-                        "line {}: at {rate} requests/s, its arrival ({poisson_clock:.3e} s) is beyond {CLOCK_RANGE}",
-                        request.line
-                    )));
-                }
-                at as u64
-            }
-            Arrivals::Closed { .. } => 0,
-        };
-        let output = request
-            .output_tokens
-            .unwrap_or(settings.default_output_tokens)
-            .max(1);
-        base_arrival.push(base);
-        requests.push(RequestState {
-            arrival_ns: base,
-            output_tokens: u32::try_from(output).unwrap_or(u32::MAX),
-            ..RequestState::default()
-        });
-    }
+        })
+        .collect();
     let mut conversation_of: Vec<u64> = Vec::with_capacity(workload.requests.len());
     for (index, request) in workload.requests.iter().enumerate() {
         // Parents come before their children in a workload.
@@ -222,16 +192,8 @@ pub fn replay_timed(
         conversation_of,
         stats: TimedStats {
             base: Tally::new(replicas.len(), n, Unit::Tokens),
-            ttft: LatencyStat::default(),
-            tpot: LatencyStat::default(),
-            e2e: LatencyStat::default(),
-            queue: LatencyStat::default(),
+            latency: TimedTally::default(),
             per_endpoint: vec![EndpointTally::default(); n],
-            prompt_tokens_done: 0,
-            hit_tokens_done: 0,
-            output_tokens_done: 0,
-            first_arrival: None,
-            last_finish: 0,
             router_queued: 0,
             too_long: 0,
             spread: SpreadTally::default(),
@@ -410,7 +372,7 @@ impl Sim<'_> {
                     });
                     self.requests[index].replica = r;
                     self.requests[index].arrival_ns = now;
-                    self.stats.first_arrival.get_or_insert(now);
+                    self.stats.latency.arrived(now);
                     let prompt = self.workload.requests[index].prompt_tokens;
                     let output = self.requests[index].output_tokens;
                     if !self
@@ -463,7 +425,7 @@ impl Sim<'_> {
         // waits at a router (its detector never clears): reject it rather than hang.
         for r in 0..self.router_queues.len() {
             while let Some(index) = self.router_queues[r].pop_front() {
-                self.reject(index, self.stats.last_finish);
+                self.reject(index, self.stats.latency.end_ns());
             }
         }
         Ok(())
@@ -579,15 +541,7 @@ impl Sim<'_> {
         let hit = sequence.hit_tokens.unwrap_or(0);
         let first_token = sequence.first_token_ns.unwrap_or(now);
         let scheduled = sequence.first_scheduled_ns.unwrap_or(now);
-        let us = |ns: u64| ns / 1000;
         let stats = &mut self.stats;
-        stats.ttft.record(us(first_token - arrival));
-        if state.output_tokens > 1 {
-            let per_token = (now - first_token) / u64::from(state.output_tokens - 1);
-            stats.tpot.record(us(per_token));
-        }
-        stats.e2e.record(us(now - arrival));
-        stats.queue.record(us(scheduled - arrival));
         let same_as_parent = request
             .parent
             .map(|p| self.requests[p].endpoint == Some(pos));
@@ -604,10 +558,15 @@ impl Sim<'_> {
         let tally = &mut stats.per_endpoint[pos];
         tally.requests += 1;
         tally.prompt_tokens += u64::from(prompt_tokens);
-        stats.prompt_tokens_done += u128::from(prompt_tokens);
-        stats.hit_tokens_done += u128::from(hit);
-        stats.output_tokens_done += u128::from(state.output_tokens);
-        stats.last_finish = stats.last_finish.max(now);
+        stats.latency.finished(Finished {
+            arrival_ns: arrival,
+            scheduled_ns: Some(scheduled),
+            first_token_ns: first_token,
+            finish_ns: now,
+            output_tokens: u64::from(state.output_tokens),
+            prompt_tokens: u64::from(prompt_tokens),
+            hit_tokens: u64::from(hit),
+        });
         self.fleet.inflight_tokens[r][pos] -= u64::from(prompt_tokens);
         self.fleet.inflight_requests[r][pos] -= 1;
         debug_assert!(
@@ -659,31 +618,8 @@ impl Sim<'_> {
         let router = replicas.router(0);
         let stats = self.stats;
         let mut report = stats.base.finish();
-        let start = stats.first_arrival.unwrap_or(0);
-        let end = stats.last_finish;
-        let seconds = end.saturating_sub(start) as f64 / 1e9;
-        let per_second = |tokens: u128| {
-            if seconds > 0.0 {
-                round6(tokens as f64 / seconds)
-            } else {
-                0.0
-            }
-        };
+        let end = stats.latency.end_ns();
         report.timed = Some(TimedReport {
-            ttft: stats.ttft.summary(),
-            tpot: stats.tpot.summary(),
-            e2e: stats.e2e.summary(),
-            queue: stats.queue.summary(),
-            throughput: Throughput {
-                input_tokens_per_s: per_second(stats.prompt_tokens_done),
-                output_tokens_per_s: per_second(stats.output_tokens_done),
-            },
-            makespan_s: round6(seconds),
-            hit_ratio: if stats.prompt_tokens_done == 0 {
-                0.0
-            } else {
-                round6(stats.hit_tokens_done as f64 / stats.prompt_tokens_done as f64)
-            },
             router_queued: stats.router_queued,
             too_long: stats.too_long,
             running_spread: stats.spread.finish(),
@@ -702,6 +638,7 @@ impl Sim<'_> {
                     preemptions: engine.preemptions,
                 })
                 .collect(),
+            ..stats.latency.report()
         });
         report
     }

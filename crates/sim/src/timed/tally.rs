@@ -1,7 +1,7 @@
 //! What the timed replay counts beyond the time-free statistics: latencies, tokens per
 //! endpoint, and the spread of running requests across the fleet over time.
 
-use routerlab_report::stats::{LatencyStat, Tally};
+use routerlab_report::stats::{Tally, TimedTally};
 use routerlab_report::{Spread, round6};
 
 /// Prompt and output tokens of one endpoint's finished requests.
@@ -94,16 +94,9 @@ pub(super) fn spread_of(running: &[u64]) -> Option<(u64, f64)> {
 /// What the timed replay measures beyond the time-free statistics.
 pub(super) struct TimedStats {
     pub(super) base: Tally,
-    pub(super) ttft: LatencyStat,
-    pub(super) tpot: LatencyStat,
-    pub(super) e2e: LatencyStat,
-    pub(super) queue: LatencyStat,
+    /// Latencies and token totals, reduced as `drive` reduces them.
+    pub(super) latency: TimedTally,
     pub(super) per_endpoint: Vec<EndpointTally>,
-    pub(super) prompt_tokens_done: u128,
-    pub(super) hit_tokens_done: u128,
-    pub(super) output_tokens_done: u128,
-    pub(super) first_arrival: Option<u64>,
-    pub(super) last_finish: u64,
     pub(super) router_queued: u64,
     pub(super) too_long: u64,
     pub(super) spread: SpreadTally,
