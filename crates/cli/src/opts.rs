@@ -5,8 +5,9 @@
 
 use std::path::PathBuf;
 
+use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use routerlab_engine::StepTime;
+use routerlab_engine::{Overrides, Preset};
 use routerlab_sim::{ReplicaAssign, WhenUnavailable};
 use serde::Deserialize;
 use serde_yaml::Value;
@@ -81,13 +82,10 @@ pub enum Timing {
     Trace,
 }
 
-/// Engine presets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EnginePreset {
-    /// NVIDIA Dynamo's mocker defaults (16,384 blocks of 64 tokens, 256 seqs, 8,192
-    /// tokens/step, polynomial step time).
-    Dynamo,
+/// `--engine PRESET`: the engine crate's presets, listed in `--help` by name.
+fn preset_parser() -> impl clap::builder::TypedValueParser<Value = Preset> {
+    clap::builder::PossibleValuesParser::new(Preset::ALL.map(Preset::name))
+        .map(|name| name.parse::<Preset>().expect("a listed preset"))
 }
 
 /// What happens when no endpoint is available (the library's policy, as a flag value).
@@ -156,25 +154,6 @@ impl<'de> Deserialize<'de> for TextOrValue {
     fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         Value::deserialize(de).map(TextOrValue::Value)
     }
-}
-
-/// Engine settings over a preset (every key optional): the experiment file's `engine` and
-/// each entry of `engines`, and the text of `--engine-config`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EngineOverrides {
-    /// Start from this preset instead.
-    pub preset: Option<EnginePreset>,
-    /// KV-cache blocks.
-    pub num_gpu_blocks: Option<u32>,
-    /// Tokens per KV block.
-    pub engine_block_size: Option<u32>,
-    /// Running sequences at most.
-    pub max_num_seqs: Option<u32>,
-    /// Tokens per step at most.
-    pub max_num_batched_tokens: Option<u32>,
-    /// Step-time model.
-    pub step_time: Option<StepTime>,
 }
 
 /// The `replay` settings: flags and experiment file in one type.
@@ -260,19 +239,19 @@ pub struct ReplayOpts {
     pub think_time_s: Option<f64>,
     /// Engine preset for every endpoint; overrides the file's `engine.preset` [default:
     /// dynamo].
-    #[arg(long = "engine", value_name = "PRESET", help_heading = TIMED)]
+    #[arg(long = "engine", value_name = "PRESET", help_heading = TIMED, value_parser = preset_parser())]
     #[serde(skip)]
-    pub engine_preset: Option<EnginePreset>,
+    pub engine_preset: Option<Preset>,
     /// Engine settings over the preset, YAML (e.g. '{num_gpu_blocks: 4096, max_num_seqs: 128}').
     #[arg(long, value_name = "YAML", help_heading = TIMED)]
     #[serde(skip)]
     pub engine_config: Option<String>,
     /// Experiment file only: engine settings (and `preset`) for every endpoint.
     #[arg(skip)]
-    pub engine: Option<EngineOverrides>,
+    pub engine: Option<Overrides>,
     /// Experiment file only: per-endpoint engine settings over `engine`, in endpoint order.
     #[arg(skip)]
-    pub engines: Option<Vec<EngineOverrides>>,
+    pub engines: Option<Vec<Overrides>>,
     /// Plugins see engine statuses refreshed every MS milliseconds; 0 = live [default: 0].
     #[arg(long, value_name = "MS", help_heading = TIMED)]
     pub metrics_interval_ms: Option<f64>,

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use routerlab_engine::EngineConfig;
+use routerlab_engine::{EngineConfig, Overrides, Preset};
 use routerlab_route::MAX_REPLICAS;
 use routerlab_sim::scenario::{DEFAULT_ENDPOINTS, Scenario, default_endpoints};
 use routerlab_sim::timed::{Arrivals, CLOCK_RANGE, MAX_CLOCK_NS, TimedSettings};
@@ -14,7 +14,7 @@ use routerlab_trace::reader::{DEFAULT_BLOCK_SIZE, DEFAULT_TRACE_BLOCK_SIZE};
 use serde_yaml::{Mapping, Value};
 
 use crate::exit::Failure;
-use crate::opts::{EngineOverrides, EnginePreset, OutputFormat, ReplayOpts, TextOrValue, Timing};
+use crate::opts::{OutputFormat, ReplayOpts, TextOrValue, Timing};
 
 /// Everything a replay needs, resolved: the library's [`Scenario`], and where the
 /// command line puts its results.
@@ -79,7 +79,7 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
             "--cache-blocks must be at least 1 (omit it for an unbounded cache)",
         ));
     }
-    let timed = resolve_timed(&opts, endpoints.len(), seed)?;
+    let timed = resolve_timed(&opts, &endpoints, seed)?;
     let router_replicas = match opts.router_replicas {
         None => 1,
         Some(n) if (1..=MAX_REPLICAS as u64).contains(&n) => n as usize,
@@ -134,7 +134,7 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
 /// without `--timing trace` are an error rather than silently ignored.
 fn resolve_timed(
     opts: &ReplayOpts,
-    endpoints: usize,
+    endpoints: &[String],
     seed: u64,
 ) -> Result<Option<TimedSettings>, Failure> {
     if opts.timing.unwrap_or(Timing::Off) == Timing::Off {
@@ -208,90 +208,59 @@ pub(crate) fn arrivals(
     }
 }
 
-/// One engine per endpoint. Precedence, later winning: the preset (`--engine`, else the
-/// file's `engine.preset`, else dynamo), the file's `engine` keys, `--engine-config`, then
-/// each endpoint's entry of the file's `engines`.
-fn resolve_engines(opts: &ReplayOpts, endpoints: usize) -> Result<Vec<EngineConfig>, Failure> {
+/// One engine per endpoint, each validated here (a bad setting fails before any trace is
+/// read). Precedence, later winning: the preset (`--engine`, else the file's
+/// `engine.preset`, else dynamo), the file's `engine` keys, `--engine-config`, then each
+/// endpoint's entry of the file's `engines`.
+fn resolve_engines(opts: &ReplayOpts, endpoints: &[String]) -> Result<Vec<EngineConfig>, Failure> {
     let file_engine = opts.engine.clone().unwrap_or_default();
     let preset = opts
         .engine_preset
         .or(file_engine.preset)
-        .unwrap_or(EnginePreset::Dynamo);
-    let mut base = preset_config(preset);
-    apply(
-        &EngineOverrides {
-            preset: None,
-            ..file_engine
-        },
-        &mut base,
-    );
+        .unwrap_or(Preset::Dynamo);
+    let mut base = preset.config().with(&Overrides {
+        preset: None,
+        ..file_engine
+    });
     if let Some(text) = &opts.engine_config {
-        let overrides: EngineOverrides = serde_yaml::from_str(text).map_err(|e| {
-            Failure::input(format!("--engine-config: {}", one_line(&e.to_string())))
-        })?;
-        apply(&overrides, &mut base);
+        base = base.with(&engine_overrides(text)?);
     }
     let engines: Vec<EngineConfig> = match &opts.engines {
-        None => vec![base; endpoints],
-        Some(list) if list.len() != endpoints => {
+        None => vec![base; endpoints.len()],
+        Some(list) if list.len() != endpoints.len() => {
             return Err(Failure::input(format!(
-                "experiment `engines`: {} entries for {endpoints} endpoints (give one per endpoint)",
+                "experiment `engines`: {} entries for {} endpoints (give one per endpoint)",
                 list.len(),
+                endpoints.len(),
             )));
         }
-        Some(list) => list
-            .iter()
-            .map(|overrides| {
-                let mut engine = base.clone();
-                apply(overrides, &mut engine);
-                engine
-            })
-            .collect(),
+        Some(list) => list.iter().map(|o| base.clone().with(o)).collect(),
     };
+    for (engine, name) in engines.iter().zip(endpoints) {
+        engine
+            .validate()
+            .map_err(|e| Failure::input(format!("endpoint `{name}`: {e}")))?;
+    }
     Ok(engines)
+}
+
+/// The text of `--engine-config`, read as overrides.
+fn engine_overrides(text: &str) -> Result<Overrides, Failure> {
+    serde_yaml::from_str(text)
+        .map_err(|e| Failure::input(format!("--engine-config: {}", one_line(&e.to_string()))))
 }
 
 /// One engine: the `dynamo` preset with `--engine-config` YAML laid over it (what
 /// `routerlab engine` simulates), validated.
 pub fn engine_config(text: Option<&str>) -> Result<EngineConfig, Failure> {
-    let mut engine = preset_config(EnginePreset::Dynamo);
+    let mut engine = Preset::Dynamo.config();
     if let Some(text) = text {
-        let overrides: EngineOverrides = serde_yaml::from_str(text).map_err(|e| {
-            Failure::input(format!("--engine-config: {}", one_line(&e.to_string())))
-        })?;
-        apply(&overrides, &mut engine);
+        engine = engine.with(&engine_overrides(text)?);
     }
     engine
         .validate()
         .map_err(|e| Failure::input(format!("--engine-config: {e}")))?;
     Ok(engine)
-}
-
-fn preset_config(preset: EnginePreset) -> EngineConfig {
-    match preset {
-        EnginePreset::Dynamo => EngineConfig::dynamo(),
-    }
-}
-
-fn apply(overrides: &EngineOverrides, base: &mut EngineConfig) {
-    if let Some(preset) = overrides.preset {
-        *base = preset_config(preset);
-    }
-    if let Some(v) = overrides.num_gpu_blocks {
-        base.num_gpu_blocks = v;
-    }
-    if let Some(v) = overrides.engine_block_size {
-        base.engine_block_size = v;
-    }
-    if let Some(v) = overrides.max_num_seqs {
-        base.max_num_seqs = v;
-    }
-    if let Some(v) = overrides.max_num_batched_tokens {
-        base.max_num_batched_tokens = v;
-    }
-    if let Some(v) = &overrides.step_time {
-        base.step_time = v.clone();
-    }
 }
 
 /// A plugin's config as given (flag text or the experiment file's value), as a mapping;

@@ -1,5 +1,9 @@
-//! One engine's settings: the KV cache, the scheduler's limits and the step-time model,
-//! with NVIDIA Dynamo's mocker defaults as the preset and one `validate`.
+//! One engine's settings, in one place: [`EngineConfig`] (the KV cache, the scheduler's
+//! limits, the step-time model), its [`Preset`]s, the [`Overrides`] a user lays over a
+//! preset (the experiment file's `engine` and `engines`, `--engine-config`), and the one
+//! [`EngineConfig::validate`]. Adding a setting is a change to this file only: the
+//! conversions below take every struct apart field by field, so one left out is a compile
+//! error.
 
 use serde::{Deserialize, Serialize};
 
@@ -66,5 +70,173 @@ impl EngineConfig {
             );
         }
         Ok(())
+    }
+}
+
+/// A named starting point for an engine's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Preset {
+    /// NVIDIA Dynamo's mocker defaults (16,384 blocks of 64 tokens, 256 seqs, 8,192
+    /// tokens/step, polynomial step time).
+    Dynamo,
+}
+
+impl Preset {
+    /// Every preset, in the order the command line lists them.
+    pub const ALL: [Preset; 1] = [Preset::Dynamo];
+
+    /// Its name on the command line and in files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Dynamo => "dynamo",
+        }
+    }
+
+    /// The settings it stands for.
+    pub fn config(self) -> EngineConfig {
+        match self {
+            Preset::Dynamo => EngineConfig::dynamo(),
+        }
+    }
+}
+
+impl std::str::FromStr for Preset {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Preset, String> {
+        Preset::ALL
+            .into_iter()
+            .find(|p| p.name() == text)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Preset::ALL.iter().map(|p| p.name()).collect();
+                format!(
+                    "unknown engine preset `{text}` (presets: {})",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// Engine settings laid over a preset, every key optional.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Overrides {
+    /// Start from this preset instead.
+    pub preset: Option<Preset>,
+    /// KV-cache blocks.
+    pub num_gpu_blocks: Option<u32>,
+    /// Tokens per KV block.
+    pub engine_block_size: Option<u32>,
+    /// Running sequences at most.
+    pub max_num_seqs: Option<u32>,
+    /// Tokens per step at most.
+    pub max_num_batched_tokens: Option<u32>,
+    /// Step-time model.
+    pub step_time: Option<StepTime>,
+}
+
+impl EngineConfig {
+    /// `self` with `overrides` laid over it (a `preset` key first replaces everything).
+    pub fn with(mut self, overrides: &Overrides) -> EngineConfig {
+        let Overrides {
+            preset,
+            num_gpu_blocks,
+            engine_block_size,
+            max_num_seqs,
+            max_num_batched_tokens,
+            step_time,
+        } = overrides;
+        if let Some(preset) = preset {
+            self = preset.config();
+        }
+        let EngineConfig {
+            num_gpu_blocks: blocks,
+            engine_block_size: block_size,
+            max_num_seqs: seqs,
+            max_num_batched_tokens: budget,
+            step_time: model,
+        } = &mut self;
+        if let Some(v) = num_gpu_blocks {
+            *blocks = *v;
+        }
+        if let Some(v) = engine_block_size {
+            *block_size = *v;
+        }
+        if let Some(v) = max_num_seqs {
+            *seqs = *v;
+        }
+        if let Some(v) = max_num_batched_tokens {
+            *budget = *v;
+        }
+        if let Some(v) = step_time {
+            *model = v.clone();
+        }
+        self
+    }
+}
+
+impl From<&EngineConfig> for Overrides {
+    /// Every setting of `config`, as overrides (no preset).
+    fn from(config: &EngineConfig) -> Overrides {
+        let EngineConfig {
+            num_gpu_blocks,
+            engine_block_size,
+            max_num_seqs,
+            max_num_batched_tokens,
+            step_time,
+        } = config;
+        Overrides {
+            preset: None,
+            num_gpu_blocks: Some(*num_gpu_blocks),
+            engine_block_size: Some(*engine_block_size),
+            max_num_seqs: Some(*max_num_seqs),
+            max_num_batched_tokens: Some(*max_num_batched_tokens),
+            step_time: Some(step_time.clone()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_of_every_setting_rebuild_the_config_from_any_base() {
+        let wanted = EngineConfig {
+            num_gpu_blocks: 7,
+            engine_block_size: 3,
+            max_num_seqs: 2,
+            max_num_batched_tokens: 99,
+            step_time: StepTime::Linear {
+                overhead_ms: 1.0,
+                prefill_ms_per_token: 0.5,
+                decode_ms: 2.0,
+            },
+        };
+        assert_eq!(
+            EngineConfig::dynamo().with(&Overrides::from(&wanted)),
+            wanted
+        );
+        // No override leaves the base; a preset resets before the keys apply.
+        assert_eq!(wanted.clone().with(&Overrides::default()), wanted);
+        let reset = Overrides {
+            preset: Some(Preset::Dynamo),
+            max_num_seqs: Some(5),
+            ..Overrides::default()
+        };
+        let expected = EngineConfig {
+            max_num_seqs: 5,
+            ..EngineConfig::dynamo()
+        };
+        assert_eq!(wanted.with(&reset), expected);
+    }
+
+    #[test]
+    fn presets_are_named() {
+        assert_eq!("dynamo".parse::<Preset>(), Ok(Preset::Dynamo));
+        assert_eq!(
+            "vllm".parse::<Preset>(),
+            Err("unknown engine preset `vllm` (presets: dynamo)".into())
+        );
     }
 }

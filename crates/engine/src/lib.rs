@@ -29,7 +29,7 @@ pub mod kv;
 pub mod scheduler;
 pub mod step_time;
 
-pub use config::EngineConfig;
+pub use config::{EngineConfig, Overrides, Preset};
 pub use kv::KvCache;
 pub use scheduler::{Engine, EngineStatus, Sequence};
 pub use step_time::{Batch, StepTime};

@@ -127,7 +127,8 @@ struct Sim<'a> {
 
 /// Runs a timed replay of `workload` through the router `replicas`; `observer` sees each
 /// finished request. The workload must have been loaded with
-/// [`TimedSettings::engine_block_sizes`].
+/// [`TimedSettings::engine_block_sizes`] ([`crate::scenario::Scenario::workload`] does);
+/// one that was not is refused with an error before anything runs.
 pub fn replay_timed(
     workload: &Workload,
     replicas: &mut Replicas,
@@ -146,6 +147,19 @@ pub fn replay_timed(
         engine.validate().map_err(|e| {
             SimError::Input(format!("endpoint `{}`: {e}", router.table().name(pos)))
         })?;
+    }
+    // Engine chains are derived when the trace is loaded (`Scenario::workload` loads the
+    // sizes its engines need); a workload loaded for other engines is refused here rather
+    // than failing mid-run.
+    if let Some(missing) = settings
+        .engine_block_sizes()
+        .into_iter()
+        .find(|size| workload.engine_block_sizes.binary_search(size).is_err())
+    {
+        return Err(SimError::Input(format!(
+            "the workload was loaded without chains for engine blocks of {missing} tokens \
+             (load it with the run's TimedSettings::engine_block_sizes)"
+        )));
     }
     let scheduled = settings
         .arrivals

@@ -200,3 +200,26 @@ fn the_same_scenario_gives_the_same_report() {
     let b = serde_json::to_string(&replay::<Turns>(&scenario, "turns").unwrap()).unwrap();
     assert_eq!(a, b);
 }
+
+#[test]
+fn a_workload_loaded_for_other_engines_is_refused_before_the_run() {
+    let scenario = timed(trace("sizes", 3, 10, true), 2);
+    let reader = scenario.reader().unwrap();
+    let workload = routerlab_trace::Workload::load(reader, &[16]).unwrap();
+    let mut replicas = scenario
+        .routers_with(|config, _| {
+            Ok((
+                in_process::matcher::<First>("first", config).map_err(SimError::Load)?,
+                None,
+            ))
+        })
+        .unwrap();
+    let settings = scenario.timed.as_ref().unwrap();
+    let err = crate::timed::replay_timed(&workload, &mut replicas, settings, &mut NoObserver)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("without chains for engine blocks of 64 tokens"),
+        "{err}"
+    );
+}
