@@ -1,7 +1,8 @@
 //! routerlab-cli: the `routerlab` command line, and the only crate that knows about flags.
 //!
-//! The flow is the same for every command: clap parses [`opts`] (one type that is both the
-//! flags and the experiment file), [`spec`] resolves them into a plain, checked run
+//! The flow is the same for every command: clap parses the [`Command`] (each command's arguments
+//! beside its code in [`cmd`]; the replay settings, which are also the experiment file, in
+//! [`opts`]), [`spec`] resolves them into a plain, checked run
 //! specification with no I/O, a module of [`cmd`] runs it over the library crates, and
 //! [`exit`] turns whatever failed into one line on stderr and an exit code, in one place.
 
@@ -16,9 +17,53 @@ pub mod spec;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 
-use crate::opts::{Cli, Command};
+/// Route LLM requests through routing plugins and measure the result.
+#[derive(Parser, Debug)]
+#[command(name = "routerlab", version, about, long_about = None)]
+pub struct Cli {
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Replay a trace through a matcher (and optionally a detector) and report statistics.
+    Replay(Box<crate::opts::ReplayOpts>),
+    /// Replay one trace through several policies and put their statistics side by side.
+    Compare(Box<crate::cmd::compare::CompareOpts>),
+    /// Run a grid of replays from a sweep file, whole or one shard of it.
+    Sweep(crate::cmd::sweep::SweepArgs),
+    /// Put the shards of a sweep back together: the whole sweep's table, CSV or plots.
+    Merge(crate::cmd::sweep::MergeArgs),
+    /// Summarise a trace before routing it: requests, conversations, arrivals, lengths, and
+    /// the most prefix reuse any router could realise.
+    Inspect(crate::cmd::inspect::InspectArgs),
+    /// List every plugin on the search path: name, kind, version, ABI, file.
+    Plugins(crate::cmd::plugins::PluginsArgs),
+    /// Print a shell completion script, e.g. `routerlab completions bash >
+    /// ~/.local/share/bash-completion/completions/routerlab`.
+    Completions {
+        /// The shell.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Write a synthetic trace (the prototype's chat workload, or Mooncake format).
+    GenTrace(crate::cmd::gen_trace::GenTraceArgs),
+    /// Write a replay's report as an insta snapshot, or check it against the stored one.
+    Snapshot(Box<crate::cmd::snapshot::SnapshotArgs>),
+    /// Fit the engine model to a measured run and write the engine config.
+    Calibrate(Box<crate::cmd::calibrate::CalibrateArgs>),
+    /// Route live OpenAI-compatible traffic to engines with the same plugins a replay uses.
+    Serve(Box<crate::cmd::live::ServeArgs>),
+    /// Run a simulated OpenAI-compatible engine (the replay's engine model, in real time).
+    Engine(crate::cmd::live::EngineArgs),
+    /// Send a trace's requests to an OpenAI-compatible URL and report what a client measured.
+    Drive(Box<crate::cmd::live::DriveArgs>),
+}
 
 /// Runs the command line; returns the process exit code.
 pub fn main() -> ExitCode {

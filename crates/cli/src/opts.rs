@@ -1,62 +1,19 @@
-//! The command line's options. [`ReplayOpts`] is both the `replay` flags (clap) and the
-//! experiment file (serde, snake_case keys, unknown keys refused), so a setting is declared
-//! once; [`ReplayOpts::or`] lays the flags over the file. Values stay close to what the user
-//! typed here: checking and defaults are [`crate::spec`]'s job.
+//! The options several commands share. [`ReplayOpts`] is both the `replay` flags (clap) and
+//! the experiment file (serde, snake_case keys, unknown keys refused), so a setting is
+//! declared once; [`ReplayOpts::or`] lays the flags over the file; `compare`, `sweep` and
+//! `snapshot` flatten it. The vocabulary of values (formats, timing, unavailable policy,
+//! balancer) is here too. Each command's own arguments live beside its code in `cmd/`.
+//! Values stay close to what the user typed here: checking and defaults are
+//! [`crate::spec`]'s job.
 
 use std::path::PathBuf;
 
 use clap::builder::TypedValueParser as _;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, ValueEnum};
 use routerlab_engine::{Overrides, Preset};
 use routerlab_sim::{ReplicaAssign, WhenUnavailable};
 use serde::Deserialize;
 use serde_yaml::Value;
-
-/// Route LLM requests through routing plugins and measure the result.
-#[derive(Parser, Debug)]
-#[command(name = "routerlab", version, about, long_about = None)]
-pub struct Cli {
-    /// The subcommand.
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-/// The subcommands.
-#[derive(Subcommand, Debug)]
-pub enum Command {
-    /// Replay a trace through a matcher (and optionally a detector) and report statistics.
-    Replay(Box<ReplayOpts>),
-    /// Replay one trace through several policies and put their statistics side by side.
-    Compare(Box<CompareOpts>),
-    /// Run a grid of replays from a sweep file, whole or one shard of it.
-    Sweep(crate::cmd::sweep::SweepArgs),
-    /// Put the shards of a sweep back together: the whole sweep's table, CSV or plots.
-    Merge(crate::cmd::sweep::MergeArgs),
-    /// Summarise a trace before routing it: requests, conversations, arrivals, lengths, and
-    /// the most prefix reuse any router could realise.
-    Inspect(InspectArgs),
-    /// List every plugin on the search path: name, kind, version, ABI, file.
-    Plugins(PluginsArgs),
-    /// Print a shell completion script, e.g. `routerlab completions bash >
-    /// ~/.local/share/bash-completion/completions/routerlab`.
-    Completions {
-        /// The shell.
-        #[arg(value_name = "SHELL")]
-        shell: clap_complete::Shell,
-    },
-    /// Write a synthetic trace (the prototype's chat workload, or Mooncake format).
-    GenTrace(GenTraceArgs),
-    /// Write a replay's report as an insta snapshot, or check it against the stored one.
-    Snapshot(Box<crate::cmd::snapshot::SnapshotArgs>),
-    /// Fit the engine model to a measured run and write the engine config.
-    Calibrate(Box<crate::cmd::calibrate::CalibrateArgs>),
-    /// Route live OpenAI-compatible traffic to engines with the same plugins a replay uses.
-    Serve(Box<crate::cmd::live::ServeArgs>),
-    /// Run a simulated OpenAI-compatible engine (the replay's engine model, in real time).
-    Engine(crate::cmd::live::EngineArgs),
-    /// Send a trace's requests to an OpenAI-compatible URL and report what a client measured.
-    Drive(Box<crate::cmd::live::DriveArgs>),
-}
 
 /// Report formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -208,9 +165,8 @@ pub struct ReplayOpts {
     /// Report format [default: human].
     #[arg(long, value_name = "FORMAT")]
     pub format: Option<OutputFormat>,
-    /// When every endpoint is unavailable, route anyway (the matcher sees all endpoints as
-    /// available) instead of counting the request as rejected.
-    #[arg(long)]
+    /// Deprecated spelling of `--when-unavailable fail-open` (kept until 0.4; hidden).
+    #[arg(long, hide = true)]
     #[serde(default)]
     pub fail_open: bool,
     /// Skip malformed trace lines, and say on stderr how many were skipped and why.
@@ -285,29 +241,6 @@ pub struct ReplayOpts {
     pub policies: Option<Vec<crate::policy::PolicyEntry>>,
 }
 
-/// `routerlab compare`: the replay settings, and the policies to run under them.
-#[derive(Args, Debug, Default, Clone)]
-pub struct CompareOpts {
-    /// A policy: 'MATCHER [{CONFIG}] [+ DETECTOR [{CONFIG}]]', e.g. 'lcp + num-requests
-    /// {max_running: 32}' (repeatable; two or more, here or in the experiment file).
-    #[arg(long = "policy", value_name = "POLICY")]
-    pub policies: Vec<String>,
-    /// Policies run at once, on threads [default: the number of cores].
-    #[arg(long, value_name = "N")]
-    pub jobs: Option<usize>,
-    /// Order the policies best first by this metric (a row of the table, e.g.
-    /// timed.ttft.p99).
-    #[arg(long, value_name = "METRIC")]
-    pub sort_by: Option<String>,
-    /// Run nothing: build the comparison from saved reports (`replay --format json|yaml`,
-    /// or a `compare --format json|yaml` output).
-    #[arg(long, value_name = "REPORT", num_args = 1..)]
-    pub from: Vec<PathBuf>,
-    /// The replay settings every policy runs under.
-    #[command(flatten)]
-    pub replay: ReplayOpts,
-}
-
 /// The help heading of the settings that only the timed replay reads.
 pub const TIMED: &str = "Timed replay";
 
@@ -368,70 +301,4 @@ impl ReplayOpts {
             || self.when_unavailable.is_some()
             || self.output_tokens.is_some()
     }
-}
-
-/// `routerlab inspect`.
-#[derive(Args, Debug)]
-pub struct InspectArgs {
-    /// The trace (any format `replay` reads, compressed or not).
-    #[arg(value_name = "TRACE")]
-    pub trace: PathBuf,
-    /// Trace format [default: detected from the first line].
-    #[arg(long, value_name = "FORMAT")]
-    pub trace_format: Option<routerlab_trace::TraceFormat>,
-    /// Block size for text prompts, in bytes [default: 128].
-    #[arg(long, value_name = "N", default_value_t = 128)]
-    pub block_size: u32,
-    /// Tokens per hash id in Mooncake traces [default: 512].
-    #[arg(long, value_name = "N", default_value_t = 512)]
-    pub trace_block_size: u32,
-    /// Skip malformed lines instead of failing.
-    #[arg(long)]
-    pub skip_invalid: bool,
-    /// Output format: human, json or yaml [default: human].
-    #[arg(long, value_name = "FORMAT")]
-    pub format: Option<OutputFormat>,
-}
-
-/// `routerlab plugins`.
-#[derive(Args, Debug)]
-pub struct PluginsArgs {
-    /// Search only these directories (repeatable) instead of the default search path.
-    #[arg(long, value_name = "DIR")]
-    pub path: Vec<PathBuf>,
-}
-
-/// What `gen-trace` writes.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum GenFormat {
-    /// The prototype's chat workload (chat JSONL).
-    Chat,
-    /// A Mooncake-format stream with shared prefixes and sessions.
-    Mooncake,
-}
-
-/// `routerlab gen-trace`.
-#[derive(Args, Debug)]
-pub struct GenTraceArgs {
-    /// Output file [default: stdout].
-    #[arg(long, short, value_name = "PATH")]
-    pub output: Option<PathBuf>,
-    /// Which workload to write.
-    #[arg(long, value_name = "FORMAT", default_value = "chat")]
-    pub format: GenFormat,
-    /// Number of requests.
-    #[arg(long, value_name = "N", default_value_t = 2200)]
-    pub requests: u64,
-    /// Probability that a request continues an earlier conversation.
-    #[arg(long, value_name = "P", default_value_t = 0.2)]
-    pub continue_chat_probability: f64,
-    /// Words a user types per request (chat format).
-    #[arg(long, value_name = "N", default_value_t = 100)]
-    pub tokens_typed_by_user_per_request: u64,
-    /// Seed of the generator.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub seed: u64,
-    /// Mooncake format: omit `session_id`, writing only the four canonical fields.
-    #[arg(long)]
-    pub plain: bool,
 }

@@ -344,11 +344,11 @@ mod tests {
         use clap::Parser;
         let mut all = vec!["routerlab", "replay"];
         all.extend_from_slice(args);
-        match crate::opts::Cli::try_parse_from(all)
+        match crate::Cli::try_parse_from(all)
             .expect("flags parse")
             .command
         {
-            crate::opts::Command::Replay(opts) => *opts,
+            crate::Command::Replay(opts) => *opts,
             _ => unreachable!(),
         }
     }
@@ -459,7 +459,7 @@ mod tests {
     #[test]
     fn every_timed_replay_flag_is_rejected_in_time_free_mode() {
         use clap::CommandFactory;
-        let cli = crate::opts::Cli::command();
+        let cli = crate::Cli::command();
         let replay = cli.find_subcommand("replay").expect("replay");
         let timed: Vec<_> = replay
             .get_arguments()

@@ -7,39 +7,50 @@
 //! typo in the fifth policy fails in a second, not after four replays. If any policy fails,
 //! the command fails and prints no table: a comparison with a column missing is not one.
 
-use std::path::Path;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use clap::Args;
+use std::path::{Path, PathBuf};
 
 use routerlab_report::compare::{Comparison, Entry, find_metric};
-use routerlab_sim::observer::{Recorder, RequestRecord, Tee};
-use routerlab_sim::timed::replay_timed;
-use routerlab_sim::{Replicas, Report, timefree};
+use routerlab_sim::Report;
 use routerlab_trace::{TraceReader, Workload};
 
-use crate::cmd::replay::{load_experiment, run_info};
+use crate::cmd::run::{load_experiment, prepare, run_all, with_policy};
 use crate::exit::Failure;
-use crate::opts::{CompareOpts, OutputFormat, ReplayOpts};
+use crate::opts::{OutputFormat, ReplayOpts};
 use crate::policy::{self, Policy, PolicyEntry};
 use crate::progress::Bars;
-use crate::spec::{RunSpec, one_line, resolve};
+use crate::spec::one_line;
 
-/// One run ready to go: its resolved settings, its router (plugins created), and which of
-/// the loaded workloads it replays.
-pub(crate) struct Prepared {
-    /// `policy` or `run`, for messages.
-    pub(crate) kind: &'static str,
-    pub(crate) label: String,
-    pub(crate) spec: RunSpec,
-    pub(crate) replicas: Replicas,
-    pub(crate) workload: usize,
-}
-
-/// What one policy's run produced.
-pub(crate) struct Outcome {
-    pub(crate) report: Report,
-    /// Finished requests, kept only when plots are asked for.
-    pub(crate) records: Vec<RequestRecord>,
+/// `routerlab compare`: the replay settings, and the policies to run under them. The replay
+/// flags that name one policy's plugins, or its per-request file, are refused (the
+/// policies come from `--policy`), so `--help` does not show them.
+#[derive(Args, Debug, Default, Clone)]
+#[command(
+    mut_arg("matcher", |a| a.hide(true)),
+    mut_arg("matcher_config", |a| a.hide(true)),
+    mut_arg("detector", |a| a.hide(true)),
+    mut_arg("detector_config", |a| a.hide(true)),
+    mut_arg("requests_out", |a| a.hide(true)),
+)]
+pub struct CompareOpts {
+    /// A policy: 'MATCHER [{CONFIG}] [+ DETECTOR [{CONFIG}]]', e.g. 'lcp + num-requests
+    /// {max_running: 32}' (repeatable; two or more, here or in the experiment file).
+    #[arg(long = "policy", value_name = "POLICY")]
+    pub policies: Vec<String>,
+    /// Policies run at once, on threads [default: the number of cores].
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
+    /// Order the policies best first by this metric (a row of the table, e.g.
+    /// timed.ttft.p99).
+    #[arg(long, value_name = "METRIC")]
+    pub sort_by: Option<String>,
+    /// Run nothing: build the comparison from saved reports (`replay --format json|yaml`,
+    /// or a `compare --format json|yaml` output).
+    #[arg(long, value_name = "REPORT", num_args = 1..)]
+    pub from: Vec<PathBuf>,
+    /// The replay settings every policy runs under.
+    #[command(flatten)]
+    pub replay: ReplayOpts,
 }
 
 /// Runs the comparison and prints it.
@@ -122,12 +133,10 @@ pub(crate) fn compare(opts: CompareOpts) -> Result<(Comparison, OutputFormat), F
     for (p, outcome) in prepared.iter().zip(outcomes) {
         let mut report = outcome.report;
         let curves = crate::cmd::plot::curves_of(&report, &outcome.records);
-        report.run = Some(run_info(
-            &p.spec,
-            workload.source.clone(),
-            block_size,
-            &workload.skipped,
-        ));
+        report.run = Some(
+            p.spec
+                .run_info(workload.source.clone(), block_size, &workload.skipped),
+        );
         comparison.policies.push(Entry {
             label: p.label.clone(),
             report,
@@ -139,40 +148,6 @@ pub(crate) fn compare(opts: CompareOpts) -> Result<(Comparison, OutputFormat), F
         crate::cmd::plot::write_plots(dir, &comparison, &records)?;
     }
     Ok((comparison, format))
-}
-
-/// `opts` with `policy`'s plugins.
-pub(crate) fn with_policy(opts: &ReplayOpts, policy: &Policy) -> ReplayOpts {
-    ReplayOpts {
-        matcher: Some(policy.matcher.clone()),
-        matcher_config: policy.matcher_config.clone(),
-        detector: policy.detector.clone(),
-        detector_config: policy.detector_config.clone(),
-        ..opts.clone()
-    }
-}
-
-/// Resolves a run's settings and creates its plugins and router; failures name the run.
-pub(crate) fn prepare(
-    kind: &'static str,
-    label: String,
-    opts: ReplayOpts,
-    workload: usize,
-) -> Result<Prepared, Failure> {
-    let in_run = |failure: Failure| Failure::InRun {
-        kind,
-        label: label.clone(),
-        failure: Box::new(failure),
-    };
-    let spec = resolve(opts).map_err(in_run)?;
-    let replicas = crate::cmd::build_replicas(&spec).map_err(in_run)?;
-    Ok(Prepared {
-        kind,
-        label,
-        spec,
-        replicas,
-        workload,
-    })
 }
 
 /// The policies from the flags, else the experiment file; at least two, labels distinct.
@@ -208,77 +183,6 @@ fn policies_of(opts: &CompareOpts, merged: &ReplayOpts) -> Result<Vec<Policy>, F
         }
     }
     Ok(policies)
-}
-
-/// Runs every prepared run over its workload, `jobs` at a time, in any order; the
-/// outcomes come back in run order. The first failure (in run order) is returned.
-pub(crate) fn run_all(
-    prepared: &mut [Prepared],
-    workloads: &[Workload],
-    jobs: usize,
-    bars: &Bars,
-    keep_records: bool,
-) -> Result<Vec<Outcome>, Failure> {
-    let next = AtomicUsize::new(0);
-    let slots: Vec<Mutex<Option<&mut Prepared>>> =
-        prepared.iter_mut().map(|p| Mutex::new(Some(p))).collect();
-    let results: Vec<Mutex<Option<Result<Outcome, Failure>>>> =
-        slots.iter().map(|_| Mutex::new(None)).collect();
-    std::thread::scope(|scope| {
-        for _ in 0..jobs.min(slots.len()) {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(slot) = slots.get(i) else { break };
-                    let job = slot.lock().expect("no panic holds it").take();
-                    let Some(job) = job else { continue };
-                    let workload = &workloads[job.workload];
-                    let total = workload.requests.len() as u64;
-                    let mut bar = bars.bar(&job.label, Some(total));
-                    let outcome = run_one(job, workload, &mut bar, keep_records);
-                    bar.finish();
-                    *results[i].lock().expect("no panic holds it") = Some(outcome);
-                }
-            });
-        }
-    });
-    let mut outcomes = Vec::with_capacity(results.len());
-    for (result, p) in results.into_iter().zip(prepared.iter()) {
-        let result = result.into_inner().expect("no panic holds it");
-        let outcome = result
-            .expect("every policy ran")
-            .map_err(|failure| Failure::InRun {
-                kind: p.kind,
-                label: p.label.clone(),
-                failure: Box::new(failure),
-            })?;
-        outcomes.push(outcome);
-    }
-    Ok(outcomes)
-}
-
-/// One policy's replay, by the same driver `replay` uses for its settings.
-fn run_one(
-    job: &mut Prepared,
-    workload: &Workload,
-    bar: &mut crate::progress::Bar<'_>,
-    keep_records: bool,
-) -> Result<Outcome, Failure> {
-    let mut recorder = Recorder::default();
-    let report = match &job.spec.timed {
-        None => timefree::replay_workload(workload, &mut job.replicas, job.spec.cache_blocks, bar)?,
-        Some(timed) if keep_records => replay_timed(
-            workload,
-            &mut job.replicas,
-            timed,
-            &mut Tee(bar, &mut recorder),
-        )?,
-        Some(timed) => replay_timed(workload, &mut job.replicas, timed, bar)?,
-    };
-    Ok(Outcome {
-        report,
-        records: recorder.records,
-    })
 }
 
 /// `compare --from`: the comparison of saved reports.

@@ -1,12 +1,47 @@
 //! `routerlab gen-trace`: the synthetic workloads, written to a file or stdout.
 
+use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
 use routerlab_trace::synth::{ChatWorkload, MooncakeWorkload, write_chat, write_mooncake};
 
 use crate::cmd::OutputFile;
 use crate::exit::Failure;
-use crate::opts::{GenFormat, GenTraceArgs};
+
+/// What `gen-trace` writes.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum GenFormat {
+    /// The prototype's chat workload (chat JSONL).
+    Chat,
+    /// A Mooncake-format stream with shared prefixes and sessions.
+    Mooncake,
+}
+
+/// `routerlab gen-trace`.
+#[derive(Args, Debug)]
+pub struct GenTraceArgs {
+    /// Output file [default: stdout].
+    #[arg(long, short, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+    /// Which workload to write.
+    #[arg(long, value_name = "FORMAT", default_value = "chat")]
+    pub format: GenFormat,
+    /// Number of requests.
+    #[arg(long, value_name = "N", default_value_t = 2200)]
+    pub requests: u64,
+    /// Probability that a request continues an earlier conversation.
+    #[arg(long, value_name = "P", default_value_t = 0.2)]
+    pub continue_chat_probability: f64,
+    /// Words a user types per request (chat format).
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub tokens_typed_by_user_per_request: u64,
+    /// Seed of the generator.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+    /// Mooncake format: omit `session_id`, writing only the four canonical fields.
+    #[arg(long)]
+    pub plain: bool,
+}
 
 /// Writes the requested synthetic trace.
 pub fn run(args: GenTraceArgs) -> Result<(), Failure> {

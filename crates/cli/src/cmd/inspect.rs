@@ -1,11 +1,37 @@
 //! `routerlab inspect TRACE`: what is in a trace, and how much prefix reuse any router
 //! could win on it, before a single decision is made.
 
+use std::path::PathBuf;
+
+use clap::Args;
 use routerlab_trace::inspect::inspect;
 use routerlab_trace::{TraceOptions, TraceReader};
 
 use crate::exit::Failure;
-use crate::opts::{InspectArgs, OutputFormat};
+use crate::opts::OutputFormat;
+
+/// `routerlab inspect`.
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// The trace (any format `replay` reads, compressed or not).
+    #[arg(value_name = "TRACE")]
+    pub trace: PathBuf,
+    /// Trace format [default: detected from the first line].
+    #[arg(long, value_name = "FORMAT")]
+    pub trace_format: Option<routerlab_trace::TraceFormat>,
+    /// Block size for text prompts, in bytes [default: 128].
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    pub block_size: u32,
+    /// Tokens per hash id in Mooncake traces [default: 512].
+    #[arg(long, value_name = "N", default_value_t = 512)]
+    pub trace_block_size: u32,
+    /// Skip malformed lines instead of failing.
+    #[arg(long)]
+    pub skip_invalid: bool,
+    /// Output format: human, json or yaml [default: human].
+    #[arg(long, value_name = "FORMAT")]
+    pub format: Option<OutputFormat>,
+}
 
 /// Prints the summary of `args.trace`.
 pub fn run(args: InspectArgs) -> Result<(), Failure> {

@@ -39,9 +39,14 @@ pub struct EngineArgs {
     /// Model name served (`/v1/models`, metric labels).
     #[arg(long, value_name = "NAME", default_value = "routerlab-sim")]
     pub model: String,
-    /// Output tokens of requests without `max_tokens`.
-    #[arg(long, value_name = "N", default_value_t = 128)]
-    pub max_tokens: u32,
+    /// Output tokens of requests without `max_tokens` (`--max-tokens` is the old name).
+    #[arg(
+        long = "output-tokens",
+        alias = "max-tokens",
+        value_name = "N",
+        default_value_t = 128
+    )]
+    pub output_tokens: u32,
 }
 
 /// What `serve` does when a plugin call fails.
@@ -137,13 +142,20 @@ pub struct DriveArgs {
     /// Seed of the Poisson arrivals.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub seed: u64,
-    /// Bytes of text per block id for traces without text [default: 4 per token of a
-    /// trace block].
-    #[arg(long, value_name = "BYTES")]
+    /// Deprecated (kept until 0.4; hidden): bytes of text per block id for traces without
+    /// text. The default, and the rule a replay counts by, is 4 bytes a token of
+    /// `--trace-block-size`.
+    #[arg(long, value_name = "BYTES", hide = true)]
     pub block_bytes: Option<usize>,
-    /// max_tokens of requests whose trace line gives no output length.
-    #[arg(long, value_name = "N", default_value_t = 128)]
-    pub max_tokens: u64,
+    /// Output tokens (`max_tokens`) of requests whose trace line gives none
+    /// (`--max-tokens` is the old name).
+    #[arg(
+        long = "output-tokens",
+        alias = "max-tokens",
+        value_name = "N",
+        default_value_t = 128
+    )]
+    pub output_tokens: u64,
     /// The `model` field sent.
     #[arg(long, value_name = "NAME", default_value = "routerlab-sim")]
     pub model: String,
@@ -194,7 +206,7 @@ pub fn engine(args: EngineArgs) -> Result<(), Failure> {
         speedup: args.speedup,
         instant: args.instant,
         model: args.model,
-        default_max_tokens: args.max_tokens.max(1),
+        default_max_tokens: args.output_tokens.max(1),
     };
     runtime()?
         .block_on(routerlab_live::engine::run_on(listener, settings))
@@ -231,7 +243,7 @@ fn endpoints(text: &str) -> Result<Vec<String>, Failure> {
 pub fn serve(args: ServeArgs) -> Result<(), Failure> {
     let endpoints = endpoints(&args.endpoints)?;
     let file = match &args.config {
-        Some(path) => crate::cmd::replay::load_experiment(path)?,
+        Some(path) => crate::cmd::run::load_experiment(path)?,
         None => crate::opts::ReplayOpts::default(),
     };
     let text = |t: Option<String>| t.map(TextOrValue::Text);
@@ -322,7 +334,7 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
             .block_bytes
             .unwrap_or(args.trace_block_size as usize * 4)
             .max(1),
-        default_max_tokens: args.max_tokens,
+        default_max_tokens: args.output_tokens,
         model: args.model,
         timeout: Duration::from_secs_f64(args.timeout_s),
         stream: !args.no_stream,

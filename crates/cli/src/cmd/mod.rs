@@ -9,6 +9,7 @@ pub mod live;
 pub mod plot;
 pub mod plugins;
 pub mod replay;
+pub mod run;
 pub mod snapshot;
 pub mod sweep;
 

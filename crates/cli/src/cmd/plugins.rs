@@ -1,9 +1,19 @@
 //! `routerlab plugins`: what is on the search path, and what failed to load there.
 
+use std::path::PathBuf;
+
+use clap::Args;
 use routerlab_host::{SearchPath, list_libraries};
 
 use crate::exit::Failure;
-use crate::opts::PluginsArgs;
+
+/// `routerlab plugins`.
+#[derive(Args, Debug)]
+pub struct PluginsArgs {
+    /// Search only these directories (repeatable) instead of the default search path.
+    #[arg(long, value_name = "DIR")]
+    pub path: Vec<PathBuf>,
+}
 
 /// Lists every plugin on the search path (or `--path` directories).
 pub fn run(args: PluginsArgs) -> Result<(), Failure> {

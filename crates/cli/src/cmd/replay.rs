@@ -8,36 +8,17 @@ use std::time::Instant;
 
 use routerlab_report::Report;
 use routerlab_report::compare::{Comparison, Entry};
-use routerlab_report::run::RunInfo;
 use routerlab_sim::observer::{JsonLines, Recorder, Tee};
 use routerlab_sim::timed::replay_timed;
 use routerlab_sim::timefree;
-use routerlab_trace::workload::TraceSource;
 use routerlab_trace::{TraceReader, Workload};
 
 use crate::cmd::OutputFile;
+use crate::cmd::run::load_experiment;
 use crate::exit::Failure;
 use crate::opts::{OutputFormat, ReplayOpts};
 use crate::progress::Bars;
-use crate::spec::{RunSpec, one_line, resolve};
-
-/// Reads the experiment file; its relative paths are relative to the file.
-pub(crate) fn load_experiment(path: &Path) -> Result<ReplayOpts, Failure> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Failure::input(format!(
-            "{}: cannot read experiment file: {e}",
-            path.display()
-        ))
-    })?;
-    routerlab_core::config::check_nesting(&text)
-        .map_err(|e| Failure::input(format!("{}: {e}", path.display())))?;
-    let mut opts: ReplayOpts = serde_yaml::from_str(&text)
-        .map_err(|e| Failure::input(format!("{}: {}", path.display(), one_line(&e.to_string()))))?;
-    let base = path.parent().map(Path::to_owned).unwrap_or_default();
-    opts.trace = opts.trace.map(|t| base.join(t));
-    opts.requests_out = opts.requests_out.map(|p| base.join(p));
-    Ok(opts)
-}
+use crate::spec::{RunSpec, resolve};
 
 /// Runs a replay and prints its report.
 pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
@@ -125,7 +106,7 @@ pub(crate) fn replay(flags: ReplayOpts) -> Result<Replayed, Failure> {
             reasons.join(", ")
         );
     }
-    report.run = Some(run_info(&spec, source, block_size, &skipped));
+    report.run = Some(spec.scenario.run_info(source, block_size, &skipped));
     let label = match &spec.detector {
         Some(detector) => format!("{} + {detector}", spec.matcher),
         None => spec.matcher.clone(),
@@ -170,15 +151,6 @@ fn with_records(
     drop(lines.finish()?);
     file.commit().map_err(fail)?;
     Ok(report)
-}
-
-pub(crate) fn run_info(
-    spec: &RunSpec,
-    source: TraceSource,
-    block_size: u32,
-    skipped: &std::collections::BTreeMap<&'static str, u64>,
-) -> RunInfo {
-    spec.scenario.run_info(source, block_size, skipped)
 }
 
 fn print_report(report: &Report, spec: &RunSpec, single: &Comparison) -> Result<(), Failure> {

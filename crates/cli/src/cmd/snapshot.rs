@@ -156,9 +156,7 @@ pub fn run(args: SnapshotArgs) -> Result<(), Failure> {
     let mut replay = args.replay;
     replay.quiet = true;
     let in_file = match &replay.config {
-        Some(path) => crate::cmd::replay::load_experiment(path)?
-            .policies
-            .is_some(),
+        Some(path) => crate::cmd::run::load_experiment(path)?.policies.is_some(),
         None => false,
     };
     let fresh = if args.policies.is_empty() && !in_file {
@@ -170,7 +168,7 @@ pub fn run(args: SnapshotArgs) -> Result<(), Failure> {
         )
     } else {
         // Every policy's report, in the order given, under its label.
-        let (comparison, _) = crate::cmd::compare::compare(crate::opts::CompareOpts {
+        let (comparison, _) = crate::cmd::compare::compare(crate::cmd::compare::CompareOpts {
             policies: args.policies,
             jobs: None,
             sort_by: None,

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_yaml::{Mapping, Value};
 
 use crate::cmd::OutputFile;
-use crate::cmd::compare::{Prepared, prepare, run_all, with_policy};
+use crate::cmd::run::{Prepared, prepare, run_all, with_policy};
 use crate::exit::Failure;
 use crate::opts::{OutputFormat, ReplayOpts};
 use crate::policy::PolicyEntry;
@@ -239,8 +239,7 @@ pub fn run(args: SweepArgs) -> Result<(), Failure> {
         let workload = &workloads[p.workload];
         let mut report = outcome.report;
         let curves = crate::cmd::plot::curves_of(&report, &outcome.records);
-        report.run = Some(crate::cmd::replay::run_info(
-            &p.spec,
+        report.run = Some(p.spec.run_info(
             workload.source.clone(),
             workload.block_size,
             &workload.skipped,

@@ -1,0 +1,160 @@
+//! The run pipeline every command that replays shares: the experiment file read, a run
+//! resolved and its plugins created ([`prepare`]), and prepared runs driven over loaded
+//! workloads on threads ([`run_all`]) by the same drivers `replay` uses. `replay`, `compare`,
+//! `sweep` and `snapshot` build on it; none of them imports another for it.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use routerlab_sim::observer::{Recorder, RequestRecord, Tee};
+use routerlab_sim::timed::replay_timed;
+use routerlab_sim::{Replicas, Report, timefree};
+use routerlab_trace::Workload;
+
+use crate::exit::Failure;
+use crate::opts::ReplayOpts;
+use crate::policy::Policy;
+use crate::progress::Bars;
+use crate::spec::{RunSpec, one_line, resolve};
+
+/// Reads the experiment file; its relative paths are relative to the file.
+pub(crate) fn load_experiment(path: &Path) -> Result<ReplayOpts, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Failure::input(format!(
+            "{}: cannot read experiment file: {e}",
+            path.display()
+        ))
+    })?;
+    routerlab_core::config::check_nesting(&text)
+        .map_err(|e| Failure::input(format!("{}: {e}", path.display())))?;
+    let mut opts: ReplayOpts = serde_yaml::from_str(&text)
+        .map_err(|e| Failure::input(format!("{}: {}", path.display(), one_line(&e.to_string()))))?;
+    let base = path.parent().map(Path::to_owned).unwrap_or_default();
+    opts.trace = opts.trace.map(|t| base.join(t));
+    opts.requests_out = opts.requests_out.map(|p| base.join(p));
+    Ok(opts)
+}
+
+/// One run ready to go: its resolved settings, its router (plugins created), and which of
+/// the loaded workloads it replays.
+pub(crate) struct Prepared {
+    /// `policy` or `run`, for messages.
+    pub(crate) kind: &'static str,
+    pub(crate) label: String,
+    pub(crate) spec: RunSpec,
+    pub(crate) replicas: Replicas,
+    pub(crate) workload: usize,
+}
+
+/// What one policy's run produced.
+pub(crate) struct Outcome {
+    pub(crate) report: Report,
+    /// Finished requests, kept only when plots are asked for.
+    pub(crate) records: Vec<RequestRecord>,
+}
+
+/// `opts` with `policy`'s plugins.
+pub(crate) fn with_policy(opts: &ReplayOpts, policy: &Policy) -> ReplayOpts {
+    ReplayOpts {
+        matcher: Some(policy.matcher.clone()),
+        matcher_config: policy.matcher_config.clone(),
+        detector: policy.detector.clone(),
+        detector_config: policy.detector_config.clone(),
+        ..opts.clone()
+    }
+}
+
+/// Resolves a run's settings and creates its plugins and router; failures name the run.
+pub(crate) fn prepare(
+    kind: &'static str,
+    label: String,
+    opts: ReplayOpts,
+    workload: usize,
+) -> Result<Prepared, Failure> {
+    let in_run = |failure: Failure| Failure::InRun {
+        kind,
+        label: label.clone(),
+        failure: Box::new(failure),
+    };
+    let spec = resolve(opts).map_err(in_run)?;
+    let replicas = crate::cmd::build_replicas(&spec).map_err(in_run)?;
+    Ok(Prepared {
+        kind,
+        label,
+        spec,
+        replicas,
+        workload,
+    })
+}
+
+/// Runs every prepared run over its workload, `jobs` at a time, in any order; the
+/// outcomes come back in run order. The first failure (in run order) is returned.
+pub(crate) fn run_all(
+    prepared: &mut [Prepared],
+    workloads: &[Workload],
+    jobs: usize,
+    bars: &Bars,
+    keep_records: bool,
+) -> Result<Vec<Outcome>, Failure> {
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<&mut Prepared>>> =
+        prepared.iter_mut().map(|p| Mutex::new(Some(p))).collect();
+    let results: Vec<Mutex<Option<Result<Outcome, Failure>>>> =
+        slots.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(slots.len()) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(slot) = slots.get(i) else { break };
+                    let job = slot.lock().expect("no panic holds it").take();
+                    let Some(job) = job else { continue };
+                    let workload = &workloads[job.workload];
+                    let total = workload.requests.len() as u64;
+                    let mut bar = bars.bar(&job.label, Some(total));
+                    let outcome = run_one(job, workload, &mut bar, keep_records);
+                    bar.finish();
+                    *results[i].lock().expect("no panic holds it") = Some(outcome);
+                }
+            });
+        }
+    });
+    let mut outcomes = Vec::with_capacity(results.len());
+    for (result, p) in results.into_iter().zip(prepared.iter()) {
+        let result = result.into_inner().expect("no panic holds it");
+        let outcome = result
+            .expect("every policy ran")
+            .map_err(|failure| Failure::InRun {
+                kind: p.kind,
+                label: p.label.clone(),
+                failure: Box::new(failure),
+            })?;
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+/// One policy's replay, by the same driver `replay` uses for its settings.
+fn run_one(
+    job: &mut Prepared,
+    workload: &Workload,
+    bar: &mut crate::progress::Bar<'_>,
+    keep_records: bool,
+) -> Result<Outcome, Failure> {
+    let mut recorder = Recorder::default();
+    let report = match &job.spec.timed {
+        None => timefree::replay_workload(workload, &mut job.replicas, job.spec.cache_blocks, bar)?,
+        Some(timed) if keep_records => replay_timed(
+            workload,
+            &mut job.replicas,
+            timed,
+            &mut Tee(bar, &mut recorder),
+        )?,
+        Some(timed) => replay_timed(workload, &mut job.replicas, timed, bar)?,
+    };
+    Ok(Outcome {
+        report,
+        records: recorder.records,
+    })
+}
