@@ -607,6 +607,46 @@ mod tidy {
         }
     }
 
+    /// Library sources stay small enough to read whole: a file past 800 lines holds more
+    /// than one concern (split it, as `timed/` and `serve/` are).
+    #[test]
+    fn no_library_source_file_is_over_800_lines() {
+        let root = super::root();
+        for path in rust_sources() {
+            let rel = path.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/");
+            let library = (rel.starts_with("crates/") || rel.starts_with("plugins/"))
+                && rel.contains("/src/");
+            if !library {
+                continue;
+            }
+            let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+            assert!(lines <= 800, "{rel}: {lines} lines (at most 800)");
+        }
+    }
+
+    /// A router is assembled in one place: the scenario (and the route crate itself, and
+    /// tests). Any other entry point goes through `Scenario`.
+    #[test]
+    fn routers_are_built_only_by_the_scenario() {
+        let root = super::root();
+        for path in rust_sources() {
+            let rel = path.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/");
+            let allowed = rel.starts_with("crates/route/")
+                || rel == "crates/sim/src/scenario.rs"
+                || rel.contains("/tests/")
+                || rel.ends_with("/tests.rs");
+            if allowed {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            assert!(
+                !code.contains("Router::new("),
+                "{rel}: builds a Router itself; use routerlab_sim::scenario::Scenario"
+            );
+        }
+    }
+
     #[test]
     fn unsafe_is_confined_to_the_boundary_crates() {
         let root = super::root();
