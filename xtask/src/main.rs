@@ -613,7 +613,11 @@ mod tidy {
     fn no_library_source_file_is_over_800_lines() {
         let root = super::root();
         for path in rust_sources() {
-            let rel = path.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/");
+            let rel = path
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
             let library = (rel.starts_with("crates/") || rel.starts_with("plugins/"))
                 && rel.contains("/src/");
             if !library {
@@ -630,7 +634,11 @@ mod tidy {
     fn routers_are_built_only_by_the_scenario() {
         let root = super::root();
         for path in rust_sources() {
-            let rel = path.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/");
+            let rel = path
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
             let allowed = rel.starts_with("crates/route/")
                 || rel == "crates/sim/src/scenario.rs"
                 || rel.contains("/tests/")

@@ -115,18 +115,28 @@ pub const METRICS: &[Metric] = &[
     metric("timed.too_long", "too long for an engine", Better::Lower),
 ];
 
+/// A metric name that is not in the catalogue.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("unknown metric `{key}`; the metrics are: {known}")]
+pub struct UnknownMetric {
+    /// The name asked for.
+    pub key: String,
+    /// Every name there is, comma-separated.
+    pub known: String,
+}
+
 /// The metric named `key`, or an error listing the names there are.
-pub fn find_metric(key: &str) -> Result<Metric, String> {
+pub fn find_metric(key: &str) -> Result<Metric, UnknownMetric> {
     METRICS
         .iter()
         .copied()
         .find(|m| m.key == key)
         .ok_or_else(|| {
             let names: Vec<&str> = METRICS.iter().map(|m| m.key).collect();
-            format!(
-                "unknown metric `{key}`; the metrics are: {}",
-                names.join(", ")
-            )
+            UnknownMetric {
+                key: key.to_owned(),
+                known: names.join(", "),
+            }
         })
 }
 
@@ -498,7 +508,10 @@ mod tests {
             "a tie keeps the order"
         );
         let err = find_metric("ttft").unwrap_err();
-        assert!(err.starts_with("unknown metric `ttft`; the metrics are: hit_ratio,"));
+        assert!(
+            err.to_string()
+                .starts_with("unknown metric `ttft`; the metrics are: hit_ratio,")
+        );
     }
 
     #[test]

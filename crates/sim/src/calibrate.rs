@@ -182,16 +182,42 @@ fn quantile(values: &mut [f64], q: f64) -> f64 {
     values[((values.len() - 1) as f64 * q).round() as usize]
 }
 
+/// The three files of a measured run.
+const REQUESTS_FILE: &str = "requests.jsonl";
+const META_FILE: &str = "meta.json";
+const TIMESERIES_FILE: &str = "timeseries.csv";
+
+/// What is wrong with a measured run's files: which file, which line, what.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{file}{}: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+pub struct MeasuredRunError {
+    /// `requests.jsonl`, `meta.json` or `timeseries.csv`.
+    pub file: &'static str,
+    /// The 1-based line, when one is to blame.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub message: String,
+}
+
 impl MeasuredRun {
     /// Reads the three files' texts; errors name the file, line and field.
-    pub fn parse(requests: &str, meta: &str, timeseries: &str) -> Result<MeasuredRun, String> {
+    pub fn parse(
+        requests: &str,
+        meta: &str,
+        timeseries: &str,
+    ) -> Result<MeasuredRun, MeasuredRunError> {
+        let bad = |file, line, message: String| MeasuredRunError {
+            file,
+            line,
+            message,
+        };
         let mut parsed = Vec::new();
         for (i, line) in requests.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
-            let request: MeasuredRequest =
-                serde_json::from_str(line).map_err(|e| format!("requests.jsonl:{}: {e}", i + 1))?;
+            let request: MeasuredRequest = serde_json::from_str(line)
+                .map_err(|e| bad(REQUESTS_FILE, Some(i + 1), e.to_string()))?;
             let times = [
                 request.queued_ts,
                 request.scheduled_ts,
@@ -201,26 +227,31 @@ impl MeasuredRun {
             if times.iter().any(|t| !t.is_finite())
                 || !(times[0] <= times[1] && times[1] <= times[2] && times[2] <= times[3])
             {
-                return Err(format!(
-                    "requests.jsonl:{}: times must be finite and in order: queued <= scheduled <= first token <= last token",
-                    i + 1
+                return Err(bad(
+                    REQUESTS_FILE,
+                    Some(i + 1),
+                    "times must be finite and in order: queued <= scheduled <= first token <= last token".into(),
                 ));
             }
             parsed.push(request);
         }
         if parsed.is_empty() {
-            return Err("requests.jsonl: no requests".into());
+            return Err(bad(REQUESTS_FILE, None, "no requests".into()));
         }
         let meta: serde_json::Value =
-            serde_json::from_str(meta).map_err(|e| format!("meta.json: {e}"))?;
+            serde_json::from_str(meta).map_err(|e| bad(META_FILE, None, e.to_string()))?;
         let kwargs = &meta["engine_kwargs"];
-        let number = |key: &str| -> Result<u32, String> {
+        let number = |key: &str| -> Result<u32, MeasuredRunError> {
             kwargs[key]
                 .as_u64()
                 .and_then(|v| u32::try_from(v).ok())
                 .filter(|v| *v > 0)
                 .ok_or_else(|| {
-                    format!("meta.json: `engine_kwargs.{key}` must be a positive whole number")
+                    bad(
+                        META_FILE,
+                        None,
+                        format!("`engine_kwargs.{key}` must be a positive whole number"),
+                    )
                 })
         };
         let max_num_seqs = number("max_num_seqs")?;
@@ -236,7 +267,7 @@ impl MeasuredRun {
         let mut lines = timeseries.lines();
         let header: Vec<&str> = lines
             .next()
-            .ok_or("timeseries.csv: empty")?
+            .ok_or_else(|| bad(TIMESERIES_FILE, None, "empty".into()))?
             .split(',')
             .map(str::trim)
             .collect();
@@ -244,7 +275,7 @@ impl MeasuredRun {
             header
                 .iter()
                 .position(|h| *h == name)
-                .ok_or_else(|| format!("timeseries.csv: no `{name}` column"))
+                .ok_or_else(|| bad(TIMESERIES_FILE, Some(1), format!("no `{name}` column")))
         };
         let columns = [
             column("t")?,
@@ -271,9 +302,10 @@ impl MeasuredRun {
                     .and_then(|v| v.parse::<f64>().ok())
                     .filter(|v| v.is_finite() && *v >= 0.0)
                     .ok_or_else(|| {
-                        format!(
-                            "timeseries.csv:{}: field `{name}` is not a non-negative number",
-                            i + 2
+                        bad(
+                            TIMESERIES_FILE,
+                            Some(i + 2),
+                            format!("field `{name}` is not a non-negative number"),
                         )
                     })?;
             }
@@ -640,17 +672,26 @@ mod tests {
     fn bad_files_are_named_with_line_and_field() {
         let series = "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n";
         let late = REQUESTS.replace("\"first_token_ts\": 2.0", "\"first_token_ts\": 20.0");
-        let error = MeasuredRun::parse(&late, META, series).unwrap_err();
+        let error = MeasuredRun::parse(&late, META, series)
+            .unwrap_err()
+            .to_string();
         assert!(
             error.starts_with("requests.jsonl:1: times must be"),
             "{error}"
         );
-        let error = MeasuredRun::parse(REQUESTS, "{}", series).unwrap_err();
+        let error = MeasuredRun::parse(REQUESTS, "{}", series)
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("engine_kwargs.max_num_seqs"), "{error}");
         let bad = format!("{series}1,x,0,2,0,0\n");
         let error = MeasuredRun::parse(REQUESTS, META, &bad).unwrap_err();
         assert_eq!(
-            error,
+            (error.file, error.line),
+            ("timeseries.csv", Some(2)),
+            "{error}"
+        );
+        assert_eq!(
+            error.to_string(),
             "timeseries.csv:2: field `prompt_throughput` is not a non-negative number"
         );
     }

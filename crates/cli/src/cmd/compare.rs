@@ -59,7 +59,7 @@ pub fn run(opts: CompareOpts) -> Result<(), Failure> {
         return from_saved(opts);
     }
     let sort_by = opts.sort_by.as_deref().map(find_metric).transpose();
-    let sort_by = sort_by.map_err(Failure::input)?;
+    let sort_by = sort_by.map_err(|e| Failure::input(e.to_string()))?;
     let (mut comparison, format) = compare(opts)?;
     if let Some(metric) = sort_by {
         comparison.sort_by(metric);
@@ -227,7 +227,7 @@ fn from_saved(opts: CompareOpts) -> Result<(), Failure> {
         eprintln!("warning: these reports come from different traces");
     }
     if let Some(metric) = opts.sort_by.as_deref() {
-        comparison.sort_by(find_metric(metric).map_err(Failure::input)?);
+        comparison.sort_by(find_metric(metric).map_err(|e| Failure::input(e.to_string()))?);
     }
     print(&comparison, replay.format.unwrap_or(OutputFormat::Human))
 }

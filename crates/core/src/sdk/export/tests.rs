@@ -224,12 +224,7 @@ fn on_complete_is_always_installed_and_reaches_the_method() {
     let request = raw_request(size_of::<RlRequest>() as u32);
     // SAFETY: the request and instance are valid for the call; no sink.
     let status = unsafe {
-        MatcherExport::<Probe>::VTABLE.on_complete.unwrap()(
-            instance,
-            &request,
-            3,
-            std::ptr::null(),
-        )
+        MatcherExport::<Probe>::VTABLE.on_complete.unwrap()(instance, &request, 3, std::ptr::null())
     };
     assert_eq!(status, RL_OK);
     assert_eq!(probe(instance).completed, [3]);
@@ -319,11 +314,7 @@ fn one_two_additions_reach_the_plugin() {
     let mut instance = std::ptr::null_mut();
     // SAFETY: `info` and `instance` are valid for the call; no sink.
     let status = unsafe {
-        MatcherExport::<Probe>::VTABLE.create_with.unwrap()(
-            &info,
-            &mut instance,
-            std::ptr::null(),
-        )
+        MatcherExport::<Probe>::VTABLE.create_with.unwrap()(&info, &mut instance, std::ptr::null())
     };
     assert_eq!(status, RL_OK);
     assert_eq!(probe(instance).seed, 42);
@@ -367,11 +358,7 @@ fn one_two_additions_reach_the_plugin() {
     let mut instance = std::ptr::null_mut();
     // SAFETY: as above.
     let status = unsafe {
-        MatcherExport::<Probe>::VTABLE.create_with.unwrap()(
-            &info,
-            &mut instance,
-            std::ptr::null(),
-        )
+        MatcherExport::<Probe>::VTABLE.create_with.unwrap()(&info, &mut instance, std::ptr::null())
     };
     assert_eq!(status, RL_ERR_CONFIG);
 }
