@@ -21,4 +21,6 @@ pub mod testing;
 
 pub use config::PluginConfig;
 pub use rng::SeededRng;
-pub use sdk::{Detector, EndpointId, EndpointStatus, Endpoints, Matcher, Request, Unit};
+pub use sdk::{
+    BYTES_PER_TOKEN, Detector, EndpointId, EndpointStatus, Endpoints, Matcher, Request, Unit,
+};

@@ -347,4 +347,18 @@ mod tests {
         assert_eq!(view.now_ns(), 9);
         assert_eq!(view.prompt_len(), 32, "two blocks of 16");
     }
+
+    #[test]
+    fn one_estimate_of_tokens_in_text_both_ways() {
+        use crate::{BYTES_PER_TOKEN, Unit};
+        assert_eq!(BYTES_PER_TOKEN, 4);
+        assert_eq!(Unit::Bytes.tokens(0), 0);
+        assert_eq!(Unit::Bytes.tokens(1), 1, "a partial token counts");
+        assert_eq!(Unit::Bytes.tokens(8), 2);
+        assert_eq!(Unit::Bytes.tokens(9), 3);
+        assert_eq!(Unit::Tokens.tokens(9), 9);
+        assert_eq!(Unit::Bytes.of_tokens(3), 12);
+        assert_eq!(Unit::Bytes.of_tokens(u64::MAX), u64::MAX, "saturates");
+        assert_eq!(Unit::Tokens.of_tokens(3), 3);
+    }
 }

@@ -201,7 +201,7 @@ async fn send_one(
         sent,
         ttft: Duration::ZERO,
         e2e: Duration::ZERO,
-        prompt_tokens: prompt.len().div_ceil(4) as u64,
+        prompt_tokens: Unit::Bytes.tokens(prompt.len() as u64),
         cached_tokens: None,
         output_tokens: 0,
     };

@@ -235,7 +235,9 @@ async fn complete(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> 
     };
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     let model = shared.settings.model.clone();
-    let prompt_tokens = u32::try_from(inference.prompt.len().div_ceil(4)).unwrap_or(u32::MAX);
+    let prompt_tokens =
+        u32::try_from(routerlab_core::Unit::Bytes.tokens(inference.prompt.len() as u64))
+            .unwrap_or(u32::MAX);
     let output_tokens = inference
         .max_tokens
         .unwrap_or(shared.settings.default_max_tokens)

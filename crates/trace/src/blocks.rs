@@ -3,8 +3,8 @@
 //! `--trace-block-size` tokens) feeds the plugins; the engine model needs chains in its own
 //! block size, which [`engine_block_hashes`] derives from the same request.
 
-use routerlab_core::Unit;
 use routerlab_core::hash::{chain, hash64};
+use routerlab_core::{BYTES_PER_TOKEN, Unit};
 
 use crate::reader::{TraceFormat, TraceRequest};
 
@@ -67,7 +67,7 @@ pub fn engine_block_hashes(
 pub fn text_engine_chain(prompt: &[u8], engine_block: u32) -> Vec<u64> {
     let mut previous = 0;
     prompt
-        .chunks_exact(engine_block.max(1) as usize * 4)
+        .chunks_exact(engine_block.max(1) as usize * BYTES_PER_TOKEN as usize)
         .map(|b| {
             previous = chain(previous, b);
             previous
@@ -78,8 +78,5 @@ pub fn text_engine_chain(prompt: &[u8], engine_block: u32) -> Vec<u64> {
 /// Prompt tokens of a request: exact for token traces, bytes / 4 for text. The one estimate
 /// both replays and every report use.
 pub fn prompt_tokens(unit: Unit, prompt_len: u64) -> u64 {
-    match unit {
-        Unit::Tokens => prompt_len,
-        Unit::Bytes => prompt_len.div_ceil(4),
-    }
+    unit.tokens(prompt_len)
 }

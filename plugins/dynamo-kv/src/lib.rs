@@ -33,7 +33,7 @@
 
 use std::collections::HashMap;
 
-use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request, SeededRng, Unit};
+use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request, SeededRng};
 use routerlab_policy_kit::{DenseIds, PrefixTrie, Score, pick_min};
 
 /// One worker's active sequences.
@@ -70,12 +70,9 @@ pub struct DynamoKv {
     last_overlap: (u64, Vec<u64>),
 }
 
-/// Prompt tokens of a request (text: 4 bytes a token).
+/// Prompt tokens of a request (text: the SDK's bytes a token).
 fn tokens(request: &Request<'_>, units: u64) -> u64 {
-    match request.unit() {
-        Unit::Tokens => units,
-        Unit::Bytes => units.div_ceil(4),
-    }
+    request.unit().tokens(units)
 }
 
 impl DynamoKv {

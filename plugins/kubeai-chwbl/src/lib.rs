@@ -66,7 +66,7 @@ impl Matcher for KubeaiChwbl {
         self.available.fill_available(endpoints);
         let units = match request.unit() {
             Unit::Bytes => self.chars,
-            Unit::Tokens => self.chars.div_ceil(4),
+            Unit::Tokens => Unit::Bytes.tokens(self.chars),
         };
         let key = prefix_key(request, units);
         let total: u64 = endpoints.iter().map(|e| inflight(&e)).sum();

@@ -16,7 +16,7 @@
 //! Config keys: `prefix_token_count` (256), `virtual_nodes` (150), `load_factor` (1.25);
 //! `seed` unused.
 
-use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request, Unit};
+use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request};
 use routerlab_policy_kit::{EndpointSet, HashRing, inflight, prefix_key, within_bound};
 
 /// The SGLang prefix-hash matcher.
@@ -63,10 +63,7 @@ impl Matcher for SglangPrefixHash {
         endpoints: &Endpoints<'_>,
     ) -> Result<Option<EndpointId>, String> {
         self.available.fill_available(endpoints);
-        let units = match request.unit() {
-            Unit::Tokens => self.tokens,
-            Unit::Bytes => self.tokens * 4,
-        };
+        let units = request.unit().of_tokens(self.tokens);
         let key = prefix_key(request, units);
         let Some(owner) = self.ring.first_from(key, |id| self.available.contains(id)) else {
             return Ok(None);

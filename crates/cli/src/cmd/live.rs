@@ -332,7 +332,7 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
         seed: args.seed,
         block_bytes: args
             .block_bytes
-            .unwrap_or(args.trace_block_size as usize * 4)
+            .unwrap_or(args.trace_block_size as usize * routerlab_core::BYTES_PER_TOKEN as usize)
             .max(1),
         default_max_tokens: args.output_tokens,
         model: args.model,

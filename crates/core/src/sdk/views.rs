@@ -51,7 +51,31 @@ impl Unit {
             Unit::Tokens => "tokens",
         }
     }
+
+    /// Tokens in `len` of this unit: exact for tokens, [`BYTES_PER_TOKEN`] bytes a token
+    /// (rounded up) for text. The one estimate the host, the replays, `serve` and the
+    /// built-in policies use.
+    #[inline]
+    pub fn tokens(self, len: u64) -> u64 {
+        match self {
+            Unit::Tokens => len,
+            Unit::Bytes => len.div_ceil(BYTES_PER_TOKEN),
+        }
+    }
+
+    /// `tokens` tokens in this unit (saturating): the inverse of [`Unit::tokens`].
+    #[inline]
+    pub fn of_tokens(self, tokens: u64) -> u64 {
+        match self {
+            Unit::Tokens => tokens,
+            Unit::Bytes => tokens.saturating_mul(BYTES_PER_TOKEN),
+        }
+    }
 }
+
+/// Bytes of prompt text a token stands for, where only text is known: the estimate every
+/// part of routerlab shares (engines tokenise; a router in front of them cannot).
+pub const BYTES_PER_TOKEN: u64 = 4;
 
 /// An endpoint's stable index: what `match_request` returns and `update` receives.
 ///

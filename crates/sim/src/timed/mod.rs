@@ -271,10 +271,7 @@ impl Sim<'_> {
         let block = self.settings.engines[pos].engine_block_size;
         let chain = self.workload.engine_chain(index, block);
         let tokens = self.fleet.engines[pos].cached_prefix_tokens(chain);
-        let len = match self.workload.unit {
-            Unit::Tokens => tokens,
-            Unit::Bytes => tokens.saturating_mul(4),
-        };
+        let len = self.workload.unit.of_tokens(tokens);
         len.min(self.workload.requests[index].prompt_len)
     }
 
@@ -286,10 +283,7 @@ impl Sim<'_> {
         if units > self.workload.requests[index].prompt_len {
             return false;
         }
-        let tokens = match self.workload.unit {
-            Unit::Tokens => units,
-            Unit::Bytes => units.div_ceil(4),
-        };
+        let tokens = self.workload.unit.tokens(units);
         let block = self.settings.engines[pos].engine_block_size;
         let needed = tokens.div_ceil(u64::from(block.max(1)));
         let chain = self.workload.engine_chain(index, block);
