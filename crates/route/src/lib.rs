@@ -7,9 +7,11 @@
 //! crate's; this crate only decides.
 
 mod error;
+pub mod ids;
 pub mod replicas;
 pub mod router;
 
 pub use error::RouteError;
+pub use ids::{EndpointIndex, ListPos, RequestSeq};
 pub use replicas::{MAX_REPLICAS, Placement, ReplicaAssign, Replicas};
 pub use router::{Decision, MAX_ENDPOINTS, Router, WhenUnavailable};

@@ -7,6 +7,7 @@ use routerlab_host::{DetectorInstance, EndpointTable, MatcherInstance, PluginErr
 use serde::{Deserialize, Serialize};
 
 use crate::RouteError;
+use crate::ids::{EndpointIndex, ListPos};
 
 /// The most endpoints one fleet may have: per-request records keep an endpoint in 16 bits.
 pub const MAX_ENDPOINTS: usize = 4096;
@@ -28,7 +29,7 @@ pub enum WhenUnavailable {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
     /// List position of the chosen endpoint; `None` when nothing could take the request.
-    pub endpoint: Option<usize>,
+    pub endpoint: Option<ListPos>,
     /// Whether at least one endpoint was flagged unavailable.
     pub constrained: bool,
     /// Whether the matcher already learned the pick (it was asked to, see
@@ -42,8 +43,8 @@ pub struct Decision {
 impl Decision {
     /// Whether the matcher was allowed to pick list position `pos` (`flags`: the router's
     /// [`Router::unavailable`] after this decision).
-    pub fn allowed(&self, flags: &[bool], pos: usize) -> bool {
-        self.opened || !flags[pos]
+    pub fn allowed(&self, flags: &[bool], pos: ListPos) -> bool {
+        self.opened || !flags[pos.0]
     }
 }
 
@@ -145,11 +146,11 @@ impl Router {
         let mut endpoint = if everything_down && !fail_open {
             None
         } else {
-            pick(flags)?
+            pick(flags)?.map(ListPos)
         };
         if endpoint.is_none() && fail_open && constrained && !everything_down {
             opened = true;
-            endpoint = pick(&self.none_unavailable)?;
+            endpoint = pick(&self.none_unavailable)?.map(ListPos);
         }
         Ok(Decision {
             endpoint,
@@ -161,44 +162,54 @@ impl Router {
 
     /// Takes the endpoint with stable index `index` out of the fleet (a live endpoint that
     /// failed its health check): the matcher is told, and it is never offered again.
-    pub fn remove_endpoint(&mut self, index: u32) -> Result<(), PluginError> {
-        if self.table.remove(index) {
+    pub fn remove_endpoint(&mut self, index: EndpointIndex) -> Result<(), PluginError> {
+        if self.table.remove(index.0) {
             self.unavailable.pop();
             self.none_unavailable.pop();
-            self.matcher.remove_endpoints(&[index])?;
+            self.matcher.remove_endpoints(&[index.0])?;
         }
         Ok(())
     }
 
     /// Adds an endpoint named `name` (one that came back): it gets a new stable index, which
     /// is returned, and the matcher is told.
-    pub fn add_endpoint(&mut self, name: String) -> Result<u32, PluginError> {
+    pub fn add_endpoint(&mut self, name: String) -> Result<EndpointIndex, PluginError> {
         let index = self.table.push(name);
         self.unavailable.push(false);
         self.none_unavailable.push(false);
         let pos = self.table.len() - 1;
         self.matcher.add_endpoint_at(&self.table, pos)?;
-        Ok(index)
+        Ok(EndpointIndex(index))
+    }
+
+    /// The stable index of the endpoint at list position `pos`.
+    pub fn index_of(&self, pos: ListPos) -> EndpointIndex {
+        EndpointIndex(self.table.index(pos.0))
+    }
+
+    /// The list position of the endpoint with stable index `index`, while it is in the fleet.
+    pub fn position_of(&self, index: EndpointIndex) -> Option<ListPos> {
+        self.table.position(index.0).map(ListPos)
     }
 
     /// Tells the matcher `request` went to list position `pos`.
-    pub fn learn(&mut self, request: &RequestData<'_>, pos: usize) -> Result<(), PluginError> {
-        self.matcher.update(request, &self.table, pos)
+    pub fn learn(&mut self, request: &RequestData<'_>, pos: ListPos) -> Result<(), PluginError> {
+        self.matcher.update(request, &self.table, pos.0)
     }
 
     /// Tells the matcher `request` produced its first token at list position `pos`.
     pub fn first_token(
         &mut self,
         request: &RequestData<'_>,
-        pos: usize,
+        pos: ListPos,
     ) -> Result<(), PluginError> {
-        let index = self.table.index(pos);
+        let index = self.table.index(pos.0);
         self.matcher.on_first_token(request, index)
     }
 
     /// Tells the matcher `request` finished at list position `pos`.
-    pub fn complete(&mut self, request: &RequestData<'_>, pos: usize) -> Result<(), PluginError> {
-        let index = self.table.index(pos);
+    pub fn complete(&mut self, request: &RequestData<'_>, pos: ListPos) -> Result<(), PluginError> {
+        let index = self.table.index(pos.0);
         self.matcher.on_complete(request, index)
     }
 }
@@ -306,10 +317,10 @@ mod tests {
     fn the_matcher_picks_among_what_the_detector_left() {
         let mut r = router::<First>(Some(1), WhenUnavailable::Reject);
         let d = r.decide(&request(), false).unwrap();
-        assert_eq!(d.endpoint, Some(1));
+        assert_eq!(d.endpoint, Some(ListPos(1)));
         assert!(d.constrained && !d.opened && !d.learned);
         assert_eq!(r.unavailable(), [true, false, false]);
-        assert!(d.allowed(r.unavailable(), 1) && !d.allowed(r.unavailable(), 0));
+        assert!(d.allowed(r.unavailable(), ListPos(1)) && !d.allowed(r.unavailable(), ListPos(0)));
     }
 
     #[test]
@@ -322,9 +333,9 @@ mod tests {
         );
         let mut open = router::<First>(Some(3), WhenUnavailable::FailOpen);
         let d = open.decide(&request(), false).unwrap();
-        assert_eq!((d.endpoint, d.opened), (Some(0), true));
+        assert_eq!((d.endpoint, d.opened), (Some(ListPos(0)), true));
         assert!(
-            d.allowed(open.unavailable(), 0),
+            d.allowed(open.unavailable(), ListPos(0)),
             "opened: every endpoint is allowed"
         );
     }
@@ -333,12 +344,12 @@ mod tests {
     fn fail_open_asks_again_among_all_when_the_matcher_finds_nothing() {
         let mut open = router::<Choosy>(Some(1), WhenUnavailable::FailOpen);
         let d = open.decide(&request(), false).unwrap();
-        assert_eq!((d.endpoint, d.opened), (Some(0), true));
+        assert_eq!((d.endpoint, d.opened), (Some(ListPos(0)), true));
         let mut reject = router::<Choosy>(Some(1), WhenUnavailable::Reject);
         assert_eq!(reject.decide(&request(), false).unwrap().endpoint, None);
         let mut free = router::<Choosy>(None, WhenUnavailable::Reject);
         let d = free.decide(&request(), false).unwrap();
-        assert_eq!((d.endpoint, d.constrained), (Some(0), false));
+        assert_eq!((d.endpoint, d.constrained), (Some(ListPos(0)), false));
     }
 
     #[test]
@@ -353,12 +364,14 @@ mod tests {
     #[test]
     fn an_endpoint_taken_out_is_never_offered_and_one_added_gets_a_new_index() {
         let mut r = router::<First>(None, WhenUnavailable::Reject);
-        r.remove_endpoint(0).unwrap();
+        r.remove_endpoint(EndpointIndex(0)).unwrap();
         assert_eq!(r.table().len(), 2);
         let pos = r.decide(&request(), false).unwrap().endpoint.unwrap();
-        assert_eq!(r.table().name(pos), "b");
+        assert_eq!(r.table().name(pos.0), "b");
         let index = r.add_endpoint("a".into()).unwrap();
-        assert_eq!(index, 3, "stable indices are never reused");
+        assert_eq!(index, EndpointIndex(3), "stable indices are never reused");
+        assert_eq!(r.position_of(index), Some(ListPos(2)));
+        assert_eq!(r.index_of(ListPos(0)), EndpointIndex(1));
         assert_eq!(r.unavailable().len(), 3);
         assert_eq!(r.table().index(r.table().len() - 1), 3);
     }

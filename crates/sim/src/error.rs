@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use routerlab_host::PluginError;
-use routerlab_route::RouteError;
+use routerlab_route::{RequestSeq, RouteError};
 use routerlab_trace::TraceError;
 
 /// Why a replay stopped.
@@ -68,7 +68,7 @@ impl SimError {
     }
 }
 
-/// Where request `seq` (1-based) of `line` sits, for error messages.
-pub fn request_location(seq: u64, line: usize) -> String {
-    format!("request {seq} (line {line})")
+/// Where request `seq` of `line` sits, for error messages.
+pub fn request_location(seq: RequestSeq, line: usize) -> String {
+    format!("request {} (line {line})", seq.0)
 }

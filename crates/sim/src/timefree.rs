@@ -18,7 +18,7 @@ use crate::error::{SimError, request_location};
 use crate::observer::{Observer, PROGRESS_EVERY, RoutedRecord};
 use routerlab_report::Report;
 use routerlab_report::stats::Tally;
-use routerlab_route::{Placement, Replicas};
+use routerlab_route::{ListPos, Placement, Replicas, RequestSeq};
 
 /// One endpoint's prefix cache, keyed by dense block id: a bitset when unbounded (as the
 /// prototype), a least-recently-used set when bounded.
@@ -319,12 +319,13 @@ impl TimeFree {
             now_ns: request.arrival_ns.unwrap_or(0),
             cached_prefix: Some(&cached_prefix),
         };
-        let plugin_error = |e| SimError::plugin(request_location(request.seq, request.line), e);
+        let plugin_error =
+            |e| SimError::plugin(request_location(RequestSeq(request.seq), request.line), e);
         routerlab_os::crash::set_trace_line(request.line as u64);
         // Nothing can turn a pick down here, so the matcher learns it in the same call.
         let decision = router.decide(&data, true).map_err(plugin_error)?;
         let parent_endpoint = request.parent_seq.map(|p| self.endpoint_of[p as usize]);
-        let Some(pos) = decision.endpoint else {
+        let Some(ListPos(pos)) = decision.endpoint else {
             self.stats.each(r, |s| {
                 s.reject(decision.constrained, parent_endpoint.is_some())
             });
@@ -334,9 +335,11 @@ impl TimeFree {
         // What the matcher could have had: the longest cached prefix among the endpoints it
         // was allowed to choose, before this request changes any cache.
         let flags = router.unavailable();
-        let (best, achieved) =
-            self.caches
-                .judge(request.block_ids, |p| decision.allowed(flags, p), pos);
+        let (best, achieved) = self.caches.judge(
+            request.block_ids,
+            |p| decision.allowed(flags, ListPos(p)),
+            pos,
+        );
         self.stats.each(r, |s| s.judge(best, achieved));
         let hit_blocks = self.caches.serve(pos, request.block_ids);
         let hit_units = (hit_blocks * u64::from(block_size)).min(request.prompt_len);
@@ -428,7 +431,7 @@ pub fn replay_workload(
 ) -> Result<Report, SimError> {
     let mut state = TimeFree::new(replicas, workload.unit, workload.block_size, cache_blocks);
     for (index, request) in workload.requests.iter().enumerate() {
-        let seq = index as u64 + 1;
+        let seq = RequestSeq::of_index(index).0;
         let routed = state.step(
             replicas,
             Step {
@@ -441,7 +444,7 @@ pub fn replay_workload(
                 prompt_len: request.prompt_len,
                 output_tokens: request.output_tokens,
                 session: request.session,
-                parent_seq: request.parent.map(|p| p as u64 + 1),
+                parent_seq: request.parent.map(|p| RequestSeq::of_index(p).0),
             },
         )?;
         tell_routed(observer, replicas, (seq, request.line), routed)?;

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use routerlab_core::Unit;
 use routerlab_core::hash::BlockInterner;
 use routerlab_host::{EndpointLoad, RequestData};
-use routerlab_route::Router;
+use routerlab_route::{EndpointIndex, ListPos, Router};
 use routerlab_trace::blocks::{hash_text_blocks, prompt_tokens};
 
 use super::OnPluginError;
@@ -22,7 +22,7 @@ const LIVE_KV_BLOCKS: u64 = 10_000;
 pub(super) struct Upstream {
     pub(super) name: String,
     /// Its stable index while it is in the fleet.
-    pub(super) index: Option<u32>,
+    pub(super) index: Option<EndpointIndex>,
     pub(super) health: Health,
     pub(super) scraped: Scraped,
     pub(super) inflight: u64,
@@ -95,7 +95,7 @@ impl State {
         let upstreams = (0..table.len())
             .map(|pos| Upstream {
                 name: table.name(pos).to_owned(),
-                index: Some(table.index(pos)),
+                index: Some(EndpointIndex(table.index(pos))),
                 health: Health::default(),
                 scraped: Scraped::default(),
                 inflight: 0,
@@ -178,7 +178,7 @@ impl State {
             Ok(decision) => {
                 let flags = self.router.unavailable().to_vec();
                 for (pos, flagged) in flags.iter().enumerate() {
-                    if *flagged && let Some(u) = self.upstream_at(pos) {
+                    if *flagged && let Some(u) = self.upstream_at(ListPos(pos)) {
                         self.upstreams[u].unavailable += 1;
                     }
                 }
@@ -296,15 +296,14 @@ impl State {
     }
 
     /// The upstream at list position `pos` of the router's table.
-    fn upstream_at(&self, pos: usize) -> Option<usize> {
-        let index = self.router.table().index(pos);
+    fn upstream_at(&self, pos: ListPos) -> Option<usize> {
+        let index = self.router.index_of(pos);
         self.upstreams.iter().position(|u| u.index == Some(index))
     }
 
     /// The list position of `upstream` in the router's table, while it is in the fleet.
-    fn position_of(&self, upstream: usize) -> Option<usize> {
-        let index = self.upstreams[upstream].index?;
-        self.router.table().position(index)
+    fn position_of(&self, upstream: usize) -> Option<ListPos> {
+        self.router.position_of(self.upstreams[upstream].index?)
     }
 
     /// Puts every endpoint's current figures in the table the plugins read.
@@ -323,7 +322,7 @@ impl State {
                 inflight_requests: upstream.inflight,
                 kv_block_tokens: 0,
             };
-            self.router.table_mut().set_load(pos, load);
+            self.router.table_mut().set_load(pos.0, load);
         }
     }
 }

@@ -209,7 +209,7 @@ fn an_engine_leaves_only_after_failures_in_a_row_and_returns_after_passes() {
     s.scraped(1, usage(0.1));
     assert_eq!(
         s.upstreams[1].index,
-        Some(3),
+        Some(routerlab_route::EndpointIndex(3)),
         "back with a new stable index"
     );
     assert_eq!(ADDED.load(Ordering::Relaxed), added + 1);

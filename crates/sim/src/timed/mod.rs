@@ -31,7 +31,7 @@ use routerlab_engine::{EngineConfig, Sequence};
 use routerlab_report::stats::Tally;
 use routerlab_report::stats::{Finished, TimedTally};
 use routerlab_report::{EndpointTimed, Report, TimedReport, round6};
-use routerlab_route::{Decision, WhenUnavailable};
+use routerlab_route::{Decision, ListPos, RequestSeq, WhenUnavailable};
 use routerlab_route::{Placement, Replicas};
 
 use routerlab_trace::arrivals::ArrivalError;
@@ -191,7 +191,7 @@ pub fn replay_timed(
         // Parents come before their children in a workload.
         let root = request
             .parent
-            .map_or(index as u64 + 1, |p| conversation_of[p]);
+            .map_or(RequestSeq::of_index(index).0, |p| conversation_of[p]);
         conversation_of.push(root);
     }
     let mut sim = Sim {
@@ -243,7 +243,7 @@ impl Sim<'_> {
         routerlab_os::crash::set_trace_line(request.line as u64);
         let state = &self.requests[index];
         RequestData {
-            id: index as u64 + 1,
+            id: RequestSeq::of_index(index).0,
             arrival_ns: state.arrival_ns,
             prompt: &request.prompt,
             block_hashes: &request.blocks,
@@ -253,7 +253,7 @@ impl Sim<'_> {
             prompt_len: request.prompt_len,
             output_tokens: Some(u64::from(state.output_tokens)),
             session_id: request.session,
-            parent_id: request.parent.map_or(0, |p| p as u64 + 1),
+            parent_id: request.parent.map_or(0, |p| RequestSeq::of_index(p).0),
             now_ns: now,
             cached_prefix,
         }
@@ -300,7 +300,7 @@ impl Sim<'_> {
     fn judge(&mut self, index: usize, pos: usize, decision: &Decision, flags: &[bool]) {
         let r = self.requests[index].replica;
         let block = u64::from(self.workload.block_size.max(1));
-        let achieved = if decision.allowed(flags, pos) {
+        let achieved = if decision.allowed(flags, ListPos(pos)) {
             self.cached_units(index, pos) / block
         } else {
             0
@@ -308,7 +308,7 @@ impl Sim<'_> {
         let mut best = achieved;
         for p in 0..self.fleet.engines.len() {
             if p != pos
-                && decision.allowed(flags, p)
+                && decision.allowed(flags, ListPos(p))
                 && self.may_hold_more(index, p, (best + 1) * block)
             {
                 best = best.max(self.cached_units(index, p) / block);
@@ -318,7 +318,10 @@ impl Sim<'_> {
     }
 
     fn plugin_error(&self, index: usize) -> impl FnOnce(routerlab_host::PluginError) -> SimError {
-        let location = request_location(index as u64 + 1, self.workload.requests[index].line);
+        let location = request_location(
+            RequestSeq::of_index(index),
+            self.workload.requests[index].line,
+        );
         move |source| SimError::plugin(location, source)
     }
 
@@ -416,7 +419,7 @@ impl Sim<'_> {
                     for index in first_tokens.drain(..) {
                         replicas
                             .router_mut(self.requests[index].replica)
-                            .first_token(&self.data(index, now, None), pos)
+                            .first_token(&self.data(index, now, None), ListPos(pos))
                             .map_err(self.plugin_error(index))?;
                     }
                     self.first_tokens = first_tokens;
@@ -493,7 +496,7 @@ impl Sim<'_> {
             .decide(&self.data(index, now, Some(&ask)), sure)
             .map_err(self.plugin_error(index))?;
         self.requests[index].constrained = decision.constrained;
-        let Some(pos) = decision.endpoint else {
+        let Some(ListPos(pos)) = decision.endpoint else {
             return Ok(false);
         };
         if !self.fleet.engines[pos].can_ever_fit(prompt_tokens, output_tokens) {
@@ -504,7 +507,7 @@ impl Sim<'_> {
         }
         if !decision.learned {
             router
-                .learn(&self.data(index, now, None), pos)
+                .learn(&self.data(index, now, None), ListPos(pos))
                 .map_err(self.plugin_error(index))?;
         }
         self.judge(index, pos, &decision, router.unavailable());
@@ -541,7 +544,7 @@ impl Sim<'_> {
         let r = self.requests[index].replica;
         replicas
             .router_mut(r)
-            .complete(&self.data(index, now, None), pos)
+            .complete(&self.data(index, now, None), ListPos(pos))
             .map_err(self.plugin_error(index))?;
         let request = &self.workload.requests[index];
         let state = &self.requests[index];
@@ -582,7 +585,7 @@ impl Sim<'_> {
             "request {index}: arrival {arrival} <= scheduled {scheduled} <= first token {first_token} <= finish {now}"
         );
         self.observer.finished(&RequestRecord {
-            id: index as u64 + 1,
+            id: RequestSeq::of_index(index).0,
             line: request.line,
             arrival_s: round6(arrival as f64 / 1e9),
             endpoint: Some(replicas.router(r).table().name(pos).to_owned()),
