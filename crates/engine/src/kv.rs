@@ -30,6 +30,7 @@ pub struct KvCache {
 
 impl KvCache {
     /// A cache of `capacity` free, empty blocks.
+    #[inline]
     pub fn new(capacity: u32) -> KvCache {
         let mut cache = KvCache {
             blocks: Vec::with_capacity(capacity as usize),
@@ -58,21 +59,25 @@ impl KvCache {
     }
 
     /// Blocks in total.
+    #[inline]
     pub fn capacity(&self) -> u32 {
         self.blocks.len() as u32
     }
 
     /// Blocks no request holds (cached or empty).
+    #[inline]
     pub fn free(&self) -> u32 {
         self.free
     }
 
     /// Blocks held by requests.
+    #[inline]
     pub fn used(&self) -> u32 {
         self.capacity() - self.free
     }
 
     /// How many leading hashes of `chain` are cached.
+    #[inline]
     pub fn cached_prefix(&self, chain: &[u64]) -> usize {
         chain
             .iter()
@@ -83,6 +88,7 @@ impl KvCache {
     /// Brings `ids` (empty, or a previous answer for `chain`) up to the blocks of the cached
     /// leading run of `chain`: keeps the leading ids whose blocks still hold their hash,
     /// then extends the run.
+    #[inline]
     pub(crate) fn refresh_cached_ids(&self, chain: &[u64], ids: &mut Vec<u32>) {
         let valid = ids
             .iter()
@@ -101,6 +107,7 @@ impl KvCache {
     }
 
     /// How many of these blocks nobody holds (taking them uses up free blocks).
+    #[inline]
     pub(crate) fn unheld(&self, ids: &[u32]) -> u32 {
         ids.iter()
             .filter(|id| self.blocks[**id as usize].refs == 0)
@@ -108,6 +115,7 @@ impl KvCache {
     }
 
     /// Takes a hold on a cached block.
+    #[inline]
     pub(crate) fn hold(&mut self, id: u32) {
         if self.blocks[id as usize].refs == 0 {
             self.unlink_free(id);
@@ -116,6 +124,7 @@ impl KvCache {
     }
 
     /// Takes the oldest free block, evicting its cached content; `None` when all are held.
+    #[inline]
     pub(crate) fn allocate(&mut self) -> Option<u32> {
         let id = self.free_head;
         if id == NONE {
@@ -134,6 +143,7 @@ impl KvCache {
     }
 
     /// Publishes a computed full block under its prefix hash (first writer wins).
+    #[inline]
     pub(crate) fn publish(&mut self, id: u32, hash: u64) {
         if !self.blocks[id as usize].hashed && !self.by_hash.contains_key(&hash) {
             self.blocks[id as usize].hash = hash;
@@ -143,6 +153,7 @@ impl KvCache {
     }
 
     /// Drops a request's holds, deepest block first, so deeper blocks are evicted first.
+    #[inline]
     pub(crate) fn release(&mut self, ids: &[u32]) {
         for &id in ids.iter().rev() {
             let block = &mut self.blocks[id as usize];
@@ -153,6 +164,7 @@ impl KvCache {
         }
     }
 
+    #[inline]
     pub(crate) fn push_free(&mut self, id: u32) {
         let previous = self.free_tail;
         self.blocks[id as usize].older = previous;
@@ -165,6 +177,7 @@ impl KvCache {
         self.free += 1;
     }
 
+    #[inline]
     pub(crate) fn unlink_free(&mut self, id: u32) {
         let (newer, older) = (
             self.blocks[id as usize].newer,
