@@ -166,3 +166,97 @@ impl Replicas {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use routerlab_host::{EndpointTable, in_process};
+
+    use super::*;
+    use crate::WhenUnavailable;
+    use crate::router::tests::First;
+
+    fn router(names: &[&str], when: WhenUnavailable) -> Router {
+        let matcher = in_process::matcher::<First>("first", "").unwrap();
+        let table = EndpointTable::new(names.iter().copied());
+        let Ok(router) = Router::new(matcher, None, table, when) else {
+            panic!("a router")
+        };
+        router
+    }
+
+    fn replicas(n: usize, assign: ReplicaAssign, seed: u64) -> Replicas {
+        let routers = (0..n)
+            .map(|_| router(&["a", "b"], WhenUnavailable::Reject))
+            .collect();
+        let Ok(replicas) = Replicas::new(routers, assign, seed) else {
+            panic!("replicas")
+        };
+        replicas
+    }
+
+    fn alone(conversation: u64) -> Placement {
+        Placement {
+            session: 0,
+            conversation,
+        }
+    }
+
+    #[test]
+    fn round_robin_takes_turns_in_arrival_order() {
+        let mut r = replicas(3, ReplicaAssign::RoundRobin, 0);
+        let picks: Vec<usize> = (1..=7).map(|i| r.place(alone(i))).collect();
+        assert_eq!(picks, [0, 1, 2, 0, 1, 2, 0]);
+    }
+
+    #[test]
+    fn session_keeps_a_session_and_else_a_conversation_on_one_replica() {
+        let mut r = replicas(4, ReplicaAssign::Session, 0);
+        let in_session = |s| Placement {
+            session: s,
+            conversation: s * 100,
+        };
+        for s in 1..20 {
+            let first = r.place(in_session(s));
+            assert!((0..5).all(|_| r.place(in_session(s)) == first));
+        }
+        for c in 1..20 {
+            let first = r.place(alone(c));
+            assert_eq!(r.place(alone(c)), first);
+        }
+        let spread: std::collections::BTreeSet<usize> =
+            (1..40).map(|s| r.place(in_session(s))).collect();
+        assert!(spread.len() > 1, "sessions are spread over replicas");
+    }
+
+    #[test]
+    fn random_is_seeded_and_in_range() {
+        let draw = |seed| {
+            let mut r = replicas(5, ReplicaAssign::Random, seed);
+            (1..50).map(|i| r.place(alone(i))).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(7), draw(7));
+        assert_ne!(draw(7), draw(8));
+        assert!(draw(7).iter().all(|p| *p < 5));
+    }
+
+    #[test]
+    fn one_replica_is_always_the_router_and_mismatched_replicas_are_refused() {
+        let mut one = replicas(1, ReplicaAssign::Random, 3);
+        assert!((1..20).all(|i| one.place(alone(i)) == 0));
+        let Err(err) = Replicas::new(Vec::new(), ReplicaAssign::RoundRobin, 0) else {
+            panic!("no replicas")
+        };
+        assert_eq!(
+            err.to_string(),
+            "a run has 1 to 1024 router replicas, found 0"
+        );
+        let mixed = vec![
+            router(&["a", "b"], WhenUnavailable::Reject),
+            router(&["a", "c"], WhenUnavailable::Reject),
+        ];
+        let Err(err) = Replicas::new(mixed, ReplicaAssign::RoundRobin, 0) else {
+            panic!("different fleets")
+        };
+        assert!(matches!(err, RouteError::MismatchedReplicas), "{err}");
+    }
+}

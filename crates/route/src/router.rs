@@ -215,7 +215,7 @@ impl Router {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use routerlab_core::{Detector, EndpointId, Endpoints, Matcher, PluginConfig, Request, Unit};
@@ -224,7 +224,7 @@ mod tests {
     use super::*;
 
     /// The first endpoint it may pick; counts what it learns.
-    struct First;
+    pub(crate) struct First;
 
     static LEARNED: AtomicU64 = AtomicU64::new(0);
 

@@ -14,6 +14,8 @@ pub mod error;
 pub mod observer;
 pub mod scenario;
 pub mod snapshot;
+#[cfg(test)]
+mod test_plugins;
 pub mod timed;
 pub mod timefree;
 

@@ -521,4 +521,63 @@ mod tests {
             FleetCaches::PerEndpoint(_)
         ));
     }
+
+    /// The committed chat trace, from the crate's directory.
+    fn chat() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/chat.jsonl")
+    }
+
+    #[test]
+    fn a_sticky_matcher_sends_everything_to_one_endpoint_and_keeps_its_prefixes() {
+        use crate::test_plugins::{First, Turns, routers};
+        let scenario = crate::scenario::Scenario::new("in-process", chat()).endpoints(4);
+        let sticky = scenario
+            .replay(
+                &mut routers::<First>(&scenario, "first"),
+                &mut crate::observer::NoObserver,
+            )
+            .unwrap();
+        let spread = scenario
+            .replay(
+                &mut routers::<Turns>(&scenario, "turns"),
+                &mut crate::observer::NoObserver,
+            )
+            .unwrap();
+        assert_eq!(sticky.nreq.counts[0], sticky.requests);
+        assert!(sticky.nreq.counts[1..].iter().all(|c| *c == 0));
+        assert!(spread.nreq.counts.iter().all(|c| *c > 0));
+        // One cache holds every shared prefix; four caches each miss the first of many.
+        assert!(
+            sticky.hit_ratio > spread.hit_ratio,
+            "{} vs {}",
+            sticky.hit_ratio,
+            spread.hit_ratio
+        );
+    }
+
+    #[test]
+    fn a_loaded_workload_gives_the_streamed_replays_report() {
+        use crate::test_plugins::{Turns, routers};
+        // `compare` replays a workload loaded once; `replay` streams the file. Same numbers.
+        let scenario = crate::scenario::Scenario::new("in-process", chat()).endpoints(3);
+        let mut streamed = scenario
+            .replay(
+                &mut routers::<Turns>(&scenario, "turns"),
+                &mut crate::observer::NoObserver,
+            )
+            .unwrap();
+        streamed.run = None;
+        let workload = scenario.workload(scenario.reader().unwrap()).unwrap();
+        let loaded = replay_workload(
+            &workload,
+            &mut routers::<Turns>(&scenario, "turns"),
+            None,
+            &mut crate::observer::NoObserver,
+        )
+        .unwrap();
+        assert_eq!(
+            serde_json::to_string(&streamed).unwrap(),
+            serde_json::to_string(&loaded).unwrap()
+        );
+    }
 }

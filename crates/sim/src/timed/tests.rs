@@ -11,44 +11,7 @@ use routerlab_report::Report;
 use crate::SimError;
 use crate::observer::NoObserver;
 use crate::scenario::Scenario;
-
-/// Always the first available endpoint.
-struct First;
-
-impl Matcher for First {
-    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
-        Ok(First)
-    }
-    fn match_request(
-        &mut self,
-        _request: &Request<'_>,
-        endpoints: &Endpoints<'_>,
-    ) -> Result<Option<EndpointId>, String> {
-        Ok(endpoints.available().next().map(|e| e.id()))
-    }
-}
-
-/// The available endpoints in turn.
-struct Turns {
-    next: usize,
-}
-
-impl Matcher for Turns {
-    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
-        Ok(Turns { next: 0 })
-    }
-    fn match_request(
-        &mut self,
-        _request: &Request<'_>,
-        endpoints: &Endpoints<'_>,
-    ) -> Result<Option<EndpointId>, String> {
-        let available: Vec<_> = endpoints.available().map(|e| e.id()).collect();
-        self.next += 1;
-        Ok(available
-            .get((self.next - 1) % available.len().max(1))
-            .copied())
-    }
-}
+use crate::test_plugins::{First, Turns};
 
 /// `First`, counting the completions and first tokens the replay reports to it.
 struct Counting;
