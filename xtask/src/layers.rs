@@ -19,15 +19,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("crates/trace", &["routerlab-core", "routerlab-os"]),
     ("crates/engine", &["routerlab-core"]),
     ("crates/route", &["routerlab-core", "routerlab-host"]),
-    (
-        "crates/report",
-        &[
-            "routerlab-core",
-            "routerlab-engine",
-            "routerlab-route",
-            "routerlab-trace",
-        ],
-    ),
+    // The report records runs in its own types: no library type is part of the schema.
+    ("crates/report", &["routerlab-core"]),
     (
         "crates/sim",
         &[

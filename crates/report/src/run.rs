@@ -1,12 +1,15 @@
 //! The `run` block of a report: what produced it, so a saved report can be read back,
 //! compared, merged or reproduced without the command line that made it.
+//!
+//! These types are the report's own, not the library types they record (the engine's
+//! config, the arrival process, the router's policies): the report schema is stable, the
+//! libraries' types are not, and a boundary format keeps its own types with explicit
+//! conversions (`routerlab-sim` writes them, taking each library type apart field by field,
+//! so a setting added to a library type cannot reach a report unnoticed).
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-
-use routerlab_engine::EngineConfig;
-use routerlab_route::WhenUnavailable;
 
 /// What produced a report.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -30,7 +33,7 @@ pub struct RunInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_blocks: Option<u64>,
     /// What happens when no endpoint is available.
-    pub when_unavailable: WhenUnavailable,
+    pub when_unavailable: UnavailableRun,
     /// Router replicas and the balancer's rule; absent = one router (added in 0.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub router_replicas: Option<ReplicasRun>,
@@ -68,7 +71,7 @@ pub struct TraceRun {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TimedRun {
     /// Arrival process.
-    pub arrivals: routerlab_trace::arrivals::Arrivals,
+    pub arrivals: ArrivalsRun,
     /// Whether children wait for their parents.
     pub respect_parents: bool,
     /// Pause between a parent's finish and its child's arrival, ns.
@@ -78,7 +81,7 @@ pub struct TimedRun {
     /// Output tokens of requests whose trace line has none.
     pub default_output_tokens: u64,
     /// One engine per endpoint.
-    pub engines: Vec<EngineConfig>,
+    pub engines: Vec<EngineRun>,
 }
 
 /// Router replicas behind a balancer.
@@ -87,5 +90,102 @@ pub struct ReplicasRun {
     /// How many.
     pub count: u64,
     /// How the balancer spread requests over them.
-    pub assign: routerlab_route::ReplicaAssign,
+    pub assign: AssignRun,
+}
+
+/// What happened to a request no endpoint could take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UnavailableRun {
+    /// It waited at the router.
+    Queue,
+    /// It was rejected.
+    Reject,
+    /// It was routed anyway.
+    FailOpen,
+}
+
+/// How the balancer in front of router replicas spread requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AssignRun {
+    /// In turn.
+    RoundRobin,
+    /// Seeded uniform draws.
+    Random,
+    /// By session (else conversation).
+    Session,
+}
+
+/// When requests arrived.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "process")]
+pub enum ArrivalsRun {
+    /// At the trace's timestamps divided by `speedup`.
+    Trace {
+        /// Time compression.
+        speedup: f64,
+    },
+    /// Poisson arrivals at `rate` a second.
+    Poisson {
+        /// Requests per second.
+        rate: f64,
+    },
+    /// `concurrency` requests outstanding.
+    Closed {
+        /// Requests in flight.
+        concurrency: usize,
+    },
+}
+
+/// One engine's settings (the experiment file's `engine` keys).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineRun {
+    /// KV-cache blocks.
+    pub num_gpu_blocks: u32,
+    /// Tokens per KV block.
+    pub engine_block_size: u32,
+    /// Most sequences running at once.
+    pub max_num_seqs: u32,
+    /// Token budget of one step.
+    pub max_num_batched_tokens: u32,
+    /// Step-time model.
+    pub step_time: StepTimeRun,
+}
+
+/// A step-time model and its coefficients.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "model", rename_all = "lowercase", deny_unknown_fields)]
+pub enum StepTimeRun {
+    /// NVIDIA Dynamo's mocker polynomials (ms): prefill in the uncached tokens computed
+    /// in the step, decode in the KV utilisation.
+    Polynomial {
+        /// Prefill coefficients `[a, b, c]` of `a T² + b T + c`.
+        prefill: [f64; 3],
+        /// Decode coefficients `[d, e, f]` of `d u² + e u + f`.
+        decode: [f64; 3],
+    },
+    /// A fixed cost and a cost per token when the step prefills, a fixed cost when it
+    /// decodes (ms).
+    Linear {
+        /// Fixed cost of a step that prefills.
+        overhead_ms: f64,
+        /// Cost per prefilled (uncached) token.
+        prefill_ms_per_token: f64,
+        /// Cost of a step that decodes.
+        decode_ms: f64,
+    },
+    /// A fixed cost plus costs per prompt token, per decoding sequence and per thousand
+    /// tokens of context (ms).
+    Batched {
+        /// Fixed cost of any step.
+        overhead_ms: f64,
+        /// Cost per prompt token computed in the step.
+        prefill_ms_per_token: f64,
+        /// Cost per sequence that decodes a token in the step.
+        decode_ms_per_seq: f64,
+        /// Cost per thousand tokens of context the batch reads.
+        context_ms_per_ktoken: f64,
+    },
 }

@@ -304,18 +304,18 @@ impl Scenario {
             block_size,
             endpoints: self.endpoints.clone(),
             cache_blocks: self.cache_blocks,
-            when_unavailable: self.when_unavailable,
+            when_unavailable: recorded::unavailable(self.when_unavailable),
             router_replicas: (self.router_replicas > 1).then_some(ReplicasRun {
                 count: self.router_replicas as u64,
-                assign: self.replica_assign,
+                assign: recorded::assign(self.replica_assign),
             }),
             timed: self.timed.as_ref().map(|t| TimedRun {
-                arrivals: t.arrivals.clone(),
+                arrivals: recorded::arrivals(&t.arrivals),
                 respect_parents: t.respect_parents,
                 think_time_ns: t.think_time_ns,
                 metrics_interval_ns: t.metrics_interval_ns,
                 default_output_tokens: t.default_output_tokens,
-                engines: t.engines.clone(),
+                engines: t.engines.iter().map(recorded::engine).collect(),
             }),
         }
     }
@@ -348,4 +348,139 @@ pub fn with_seed(config: &Mapping, seed: u64) -> String {
         map.insert(key, Value::Number(seed.into()));
     }
     serde_yaml::to_string(&map).expect("a mapping of YAML values serialises")
+}
+
+/// The library's settings as the report records them (its own types; see
+/// `routerlab_report::run`). Each library type is taken apart whole, so a field or variant
+/// added to one is a compile error here until the report says how to record it.
+mod recorded {
+    use routerlab_engine::{EngineConfig, StepTime};
+    use routerlab_report::run::{ArrivalsRun, AssignRun, EngineRun, StepTimeRun, UnavailableRun};
+    use routerlab_route::{ReplicaAssign, WhenUnavailable};
+    use routerlab_trace::arrivals::Arrivals;
+
+    pub(super) fn unavailable(policy: WhenUnavailable) -> UnavailableRun {
+        match policy {
+            WhenUnavailable::Queue => UnavailableRun::Queue,
+            WhenUnavailable::Reject => UnavailableRun::Reject,
+            WhenUnavailable::FailOpen => UnavailableRun::FailOpen,
+        }
+    }
+
+    pub(super) fn assign(rule: ReplicaAssign) -> AssignRun {
+        match rule {
+            ReplicaAssign::RoundRobin => AssignRun::RoundRobin,
+            ReplicaAssign::Random => AssignRun::Random,
+            ReplicaAssign::Session => AssignRun::Session,
+        }
+    }
+
+    pub(super) fn arrivals(process: &Arrivals) -> ArrivalsRun {
+        match *process {
+            Arrivals::Trace { speedup } => ArrivalsRun::Trace { speedup },
+            Arrivals::Poisson { rate } => ArrivalsRun::Poisson { rate },
+            Arrivals::Closed { concurrency } => ArrivalsRun::Closed { concurrency },
+        }
+    }
+
+    pub(super) fn engine(config: &EngineConfig) -> EngineRun {
+        let EngineConfig {
+            num_gpu_blocks,
+            engine_block_size,
+            max_num_seqs,
+            max_num_batched_tokens,
+            step_time,
+        } = config;
+        EngineRun {
+            num_gpu_blocks: *num_gpu_blocks,
+            engine_block_size: *engine_block_size,
+            max_num_seqs: *max_num_seqs,
+            max_num_batched_tokens: *max_num_batched_tokens,
+            step_time: match *step_time {
+                StepTime::Polynomial { prefill, decode } => {
+                    StepTimeRun::Polynomial { prefill, decode }
+                }
+                StepTime::Linear {
+                    overhead_ms,
+                    prefill_ms_per_token,
+                    decode_ms,
+                } => StepTimeRun::Linear {
+                    overhead_ms,
+                    prefill_ms_per_token,
+                    decode_ms,
+                },
+                StepTime::Batched {
+                    overhead_ms,
+                    prefill_ms_per_token,
+                    decode_ms_per_seq,
+                    context_ms_per_ktoken,
+                } => StepTimeRun::Batched {
+                    overhead_ms,
+                    prefill_ms_per_token,
+                    decode_ms_per_seq,
+                    context_ms_per_ktoken,
+                },
+            },
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use routerlab_engine::{EngineConfig, StepTime};
+        use routerlab_route::{ReplicaAssign, WhenUnavailable};
+        use routerlab_trace::arrivals::Arrivals;
+        use serde::Serialize;
+
+        fn json(value: &impl Serialize) -> String {
+            serde_json::to_string(value).unwrap()
+        }
+
+        /// The report records a setting exactly as the library (and the experiment file)
+        /// spells it: the same keys, tags and values.
+        #[test]
+        fn recorded_settings_serialise_as_the_library_types_do() {
+            let models = [
+                EngineConfig::dynamo().step_time,
+                StepTime::Linear {
+                    overhead_ms: 1.0,
+                    prefill_ms_per_token: 0.5,
+                    decode_ms: 2.0,
+                },
+                StepTime::Batched {
+                    overhead_ms: 1.0,
+                    prefill_ms_per_token: 0.5,
+                    decode_ms_per_seq: 0.25,
+                    context_ms_per_ktoken: 0.125,
+                },
+            ];
+            for step_time in models {
+                let config = EngineConfig {
+                    step_time,
+                    ..EngineConfig::dynamo()
+                };
+                assert_eq!(json(&super::engine(&config)), json(&config));
+            }
+            for process in [
+                Arrivals::Trace { speedup: 2.0 },
+                Arrivals::Poisson { rate: 5.0 },
+                Arrivals::Closed { concurrency: 3 },
+            ] {
+                assert_eq!(json(&super::arrivals(&process)), json(&process));
+            }
+            for policy in [
+                WhenUnavailable::Queue,
+                WhenUnavailable::Reject,
+                WhenUnavailable::FailOpen,
+            ] {
+                assert_eq!(json(&super::unavailable(policy)), json(&policy));
+            }
+            for rule in [
+                ReplicaAssign::RoundRobin,
+                ReplicaAssign::Random,
+                ReplicaAssign::Session,
+            ] {
+                assert_eq!(json(&super::assign(rule)), json(&rule));
+            }
+        }
+    }
 }
