@@ -118,59 +118,59 @@ impl<'de> Deserialize<'de> for TextOrValue {
 #[serde(deny_unknown_fields)]
 pub struct ReplayOpts {
     /// Matcher plugin: a name on the search path, or PATH[#NAME] of a library.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", help_heading = PLUGINS)]
     pub matcher: Option<String>,
     /// Matcher config, YAML or JSON text (e.g. '{seed: 3, max_nodes: 100000}').
-    #[arg(long, value_name = "YAML")]
+    #[arg(long, value_name = "YAML", help_heading = PLUGINS)]
     pub matcher_config: Option<TextOrValue>,
     /// Detector plugin that flags overloaded endpoints (none by default).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", help_heading = PLUGINS)]
     pub detector: Option<String>,
     /// Detector config, YAML or JSON text (e.g. '{max_running: 400}').
-    #[arg(long, value_name = "YAML")]
+    #[arg(long, value_name = "YAML", help_heading = PLUGINS)]
     pub detector_config: Option<TextOrValue>,
     /// Trace file: chat, Mooncake or token-id JSONL, or Azure or BurstGPT CSV; gzip or zstd
     /// compressed or not.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = TRACE)]
     pub trace: Option<PathBuf>,
     /// Trace format: chat, mooncake, token-ids, azure-csv or burstgpt; detected from the
     /// first line by default.
-    #[arg(long, value_name = "FORMAT")]
+    #[arg(long, value_name = "FORMAT", help_heading = TRACE)]
     pub trace_format: Option<routerlab_trace::TraceFormat>,
     /// Endpoints: a count (named localhost:8000, localhost:8001, ...) or a comma-separated
     /// list of names [default: 10].
-    #[arg(long, value_name = "N|NAMES")]
+    #[arg(long, value_name = "N|NAMES", help_heading = FLEET)]
     pub endpoints: Option<TextOrValue>,
     /// Block size for text prompts, in bytes [default: 128].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = TRACE)]
     pub block_size: Option<u32>,
     /// Tokens per hash id in Mooncake traces [default: 512].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = TRACE)]
     pub trace_block_size: Option<u32>,
     /// Prefix-cache capacity per endpoint, in blocks, evicting least recently used
     /// [default: unbounded].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = FLEET)]
     pub cache_blocks: Option<u64>,
     /// Seed given to plugins as their `seed` config key unless their config sets one
     /// [default: 0].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = PLUGINS)]
     pub seed: Option<u64>,
     /// Router replicas, each with its own plugin instances, seeing only the requests the
     /// balancer gives it [default: 1].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = FLEET)]
     pub router_replicas: Option<u64>,
     /// How the balancer in front of the replicas spreads requests [default: round-robin].
-    #[arg(long, value_name = "RULE")]
+    #[arg(long, value_name = "RULE", help_heading = FLEET)]
     pub replica_assign: Option<AssignArg>,
     /// Report format [default: human].
-    #[arg(long, value_name = "FORMAT")]
+    #[arg(long, value_name = "FORMAT", help_heading = OUTPUT)]
     pub format: Option<OutputFormat>,
     /// Deprecated spelling of `--when-unavailable fail-open` (kept until 0.4; hidden).
     #[arg(long, hide = true)]
     #[serde(default)]
     pub fail_open: bool,
     /// Skip malformed trace lines, and say on stderr how many were skipped and why.
-    #[arg(long)]
+    #[arg(long, help_heading = TRACE)]
     #[serde(default)]
     pub skip_invalid: bool,
     /// `trace`: the timed replay (arrivals, engine queues, finite KV cache, latencies);
@@ -220,19 +220,19 @@ pub struct ReplayOpts {
     pub output_tokens: Option<u64>,
     /// Write one JSON line per request: where it went (time-free: id, line, endpoint), and
     /// in the timed replay its arrival, hit tokens, queue, TTFT and finish.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = OUTPUT)]
     pub requests_out: Option<PathBuf>,
     /// Experiment YAML file holding any of these settings (snake_case keys); flags override.
     #[arg(long, value_name = "PATH")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
     /// Write SVG plots of the run into DIR (created if missing).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = OUTPUT)]
     #[serde(skip)]
     pub plot: Option<PathBuf>,
     /// No progress bar (one is drawn on stderr, when it is a terminal, for runs past a
     /// second).
-    #[arg(long, short)]
+    #[arg(long, short, help_heading = OUTPUT)]
     #[serde(skip)]
     pub quiet: bool,
     /// Experiment file only, for `compare`: the policies, each a string in the `--policy`
@@ -243,6 +243,14 @@ pub struct ReplayOpts {
 
 /// The help heading of the settings that only the timed replay reads.
 pub const TIMED: &str = "Timed replay";
+/// The help heading of the plugins and their configs.
+pub const PLUGINS: &str = "Plugins";
+/// The help heading of the trace and how it is read.
+pub const TRACE: &str = "Trace";
+/// The help heading of the fleet and the routers in front of it.
+pub const FLEET: &str = "Fleet and routers";
+/// The help heading of where results go.
+pub const OUTPUT: &str = "Output";
 
 impl ReplayOpts {
     /// These options (flags) over `file` (the experiment file): each setting from the flags
