@@ -325,6 +325,25 @@ impl EndpointsBuilder {
     }
 }
 
+/// The simplest matcher there is: the first endpoint it may pick. For hosts' own tests
+/// (`routerlab_host::in_process` drives it through the real shims), where the policy is not
+/// what is under test.
+pub struct FirstAvailable;
+
+impl Matcher for FirstAvailable {
+    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
+        Ok(FirstAvailable)
+    }
+
+    fn match_request(
+        &mut self,
+        _request: &Request<'_>,
+        endpoints: &Endpoints<'_>,
+    ) -> Result<Option<crate::EndpointId>, String> {
+        Ok(endpoints.available().next().map(|e| e.id()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,20 +9,7 @@ use crate::SimError;
 use crate::scenario::Scenario;
 
 /// Always the first available endpoint.
-pub(crate) struct First;
-
-impl Matcher for First {
-    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
-        Ok(First)
-    }
-    fn match_request(
-        &mut self,
-        _request: &Request<'_>,
-        endpoints: &Endpoints<'_>,
-    ) -> Result<Option<EndpointId>, String> {
-        Ok(endpoints.available().next().map(|e| e.id()))
-    }
-}
+pub(crate) use routerlab_core::testing::FirstAvailable as First;
 
 /// The available endpoints in turn.
 pub(crate) struct Turns {

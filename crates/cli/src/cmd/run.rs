@@ -1,6 +1,6 @@
 //! The run pipeline every command that replays shares: the experiment file read, a run
-//! resolved and its plugins created ([`prepare`]), and prepared runs driven over loaded
-//! workloads on threads ([`run_all`]) by the same drivers `replay` uses. `replay`, `compare`,
+//! resolved and its plugins created (`prepare`), and prepared runs driven over loaded
+//! workloads on threads (`run_all`) by the same drivers `replay` uses. `replay`, `compare`,
 //! `sweep` and `snapshot` build on it; none of them imports another for it.
 
 use std::path::Path;

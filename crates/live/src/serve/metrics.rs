@@ -136,31 +136,16 @@ pub(super) fn text(state: &State, matcher: &str, decisions: &Histogram) -> Strin
 
 #[cfg(test)]
 mod tests {
-    use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request};
+    use routerlab_core::testing::FirstAvailable;
     use routerlab_host::{EndpointTable, in_process};
     use routerlab_route::{Router, WhenUnavailable};
 
     use super::*;
     use crate::serve::health::HealthRule;
 
-    struct Any;
-
-    impl Matcher for Any {
-        fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
-            Ok(Any)
-        }
-        fn match_request(
-            &mut self,
-            _request: &Request<'_>,
-            endpoints: &Endpoints<'_>,
-        ) -> Result<Option<EndpointId>, String> {
-            Ok(endpoints.available().next().map(|e| e.id()))
-        }
-    }
-
     #[test]
     fn every_series_is_written_and_labels_are_escaped() {
-        let matcher = in_process::matcher::<Any>("any", "").unwrap();
+        let matcher = in_process::matcher::<FirstAvailable>("first", "").unwrap();
         let table = EndpointTable::new(["a:1", "b:2"]);
         let Ok(router) = Router::new(matcher, None, table, WhenUnavailable::Reject) else {
             panic!("a router")

@@ -14,7 +14,7 @@
 //!
 //! The plugins are called under one lock, so calls on an instance stay serialised as the
 //! ABI requires; the proxying itself runs outside it, concurrently. What the lock guards is
-//! [`state`] (no I/O, unit-tested); `/metrics` is [`metrics`].
+//! `state` (no I/O, unit-tested); `/metrics` is `metrics`.
 
 pub mod health;
 mod metrics;
