@@ -5,7 +5,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use support::{Replay, project_trace, scratch_file, texts};
+use support::{Replay, project_trace, routerlab, scratch_file, texts};
 
 /// Asserts a run failed with exit 2, one line on stderr holding `needle`, nothing on stdout.
 fn refused(output: &std::process::Output, needle: &str) {
@@ -467,4 +467,179 @@ fn a_trace_from_a_pipe_is_read_as_it_comes() {
         r
     };
     assert_eq!(strip(piped), strip(from_file));
+}
+
+/// A plugin library built beside the test binaries.
+fn built_library(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join(format!(
+            "{}{name}{}",
+            std::env::consts::DLL_PREFIX,
+            std::env::consts::DLL_SUFFIX
+        ))
+}
+
+#[test]
+fn an_output_that_is_a_symlink_writes_its_target_and_stays_a_link() {
+    let trace = project_trace("mooncake-small.jsonl");
+    let target = scratch_file("link-target.jsonl", b"old\n");
+    let link = target.with_file_name("link-to-target.jsonl");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let output = Replay::new("round-robin", &trace)
+        .args(&["--requests-out", &link.to_string_lossy()])
+        .run();
+    assert!(output.status.success(), "{}", texts(&output).1);
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the link must stay a link"
+    );
+    let written = std::fs::read_to_string(&target).unwrap();
+    assert_eq!(written.lines().count(), 300, "the target holds the records");
+    // A link to a name that does not exist yet creates that file.
+    let dangling = target.with_file_name("dangling.jsonl");
+    let new_target = target.with_file_name("created-through-link.jsonl");
+    let _ = std::fs::remove_file(&dangling);
+    let _ = std::fs::remove_file(&new_target);
+    std::os::unix::fs::symlink(&new_target, &dangling).unwrap();
+    let output = routerlab(&[
+        "gen-trace",
+        "--requests",
+        "5",
+        "-o",
+        &dangling.to_string_lossy(),
+    ]);
+    assert!(output.status.success(), "{}", texts(&output).1);
+    assert!(
+        std::fs::symlink_metadata(&dangling)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&new_target)
+            .unwrap()
+            .lines()
+            .count(),
+        5
+    );
+}
+
+#[test]
+fn an_output_that_is_no_regular_file_is_streamed_to_never_renamed_over() {
+    let trace = project_trace("mooncake-small.jsonl");
+    // `-`, and a link to the process's own standard output (what /dev/stdout is; a
+    // scratch link, so a regression could only ever replace the scratch file): the
+    // records arrive on stdout, before the report, and the link stays a link.
+    let own_stdout = scratch_file("stdout-link", b"");
+    std::fs::remove_file(&own_stdout).unwrap();
+    std::os::unix::fs::symlink("/proc/self/fd/1", &own_stdout).unwrap();
+    for out in ["-", &own_stdout.to_string_lossy()] {
+        let output = Replay::new("round-robin", &trace)
+            .args(&["--requests-out", out, "--format", "json"])
+            .run();
+        let (stdout, stderr) = texts(&output);
+        assert!(output.status.success(), "{out}: {stderr}");
+        let records = stdout.lines().filter(|l| l.starts_with("{\"id\"")).count();
+        assert_eq!(records, 300, "{out}");
+    }
+    assert!(
+        std::fs::symlink_metadata(&own_stdout)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the link to stdout is still a link"
+    );
+    assert!(!Path::new("-").exists(), "no file named `-` was written");
+    // A FIFO: written through while a reader drains it, and still a FIFO afterwards.
+    let fifo = scratch_file("records.fifo", b"");
+    std::fs::remove_file(&fifo).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+    };
+    let output = Replay::new("round-robin", &trace)
+        .args(&["--requests-out", &fifo.to_string_lossy()])
+        .run();
+    assert!(output.status.success(), "{}", texts(&output).1);
+    assert_eq!(reader.join().unwrap().lines().count(), 300);
+    use std::os::unix::fs::FileTypeExt as _;
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+}
+
+#[test]
+fn drive_refuses_to_write_its_records_over_the_trace() {
+    let original = std::fs::read(project_trace("mooncake-small.jsonl")).unwrap();
+    let trace = scratch_file("drive-input.jsonl", &original);
+    // Nothing listens on the URL: the refusal must come before anything is sent.
+    let output = routerlab(&[
+        "drive",
+        "--url",
+        "http://127.0.0.1:9",
+        "--trace",
+        &trace.to_string_lossy(),
+        "--concurrency",
+        "1",
+        "--requests-out",
+        &trace.to_string_lossy(),
+    ]);
+    refused(&output, "is the same file as the input");
+    assert_eq!(std::fs::read(&trace).unwrap(), original);
+}
+
+#[test]
+fn a_plugin_library_loaded_by_path_is_an_input_too() {
+    let original = std::fs::read(built_library("routerlab_round_robin")).unwrap();
+    // A copy outside the search path, loaded by path.
+    let library = scratch_file("librr_copy.so", &original);
+    let spec = format!("{}#round-robin", library.display());
+    let trace = project_trace("mooncake-small.jsonl");
+    let output = Replay::new(&spec, &trace)
+        .args(&["--requests-out", &library.to_string_lossy()])
+        .run();
+    refused(&output, "is the same file as the plugin library");
+    assert_eq!(
+        std::fs::read(&library).unwrap(),
+        original,
+        "the library is untouched"
+    );
+    let sweep = scratch_file(
+        "lib-sweep.yaml",
+        format!(
+            "policy: '{spec}'\ntrace: {}\ngrid:\n  endpoints: [2, 3]\n",
+            trace.display()
+        )
+        .as_bytes(),
+    );
+    let output = routerlab(&[
+        "sweep",
+        &sweep.to_string_lossy(),
+        "--partition",
+        "1/1",
+        "--output",
+        &library.to_string_lossy(),
+    ]);
+    refused(&output, "is the same file as the plugin library");
+    assert_eq!(
+        std::fs::read(&library).unwrap(),
+        original,
+        "the library is untouched"
+    );
 }

@@ -25,7 +25,7 @@ pub use error::{CallFailure, LibraryFault, PluginError};
 pub use instance::{
     CachedPrefix, DetectorInstance, EndpointLoad, EndpointTable, MatcherInstance, RequestData,
 };
-pub use loader::{Library, PluginInfo, PluginKind, load_library};
+pub use loader::{Library, PluginInfo, PluginKind, load_library, loaded_library_paths};
 
 /// Finds and loads the plugin named by `spec` (a name or `PATH[#NAME]`), of kind `kind`.
 pub fn find_plugin(

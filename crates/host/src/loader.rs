@@ -132,6 +132,17 @@ impl Library {
 /// one thread at a time (`dlerror` is not thread-safe everywhere).
 static LOADED: Mutex<Option<HashMap<PathBuf, &'static Library>>> = Mutex::new(None);
 
+/// The files of every library loaded so far (canonical paths): inputs of the run, which no
+/// output may replace.
+pub fn loaded_library_paths() -> Vec<PathBuf> {
+    let loaded = LOADED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut paths: Vec<PathBuf> = loaded.iter().flat_map(|m| m.keys().cloned()).collect();
+    paths.sort();
+    paths
+}
+
 /// Loads and validates the library at `path` (once per process).
 pub fn load_library(path: &Path) -> Result<&'static Library, PluginError> {
     let fault = |cause| PluginError::Library {

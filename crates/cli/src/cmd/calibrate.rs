@@ -94,15 +94,6 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
     if args.budget < 10 {
         return Err(Failure::input("--budget must be at least 10 replays"));
     }
-    if let Some(out) = &args.output {
-        let inputs = [
-            args.workload.as_path(),
-            &args.run.join("requests.jsonl"),
-            &args.run.join("meta.json"),
-            &args.run.join("timeseries.csv"),
-        ];
-        crate::cmd::refuse_input_as_output("--output", out, &inputs)?;
-    }
     let (blocks, block_size, how) = run.kv_capacity();
     eprintln!("KV cache: {blocks} blocks of {block_size} tokens ({how})");
     let options = TraceOptions {
@@ -134,6 +125,16 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         ..Scenario::default()
     };
     let mut replicas = scenario.routers(&SearchPath::from_env())?;
+    // After the plugin is loaded: its library is an input too.
+    if let Some(out) = &args.output {
+        let inputs = [
+            args.workload.as_path(),
+            &args.run.join("requests.jsonl"),
+            &args.run.join("meta.json"),
+            &args.run.join("timeseries.csv"),
+        ];
+        crate::cmd::refuse_input_as_output("--output", out, &inputs)?;
+    }
     let base = EngineConfig {
         num_gpu_blocks: blocks,
         engine_block_size: block_size,

@@ -325,6 +325,9 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
         ..TraceOptions::default()
     };
     let reader = TraceReader::open(&args.trace, options)?;
+    if let Some(out) = &args.requests_out {
+        crate::cmd::refuse_input_as_output("--requests-out", out, &[&args.trace])?;
+    }
     let workload = Arc::new(Workload::load(reader, &[])?);
     let settings = DriveSettings {
         url: args.url,

@@ -136,7 +136,10 @@ fn new_path(file: &Path) -> PathBuf {
 pub fn run(args: SnapshotArgs) -> Result<(), Failure> {
     let pending = new_path(&args.file);
     if args.accept {
-        std::fs::rename(&pending, &args.file).map_err(|e| {
+        // Onto what the name points to: a snapshot kept behind a link stays a link.
+        let target =
+            crate::cmd::output::resolve_links(&args.file).unwrap_or_else(|_| args.file.clone());
+        std::fs::rename(&pending, &target).map_err(|e| {
             Failure::input(format!(
                 "--accept: cannot take {} as {}: {e}",
                 pending.display(),
@@ -149,8 +152,10 @@ pub fn run(args: SnapshotArgs) -> Result<(), Failure> {
     if args.digits == 0 || args.digits > 17 {
         return Err(Failure::input("--digits must be from 1 to 17"));
     }
-    let mut inputs: Vec<&Path> = args.replay.trace.as_deref().into_iter().collect();
-    inputs.extend(args.replay.config.as_deref());
+    let trace = args.replay.trace.clone();
+    let config = args.replay.config.clone();
+    let mut inputs: Vec<&Path> = trace.as_deref().into_iter().collect();
+    inputs.extend(config.as_deref());
     crate::cmd::refuse_input_as_output("the snapshot", &args.file, &inputs)?;
     let expression = expression_of(&args.replay, &args.policies);
     let mut replay = args.replay;
@@ -192,6 +197,8 @@ pub fn run(args: SnapshotArgs) -> Result<(), Failure> {
         body.insert("policies".into(), Value::Sequence(entries));
         Value::Mapping(body)
     };
+    // Again now that the plugins are loaded: their libraries are inputs too.
+    crate::cmd::refuse_input_as_output("the snapshot", &args.file, &inputs)?;
     let text = snapshot_text(&expression, &fresh);
     if !args.check {
         crate::cmd::write_output(&args.file, text.as_bytes(), "the snapshot")?;

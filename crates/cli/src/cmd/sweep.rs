@@ -203,16 +203,6 @@ pub fn run(args: SweepArgs) -> Result<(), Failure> {
     if let Some(dir) = &args.plot {
         crate::cmd::plot::check_dir(dir, &args.file)?;
     }
-    if let Some(path) = &args.output {
-        let traces: Vec<PathBuf> = selected
-            .iter()
-            .filter_map(|(_, r)| r.opts.trace.clone())
-            .collect();
-        let mut inputs: Vec<&Path> = traces.iter().map(PathBuf::as_path).collect();
-        inputs.push(&args.file);
-        crate::cmd::refuse_input_as_output("--output", path, &inputs)?;
-    }
-
     // Resolve and create everything before running anything; one workload per trace.
     let mut prepared: Vec<Prepared> = Vec::with_capacity(selected.len());
     let mut settings = Vec::with_capacity(selected.len());
@@ -224,6 +214,16 @@ pub fn run(args: SweepArgs) -> Result<(), Failure> {
             0,
         )?);
         settings.push(run.settings.clone());
+    }
+    // After the plugins are loaded: their libraries are inputs too.
+    if let Some(path) = &args.output {
+        let traces: Vec<PathBuf> = selected
+            .iter()
+            .filter_map(|(_, r)| r.opts.trace.clone())
+            .collect();
+        let mut inputs: Vec<&Path> = traces.iter().map(PathBuf::as_path).collect();
+        inputs.push(&args.file);
+        crate::cmd::refuse_input_as_output("--output", path, &inputs)?;
     }
     let workloads = load_workloads(&mut prepared)?;
     let bars = Bars::new(args.quiet);
