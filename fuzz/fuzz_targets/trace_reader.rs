@@ -25,6 +25,7 @@ fuzz_target!(|data: &[u8]| {
         block_size: 1 + u32::from(selector >> 4),
         trace_block_size: 1 + u32::from(selector & 0x0f) * 64,
         skip_invalid,
+        max_line_bytes: 1 << 20,
     };
     for skip in [false, true] {
         if let Ok(mut reader) = TraceReader::open(&path, options(skip)) {

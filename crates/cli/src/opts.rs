@@ -173,6 +173,10 @@ pub struct ReplayOpts {
     #[arg(long, help_heading = TRACE)]
     #[serde(default)]
     pub skip_invalid: bool,
+    /// The longest trace line read, bytes; a longer one is an error naming it [default:
+    /// 67108864, 64 MiB].
+    #[arg(long, value_name = "BYTES", help_heading = TRACE)]
+    pub max_line_bytes: Option<usize>,
     /// `trace`: the timed replay (arrivals, engine queues, finite KV cache, latencies);
     /// `off`: the prototype's time-free replay [default: off].
     #[arg(long, value_name = "MODE")]
@@ -273,6 +277,7 @@ impl ReplayOpts {
             format: self.format.or(file.format),
             fail_open: self.fail_open || file.fail_open,
             skip_invalid: self.skip_invalid || file.skip_invalid,
+            max_line_bytes: self.max_line_bytes.or(file.max_line_bytes),
             timing: self.timing.or(file.timing),
             speedup: self.speedup.or(file.speedup),
             rate: self.rate.or(file.rate),

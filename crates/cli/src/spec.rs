@@ -10,7 +10,9 @@ use routerlab_sim::scenario::{DEFAULT_ENDPOINTS, Scenario, default_endpoints};
 use routerlab_sim::timed::{Arrivals, CLOCK_RANGE, MAX_CLOCK_NS, TimedSettings};
 use routerlab_sim::{MAX_ENDPOINTS, WhenUnavailable};
 use routerlab_trace::TraceOptions;
-use routerlab_trace::reader::{DEFAULT_BLOCK_SIZE, DEFAULT_TRACE_BLOCK_SIZE};
+use routerlab_trace::reader::{
+    DEFAULT_BLOCK_SIZE, DEFAULT_MAX_LINE_BYTES, DEFAULT_TRACE_BLOCK_SIZE,
+};
 use serde_yaml::{Mapping, Value};
 
 use crate::exit::Failure;
@@ -74,6 +76,9 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
             "--block-size and --trace-block-size must be at least 1",
         ));
     }
+    if opts.max_line_bytes == Some(0) {
+        return Err(Failure::input("--max-line-bytes must be at least 1"));
+    }
     if opts.cache_blocks == Some(0) {
         return Err(Failure::input(
             "--cache-blocks must be at least 1 (omit it for an unbounded cache)",
@@ -117,6 +122,7 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
                 block_size,
                 trace_block_size,
                 skip_invalid: opts.skip_invalid,
+                max_line_bytes: opts.max_line_bytes.unwrap_or(DEFAULT_MAX_LINE_BYTES),
             },
             endpoints,
             cache_blocks: opts.cache_blocks,

@@ -643,3 +643,15 @@ fn a_plugin_library_loaded_by_path_is_an_input_too() {
         "the library is untouched"
     );
 }
+
+#[test]
+fn an_endless_input_stops_at_the_line_cap() {
+    // /dev/zero has no line end: read up to the cap (64 MiB), then a one-line error.
+    let output = routerlab(&["inspect", "/dev/zero"]);
+    refused(
+        &output,
+        "/dev/zero:1: the line is longer than 67108864 bytes",
+    );
+    let output = routerlab(&["inspect", "/dev/zero", "--max-line-bytes", "1000"]);
+    refused(&output, "longer than 1000 bytes");
+}

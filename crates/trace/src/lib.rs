@@ -18,6 +18,7 @@ pub mod inspect;
 pub mod reader;
 pub mod synth;
 pub mod workload;
+mod zstd;
 
 pub use error::{Fault, TraceError};
 pub use reader::{TraceFormat, TraceOptions, TraceReader, TraceRequest};

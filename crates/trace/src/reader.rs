@@ -97,22 +97,29 @@ pub struct TraceOptions {
     pub trace_block_size: u32,
     /// Skip bad lines (counting them) instead of failing.
     pub skip_invalid: bool,
+    /// The longest line read, in bytes (line ending excluded); a longer one is an error
+    /// naming it, so an endless line (a decompression bomb, `/dev/zero`) cannot take
+    /// unbounded memory.
+    pub max_line_bytes: usize,
 }
 
 /// Block size for text prompts by default, in bytes.
 pub const DEFAULT_BLOCK_SIZE: u32 = 128;
 /// Tokens per Mooncake hash id by default (Mooncake's own traces use 512).
 pub const DEFAULT_TRACE_BLOCK_SIZE: u32 = 512;
+/// The longest trace line read by default: 64 MiB (a prompt of some 16 M tokens).
+pub const DEFAULT_MAX_LINE_BYTES: usize = 64 << 20;
 
 impl Default for TraceOptions {
     /// The format detected from the first line, 128-byte text blocks, 512-token Mooncake
-    /// blocks, bad lines refused.
+    /// blocks, bad lines refused, lines up to 64 MiB.
     fn default() -> TraceOptions {
         TraceOptions {
             format: None,
             block_size: DEFAULT_BLOCK_SIZE,
             trace_block_size: DEFAULT_TRACE_BLOCK_SIZE,
             skip_invalid: false,
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
         }
     }
 }
@@ -229,7 +236,7 @@ fn decompressing(
         )),
         Some(Compression::Zstd) => Box::new(std::io::BufReader::with_capacity(
             1 << 16,
-            ruzstd::decoding::StreamingDecoder::new(input)
+            crate::zstd::Frames::new(input)
                 .map_err(|e| whole(format!("not a valid zstd file: {e}")))?,
         )),
     })
@@ -313,8 +320,14 @@ impl TraceReader {
             Some(format) => format,
             None => {
                 let first = source
-                    .first_content_line()
-                    .map_err(|e| whole(format!("cannot decompress: {e}")))?;
+                    .first_content_line(options.max_line_bytes)
+                    .map_err(|e| match too_long(&e) {
+                        Some(long) => TraceError {
+                            line: long.blank_before + 1,
+                            ..whole(long.message(options.max_line_bytes))
+                        },
+                        None => whole(format!("cannot decompress: {e}")),
+                    })?;
                 detect_format(first).ok_or_else(|| whole("trace is empty: no requests".into()))?
             }
         };
@@ -436,13 +449,20 @@ impl TraceReader {
     /// Reads the next request into `out`. `Ok(false)` at the end of the trace.
     pub fn next_into(&mut self, out: &mut TraceRequest) -> Result<bool, TraceError> {
         loop {
-            let line = self.source.next_line().map_err(|e| {
-                self.linker.error_at(
+            let cap = self.linker.options.max_line_bytes;
+            let line = self.source.next_line(cap).map_err(|e| match too_long(&e) {
+                Some(long) => self.linker.error_at(
+                    self.line + long.blank_before + 1,
+                    None,
+                    Fault::InvalidJson,
+                    long.message(cap),
+                ),
+                None => self.linker.error_at(
                     self.line + 1,
                     None,
                     Fault::InvalidJson,
                     format!("cannot decompress: {e}"),
-                )
+                ),
             })?;
             let Some((numbered, bytes)) = line else {
                 if self.linker.seq == 0 {
@@ -487,13 +507,16 @@ impl TraceReader {
 impl Source {
     /// The next non-blank line without its line ending, and how many lines (blank ones
     /// included) were consumed to reach it.
-    fn next_line(&mut self) -> std::io::Result<Option<(usize, &[u8])>> {
+    fn next_line(&mut self, cap: usize) -> std::io::Result<Option<(usize, &[u8])>> {
         let mut consumed = 0;
         match self {
             Source::Mapped { map, offset } => {
                 while *offset < map.len() {
                     let rest = &map[*offset..];
                     let end = memchr_newline(rest).unwrap_or(rest.len());
+                    if trim_line(&rest[..end]).len() > cap {
+                        return Err(LineTooLong::error(consumed));
+                    }
                     let start = *offset;
                     *offset += end + 1;
                     consumed += 1;
@@ -514,7 +537,7 @@ impl Source {
             } => loop {
                 if !std::mem::take(pending) {
                     buf.clear();
-                    if reader.read_until(b'\n', buf)? == 0 {
+                    if read_line_capped(reader, buf, cap, consumed)? == 0 {
                         return Ok(None);
                     }
                     if std::mem::take(at_start) && buf.starts_with(UTF8_BOM) {
@@ -531,7 +554,7 @@ impl Source {
     }
 
     /// The first non-blank line, without consuming it (for format detection).
-    fn first_content_line(&mut self) -> std::io::Result<&[u8]> {
+    fn first_content_line(&mut self, cap: usize) -> std::io::Result<&[u8]> {
         match self {
             Source::Mapped { map, offset } => Ok(map[*offset..]
                 .split(|b| *b == b'\n')
@@ -545,11 +568,13 @@ impl Source {
                 ..
             } => {
                 // Blank leading lines are read past here and not counted; they carry nothing.
+                let mut blanks = 0;
                 loop {
                     buf.clear();
-                    if reader.read_until(b'\n', buf)? == 0 {
+                    if read_line_capped(reader, buf, cap, blanks)? == 0 {
                         return Ok(&[]);
                     }
+                    blanks += 1;
                     if std::mem::take(at_start) && buf.starts_with(UTF8_BOM) {
                         buf.drain(..UTF8_BOM.len());
                     }
@@ -559,6 +584,74 @@ impl Source {
                     }
                 }
             }
+        }
+    }
+}
+
+/// A line past the cap ([`TraceOptions::max_line_bytes`]), with the blank lines read past
+/// before it in the same call (for its line number).
+#[derive(Debug)]
+struct LineTooLong {
+    blank_before: usize,
+}
+
+impl LineTooLong {
+    fn error(blank_before: usize) -> std::io::Error {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            LineTooLong { blank_before },
+        )
+    }
+
+    fn message(&self, cap: usize) -> String {
+        format!("the line is longer than {cap} bytes (--max-line-bytes raises the cap)")
+    }
+}
+
+impl std::fmt::Display for LineTooLong {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a line longer than the cap")
+    }
+}
+
+impl std::error::Error for LineTooLong {}
+
+/// The [`LineTooLong`] inside `e`, if that is what it is.
+fn too_long(e: &std::io::Error) -> Option<&LineTooLong> {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<LineTooLong>())
+}
+
+/// `read_until(b'\n')` that stops with [`LineTooLong`] once the line (its ending aside)
+/// passes `cap` bytes, holding at most `cap` plus one buffer's worth in `buf`.
+fn read_line_capped(
+    reader: &mut dyn BufRead,
+    buf: &mut Vec<u8>,
+    cap: usize,
+    blank_before: usize,
+) -> std::io::Result<usize> {
+    let start = buf.len();
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(buf.len() - start);
+        }
+        let (used, done) = match memchr::memchr(b'\n', available) {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        buf.extend_from_slice(&available[..used]);
+        reader.consume(used);
+        // `\r\n` is two bytes of ending, not content.
+        if trim_line(&buf[start..]).len() > cap && (done || buf.len() - start > cap + 1) {
+            return Err(LineTooLong::error(blank_before));
+        }
+        if done {
+            return Ok(buf.len() - start);
         }
     }
 }

@@ -28,6 +28,9 @@ pub struct InspectArgs {
     /// Skip malformed lines instead of failing.
     #[arg(long)]
     pub skip_invalid: bool,
+    /// The longest trace line read, bytes; a longer one is an error naming it.
+    #[arg(long, value_name = "BYTES", default_value_t = routerlab_trace::reader::DEFAULT_MAX_LINE_BYTES)]
+    pub max_line_bytes: usize,
     /// Output format: human, json or yaml [default: human].
     #[arg(long, value_name = "FORMAT")]
     pub format: Option<OutputFormat>,
@@ -47,6 +50,7 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
             block_size: args.block_size,
             trace_block_size: args.trace_block_size,
             skip_invalid: args.skip_invalid,
+            max_line_bytes: args.max_line_bytes.max(1),
         },
     )?;
     let skipped = reader.skipped().clone();
