@@ -139,3 +139,69 @@ fn a_missing_or_repeated_shard_is_named() {
     assert_eq!(std::fs::read(sweep).unwrap(), before);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn every_field_of_a_shard_line_is_checked_before_it_is_used() {
+    let dir = scratch_dir("tampered");
+    let sweep = sweep_file(&dir);
+    ok(
+        &dir,
+        &[
+            "sweep",
+            sweep.to_str().unwrap(),
+            "--partition",
+            "1/1",
+            "-o",
+            "all.jsonl",
+        ],
+    );
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("all.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4);
+    // Each case edits the first line's `sweep` block and keeps the rest.
+    let cases: [(&str, serde_json::Value, &str); 5] = [
+        (
+            "index",
+            4.into(),
+            "`sweep.index` 4 is outside the sweep's 4 runs",
+        ),
+        (
+            "runs",
+            1_000_000_000_000u64.into(),
+            "`sweep.runs` 1000000000000 is not 1 to 100000",
+        ),
+        (
+            "shard",
+            "0/0".into(),
+            "`sweep.shard` `0/0` is not I/N with 1 <= I <= N",
+        ),
+        ("shard", "3/2".into(), "`sweep.shard` `3/2` is not I/N"),
+        (
+            "shard",
+            "2/2".into(),
+            "run 0 is not dealt to shard 2/2 by count dealing",
+        ),
+    ];
+    for (key, value, expected) in cases {
+        let mut edited = lines.clone();
+        edited[0]["sweep"][key] = value;
+        let text: String = edited.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(dir.join("edited.jsonl"), text).unwrap();
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_routerlab"))
+            .args(["merge", "edited.jsonl"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = texts(&output);
+        assert_eq!(output.status.code(), Some(2), "{key}: {stderr}");
+        assert!(stdout.is_empty(), "{key}");
+        assert!(
+            stderr.contains(&format!("edited.jsonl: line 1: {expected}")),
+            "{key}: {stderr}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -125,6 +125,46 @@ impl Partition {
     }
 }
 
+/// The most runs a sweep may have (a grid, and what a shard line may claim).
+const MAX_RUNS: usize = 100_000;
+
+/// What is wrong with a shard line's `sweep` block, if anything: every field checked
+/// against the others before anything is allocated from them.
+fn shard_line_fault(id: &SweepId, label: &str) -> Option<String> {
+    if !(1..=MAX_RUNS).contains(&id.runs) {
+        return Some(format!("`sweep.runs` {} is not 1 to {MAX_RUNS}", id.runs));
+    }
+    if id.index >= id.runs {
+        return Some(format!(
+            "`sweep.index` {} is outside the sweep's {} runs",
+            id.index, id.runs
+        ));
+    }
+    let Some((i, n)) = id
+        .shard
+        .split_once('/')
+        .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
+        .filter(|(i, n)| (1..=*n).contains(i))
+    else {
+        return Some(format!(
+            "`sweep.shard` `{}` is not I/N with 1 <= I <= N",
+            id.shard
+        ));
+    };
+    if Partition::shard_of(id.dealing, n, id.index, label) != i {
+        return Some(format!(
+            "run {} is not dealt to shard {} by {} dealing",
+            id.index,
+            id.shard,
+            match id.dealing {
+                Dealing::Count => "count",
+                Dealing::Hash => "hash",
+            }
+        ));
+    }
+    None
+}
+
 /// One run of the grid, before it is resolved.
 struct GridRun {
     label: String,
@@ -290,6 +330,13 @@ pub fn merge(args: MergeArgs) -> Result<(), Failure> {
                     one_line(&e.to_string())
                 ))
             })?;
+            if let Some(fault) = shard_line_fault(&line.sweep, &line.label) {
+                return Err(Failure::input(format!(
+                    "{}: line {}: {fault}",
+                    path.display(),
+                    n + 1
+                )));
+            }
             match &first {
                 None => first = Some((path.clone(), line.sweep.clone())),
                 Some((first_path, id)) => {
@@ -510,7 +557,7 @@ fn expand(path: &Path, bytes: &[u8]) -> Result<Vec<GridRun>, Failure> {
     let count = axes
         .iter()
         .try_fold(1usize, |n, (_, v)| n.checked_mul(v.len()));
-    let Some(count) = count.filter(|n| *n <= 100_000) else {
+    let Some(count) = count.filter(|n| *n <= MAX_RUNS) else {
         return Err(at("the grid has more than 100,000 runs".into()));
     };
     let mut runs = Vec::with_capacity(count);
