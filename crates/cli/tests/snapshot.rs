@@ -118,3 +118,28 @@ fn a_comparison_snapshots_every_policy() {
     );
     assert!(!stderr.contains("policies.1.report"), "{stderr}");
 }
+
+#[test]
+fn a_deeply_nested_stored_snapshot_is_refused_at_once() {
+    let mut body = "---\nsource: routerlab snapshot\nexpression: \"x\"\n---\nrequests: ".to_owned();
+    body.push_str(&"[".repeat(100_000));
+    body.push_str(&"]".repeat(100_000));
+    body.push('\n');
+    let snap = scratch_file("deep.snap", body.as_bytes());
+    let trace = project_trace("mooncake-small.jsonl");
+    let output = routerlab(&[
+        "snapshot",
+        snap.to_str().unwrap(),
+        "--check",
+        "--matcher",
+        "lcp",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("deep.snap: body: line 1: brackets nest more than 64 deep"),
+        "{stderr}"
+    );
+}

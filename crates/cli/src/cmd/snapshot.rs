@@ -70,6 +70,10 @@ fn body_of(text: &str, path: &Path) -> Result<Value, Failure> {
                 path.display()
             ))
         })?;
+    // A parser takes time quadratic in bracket nesting: refuse deep nesting first, as for
+    // experiment files (a snapshot this tool wrote nests a handful of levels).
+    routerlab_core::config::check_nesting(rest)
+        .map_err(|e| Failure::input(format!("{}: body: {e}", path.display())))?;
     serde_yaml::from_str(rest).map_err(|e| Failure::input(format!("{}: body: {e}", path.display())))
 }
 
