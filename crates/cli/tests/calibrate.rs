@@ -226,4 +226,69 @@ fn a_bad_run_or_workload_is_refused_by_name() {
         stderr.contains("has 10 requests, the measured run 200"),
         "{stderr}"
     );
+    // As many requests, but not the same ones: the first that differs is named.
+    let text = std::fs::read_to_string(&workload).unwrap();
+    let mut lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let longer = lines[4]["input_length"].as_u64().unwrap() + 7;
+    lines[4]["input_length"] = longer.into();
+    let other: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let other = scratch_file("calibrate-other.jsonl", other.as_bytes());
+    let output = routerlab(&[
+        "calibrate",
+        &run.to_string_lossy(),
+        "--workload",
+        &other.to_string_lossy(),
+    ]);
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("request 5 (line 5) has {longer} prompt")),
+        "{stderr}"
+    );
+    // KV usage past 100% and a run that spans past the clock are refused by file and line.
+    std::fs::write(
+        run.join("timeseries.csv"),
+        "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1,0,0,1,0,50\n2,0,0,1,0,200\n",
+    )
+    .unwrap();
+    let output = routerlab(&[
+        "calibrate",
+        &run.to_string_lossy(),
+        "--workload",
+        &workload.to_string_lossy(),
+    ]);
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("timeseries.csv:3: field `kv_cache_pct` is 200"),
+        "{stderr}"
+    );
+    std::fs::write(
+        run.join("timeseries.csv"),
+        "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n",
+    )
+    .unwrap();
+    let requests = std::fs::read_to_string(run.join("requests.jsonl")).unwrap();
+    let mut rows: Vec<serde_json::Value> = requests
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    rows[2]["last_token_ts"] = 1e308.into();
+    let rows: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(run.join("requests.jsonl"), rows).unwrap();
+    let output = routerlab(&[
+        "calibrate",
+        &run.to_string_lossy(),
+        "--workload",
+        &workload.to_string_lossy(),
+    ]);
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("requests.jsonl:3: ends 1.000e308 s after"),
+        "{stderr}"
+    );
 }

@@ -182,6 +182,18 @@ fn quantile(values: &mut [f64], q: f64) -> f64 {
     values[((values.len() - 1) as f64 * q).round() as usize]
 }
 
+/// The longest a measured run may span, seconds: a week.
+const MAX_RUN_SPAN_S: f64 = 7.0 * 24.0 * 3600.0;
+
+/// The 1-based line of `text`'s `index`-th non-blank line.
+fn line_of(text: &str, index: usize) -> usize {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .nth(index)
+        .map_or(0, |(n, _)| n + 1)
+}
+
 /// The three files of a measured run.
 const REQUESTS_FILE: &str = "requests.jsonl";
 const META_FILE: &str = "meta.json";
@@ -235,6 +247,25 @@ impl MeasuredRun {
             }
             parsed.push(request);
         }
+        // The run's clock: every time within a week of the earliest, so the figures drawn
+        // from the span (a sample every 100 ms) stay bounded.
+        let start = parsed
+            .iter()
+            .map(|r| r.queued_ts)
+            .fold(f64::INFINITY, f64::min);
+        if let Some(i) = parsed
+            .iter()
+            .position(|r| r.last_token_ts - start > MAX_RUN_SPAN_S)
+        {
+            return Err(bad(
+                REQUESTS_FILE,
+                Some(line_of(requests, i)),
+                format!(
+                    "ends {:.3e} s after the run's first request: a run spans at most {MAX_RUN_SPAN_S} s (a week)",
+                    parsed[i].last_token_ts - start
+                ),
+            ));
+        }
         if parsed.is_empty() {
             return Err(bad(REQUESTS_FILE, None, "no requests".into()));
         }
@@ -264,6 +295,7 @@ impl MeasuredRun {
             .and_then(|b| u32::try_from(b).ok())
             .zip(u32::try_from(block_size).ok());
         let mut samples = Vec::new();
+        let mut sample_lines = Vec::new();
         let mut lines = timeseries.lines();
         let header: Vec<&str> = lines
             .next()
@@ -309,6 +341,7 @@ impl MeasuredRun {
                         )
                     })?;
             }
+            sample_lines.push(i + 2);
             samples.push(Sample {
                 t: values[0],
                 prompt_throughput: values[1],
@@ -317,7 +350,17 @@ impl MeasuredRun {
                 kv_usage: values[4],
             });
         }
-        // Percent or fraction: a series that ever passes 1 is percent.
+        // Percent or fraction: a series that ever passes 1 is percent, and no more than 100.
+        if let Some(i) = samples.iter().position(|s| s.kv_usage > 100.0) {
+            return Err(bad(
+                TIMESERIES_FILE,
+                Some(sample_lines[i]),
+                format!(
+                    "field `kv_cache_pct` is {}: KV usage is 0 to 1, or a percentage to 100",
+                    samples[i].kv_usage
+                ),
+            ));
+        }
         if samples.iter().any(|s| s.kv_usage > 1.0) {
             for s in &mut samples {
                 s.kv_usage /= 100.0;

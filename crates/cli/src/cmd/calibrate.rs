@@ -111,6 +111,26 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
             run.requests.len()
         )));
     }
+    // The same requests, not just as many: lengths in tokens match request by request.
+    if workload.unit == routerlab_core::Unit::Tokens {
+        for (i, (fed, measured)) in workload.requests.iter().zip(&run.requests).enumerate() {
+            let output_differs = fed.output_tokens.is_some_and(|o| o != measured.output_toks);
+            if u64::from(fed.prompt_tokens) != measured.input_toks || output_differs {
+                return Err(Failure::input(format!(
+                    "--workload {}: request {} (line {}) has {} prompt and {} output tokens, the measured run's request {} {} and {}: give the workload the run was fed",
+                    args.workload.display(),
+                    i + 1,
+                    fed.line,
+                    fed.prompt_tokens,
+                    fed.output_tokens
+                        .map_or("unknown".into(), |o| o.to_string()),
+                    i + 1,
+                    measured.input_toks,
+                    measured.output_toks,
+                )));
+            }
+        }
+    }
     if workload.requests.iter().any(|r| r.arrival_ns.is_none()) {
         return Err(Failure::input(format!(
             "--workload {}: every request needs an arrival time",
