@@ -420,3 +420,72 @@ fn a_router_out_of_file_descriptors_waits_instead_of_spinning() {
     );
     drop(holders);
 }
+
+#[test]
+fn endpoints_the_router_could_never_reach_are_refused_at_start() {
+    for (bad, why) in [
+        (
+            "a b:80",
+            "is not host:port (no path, query, fragment, user or spaces)",
+        ),
+        (
+            "https://engine:8000",
+            "only plain http:// engines can be served, not https://",
+        ),
+        ("engine:0", "port 0 is no engine's port"),
+        ("engine:8000/v1", "is not host:port"),
+        ("engine:8000?x=1", "is not host:port"),
+        ("engine:8000#top", "is not host:port"),
+        ("user@engine:8000", "is not host:port"),
+        ("engine:80000", "`80000` is not a port"),
+        ("[not-v6]:80", "`[not-v6]` is not a host name or address"),
+    ] {
+        // A server that started anyway would never exit: give it five seconds.
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_routerlab"))
+            .args([
+                "serve",
+                "--matcher",
+                "round-robin",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--endpoints", &format!("127.0.0.1:9,{bad}")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > std::time::Duration::from_secs(5) {
+                let _ = child.kill();
+                panic!("`{bad}`: serve started with an endpoint it can never use");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert_eq!(status.code(), Some(2), "`{bad}`: {stderr}");
+        assert!(
+            stderr.contains(&format!("--endpoints: `{bad}`: {why}")),
+            "`{bad}`: {stderr}"
+        );
+    }
+    // What can be reached is kept as host:port.
+    let router = Server::start(&[
+        "serve",
+        "--matcher",
+        "round-robin",
+        "--endpoints",
+        "http://127.0.0.1:9/,[::1]:9",
+    ]);
+    assert_eq!(
+        metric(
+            &router.addr,
+            "routerlab_endpoint_up{endpoint=\"127.0.0.1:9\"}"
+        ),
+        1.0
+    );
+}

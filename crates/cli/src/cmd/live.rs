@@ -217,26 +217,57 @@ pub fn engine(args: EngineArgs) -> Result<(), Failure> {
 fn endpoints(text: &str) -> Result<Vec<String>, Failure> {
     let mut list: Vec<String> = Vec::new();
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let item = item.trim_start_matches("http://").trim_end_matches('/');
-        let valid = item
-            .rsplit_once(':')
-            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-        if !valid {
-            return Err(Failure::input(format!(
-                "--endpoints: `{item}` is not host:port (plain http)"
-            )));
-        }
-        if list.iter().any(|e| e == item) {
+        let endpoint = endpoint(item)
+            .map_err(|why| Failure::input(format!("--endpoints: `{item}`: {why}")))?;
+        if list.contains(&endpoint) {
             return Err(Failure::input(format!(
                 "--endpoints: `{item}` is given twice"
             )));
         }
-        list.push(item.to_owned());
+        list.push(endpoint);
     }
     if list.is_empty() {
         return Err(Failure::input("--endpoints: give at least one host:port"));
     }
     Ok(list)
+}
+
+/// One engine's `host:port` (an optional `http://` and trailing `/` dropped), or why it
+/// is none the router could ever reach: another scheme, a path, query, fragment or user,
+/// spaces, a host that is no name or address, port 0.
+fn endpoint(item: &str) -> Result<String, String> {
+    if let Some((scheme, _)) = item.split_once("://")
+        && scheme != "http"
+    {
+        return Err(format!(
+            "only plain http:// engines can be served, not {scheme}://"
+        ));
+    }
+    let rest = item.strip_prefix("http://").unwrap_or(item);
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.contains(['/', '?', '#', '@']) || rest.chars().any(char::is_whitespace) {
+        return Err("is not host:port (no path, query, fragment, user or spaces)".into());
+    }
+    let Some((host, port)) = rest.rsplit_once(':') else {
+        return Err("is not host:port".into());
+    };
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        }
+    };
+    if !host_ok {
+        return Err(format!("`{host}` is not a host name or address"));
+    }
+    match port.parse::<u16>() {
+        Ok(0) => Err("port 0 is no engine's port".into()),
+        Ok(_) => Ok(rest.to_owned()),
+        Err(_) => Err(format!("`{port}` is not a port (1 to 65535)")),
+    }
 }
 
 /// `routerlab serve`.

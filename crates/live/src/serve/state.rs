@@ -3,17 +3,24 @@
 //! I/O and no clock here (times are arguments), so every rule of `serve` short of the
 //! network is tested in process, with Rust plugins driven through the real shims.
 
-use std::collections::HashMap;
-
 use routerlab_core::Unit;
-use routerlab_core::hash::BlockInterner;
+use routerlab_core::hash::{BlockInterner, hash64};
 use routerlab_host::{EndpointLoad, RequestData};
+use routerlab_policy_kit::LruMap;
 use routerlab_route::{EndpointIndex, ListPos, Router};
 use routerlab_trace::blocks::{hash_text_blocks, prompt_tokens};
 
 use super::OnPluginError;
 use super::health::{Health, HealthRule};
 use crate::prom::Scraped;
+
+/// Sessions `serve` remembers at once; the least recently seen is forgotten past it (it
+/// continues as a new session if it comes back). Keys are kept as a 64-bit hash, so a key
+/// of any length costs the same few bytes: at most about 3 MiB for the whole map.
+pub const MAX_SESSIONS: usize = 65_536;
+
+/// Seed of the session-key hash (any fixed value; it only has to be the same all run).
+const SESSION_KEY_SEED: u64 = 0x5345_5353_494f_4e53;
 
 /// KV usage arrives as a fraction; plugins see it as this many blocks out of the total.
 const LIVE_KV_BLOCKS: u64 = 10_000;
@@ -81,8 +88,11 @@ pub(super) struct State {
     block_size: u32,
     health: HealthRule,
     interner: BlockInterner,
-    /// Session key -> (session number, last request of it).
-    sessions: HashMap<String, (u64, u64)>,
+    /// Hash of a session key -> (session number, last request of it), least recently used
+    /// first out past [`MAX_SESSIONS`].
+    sessions: LruMap<(u64, u64)>,
+    /// Session numbers given so far.
+    last_session: u64,
     next_seq: u64,
     turn: usize,
     pub(super) plugin_errors: u64,
@@ -112,11 +122,18 @@ impl State {
             block_size,
             health,
             interner: BlockInterner::default(),
-            sessions: HashMap::new(),
+            sessions: LruMap::default(),
+            last_session: 0,
             next_seq: 1,
             turn: 0,
             plugin_errors: 0,
         }
+    }
+
+    /// Sessions remembered now.
+    #[cfg(test)]
+    pub(super) fn sessions_len(&self) -> usize {
+        self.sessions.len()
     }
 
     /// Whether any endpoint is in the fleet.
@@ -138,11 +155,21 @@ impl State {
         self.next_seq += 1;
         let (session, parent) = match session_key {
             Some(key) => {
-                let fresh = self.sessions.len() as u64 + 1;
-                let entry = self.sessions.entry(key).or_insert((fresh, 0));
+                let last_session = &mut self.last_session;
+                let entry = self.sessions.touch_or_insert_with(
+                    hash64(key.as_bytes(), SESSION_KEY_SEED),
+                    || {
+                        *last_session += 1;
+                        (*last_session, 0)
+                    },
+                );
                 let parent = entry.1;
                 entry.1 = seq;
-                (entry.0, parent)
+                let session = entry.0;
+                if self.sessions.len() > MAX_SESSIONS {
+                    self.sessions.pop_oldest();
+                }
+                (session, parent)
             }
             None => (0, 0),
         };
@@ -184,10 +211,18 @@ impl State {
                 }
                 match decision.endpoint.and_then(|pos| self.upstream_at(pos)) {
                     Some(upstream) => Ok(upstream),
-                    None => Err(Refusal(
+                    None if !self.healthy() => Err(Refusal(
+                        503,
+                        "no endpoint is healthy: every engine failed its health checks".into(),
+                    )),
+                    None if decision.constrained => Err(Refusal(
                         503,
                         "no endpoint is available for this request (the detector flagged them all)"
                             .into(),
+                    )),
+                    None => Err(Refusal(
+                        503,
+                        "the matcher chose no endpoint for this request".into(),
                     )),
                 }
             }

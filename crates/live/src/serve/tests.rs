@@ -215,3 +215,44 @@ fn an_engine_leaves_only_after_failures_in_a_row_and_returns_after_passes() {
     assert_eq!(ADDED.load(Ordering::Relaxed), added + 1);
     assert!(s.healthy());
 }
+
+#[test]
+fn the_session_map_is_bounded_and_keys_of_any_length_cost_the_same() {
+    use super::state::MAX_SESSIONS;
+    let mut s = state::<FewestTokens>("fewest-tokens", false);
+    // A megabyte-long key is a session like any other.
+    let long = "k".repeat(1 << 20);
+    let first = s.admit(b"x".to_vec(), Some(long.clone()), None, 0);
+    let again = s.admit(b"x".to_vec(), Some(long.clone()), None, 1);
+    assert_eq!(
+        (first.session, again.session, again.parent),
+        (1, 1, first.seq)
+    );
+    // Past the bound the least recently seen session is forgotten.
+    for i in 0..MAX_SESSIONS + 10 {
+        s.admit(b"x".to_vec(), Some(format!("user-{i}")), None, 2);
+    }
+    assert_eq!(s.sessions_len(), MAX_SESSIONS);
+    let back = s.admit(b"x".to_vec(), Some(long), None, 3);
+    assert_eq!(back.parent, 0, "forgotten: it starts again");
+    assert!(back.session > MAX_SESSIONS as u64, "with a new number");
+    let recent = format!("user-{}", MAX_SESSIONS + 9);
+    let continued = s.admit(b"x".to_vec(), Some(recent), None, 4);
+    assert_ne!(continued.parent, 0, "a recent session continues");
+}
+
+#[test]
+fn a_refusal_says_whether_nothing_is_healthy_or_everything_is_flagged() {
+    let mut s = state::<FewestTokens>("fewest-tokens", false);
+    for u in 0..3 {
+        s.scraped(u, None);
+        s.scraped(u, None);
+    }
+    assert!(!s.healthy());
+    let r = s.admit(b"hello".to_vec(), None, None, 0);
+    let Err(Refusal(status, message)) = s.decide(&r, 0, OnPluginError::Reject) else {
+        panic!("nothing is in the fleet")
+    };
+    assert_eq!(status, 503);
+    assert!(message.contains("no endpoint is healthy"), "{message}");
+}
