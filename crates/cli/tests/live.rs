@@ -489,3 +489,108 @@ fn endpoints_the_router_could_never_reach_are_refused_at_start() {
         1.0
     );
 }
+
+/// A hostile engine on a free port: `/metrics` answers as a healthy vLLM would, and every
+/// completion gets `answer` (raw HTTP, written as is, then the connection closed).
+fn hostile_engine(answer: &'static str) -> String {
+    use std::io::{BufRead as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(&stream);
+                let mut request_line = String::new();
+                if reader.read_line(&mut request_line).is_err() {
+                    return;
+                }
+                let mut length = 0usize;
+                loop {
+                    let mut header = String::new();
+                    if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = header.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0; length];
+                let _ = std::io::Read::read_exact(&mut reader, &mut body);
+                let reply = if request_line.starts_with("GET /metrics") {
+                    let metrics = "vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n";
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{metrics}",
+                        metrics.len()
+                    )
+                } else {
+                    answer.to_owned()
+                };
+                let _ = (&stream).write_all(reply.as_bytes());
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn an_engine_that_fails_its_answers_leaves_though_its_metrics_look_fine() {
+    let bad = hostile_engine(
+        "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 2\r\nconnection: close\r\n\r\nno",
+    );
+    let good = Server::start(&["engine", "--instant"]);
+    let endpoints = format!("{bad},{}", good.addr);
+    let router = Server::start(&[
+        "serve",
+        "--matcher",
+        "round-robin",
+        "--endpoints",
+        &endpoints,
+        "--unhealthy-after",
+        "2",
+        "--metrics-interval-ms",
+        "100",
+    ]);
+    let mut statuses = Vec::new();
+    for _ in 0..12 {
+        statuses.push(http(&router.addr, "POST", "/v1/completions", SMALL).0);
+    }
+    let failures = statuses.iter().filter(|s| **s == 500).count();
+    assert_eq!(
+        failures, 2,
+        "two 500s take it out, then only the good engine answers: {statuses:?}"
+    );
+    assert_eq!(
+        metric(
+            &router.addr,
+            &format!("routerlab_endpoint_up{{endpoint=\"{bad}\"}}")
+        ),
+        0.0
+    );
+}
+
+#[test]
+fn a_whole_answer_the_engine_breaks_off_is_a_502_not_a_200() {
+    // Promises 100 bytes, sends 12, hangs up.
+    let broken = hostile_engine(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\nconnection: close\r\n\r\n{\"choices\":",
+    );
+    let router = Server::start(&[
+        "serve",
+        "--matcher",
+        "round-robin",
+        "--endpoints",
+        &broken,
+        "--unhealthy-after",
+        "3",
+    ]);
+    let (status, body) = http(&router.addr, "POST", "/v1/completions", SMALL);
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("the answer broke off"), "{body}");
+    assert_eq!(
+        metric(
+            &router.addr,
+            &format!("routerlab_errors_total{{endpoint=\"{broken}\"}}")
+        ),
+        1.0
+    );
+}

@@ -2,7 +2,9 @@
 //! each scrape bounded in time and size; an engine leaves the fleet only after a run of
 //! failed scrapes and comes back only after a run of good ones, so one lost scrape does
 //! not make the matcher forget what it learned of an engine (pingora's health checks keep
-//! the same two thresholds).
+//! the same two thresholds). Answers count too, with the same thresholds: an engine whose
+//! metrics look fine but that answers requests with 5xx, or breaks its answers off, leaves
+//! as surely; it is given another chance by a good scrape ten seconds later.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,7 +46,12 @@ impl Default for Health {
 }
 
 impl Health {
-    /// Takes one scrape's result; returns the new standing when it changes.
+    /// Whether the engine stands in the fleet.
+    pub(super) fn up(&self) -> bool {
+        self.up
+    }
+
+    /// Takes one result (a scrape, or an answer); returns the new standing when it changes.
     pub(super) fn observe(&mut self, ok: bool, rule: HealthRule) -> Option<bool> {
         if ok == self.up {
             self.run = 0;
@@ -87,9 +94,10 @@ pub(super) async fn scrape_loop(shared: Arc<Shared>) {
         }
         // In endpoint order, so the matcher hears of changes in a fixed order.
         results.sort_by_key(|(u, _)| *u);
+        let now = shared.now_ns();
         let mut state = shared.lock();
         for (u, scraped) in results {
-            state.scraped(u, scraped);
+            state.scraped(u, scraped, now);
         }
     }
 }

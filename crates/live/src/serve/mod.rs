@@ -46,6 +46,9 @@ use state::{Refusal, Routed, State};
 
 /// The header a client names its session with (else the body's `user`).
 pub const SESSION_HEADER: &str = "x-session-id";
+/// The most bytes of a whole (non-streamed) answer the router holds before passing it on.
+pub const MAX_ANSWER_BYTES: usize = 64 << 20;
+
 /// The header the router adds to each response: the endpoint that served it.
 pub const ENDPOINT_HEADER: &str = "x-routerlab-endpoint";
 
@@ -266,6 +269,9 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
                         state.learn(&routed, upstream, shared.now_ns());
                     } else {
                         state.upstreams[upstream].errors += 1;
+                        if status.is_server_error() {
+                            state.answered(upstream, false, shared.now_ns());
+                        }
                     }
                 }
                 let (mut parts, incoming) = response.into_parts();
@@ -273,6 +279,11 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
                     ENDPOINT_HEADER,
                     name.parse().expect("an endpoint name is a header value"),
                 );
+                let streamed = parts
+                    .headers
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|t| t.starts_with("text/event-stream"));
                 let tracked = Tracked {
                     inner: incoming,
                     shared: shared.clone(),
@@ -280,8 +291,26 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
                     upstream,
                     first_seen: false,
                     learned: status.is_success(),
+                    ended: None,
                 };
-                return Response::from_parts(parts, tracked.boxed());
+                if streamed {
+                    // Events pass through as they come; a stream broken off ends early
+                    // (its status is long sent) and counts against the engine.
+                    return Response::from_parts(parts, tracked.boxed());
+                }
+                // A whole answer is read whole first, so one the engine breaks off is a
+                // 502, not a 200 with half a body.
+                let limited = http_body_util::Limited::new(tracked, MAX_ANSWER_BYTES);
+                return match limited.collect().await {
+                    Ok(collected) => Response::from_parts(parts, http::full(collected.to_bytes())),
+                    Err(e) => {
+                        shared.lock().upstreams[upstream].errors += 1;
+                        http::error(
+                            StatusCode::BAD_GATEWAY,
+                            &format!("{name}: the answer broke off: {e}"),
+                        )
+                    }
+                };
             }
             Ok(Err(e)) => {
                 // Refused, reset or closed before any response: the engine produced nothing
@@ -333,6 +362,9 @@ struct Tracked {
     first_seen: bool,
     /// Whether the matcher learned the pick (the engine answered with success).
     learned: bool,
+    /// How the body ended: `Some(true)` whole, `Some(false)` broken off by the engine;
+    /// `None` while it runs or when the client went away first.
+    ended: Option<bool>,
 }
 
 impl Tracked {
@@ -341,9 +373,16 @@ impl Tracked {
             return;
         };
         let now = self.shared.now_ns();
-        self.shared
-            .lock()
-            .complete(&routed, self.upstream, self.learned, now);
+        let mut state = self.shared.lock();
+        state.complete(&routed, self.upstream, self.learned, now);
+        // Only the engine's doing counts toward its health, not a client that left.
+        // A whole body counts for the engine only when it was a success (a 5xx counted
+        // against it when its status came); a broken one always counts against it.
+        match self.ended {
+            Some(false) => state.answered(self.upstream, false, now),
+            Some(true) if self.learned => state.answered(self.upstream, true, now),
+            _ => {}
+        }
     }
 }
 
@@ -367,7 +406,14 @@ impl http_body::Body for Tracked {
                     this.shared.lock().first_token(routed, this.upstream, now);
                 }
             }
-            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => this.finish(),
+            Poll::Ready(None) => {
+                this.ended = Some(true);
+                this.finish();
+            }
+            Poll::Ready(Some(Err(_))) => {
+                this.ended = Some(false);
+                this.finish();
+            }
             _ => {}
         }
         polled.map(|frame| frame.map(|r| r.map_err(|e| Box::new(e) as BoxError)))

@@ -19,6 +19,10 @@ use crate::prom::Scraped;
 /// of any length costs the same few bytes: at most about 3 MiB for the whole map.
 pub const MAX_SESSIONS: usize = 65_536;
 
+/// How long an engine that its answers took out stays out before a good scrape may bring
+/// it back: its metrics said it was fine all along, so they alone cannot clear it sooner.
+pub const ANSWER_COOLDOWN_NS: u64 = 10_000_000_000;
+
 /// Seed of the session-key hash (any fixed value; it only has to be the same all run).
 const SESSION_KEY_SEED: u64 = 0x5345_5353_494f_4e53;
 
@@ -30,7 +34,13 @@ pub(super) struct Upstream {
     pub(super) name: String,
     /// Its stable index while it is in the fleet.
     pub(super) index: Option<EndpointIndex>,
+    /// Its scrapes' standing.
     pub(super) health: Health,
+    /// Its answers' standing (5xx and broken bodies count against it).
+    pub(super) answers: Health,
+    /// When its answers took it out, ns (another chance [`ANSWER_COOLDOWN_NS`] later, if
+    /// its scrapes are good then).
+    out_since_ns: u64,
     pub(super) scraped: Scraped,
     pub(super) inflight: u64,
     pub(super) inflight_tokens: u64,
@@ -107,6 +117,8 @@ impl State {
                 name: table.name(pos).to_owned(),
                 index: Some(EndpointIndex(table.index(pos))),
                 health: Health::default(),
+                answers: Health::default(),
+                out_since_ns: 0,
                 scraped: Scraped::default(),
                 inflight: 0,
                 inflight_tokens: 0,
@@ -309,24 +321,51 @@ impl State {
     /// The outcome of one scrape of `upstream` (`None`: it failed). Health changes only
     /// after the rule's run of failures or successes; then the matcher is told
     /// (`remove_endpoints` / `add_endpoints`).
-    pub(super) fn scraped(&mut self, upstream: usize, scraped: Option<Scraped>) {
+    pub(super) fn scraped(&mut self, upstream: usize, scraped: Option<Scraped>, now_ns: u64) {
         let ok = scraped.is_some();
+        let rule = self.health;
+        let u = &mut self.upstreams[upstream];
         if let Some(scraped) = scraped {
-            self.upstreams[upstream].scraped = scraped;
+            u.scraped = scraped;
         }
-        let Some(up) = self.upstreams[upstream].health.observe(ok, self.health) else {
-            return;
-        };
-        if up {
-            let name = self.upstreams[upstream].name.clone();
-            match self.router.add_endpoint(name) {
-                Ok(index) => self.upstreams[upstream].index = Some(index),
-                Err(_) => self.plugin_errors += 1,
+        u.health.observe(ok, rule);
+        if ok && !u.answers.up() && now_ns.saturating_sub(u.out_since_ns) >= ANSWER_COOLDOWN_NS {
+            u.answers = Health::default();
+        }
+        self.apply_standing(upstream);
+    }
+
+    /// How an answer from `upstream` went at `now_ns`: `false` for a 5xx or a body that
+    /// broke off.
+    pub(super) fn answered(&mut self, upstream: usize, ok: bool, now_ns: u64) {
+        let rule = self.health;
+        let u = &mut self.upstreams[upstream];
+        if u.answers.observe(ok, rule) == Some(false) {
+            u.out_since_ns = now_ns;
+        }
+        self.apply_standing(upstream);
+    }
+
+    /// Puts `upstream` in the fleet or takes it out, as its scrapes and answers say, and
+    /// tells the matcher when that changes anything.
+    fn apply_standing(&mut self, upstream: usize) {
+        let u = &self.upstreams[upstream];
+        let up = u.health.up() && u.answers.up();
+        match (up, u.index) {
+            (true, None) => {
+                let name = u.name.clone();
+                match self.router.add_endpoint(name) {
+                    Ok(index) => self.upstreams[upstream].index = Some(index),
+                    Err(_) => self.plugin_errors += 1,
+                }
             }
-        } else if let Some(index) = self.upstreams[upstream].index.take()
-            && self.router.remove_endpoint(index).is_err()
-        {
-            self.plugin_errors += 1;
+            (false, Some(index)) => {
+                self.upstreams[upstream].index = None;
+                if self.router.remove_endpoint(index).is_err() {
+                    self.plugin_errors += 1;
+                }
+            }
+            _ => {}
         }
     }
 

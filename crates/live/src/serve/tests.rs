@@ -142,12 +142,12 @@ fn the_matcher_sees_the_routers_own_in_flight_tokens() {
 #[test]
 fn detector_verdicts_are_counted_and_a_fully_flagged_fleet_refuses() {
     let mut s = state::<FewestTokens>("fewest-tokens", true);
-    s.scraped(0, usage(0.9));
+    s.scraped(0, usage(0.9), 0);
     let r = s.admit(b"hello".to_vec(), None, None, 0);
     assert_eq!(s.decide(&r, 0, OnPluginError::Reject).unwrap(), 1);
     assert_eq!(s.upstreams[0].unavailable, 1);
-    s.scraped(1, usage(0.5));
-    s.scraped(2, usage(0.7));
+    s.scraped(1, usage(0.5), 0);
+    s.scraped(2, usage(0.7), 0);
     let Err(Refusal(status, message)) = s.decide(&r, 1, OnPluginError::Reject) else {
         panic!("everything is flagged")
     };
@@ -186,13 +186,13 @@ fn an_engine_leaves_only_after_failures_in_a_row_and_returns_after_passes() {
         REMOVED.load(Ordering::Relaxed),
     );
     // One lost scrape: still in the fleet, the matcher told nothing.
-    s.scraped(1, None);
-    s.scraped(1, usage(0.1));
-    s.scraped(1, None);
+    s.scraped(1, None, 0);
+    s.scraped(1, usage(0.1), 0);
+    s.scraped(1, None, 0);
     assert!(s.upstreams[1].index.is_some());
     assert_eq!(s.router.table().len(), 3);
     // Two in a row: out.
-    s.scraped(1, None);
+    s.scraped(1, None, 0);
     assert_eq!(s.upstreams[1].index, None);
     assert_eq!(s.router.table().len(), 2);
     assert_eq!(REMOVED.load(Ordering::Relaxed), removed + 1);
@@ -204,9 +204,9 @@ fn an_engine_leaves_only_after_failures_in_a_row_and_returns_after_passes() {
         assert_ne!(s.next_untried(&[]), Some(1));
     }
     // One good scrape is not enough to come back; two are.
-    s.scraped(1, usage(0.1));
+    s.scraped(1, usage(0.1), 0);
     assert_eq!(s.upstreams[1].index, None);
-    s.scraped(1, usage(0.1));
+    s.scraped(1, usage(0.1), 0);
     assert_eq!(
         s.upstreams[1].index,
         Some(routerlab_route::EndpointIndex(3)),
@@ -245,8 +245,8 @@ fn the_session_map_is_bounded_and_keys_of_any_length_cost_the_same() {
 fn a_refusal_says_whether_nothing_is_healthy_or_everything_is_flagged() {
     let mut s = state::<FewestTokens>("fewest-tokens", false);
     for u in 0..3 {
-        s.scraped(u, None);
-        s.scraped(u, None);
+        s.scraped(u, None, 0);
+        s.scraped(u, None, 0);
     }
     assert!(!s.healthy());
     let r = s.admit(b"hello".to_vec(), None, None, 0);
@@ -255,4 +255,21 @@ fn a_refusal_says_whether_nothing_is_healthy_or_everything_is_flagged() {
     };
     assert_eq!(status, 503);
     assert!(message.contains("no endpoint is healthy"), "{message}");
+}
+
+#[test]
+fn failed_answers_take_an_engine_out_until_the_cooldown_has_passed() {
+    use super::state::ANSWER_COOLDOWN_NS;
+    let mut s = state::<FewestTokens>("fewest-tokens", false);
+    s.answered(2, false, 1_000);
+    s.answered(2, true, 2_000);
+    s.answered(2, false, 3_000);
+    assert!(s.upstreams[2].index.is_some(), "a success broke the run");
+    s.answered(2, false, 4_000);
+    assert_eq!(s.upstreams[2].index, None, "two in a row: out");
+    // Its scrapes are fine, but not for long enough yet.
+    s.scraped(2, usage(0.1), 4_000 + ANSWER_COOLDOWN_NS - 1);
+    assert_eq!(s.upstreams[2].index, None);
+    s.scraped(2, usage(0.1), 4_000 + ANSWER_COOLDOWN_NS);
+    assert!(s.upstreams[2].index.is_some(), "back after the cooldown");
 }
