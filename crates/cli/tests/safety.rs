@@ -655,3 +655,27 @@ fn an_endless_input_stops_at_the_line_cap() {
     let output = routerlab(&["inspect", "/dev/zero", "--max-line-bytes", "1000"]);
     refused(&output, "longer than 1000 bytes");
 }
+
+/// A plugin library cut short faults inside `dlopen`: the report names the library (no
+/// trace is read at all), and the process still dies of the signal.
+#[test]
+fn a_truncated_plugin_library_is_named_when_it_faults() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let whole = std::fs::read(built_library("routerlab_lcp")).unwrap();
+    let dir = scratch_file("truncated-lib-dir-marker", b"").with_file_name("truncated-lib");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let library = dir.join("librouterlab_cut.so");
+    std::fs::write(&library, &whole[..20_000.min(whole.len() / 4)]).unwrap();
+    let output = routerlab(&["plugins", "--path", &dir.to_string_lossy()]);
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.signal(), Some(7), "SIGBUS: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "while loading the plugin library {}",
+            library.canonicalize().unwrap().display()
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("trace"), "no trace was read: {stderr}");
+}

@@ -159,7 +159,10 @@ pub fn load_library(path: &Path) -> Result<&'static Library, PluginError> {
     if let Some(library) = loaded.get(&canonical) {
         return Ok(library);
     }
-    let library = open_and_validate(path, &canonical)?;
+    routerlab_os::crash::loading(&canonical);
+    let library = open_and_validate(path, &canonical);
+    routerlab_os::crash::loaded();
+    let library = library?;
     let library: &'static Library = Box::leak(Box::new(library));
     loaded.insert(canonical, library);
     Ok(library)
@@ -179,7 +182,7 @@ fn open_and_validate(path: &Path, canonical: &Path) -> Result<Library, PluginErr
             libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL,
         )
     }
-    .map_err(|e| fault(LibraryFault::Open(one_line(&e.to_string()))))?;
+    .map_err(|e| fault(LibraryFault::Open(one_line(&with_causes(&e)))))?;
     // SAFETY: the ABI fixes the entry symbol's type as `RlEntryFn`; a library that exports
     // the symbol with another type breaks the ABI it claims by using that name.
     let entry: RlEntryFn = match unsafe { handle.get::<RlEntryFn>(RL_ENTRY_SYMBOL) } {
@@ -419,6 +422,19 @@ unsafe fn c_text(ptr: *const c_char) -> String {
     unsafe { CStr::from_ptr(ptr) }
         .to_string_lossy()
         .into_owned()
+}
+
+/// `e` and every error it wraps: libloading's `dlopen failed` carries `dlerror()`'s text
+/// (the missing dependency, the undefined symbol, the bad ELF header) as its source.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 fn one_line(text: &str) -> String {

@@ -318,3 +318,37 @@ fn an_error_message_past_the_cap_says_it_was_cut() {
         &err[err.len() - 80..]
     );
 }
+
+/// `dlerror()`'s own words reach the user: here, the dependency that cannot be found.
+#[test]
+fn a_missing_dependency_is_named_by_the_loader() {
+    let dir = scratch_dir("missing-dependency");
+    let dep_source = dir.join("dep.c");
+    std::fs::write(&dep_source, "int routerlab_test_dep(void) { return 1; }\n").unwrap();
+    let dep = dir.join("libroutertestdep.so");
+    compile_c(&dep_source, &dep, &[]);
+    let file = dir.join(library_file_name("broken"));
+    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let linked = std::process::Command::new(&compiler)
+        .args(["-shared", "-fPIC", "-O1", "-std=c11", "-I"])
+        .arg(workspace_root().join("include"))
+        .arg(workspace_root().join("crates/host/tests/fixtures/broken.c"))
+        .arg("-o")
+        .arg(&file)
+        .args(["-Wl,--no-as-needed", "-L"])
+        .arg(&dir)
+        .arg("-lroutertestdep")
+        .output()
+        .unwrap();
+    assert!(
+        linked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&linked.stderr)
+    );
+    std::fs::remove_file(&dep).unwrap();
+    let err = load_error(&SearchPath::new(vec![dir]), "broken");
+    assert!(
+        err.contains("libroutertestdep.so: cannot open shared object file"),
+        "{err}"
+    );
+}

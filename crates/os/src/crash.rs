@@ -36,6 +36,15 @@ thread_local! {
 static MAPPED_PATH: [AtomicU8; 512] = [const { AtomicU8::new(0) }; 512];
 static MAPPED_LEN: AtomicUsize = AtomicUsize::new(0);
 
+/// The plugin library being loaded (its path's first bytes), as for `MAPPED_PATH`.
+static LOADING_PATH: [AtomicU8; 512] = [const { AtomicU8::new(0) }; 512];
+static LOADING_LEN: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    // Whether this thread is inside `dlopen` or a library's entry function.
+    static LOADING: Cell<bool> = const { Cell::new(false) };
+}
+
 /// Notes that `call` of `plugin` is about to run on this thread.
 #[inline]
 pub fn enter(plugin: &'static str, call: &'static str) {
@@ -71,13 +80,30 @@ pub fn set_trace_line(line: u64) {
 /// Notes a file just mapped, so a SIGBUS while reading it can name it (its first 512
 /// bytes).
 pub fn note_mapped(path: &std::path::Path) {
+    store_path(&MAPPED_PATH, &MAPPED_LEN, path);
+}
+
+/// Notes that this thread is about to load the plugin library `path` (`dlopen`, its entry
+/// function): a library file that is truncated, or changes while it is mapped, faults
+/// there, and the report must name the library, not a trace.
+pub fn loading(path: &std::path::Path) {
+    store_path(&LOADING_PATH, &LOADING_LEN, path);
+    LOADING.with(|l| l.set(true));
+}
+
+/// Notes that the load this thread began is over.
+pub fn loaded() {
+    LOADING.with(|l| l.set(false));
+}
+
+fn store_path(slots: &[AtomicU8; 512], len: &AtomicUsize, path: &std::path::Path) {
     let text = path.to_string_lossy();
-    let bytes = &text.as_bytes()[..text.len().min(MAPPED_PATH.len())];
-    MAPPED_LEN.store(0, Ordering::Release);
-    for (slot, byte) in MAPPED_PATH.iter().zip(bytes) {
+    let bytes = &text.as_bytes()[..text.len().min(slots.len())];
+    len.store(0, Ordering::Release);
+    for (slot, byte) in slots.iter().zip(bytes) {
         slot.store(*byte, Ordering::Relaxed);
     }
-    MAPPED_LEN.store(bytes.len(), Ordering::Release);
+    len.store(bytes.len(), Ordering::Release);
 }
 
 /// Installs the handler for SIGSEGV, SIGBUS, SIGABRT, SIGILL and SIGFPE (once; later calls
@@ -127,7 +153,14 @@ extern "C" fn on_fatal_signal(signal: libc::c_int) {
     let mut line = Line::default();
     line.push(b"routerlab: ");
     line.push(signal_name(signal));
-    if !now.plugin.is_empty() {
+    if LOADING.with(Cell::get) {
+        line.push(b" while loading the plugin library ");
+        let len = LOADING_LEN.load(Ordering::Acquire);
+        for slot in &LOADING_PATH[..len] {
+            line.push(&[slot.load(Ordering::Relaxed)]);
+        }
+        line.push(b": the file is damaged or truncated, or changed while it was loaded\n");
+    } else if !now.plugin.is_empty() {
         line.push(b" in plugin `");
         line.push(now.plugin.as_bytes());
         line.push(b"` during `");
