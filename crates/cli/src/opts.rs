@@ -151,6 +151,10 @@ pub struct ReplayOpts {
     /// [default: unbounded].
     #[arg(long, value_name = "N", help_heading = FLEET)]
     pub cache_blocks: Option<u64>,
+    /// A plugin call that has not returned after MS milliseconds ends the run with an error
+    /// naming the plugin, the call and the trace line; 0 waits for ever [default: 10000].
+    #[arg(long, value_name = "MS", help_heading = PLUGINS)]
+    pub plugin_timeout_ms: Option<u64>,
     /// Seed given to plugins as their `seed` config key unless their config sets one
     /// [default: 0].
     #[arg(long, value_name = "N", help_heading = PLUGINS)]
@@ -278,6 +282,7 @@ impl ReplayOpts {
             fail_open: self.fail_open || file.fail_open,
             skip_invalid: self.skip_invalid || file.skip_invalid,
             max_line_bytes: self.max_line_bytes.or(file.max_line_bytes),
+            plugin_timeout_ms: self.plugin_timeout_ms.or(file.plugin_timeout_ms),
             timing: self.timing.or(file.timing),
             speedup: self.speedup.or(file.speedup),
             rate: self.rate.or(file.rate),

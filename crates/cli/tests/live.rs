@@ -594,3 +594,45 @@ fn a_whole_answer_the_engine_breaks_off_is_a_502_not_a_200() {
         1.0
     );
 }
+
+#[test]
+fn a_plugin_call_that_hangs_leaves_health_and_metrics_answering() {
+    let engine = Server::start(&["engine", "--instant"]);
+    let fixture = support::fixture_plugin("hang-on-match");
+    let router = Server::start(&[
+        "serve",
+        "--matcher",
+        &fixture,
+        "--matcher-config",
+        "{hang_from: 2}",
+        "--endpoints",
+        &engine.addr,
+    ]);
+    assert_eq!(http(&router.addr, "POST", "/v1/completions", SMALL).0, 200);
+    let before = metric(
+        &router.addr,
+        &format!("routerlab_requests_total{{endpoint=\"{}\"}}", engine.addr),
+    );
+    assert_eq!(before, 1.0);
+    // The second request's `match` never returns: it holds the plugins' lock for ever.
+    let addr = router.addr.clone();
+    std::thread::spawn(move || http(&addr, "POST", "/v1/completions", SMALL));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let (status, body) = http(&router.addr, "GET", "/health", "");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("a plugin call is stuck"), "{body}");
+    // The figures of the last scrape, as they were.
+    assert_eq!(
+        metric(
+            &router.addr,
+            &format!("routerlab_requests_total{{endpoint=\"{}\"}}", engine.addr)
+        ),
+        1.0
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "answered in {:?}",
+        started.elapsed()
+    );
+}

@@ -679,3 +679,24 @@ fn a_truncated_plugin_library_is_named_when_it_faults() {
     );
     assert!(!stderr.contains("trace"), "no trace was read: {stderr}");
 }
+
+#[test]
+fn a_plugin_call_that_never_returns_ends_the_run_naming_it() {
+    let trace = project_trace("mooncake-small.jsonl");
+    let spec = support::fixture_plugin("hang-on-match");
+    let started = std::time::Instant::now();
+    let output = Replay::new(&spec, &trace)
+        .args(&["--plugin-timeout-ms", "300"])
+        .run();
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stdout.is_empty(), "no partial report: {stdout}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(
+            "plugin `hang-on-match` did not return from `match_update` within 300 ms, routing the request on trace line 1"
+        ),
+        "{stderr}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}

@@ -2,8 +2,8 @@
 //! host's tests can prove a panic is caught at the boundary, reported with its payload, and
 //! poisons the instance), one that depends on `on_complete` (so the timed replay's tests
 //! can prove it is called), one that checks the ABI 1.2 signals against its own books
-//! and fails the run on the first disagreement, and one that checks its router replica
-//! scrapes the engines on its own schedule.
+//! and fails the run on the first disagreement, one that checks its router replica
+//! scrapes the engines on its own schedule, and one that never returns from `match`.
 
 use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request};
 
@@ -37,6 +37,30 @@ impl Matcher for PanicOnMatch {
     ) -> Result<Option<EndpointId>, String> {
         if request.id() == 2 {
             panic!("fixture: boom in match for request {}", request.id());
+        }
+        Ok(endpoints.available().next().map(|e| e.id()))
+    }
+}
+
+/// Never returns from `match` for requests whose id is `hang_from` or later (config key,
+/// default 1): the host's deadline must end the run (or keep `serve` answering) without it.
+pub struct HangOnMatch {
+    hang_from: u64,
+}
+
+impl Matcher for HangOnMatch {
+    fn create(_name: &str, config: &mut PluginConfig) -> Result<Self, String> {
+        Ok(HangOnMatch {
+            hang_from: config.u64("hang_from", 1)?,
+        })
+    }
+    fn match_request(
+        &mut self,
+        request: &Request<'_>,
+        endpoints: &Endpoints<'_>,
+    ) -> Result<Option<EndpointId>, String> {
+        while request.id() >= self.hang_from {
+            std::thread::sleep(std::time::Duration::from_secs(1));
         }
         Ok(endpoints.available().next().map(|e| e.id()))
     }
@@ -275,6 +299,7 @@ impl Matcher for ScrapePhase {
 routerlab_core::export_plugins! {
     matcher PanicOnCreate { name: "panic-on-create", description: "fixture: panics in create" },
     matcher PanicOnMatch { name: "panic-on-match", description: "fixture: panics in match" },
+    matcher HangOnMatch { name: "hang-on-match", description: "fixture: never returns from match" },
     matcher Contract {
         name: "contract-1-2",
         description: "fixture: fails when the host's ABI 1.2 signals disagree with its own books",

@@ -54,6 +54,7 @@ pub fn enter(plugin: &'static str, call: &'static str) {
         now.call = call;
         c.set(now);
     });
+    crate::watchdog::enter(plugin, call);
 }
 
 /// Notes that the plugin call on this thread returned.
@@ -65,6 +66,7 @@ pub fn leave() {
         now.call = "";
         c.set(now);
     });
+    crate::watchdog::leave();
 }
 
 /// Notes the trace line of the request this thread routes next (0 = none).
@@ -75,6 +77,7 @@ pub fn set_trace_line(line: u64) {
         now.line = line;
         c.set(now);
     });
+    crate::watchdog::set_line(line);
 }
 
 /// Notes a file just mapped, so a SIGBUS while reading it can name it (its first 512

@@ -4,7 +4,8 @@
 //! says which plugin, call and trace line were running when the process died, and
 //! [`mapped`], the read-only file map the trace reader streams from (a truncated map faults
 //! with SIGBUS, and the crash handler names the file). The plugin loader and the trace
-//! reader both depend on this crate; neither depends on the other.
+//! reader both depend on this crate; neither depends on the other. [`watchdog`] watches
+//! the same plugin calls for one that never returns.
 //!
 //! `unsafe` is allowed in this crate, and each block says why it is sound.
 
@@ -12,5 +13,6 @@
 
 pub mod crash;
 pub mod mapped;
+pub mod watchdog;
 
 pub use mapped::MappedFile;

@@ -75,6 +75,7 @@ pub(crate) fn compare(opts: CompareOpts) -> Result<(Comparison, OutputFormat), F
         Some(path) => flags.or(load_experiment(&path)?),
         None => flags,
     };
+    crate::cmd::run::watch_plugins(merged.plugin_timeout_ms);
     for (given, flag) in [
         (merged.matcher.is_some(), "--matcher (`matcher`)"),
         (merged.detector.is_some(), "--detector (`detector`)"),

@@ -58,6 +58,7 @@ pub(crate) fn replay(flags: ReplayOpts) -> Result<Replayed, Failure> {
         ));
     }
     let (quiet, plot, config_file) = (opts.quiet, opts.plot.clone(), opts.config.clone());
+    crate::cmd::run::watch_plugins(opts.plugin_timeout_ms);
     let spec = resolve(opts)?;
     let mut replicas = crate::cmd::build_replicas(&spec)?;
     if let Some(dir) = &plot {

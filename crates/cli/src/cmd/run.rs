@@ -65,6 +65,37 @@ pub(crate) fn with_policy(opts: &ReplayOpts, policy: &Policy) -> ReplayOpts {
     }
 }
 
+/// The deadline on plugin calls by default.
+pub(crate) const DEFAULT_PLUGIN_TIMEOUT_MS: u64 = 10_000;
+
+/// The deadline the watchdog was started with, for its message.
+static DEADLINE_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Starts the watchdog on plugin calls for `timeout_ms` (none for 0): a call that has not
+/// returned by then ends the process with exit 1 and one line naming it. The stuck thread
+/// cannot be stopped, so nothing else could end the run.
+pub(crate) fn watch_plugins(timeout_ms: Option<u64>) {
+    let ms = timeout_ms.unwrap_or(DEFAULT_PLUGIN_TIMEOUT_MS);
+    if ms == 0 {
+        return;
+    }
+    DEADLINE_MS.store(ms, Ordering::Relaxed);
+    routerlab_os::watchdog::start(std::time::Duration::from_millis(ms), |stuck| {
+        let line = if stuck.line > 0 {
+            format!(", routing the request on trace line {}", stuck.line)
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "error: plugin `{}` did not return from `{}` within {} ms{line} (--plugin-timeout-ms sets the deadline)",
+            stuck.plugin,
+            stuck.call,
+            DEADLINE_MS.load(Ordering::Relaxed)
+        );
+        std::process::exit(i32::from(crate::exit::RUN_FAILED));
+    });
+}
+
 /// Resolves a run's settings and creates its plugins and router; failures name the run.
 pub(crate) fn prepare(
     kind: &'static str,

@@ -243,6 +243,8 @@ pub fn run(args: SweepArgs) -> Result<(), Failure> {
     if let Some(dir) = &args.plot {
         crate::cmd::plot::check_dir(dir, &args.file)?;
     }
+    // One deadline for the sweep: the first run's (the grid may not vary it).
+    crate::cmd::run::watch_plugins(selected.first().and_then(|(_, r)| r.opts.plugin_timeout_ms));
     // Resolve and create everything before running anything; one workload per trace.
     let mut prepared: Vec<Prepared> = Vec::with_capacity(selected.len());
     let mut settings = Vec::with_capacity(selected.len());

@@ -46,6 +46,9 @@ use state::{Refusal, Routed, State};
 
 /// The header a client names its session with (else the body's `user`).
 pub const SESSION_HEADER: &str = "x-session-id";
+/// How long `/health` and `/metrics` wait for the plugins' lock before answering without it.
+const STATUS_WAIT: Duration = Duration::from_millis(200);
+
 /// The most bytes of a whole (non-streamed) answer the router holds before passing it on.
 pub const MAX_ANSWER_BYTES: usize = 64 << 20;
 
@@ -84,6 +87,8 @@ pub struct ServeSettings {
 
 struct Shared {
     settings: ServeSettings,
+    /// The last `/metrics` text, answered while a plugin call holds the state.
+    last_metrics: Mutex<String>,
     state: Mutex<State>,
     client: Client<HttpConnector, http_body_util::Full<Bytes>>,
     started: Instant,
@@ -92,12 +97,45 @@ struct Shared {
 }
 
 impl Shared {
+    /// The lock, from code that cannot wait asynchronously (a body's poll). When it is
+    /// taken, the runtime is told this thread may block, so its other tasks move on.
     fn lock(&self) -> MutexGuard<'_, State> {
+        if let Some(guard) = self.try_state() {
+            return guard;
+        }
         // A panic while holding the lock is a bug in this module (plugin panics are caught
         // at the ABI boundary); the state it guards stays usable.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        tokio::task::block_in_place(|| {
+            self.state
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+        })
+    }
+
+    /// The lock, taken without blocking the runtime's thread: a plugin call that hangs
+    /// holds it, and a blocked worker would stall every other connection.
+    async fn lock_async(&self) -> MutexGuard<'_, State> {
+        loop {
+            if let Some(guard) = self.try_state() {
+                return guard;
+            }
+            tokio::time::sleep(Duration::from_micros(100)).await;
+        }
+    }
+
+    /// The lock if it is free now.
+    fn try_state(&self) -> Option<MutexGuard<'_, State>> {
+        match self.state.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// The lock if it can be had within `wait`: `/health` and `/metrics` answer even while
+    /// a plugin call hangs.
+    async fn lock_within(&self, wait: Duration) -> Option<MutexGuard<'_, State>> {
+        tokio::time::timeout(wait, self.lock_async()).await.ok()
     }
 
     /// Nanoseconds since the router started: the arrival and decision times plugins see.
@@ -131,6 +169,7 @@ pub async fn run_on(
         started: Instant::now(),
         matcher,
         decisions: metrics::decision_histogram(),
+        last_metrics: Mutex::new(String::new()),
     });
     tokio::spawn(health::scrape_loop(shared.clone()));
     http::serve(listener, http::HEADER_READ_TIMEOUT, move |request| {
@@ -144,18 +183,38 @@ pub async fn run_on(
 async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
     let path = request.uri().path().to_owned();
     match (request.method(), path.as_str()) {
-        (&Method::GET, "/health") => {
-            let healthy = shared.lock().healthy();
-            let status = if healthy {
-                StatusCode::OK
-            } else {
-                StatusCode::SERVICE_UNAVAILABLE
-            };
-            http::json(status, &serde_json::json!({"healthy_endpoints": healthy}))
-        }
+        (&Method::GET, "/health") => match shared.lock_within(STATUS_WAIT).await {
+            Some(state) => {
+                let healthy = state.healthy();
+                let status = if healthy {
+                    StatusCode::OK
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                };
+                http::json(status, &serde_json::json!({"healthy_endpoints": healthy}))
+            }
+            None => http::error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the router's plugins have not answered: a plugin call is stuck",
+            ),
+        },
         (&Method::GET, "/metrics") => {
-            let text = metrics::text(&shared.lock(), &shared.matcher, &shared.decisions);
-            http::openmetrics(text)
+            let fresh = shared
+                .lock_within(STATUS_WAIT)
+                .await
+                .map(|state| metrics::text(&state, &shared.matcher, &shared.decisions));
+            let mut last = shared
+                .last_metrics
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            match fresh {
+                Some(text) => {
+                    last.clone_from(&text);
+                    http::openmetrics(text)
+                }
+                // A plugin call holds the state: the figures of the last scrape, as they were.
+                None => http::openmetrics(last.clone()),
+            }
         }
         (&Method::GET, "/v1/models") => models(shared, request).await,
         (&Method::POST, _) => match Api::of_path(&path) {
@@ -169,7 +228,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
 /// `/v1/models`: what the first healthy engine serves.
 async fn models(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
     let name = {
-        let state = shared.lock();
+        let state = shared.lock_async().await;
         state
             .upstreams
             .iter()
@@ -208,7 +267,7 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
         Ok(inference) => inference,
         Err(message) => return http::error(StatusCode::BAD_REQUEST, &message),
     };
-    let routed = shared.lock().admit(
+    let routed = shared.lock_async().await.admit(
         inference.prompt,
         session_key.or(inference.user),
         inference.max_tokens.map(u64::from),
@@ -221,7 +280,7 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
     let mut tried: Vec<usize> = Vec::new();
     loop {
         let pick = {
-            let mut state = shared.lock();
+            let mut state = shared.lock_async().await;
             if tried.is_empty() {
                 let started = Instant::now();
                 let pick = state.decide(&routed, shared.now_ns(), shared.settings.on_plugin_error);
@@ -246,7 +305,7 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
                 return http::error(status, &message);
             }
         };
-        let name = shared.lock().send(upstream, &routed);
+        let name = shared.lock_async().await.send(upstream, &routed);
         let mut outgoing = Request::post(format!("http://{name}{path}"))
             .header("content-type", "application/json");
         if let Some(auth) = &authorization {
@@ -264,7 +323,7 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
             Ok(Ok(response)) => {
                 let status = response.status();
                 {
-                    let mut state = shared.lock();
+                    let mut state = shared.lock_async().await;
                     if status.is_success() {
                         state.learn(&routed, upstream, shared.now_ns());
                     } else {
@@ -304,7 +363,7 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
                 return match limited.collect().await {
                     Ok(collected) => Response::from_parts(parts, http::full(collected.to_bytes())),
                     Err(e) => {
-                        shared.lock().upstreams[upstream].errors += 1;
+                        shared.lock_async().await.upstreams[upstream].errors += 1;
                         http::error(
                             StatusCode::BAD_GATEWAY,
                             &format!("{name}: the answer broke off: {e}"),
@@ -315,7 +374,7 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
             Ok(Err(e)) => {
                 // Refused, reset or closed before any response: the engine produced nothing
                 // the client has seen, so the request can go elsewhere.
-                let mut state = shared.lock();
+                let mut state = shared.lock_async().await;
                 state.release(upstream, &routed);
                 state.upstreams[upstream].errors += 1;
                 state.upstreams[upstream].retries += 1;
@@ -328,7 +387,7 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
                 }
             }
             Err(_) => {
-                let mut state = shared.lock();
+                let mut state = shared.lock_async().await;
                 state.release(upstream, &routed);
                 state.upstreams[upstream].errors += 1;
                 return http::error(
