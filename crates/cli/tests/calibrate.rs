@@ -204,6 +204,18 @@ fn a_bad_run_or_workload_is_refused_by_name() {
 
     let workload = workload("calibrate-refused");
     let run = synthetic_run(&workload);
+    // `calibrate RUN --workload W` must exit 2; its stderr.
+    let refused = |run: &Path, workload: &Path| {
+        let output = routerlab(&[
+            "calibrate",
+            &run.to_string_lossy(),
+            "--workload",
+            &workload.to_string_lossy(),
+        ]);
+        let (_, stderr) = texts(&output);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        stderr
+    };
     let short = scratch_file(
         "calibrate-short.jsonl",
         std::fs::read_to_string(&workload)
@@ -214,14 +226,7 @@ fn a_bad_run_or_workload_is_refused_by_name() {
             .collect::<String>()
             .as_bytes(),
     );
-    let output = routerlab(&[
-        "calibrate",
-        &run.to_string_lossy(),
-        "--workload",
-        &short.to_string_lossy(),
-    ]);
-    let (_, stderr) = texts(&output);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let stderr = refused(&run, &short);
     assert!(
         stderr.contains("has 10 requests, the measured run 200"),
         "{stderr}"
@@ -236,14 +241,7 @@ fn a_bad_run_or_workload_is_refused_by_name() {
     lines[4]["input_length"] = longer.into();
     let other: String = lines.iter().map(|l| format!("{l}\n")).collect();
     let other = scratch_file("calibrate-other.jsonl", other.as_bytes());
-    let output = routerlab(&[
-        "calibrate",
-        &run.to_string_lossy(),
-        "--workload",
-        &other.to_string_lossy(),
-    ]);
-    let (_, stderr) = texts(&output);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let stderr = refused(&run, &other);
     assert!(
         stderr.contains(&format!("request 5 (line 5) has {longer} prompt")),
         "{stderr}"
@@ -254,14 +252,7 @@ fn a_bad_run_or_workload_is_refused_by_name() {
         "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1,0,0,1,0,50\n2,0,0,1,0,200\n",
     )
     .unwrap();
-    let output = routerlab(&[
-        "calibrate",
-        &run.to_string_lossy(),
-        "--workload",
-        &workload.to_string_lossy(),
-    ]);
-    let (_, stderr) = texts(&output);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let stderr = refused(&run, &workload);
     assert!(
         stderr.contains("timeseries.csv:3: field `kv_cache_pct` is 200"),
         "{stderr}"
@@ -279,14 +270,7 @@ fn a_bad_run_or_workload_is_refused_by_name() {
     rows[2]["last_token_ts"] = 1e308.into();
     let rows: String = rows.iter().map(|r| format!("{r}\n")).collect();
     std::fs::write(run.join("requests.jsonl"), rows).unwrap();
-    let output = routerlab(&[
-        "calibrate",
-        &run.to_string_lossy(),
-        "--workload",
-        &workload.to_string_lossy(),
-    ]);
-    let (_, stderr) = texts(&output);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let stderr = refused(&run, &workload);
     assert!(
         stderr.contains("requests.jsonl:3: ends 1.000e308 s after"),
         "{stderr}"
