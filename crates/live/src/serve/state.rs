@@ -16,7 +16,8 @@ use crate::prom::Scraped;
 
 /// Sessions `serve` remembers at once; the least recently seen is forgotten past it (it
 /// continues as a new session if it comes back). Keys are kept as a 64-bit hash, so a key
-/// of any length costs the same few bytes: at most about 3 MiB for the whole map.
+/// of any length costs the same few bytes: under 8 MiB for the whole map (a 32-byte slot and
+/// an index entry each, with the growth room of their tables).
 pub const MAX_SESSIONS: usize = 65_536;
 
 /// How long an engine that its answers took out stays out before a good scrape may bring
