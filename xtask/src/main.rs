@@ -595,6 +595,22 @@ mod tidy {
         out
     }
 
+    /// Every Rust source with its path relative to the workspace root, `/`-separated.
+    fn rust_sources_relative() -> Vec<(String, PathBuf)> {
+        let root = super::root();
+        rust_sources()
+            .into_iter()
+            .map(|path| {
+                let rel = path
+                    .strip_prefix(&root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .replace('\\', "/");
+                (rel, path)
+            })
+            .collect()
+    }
+
     #[test]
     fn every_rust_file_starts_with_module_docs() {
         for path in rust_sources() {
@@ -611,13 +627,7 @@ mod tidy {
     /// than one concern (split it, as `timed/` and `serve/` are).
     #[test]
     fn no_library_source_file_is_over_800_lines() {
-        let root = super::root();
-        for path in rust_sources() {
-            let rel = path
-                .strip_prefix(&root)
-                .unwrap()
-                .to_string_lossy()
-                .replace('\\', "/");
+        for (rel, path) in rust_sources_relative() {
             let library = (rel.starts_with("crates/") || rel.starts_with("plugins/"))
                 && rel.contains("/src/");
             if !library {
@@ -632,13 +642,7 @@ mod tidy {
     /// tests). Any other entry point goes through `Scenario`.
     #[test]
     fn routers_are_built_only_by_the_scenario() {
-        let root = super::root();
-        for path in rust_sources() {
-            let rel = path
-                .strip_prefix(&root)
-                .unwrap()
-                .to_string_lossy()
-                .replace('\\', "/");
+        for (rel, path) in rust_sources_relative() {
             let allowed = rel.starts_with("crates/route/")
                 || rel == "crates/sim/src/scenario.rs"
                 || rel.contains("/tests/")

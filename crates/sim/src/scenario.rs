@@ -176,28 +176,32 @@ impl Scenario {
     /// The run's router replicas, each with plugin instances of its own loaded from
     /// `search` (see [`Scenario::plugin_configs`] for their seeds).
     pub fn routers(&self, search: &SearchPath) -> Result<Replicas, SimError> {
-        self.routers_with(|matcher, detector| {
-            let m = load_matcher(&self.matcher, matcher, search).map_err(SimError::Load)?;
-            let d = match &self.detector {
-                Some(name) => Some(load_detector(name, detector, search).map_err(SimError::Load)?),
-                None => None,
-            };
-            Ok((m, d))
-        })
+        self.routers_with(|matcher, detector| self.load(search, matcher, detector))
     }
 
     /// One router (replica 0's plugins) loaded from `search`: what `serve` deploys.
     pub fn router(&self, search: &SearchPath) -> Result<Router, SimError> {
         let (matcher_config, detector_config) = self.plugin_configs(0);
+        let (matcher, detector) = self.load(search, &matcher_config, &detector_config)?;
+        self.router_of(matcher, detector)
+    }
+
+    /// The matcher and the detector (if any), created from `search` with these configs.
+    fn load(
+        &self,
+        search: &SearchPath,
+        matcher_config: &str,
+        detector_config: &str,
+    ) -> Result<(MatcherInstance, Option<DetectorInstance>), SimError> {
         let matcher =
-            load_matcher(&self.matcher, &matcher_config, search).map_err(SimError::Load)?;
+            load_matcher(&self.matcher, matcher_config, search).map_err(SimError::Load)?;
         let detector = match &self.detector {
             Some(name) => {
-                Some(load_detector(name, &detector_config, search).map_err(SimError::Load)?)
+                Some(load_detector(name, detector_config, search).map_err(SimError::Load)?)
             }
             None => None,
         };
-        self.router_of(matcher, detector)
+        Ok((matcher, detector))
     }
 
     /// The run's router replicas, with the plugin instances `make` creates from each
