@@ -219,9 +219,9 @@ pub struct ReplayOpts {
     /// Plugins see engine statuses refreshed every MS milliseconds; 0 = live [default: 0].
     #[arg(long, value_name = "MS", help_heading = TIMED)]
     pub metrics_interval_ms: Option<f64>,
-    /// When no endpoint is available: wait at the router, reject, or route anyway
-    /// [default: queue].
-    #[arg(long, value_name = "POLICY", help_heading = TIMED)]
+    /// When no endpoint is available: wait at the router (timed replay only), reject, or
+    /// route anyway [default: queue in the timed replay, reject in the time-free one].
+    #[arg(long, value_name = "POLICY", help_heading = FLEET)]
     pub when_unavailable: Option<UnavailableArg>,
     /// Output tokens of requests whose trace line has none [default: 128].
     #[arg(long, value_name = "N", help_heading = TIMED)]
@@ -316,7 +316,7 @@ impl ReplayOpts {
             || self.engine.is_some()
             || self.engines.is_some()
             || self.metrics_interval_ms.is_some()
-            || self.when_unavailable.is_some()
+            || self.when_unavailable == Some(UnavailableArg::Queue)
             || self.output_tokens.is_some()
     }
 }

@@ -460,6 +460,25 @@ mod tests {
         assert_eq!(queue.when_unavailable, WhenUnavailable::Queue);
     }
 
+    /// `--when-unavailable reject|fail-open` work without a clock (the one vocabulary for
+    /// what `--fail-open` says); waiting at the router needs the timed replay.
+    #[test]
+    fn the_unavailable_policy_outside_the_timed_replay() {
+        let base = ["--matcher", "lcp", "--trace", "t"];
+        let with = |extra: &[&str]| {
+            let mut args = base.to_vec();
+            args.extend_from_slice(extra);
+            resolve(flags(&args))
+        };
+        let open = with(&["--when-unavailable", "fail-open"]).unwrap();
+        assert_eq!(open.when_unavailable, WhenUnavailable::FailOpen);
+        assert!(open.timed.is_none());
+        assert_eq!(open, with(&["--fail-open"]).unwrap());
+        let reject = with(&["--when-unavailable", "reject"]).unwrap();
+        assert_eq!(reject.when_unavailable, WhenUnavailable::Reject);
+        assert!(message(with(&["--when-unavailable", "queue"])).contains("add --timing trace"));
+    }
+
     /// Every flag under the "Timed replay" heading, taken from clap itself, is refused
     /// without `--timing trace`: a new timed flag cannot be silently ignored.
     #[test]
@@ -471,7 +490,8 @@ mod tests {
             .get_arguments()
             .filter(|a| a.get_help_heading() == Some(crate::opts::TIMED))
             .collect();
-        assert!(timed.len() >= 10, "found {}", timed.len());
+        // `--when-unavailable` left the heading in 0.3: reject and fail-open need no clock.
+        assert!(timed.len() >= 9, "found {}", timed.len());
         for arg in timed {
             let flag = format!("--{}", arg.get_long().expect("long flag"));
             let takes_value = arg.get_action().takes_values();
