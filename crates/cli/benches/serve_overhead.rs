@@ -1,13 +1,14 @@
 //! What `routerlab serve` adds to a request: small non-streaming requests at 500 and 2,000
-//! requests per second, sent by `routerlab drive` straight to a `routerlab engine --instant`
-//! and through `routerlab serve --matcher lcp` in front of the same engine. The engine
-//! answers at once, so the difference between the two latency distributions is the
-//! router's decision and proxying. Everything (client, router, engine) shares this
-//! machine's cores, as it would on one host.
+//! requests per second, sent by `routerlab drive` straight to a `routerlab engine --instant`,
+//! through `routerlab serve --matcher lcp` in front of the same engine, and through the same
+//! router with `--plugin-isolation process`. The engine answers at once, so the difference
+//! between the latency distributions is the router's decision and proxying, and between the
+//! two routers what the plugin host's channel costs. Everything (client, routers, engine)
+//! shares this machine's cores, as it would on one host.
 //!
-//! Each rate sends `SECONDS` seconds of requests, direct and routed alternating, `ROUNDS`
-//! times; the table shows each side's p50 and p99 (median over rounds) and the added
-//! latency (routed minus direct). Run: `cargo build --release --workspace && cargo bench
+//! Each rate sends `SECONDS` seconds of requests to each side in turn, `ROUNDS` times; the
+//! table shows each side's p50 and p99 (median over rounds) and the added latency (that
+//! side minus direct). Run: `cargo build --release --workspace && cargo bench
 //! -p routerlab-cli --bench serve_overhead`.
 
 #![allow(clippy::print_stdout)]
@@ -82,29 +83,46 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 fn main() {
     let engine = Server::start(&["engine", "--instant"]);
-    let router = Server::start(&["serve", "--endpoints", &engine.addr, "--matcher", "lcp"]);
-    let direct_url = format!("http://{}", engine.addr);
-    let routed_url = format!("http://{}", router.addr);
+    let serve = ["serve", "--endpoints", &engine.addr, "--matcher", "lcp"];
+    let in_process = Server::start(&serve);
+    let isolated = Server::start(&[&serve[..], &["--plugin-isolation", "process"]].concat());
+    let sides = [
+        ("direct", format!("http://{}", engine.addr)),
+        ("in-process", format!("http://{}", in_process.addr)),
+        ("process", format!("http://{}", isolated.addr)),
+    ];
     println!(
-        "{:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "rate/s", "direct p50", "direct p99", "routed p50", "routed p99", "added p50", "added p99"
+        "{:>6} {:>10} {:>8} {:>8} {:>10} {:>10}",
+        "rate/s", "plugins", "p50 ms", "p99 ms", "added p50", "added p99"
     );
     for rate in [500.0, 2000.0] {
         let trace = small_requests((rate * SECONDS) as usize);
-        let (mut d50, mut d99, mut r50, mut r99) = (vec![], vec![], vec![], vec![]);
+        let mut p50 = vec![Vec::new(); sides.len()];
+        let mut p99 = vec![Vec::new(); sides.len()];
         for _ in 0..ROUNDS {
-            let direct = drive(&direct_url, &trace, rate);
-            let routed = drive(&routed_url, &trace, rate);
-            d50.push(quantile(&direct, 0.5));
-            d99.push(quantile(&direct, 0.99));
-            r50.push(quantile(&routed, 0.5));
-            r99.push(quantile(&routed, 0.99));
+            for (side, (_, url)) in sides.iter().enumerate() {
+                let latencies = drive(url, &trace, rate);
+                p50[side].push(quantile(&latencies, 0.5));
+                p99[side].push(quantile(&latencies, 0.99));
+            }
         }
-        let (d50, d99, r50, r99) = (median(d50), median(d99), median(r50), median(r99));
-        println!(
-            "{rate:>6} {d50:>10.3} {d99:>10.3} {r50:>10.3} {r99:>10.3} {:>10.3} {:>10.3}",
-            r50 - d50,
-            r99 - d99
-        );
+        let p50: Vec<f64> = p50.into_iter().map(median).collect();
+        let p99: Vec<f64> = p99.into_iter().map(median).collect();
+        for (side, (name, _)) in sides.iter().enumerate() {
+            let added = |v: &[f64]| {
+                if side == 0 {
+                    "-".to_owned()
+                } else {
+                    format!("{:.3}", v[side] - v[0])
+                }
+            };
+            println!(
+                "{rate:>6} {name:>10} {:>8.3} {:>8.3} {:>10} {:>10}",
+                p50[side],
+                p99[side],
+                added(&p50),
+                added(&p99)
+            );
+        }
     }
 }

@@ -80,7 +80,10 @@ impl Failure {
                 _ => RUN_FAILED,
             },
             Failure::Live(e) => match e {
-                LiveError::Settings(_) | LiveError::Trace(_) => BAD_INPUT,
+                // The plugins could not be loaded, as for a replay.
+                LiveError::Settings(_) | LiveError::Trace(_) | LiveError::PluginHost(_) => {
+                    BAD_INPUT
+                }
                 // Could not listen, a request task failed, or a failure added later.
                 _ => RUN_FAILED,
             },
@@ -182,6 +185,8 @@ mod tests {
         assert_eq!(settings.exit_code(), BAD_INPUT);
         let trace = Failure::from(LiveError::Trace("no arrival times".into()));
         assert_eq!(trace.exit_code(), BAD_INPUT);
+        let host = Failure::from(LiveError::PluginHost("exit status 2".into()));
+        assert_eq!(host.exit_code(), BAD_INPUT);
         let run = Failure::from(LiveError::Run("a request task failed: panic".into()));
         assert_eq!(run.exit_code(), RUN_FAILED);
         let listen = Failure::from(LiveError::Listen(std::io::Error::other("no")));

@@ -63,6 +63,10 @@ pub enum Command {
     Engine(crate::cmd::live::EngineArgs),
     /// Send a trace's requests to an OpenAI-compatible URL and report what a client measured.
     Drive(Box<crate::cmd::live::DriveArgs>),
+    /// The plugins of `serve --plugin-isolation process`, in a process of their own
+    /// (started by `serve`, not by hand).
+    #[command(hide = true)]
+    PluginHost(Box<crate::cmd::live::PluginHostArgs>),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -89,6 +93,7 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => cmd::live::serve(*args),
         Command::Engine(args) => cmd::live::engine(args),
         Command::Drive(args) => cmd::live::drive(*args),
+        Command::PluginHost(args) => cmd::live::plugin_host(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

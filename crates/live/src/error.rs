@@ -15,6 +15,10 @@ pub enum LiveError {
     /// The listener bound by the caller could not be handed to the runtime.
     #[error("cannot listen: {0}")]
     Listen(std::io::Error),
+    /// The plugin host of `serve --plugin-isolation process` did not start: its plugins
+    /// could not be loaded (its own error is on stderr above), or it died first.
+    #[error("the plugin host did not start: {0}")]
+    PluginHost(String),
     /// The run started and could not go on (a request task panicked, say).
     #[error("{0}")]
     Run(String),

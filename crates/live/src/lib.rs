@@ -12,6 +12,7 @@ pub mod engine;
 mod error;
 pub mod http;
 pub mod openai;
+pub mod plugin_host;
 pub mod prom;
 pub mod serve;
 

@@ -12,7 +12,8 @@ use routerlab_live::LiveError;
 use routerlab_live::drive::DriveSettings;
 use routerlab_live::engine::EngineSettings;
 use routerlab_live::serve::health::HealthRule;
-use routerlab_live::serve::{OnPluginError, ServeSettings};
+use routerlab_live::plugin_host::{Host, HostCommand};
+use routerlab_live::serve::{OnPluginError, Plugins, ServeSettings};
 use routerlab_sim::WhenUnavailable;
 use routerlab_sim::scenario::Scenario;
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
@@ -56,6 +57,16 @@ pub enum PluginErrorArg {
     Reject,
     /// Route the request round robin over the healthy endpoints.
     RoundRobin,
+}
+
+/// Where `serve` runs its plugins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IsolationArg {
+    /// In the router's process: the fastest; a plugin that crashes ends the router.
+    InProcess,
+    /// In a child process (`routerlab plugin-host`): a crash or a missed deadline restarts
+    /// it, and requests follow --on-plugin-error meanwhile.
+    Process,
 }
 
 /// `routerlab serve`.
@@ -113,7 +124,45 @@ pub struct ServeArgs {
     /// When a plugin call fails: answer 503, or route round robin.
     #[arg(long, value_name = "ACTION", default_value = "reject")]
     pub on_plugin_error: PluginErrorArg,
+    /// Where the plugins run: in-process, or process (a child process that a crashing or
+    /// hung plugin only restarts).
+    #[arg(long, value_name = "WHERE", default_value = "in-process")]
+    pub plugin_isolation: IsolationArg,
+    /// With --plugin-isolation process: milliseconds one plugin call may take before the
+    /// plugin host is killed and restarted [default: 1000].
+    #[arg(long, value_name = "MS")]
+    pub plugin_timeout_ms: Option<u64>,
 }
+
+/// `routerlab plugin-host` (hidden): the plugins of a `serve --plugin-isolation process`,
+/// started by it, never by hand.
+#[derive(Args, Debug)]
+pub struct PluginHostArgs {
+    /// The socket `serve` listens on for this host.
+    #[arg(long, value_name = "PATH")]
+    pub connect: PathBuf,
+    /// As for serve.
+    #[arg(long, value_name = "NAME")]
+    pub matcher: String,
+    /// As for serve.
+    #[arg(long, value_name = "YAML")]
+    pub matcher_config: Option<String>,
+    /// As for serve.
+    #[arg(long, value_name = "NAME")]
+    pub detector: Option<String>,
+    /// As for serve.
+    #[arg(long, value_name = "YAML")]
+    pub detector_config: Option<String>,
+    /// As for serve.
+    #[arg(long, value_name = "N")]
+    pub seed: u64,
+    /// As for serve (already checked by it).
+    #[arg(long, value_name = "LIST")]
+    pub endpoints: String,
+}
+
+/// The plugin-call deadline of `serve --plugin-isolation process` unless given.
+const DEFAULT_PLUGIN_TIMEOUT_MS: u64 = 1000;
 
 /// `routerlab drive`.
 #[derive(Args, Debug)]
@@ -311,17 +360,58 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
             "--upstream-timeout-s must be a positive number",
         ));
     }
-    let scenario = Scenario {
-        matcher: matcher_name,
-        matcher_config,
-        detector: detector_name,
-        detector_config,
-        seed,
-        endpoints: endpoints.clone(),
-        when_unavailable: WhenUnavailable::Reject,
-        ..Scenario::default()
+    let plugins = match args.plugin_isolation {
+        IsolationArg::InProcess => {
+            if args.plugin_timeout_ms.is_some() {
+                return Err(Failure::input(
+                    "--plugin-timeout-ms needs --plugin-isolation process (a call in the router's own process cannot be stopped)",
+                ));
+            }
+            let scenario = serve_scenario(
+                matcher_name,
+                matcher_config,
+                detector_name,
+                detector_config,
+                seed,
+                endpoints.clone(),
+            );
+            Plugins::InProcess(Box::new(scenario.router(&SearchPath::from_env())?))
+        }
+        IsolationArg::Process => {
+            let ms = args.plugin_timeout_ms.unwrap_or(DEFAULT_PLUGIN_TIMEOUT_MS);
+            if ms == 0 {
+                return Err(Failure::input("--plugin-timeout-ms must be at least 1"));
+            }
+            let program = std::env::current_exe().map_err(|e| {
+                Failure::input(format!("cannot find this program to start the plugin host: {e}"))
+            })?;
+            let yaml = |config: &serde_yaml::Mapping| serde_yaml::to_string(config).unwrap_or_default();
+            let mut host_args: Vec<std::ffi::OsString> = vec![
+                "plugin-host".into(),
+                "--matcher".into(),
+                matcher_name.into(),
+                "--matcher-config".into(),
+                yaml(&matcher_config).into(),
+                "--seed".into(),
+                seed.to_string().into(),
+                "--endpoints".into(),
+                endpoints.join(",").into(),
+            ];
+            if let Some(detector) = detector_name {
+                host_args.extend([
+                    "--detector".into(),
+                    detector.into(),
+                    "--detector-config".into(),
+                    yaml(&detector_config).into(),
+                ]);
+            }
+            let command = HostCommand {
+                program,
+                args: host_args,
+            };
+            Plugins::Isolated(Box::new(Host::start(command, Duration::from_millis(ms))?))
+        }
     };
-    let router = scenario.router(&SearchPath::from_env())?;
     let (listener, _) = bound(args.listen, "serve")?;
     let settings = ServeSettings {
         endpoints,
@@ -340,8 +430,46 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
         },
     };
     runtime()?
-        .block_on(routerlab_live::serve::run_on(listener, settings, router))
+        .block_on(routerlab_live::serve::run_on(listener, settings, plugins))
         .map_err(Failure::from)
+}
+
+/// What `serve` routes with: its plugins over its endpoints, a request nothing can take
+/// refused.
+fn serve_scenario(
+    matcher: String,
+    matcher_config: serde_yaml::Mapping,
+    detector: Option<String>,
+    detector_config: serde_yaml::Mapping,
+    seed: u64,
+    endpoints: Vec<String>,
+) -> Scenario {
+    Scenario {
+        matcher,
+        matcher_config,
+        detector,
+        detector_config,
+        seed,
+        endpoints,
+        when_unavailable: WhenUnavailable::Reject,
+        ..Scenario::default()
+    }
+}
+
+/// `routerlab plugin-host`: loads the plugins as `serve` would and answers its calls.
+pub fn plugin_host(args: PluginHostArgs) -> Result<(), Failure> {
+    routerlab_os::process::die_with_parent();
+    let text = |t: Option<String>| t.map(TextOrValue::Text);
+    let scenario = serve_scenario(
+        args.matcher,
+        plugin_config(text(args.matcher_config), "matcher")?,
+        args.detector,
+        plugin_config(text(args.detector_config), "detector")?,
+        args.seed,
+        endpoints(&args.endpoints)?,
+    );
+    let router = scenario.router(&SearchPath::from_env())?;
+    routerlab_live::plugin_host::run(router, &args.connect).map_err(Failure::from)
 }
 
 /// `routerlab drive`.

@@ -72,6 +72,8 @@ struct Counts {
     endpoints: Vec<(String, [u64; PER_ENDPOINT.len()])>,
     matcher: String,
     plugin_errors: u64,
+    /// With the plugins in a host: its crashes, missed deadlines and restarts.
+    host: Option<[u64; 3]>,
 }
 
 impl Collector for Counts {
@@ -101,6 +103,26 @@ impl Collector for Counts {
             errors.metric_type(),
         )?;
         errors.encode(family.encode_family(&[("matcher", self.matcher.as_str())])?)?;
+        if let Some(host) = self.host {
+            for (value, (name, help)) in host.into_iter().zip([
+                (
+                    "routerlab_plugin_host_crashes",
+                    "plugin hosts that died (or broke the channel) during a call",
+                ),
+                (
+                    "routerlab_plugin_host_missed_deadlines",
+                    "plugin hosts killed for not answering a call within --plugin-timeout-ms",
+                ),
+                (
+                    "routerlab_plugin_host_restarts",
+                    "plugin hosts started after the first",
+                ),
+            ]) {
+                let counter = ConstCounter::new(value);
+                let family = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+                counter.encode(family)?;
+            }
+        }
         Ok(())
     }
 }
@@ -119,7 +141,11 @@ pub(super) fn text(state: &State, matcher: &str, decisions: &Histogram) -> Strin
             })
             .collect(),
         matcher: matcher.to_owned(),
-        plugin_errors: state.plugin_errors,
+        plugin_errors: state.plugin_errors
+            + state.host_counts().map_or(0, |h| h.late_failures),
+        host: state
+            .host_counts()
+            .map(|h| [h.crashes, h.missed_deadlines, h.restarts]),
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(counts));
@@ -151,7 +177,7 @@ mod tests {
             panic!("a router")
         };
         let mut state = State::new(
-            router,
+            crate::serve::Plugins::InProcess(Box::new(router)),
             16,
             HealthRule {
                 fails: 1,

@@ -18,6 +18,7 @@
 
 pub mod health;
 mod metrics;
+mod plugins;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -36,12 +37,11 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use prometheus_client::metrics::histogram::Histogram;
-use routerlab_route::Router;
-
 use crate::LiveError;
 use crate::http::{self, Body, BoxError};
 use crate::openai::{self, Api};
 use health::HealthRule;
+pub use plugins::Plugins;
 use state::{Refusal, Routed, State};
 
 /// The header a client names its session with (else the body's `user`).
@@ -87,6 +87,8 @@ pub struct ServeSettings {
 
 struct Shared {
     settings: ServeSettings,
+    /// Told each time the state's lock is let go: see [`Shared::lock_async`].
+    released: tokio::sync::Notify,
     /// The last `/metrics` text, answered while a plugin call holds the state.
     last_metrics: Mutex<String>,
     state: Mutex<State>,
@@ -99,42 +101,56 @@ struct Shared {
 impl Shared {
     /// The lock, from code that cannot wait asynchronously (a body's poll). When it is
     /// taken, the runtime is told this thread may block, so its other tasks move on.
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> StateGuard<'_> {
         if let Some(guard) = self.try_state() {
             return guard;
         }
         // A panic while holding the lock is a bug in this module (plugin panics are caught
         // at the ABI boundary); the state it guards stays usable.
-        tokio::task::block_in_place(|| {
+        let guard = tokio::task::block_in_place(|| {
             self.state
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
-        })
+        });
+        self.guard(guard)
     }
 
     /// The lock, taken without blocking the runtime's thread: a plugin call that hangs
-    /// holds it, and a blocked worker would stall every other connection.
-    async fn lock_async(&self) -> MutexGuard<'_, State> {
+    /// holds it, and a blocked worker would stall every other connection. A waiter sleeps
+    /// until a holder lets go (each release wakes one), so a lock held briefly but often
+    /// (by calls to a plugin host) costs no timer's granularity.
+    async fn lock_async(&self) -> StateGuard<'_> {
         loop {
+            let released = self.released.notified();
+            let mut released = std::pin::pin!(released);
+            released.as_mut().enable();
             if let Some(guard) = self.try_state() {
                 return guard;
             }
-            tokio::time::sleep(Duration::from_micros(100)).await;
+            released.await;
         }
     }
 
     /// The lock if it is free now.
-    fn try_state(&self) -> Option<MutexGuard<'_, State>> {
-        match self.state.try_lock() {
-            Ok(guard) => Some(guard),
-            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
+    fn try_state(&self) -> Option<StateGuard<'_>> {
+        let guard = match self.state.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        Some(self.guard(guard))
+    }
+
+    fn guard<'a>(&'a self, guard: MutexGuard<'a, State>) -> StateGuard<'a> {
+        StateGuard {
+            guard: Some(guard),
+            released: &self.released,
         }
     }
 
     /// The lock if it can be had within `wait`: `/health` and `/metrics` answer even while
     /// a plugin call hangs.
-    async fn lock_within(&self, wait: Duration) -> Option<MutexGuard<'_, State>> {
+    async fn lock_within(&self, wait: Duration) -> Option<StateGuard<'_>> {
         tokio::time::timeout(wait, self.lock_async()).await.ok()
     }
 
@@ -144,11 +160,40 @@ impl Shared {
     }
 }
 
+/// The state's lock, held; letting go wakes one task waiting for it.
+struct StateGuard<'a> {
+    /// `None` only while being dropped.
+    guard: Option<MutexGuard<'a, State>>,
+    released: &'a tokio::sync::Notify,
+}
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        self.guard.as_deref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        self.guard.as_deref_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        // Unlocked first, then the waiter woken: woken before, it could find the lock
+        // still held and sleep with no one left to wake it.
+        self.guard = None;
+        self.released.notify_one();
+    }
+}
+
 /// Runs the router on `listener` (bound already) until the process ends.
 pub async fn run_on(
     listener: std::net::TcpListener,
     settings: ServeSettings,
-    router: Router,
+    plugins: Plugins,
 ) -> Result<(), LiveError> {
     if settings.endpoints.is_empty() {
         return Err(LiveError::Settings(
@@ -160,11 +205,12 @@ pub async fn run_on(
     connector.set_connect_timeout(Some(Duration::from_secs(2)));
     connector.set_nodelay(true);
     let client = Client::builder(TokioExecutor::new()).build(connector);
-    let matcher = router.matcher_name().to_owned();
-    let state = State::new(router, settings.block_size, settings.health);
+    let matcher = plugins.matcher_name().to_owned();
+    let state = State::new(plugins, settings.block_size, settings.health);
     let shared = Arc::new(Shared {
         settings,
         state: Mutex::new(state),
+        released: tokio::sync::Notify::new(),
         client,
         started: Instant::now(),
         matcher,
@@ -322,10 +368,11 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
         match sent {
             Ok(Ok(response)) => {
                 let status = response.status();
+                let mut learned = None;
                 {
                     let mut state = shared.lock_async().await;
                     if status.is_success() {
-                        state.learn(&routed, upstream, shared.now_ns());
+                        learned = state.learn(&routed, upstream, shared.now_ns());
                     } else {
                         state.upstreams[upstream].errors += 1;
                         if status.is_server_error() {
@@ -349,7 +396,8 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
                     routed: Some(routed),
                     upstream,
                     first_seen: false,
-                    learned: status.is_success(),
+                    success: status.is_success(),
+                    learned,
                     ended: None,
                 };
                 if streamed {
@@ -419,8 +467,10 @@ struct Tracked {
     routed: Option<Routed>,
     upstream: usize,
     first_seen: bool,
-    /// Whether the matcher learned the pick (the engine answered with success).
-    learned: bool,
+    /// Whether the engine answered with success.
+    success: bool,
+    /// Which plugins learned the pick, if any did ([`State::learn`]).
+    learned: Option<u64>,
     /// How the body ended: `Some(true)` whole, `Some(false)` broken off by the engine;
     /// `None` while it runs or when the client went away first.
     ended: Option<bool>,
@@ -439,7 +489,7 @@ impl Tracked {
         // against it when its status came); a broken one always counts against it.
         match self.ended {
             Some(false) => state.answered(self.upstream, false, now),
-            Some(true) if self.learned => state.answered(self.upstream, true, now),
+            Some(true) if self.success => state.answered(self.upstream, true, now),
             _ => {}
         }
     }
@@ -458,11 +508,13 @@ impl http_body::Body for Tracked {
         match &polled {
             Poll::Ready(Some(Ok(frame))) if frame.is_data() && !this.first_seen => {
                 this.first_seen = true;
-                if this.learned
+                if this.learned.is_some()
                     && let Some(routed) = &this.routed
                 {
                     let now = this.shared.now_ns();
-                    this.shared.lock().first_token(routed, this.upstream, now);
+                    this.shared
+                        .lock()
+                        .first_token(routed, this.upstream, this.learned, now);
                 }
             }
             Poll::Ready(None) => {

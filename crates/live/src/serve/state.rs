@@ -1,4 +1,5 @@
-//! What the plugins' lock guards: the router, the engines as the router keeps them, the
+//! What the plugins' lock guards: the plugins (in process or in a host), the engines as the
+//! router keeps them, the
 //! session numbering and block interning that make each request a replay's request. No
 //! I/O and no clock here (times are arguments), so every rule of `serve` short of the
 //! network is tested in process, with Rust plugins driven through the real shims.
@@ -7,11 +8,12 @@ use routerlab_core::Unit;
 use routerlab_core::hash::{BlockInterner, hash64};
 use routerlab_host::{EndpointLoad, RequestData};
 use routerlab_policy_kit::LruMap;
-use routerlab_route::{EndpointIndex, ListPos, Router};
+use routerlab_route::EndpointIndex;
 use routerlab_trace::blocks::{hash_text_blocks, prompt_tokens};
 
 use super::OnPluginError;
 use super::health::{Health, HealthRule};
+use super::plugins::{HostCounts, Plugins};
 use crate::prom::Scraped;
 
 /// Sessions `serve` remembers at once; the least recently seen is forgotten past it (it
@@ -92,9 +94,9 @@ impl Routed {
 #[derive(Debug, PartialEq)]
 pub(super) struct Refusal(pub(super) u16, pub(super) String);
 
-/// The router and its books.
+/// The plugins and the router's books.
 pub(super) struct State {
-    pub(super) router: Router,
+    pub(super) plugins: Plugins,
     pub(super) upstreams: Vec<Upstream>,
     block_size: u32,
     health: HealthRule,
@@ -110,13 +112,14 @@ pub(super) struct State {
 }
 
 impl State {
-    /// Books for `router`'s endpoints, all in the fleet to begin with.
-    pub(super) fn new(router: Router, block_size: u32, health: HealthRule) -> State {
-        let table = router.table();
-        let upstreams = (0..table.len())
-            .map(|pos| Upstream {
-                name: table.name(pos).to_owned(),
-                index: Some(EndpointIndex(table.index(pos))),
+    /// Books for the plugins' endpoints, all in the fleet to begin with.
+    pub(super) fn new(plugins: Plugins, block_size: u32, health: HealthRule) -> State {
+        let upstreams = plugins
+            .endpoints()
+            .into_iter()
+            .map(|(name, index)| Upstream {
+                name,
+                index: Some(index),
                 health: Health::default(),
                 answers: Health::default(),
                 out_since_ns: 0,
@@ -130,7 +133,7 @@ impl State {
             })
             .collect();
         State {
-            router,
+            plugins,
             upstreams,
             block_size,
             health,
@@ -210,25 +213,25 @@ impl State {
         now_ns: u64,
         on_plugin_error: OnPluginError,
     ) -> Result<usize, Refusal> {
-        self.refresh_loads();
+        self.sync();
+        let loads = self.loads();
         match self
-            .router
-            .decide(&routed.data(self.block_size, now_ns), false)
+            .plugins
+            .decide(&routed.data(self.block_size, now_ns), loads)
         {
-            Ok(decision) => {
-                let flags = self.router.unavailable().to_vec();
-                for (pos, flagged) in flags.iter().enumerate() {
-                    if *flagged && let Some(u) = self.upstream_at(ListPos(pos)) {
+            Ok(decided) => {
+                for index in decided.flagged {
+                    if let Some(u) = self.upstream_of(index) {
                         self.upstreams[u].unavailable += 1;
                     }
                 }
-                match decision.endpoint.and_then(|pos| self.upstream_at(pos)) {
+                match decided.endpoint.and_then(|index| self.upstream_of(index)) {
                     Some(upstream) => Ok(upstream),
                     None if !self.healthy() => Err(Refusal(
                         503,
                         "no endpoint is healthy: every engine failed its health checks".into(),
                     )),
-                    None if decision.constrained => Err(Refusal(
+                    None if decided.constrained => Err(Refusal(
                         503,
                         "no endpoint is available for this request (the detector flagged them all)"
                             .into(),
@@ -281,42 +284,62 @@ impl State {
         u.inflight_tokens = u.inflight_tokens.saturating_sub(routed.tokens());
     }
 
-    /// The engine took the request: the matcher learns where it went.
-    pub(super) fn learn(&mut self, routed: &Routed, upstream: usize, now_ns: u64) {
-        let Some(pos) = self.position_of(upstream) else {
-            return;
-        };
+    /// The engine took the request: the matcher learns where it went. Returns which
+    /// plugins learned it (see [`Plugins::generation`]), `None` when none did.
+    pub(super) fn learn(&mut self, routed: &Routed, upstream: usize, now_ns: u64) -> Option<u64> {
+        self.sync();
+        let index = self.upstreams[upstream].index?;
         let data = routed.data(self.block_size, now_ns);
-        if self.router.learn(&data, pos).is_err() {
-            self.plugin_errors += 1;
+        match self.plugins.learn(&data, index) {
+            Ok(()) => Some(self.plugins.generation()),
+            Err(_) => {
+                self.plugin_errors += 1;
+                None
+            }
         }
     }
 
-    /// The request's first token came from `upstream`.
-    pub(super) fn first_token(&mut self, routed: &Routed, upstream: usize, now_ns: u64) {
-        if let Some(pos) = self.position_of(upstream) {
+    /// The request's first token came from `upstream` (`learned`: what [`State::learn`]
+    /// returned).
+    pub(super) fn first_token(
+        &mut self,
+        routed: &Routed,
+        upstream: usize,
+        learned: Option<u64>,
+        now_ns: u64,
+    ) {
+        if let Some(index) = self.learned_at(upstream, learned) {
             let data = routed.data(self.block_size, now_ns);
-            if self.router.first_token(&data, pos).is_err() {
+            if self.plugins.first_token(&data, index).is_err() {
                 self.plugin_errors += 1;
             }
         }
     }
 
-    /// The request finished on `upstream` (`learned`: the matcher was told of the pick).
+    /// The request finished on `upstream` (`learned`: what [`State::learn`] returned).
     pub(super) fn complete(
         &mut self,
         routed: &Routed,
         upstream: usize,
-        learned: bool,
+        learned: Option<u64>,
         now_ns: u64,
     ) {
         self.release(upstream, routed);
-        if learned && let Some(pos) = self.position_of(upstream) {
+        if let Some(index) = self.learned_at(upstream, learned) {
             let data = routed.data(self.block_size, now_ns);
-            if self.router.complete(&data, pos).is_err() {
+            if self.plugins.complete(&data, index).is_err() {
                 self.plugin_errors += 1;
             }
         }
+    }
+
+    /// `upstream`'s index, when the plugins that answer now learned the request there and
+    /// it is still in the fleet.
+    fn learned_at(&self, upstream: usize, learned: Option<u64>) -> Option<EndpointIndex> {
+        if learned? != self.plugins.generation() {
+            return None;
+        }
+        self.upstreams[upstream].index
     }
 
     /// The outcome of one scrape of `upstream` (`None`: it failed). Health changes only
@@ -350,19 +373,20 @@ impl State {
     /// Puts `upstream` in the fleet or takes it out, as its scrapes and answers say, and
     /// tells the matcher when that changes anything.
     fn apply_standing(&mut self, upstream: usize) {
+        self.sync();
         let u = &self.upstreams[upstream];
         let up = u.health.up() && u.answers.up();
         match (up, u.index) {
             (true, None) => {
                 let name = u.name.clone();
-                match self.router.add_endpoint(name) {
+                match self.plugins.add_endpoint(&name) {
                     Ok(index) => self.upstreams[upstream].index = Some(index),
                     Err(_) => self.plugin_errors += 1,
                 }
             }
             (false, Some(index)) => {
                 self.upstreams[upstream].index = None;
-                if self.router.remove_endpoint(index).is_err() {
+                if self.plugins.remove_endpoint(index).is_err() {
                     self.plugin_errors += 1;
                 }
             }
@@ -370,34 +394,55 @@ impl State {
         }
     }
 
-    /// The upstream at list position `pos` of the router's table.
-    fn upstream_at(&self, pos: ListPos) -> Option<usize> {
-        let index = self.router.index_of(pos);
+    /// The upstream with stable index `index`.
+    fn upstream_of(&self, index: EndpointIndex) -> Option<usize> {
         self.upstreams.iter().position(|u| u.index == Some(index))
     }
 
-    /// The list position of `upstream` in the router's table, while it is in the fleet.
-    fn position_of(&self, upstream: usize) -> Option<ListPos> {
-        self.router.position_of(self.upstreams[upstream].index?)
+    /// A restarted plugin host starts with the whole starting fleet: each upstream takes the
+    /// index the new host gave it, and the host is told which of them are out.
+    fn sync(&mut self) {
+        let Some(fresh) = self.plugins.restarted() else {
+            return;
+        };
+        for u in 0..self.upstreams.len() {
+            let index = fresh
+                .iter()
+                .find(|(name, _)| *name == self.upstreams[u].name)
+                .map(|(_, index)| *index);
+            if self.upstreams[u].index.is_some() {
+                self.upstreams[u].index = index;
+            } else if let Some(index) = index
+                && self.plugins.remove_endpoint(index).is_err()
+            {
+                self.plugin_errors += 1;
+            }
+        }
     }
 
-    /// Puts every endpoint's current figures in the table the plugins read.
-    fn refresh_loads(&mut self) {
-        for u in 0..self.upstreams.len() {
-            let Some(pos) = self.position_of(u) else {
-                continue;
-            };
-            let upstream = &self.upstreams[u];
-            let load = EndpointLoad {
-                running: upstream.scraped.running,
-                waiting: upstream.scraped.waiting,
-                kv_blocks_used: (upstream.scraped.kv_usage * LIVE_KV_BLOCKS as f64).round() as u64,
-                kv_blocks_total: LIVE_KV_BLOCKS,
-                inflight_prompt_tokens: upstream.inflight_tokens,
-                inflight_requests: upstream.inflight,
-                kv_block_tokens: 0,
-            };
-            self.router.table_mut().set_load(pos.0, load);
-        }
+    /// The plugin host's failures (`None` in process).
+    pub(super) fn host_counts(&self) -> Option<HostCounts> {
+        self.plugins.host_counts()
+    }
+
+    /// Every endpoint in the fleet with its current figures, for the plugins to read.
+    fn loads(&self) -> Vec<(EndpointIndex, EndpointLoad)> {
+        self.upstreams
+            .iter()
+            .filter_map(|upstream| {
+                let index = upstream.index?;
+                let load = EndpointLoad {
+                    running: upstream.scraped.running,
+                    waiting: upstream.scraped.waiting,
+                    kv_blocks_used: (upstream.scraped.kv_usage * LIVE_KV_BLOCKS as f64).round()
+                        as u64,
+                    kv_blocks_total: LIVE_KV_BLOCKS,
+                    inflight_prompt_tokens: upstream.inflight_tokens,
+                    inflight_requests: upstream.inflight,
+                    kv_block_tokens: 0,
+                };
+                Some((index, load))
+            })
+            .collect()
     }
 }

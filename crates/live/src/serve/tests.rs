@@ -8,6 +8,7 @@ use routerlab_host::{EndpointTable, in_process};
 use routerlab_route::{Router, WhenUnavailable};
 
 use super::OnPluginError;
+use super::plugins::Plugins;
 use super::health::HealthRule;
 use super::state::{Refusal, State};
 use crate::prom::Scraped;
@@ -90,7 +91,7 @@ fn state<M: Matcher>(name: &str, detector: bool) -> State {
     let Ok(router) = Router::new(matcher, detector, table, WhenUnavailable::Reject) else {
         panic!("a router over three endpoints")
     };
-    State::new(router, 16, RULE)
+    State::new(Plugins::InProcess(Box::new(router)), 16, RULE)
 }
 
 fn usage(kv_usage: f64) -> Option<Scraped> {
@@ -131,7 +132,9 @@ fn the_matcher_sees_the_routers_own_in_flight_tokens() {
     let u2 = s.decide(&r2, 1, OnPluginError::Reject).unwrap();
     assert_eq!(u2, 1, "a has 100 tokens in flight, b none");
     assert_eq!(s.upstreams[0].inflight_tokens, 100);
-    s.complete(&r1, u1, true, 2);
+    let learned = s.learn(&r1, u1, 1);
+    assert_eq!(learned, Some(0), "the matcher learned it, in process");
+    s.complete(&r1, u1, learned, 2);
     assert_eq!(
         (s.upstreams[0].inflight, s.upstreams[0].inflight_tokens),
         (0, 0)
@@ -190,11 +193,11 @@ fn an_engine_leaves_only_after_failures_in_a_row_and_returns_after_passes() {
     s.scraped(1, usage(0.1), 0);
     s.scraped(1, None, 0);
     assert!(s.upstreams[1].index.is_some());
-    assert_eq!(s.router.table().len(), 3);
+    assert_eq!(s.plugins.fleet_len(), 3);
     // Two in a row: out.
     s.scraped(1, None, 0);
     assert_eq!(s.upstreams[1].index, None);
-    assert_eq!(s.router.table().len(), 2);
+    assert_eq!(s.plugins.fleet_len(), 2);
     assert_eq!(REMOVED.load(Ordering::Relaxed), removed + 1);
     let r = s.admit(b"hello".to_vec(), None, None, 0);
     for t in 0..6 {

@@ -1,0 +1,654 @@
+//! The channel between `serve` and its plugin host: length-prefixed frames of a few fixed
+//! fields each. Both ends are this build of `routerlab`, so there is no versioning; what the
+//! codec must do is refuse anything malformed or oversized without allocating for it,
+//! since the host process runs plugin code that may have scribbled on anything.
+//!
+//! A frame is a little-endian `u32` length, then that many bytes: a tag byte and the
+//! fields in order. Integers are little-endian; a byte string or list is a `u32` count and
+//! its items; an optional value is a `0`/`1` byte and the value.
+
+use std::io::{self, Read, Write};
+
+use routerlab_core::Unit;
+use routerlab_host::{EndpointLoad, RequestData};
+
+/// The largest call frame (`serve` → host): a 4 MiB prompt at a 1-byte block size is
+/// 4 Mi hashes and ids, 48 MiB with the text.
+pub const MAX_CALL_BYTES: u32 = 64 << 20;
+/// The largest reply frame (host → `serve`): names of 4,096 endpoints, an error message.
+pub const MAX_REPLY_BYTES: u32 = 4 << 20;
+/// A plugin's error message longer than this is cut (at a character boundary) before it
+/// is sent back.
+pub const MAX_MESSAGE_BYTES: usize = 64 << 10;
+
+/// A request, owned, as it crosses the channel (`cached_prefix` does not: `serve` has none).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct WireRequest {
+    pub id: u64,
+    pub arrival_ns: u64,
+    pub prompt: Vec<u8>,
+    pub block_hashes: Vec<u64>,
+    pub block_ids: Option<Vec<u32>>,
+    pub block_size: u32,
+    pub tokens: bool,
+    pub prompt_len: u64,
+    pub output_tokens: Option<u64>,
+    pub session_id: u64,
+    pub parent_id: u64,
+    pub now_ns: u64,
+}
+
+impl WireRequest {
+    /// The request as the plugin handles take it.
+    pub fn data(&self) -> RequestData<'_> {
+        RequestData {
+            id: self.id,
+            arrival_ns: self.arrival_ns,
+            prompt: &self.prompt,
+            block_hashes: &self.block_hashes,
+            block_ids: self.block_ids.as_deref(),
+            block_size: self.block_size,
+            unit: if self.tokens { Unit::Tokens } else { Unit::Bytes },
+            prompt_len: self.prompt_len,
+            output_tokens: self.output_tokens,
+            session_id: self.session_id,
+            parent_id: self.parent_id,
+            now_ns: self.now_ns,
+            cached_prefix: None,
+        }
+    }
+}
+
+/// What `serve` asks of the host. Endpoints are named by their stable index.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Call {
+    /// Set these endpoints' loads, then detect and match (the matcher does not learn).
+    Decide {
+        request: WireRequest,
+        loads: Vec<(u32, EndpointLoad)>,
+    },
+    /// The matcher's `update`.
+    Learn { request: WireRequest, index: u32 },
+    /// The matcher's `on_first_token`.
+    FirstToken { request: WireRequest, index: u32 },
+    /// The matcher's `on_complete`.
+    Complete { request: WireRequest, index: u32 },
+    /// An endpoint joins the fleet.
+    Add { name: String },
+    /// An endpoint leaves it.
+    Remove { index: u32 },
+}
+
+impl Call {
+    /// The call's name in logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Call::Decide { .. } => "decide",
+            Call::Learn { .. } => "update",
+            Call::FirstToken { .. } => "on_first_token",
+            Call::Complete { .. } => "on_complete",
+            Call::Add { .. } => "add_endpoints",
+            Call::Remove { .. } => "remove_endpoints",
+        }
+    }
+}
+
+/// What the host answers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// Sent once, when the host is ready: the matcher's name and the fleet's endpoints
+    /// with their stable indices.
+    Hello {
+        matcher: String,
+        endpoints: Vec<(String, u32)>,
+    },
+    /// The call succeeded.
+    Done,
+    /// A decision: the endpoint picked, whether anything was flagged, what was.
+    Decided {
+        endpoint: Option<u32>,
+        constrained: bool,
+        flagged: Vec<u32>,
+    },
+    /// The stable index an added endpoint got.
+    Added { index: u32 },
+    /// The plugin failed the call (its error or caught panic, as the handle words it).
+    Failed { message: String },
+}
+
+/// Why a frame could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// The stream failed, timed out or ended.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// The frame is not one this codec writes.
+    #[error("malformed frame: {0}")]
+    Malformed(&'static str),
+    /// The frame claims more bytes than the channel allows.
+    #[error("a frame of {0} bytes is over the limit of {1}")]
+    TooLong(u32, u32),
+}
+
+/// Writes `payload` as one frame.
+fn write_frame(to: &mut impl Write, payload: &[u8]) -> io::Result<()> {
+    let len = u32::try_from(payload.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame over 4 GiB"))?;
+    let mut frame = Vec::with_capacity(4 + payload.len());
+    frame.extend_from_slice(&len.to_le_bytes());
+    frame.extend_from_slice(payload);
+    to.write_all(&frame)
+}
+
+/// Reads one frame of at most `max` bytes into `buf`.
+fn read_frame(from: &mut impl Read, max: u32, buf: &mut Vec<u8>) -> Result<(), WireError> {
+    let mut len = [0u8; 4];
+    from.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len);
+    if len > max {
+        return Err(WireError::TooLong(len, max));
+    }
+    buf.clear();
+    from.take(u64::from(len)).read_to_end(buf)?;
+    if buf.len() != len as usize {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+    }
+    Ok(())
+}
+
+/// Writes a call.
+pub fn write_call(to: &mut impl Write, call: &Call) -> io::Result<()> {
+    let mut out = Out::default();
+    match call {
+        Call::Decide { request, loads } => {
+            out.u8(1);
+            out.request(request);
+            out.len(loads.len());
+            for (index, load) in loads {
+                out.u32(*index);
+                for value in [
+                    load.running,
+                    load.waiting,
+                    load.kv_blocks_used,
+                    load.kv_blocks_total,
+                    load.inflight_prompt_tokens,
+                    load.inflight_requests,
+                    load.kv_block_tokens,
+                ] {
+                    out.u64(value);
+                }
+            }
+        }
+        Call::Learn { request, index } => {
+            out.u8(2);
+            out.request(request);
+            out.u32(*index);
+        }
+        Call::FirstToken { request, index } => {
+            out.u8(3);
+            out.request(request);
+            out.u32(*index);
+        }
+        Call::Complete { request, index } => {
+            out.u8(4);
+            out.request(request);
+            out.u32(*index);
+        }
+        Call::Add { name } => {
+            out.u8(5);
+            out.bytes(name.as_bytes());
+        }
+        Call::Remove { index } => {
+            out.u8(6);
+            out.u32(*index);
+        }
+    }
+    write_frame(to, &out.0)
+}
+
+/// Reads a call (`buf`: scratch space, reused between calls).
+pub fn read_call(from: &mut impl Read, buf: &mut Vec<u8>) -> Result<Call, WireError> {
+    read_frame(from, MAX_CALL_BYTES, buf)?;
+    let mut input = In(buf);
+    let call = match input.u8()? {
+        1 => {
+            let request = input.request()?;
+            let n = input.len(4 + 7 * 8)?;
+            let mut loads = Vec::with_capacity(n);
+            for _ in 0..n {
+                let index = input.u32()?;
+                let load = EndpointLoad {
+                    running: input.u64()?,
+                    waiting: input.u64()?,
+                    kv_blocks_used: input.u64()?,
+                    kv_blocks_total: input.u64()?,
+                    inflight_prompt_tokens: input.u64()?,
+                    inflight_requests: input.u64()?,
+                    kv_block_tokens: input.u64()?,
+                };
+                loads.push((index, load));
+            }
+            Call::Decide { request, loads }
+        }
+        tag @ 2..=4 => {
+            let request = input.request()?;
+            let index = input.u32()?;
+            match tag {
+                2 => Call::Learn { request, index },
+                3 => Call::FirstToken { request, index },
+                _ => Call::Complete { request, index },
+            }
+        }
+        5 => Call::Add {
+            name: input.string()?,
+        },
+        6 => Call::Remove {
+            index: input.u32()?,
+        },
+        _ => return Err(WireError::Malformed("unknown call")),
+    };
+    input.end()?;
+    Ok(call)
+}
+
+/// Writes a reply.
+pub fn write_reply(to: &mut impl Write, reply: &Reply) -> io::Result<()> {
+    let mut out = Out::default();
+    match reply {
+        Reply::Hello { matcher, endpoints } => {
+            out.u8(1);
+            out.bytes(matcher.as_bytes());
+            out.len(endpoints.len());
+            for (name, index) in endpoints {
+                out.bytes(name.as_bytes());
+                out.u32(*index);
+            }
+        }
+        Reply::Done => out.u8(2),
+        Reply::Decided {
+            endpoint,
+            constrained,
+            flagged,
+        } => {
+            out.u8(3);
+            match endpoint {
+                Some(index) => {
+                    out.u8(1);
+                    out.u32(*index);
+                }
+                None => out.u8(0),
+            }
+            out.u8(u8::from(*constrained));
+            out.len(flagged.len());
+            for index in flagged {
+                out.u32(*index);
+            }
+        }
+        Reply::Added { index } => {
+            out.u8(4);
+            out.u32(*index);
+        }
+        Reply::Failed { message } => {
+            out.u8(5);
+            let mut end = message.len().min(MAX_MESSAGE_BYTES);
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            out.bytes(&message.as_bytes()[..end]);
+        }
+    }
+    write_frame(to, &out.0)
+}
+
+/// Reads a reply (`buf`: scratch space, reused between calls).
+pub fn read_reply(from: &mut impl Read, buf: &mut Vec<u8>) -> Result<Reply, WireError> {
+    read_frame(from, MAX_REPLY_BYTES, buf)?;
+    let mut input = In(buf);
+    let reply = match input.u8()? {
+        1 => {
+            let matcher = input.string()?;
+            let n = input.len(8)?;
+            let mut endpoints = Vec::with_capacity(n);
+            for _ in 0..n {
+                endpoints.push((input.string()?, input.u32()?));
+            }
+            Reply::Hello { matcher, endpoints }
+        }
+        2 => Reply::Done,
+        3 => {
+            let endpoint = match input.u8()? {
+                0 => None,
+                1 => Some(input.u32()?),
+                _ => return Err(WireError::Malformed("bad option")),
+            };
+            let constrained = input.flag()?;
+            let n = input.len(4)?;
+            let mut flagged = Vec::with_capacity(n);
+            for _ in 0..n {
+                flagged.push(input.u32()?);
+            }
+            Reply::Decided {
+                endpoint,
+                constrained,
+                flagged,
+            }
+        }
+        4 => Reply::Added {
+            index: input.u32()?,
+        },
+        5 => Reply::Failed {
+            message: input.string()?,
+        },
+        _ => return Err(WireError::Malformed("unknown reply")),
+    };
+    input.end()?;
+    Ok(reply)
+}
+
+/// A frame being written.
+#[derive(Default)]
+struct Out(Vec<u8>);
+
+impl Out {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    /// A count; every list here is far below 4 Gi items (the frame limits say so).
+    fn len(&mut self, n: usize) {
+        self.u32(u32::try_from(n).unwrap_or(u32::MAX));
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.len(b.len());
+        self.0.extend_from_slice(b);
+    }
+    fn option(&mut self, v: Option<u64>) {
+        match v {
+            Some(v) => {
+                self.u8(1);
+                self.u64(v);
+            }
+            None => self.u8(0),
+        }
+    }
+    fn request(&mut self, r: &WireRequest) {
+        self.u64(r.id);
+        self.u64(r.arrival_ns);
+        self.bytes(&r.prompt);
+        self.len(r.block_hashes.len());
+        for h in &r.block_hashes {
+            self.u64(*h);
+        }
+        match &r.block_ids {
+            Some(ids) => {
+                self.u8(1);
+                self.len(ids.len());
+                for id in ids {
+                    self.u32(*id);
+                }
+            }
+            None => self.u8(0),
+        }
+        self.u32(r.block_size);
+        self.u8(u8::from(r.tokens));
+        self.u64(r.prompt_len);
+        self.option(r.output_tokens);
+        self.u64(r.session_id);
+        self.u64(r.parent_id);
+        self.u64(r.now_ns);
+    }
+}
+
+/// A frame being read; every read checks the bytes are there.
+struct In<'a>(&'a [u8]);
+
+impl In<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], WireError> {
+        if self.0.len() < n {
+            return Err(WireError::Malformed("frame ends early"));
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
+    }
+    fn flag(&mut self) -> Result<bool, WireError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(WireError::Malformed("bad flag")),
+        }
+    }
+    fn u32(&mut self) -> Result<u32, WireError> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self) -> Result<u64, WireError> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+    /// A count of items of at least `item_bytes` each: no more than the frame can hold, so
+    /// a forged count allocates nothing.
+    fn len(&mut self, item_bytes: usize) -> Result<usize, WireError> {
+        let n = self.u32()? as usize;
+        if n.saturating_mul(item_bytes) > self.0.len() {
+            return Err(WireError::Malformed("a count larger than the frame"));
+        }
+        Ok(n)
+    }
+    fn bytes(&mut self) -> Result<Vec<u8>, WireError> {
+        let n = self.len(1)?;
+        Ok(self.take(n)?.to_vec())
+    }
+    fn string(&mut self) -> Result<String, WireError> {
+        String::from_utf8(self.bytes()?).map_err(|_| WireError::Malformed("text is not UTF-8"))
+    }
+    fn option(&mut self) -> Result<Option<u64>, WireError> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => Ok(Some(self.u64()?)),
+            _ => Err(WireError::Malformed("bad option")),
+        }
+    }
+    fn request(&mut self) -> Result<WireRequest, WireError> {
+        let id = self.u64()?;
+        let arrival_ns = self.u64()?;
+        let prompt = self.bytes()?;
+        let n = self.len(8)?;
+        let block_hashes = (0..n).map(|_| self.u64()).collect::<Result<_, _>>()?;
+        let block_ids = match self.u8()? {
+            0 => None,
+            1 => {
+                let n = self.len(4)?;
+                Some((0..n).map(|_| self.u32()).collect::<Result<_, _>>()?)
+            }
+            _ => return Err(WireError::Malformed("bad option")),
+        };
+        Ok(WireRequest {
+            id,
+            arrival_ns,
+            prompt,
+            block_hashes,
+            block_ids,
+            block_size: self.u32()?,
+            tokens: self.flag()?,
+            prompt_len: self.u64()?,
+            output_tokens: self.option()?,
+            session_id: self.u64()?,
+            parent_id: self.u64()?,
+            now_ns: self.u64()?,
+        })
+    }
+    fn end(&self) -> Result<(), WireError> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(WireError::Malformed("bytes after the last field"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> WireRequest {
+        WireRequest {
+            id: 7,
+            arrival_ns: 1_000,
+            prompt: b"hello world".to_vec(),
+            block_hashes: vec![u64::MAX, 3],
+            block_ids: Some(vec![0, 1]),
+            block_size: 4,
+            tokens: false,
+            prompt_len: 11,
+            output_tokens: Some(16),
+            session_id: 2,
+            parent_id: 6,
+            now_ns: 2_000,
+        }
+    }
+
+    #[test]
+    fn every_call_and_reply_reads_back_as_written() {
+        let load = EndpointLoad {
+            running: 1,
+            waiting: 2,
+            kv_blocks_used: 3,
+            kv_blocks_total: 4,
+            inflight_prompt_tokens: 5,
+            inflight_requests: 6,
+            kv_block_tokens: 7,
+        };
+        let calls = [
+            Call::Decide {
+                request: request(),
+                loads: vec![(0, load), (9, EndpointLoad::default())],
+            },
+            Call::Learn {
+                request: WireRequest {
+                    block_ids: None,
+                    output_tokens: None,
+                    tokens: true,
+                    ..request()
+                },
+                index: 3,
+            },
+            Call::FirstToken {
+                request: request(),
+                index: 1,
+            },
+            Call::Complete {
+                request: request(),
+                index: u32::MAX,
+            },
+            Call::Add {
+                name: "host:80".into(),
+            },
+            Call::Remove { index: 4 },
+        ];
+        let mut buf = Vec::new();
+        for call in calls {
+            let mut bytes = Vec::new();
+            write_call(&mut bytes, &call).unwrap();
+            assert_eq!(read_call(&mut bytes.as_slice(), &mut buf).unwrap(), call);
+        }
+        let replies = [
+            Reply::Hello {
+                matcher: "lcp".into(),
+                endpoints: vec![("a:1".into(), 0), ("b:2".into(), 1)],
+            },
+            Reply::Done,
+            Reply::Decided {
+                endpoint: Some(2),
+                constrained: true,
+                flagged: vec![0, 1],
+            },
+            Reply::Decided {
+                endpoint: None,
+                constrained: false,
+                flagged: vec![],
+            },
+            Reply::Added { index: 5 },
+            Reply::Failed {
+                message: "boom".into(),
+            },
+        ];
+        for reply in replies {
+            let mut bytes = Vec::new();
+            write_reply(&mut bytes, &reply).unwrap();
+            assert_eq!(read_reply(&mut bytes.as_slice(), &mut buf).unwrap(), reply);
+        }
+    }
+
+    #[test]
+    fn a_long_message_is_cut_at_a_character_boundary() {
+        let message = "é".repeat(MAX_MESSAGE_BYTES);
+        let mut bytes = Vec::new();
+        write_reply(&mut bytes, &Reply::Failed { message }).unwrap();
+        let Reply::Failed { message } = read_reply(&mut bytes.as_slice(), &mut Vec::new()).unwrap()
+        else {
+            panic!("not a failure")
+        };
+        assert_eq!(message.len(), MAX_MESSAGE_BYTES);
+        assert!(message.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn malformed_and_oversized_frames_are_refused_without_allocating_for_them() {
+        let mut buf = Vec::new();
+        // A length over the limit: refused before any byte of it is read.
+        let huge = (MAX_REPLY_BYTES + 1).to_le_bytes();
+        assert!(matches!(
+            read_reply(&mut huge.as_slice(), &mut buf),
+            Err(WireError::TooLong(..))
+        ));
+        // A list claiming 4 Gi items in a 9-byte frame.
+        let mut forged = vec![3, 0];
+        forged.push(0);
+        forged.extend_from_slice(&u32::MAX.to_le_bytes());
+        let mut framed = (forged.len() as u32).to_le_bytes().to_vec();
+        framed.extend_from_slice(&forged);
+        assert!(matches!(
+            read_reply(&mut framed.as_slice(), &mut buf),
+            Err(WireError::Malformed(_))
+        ));
+        // Every proper prefix of a good frame is an error, never a call.
+        let mut bytes = Vec::new();
+        write_call(
+            &mut bytes,
+            &Call::Decide {
+                request: request(),
+                loads: vec![(0, EndpointLoad::default())],
+            },
+        )
+        .unwrap();
+        for cut in 0..bytes.len() {
+            assert!(read_call(&mut &bytes[..cut], &mut buf).is_err(), "cut {cut}");
+        }
+        // A frame shortened inside while its length still says the whole: malformed.
+        let mut short = bytes.clone();
+        short.truncate(bytes.len() - 1);
+        let len = (short.len() - 4) as u32;
+        short[..4].copy_from_slice(&len.to_le_bytes());
+        assert!(matches!(
+            read_call(&mut short.as_slice(), &mut buf),
+            Err(WireError::Malformed(_))
+        ));
+        // Trailing bytes and an unknown tag.
+        for payload in [vec![2u8, 0], vec![99]] {
+            let mut framed = (payload.len() as u32).to_le_bytes().to_vec();
+            framed.extend_from_slice(&payload);
+            assert!(read_reply(&mut framed.as_slice(), &mut buf).is_err());
+        }
+    }
+}
