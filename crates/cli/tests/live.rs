@@ -150,9 +150,12 @@ fn live_decisions_are_the_time_free_replays() {
         .collect();
     let list: Vec<&str> = engines.iter().map(|e| e.addr.as_str()).collect();
     let endpoints = list.join(",");
-    for (name, spreads) in [
-        ("mooncake-conversation.jsonl", false),
-        ("mooncake-sessions.jsonl", true),
+    // With the plugins in process and in a plugin host: the channel carries every field
+    // the matcher reads.
+    for (name, spreads, isolation) in [
+        ("mooncake-conversation.jsonl", false, "in-process"),
+        ("mooncake-sessions.jsonl", true, "in-process"),
+        ("mooncake-sessions.jsonl", true, "process"),
     ] {
         // A fresh router each time: its matcher starts with nothing learned, as a replay's.
         let router = Server::start(&[
@@ -163,8 +166,10 @@ fn live_decisions_are_the_time_free_replays() {
             "lcp",
             "--block-size",
             "2048",
+            "--plugin-isolation",
+            isolation,
         ]);
-        let trace = head(name, 300, &format!("live-{name}"));
+        let trace = head(name, 300, &format!("live-{isolation}-{name}"));
         let live = trace.with_extension("live.jsonl");
         drive(
             &router.url(),
@@ -191,8 +196,8 @@ fn live_decisions_are_the_time_free_replays() {
         ]);
         assert!(replay.status.success(), "{}", texts(&replay).1);
         let (live, offline) = (endpoints_of(&live), endpoints_of(&offline));
-        assert_eq!(live.len(), 300, "{name}");
-        assert_eq!(live, offline, "{name}");
+        assert_eq!(live.len(), 300, "{name}, {isolation}");
+        assert_eq!(live, offline, "{name}, {isolation}");
         let used: std::collections::BTreeSet<_> = live.iter().collect();
         assert_eq!(used.len() > 1, spreads, "{name}: {used:?}");
     }
@@ -635,4 +640,285 @@ fn a_plugin_call_that_hangs_leaves_health_and_metrics_answering() {
         "answered in {:?}",
         started.elapsed()
     );
+}
+
+/// Whether `series` on `addr`'s `/metrics` reads `value`.
+fn metric_is(addr: &str, series: &str, value: f64) -> bool {
+    metric(addr, series) == value
+}
+
+/// `serve --plugin-isolation process` in front of one engine with the `crash.c` fixture
+/// `plugin` as its matcher (`extra` flags besides).
+fn isolated(engine: &Server, library: &Path, plugin: &str, extra: &[&str]) -> Server {
+    let matcher = format!("{}#{plugin}", library.display());
+    let mut args = vec![
+        "serve",
+        "--endpoints",
+        &engine.addr,
+        "--matcher",
+        &matcher,
+        "--plugin-isolation",
+        "process",
+    ];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
+/// A C plugin that aborts the process on the third request, run in a plugin host: that
+/// request follows `--on-plugin-error` (a 503 naming the crash, or round robin), the
+/// router keeps answering, the host is restarted, the crash is counted and logged with
+/// the plugin and the call, and the restarted host routes again.
+#[test]
+fn an_aborting_plugin_in_a_plugin_host_only_restarts_the_host() {
+    let engine = Server::start(&["engine", "--instant"]);
+    let library = support::crash_fixture("isolated");
+    let reject = isolated(&engine, &library, "abort", &[]);
+    for _ in 0..2 {
+        assert_eq!(http(&reject.addr, "POST", "/v1/completions", SMALL).0, 200);
+    }
+    let (status, body) = http(&reject.addr, "POST", "/v1/completions", SMALL);
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("the plugin host crashed during `decide`: killed by signal 6 (SIGABRT)"),
+        "{body}"
+    );
+    assert_eq!(http(&reject.addr, "GET", "/health", "").0, 200);
+    eventually("the host restarted", || {
+        metric_is(&reject.addr, "routerlab_plugin_host_restarts_total", 1.0)
+    });
+    let errors = "routerlab_plugin_errors_total{matcher=\"abort\"}";
+    let errors_after_restart = metric(&reject.addr, errors);
+    for _ in 0..3 {
+        let (status, body) = http(&reject.addr, "POST", "/v1/completions", SMALL);
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(metric(&reject.addr, errors), errors_after_restart);
+    assert_eq!(
+        metric(&reject.addr, "routerlab_plugin_host_crashes_total"),
+        1.0
+    );
+    let log = reject.stderr();
+    assert!(
+        log.contains("in plugin `abort` during `match`: the plugin crashed the process")
+            && log.contains(
+                "routerlab serve: the plugin host crashed during `decide`: killed by signal 6 (SIGABRT); restarting it (matcher `abort`)"
+            ),
+        "{log}"
+    );
+    // With round robin, the crashing request is answered too.
+    let fallback = isolated(
+        &engine,
+        &library,
+        "segv",
+        &["--on-plugin-error", "round-robin"],
+    );
+    for _ in 0..6 {
+        let (status, body) = http(&fallback.addr, "POST", "/v1/completions", SMALL);
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(
+        metric(&fallback.addr, "routerlab_plugin_host_crashes_total"),
+        1.0
+    );
+    let _ = std::fs::remove_file(&library);
+}
+
+/// A plugin call that never returns, in a plugin host with a 200 ms deadline: the host is
+/// killed at the deadline and restarted, the request is answered as `--on-plugin-error`
+/// says instead of waiting, and the missed deadline is counted.
+#[test]
+fn a_plugin_host_that_misses_the_deadline_is_killed_and_restarted() {
+    let engine = Server::start(&["engine", "--instant"]);
+    let fixture = support::fixture_plugin("hang-on-match");
+    let router = Server::start(&[
+        "serve",
+        "--endpoints",
+        &engine.addr,
+        "--matcher",
+        &fixture,
+        "--matcher-config",
+        "{hang_from: 2}",
+        "--plugin-isolation",
+        "process",
+        "--plugin-timeout-ms",
+        "200",
+    ]);
+    assert_eq!(http(&router.addr, "POST", "/v1/completions", SMALL).0, 200);
+    let started = std::time::Instant::now();
+    let (status, body) = http(&router.addr, "POST", "/v1/completions", SMALL);
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("did not answer `decide` within 200 ms and was killed"),
+        "{body}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "answered in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        metric(&router.addr, "routerlab_plugin_host_missed_deadlines_total"),
+        1.0
+    );
+    eventually("the host restarted", || {
+        metric_is(&router.addr, "routerlab_plugin_host_restarts_total", 1.0)
+    });
+    assert_eq!(http(&router.addr, "GET", "/health", "").0, 200);
+}
+
+/// The process ids of `pid`'s children.
+fn children(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc") {
+        let path = task.expect("task").path().join("children");
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        found.extend(
+            text.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok()),
+        );
+    }
+    found
+}
+
+/// A plugin host stuck in a call does not outlive its router: killed with it.
+#[test]
+fn a_stuck_plugin_host_dies_with_its_router() {
+    let engine = Server::start(&["engine", "--instant"]);
+    let fixture = support::fixture_plugin("hang-on-match");
+    let router = Server::start(&[
+        "serve",
+        "--endpoints",
+        &engine.addr,
+        "--matcher",
+        &fixture,
+        "--plugin-isolation",
+        "process",
+        "--plugin-timeout-ms",
+        "600000",
+    ]);
+    let hosts = children(router.pid());
+    assert_eq!(hosts.len(), 1, "one plugin host: {hosts:?}");
+    let addr = router.addr.clone();
+    std::thread::spawn(move || http(&addr, "POST", "/v1/completions", SMALL));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(Path::new(&format!("/proc/{}", hosts[0])).exists());
+    drop(router);
+    eventually("the host is gone", || {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", hosts[0]));
+        // Gone, or a zombie waiting for whoever inherited it.
+        stat.map_or(true, |s| s.split_whitespace().nth(2) == Some("Z"))
+    });
+}
+
+/// A plugin host whose plugins cannot be loaded stops `serve` before it listens, with the
+/// host's own error and exit status 2; the deadline flag needs the host.
+#[test]
+fn a_plugin_host_that_cannot_load_its_plugins_stops_serve_at_start() {
+    let output = routerlab(&[
+        "serve",
+        "--endpoints",
+        "127.0.0.1:9",
+        "--matcher",
+        "no-such-plugin",
+        "--plugin-isolation",
+        "process",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("plugin `no-such-plugin` not found")
+            && stderr.contains(
+                "the plugin host did not start: it ended before it was ready: exit status 2"
+            )
+            && !stderr.contains("listening"),
+        "{stderr}"
+    );
+    let output = routerlab(&[
+        "serve",
+        "--endpoints",
+        "127.0.0.1:9",
+        "--matcher",
+        "lcp",
+        "--plugin-timeout-ms",
+        "100",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--plugin-timeout-ms needs --plugin-isolation process"),
+        "{stderr}"
+    );
+}
+
+/// A restarted plugin host starts with the whole starting fleet; the router tells it which
+/// engines are out. The `abort` fixture picks the first available endpoint and aborts on
+/// the third request: with the first engine dead and out of the fleet when the host
+/// crashes, the restarted host must not offer it, and it is added back when it returns.
+#[test]
+fn a_restarted_plugin_host_is_told_which_engines_are_out() {
+    let library = support::crash_fixture("resync");
+    let matcher = format!("{}#abort", library.display());
+    let (first, second) = (
+        Server::start(&["engine", "--instant"]),
+        Server::start(&["engine", "--instant"]),
+    );
+    let first_addr = first.addr.clone();
+    let endpoints = format!("{first_addr},{}", second.addr);
+    let router = Server::start(&[
+        "serve",
+        "--endpoints",
+        &endpoints,
+        "--matcher",
+        &matcher,
+        "--plugin-isolation",
+        "process",
+        "--metrics-interval-ms",
+        "50",
+    ]);
+    let up = |addr: &str| {
+        metric(
+            &router.addr,
+            &format!("routerlab_endpoint_up{{endpoint=\"{addr}\"}}"),
+        )
+    };
+    let served = |addr: &str| {
+        metric(
+            &router.addr,
+            &format!("routerlab_requests_total{{endpoint=\"{addr}\"}}"),
+        )
+    };
+    drop(first);
+    eventually("the first engine taken out", || up(&first_addr) == 0.0);
+    for _ in 0..2 {
+        assert_eq!(http(&router.addr, "POST", "/v1/completions", SMALL).0, 200);
+    }
+    let (status, body) = http(&router.addr, "POST", "/v1/completions", SMALL);
+    assert_eq!(status, 503, "{body}");
+    eventually("the host restarted", || {
+        metric_is(&router.addr, "routerlab_plugin_host_restarts_total", 1.0)
+    });
+    for _ in 0..3 {
+        let (status, body) = http(&router.addr, "POST", "/v1/completions", SMALL);
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(served(&second.addr), 5.0);
+    // Back, it joins the restarted host's fleet (at its end); with the second engine gone,
+    // the host picks it.
+    let _back = Server::start_on(&["engine", "--instant"], &first_addr);
+    eventually("the first engine back", || up(&first_addr) == 1.0);
+    let second_addr = second.addr.clone();
+    drop(second);
+    eventually("the second engine taken out", || up(&second_addr) == 0.0);
+    let (status, body) = http(&router.addr, "POST", "/v1/completions", SMALL);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        served(&first_addr),
+        1.0,
+        "the restarted host was told it is back"
+    );
+    let _ = std::fs::remove_file(&library);
 }

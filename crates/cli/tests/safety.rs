@@ -5,7 +5,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use support::{Replay, project_trace, routerlab, scratch_file, texts};
+use support::{Replay, crash_fixture, project_trace, routerlab, scratch_file, texts};
 
 /// Asserts a run failed with exit 2, one line on stderr holding `needle`, nothing on stdout.
 fn refused(output: &std::process::Output, needle: &str) {
@@ -347,26 +347,6 @@ fn a_trace_truncated_while_read_is_named() {
         "{stderr}"
     );
     let _ = std::fs::remove_file(&library);
-}
-
-/// Builds `tests/fixtures/crash.c` into a scratch library of its own for the test `tag`.
-fn crash_fixture(tag: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let library = std::env::temp_dir().join(format!(
-        "librouterlab_crash_{tag}_{}.so",
-        std::process::id()
-    ));
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let built = std::process::Command::new(&cc)
-        .args(["-shared", "-fPIC", "-O1", "-std=c11", "-I"])
-        .arg(root.join("include"))
-        .arg(root.join("crates/cli/tests/fixtures/crash.c"))
-        .arg("-o")
-        .arg(&library)
-        .status()
-        .expect("a C compiler (cc, or $CC)");
-    assert!(built.success());
-    library
 }
 
 /// A key given twice is refused the same way in every JSON format, never silently the last.

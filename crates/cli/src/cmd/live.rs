@@ -11,8 +11,8 @@ use routerlab_host::SearchPath;
 use routerlab_live::LiveError;
 use routerlab_live::drive::DriveSettings;
 use routerlab_live::engine::EngineSettings;
-use routerlab_live::serve::health::HealthRule;
 use routerlab_live::plugin_host::{Host, HostCommand};
+use routerlab_live::serve::health::HealthRule;
 use routerlab_live::serve::{OnPluginError, Plugins, ServeSettings};
 use routerlab_sim::WhenUnavailable;
 use routerlab_sim::scenario::Scenario;
@@ -383,9 +383,12 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
                 return Err(Failure::input("--plugin-timeout-ms must be at least 1"));
             }
             let program = std::env::current_exe().map_err(|e| {
-                Failure::input(format!("cannot find this program to start the plugin host: {e}"))
+                Failure::input(format!(
+                    "cannot find this program to start the plugin host: {e}"
+                ))
             })?;
-            let yaml = |config: &serde_yaml::Mapping| serde_yaml::to_string(config).unwrap_or_default();
+            let yaml =
+                |config: &serde_yaml::Mapping| serde_yaml::to_string(config).unwrap_or_default();
             let mut host_args: Vec<std::ffi::OsString> = vec![
                 "plugin-host".into(),
                 "--matcher".into(),

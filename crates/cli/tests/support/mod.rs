@@ -129,3 +129,23 @@ impl Replay {
         self.json().0
     }
 }
+
+/// Builds `tests/fixtures/crash.c` into a scratch library of its own for the test `tag`.
+pub fn crash_fixture(tag: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let library = std::env::temp_dir().join(format!(
+        "librouterlab_crash_{tag}_{}.so",
+        std::process::id()
+    ));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = std::process::Command::new(&cc)
+        .args(["-shared", "-fPIC", "-O1", "-std=c11", "-I"])
+        .arg(root.join("include"))
+        .arg(root.join("crates/cli/tests/fixtures/crash.c"))
+        .arg("-o")
+        .arg(&library)
+        .status()
+        .expect("a C compiler (cc, or $CC)");
+    assert!(built.success());
+    library
+}

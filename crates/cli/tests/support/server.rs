@@ -4,14 +4,18 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead as _, BufReader};
+use std::io::{BufRead as _, BufReader, Read as _};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 
 /// A `routerlab` server process, killed when dropped.
 pub struct Server {
     child: Child,
     /// `host:port` it listens on.
     pub addr: String,
+    /// What it wrote on stderr after its first line (read all along, so it never blocks
+    /// or fails writing).
+    log: Arc<Mutex<String>>,
 }
 
 impl Server {
@@ -53,15 +57,28 @@ impl Server {
             .spawn()
             .expect("start routerlab");
         let mut line = String::new();
-        BufReader::new(child.stderr.take().expect("stderr"))
-            .read_line(&mut line)
-            .expect("a first line");
+        let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+        stderr.read_line(&mut line).expect("a first line");
+        let log = Arc::new(Mutex::new(String::new()));
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n @ 1..) = stderr.read(&mut chunk) {
+                let text = String::from_utf8_lossy(&chunk[..n]).into_owned();
+                sink.lock().expect("log").push_str(&text);
+            }
+        });
         let addr = line
             .trim()
             .rsplit_once("http://")
             .map(|(_, addr)| addr.to_owned())
             .unwrap_or_else(|| panic!("{args:?} did not say where it listens: {line}"));
-        Server { child, addr }
+        Server { child, addr, log }
+    }
+
+    /// What it has written on stderr since it said where it listens.
+    pub fn stderr(&self) -> String {
+        self.log.lock().expect("log").clone()
     }
 
     pub fn url(&self) -> String {

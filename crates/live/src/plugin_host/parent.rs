@@ -426,7 +426,10 @@ fn accept(
             Ok((stream, _)) => return Ok(stream),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if let Ok(Some(status)) = child.try_wait() {
-                    return Err(format!("it ended before it was ready: {}", describe(status)));
+                    return Err(format!(
+                        "it ended before it was ready: {}",
+                        describe(status)
+                    ));
                 }
                 if started.elapsed() > STARTUP_TIMEOUT {
                     return Err(format!(
@@ -451,8 +454,8 @@ fn hello(stream: UnixStream, started: Instant, deadline: Duration) -> Result<Hel
         .max(Duration::from_millis(1));
     stream.set_read_timeout(Some(left)).map_err(io)?;
     let mut reader = BufReader::new(stream.try_clone().map_err(io)?);
-    let reply = wire::read_reply(&mut reader, &mut Vec::new())
-        .map_err(|e| format!("its hello: {e}"))?;
+    let reply =
+        wire::read_reply(&mut reader, &mut Vec::new()).map_err(|e| format!("its hello: {e}"))?;
     let Reply::Hello { matcher, endpoints } = reply else {
         return Err("it did not start with a hello".into());
     };
@@ -461,4 +464,9 @@ fn hello(stream: UnixStream, started: Instant, deadline: Duration) -> Result<Hel
     Ok((stream, reader, endpoints, matcher))
 }
 
-type Hello = (UnixStream, BufReader<UnixStream>, Vec<(String, u32)>, String);
+type Hello = (
+    UnixStream,
+    BufReader<UnixStream>,
+    Vec<(String, u32)>,
+    String,
+);

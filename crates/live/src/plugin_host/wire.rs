@@ -48,7 +48,11 @@ impl WireRequest {
             block_hashes: &self.block_hashes,
             block_ids: self.block_ids.as_deref(),
             block_size: self.block_size,
-            unit: if self.tokens { Unit::Tokens } else { Unit::Bytes },
+            unit: if self.tokens {
+                Unit::Tokens
+            } else {
+                Unit::Bytes
+            },
             prompt_len: self.prompt_len,
             output_tokens: self.output_tokens,
             session_id: self.session_id,
@@ -633,7 +637,10 @@ mod tests {
         )
         .unwrap();
         for cut in 0..bytes.len() {
-            assert!(read_call(&mut &bytes[..cut], &mut buf).is_err(), "cut {cut}");
+            assert!(
+                read_call(&mut &bytes[..cut], &mut buf).is_err(),
+                "cut {cut}"
+            );
         }
         // A frame shortened inside while its length still says the whole: malformed.
         let mut short = bytes.clone();

@@ -28,7 +28,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::LiveError;
+use crate::http::{self, Body, BoxError};
+use crate::openai::{self, Api};
 use bytes::Bytes;
+use health::HealthRule;
 use http_body::Frame;
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
@@ -36,12 +40,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use prometheus_client::metrics::histogram::Histogram;
-use crate::LiveError;
-use crate::http::{self, Body, BoxError};
-use crate::openai::{self, Api};
-use health::HealthRule;
 pub use plugins::Plugins;
+use prometheus_client::metrics::histogram::Histogram;
 use state::{Refusal, Routed, State};
 
 /// The header a client names its session with (else the body's `user`).

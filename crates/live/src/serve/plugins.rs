@@ -143,7 +143,11 @@ impl Plugins {
     }
 
     /// The matcher's `update` (in a host: sent without waiting, see [`Host::send`]).
-    pub(super) fn learn(&mut self, request: &RequestData<'_>, at: EndpointIndex) -> Result<(), String> {
+    pub(super) fn learn(
+        &mut self,
+        request: &RequestData<'_>,
+        at: EndpointIndex,
+    ) -> Result<(), String> {
         match self {
             Plugins::InProcess(router) => match router.position_of(at) {
                 Some(pos) => router.learn(request, pos).map_err(|e| e.to_string()),

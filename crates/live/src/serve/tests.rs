@@ -8,8 +8,8 @@ use routerlab_host::{EndpointTable, in_process};
 use routerlab_route::{Router, WhenUnavailable};
 
 use super::OnPluginError;
-use super::plugins::Plugins;
 use super::health::HealthRule;
+use super::plugins::Plugins;
 use super::state::{Refusal, State};
 use crate::prom::Scraped;
 
