@@ -55,31 +55,73 @@ impl SnapshotRun {
     }
 }
 
-/// The library `lib{name}.so` (or `.dylib`) built beside the running test binary: what
-/// `cargo test` just built from the plugin crate (its target directory, its profile).
+/// The library `lib{name}.so` (or `.dylib`) that this very `cargo test` built: with
+/// `crate-type = ["cdylib", "rlib"]`, the test links the crate's rlib, and rustc writes the
+/// cdylib beside it in `target/<profile>/deps/` from the same sources in the same
+/// invocation, so the library tested is the code under test. (A `cdylib` alone is not
+/// built by `cargo test` at all; what `cargo build` left in `target/<profile>/` may be
+/// older than the sources.) [`replay_plugin`] refuses a library it cannot vouch for.
 pub fn plugin_library(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     // target/<profile>/deps/<test binary>
-    let profile_dir = exe
+    let deps = exe
         .parent()
-        .and_then(Path::parent)
         .expect("a test binary under target/<profile>/deps");
-    profile_dir.join(format!(
+    deps.join(format!(
         "{}{name}{}",
         std::env::consts::DLL_PREFIX,
         std::env::consts::DLL_SUFFIX
     ))
 }
 
+/// How much older than its crate's newest rlib a library may be and still come from the
+/// same build (rustc writes both in one invocation, the rlib first or last).
+const SAME_BUILD_SLACK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Why `library` cannot be the code under test, if it cannot: missing, or older than the
+/// newest rlib of its crate beside it (a library from an earlier build), or without one
+/// (a crate that `cargo test` does not build a library for).
+fn stale(library: &Path) -> Option<String> {
+    let fix = "give the plugin crate `crate-type = [\"cdylib\", \"rlib\"]` so `cargo test` builds the library it tests";
+    let shown = library.display();
+    let Ok(built) = std::fs::metadata(library).and_then(|m| m.modified()) else {
+        return Some(format!("{shown}: no such library ({fix})"));
+    };
+    let dir = library.parent()?;
+    let stem = library.file_stem()?.to_str()?;
+    let base = stem
+        .strip_prefix(std::env::consts::DLL_PREFIX)
+        .unwrap_or(stem);
+    // `lib{base}.rlib` (cargo leaves the hash out of a crate that is also a cdylib), or
+    // `lib{base}-{hash}.rlib`.
+    let (rlib, rlib_prefix) = (format!("lib{base}.rlib"), format!("lib{base}-"));
+    let newest_rlib = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            *name == rlib || (name.starts_with(&rlib_prefix) && name.ends_with(".rlib"))
+        })
+        .filter_map(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .max();
+    match newest_rlib {
+        None => Some(format!(
+            "{shown}: the test was not built with this crate's rlib, so `cargo test` did not build this library ({fix})"
+        )),
+        Some(rlib) if built + SAME_BUILD_SLACK < rlib => Some(format!(
+            "{shown} is older than the crate it comes from: a library from an earlier build ({fix})"
+        )),
+        Some(_) => None,
+    }
+}
+
 /// Replays `run` through the matcher `name` of `library`; the error says what failed.
 /// The run is a [`Scenario`] with `replay`'s defaults, so it is what `routerlab replay`
 /// with the same settings reports.
 pub fn replay_plugin(library: &Path, name: &str, run: &SnapshotRun) -> Result<Report, String> {
-    if !library.is_file() {
-        return Err(format!(
-            "{}: no such library (build the plugin crate first: `cargo build`)",
-            library.display()
-        ));
+    if let Some(why) = stale(library) {
+        return Err(why);
     }
     let scenario = Scenario::new(format!("{}#{name}", library.display()), &run.trace)
         .endpoints(run.endpoints)
