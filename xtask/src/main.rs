@@ -11,11 +11,15 @@
 #[cfg(test)]
 mod layers;
 
+use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 const USAGE: &str = "\
-usage: cargo xtask <task> [args]
+usage: cargo xtask [-q] <task> [args]
+
+  -q, --quiet        no cargo progress (the default when stderr is not a terminal)
 
 tasks:
   replay ARGS...     build (release) and run `routerlab replay ARGS...`
@@ -31,11 +35,38 @@ tasks:
   readme             run every `sh` block of README.md, as a new user would
   fuzz --smoke | --seconds N
                      run each cargo-fuzz target (nightly, cargo-fuzz) for 20 s, or N s
-  ci                 fmt, clippy, MSRV check, build, test, Miri, docs, readme: what CI runs
+  ci                 what CI runs: checks its prerequisites first and installs what is
+                     missing (the MSRV toolchain, nightly with Miri, cargo-fuzz), then fmt,
+                     clippy, MSRV check, build, test, Miri, docs, fuzz smoke, readme
 ";
 
+/// `-q`: cargo's progress hidden even on a terminal.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Whether cargo runs with `--quiet`: asked for, or nobody is watching a terminal.
+fn quiet() -> bool {
+    quiet_when(
+        QUIET.load(Ordering::Relaxed),
+        std::io::stderr().is_terminal(),
+    )
+}
+
+/// The rule of [`quiet`]: progress on a terminal unless `-q`; never into a pipe or a log.
+fn quiet_when(asked: bool, terminal: bool) -> bool {
+    asked || !terminal
+}
+
+/// `["--quiet"]` when [`quiet`], else nothing: spliced into cargo's arguments.
+fn quiet_flag() -> &'static [&'static str] {
+    if quiet() { &["--quiet"] } else { &[] }
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "-q" || a == "--quiet") {
+        QUIET.store(true, Ordering::Relaxed);
+        args.remove(0);
+    }
     let Some(task) = args.first() else {
         eprint!("{USAGE}");
         return ExitCode::from(2);
@@ -96,16 +127,13 @@ fn run(mut cmd: Command) -> Result<(), String> {
     }
 }
 
+/// `cargo build --release --workspace`, exactly the README's build command: the same
+/// packages selected means the same features unified, so switching between the two
+/// rebuilds nothing.
 fn build_release() -> Result<(), String> {
     let mut cmd = cargo();
-    cmd.args([
-        "build",
-        "--release",
-        "--quiet",
-        "--workspace",
-        "--exclude",
-        "xtask",
-    ]);
+    cmd.args(["build", "--release", "--workspace"]);
+    cmd.args(quiet_flag());
     run(cmd)
 }
 
@@ -331,7 +359,8 @@ fn codegen(check: bool) -> Result<(), String> {
 fn bench(args: &[String]) -> Result<(), String> {
     build_release()?;
     let mut cmd = cargo();
-    cmd.args(["bench", "--quiet", "--workspace", "--exclude", "xtask"]);
+    cmd.args(["bench", "--workspace"]);
+    cmd.args(quiet_flag());
     cmd.args(args);
     run(cmd)
 }
@@ -348,38 +377,30 @@ fn rust_version() -> Result<String, String> {
 }
 
 fn ci() -> Result<(), String> {
+    prerequisites()?;
     let msrv = format!("+{}", rust_version()?);
-    let steps: [&[&str]; 7] = [
-        &["fmt", "--all", "--check"],
-        &[
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--quiet",
-            "--",
-            "-D",
-            "warnings",
-        ],
+    let q = quiet_flag();
+    let steps: [Vec<&str>; 7] = [
+        vec!["fmt", "--all", "--check"],
+        [
+            &["clippy", "--workspace", "--all-targets"],
+            q,
+            &["--", "-D", "warnings"],
+        ]
+        .concat(),
         // The oldest toolchain `rust-version` promises must build everything.
-        &[&msrv, "check", "--workspace", "--all-targets", "--quiet"],
+        [&[msrv.as_str(), "check", "--workspace", "--all-targets"], q].concat(),
         // Test binaries load the plugin libraries that a plain build puts in target/debug.
-        &["build", "--workspace", "--quiet"],
-        &["test", "--workspace", "--quiet"],
+        [&["build", "--workspace"], q].concat(),
+        [&["test", "--workspace"], q].concat(),
         // The SDK's `unsafe` under Miri: undefined behaviour fails CI like any bug.
-        &[
-            "+nightly",
-            "miri",
-            "test",
-            "-p",
-            "routerlab-core",
-            "--quiet",
-        ],
-        &["doc", "--workspace", "--no-deps", "--quiet"],
+        [&["+nightly", "miri", "test", "-p", "routerlab-core"], q].concat(),
+        [&["doc", "--workspace", "--no-deps"], q].concat(),
     ];
     for step in steps {
         println!("xtask ci: cargo {}", step.join(" "));
         let mut cmd = cargo_bare();
-        cmd.args(step);
+        cmd.args(&step);
         if step.contains(&"doc") {
             cmd.env("RUSTDOCFLAGS", "-D warnings");
         }
@@ -389,6 +410,128 @@ fn ci() -> Result<(), String> {
     fuzz(&["--smoke".to_owned()])?;
     println!("xtask ci: cargo xtask readme");
     readme()
+}
+
+/// The cargo-fuzz release `ci` installs when none is on the path.
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
+
+/// Whether `program args` runs and succeeds (its output thrown away).
+fn succeeds(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .current_dir(root())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Everything `ci` needs besides the stable toolchain that runs it, checked in a few
+/// seconds before anything is built; what is missing is installed the way a fresh CI
+/// machine gets it (printed first), or, where nothing here can install it, named with the
+/// one command to run.
+fn prerequisites() -> Result<(), String> {
+    println!("xtask ci: checking prerequisites");
+    let msrv = rust_version()?;
+    let rustup = succeeds("rustup", &["--version"]);
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    if !succeeds(&cc, &["--version"]) {
+        return Err(format!(
+            "no C compiler (`{cc}`; the tests build C plugins): install one, e.g. `sudo apt-get install build-essential`, or set CC"
+        ));
+    }
+    let toolchains = installed_toolchains();
+    // (what, is it there, the command that installs it)
+    let mut needs: Vec<(String, bool, Vec<String>)> = vec![
+        (
+            "rustfmt".into(),
+            succeeds("cargo", &["fmt", "--version"]),
+            words("rustup component add rustfmt"),
+        ),
+        (
+            "clippy".into(),
+            succeeds("cargo", &["clippy", "--version"]),
+            words("rustup component add clippy"),
+        ),
+        (
+            format!("the Rust {msrv} toolchain (`rust-version`)"),
+            toolchains
+                .iter()
+                .any(|t| t.starts_with(&format!("{msrv}-"))),
+            words(&format!(
+                "rustup toolchain install {msrv} --profile minimal --no-self-update"
+            )),
+        ),
+    ];
+    let has_nightly = toolchains.iter().any(|t| t.starts_with("nightly-"));
+    needs.push((
+        "Miri on the nightly toolchain".into(),
+        has_nightly
+            && succeeds("cargo", &["+nightly", "miri", "--version"])
+            && nightly_has_rust_src(),
+        if has_nightly {
+            words("rustup component add --toolchain nightly miri rust-src")
+        } else {
+            words("rustup toolchain install nightly --profile minimal --component miri,rust-src --no-self-update")
+        },
+    ));
+    needs.push((
+        "cargo-fuzz".into(),
+        succeeds("cargo", &["fuzz", "--version"]),
+        words(&format!(
+            "cargo install cargo-fuzz --locked --version {CARGO_FUZZ_VERSION}"
+        )),
+    ));
+    for (what, present, install) in needs {
+        if present {
+            continue;
+        }
+        let command = install.join(" ");
+        if install[0] == "rustup" && !rustup {
+            return Err(format!(
+                "{what} is missing and there is no rustup to install it: install rustup (https://rustup.rs), then run `{command}`"
+            ));
+        }
+        println!("xtask ci: {what} is missing; installing it: {command}");
+        let mut cmd = Command::new(&install[0]);
+        cmd.args(&install[1..]).current_dir(root());
+        run(cmd)
+            .map_err(|e| format!("could not install {what} ({e}); run `{command}` yourself"))?;
+    }
+    Ok(())
+}
+
+/// The toolchains rustup has (`1.85.0-x86_64-unknown-linux-gnu`, ...); none without rustup.
+/// Asked by listing, because naming one that is missing may make rustup install it.
+fn installed_toolchains() -> Vec<String> {
+    Command::new("rustup")
+        .args(["toolchain", "list"])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether the nightly toolchain has `rust-src`, which Miri builds its standard library from.
+fn nightly_has_rust_src() -> bool {
+    Command::new("rustup")
+        .args(["component", "list", "--toolchain", "nightly", "--installed"])
+        .output()
+        .is_ok_and(|o| {
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .any(|l| l.starts_with("rust-src"))
+        })
+}
+
+fn words(command: &str) -> Vec<String> {
+    command.split_whitespace().map(str::to_owned).collect()
 }
 
 /// The cargo-fuzz targets under `fuzz/`.
@@ -408,7 +551,8 @@ fn fuzz(args: &[String]) -> Result<(), String> {
     };
     // The engine target loads the workspace's debug plugins.
     let mut build = cargo_bare();
-    build.args(["build", "--workspace", "--quiet"]);
+    build.args(["build", "--workspace"]);
+    build.args(quiet_flag());
     run(build)?;
     for target in FUZZ_TARGETS {
         let scratch =
@@ -519,6 +663,13 @@ fn readme() -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cargo_shows_progress_only_on_a_terminal_and_unless_asked_not_to() {
+        assert!(!super::quiet_when(false, true));
+        assert!(super::quiet_when(true, true));
+        assert!(super::quiet_when(false, false));
+    }
+
     #[test]
     fn readme_blocks_are_the_sh_fences_but_ci() {
         let text = "x\n```sh\ncargo xtask ci\n```\n```sh\na\nb\n```\n```bash\nc\n```\n";
