@@ -598,6 +598,10 @@ fn readme_blocks(readme: &str) -> Vec<String> {
         .collect()
 }
 
+/// Held while the README's blocks run: `serve`'s default, vLLM's, and the ones the live
+/// example used to hard-code.
+const TAKEN_PORTS: [u16; 6] = [8000, 8001, 8080, 18101, 18102, 18180];
+
 /// Runs every `sh` block of README.md with `sh -e` from the repository root, as a new user
 /// on a fresh clone would, with `HOME` in a scratch directory (blocks may write to `~`).
 /// Files and directories the blocks create in the repository are removed afterwards, so a
@@ -623,6 +627,12 @@ fn readme() -> Result<(), String> {
             .collect())
     };
     let before = untracked()?;
+    // Ports a block might be tempted to hard-code are taken while the blocks run, as on a
+    // machine that already serves something there: a block must listen on port 0.
+    let _taken: Vec<std::net::TcpListener> = TAKEN_PORTS
+        .iter()
+        .filter_map(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).ok())
+        .collect();
     let home = std::env::temp_dir().join(format!("routerlab-readme-home-{}", std::process::id()));
     std::fs::create_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
     let mut result = Ok(());
