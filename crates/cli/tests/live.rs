@@ -137,6 +137,23 @@ fn four_engines_a_router_and_a_trace_every_request_answered() {
         .collect();
     assert_eq!(counts.iter().sum::<u64>(), 300);
     assert!(report["timed"]["ttft"]["p50"].as_f64().unwrap() > 0.0);
+    // Labelled as measured, not simulated; the endpoints in name order, the counts with them.
+    assert!(report.get("run").is_none());
+    let measured = &report["measured"];
+    assert_eq!(measured["url"], router.url());
+    assert_eq!(measured["arrivals"]["process"], "closed");
+    assert_eq!(measured["arrivals"]["concurrency"], 16);
+    assert_eq!(measured["trace"]["format"], "mooncake");
+    let named: Vec<&str> = measured["endpoints"]
+        .as_array()
+        .expect("endpoints")
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    let mut sorted = named.clone();
+    sorted.sort_unstable();
+    assert_eq!(named, sorted);
+    assert_eq!(named.len(), counts.len());
 }
 
 /// What was measured offline is what runs live: with one request at a time and `lcp`

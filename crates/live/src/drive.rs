@@ -295,7 +295,7 @@ fn read_events(text: &[u8], outcome: &mut Outcome) {
 }
 
 /// The report of a driven run, in the replay's schema: requests per endpoint (as the
-/// router's header named them, in order of first appearance), the engines' reported cached
+/// router's header named them, in name order, so two runs list them alike), the engines' reported cached
 /// tokens as the hit ratio (0 when they report none), and the latencies measured at the
 /// client; a follow-up (a request with a parent in `workload`) counts as kept with its
 /// parent when both went to the same endpoint. What a client cannot see is left out: no
@@ -305,10 +305,13 @@ pub fn report(workload: &Workload, outcomes: &[Outcome]) -> (Report, Vec<String>
     let mut position: HashMap<String, usize> = HashMap::new();
     for o in outcomes.iter().filter(|o| o.error.is_none()) {
         let name = o.endpoint.clone().unwrap_or_else(|| "direct".to_owned());
-        if !position.contains_key(&name) {
-            position.insert(name.clone(), endpoints.len());
+        if position.insert(name.clone(), 0).is_none() {
             endpoints.push(name);
         }
+    }
+    endpoints.sort();
+    for (at, name) in endpoints.iter().enumerate() {
+        position.insert(name.clone(), at);
     }
     let mut stats = StatsBuilder::new(endpoints.len().max(1), Unit::Tokens);
     let mut latency = TimedTally::default();

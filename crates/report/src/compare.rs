@@ -207,33 +207,60 @@ impl Comparison {
 
     /// The table for people: one column per policy, one row per metric, `*` after the best
     /// value of each row (every one of them on a tie; none when all are equal).
+    ///
+    /// A live run measured at the client (`drive`) is labelled `(measured)`; its latencies
+    /// are wall-clock times through HTTP, so when simulated runs stand beside it the best
+    /// of a latency row is sought among the simulated ones only.
     pub fn to_table(&self) -> String {
         let trees = self.trees();
         let metrics = self.metrics();
+        let measured: Vec<bool> = self
+            .policies
+            .iter()
+            .map(|e| e.report.measured.is_some())
+            .collect();
+        let mixed = measured.contains(&true) && measured.contains(&false);
+        let simulated: Vec<bool> = measured.iter().map(|m| !m).collect();
         let mut cells: Vec<Vec<String>> = Vec::new();
         for metric in &metrics {
             let values: Vec<Option<f64>> = trees.iter().map(|t| metric.of(t)).collect();
-            let row = marked_cells(&values, metric.better);
+            let row = if mixed && metric.key.starts_with("timed.") {
+                marked_among(&values, metric.better, &simulated)
+            } else {
+                marked_cells(&values, metric.better)
+            };
             cells.push(row);
         }
+        let labels: Vec<String> = self
+            .policies
+            .iter()
+            .zip(&measured)
+            .map(|(e, m)| {
+                if *m {
+                    format!("{} (measured)", e.label)
+                } else {
+                    e.label.clone()
+                }
+            })
+            .collect();
         let label_width = metrics.iter().map(|m| m.label.len()).max().unwrap_or(6);
         let widths: Vec<usize> = self
             .policies
             .iter()
             .enumerate()
-            .map(|(col, e)| {
+            .map(|(col, _)| {
                 cells
                     .iter()
                     .map(|row| row[col].len())
-                    .chain([e.label.len()])
+                    .chain([labels[col].len()])
                     .max()
                     .unwrap_or(1)
             })
             .collect();
         let mut out = String::new();
         let _ = write!(out, "{:<label_width$}", "metric");
-        for (e, width) in self.policies.iter().zip(&widths) {
-            let _ = write!(out, "  {:>width$}", e.label);
+        for (label, width) in labels.iter().zip(&widths) {
+            let _ = write!(out, "  {label:>width$}");
         }
         out.push('\n');
         for (metric, row) in metrics.iter().zip(&cells) {
@@ -244,6 +271,11 @@ impl Comparison {
             out.push('\n');
         }
         out.push_str("* best in its row\n");
+        if mixed {
+            out.push_str(
+                "(measured): a live run, latencies at the client through HTTP; the others are simulated, and latency rows star only those\n",
+            );
+        }
         out
     }
 
@@ -343,19 +375,34 @@ impl Comparison {
 /// The cells of one row (or column) of values: the same decimals for all, `*` after the
 /// best (every one on a tie; none when all are equal), `-` where a report has no value.
 fn marked_cells(values: &[Option<f64>], better: Better) -> Vec<String> {
-    let present = values.iter().flatten().copied();
+    marked_among(values, better, &vec![true; values.len()])
+}
+
+/// [`marked_cells`], the best sought only among the columns `eligible` says.
+fn marked_among(values: &[Option<f64>], better: Better, eligible: &[bool]) -> Vec<String> {
+    let present = values
+        .iter()
+        .zip(eligible)
+        .filter(|(_, e)| **e)
+        .filter_map(|(v, _)| *v);
     let best = match better {
         Better::Higher => present.reduce(f64::max),
         Better::Lower => present.reduce(f64::min),
     };
-    let all_equal = values.iter().flatten().all(|v| Some(*v) == best);
+    let all_equal = values
+        .iter()
+        .zip(eligible)
+        .filter(|(_, e)| **e)
+        .filter_map(|(v, _)| *v)
+        .all(|v| Some(v) == best);
     let decimals = decimals_of(values.iter().flatten().copied());
     values
         .iter()
-        .map(|v| match v {
+        .zip(eligible)
+        .map(|(v, eligible)| match v {
             None => "-".to_owned(),
             Some(v) => {
-                let mark = if !all_equal && Some(*v) == best {
+                let mark = if *eligible && !all_equal && Some(*v) == best {
                     "*"
                 } else {
                     " "
@@ -433,6 +480,7 @@ mod tests {
     fn report(hit_ratio: f64, max_over_mean: f64) -> Report {
         Report {
             run: None,
+            measured: None,
             requests: 10,
             endpoints: 2,
             rejected: 0,
@@ -495,6 +543,60 @@ mod tests {
             !table.contains("TTFT"),
             "no timed rows without timed reports"
         );
+    }
+
+    #[test]
+    fn a_measured_run_is_labelled_and_not_starred_against_simulated_latencies() {
+        let mut comparison = comparison();
+        let mut live = comparison.policies[0].report.clone();
+        live.measured = Some(crate::run::MeasuredRun {
+            tool_version: "0".into(),
+            url: "http://127.0.0.1:1".into(),
+            trace: crate::run::TraceRun {
+                path: "t.jsonl".into(),
+                format: "chat".into(),
+                bytes: 1,
+                content_hash: "0".into(),
+                skipped: Default::default(),
+            },
+            arrivals: crate::run::ArrivalsRun::Closed { concurrency: 1 },
+            endpoints: vec!["a:1".into()],
+        });
+        let mut timed = |ttft: f64| {
+            let mut t = crate::stats::TimedTally::default();
+            t.arrived(0);
+            t.finished(crate::stats::Finished {
+                arrival_ns: 0,
+                scheduled_ns: None,
+                first_token_ns: (ttft * 1e6) as u64,
+                finish_ns: (ttft * 1e6) as u64 + 1,
+                output_tokens: 1,
+                prompt_tokens: 1,
+                hit_tokens: 0,
+            });
+            Some(t.report())
+        };
+        live.timed = timed(1.0);
+        for (entry, ttft) in comparison.policies.iter_mut().zip([5.0, 9.0]) {
+            entry.report.timed = timed(ttft);
+        }
+        comparison.policies.push(Entry {
+            label: "drive".into(),
+            report: live,
+        });
+        let table = comparison.to_table();
+        let header = table.lines().next().unwrap();
+        assert!(header.ends_with("drive (measured)"), "{table}");
+        let ttft = table
+            .lines()
+            .find(|l| l.starts_with("TTFT p50"))
+            .unwrap_or_else(|| panic!("no TTFT row in\n{table}"));
+        let cells: Vec<&str> = ttft.split_whitespace().collect();
+        assert!(
+            cells[cells.len() - 3].ends_with('*') && !cells[cells.len() - 1].ends_with('*'),
+            "the best simulated TTFT is starred, the faster measured one is not: {ttft}"
+        );
+        assert!(table.contains("(measured): a live run"), "{table}");
     }
 
     #[test]

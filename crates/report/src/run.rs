@@ -42,6 +42,23 @@ pub struct RunInfo {
     pub timed: Option<TimedRun>,
 }
 
+/// What a driven live run was: where it sent which trace, how, and the endpoints that
+/// answered.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MeasuredRun {
+    /// `routerlab` version.
+    pub tool_version: String,
+    /// The URL the requests went to.
+    pub url: String,
+    /// The trace.
+    pub trace: TraceRun,
+    /// How requests were sent.
+    pub arrivals: ArrivalsRun,
+    /// The endpoints that answered (named by the router's `x-routerlab-endpoint`, else
+    /// `direct`), in name order; `nreq.counts` follow this order.
+    pub endpoints: Vec<String>,
+}
+
 /// A plugin as it ran.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PluginRun {

@@ -86,6 +86,10 @@ pub struct Report {
     /// built by library callers that do not say (and in the statistics snapshots).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<RunInfo>,
+    /// A live run measured at the client (`routerlab drive`), instead of `run`: its
+    /// latencies are wall-clock times through HTTP, not the engine model's (added in 0.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<crate::run::MeasuredRun>,
     /// Requests read from the trace.
     pub requests: u64,
     /// Endpoints in the fleet.

@@ -158,6 +158,7 @@ impl StatsBuilder {
             rejected: self.rejected,
             unit: self.unit.into(),
             run: None,
+            measured: None,
             nreq: Nreq {
                 counts: self.counts,
                 max_over_mean: round6(max_over_mean),

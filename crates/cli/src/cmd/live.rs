@@ -14,6 +14,7 @@ use routerlab_live::engine::EngineSettings;
 use routerlab_live::plugin_host::{Host, HostCommand};
 use routerlab_live::serve::health::HealthRule;
 use routerlab_live::serve::{OnPluginError, Plugins, ServeSettings};
+use routerlab_report::run::{ArrivalsRun, MeasuredRun, TraceRun};
 use routerlab_sim::WhenUnavailable;
 use routerlab_sim::scenario::Scenario;
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
@@ -490,7 +491,14 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
     if let Some(out) = &args.requests_out {
         crate::cmd::refuse_input_as_output("--requests-out", out, &[&args.trace])?;
     }
+    let source = reader.source();
     let workload = Arc::new(Workload::load(reader, &[])?);
+    let measured_arrivals = match arrivals {
+        routerlab_trace::arrivals::Arrivals::Trace { speedup } => ArrivalsRun::Trace { speedup },
+        routerlab_trace::arrivals::Arrivals::Poisson { rate } => ArrivalsRun::Poisson { rate },
+        routerlab_trace::arrivals::Arrivals::Closed { concurrency } => ArrivalsRun::Closed { concurrency },
+    };
+    let url = args.url.clone();
     let settings = DriveSettings {
         url: args.url,
         arrivals,
@@ -533,7 +541,20 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
             one_line(first.error.as_deref().unwrap_or_default())
         );
     }
-    let (report, endpoints) = routerlab_live::drive::report(&workload, &outcomes);
+    let (mut report, endpoints) = routerlab_live::drive::report(&workload, &outcomes);
+    report.measured = Some(MeasuredRun {
+        tool_version: env!("CARGO_PKG_VERSION").to_owned(),
+        url,
+        trace: TraceRun {
+            path: source.path,
+            format: source.format.to_string(),
+            bytes: source.bytes,
+            content_hash: source.content_hash,
+            skipped: Default::default(),
+        },
+        arrivals: measured_arrivals,
+        endpoints: endpoints.clone(),
+    });
     let text = match args.format {
         OutputFormat::Json => {
             serde_json::to_string_pretty(&report).expect("a report serialises") + "\n"
