@@ -56,6 +56,51 @@ fn write_check_change_accept_check() {
     assert!(again.status.success(), "{}", texts(&again).1);
 }
 
+/// The same inputs spelled differently snapshot alike: the plugin by name or by its
+/// library's path, the trace relative or absolute.
+#[test]
+fn a_snapshot_does_not_depend_on_how_its_inputs_are_spelled() {
+    let snap = scratch_file("spelling.snap", b"");
+    std::fs::remove_file(&snap).unwrap();
+    let absolute = project_trace("mooncake-small.jsonl");
+    let library = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(std::path::Path::parent)
+        .unwrap()
+        .join(format!(
+            "{}routerlab_lcp{}",
+            std::env::consts::DLL_PREFIX,
+            std::env::consts::DLL_SUFFIX
+        ));
+    let run = |matcher: &str, trace: &str, check: bool| {
+        let mut args = vec!["snapshot", snap.to_str().unwrap()];
+        if check {
+            args.push("--check");
+        }
+        args.extend_from_slice(&["--matcher", matcher, "--trace", trace]);
+        routerlab(&args)
+    };
+    let written = run("lcp", "../../traces/mooncake-small.jsonl", false);
+    assert!(written.status.success(), "{}", texts(&written).1);
+    let text = std::fs::read_to_string(&snap).unwrap();
+    assert!(text.contains("path: mooncake-small.jsonl"), "{text}");
+    for (matcher, trace) in [
+        (library.to_string_lossy().into_owned(), absolute.to_string_lossy().into_owned()),
+        (
+            format!("{}#lcp", library.display()),
+            "../../traces/mooncake-small.jsonl".to_owned(),
+        ),
+    ] {
+        let checked = run(&matcher, &trace, true);
+        assert!(
+            checked.status.success(),
+            "{matcher} {trace}: {}",
+            texts(&checked).1
+        );
+    }
+}
+
 /// Rounding to the stated digits keeps a last-digit change out of the snapshot: the timed
 /// figures are stored with `--digits` significant digits.
 #[test]

@@ -24,7 +24,9 @@ use routerlab_trace::TraceOptions;
 use crate::observer::NoObserver;
 use crate::scenario::Scenario;
 use routerlab_report::Report;
-pub use routerlab_report::redact::{redacted, redacted_keeping_version, shown, significant};
+pub use routerlab_report::redact::{
+    plugin_shown, redacted, redacted_keeping_version, shown, significant,
+};
 
 /// A replay to snapshot: the trace and the few settings a policy test varies; the rest are
 /// `routerlab replay`'s defaults.
