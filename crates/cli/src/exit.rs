@@ -101,9 +101,10 @@ impl fmt::Display for Failure {
             Failure::Trace(e) => write!(f, "{e}"),
             Failure::Plugin(e) => write!(f, "{e}"),
             // The library names concepts; here they get the flags that set them.
-            Failure::Run(SimError::NoArrivalTimes { line }) => write!(
+            Failure::Run(SimError::NoArrivalTimes { path, line }) => write!(
                 f,
-                "line {line}: the trace has no arrival times; pass --rate R (Poisson) or --concurrency N (closed loop)"
+                "{}:{line}: the trace has no arrival times; pass --rate R (Poisson) or --concurrency N (closed loop)",
+                path.display()
             ),
             Failure::Run(e) => write!(f, "{e}"),
             Failure::Live(e) => write!(f, "{e}"),
@@ -174,7 +175,10 @@ mod tests {
         assert_eq!(written_after.exit_code(), OUTPUT_FAILED);
         assert_eq!(written_by_the_run.to_string(), written_after.to_string());
         assert_eq!(Failure::input("x").exit_code(), BAD_INPUT);
-        let no_times = Failure::Run(SimError::NoArrivalTimes { line: 3 });
+        let no_times = Failure::Run(SimError::NoArrivalTimes {
+            path: "t.jsonl".into(),
+            line: 3,
+        });
         assert_eq!(no_times.exit_code(), BAD_INPUT);
         assert!(no_times.to_string().contains("pass --rate R"));
     }

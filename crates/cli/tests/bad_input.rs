@@ -41,6 +41,70 @@ fn invalid_json() {
     );
 }
 
+/// A file in no format at all says so and lists the formats, instead of a JSON parser's
+/// complaint about its first byte.
+#[test]
+fn a_file_in_no_format_lists_the_formats() {
+    for (name, contents) in [
+        ("prose.txt", &b"hello world\nsecond line\n"[..]),
+        ("other.csv", &b"a,b\n1,2\n"[..]),
+    ] {
+        let (code, err, file) = replay_fails(name, contents, &[]);
+        assert_eq!(code, 2);
+        assert!(
+            err.starts_with(&format!(
+                "error: {file}:1: not a trace format routerlab reads"
+            )) && err.contains("chat, mooncake and token-ids (JSON lines), azure-csv and burstgpt")
+                && err.contains("--trace-format"),
+            "{err}"
+        );
+    }
+}
+
+/// A plugin name with a typo gets the nearest names on the search path.
+#[test]
+fn a_mistyped_plugin_name_gets_the_nearest_ones() {
+    let trace = scratch_file("typo.jsonl", format!("{GOOD_CHAT}\n").as_bytes());
+    for (typed, meant) in [
+        ("lpc", "`lcp`"),
+        ("simhsh", "`simhash`"),
+        ("round-robbin", "`round-robin`"),
+    ] {
+        let output = Replay::new(typed, &trace).run();
+        let (_, stderr) = texts(&output);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(&format!("plugin `{typed}` not found (did you mean {meant}")),
+            "{stderr}"
+        );
+    }
+    let output = Replay::new("zzzzzzzz", &trace).run();
+    assert!(
+        !texts(&output).1.contains("did you mean"),
+        "{}",
+        texts(&output).1
+    );
+}
+
+/// The experiment file's keys are listed whole after an unknown one.
+#[test]
+fn an_unknown_experiment_key_lists_every_key() {
+    let trace = project_trace("chat.jsonl");
+    let config = scratch_file(
+        "unknown-key.yaml",
+        format!("matcher: lcp\ntrace: {}\nbogus_key: 1\n", trace.display()).as_bytes(),
+    );
+    let output = routerlab(&["replay", "--config", config.to_str().unwrap()]);
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("unknown field `bogus_key`")
+            && stderr.contains("`policies`")
+            && !stderr.contains("more characters"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn missing_field() {
     let (code, err, file) = replay_fails(

@@ -939,3 +939,29 @@ fn a_restarted_plugin_host_is_told_which_engines_are_out() {
     );
     let _ = std::fs::remove_file(&library);
 }
+
+/// The simulated engine counts the tokens it generates, as vLLM does, with the model and
+/// with `--instant` alike.
+#[test]
+fn the_engine_counts_generated_tokens() {
+    for mode in [["--speedup", "100"], ["--instant", "--speedup=1"]] {
+        let engine = Server::start(&["engine", mode[0], mode[1]]);
+        for _ in 0..3 {
+            let (status, body) = http(&engine.addr, "POST", "/v1/completions", SMALL);
+            assert_eq!(status, 200, "{body}");
+        }
+        eventually("12 tokens counted", || {
+            metric(
+                &engine.addr,
+                "vllm:generation_tokens_total{model_name=\"routerlab-sim\"}",
+            ) == 12.0
+        });
+        assert_eq!(
+            metric(
+                &engine.addr,
+                "vllm:request_success_total{model_name=\"routerlab-sim\"}"
+            ),
+            3.0
+        );
+    }
+}

@@ -86,7 +86,10 @@ fn a_snapshot_does_not_depend_on_how_its_inputs_are_spelled() {
     let text = std::fs::read_to_string(&snap).unwrap();
     assert!(text.contains("path: mooncake-small.jsonl"), "{text}");
     for (matcher, trace) in [
-        (library.to_string_lossy().into_owned(), absolute.to_string_lossy().into_owned()),
+        (
+            library.to_string_lossy().into_owned(),
+            absolute.to_string_lossy().into_owned(),
+        ),
         (
             format!("{}#lcp", library.display()),
             "../../traces/mooncake-small.jsonl".to_owned(),

@@ -263,7 +263,7 @@ fn timed_input_errors() {
         ),
         (
             &["--timing", "trace"],
-            "the trace has no arrival times; pass --rate R (Poisson) or --concurrency N (closed loop)",
+            "chat.jsonl:1: the trace has no arrival times; pass --rate R (Poisson) or --concurrency N (closed loop)",
         ),
         (
             &["--timing", "trace", "--rate", "5", "--concurrency", "2"],

@@ -86,6 +86,40 @@ pub fn library_file_name(name: &str) -> String {
     )
 }
 
+/// The plugin name a library file holds by the naming rule (`librouterlab_least_tokens.so`:
+/// `least-tokens`), if it follows it.
+fn plugin_name_of_file(file_name: &str) -> Option<String> {
+    let stem = file_name
+        .strip_prefix(&format!("{DLL_PREFIX}routerlab_"))?
+        .strip_suffix(DLL_SUFFIX)?;
+    Some(stem.replace('_', "-"))
+}
+
+/// Edit distance between two names, by characters: insertions, deletions, substitutions
+/// and swaps of two neighbours (`lpc` is one edit from `lcp`).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let width = b.len() + 1;
+    let mut d = vec![0usize; (a.len() + 1) * width];
+    for i in 0..=a.len() {
+        for j in 0..=b.len() {
+            d[i * width + j] = if i == 0 || j == 0 {
+                i + j
+            } else {
+                let cost = usize::from(a[i - 1] != b[j - 1]);
+                let mut best = (d[(i - 1) * width + j] + 1)
+                    .min(d[i * width + j - 1] + 1)
+                    .min(d[(i - 1) * width + j - 1] + cost);
+                if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                    best = best.min(d[(i - 2) * width + j - 2] + 1);
+                }
+                best
+            };
+        }
+    }
+    d[a.len() * width + b.len()]
+}
+
 /// Whether a file name follows the plugin naming rule (so `plugins` lists it).
 pub fn is_plugin_file_name(file_name: &str) -> bool {
     file_name.starts_with(&format!("{DLL_PREFIX}routerlab_")) && file_name.ends_with(DLL_SUFFIX)
@@ -151,8 +185,28 @@ impl SearchPath {
             None => Err(PluginError::NotFound {
                 name: name.to_owned(),
                 tried,
+                nearest: self.nearest_names(name),
             }),
         }
+    }
+
+    /// Up to three plugin names on the search path that look like `name`: one or two
+    /// edits away (a third of its length, at least one), or containing it; nearest first.
+    pub fn nearest_names(&self, name: &str) -> Vec<String> {
+        let allowed = (name.chars().count() / 3).clamp(1, 3);
+        let mut scored: Vec<(usize, String)> = self
+            .candidate_files()
+            .iter()
+            .filter_map(|p| p.file_name()?.to_str().and_then(plugin_name_of_file))
+            .filter_map(|candidate| {
+                let distance = edit_distance(name, &candidate);
+                let near = distance <= allowed || (name.len() >= 3 && candidate.contains(name));
+                near.then_some((distance, candidate))
+            })
+            .collect();
+        scored.sort();
+        scored.dedup();
+        scored.into_iter().take(3).map(|(_, n)| n).collect()
     }
 
     /// Every plugin library in the search directories, first occurrence of a file name only

@@ -9,12 +9,14 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum PluginError {
     /// No file for the name in any search directory.
-    #[error("plugin `{name}` not found; tried: {}", list_paths(.tried))]
+    #[error("plugin `{name}` not found{}; tried: {}", did_you_mean(.nearest), list_paths(.tried))]
     NotFound {
         /// The requested name.
         name: String,
         /// Every path tried, in order.
         tried: Vec<PathBuf>,
+        /// The plugins on the search path whose names are nearest to it, nearest first.
+        nearest: Vec<String>,
     },
     /// The name is not `[a-z0-9-]{1,64}` and is not a path.
     #[error(
@@ -193,6 +195,20 @@ impl fmt::Display for CallFailure {
 
 fn file_name(path: &std::path::Path) -> String {
     path.display().to_string()
+}
+
+fn did_you_mean(nearest: &[String]) -> String {
+    match nearest {
+        [] => String::new(),
+        [one] => format!(" (did you mean `{one}`?)"),
+        more => format!(
+            " (did you mean one of {}?)",
+            more.iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 fn list_paths(paths: &[PathBuf]) -> String {

@@ -44,6 +44,7 @@ pub fn find_plugin(
                 return Err(PluginError::NotFound {
                     name: spec.to_owned(),
                     tried: vec![file],
+                    nearest: Vec::new(),
                 });
             }
             let library = load_library(&file)?;

@@ -430,7 +430,11 @@ impl Model {
         {
             for finished in self.engine.finish_step(end) {
                 if let Some(mut request) = self.active.remove(&finished.request) {
-                    send_up_to(&mut request, finished.generated);
+                    send_up_to(
+                        &mut request,
+                        finished.generated,
+                        &self.shared.gauges.generation_tokens,
+                    );
                     let cached = finished.hit_tokens.unwrap_or(0);
                     let _ = request.tokens.send(Tokens::Done { cached });
                     self.shared.gauges.requests.fetch_add(1, Ordering::Relaxed);
@@ -451,16 +455,23 @@ impl Model {
     fn send_progress(&mut self, extra: u32) {
         for sequence in self.engine.running() {
             if let Some(request) = self.active.get_mut(&sequence.request) {
-                send_up_to(request, sequence.generated + extra);
+                send_up_to(
+                    request,
+                    sequence.generated + extra,
+                    &self.shared.gauges.generation_tokens,
+                );
             }
         }
     }
 }
 
-/// Sends `request` the tokens it has not been sent of its first `generated`.
-fn send_up_to(request: &mut Active, generated: u32) {
+/// Sends `request` the tokens it has not been sent of its first `generated`, counting them
+/// in `counter` (`vllm:generation_tokens_total`) as they go out.
+fn send_up_to(request: &mut Active, generated: u32, counter: &AtomicU64) {
     if generated > request.sent {
-        let _ = request.tokens.send(Tokens::More(generated - request.sent));
+        let more = generated - request.sent;
+        let _ = request.tokens.send(Tokens::More(more));
+        counter.fetch_add(u64::from(more), Ordering::Relaxed);
         request.sent = generated;
     }
 }

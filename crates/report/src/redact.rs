@@ -54,7 +54,9 @@ pub fn plugin_shown(given: &str) -> String {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let stem = stem.strip_prefix(std::env::consts::DLL_PREFIX).unwrap_or(&stem);
+    let stem = stem
+        .strip_prefix(std::env::consts::DLL_PREFIX)
+        .unwrap_or(&stem);
     match stem.strip_prefix("routerlab_") {
         Some(name) => name.replace('_', "-"),
         None => stem.to_owned(),
@@ -101,7 +103,11 @@ mod tests {
 
     #[test]
     fn inputs_are_shown_by_what_identifies_them_not_by_their_spelling() {
-        for trace in ["traces/chat.jsonl", "./traces/chat.jsonl", "/srv/x/../chat.jsonl"] {
+        for trace in [
+            "traces/chat.jsonl",
+            "./traces/chat.jsonl",
+            "/srv/x/../chat.jsonl",
+        ] {
             assert_eq!(shown(Path::new(trace)), "chat.jsonl", "{trace}");
         }
         for plugin in [

@@ -30,8 +30,10 @@ pub enum SimError {
         source: PluginError,
     },
     /// A timed replay that follows the trace's clock met a request without a timestamp.
-    #[error("line {line}: the trace has no arrival times")]
+    #[error("{}:{line}: the trace has no arrival times", path.display())]
     NoArrivalTimes {
+        /// The trace.
+        path: std::path::PathBuf,
         /// The first line without one.
         line: usize,
     },

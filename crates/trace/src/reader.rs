@@ -328,7 +328,15 @@ impl TraceReader {
                         },
                         None => whole(format!("cannot decompress: {e}")),
                     })?;
-                detect_format(first).ok_or_else(|| whole("trace is empty: no requests".into()))?
+                let format = detect_format(first)
+                    .ok_or_else(|| whole("trace is empty: no requests".into()))?;
+                if format == TraceFormat::Chat && !trim_line(first).starts_with(b"{") {
+                    return Err(TraceError {
+                        line: 1,
+                        ..whole(UNKNOWN_FORMAT.into())
+                    });
+                }
+                format
             }
         };
         Ok(TraceReader {
@@ -752,6 +760,12 @@ impl Linker {
 pub(crate) fn memchr_newline(bytes: &[u8]) -> Option<usize> {
     memchr::memchr(b'\n', bytes)
 }
+
+/// Why a trace whose first line is no format's is refused, and what the formats are.
+const UNKNOWN_FORMAT: &str = "not a trace format routerlab reads: the first line is neither a \
+JSON object nor a known CSV header; the formats are chat, mooncake and token-ids (JSON \
+lines), azure-csv and burstgpt (CSV with their headers), detected from that line or named \
+with --trace-format";
 
 /// Detects the format from the first non-blank line: the CSV headers of Azure and
 /// BurstGPT, Mooncake lines with `hash_ids`, token-id lines with `input_tok_ids`; anything

@@ -496,7 +496,9 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
     let measured_arrivals = match arrivals {
         routerlab_trace::arrivals::Arrivals::Trace { speedup } => ArrivalsRun::Trace { speedup },
         routerlab_trace::arrivals::Arrivals::Poisson { rate } => ArrivalsRun::Poisson { rate },
-        routerlab_trace::arrivals::Arrivals::Closed { concurrency } => ArrivalsRun::Closed { concurrency },
+        routerlab_trace::arrivals::Arrivals::Closed { concurrency } => {
+            ArrivalsRun::Closed { concurrency }
+        }
     };
     let url = args.url.clone();
     let settings = DriveSettings {

@@ -165,7 +165,10 @@ pub fn replay_timed(
         .arrivals
         .schedule(&workload.requests, settings.seed)
         .map_err(|e| match e {
-            ArrivalError::NoArrivalTimes { line } => SimError::NoArrivalTimes { line },
+            ArrivalError::NoArrivalTimes { line } => SimError::NoArrivalTimes {
+                path: workload.source.path.clone(),
+                line,
+            },
             other => SimError::Input(other.to_string()),
         })?;
     // A closed loop's requests are released as earlier ones finish, from time 0.
