@@ -127,12 +127,15 @@ fn run(mut cmd: Command) -> Result<(), String> {
     }
 }
 
+/// What every task that runs the tool builds (a test holds the README to the same).
+const RELEASE_BUILD: [&str; 3] = ["build", "--release", "--workspace"];
+
 /// `cargo build --release --workspace`, exactly the README's build command: the same
 /// packages selected means the same features unified, so switching between the two
 /// rebuilds nothing.
 fn build_release() -> Result<(), String> {
     let mut cmd = cargo();
-    cmd.args(["build", "--release", "--workspace"]);
+    cmd.args(RELEASE_BUILD);
     cmd.args(quiet_flag());
     run(cmd)
 }
@@ -166,6 +169,11 @@ fn install(args: &[String]) -> Result<(), String> {
         root().join("include/routerlab.h"),
         prefix.join("include/routerlab.h"),
     ));
+    let stripping = cfg!(target_os = "linux") && succeeds("strip", &["--version"]);
+    if !stripping {
+        println!("xtask install: no GNU `strip`, so the files keep their debug info");
+    }
+    let mut installed_bytes = 0u64;
     for (from, to) in &copies {
         let dir = to.parent().expect("a directory");
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -174,12 +182,22 @@ fn install(args: &[String]) -> Result<(), String> {
             to.file_name().expect("a file").to_string_lossy()
         ));
         std::fs::copy(from, &partial)
-            .and_then(|_| std::fs::rename(&partial, to))
             .map_err(|e| format!("cannot install {}: {e}", to.display()))?;
+        // The release profile keeps debug info (for profiling in the tree); an install
+        // does not need it. `--strip-debug` leaves the symbol tables `dlsym` reads.
+        if stripping && from.extension() != Some(std::ffi::OsStr::new("h")) {
+            let mut strip = Command::new("strip");
+            strip.arg("--strip-debug").arg(&partial);
+            run(strip)?;
+        }
+        std::fs::rename(&partial, to)
+            .map_err(|e| format!("cannot install {}: {e}", to.display()))?;
+        installed_bytes += std::fs::metadata(to).map_or(0, |m| m.len());
     }
     println!(
-        "installed {} files under {}: add {} to PATH; `routerlab plugins` lists the plugins",
+        "installed {} files ({} MB) under {}: add {} to PATH; `routerlab plugins` lists the plugins",
         copies.len(),
+        installed_bytes.div_ceil(1 << 20),
         prefix.display(),
         prefix.join("bin").display()
     );
@@ -673,6 +691,25 @@ fn readme() -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    /// One build configuration: a release build the README shows is the one xtask runs,
+    /// flag for flag, so the features unify alike and switching rebuilds nothing.
+    #[test]
+    fn the_readme_builds_exactly_as_xtask_does() {
+        let readme = std::fs::read_to_string(super::root().join("README.md")).unwrap();
+        let benchmarks = std::fs::read_to_string(super::root().join("BENCHMARKS.md")).unwrap();
+        let ours = format!("cargo {}", super::RELEASE_BUILD.join(" "));
+        let mut seen = 0;
+        for line in readme.lines().chain(benchmarks.lines()) {
+            for (at, _) in line.match_indices("cargo build --release") {
+                let rest = &line[at..];
+                let command = rest.split(['&', ';', '`']).next().unwrap().trim_end();
+                assert_eq!(command, ours, "a different release build: {line}");
+                seen += 1;
+            }
+        }
+        assert!(seen >= 3, "the README shows its release build");
+    }
+
     #[test]
     fn cargo_shows_progress_only_on_a_terminal_and_unless_asked_not_to() {
         assert!(!super::quiet_when(false, true));
