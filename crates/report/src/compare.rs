@@ -562,7 +562,7 @@ mod tests {
             arrivals: crate::run::ArrivalsRun::Closed { concurrency: 1 },
             endpoints: vec!["a:1".into()],
         });
-        let mut timed = |ttft: f64| {
+        let timed = |ttft: f64| {
             let mut t = crate::stats::TimedTally::default();
             t.arrived(0);
             t.finished(crate::stats::Finished {
