@@ -411,3 +411,83 @@ fn replay_plots_its_one_policy() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The plots a user reads for hot spots: each policy's panel has its own scale (so `lcp`
+/// sending a conversation to one endpoint does not flatten round robin's lines), count
+/// axes label whole numbers, and the bar chart's axis stops at 1 with its legend under
+/// the bars, not over them.
+#[test]
+fn panels_have_their_own_scale_and_the_legend_stays_off_the_bars() {
+    let trace = conversation();
+    let dir = std::env::temp_dir().join(format!("routerlab-scales-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    compare(&[
+        "--trace",
+        &trace,
+        "--endpoints",
+        "4",
+        "--timing",
+        "trace",
+        "--policy",
+        "lcp",
+        "--policy",
+        "round-robin",
+        "--plot",
+        &dir.to_string_lossy(),
+    ]);
+    // (x, y, text) of every text element.
+    let texts = |file: &str| -> Vec<(f64, f64, String)> {
+        let text = std::fs::read_to_string(dir.join(file)).expect(file);
+        let svg = roxmltree::Document::parse(&text).expect(file);
+        svg.descendants()
+            .filter(|n| n.has_tag_name("text"))
+            .map(|n| {
+                let at = |a: &str| n.attribute(a).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+                (at("x"), at("y"), n.text().unwrap_or("").trim().to_owned())
+            })
+            .collect()
+    };
+    for file in ["running-per-endpoint.svg", "queue.svg"] {
+        let labels = texts(file);
+        // The y-axis labels sit left of each panel: the left column's near x = 40, the
+        // right one's near x = 590 (the canvas is 1,100 wide).
+        let axis_top = |lo: f64, hi: f64| {
+            labels
+                .iter()
+                .filter(|(x, _, _)| (lo..hi).contains(x))
+                .filter_map(|(_, _, t)| t.parse::<f64>().ok())
+                .fold(0.0f64, f64::max)
+        };
+        let (lcp, round_robin) = (axis_top(0.0, 60.0), axis_top(550.0, 610.0));
+        assert!(
+            lcp > round_robin && round_robin >= 1.0,
+            "{file}: lcp's axis reaches {lcp}, round robin's {round_robin}: {labels:?}"
+        );
+        for (_, _, t) in &labels {
+            if let Ok(v) = t.parse::<f64>()
+                && v <= 10.0
+                && t.contains('.')
+            {
+                panic!("{file}: a count axis labelled `{t}`");
+            }
+        }
+    }
+    let bars = texts("hit-ratios.svg");
+    let shares: Vec<f64> = bars.iter().filter_map(|(_, _, t)| t.parse().ok()).collect();
+    assert!(
+        shares.iter().all(|v| (0.0..=1.0).contains(v)) && shares.contains(&1.0),
+        "{shares:?}"
+    );
+    let group = bars
+        .iter()
+        .find(|(_, _, t)| t == "hit ratio")
+        .expect("group label");
+    for policy in ["lcp", "round-robin"] {
+        let entry = bars.iter().find(|(_, _, t)| t == policy).expect(policy);
+        assert!(
+            entry.1 > group.1,
+            "{policy}'s legend entry is not under the bars"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -154,9 +154,12 @@ pub fn write_all(dir: &Path, series: &[Series<'_>]) -> Result<Vec<PathBuf>, Plot
             (1100, 60 + 260 * rows as u32),
             |root| running(root, series, horizon),
         )?);
-        written.push(write_svg(dir, QUEUE, (900, 500), |root| {
-            queue(root, series, horizon)
-        })?);
+        written.push(write_svg(
+            dir,
+            QUEUE,
+            (1100, 60 + 220 * rows as u32),
+            |root| queue(root, series, horizon),
+        )?);
     }
     written.push(write_svg(dir, HITS, (900, 500), |root| hits(root, series))?);
     Ok(written)
@@ -317,7 +320,7 @@ fn step_samples(events: &mut [(f64, i64)], horizon: f64, points: usize) -> Vec<(
 fn running(root: &Area<'_>, series: &[Series<'_>], horizon: f64) -> DrawResult {
     let (title, body) = root.split_vertically(50);
     title.titled(
-        "Running requests per endpoint over time (one line per endpoint)",
+        "Running requests per endpoint over time (one line per endpoint; each panel its own scale)",
         ("sans-serif", 22),
     )?;
     let rows = series.len().div_ceil(2);
@@ -327,24 +330,25 @@ fn running(root: &Area<'_>, series: &[Series<'_>], horizon: f64) -> DrawResult {
         .iter()
         .map(|s| s.curves.map_or(&none, |c| &c.running))
         .collect();
-    let top = curves
-        .iter()
-        .flat_map(|c| c.iter())
-        .flatten()
-        .map(|p| p.1)
-        .fold(1.0f64, f64::max);
     for (i, (s, panel)) in series.iter().zip(&panels).enumerate() {
         let c = colour(i);
+        // Its own scale: one policy's hot spot must not flatten every other's lines.
+        let top = curves[i]
+            .iter()
+            .flatten()
+            .map(|p| p.1)
+            .fold(1.0f64, f64::max);
         let mut chart = ChartBuilder::on(panel)
             .caption(s.label, ("sans-serif", 16).into_font().color(&c))
             .margin(8)
             .x_label_area_size(34)
             .y_label_area_size(44)
-            .build_cartesian_2d(0.0..horizon, 0.0..top * 1.05)?;
+            .build_cartesian_2d(0.0..horizon, 0.0..count_axis(top).0)?;
         chart
             .configure_mesh()
             .x_desc("time (s)")
             .y_desc("running")
+            .y_labels(count_axis(top).1)
             .x_label_formatter(&|v| tick(*v))
             .y_label_formatter(&|v| tick(*v))
             .max_light_lines(2)
@@ -357,38 +361,50 @@ fn running(root: &Area<'_>, series: &[Series<'_>], horizon: f64) -> DrawResult {
 }
 
 fn queue(root: &Area<'_>, series: &[Series<'_>], horizon: f64) -> DrawResult {
+    let (title, body) = root.split_vertically(50);
+    title.titled(
+        "Requests waiting to be scheduled, router and engine queues (each panel its own scale)",
+        ("sans-serif", 22),
+    )?;
+    let rows = series.len().div_ceil(2);
+    let panels = body.split_evenly((rows, 2));
     let none = Vec::new();
-    let curves: Vec<&Vec<(f64, f64)>> = series
-        .iter()
-        .map(|s| s.curves.map_or(&none, |c| &c.queue))
-        .collect();
-    let top = curves
-        .iter()
-        .flat_map(|c| c.iter())
-        .map(|p| p.1)
-        .fold(1.0f64, f64::max);
-    let mut chart = ChartBuilder::on(root)
-        .caption(
-            "Requests waiting to be scheduled (router and engine queues)",
-            ("sans-serif", 22),
-        )
-        .margin(16)
-        .x_label_area_size(44)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0.0..horizon, 0.0..top * 1.05)?;
-    chart
-        .configure_mesh()
-        .x_desc("time (s)")
-        .y_desc("waiting requests")
-        .x_label_formatter(&|v| tick(*v))
-        .y_label_formatter(&|v| tick(*v))
-        .draw()?;
-    for (i, (s, curve)) in series.iter().zip(&curves).enumerate() {
+    for (i, (s, panel)) in series.iter().zip(&panels).enumerate() {
+        let c = colour(i);
+        let curve = s.curves.map_or(&none, |c| &c.queue);
+        let top = curve.iter().map(|p| p.1).fold(1.0f64, f64::max);
+        let mut chart = ChartBuilder::on(panel)
+            .caption(s.label, ("sans-serif", 16).into_font().color(&c))
+            .margin(8)
+            .x_label_area_size(34)
+            .y_label_area_size(44)
+            .build_cartesian_2d(0.0..horizon, 0.0..count_axis(top).0)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (s)")
+            .y_desc("waiting")
+            .y_labels(count_axis(top).1)
+            .x_label_formatter(&|v| tick(*v))
+            .y_label_formatter(&|v| tick(*v))
+            .max_light_lines(2)
+            .draw()?;
         if s.curves.is_some() {
-            policy_line(&mut chart, curve, i, s.label)?;
+            chart.draw_series(LineSeries::new(curve.iter().copied(), c.stroke_width(2)))?;
         }
     }
-    legend(&mut chart, SeriesLabelPosition::UpperRight)
+    Ok(())
+}
+
+/// The top of a count axis whose highest value is `top`, and how many labels it gets: up
+/// to 10, one per whole number (a queue of 2 reads 0, 1, 2, not 0.20, 0.40, ...); above,
+/// a little headroom and ten labels.
+fn count_axis(top: f64) -> (f64, usize) {
+    let top = top.ceil().max(1.0);
+    if top <= 10.0 {
+        (top, top as usize + 1)
+    } else {
+        (top * 1.05, 10)
+    }
 }
 
 /// A group of bars: its name, and the value it shows of a report.
@@ -406,7 +422,10 @@ fn hits(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
             r.quality.as_ref().map_or(0.0, |q| q.kv_optimal_share)
         }),
     ];
-    let mut chart = ChartBuilder::on(root)
+    // The legend goes in a strip below the chart, three entries a row, never over a bar.
+    let legend_rows = series.len().div_ceil(LEGEND_COLUMNS) as u32;
+    let (plot, key) = root.split_vertically(root.dim_in_pixel().1 - (16 + 24 * legend_rows));
+    let mut chart = ChartBuilder::on(&plot)
         .caption(
             "Prefix reuse: realised and against the best available",
             ("sans-serif", 22),
@@ -414,8 +433,7 @@ fn hits(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
         .margin(16)
         .x_label_area_size(44)
         .y_label_area_size(56)
-        // Headroom above 1 for the legend, so it never covers a bar.
-        .build_cartesian_2d(0.0..groups.len() as f64, 0.0..1.3)?;
+        .build_cartesian_2d(0.0..groups.len() as f64, 0.0..1.0)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
@@ -429,13 +447,9 @@ fn hits(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
             }
         })
         .y_desc("share (0 to 1)")
-        .y_label_formatter(&|v| {
-            if *v <= 1.0 + 1e-9 {
-                format!("{v:.1}")
-            } else {
-                String::new()
-            }
-        })
+        .y_labels(11)
+        .max_light_lines(1)
+        .y_label_formatter(&|v| format!("{v:.1}"))
         .draw()?;
     let n = series.len().max(1) as f64;
     let width = 0.8 / n;
@@ -445,13 +459,26 @@ fn hits(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
             let x0 = g as f64 + 0.1 + width * i as f64;
             Rectangle::new([(x0, 0.0), (x0 + width * 0.9, value(s.report))], c.filled())
         });
-        chart
-            .draw_series(bars)?
-            .label(s.label)
-            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
+        chart.draw_series(bars)?;
     }
-    legend(&mut chart, SeriesLabelPosition::UpperRight)
+    let (width, _) = key.dim_in_pixel();
+    let column = (width.saturating_sub(32) / LEGEND_COLUMNS as u32) as i32;
+    for (i, s) in series.iter().enumerate() {
+        let (row, col) = ((i / LEGEND_COLUMNS) as i32, (i % LEGEND_COLUMNS) as i32);
+        let (x, y) = (72 + col * column, 8 + row * 24);
+        let c = colour(i);
+        key.draw(&Rectangle::new([(x, y), (x + 14, y + 12)], c.filled()))?;
+        key.draw(&Text::new(
+            s.label.to_owned(),
+            (x + 20, y - 1),
+            ("sans-serif", 15).into_font(),
+        ))?;
+    }
+    Ok(())
 }
+
+/// Legend entries a row under the bars.
+const LEGEND_COLUMNS: usize = 3;
 
 #[cfg(test)]
 mod tests {
