@@ -1003,8 +1003,8 @@ mod tidy {
         let readme = std::fs::read_to_string(super::root().join("README.md")).unwrap();
         assert_eq!(
             readme.matches("<!-- file: ").count(),
-            3,
-            "the Rust and the C example, and the Rust example's snapshot test"
+            4,
+            "the Rust and the C example, the Rust example's snapshot test and its own Cargo.toml"
         );
         assert!(
             super::readme_with_fresh_examples().unwrap() == readme,
