@@ -318,78 +318,72 @@ fn step_samples(events: &mut [(f64, i64)], horizon: f64, points: usize) -> Vec<(
 }
 
 fn running(root: &Area<'_>, series: &[Series<'_>], horizon: f64) -> DrawResult {
-    let (title, body) = root.split_vertically(50);
-    title.titled(
-        "Running requests per endpoint over time (one line per endpoint; each panel its own scale)",
-        ("sans-serif", 22),
-    )?;
-    let rows = series.len().div_ceil(2);
-    let panels = body.split_evenly((rows, 2));
     let none = Vec::new();
-    let curves: Vec<&Vec<Vec<(f64, f64)>>> = series
-        .iter()
-        .map(|s| s.curves.map_or(&none, |c| &c.running))
-        .collect();
-    for (i, (s, panel)) in series.iter().zip(&panels).enumerate() {
-        let c = colour(i);
-        // Its own scale: one policy's hot spot must not flatten every other's lines.
-        let top = curves[i]
-            .iter()
-            .flatten()
-            .map(|p| p.1)
-            .fold(1.0f64, f64::max);
-        let mut chart = ChartBuilder::on(panel)
-            .caption(s.label, ("sans-serif", 16).into_font().color(&c))
-            .margin(8)
-            .x_label_area_size(34)
-            .y_label_area_size(44)
-            .build_cartesian_2d(0.0..horizon, 0.0..count_axis(top).0)?;
-        chart
-            .configure_mesh()
-            .x_desc("time (s)")
-            .y_desc("running")
-            .y_labels(count_axis(top).1)
-            .x_label_formatter(&|v| tick(*v))
-            .y_label_formatter(&|v| tick(*v))
-            .max_light_lines(2)
-            .draw()?;
-        for curve in curves[i] {
-            chart.draw_series(LineSeries::new(curve.iter().copied(), c.mix(0.7)))?;
-        }
-    }
-    Ok(())
+    panels(
+        root,
+        "Running requests per endpoint over time (one line per endpoint; each panel its own scale)",
+        "running",
+        series,
+        horizon,
+        |s| s.curves.map_or(&none, |c| &c.running).iter().collect(),
+        |c| c.mix(0.7).into(),
+    )
 }
 
 fn queue(root: &Area<'_>, series: &[Series<'_>], horizon: f64) -> DrawResult {
-    let (title, body) = root.split_vertically(50);
-    title.titled(
+    panels(
+        root,
         "Requests waiting to be scheduled, router and engine queues (each panel its own scale)",
-        ("sans-serif", 22),
-    )?;
+        "waiting",
+        series,
+        horizon,
+        |s| s.curves.map(|c| &c.queue).into_iter().collect(),
+        |c| c.stroke_width(2),
+    )
+}
+
+/// Count curves over time, a panel per policy (two a row), each panel on its own scale:
+/// one policy's hot spot must not flatten every other's lines. `lines` picks a policy's
+/// curves, `style` draws them in its colour.
+fn panels<'s>(
+    root: &Area<'_>,
+    title: &str,
+    y_desc: &str,
+    series: &'s [Series<'s>],
+    horizon: f64,
+    lines: impl Fn(&Series<'s>) -> Vec<&'s Vec<(f64, f64)>>,
+    style: impl Fn(RGBColor) -> ShapeStyle,
+) -> DrawResult {
+    let (head, body) = root.split_vertically(50);
+    head.titled(title, ("sans-serif", 22))?;
     let rows = series.len().div_ceil(2);
-    let panels = body.split_evenly((rows, 2));
-    let none = Vec::new();
-    for (i, (s, panel)) in series.iter().zip(&panels).enumerate() {
+    for (i, (s, panel)) in series.iter().zip(&body.split_evenly((rows, 2))).enumerate() {
         let c = colour(i);
-        let curve = s.curves.map_or(&none, |c| &c.queue);
-        let top = curve.iter().map(|p| p.1).fold(1.0f64, f64::max);
+        let curves = lines(s);
+        let top = curves
+            .iter()
+            .copied()
+            .flatten()
+            .map(|p| p.1)
+            .fold(1.0f64, f64::max);
+        let (y_top, y_labels) = count_axis(top);
         let mut chart = ChartBuilder::on(panel)
             .caption(s.label, ("sans-serif", 16).into_font().color(&c))
             .margin(8)
             .x_label_area_size(34)
             .y_label_area_size(44)
-            .build_cartesian_2d(0.0..horizon, 0.0..count_axis(top).0)?;
+            .build_cartesian_2d(0.0..horizon, 0.0..y_top)?;
         chart
             .configure_mesh()
             .x_desc("time (s)")
-            .y_desc("waiting")
-            .y_labels(count_axis(top).1)
+            .y_desc(y_desc)
+            .y_labels(y_labels)
             .x_label_formatter(&|v| tick(*v))
             .y_label_formatter(&|v| tick(*v))
             .max_light_lines(2)
             .draw()?;
-        if s.curves.is_some() {
-            chart.draw_series(LineSeries::new(curve.iter().copied(), c.stroke_width(2)))?;
+        for curve in curves {
+            chart.draw_series(LineSeries::new(curve.iter().copied(), style(c)))?;
         }
     }
     Ok(())

@@ -16,6 +16,17 @@ pub enum Plugins {
     Isolated(Box<Host>),
 }
 
+/// What a matcher is told of a request after the decision.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Notice {
+    /// The engine took it (`update`).
+    Learn,
+    /// Its first token came (`on_first_token`).
+    FirstToken,
+    /// It finished (`on_complete`).
+    Complete,
+}
+
 /// A decision, in stable indices.
 pub(super) struct Decided {
     pub(super) endpoint: Option<EndpointIndex>,
@@ -142,63 +153,36 @@ impl Plugins {
         }
     }
 
-    /// The matcher's `update` (in a host: sent without waiting, see [`Host::send`]).
-    pub(super) fn learn(
+    /// Tells the matcher what became of `request` at `at`: `update`, `on_first_token` or
+    /// `on_complete` (in a host: sent without waiting, see [`Host::send`]). Nothing for an
+    /// endpoint no longer in the fleet.
+    pub(super) fn notify(
         &mut self,
+        notice: Notice,
         request: &RequestData<'_>,
         at: EndpointIndex,
     ) -> Result<(), String> {
         match self {
-            Plugins::InProcess(router) => match router.position_of(at) {
-                Some(pos) => router.learn(request, pos).map_err(|e| e.to_string()),
-                None => Ok(()),
-            },
-            Plugins::Isolated(host) => host
-                .send(&Call::Learn {
-                    request: wire_request(request),
-                    index: at.0,
-                })
-                .map_err(|e| e.to_string()),
-        }
-    }
-
-    /// The matcher's `on_first_token`.
-    pub(super) fn first_token(
-        &mut self,
-        request: &RequestData<'_>,
-        at: EndpointIndex,
-    ) -> Result<(), String> {
-        match self {
-            Plugins::InProcess(router) => match router.position_of(at) {
-                Some(pos) => router.first_token(request, pos).map_err(|e| e.to_string()),
-                None => Ok(()),
-            },
-            Plugins::Isolated(host) => host
-                .send(&Call::FirstToken {
-                    request: wire_request(request),
-                    index: at.0,
-                })
-                .map_err(|e| e.to_string()),
-        }
-    }
-
-    /// The matcher's `on_complete`.
-    pub(super) fn complete(
-        &mut self,
-        request: &RequestData<'_>,
-        at: EndpointIndex,
-    ) -> Result<(), String> {
-        match self {
-            Plugins::InProcess(router) => match router.position_of(at) {
-                Some(pos) => router.complete(request, pos).map_err(|e| e.to_string()),
-                None => Ok(()),
-            },
-            Plugins::Isolated(host) => host
-                .send(&Call::Complete {
-                    request: wire_request(request),
-                    index: at.0,
-                })
-                .map_err(|e| e.to_string()),
+            Plugins::InProcess(router) => {
+                let Some(pos) = router.position_of(at) else {
+                    return Ok(());
+                };
+                match notice {
+                    Notice::Learn => router.learn(request, pos),
+                    Notice::FirstToken => router.first_token(request, pos),
+                    Notice::Complete => router.complete(request, pos),
+                }
+                .map_err(|e| e.to_string())
+            }
+            Plugins::Isolated(host) => {
+                let (request, index) = (wire_request(request), at.0);
+                let call = match notice {
+                    Notice::Learn => Call::Learn { request, index },
+                    Notice::FirstToken => Call::FirstToken { request, index },
+                    Notice::Complete => Call::Complete { request, index },
+                };
+                host.send(&call).map_err(|e| e.to_string())
+            }
         }
     }
 

@@ -13,7 +13,7 @@ use routerlab_trace::blocks::{hash_text_blocks, prompt_tokens};
 
 use super::OnPluginError;
 use super::health::{Health, HealthRule};
-use super::plugins::{HostCounts, Plugins};
+use super::plugins::{HostCounts, Notice, Plugins};
 use crate::prom::Scraped;
 
 /// Sessions `serve` remembers at once; the least recently seen is forgotten past it (it
@@ -290,7 +290,7 @@ impl State {
         self.sync();
         let index = self.upstreams[upstream].index?;
         let data = routed.data(self.block_size, now_ns);
-        match self.plugins.learn(&data, index) {
+        match self.plugins.notify(Notice::Learn, &data, index) {
             Ok(()) => Some(self.plugins.generation()),
             Err(_) => {
                 self.plugin_errors += 1;
@@ -310,7 +310,11 @@ impl State {
     ) {
         if let Some(index) = self.learned_at(upstream, learned) {
             let data = routed.data(self.block_size, now_ns);
-            if self.plugins.first_token(&data, index).is_err() {
+            if self
+                .plugins
+                .notify(Notice::FirstToken, &data, index)
+                .is_err()
+            {
                 self.plugin_errors += 1;
             }
         }
@@ -327,7 +331,7 @@ impl State {
         self.release(upstream, routed);
         if let Some(index) = self.learned_at(upstream, learned) {
             let data = routed.data(self.block_size, now_ns);
-            if self.plugins.complete(&data, index).is_err() {
+            if self.plugins.notify(Notice::Complete, &data, index).is_err() {
                 self.plugin_errors += 1;
             }
         }
