@@ -14,7 +14,9 @@
 //!
 //! The plugins are called under one lock, so calls on an instance stay serialised as the
 //! ABI requires; the proxying itself runs outside it, concurrently. What the lock guards is
-//! `state` (no I/O, unit-tested); `/metrics` is `metrics`.
+//! `state` (no I/O, unit-tested); `/metrics` is `metrics`. The plugins run in this process
+//! or, with [`Plugins::Isolated`], in a plugin host process ([`crate::plugin_host`]) that a
+//! crash or a missed deadline only restarts.
 
 pub mod health;
 mod metrics;
@@ -28,11 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::LiveError;
-use crate::http::{self, Body, BoxError};
-use crate::openai::{self, Api};
 use bytes::Bytes;
-use health::HealthRule;
 use http_body::Frame;
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
@@ -40,8 +38,13 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-pub use plugins::Plugins;
 use prometheus_client::metrics::histogram::Histogram;
+
+use crate::LiveError;
+use crate::http::{self, Body, BoxError};
+use crate::openai::{self, Api};
+use health::HealthRule;
+pub use plugins::Plugins;
 use state::{Refusal, Routed, State};
 
 /// The header a client names its session with (else the body's `user`).

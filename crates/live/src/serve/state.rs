@@ -1,8 +1,8 @@
 //! What the plugins' lock guards: the plugins (in process or in a host), the engines as the
-//! router keeps them, the
-//! session numbering and block interning that make each request a replay's request. No
-//! I/O and no clock here (times are arguments), so every rule of `serve` short of the
-//! network is tested in process, with Rust plugins driven through the real shims.
+//! router keeps them, the session numbering and block interning that make each request a
+//! replay's request. No I/O and no clock here (times are arguments), so every rule of
+//! `serve` short of the network is tested in process, with Rust plugins driven through the
+//! real shims.
 
 use routerlab_core::Unit;
 use routerlab_core::hash::{BlockInterner, hash64};
