@@ -82,13 +82,14 @@ unsafe extern "C" fn cached_prefix_of(
         let count = *table as usize;
         std::slice::from_raw_parts(table.add(1), 2 * count)
     };
-    match cached
-        .chunks_exact(2)
-        .find(|pair| pair[0] == u64::from(endpoint_index))
+    let (pairs, _) = cached.as_chunks::<2>();
+    match pairs
+        .iter()
+        .find(|[index, _]| *index == u64::from(endpoint_index))
     {
-        Some(pair) => {
+        Some([_, len]) => {
             // SAFETY: the SDK passes a valid out slot.
-            unsafe { *out_len = pair[1] };
+            unsafe { *out_len = *len };
             RL_OK
         }
         None => RL_ERR_INVALID_ARGUMENT,

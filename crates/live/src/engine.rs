@@ -227,7 +227,7 @@ fn metrics_text(shared: &Shared) -> String {
 async fn complete(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Response<Body> {
     let body = match http::read_body(request).await {
         Ok(body) => body,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let inference = match openai::parse(api, &body) {
         Ok(inference) => inference,

@@ -93,19 +93,20 @@ impl http_body::Body for ChannelBody {
     }
 }
 
-/// Reads a request body whole, refusing more than [`MAX_REQUEST_BYTES`].
-pub async fn read_body(request: Request<Incoming>) -> Result<Bytes, Response<Body>> {
+/// Reads a request body whole, refusing more than [`MAX_REQUEST_BYTES`]; the refusal is the
+/// response to send (boxed: a response is large, and the body the common case).
+pub async fn read_body(request: Request<Incoming>) -> Result<Bytes, Box<Response<Body>>> {
     let limited = http_body_util::Limited::new(request.into_body(), MAX_REQUEST_BYTES);
     match limited.collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(error(
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Box::new(error(
             StatusCode::PAYLOAD_TOO_LARGE,
             &format!("request body over {MAX_REQUEST_BYTES} bytes"),
-        )),
-        Err(e) => Err(error(
+        ))),
+        Err(e) => Err(Box::new(error(
             StatusCode::BAD_REQUEST,
             &format!("reading the body: {e}"),
-        )),
+        ))),
     }
 }
 

@@ -93,8 +93,6 @@ impl<R: BufRead> Read for Frames<R> {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Read as _;
-
     use ruzstd::encoding::{CompressionLevel, compress_to_vec};
 
     use super::*;

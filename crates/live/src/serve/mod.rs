@@ -310,7 +310,7 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
     let authorization = request.headers().get("authorization").cloned();
     let body = match http::read_body(request).await {
         Ok(body) => body,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let inference = match openai::parse(api, &body) {
         Ok(inference) => inference,
