@@ -5,9 +5,11 @@ use std::io::{BufReader, Write as _};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
-use routerlab_route::{EndpointIndex, ListPos, Router};
+use routerlab_host::PluginError;
+use routerlab_route::{EndpointIndex, Router};
 
-use super::wire::{self, Call, Reply, WireError};
+use super::by_index::{self, Notice};
+use super::wire::{self, Call, Reply, WireError, WireRequest};
 use crate::LiveError;
 
 /// Connects to the `serve` listening at `socket` and runs `router`'s plugins for it until
@@ -50,58 +52,43 @@ fn send(stream: &mut UnixStream, reply: &Reply) -> std::io::Result<()> {
 
 /// One call, made on the router.
 fn answer(router: &mut Router, call: Call) -> Reply {
-    let failed = |message: String| Reply::Failed { message };
-    let done = |result: Result<(), routerlab_host::PluginError>| match result {
-        Ok(()) => Reply::Done,
-        Err(e) => failed(e.to_string()),
+    let failed = |e: PluginError| Reply::Failed {
+        message: e.to_string(),
+    };
+    let notify = |router: &mut Router, notice, request: WireRequest, index| match by_index::notify(
+        router,
+        notice,
+        &request.data(),
+        EndpointIndex(index),
+    ) {
+        Ok(true) => Reply::Done,
+        Ok(false) => Reply::Failed {
+            message: format!("no endpoint with index {index} in the fleet"),
+        },
+        Err(e) => failed(e),
     };
     match call {
         Call::Decide { request, loads } => {
-            for (index, load) in loads {
-                if let Some(pos) = router.table().position(index) {
-                    router.table_mut().set_load(pos, load);
-                }
-            }
-            match router.decide(&request.data(), false) {
-                Ok(decision) => Reply::Decided {
-                    endpoint: decision.endpoint.map(|pos| router.index_of(pos).0),
-                    constrained: decision.constrained,
-                    flagged: router
-                        .unavailable()
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, flagged)| **flagged)
-                        .map(|(pos, _)| router.table().index(pos))
-                        .collect(),
+            let loads = loads.into_iter().map(|(i, load)| (EndpointIndex(i), load));
+            match by_index::decide(router, &request.data(), loads) {
+                Ok(decided) => Reply::Decided {
+                    endpoint: decided.endpoint.map(|i| i.0),
+                    constrained: decided.constrained,
+                    flagged: decided.flagged.into_iter().map(|i| i.0).collect(),
                 },
-                Err(e) => failed(e.to_string()),
+                Err(e) => failed(e),
             }
         }
-        Call::Learn { request, index } => match position(router, index) {
-            Ok(pos) => done(router.learn(&request.data(), pos)),
-            Err(reply) => reply,
-        },
-        Call::FirstToken { request, index } => match position(router, index) {
-            Ok(pos) => done(router.first_token(&request.data(), pos)),
-            Err(reply) => reply,
-        },
-        Call::Complete { request, index } => match position(router, index) {
-            Ok(pos) => done(router.complete(&request.data(), pos)),
-            Err(reply) => reply,
-        },
+        Call::Learn { request, index } => notify(router, Notice::Learn, request, index),
+        Call::FirstToken { request, index } => notify(router, Notice::FirstToken, request, index),
+        Call::Complete { request, index } => notify(router, Notice::Complete, request, index),
         Call::Add { name } => match router.add_endpoint(name) {
             Ok(index) => Reply::Added { index: index.0 },
-            Err(e) => failed(e.to_string()),
+            Err(e) => failed(e),
         },
-        Call::Remove { index } => done(router.remove_endpoint(EndpointIndex(index))),
+        Call::Remove { index } => match router.remove_endpoint(EndpointIndex(index)) {
+            Ok(()) => Reply::Done,
+            Err(e) => failed(e),
+        },
     }
-}
-
-/// Where the endpoint with stable index `index` is in the table, or the failure to send.
-fn position(router: &Router, index: u32) -> Result<ListPos, Reply> {
-    router
-        .position_of(EndpointIndex(index))
-        .ok_or_else(|| Reply::Failed {
-            message: format!("no endpoint with index {index} in the fleet"),
-        })
 }

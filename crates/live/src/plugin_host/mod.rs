@@ -10,6 +10,7 @@
 //! until it is up, calls fail at once and `serve` answers them as `--on-plugin-error`
 //! says. A restarted host has the plugins' state of a fresh start.
 
+pub(crate) mod by_index;
 mod child;
 mod parent;
 pub(crate) mod wire;

@@ -5,6 +5,8 @@
 use routerlab_host::{EndpointLoad, RequestData};
 use routerlab_route::{EndpointIndex, Router};
 
+use crate::plugin_host::by_index;
+pub(super) use crate::plugin_host::by_index::{Decided, Notice};
 use crate::plugin_host::wire::{Call, Reply, WireRequest};
 use crate::plugin_host::{Host, HostFailure};
 
@@ -14,24 +16,6 @@ pub enum Plugins {
     InProcess(Box<Router>),
     /// Called over a channel: a crash or a missed deadline restarts the host.
     Isolated(Box<Host>),
-}
-
-/// What a matcher is told of a request after the decision.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Notice {
-    /// The engine took it (`update`).
-    Learn,
-    /// Its first token came (`on_first_token`).
-    FirstToken,
-    /// It finished (`on_complete`).
-    Complete,
-}
-
-/// A decision, in stable indices.
-pub(super) struct Decided {
-    pub(super) endpoint: Option<EndpointIndex>,
-    pub(super) constrained: bool,
-    pub(super) flagged: Vec<EndpointIndex>,
 }
 
 /// What the plugin host's failures have been, for `/metrics`.
@@ -113,24 +97,7 @@ impl Plugins {
     ) -> Result<Decided, String> {
         match self {
             Plugins::InProcess(router) => {
-                for (index, load) in loads {
-                    if let Some(pos) = router.position_of(index) {
-                        router.table_mut().set_load(pos.0, load);
-                    }
-                }
-                let decision = router.decide(request, false).map_err(|e| e.to_string())?;
-                let flagged = router
-                    .unavailable()
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, flagged)| **flagged)
-                    .map(|(pos, _)| EndpointIndex(router.table().index(pos)))
-                    .collect();
-                Ok(Decided {
-                    endpoint: decision.endpoint.map(|pos| router.index_of(pos)),
-                    constrained: decision.constrained,
-                    flagged,
-                })
+                by_index::decide(router, request, loads).map_err(|e| e.to_string())
             }
             Plugins::Isolated(host) => {
                 let call = Call::Decide {
@@ -163,17 +130,9 @@ impl Plugins {
         at: EndpointIndex,
     ) -> Result<(), String> {
         match self {
-            Plugins::InProcess(router) => {
-                let Some(pos) = router.position_of(at) else {
-                    return Ok(());
-                };
-                match notice {
-                    Notice::Learn => router.learn(request, pos),
-                    Notice::FirstToken => router.first_token(request, pos),
-                    Notice::Complete => router.complete(request, pos),
-                }
-                .map_err(|e| e.to_string())
-            }
+            Plugins::InProcess(router) => by_index::notify(router, notice, request, at)
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
             Plugins::Isolated(host) => {
                 let (request, index) = (wire_request(request), at.0);
                 let call = match notice {
