@@ -26,7 +26,7 @@ use routerlab_host::{
     DetectorInstance, EndpointTable, MatcherInstance, SearchPath, load_detector, load_matcher,
 };
 use routerlab_report::Report;
-use routerlab_report::run::{PluginRun, ReplicasRun, RunInfo, TimedRun, TraceRun};
+use routerlab_report::run::{PluginRun, ReplicasRun, RunInfo, TimedRun};
 use routerlab_route::{ReplicaAssign, Replicas, Router, WhenUnavailable};
 use routerlab_trace::workload::TraceSource;
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
@@ -298,13 +298,7 @@ impl Scenario {
                 config: detector_config,
             }),
             seed: self.seed,
-            trace: TraceRun {
-                path: source.path,
-                format: source.format.to_string(),
-                bytes: source.bytes,
-                content_hash: source.content_hash,
-                skipped: skipped.iter().map(|(r, n)| ((*r).to_owned(), *n)).collect(),
-            },
+            trace: recorded::trace(source, skipped),
             block_size,
             endpoints: self.endpoints.clone(),
             cache_blocks: self.cache_blocks,
@@ -356,12 +350,35 @@ pub fn with_seed(config: &Mapping, seed: u64) -> String {
 
 /// The library's settings as the report records them (its own types; see
 /// `routerlab_report::run`). Each library type is taken apart whole, so a field or variant
-/// added to one is a compile error here until the report says how to record it.
-mod recorded {
+/// added to one is a compile error here until the report says how to record it. Public for
+/// the other writers of run blocks (`drive`'s `measured`).
+pub mod recorded {
+    use std::collections::BTreeMap;
+
     use routerlab_engine::{EngineConfig, StepTime};
-    use routerlab_report::run::{ArrivalsRun, AssignRun, EngineRun, StepTimeRun, UnavailableRun};
+    use routerlab_report::run::{
+        ArrivalsRun, AssignRun, EngineRun, StepTimeRun, TraceRun, UnavailableRun,
+    };
     use routerlab_route::{ReplicaAssign, WhenUnavailable};
     use routerlab_trace::arrivals::Arrivals;
+    use routerlab_trace::workload::TraceSource;
+
+    /// The trace a run read, with the lines it skipped by reason.
+    pub fn trace(source: TraceSource, skipped: &BTreeMap<&'static str, u64>) -> TraceRun {
+        let TraceSource {
+            path,
+            format,
+            bytes,
+            content_hash,
+        } = source;
+        TraceRun {
+            path,
+            format: format.to_string(),
+            bytes,
+            content_hash,
+            skipped: skipped.iter().map(|(r, n)| ((*r).to_owned(), *n)).collect(),
+        }
+    }
 
     pub(super) fn unavailable(policy: WhenUnavailable) -> UnavailableRun {
         match policy {
@@ -379,7 +396,8 @@ mod recorded {
         }
     }
 
-    pub(super) fn arrivals(process: &Arrivals) -> ArrivalsRun {
+    /// How requests arrived.
+    pub fn arrivals(process: &Arrivals) -> ArrivalsRun {
         match *process {
             Arrivals::Trace { speedup } => ArrivalsRun::Trace { speedup },
             Arrivals::Poisson { rate } => ArrivalsRun::Poisson { rate },

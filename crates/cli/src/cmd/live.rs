@@ -14,9 +14,9 @@ use routerlab_live::engine::EngineSettings;
 use routerlab_live::plugin_host::{Host, HostCommand};
 use routerlab_live::serve::health::HealthRule;
 use routerlab_live::serve::{OnPluginError, Plugins, ServeSettings};
-use routerlab_report::run::{ArrivalsRun, MeasuredRun, TraceRun};
+use routerlab_report::run::MeasuredRun;
 use routerlab_sim::WhenUnavailable;
-use routerlab_sim::scenario::Scenario;
+use routerlab_sim::scenario::{Scenario, recorded};
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
 
 use crate::exit::Failure;
@@ -493,13 +493,7 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
     }
     let source = reader.source();
     let workload = Arc::new(Workload::load(reader, &[])?);
-    let measured_arrivals = match arrivals {
-        routerlab_trace::arrivals::Arrivals::Trace { speedup } => ArrivalsRun::Trace { speedup },
-        routerlab_trace::arrivals::Arrivals::Poisson { rate } => ArrivalsRun::Poisson { rate },
-        routerlab_trace::arrivals::Arrivals::Closed { concurrency } => {
-            ArrivalsRun::Closed { concurrency }
-        }
-    };
+    let measured_arrivals = recorded::arrivals(&arrivals);
     let url = args.url.clone();
     let settings = DriveSettings {
         url: args.url,
@@ -547,13 +541,7 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
     report.measured = Some(MeasuredRun {
         tool_version: env!("CARGO_PKG_VERSION").to_owned(),
         url,
-        trace: TraceRun {
-            path: source.path,
-            format: source.format.to_string(),
-            bytes: source.bytes,
-            content_hash: source.content_hash,
-            skipped: Default::default(),
-        },
+        trace: recorded::trace(source, &Default::default()),
         arrivals: measured_arrivals,
         endpoints: endpoints.clone(),
     });
