@@ -32,7 +32,7 @@
 /**
  * Minor version: minors only append fields and constants.
  */
-#define RL_ABI_MINOR 2
+#define RL_ABI_MINOR 3
 
 /**
  * Plugin kind: picks an endpoint for each request.
@@ -60,6 +60,38 @@
 #define RL_UNKNOWN UINT64_MAX
 
 /**
+ * `RlRequest::phase` (ABI 1.3): the request is routed to be served whole, prefill and
+ * decode on one endpoint (an aggregated fleet, and what older hosts mean).
+ */
+#define RL_PHASE_WHOLE 0
+
+/**
+ * `RlRequest::phase`: routed for its prefill, among the prefill pool; its KV then moves to
+ * a decode endpoint.
+ */
+#define RL_PHASE_PREFILL 1
+
+/**
+ * `RlRequest::phase`: routed for its decode, among the decode pool.
+ */
+#define RL_PHASE_DECODE 2
+
+/**
+ * `RlEndpointStatus::role` (ABI 1.3): the endpoint serves whole requests (aggregated).
+ */
+#define RL_ROLE_AGGREGATED 0
+
+/**
+ * `RlEndpointStatus::role`: the endpoint prefills and hands the KV on.
+ */
+#define RL_ROLE_PREFILL 1
+
+/**
+ * `RlEndpointStatus::role`: the endpoint decodes (and prefills what is sent to it whole).
+ */
+#define RL_ROLE_DECODE 2
+
+/**
  * `RlRequest::struct_size` of an ABI 1.0 host, the smallest a plugin may receive.
  */
 #define RL_REQUEST_SIZE_V1_0 96
@@ -68,6 +100,17 @@
  * `RlRequest::struct_size` of an ABI 1.1 host (adds `block_ids`).
  */
 #define RL_REQUEST_SIZE_V1_1 104
+
+/**
+ * `RlRequest::struct_size` of an ABI 1.2 host (adds `now_ns` and `cached_prefix`).
+ */
+#define RL_REQUEST_SIZE_V1_2 128
+
+/**
+ * `RlEndpointStatus::struct_size` of an ABI 1.2 host (adds `inflight_requests` and
+ * `kv_block_tokens`).
+ */
+#define RL_ENDPOINT_STATUS_SIZE_V1_2 88
 
 /**
  * `RlEndpointStatus::struct_size` of an ABI 1.0 or 1.1 host, the smallest a plugin may
@@ -211,6 +254,16 @@ typedef struct RlRequest {
    * Host context to pass back to `cached_prefix`.
    */
   const void *cached_prefix_ctx;
+  /**
+   * What the request is being routed for: `RL_PHASE_WHOLE`, `RL_PHASE_PREFILL` or
+   * `RL_PHASE_DECODE`. In a disaggregated fleet the host asks once per phase, each time
+   * with only that phase's pool available.
+   */
+  uint32_t phase;
+  /**
+   * Reserved, zero.
+   */
+  uint32_t _reserved_1_3;
 } RlRequest;
 
 /**
@@ -268,6 +321,14 @@ typedef struct RlEndpointStatus {
    * the request's `block_size` in the request's unit.
    */
   uint64_t kv_block_tokens;
+  /**
+   * `RL_ROLE_AGGREGATED`, `RL_ROLE_PREFILL` or `RL_ROLE_DECODE`: the endpoint's pool.
+   */
+  uint32_t role;
+  /**
+   * Reserved, zero.
+   */
+  uint32_t _reserved_1_3;
 } RlEndpointStatus;
 
 /**

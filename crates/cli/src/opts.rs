@@ -141,6 +141,38 @@ pub struct ReplayOpts {
     /// list of names [default: 10].
     #[arg(long, value_name = "N|NAMES", help_heading = FLEET)]
     pub endpoints: Option<TextOrValue>,
+    /// Disaggregated fleet (timed replay): N prefill endpoints, named prefill-0, ...;
+    /// give with --decode-endpoints instead of --endpoints.
+    #[arg(long, value_name = "N", help_heading = FLEET)]
+    pub prefill_endpoints: Option<usize>,
+    /// Disaggregated fleet: M decode endpoints, named decode-0, ..., after the prefill ones.
+    #[arg(long, value_name = "M", help_heading = FLEET)]
+    pub decode_endpoints: Option<usize>,
+    /// Which requests a disaggregated fleet prefills in its prefill pool: `always`, or
+    /// `threshold:TOKENS` (the decode endpoint is chosen first and prefills locally a
+    /// prompt it lacks at most TOKENS of) [default: always].
+    #[arg(long, value_name = "RULE", help_heading = FLEET)]
+    pub pd_decision: Option<String>,
+    /// KV bytes of one token, for the KV transfer's time (e.g. 131072 for Llama-3.1-8B in
+    /// bf16) [default: 0].
+    #[arg(long, value_name = "BYTES", help_heading = FLEET)]
+    pub kv_bytes_per_token: Option<u64>,
+    /// KV transfer bandwidth between pools, GB/s; 0 = the bytes take no time [default: 0].
+    #[arg(long, value_name = "GBPS", help_heading = FLEET)]
+    pub kv_transfer_gbps: Option<f64>,
+    /// KV transfer time to the first byte, ms [default: 0].
+    #[arg(long, value_name = "MS", help_heading = FLEET)]
+    pub kv_transfer_latency_ms: Option<f64>,
+    /// Which prompt tokens the KV transfer moves: `full-prompt`, or `missing` (those the
+    /// decode endpoint does not hold) [default: full-prompt].
+    #[arg(long, value_name = "MODE", help_heading = FLEET)]
+    pub kv_transfer_mode: Option<routerlab_engine::TransferMode>,
+    /// Experiment file only: engine settings of the prefill pool, over `engine`.
+    #[arg(skip)]
+    pub prefill_engine: Option<Overrides>,
+    /// Experiment file only: engine settings of the decode pool, over `engine`.
+    #[arg(skip)]
+    pub decode_engine: Option<Overrides>,
     /// Block size for text prompts, in bytes [default: 128].
     #[arg(long, value_name = "N", help_heading = TRACE)]
     pub block_size: Option<u32>,
@@ -272,6 +304,15 @@ impl ReplayOpts {
             trace: self.trace.or(file.trace),
             trace_format: self.trace_format.or(file.trace_format),
             endpoints: self.endpoints.or(file.endpoints),
+            prefill_endpoints: self.prefill_endpoints.or(file.prefill_endpoints),
+            decode_endpoints: self.decode_endpoints.or(file.decode_endpoints),
+            pd_decision: self.pd_decision.or(file.pd_decision),
+            kv_bytes_per_token: self.kv_bytes_per_token.or(file.kv_bytes_per_token),
+            kv_transfer_gbps: self.kv_transfer_gbps.or(file.kv_transfer_gbps),
+            kv_transfer_latency_ms: self.kv_transfer_latency_ms.or(file.kv_transfer_latency_ms),
+            kv_transfer_mode: self.kv_transfer_mode.or(file.kv_transfer_mode),
+            prefill_engine: file.prefill_engine,
+            decode_engine: file.decode_engine,
             block_size: self.block_size.or(file.block_size),
             trace_block_size: self.trace_block_size.or(file.trace_block_size),
             cache_blocks: self.cache_blocks.or(file.cache_blocks),
@@ -318,5 +359,14 @@ impl ReplayOpts {
             || self.metrics_interval_ms.is_some()
             || self.when_unavailable == Some(UnavailableArg::Queue)
             || self.output_tokens.is_some()
+            || self.prefill_endpoints.is_some()
+            || self.decode_endpoints.is_some()
+            || self.pd_decision.is_some()
+            || self.kv_bytes_per_token.is_some()
+            || self.kv_transfer_gbps.is_some()
+            || self.kv_transfer_latency_ms.is_some()
+            || self.kv_transfer_mode.is_some()
+            || self.prefill_engine.is_some()
+            || self.decode_engine.is_some()
     }
 }

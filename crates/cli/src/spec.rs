@@ -4,10 +4,10 @@
 
 use std::path::PathBuf;
 
-use routerlab_engine::{EngineConfig, Overrides, Preset};
-use routerlab_route::MAX_REPLICAS;
+use routerlab_engine::{EngineConfig, KvTransfer, Overrides, Preset};
+use routerlab_route::{MAX_REPLICAS, PdDecision};
 use routerlab_sim::scenario::{DEFAULT_ENDPOINTS, Scenario, default_endpoints};
-use routerlab_sim::timed::{Arrivals, CLOCK_RANGE, MAX_CLOCK_NS, TimedSettings};
+use routerlab_sim::timed::{Arrivals, CLOCK_RANGE, Disaggregation, MAX_CLOCK_NS, TimedSettings};
 use routerlab_sim::{MAX_ENDPOINTS, WhenUnavailable};
 use routerlab_trace::TraceOptions;
 use routerlab_trace::reader::{
@@ -51,8 +51,33 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
     let seed = opts.seed.unwrap_or(0);
     let matcher_config = plugin_config(opts.matcher_config.clone(), "matcher")?;
     let detector_config = plugin_config(opts.detector_config.clone(), "detector")?;
+    let pools = match (opts.prefill_endpoints, opts.decode_endpoints) {
+        (None, None) => None,
+        (Some(p), Some(d)) if p >= 1 && d >= 1 && p + d <= MAX_ENDPOINTS => Some((p, d)),
+        (Some(_), Some(_)) => {
+            return Err(Failure::input(format!(
+                "--prefill-endpoints and --decode-endpoints must each be at least 1, and {MAX_ENDPOINTS} at most together"
+            )));
+        }
+        _ => {
+            return Err(Failure::input(
+                "a disaggregated fleet needs both --prefill-endpoints and --decode-endpoints",
+            ));
+        }
+    };
     let endpoints = match &opts.endpoints {
-        None => default_endpoints(DEFAULT_ENDPOINTS),
+        _ if pools.is_some() && opts.endpoints.is_some() => {
+            return Err(Failure::input(
+                "give either --endpoints or --prefill-endpoints with --decode-endpoints, not both",
+            ));
+        }
+        None => match pools {
+            Some((p, d)) => (0..p)
+                .map(|i| format!("prefill-{i}"))
+                .chain((0..d).map(|i| format!("decode-{i}")))
+                .collect(),
+            None => default_endpoints(DEFAULT_ENDPOINTS),
+        },
         Some(TextOrValue::Text(text)) => parse_endpoints(text)?,
         Some(TextOrValue::Value(Value::Number(n))) => parse_endpoints(&n.to_string())?,
         Some(TextOrValue::Value(Value::Sequence(names))) => names
@@ -171,7 +196,8 @@ fn resolve_timed(
         )));
     }
     let arrivals = arrivals(opts.speedup, opts.rate, opts.concurrency)?;
-    let engines = resolve_engines(opts, endpoints)?;
+    let disaggregation = resolve_disaggregation(opts)?;
+    let engines = resolve_engines(opts, endpoints, disaggregation.as_ref().map(|d| d.prefill))?;
     Ok(Some(TimedSettings {
         engines,
         arrivals,
@@ -180,6 +206,51 @@ fn resolve_timed(
         metrics_interval_ns: (opts.metrics_interval_ms.unwrap_or(0.0) * 1e6).round() as u64,
         default_output_tokens: opts.output_tokens.unwrap_or(128),
         seed,
+        disaggregation,
+    }))
+}
+
+/// The split into pools of `--prefill-endpoints`/`--decode-endpoints`, with its P/D
+/// decision and KV transfer; `None` for an aggregated fleet (whose pool settings are
+/// refused rather than ignored).
+fn resolve_disaggregation(opts: &ReplayOpts) -> Result<Option<Disaggregation>, Failure> {
+    let Some(prefill) = opts.prefill_endpoints else {
+        if opts.pd_decision.is_some()
+            || opts.kv_bytes_per_token.is_some()
+            || opts.kv_transfer_gbps.is_some()
+            || opts.kv_transfer_latency_ms.is_some()
+            || opts.kv_transfer_mode.is_some()
+            || opts.prefill_engine.is_some()
+            || opts.decode_engine.is_some()
+        {
+            return Err(Failure::input(
+                "P/D decision, KV transfer and pool engine settings need a disaggregated fleet: add --prefill-endpoints N --decode-endpoints M",
+            ));
+        }
+        return Ok(None);
+    };
+    let decision = match &opts.pd_decision {
+        None => PdDecision::Always,
+        Some(text) => text
+            .parse()
+            .map_err(|e: String| Failure::input(format!("--pd-decision: {e}")))?,
+    };
+    let transfer = KvTransfer {
+        kv_bytes_per_token: opts.kv_bytes_per_token.unwrap_or(0),
+        bandwidth_gbps: opts.kv_transfer_gbps.unwrap_or(0.0),
+        latency_ms: opts.kv_transfer_latency_ms.unwrap_or(0.0),
+        mode: opts.kv_transfer_mode.unwrap_or_default(),
+    };
+    transfer.validate().map_err(|e| {
+        Failure::input(format!(
+            "{} (--kv-transfer-gbps, --kv-transfer-latency-ms, --kv-bytes-per-token)",
+            e
+        ))
+    })?;
+    Ok(Some(Disaggregation {
+        prefill,
+        transfer,
+        decision,
     }))
 }
 
@@ -218,7 +289,11 @@ pub(crate) fn arrivals(
 /// read). Precedence, later winning: the preset (`--engine`, else the file's
 /// `engine.preset`, else dynamo), the file's `engine` keys, `--engine-config`, then each
 /// endpoint's entry of the file's `engines`.
-fn resolve_engines(opts: &ReplayOpts, endpoints: &[String]) -> Result<Vec<EngineConfig>, Failure> {
+fn resolve_engines(
+    opts: &ReplayOpts,
+    endpoints: &[String],
+    prefill: Option<usize>,
+) -> Result<Vec<EngineConfig>, Failure> {
     let file_engine = opts.engine.clone().unwrap_or_default();
     let preset = opts
         .engine_preset
@@ -231,8 +306,17 @@ fn resolve_engines(opts: &ReplayOpts, endpoints: &[String]) -> Result<Vec<Engine
     if let Some(text) = &opts.engine_config {
         base = base.with(&engine_overrides(text)?);
     }
+    // A disaggregated fleet's pools may have engines of their own (other GPUs).
+    let pool_base = |pos: usize| {
+        match prefill {
+            Some(p) if pos < p => opts.prefill_engine.as_ref().map(|o| base.clone().with(o)),
+            Some(_) => opts.decode_engine.as_ref().map(|o| base.clone().with(o)),
+            None => None,
+        }
+        .unwrap_or_else(|| base.clone())
+    };
     let engines: Vec<EngineConfig> = match &opts.engines {
-        None => vec![base; endpoints.len()],
+        None => (0..endpoints.len()).map(pool_base).collect(),
         Some(list) if list.len() != endpoints.len() => {
             return Err(Failure::input(format!(
                 "experiment `engines`: {} entries for {} endpoints (give one per endpoint)",
@@ -240,7 +324,11 @@ fn resolve_engines(opts: &ReplayOpts, endpoints: &[String]) -> Result<Vec<Engine
                 endpoints.len(),
             )));
         }
-        Some(list) => list.iter().map(|o| base.clone().with(o)).collect(),
+        Some(list) => list
+            .iter()
+            .enumerate()
+            .map(|(pos, o)| pool_base(pos).with(o))
+            .collect(),
     };
     for (engine, name) in engines.iter().zip(endpoints) {
         engine

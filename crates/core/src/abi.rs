@@ -26,7 +26,7 @@ pub const RL_MAGIC: u32 = 0x524C_4142;
 /// Major version: a different major is a different entry symbol and is never loaded.
 pub const RL_ABI_MAJOR: u32 = 1;
 /// Minor version: minors only append fields and constants.
-pub const RL_ABI_MINOR: u32 = 2;
+pub const RL_ABI_MINOR: u32 = 3;
 /// The symbol every plugin library exports (NUL-terminated for `dlsym`).
 pub const RL_ENTRY_SYMBOL: &[u8] = b"routerlab_plugin_entry_v1\0";
 
@@ -59,6 +59,21 @@ pub const RL_UNIT_TOKENS: u32 = 1;
 
 /// Value of `RlRequest::output_tokens` when the trace does not say.
 pub const RL_UNKNOWN: u64 = u64::MAX;
+
+/// `RlRequest::phase` (ABI 1.3): the request is routed to be served whole, prefill and
+/// decode on one endpoint (an aggregated fleet, and what older hosts mean).
+pub const RL_PHASE_WHOLE: u32 = 0;
+/// `RlRequest::phase`: routed for its prefill, among the prefill pool; its KV then moves to
+/// a decode endpoint.
+pub const RL_PHASE_PREFILL: u32 = 1;
+/// `RlRequest::phase`: routed for its decode, among the decode pool.
+pub const RL_PHASE_DECODE: u32 = 2;
+/// `RlEndpointStatus::role` (ABI 1.3): the endpoint serves whole requests (aggregated).
+pub const RL_ROLE_AGGREGATED: u32 = 0;
+/// `RlEndpointStatus::role`: the endpoint prefills and hands the KV on.
+pub const RL_ROLE_PREFILL: u32 = 1;
+/// `RlEndpointStatus::role`: the endpoint decodes (and prefills what is sent to it whole).
+pub const RL_ROLE_DECODE: u32 = 2;
 
 /// A borrowed UTF-8 string: `len` bytes at `ptr`, not NUL-terminated; valid for one call.
 #[repr(C)]
@@ -133,12 +148,24 @@ pub struct RlRequest {
     pub cached_prefix: RlCachedPrefixFn,
     /// Host context to pass back to `cached_prefix`.
     pub cached_prefix_ctx: *const c_void,
+    // ---- appended in ABI 1.3: read only when `struct_size` covers them ----
+    /// What the request is being routed for: `RL_PHASE_WHOLE`, `RL_PHASE_PREFILL` or
+    /// `RL_PHASE_DECODE`. In a disaggregated fleet the host asks once per phase, each time
+    /// with only that phase's pool available.
+    pub phase: u32,
+    /// Reserved, zero.
+    pub _reserved_1_3: u32,
 }
 
 /// `RlRequest::struct_size` of an ABI 1.0 host, the smallest a plugin may receive.
 pub const RL_REQUEST_SIZE_V1_0: u32 = 96;
 /// `RlRequest::struct_size` of an ABI 1.1 host (adds `block_ids`).
 pub const RL_REQUEST_SIZE_V1_1: u32 = 104;
+/// `RlRequest::struct_size` of an ABI 1.2 host (adds `now_ns` and `cached_prefix`).
+pub const RL_REQUEST_SIZE_V1_2: u32 = 128;
+/// `RlEndpointStatus::struct_size` of an ABI 1.2 host (adds `inflight_requests` and
+/// `kv_block_tokens`).
+pub const RL_ENDPOINT_STATUS_SIZE_V1_2: u32 = 88;
 /// `RlEndpointStatus::struct_size` of an ABI 1.0 or 1.1 host, the smallest a plugin may
 /// receive (and the smallest list stride).
 pub const RL_ENDPOINT_STATUS_SIZE_V1_0: u32 = 72;
@@ -189,6 +216,11 @@ pub struct RlEndpointStatus {
     /// timed replay (64 with the `dynamo` preset); 0 in a time-free replay, whose blocks are
     /// the request's `block_size` in the request's unit.
     pub kv_block_tokens: u64,
+    // ---- appended in ABI 1.3: read only when `struct_size` covers it ----
+    /// `RL_ROLE_AGGREGATED`, `RL_ROLE_PREFILL` or `RL_ROLE_DECODE`: the endpoint's pool.
+    pub role: u32,
+    /// Reserved, zero.
+    pub _reserved_1_3: u32,
 }
 
 /// A borrowed list of endpoint statuses; element `i` is at `items + i * stride` bytes.
@@ -408,11 +440,13 @@ const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<RlStr>() == 16);
     assert!(size_of::<RlErrorSink>() == 16);
-    assert!(size_of::<RlRequest>() == 128);
+    assert!(size_of::<RlRequest>() == 136);
+    assert!(offset_of!(RlRequest, phase) == RL_REQUEST_SIZE_V1_2 as usize);
     assert!(offset_of!(RlRequest, block_ids) == RL_REQUEST_SIZE_V1_0 as usize);
     assert!(offset_of!(RlRequest, now_ns) == RL_REQUEST_SIZE_V1_1 as usize);
     assert!(offset_of!(RlRequest, prompt_len) == 64);
-    assert!(size_of::<RlEndpointStatus>() == 88);
+    assert!(size_of::<RlEndpointStatus>() == 96);
+    assert!(offset_of!(RlEndpointStatus, role) == RL_ENDPOINT_STATUS_SIZE_V1_2 as usize);
     assert!(
         offset_of!(RlEndpointStatus, inflight_requests) == RL_ENDPOINT_STATUS_SIZE_V1_0 as usize
     );
@@ -454,6 +488,8 @@ impl RlEndpointStatus {
             inflight_prompt_tokens: 0,
             inflight_requests: 0,
             kv_block_tokens: 0,
+            role: RL_ROLE_AGGREGATED,
+            _reserved_1_3: 0,
         }
     }
 }

@@ -22,5 +22,6 @@ pub mod testing;
 pub use config::PluginConfig;
 pub use rng::SeededRng;
 pub use sdk::{
-    BYTES_PER_TOKEN, Detector, EndpointId, EndpointStatus, Endpoints, Matcher, Request, Unit,
+    BYTES_PER_TOKEN, Detector, EndpointId, EndpointStatus, Endpoints, Matcher, Phase, Request,
+    Role, Unit,
 };

@@ -20,7 +20,7 @@
 use crate::PluginConfig;
 use crate::abi::*;
 use crate::sdk::views::zeroed_request;
-use crate::sdk::{Detector, Endpoints, Matcher, Request, Unit};
+use crate::sdk::{Detector, Endpoints, Matcher, Phase, Request, Role, Unit};
 
 /// Builds a matcher from config text as the SDK does: parse, `create`, reject unread keys.
 pub fn create_matcher<M: Matcher>(config: &str) -> Result<M, String> {
@@ -64,6 +64,7 @@ struct Spec {
     session_id: u64,
     parent_id: u64,
     now_ns: Option<u64>,
+    phase: Phase,
     /// What the host would report as cached prefixes: a count, then that many
     /// (endpoint id, length) pairs, flat, so the callback's context is one heap pointer.
     cached: Vec<u64>,
@@ -124,6 +125,7 @@ impl RequestBuilder {
                 session_id: 0,
                 parent_id: 0,
                 now_ns: None,
+                phase: Phase::Whole,
                 cached: vec![0],
             },
             raw: zeroed_request(),
@@ -188,6 +190,11 @@ impl RequestBuilder {
         self.spec.parent_id = parent;
         self.synced()
     }
+    /// The phase it is routed for (ABI 1.3; by default [`Phase::Whole`]).
+    pub fn phase(mut self, phase: Phase) -> Self {
+        self.spec.phase = phase;
+        self.synced()
+    }
 
     /// The view a matcher receives.
     pub fn view(&self) -> Request<'_> {
@@ -234,6 +241,8 @@ impl RequestBuilder {
                 Some(cached_prefix_of)
             },
             cached_prefix_ctx: spec.cached.as_ptr().cast(),
+            phase: spec.phase.raw(),
+            _reserved_1_3: 0,
         };
         self
     }
@@ -305,6 +314,11 @@ impl EndpointsBuilder {
     /// In-flight prompt tokens at list position `pos`.
     pub fn inflight_prompt_tokens(mut self, pos: usize, tokens: u64) -> Self {
         self.raw[pos].inflight_prompt_tokens = tokens;
+        self
+    }
+    /// The pool of list position `pos` (ABI 1.3; by default [`Role::Aggregated`]).
+    pub fn role(mut self, pos: usize, role: Role) -> Self {
+        self.raw[pos].role = role.raw();
         self
     }
     /// Flags list position `pos` unavailable.

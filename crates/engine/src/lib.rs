@@ -22,14 +22,17 @@
 //! leads by at most one run's blocks), and an arrival cuts it at the next step boundary.
 //!
 //! [`config`] owns the settings (one declaration, the preset, one `validate`),
-//! [`step_time`] the step-time models, [`kv`] the KV cache and [`scheduler`] the engine.
+//! [`step_time`] the step-time models, [`kv`] the KV cache, [`scheduler`] the engine, and
+//! [`transfer`] the KV's move between the pools of a disaggregated fleet.
 
 pub mod config;
 pub mod kv;
 pub mod scheduler;
 pub mod step_time;
+pub mod transfer;
 
 pub use config::{EngineConfig, Overrides, Preset};
 pub use kv::KvCache;
 pub use scheduler::{Engine, EngineStatus, Sequence};
 pub use step_time::{Batch, StepTime};
+pub use transfer::{KvTransfer, TransferMode};

@@ -36,6 +36,10 @@ pub struct Sequence {
     pub first_scheduled_ns: Option<u64>,
     /// When the first token came out.
     pub first_token_ns: Option<u64>,
+    /// Whether the prompt's KV was computed elsewhere and moved here (the decode half of a
+    /// disaggregated request): its prompt still takes blocks and the step's token budget,
+    /// but costs no prefill time; the step that completes it costs a decode step.
+    pub kv_transferred: bool,
 }
 
 impl Sequence {
@@ -60,6 +64,21 @@ impl Sequence {
             hit_ids: Vec::new(),
             first_scheduled_ns: None,
             first_token_ns: None,
+            kv_transferred: false,
+        }
+    }
+
+    /// A sequence whose prompt KV arrives from a prefill endpoint (see
+    /// [`Sequence::kv_transferred`]).
+    pub fn transferred(
+        request: usize,
+        prompt_tokens: u32,
+        output_tokens: u32,
+        hashes: Vec<u64>,
+    ) -> Sequence {
+        Sequence {
+            kv_transferred: true,
+            ..Sequence::new(request, prompt_tokens, output_tokens, hashes)
         }
     }
 
@@ -318,7 +337,9 @@ impl Engine {
                 let seq = &self.running[pos];
                 let tokens = (seq.prefill_target - seq.computed).min(budget);
                 budget -= tokens;
-                prefill_tokens += u64::from(tokens);
+                if !seq.kv_transferred {
+                    prefill_tokens += u64::from(tokens);
+                }
                 prefill.push((pos, tokens));
                 pos += 1;
                 continue;
@@ -373,7 +394,9 @@ impl Engine {
             seq.first_scheduled_ns.get_or_insert(now_ns);
             let tokens = (seq.prefill_target - seq.computed).min(budget);
             budget -= tokens;
-            prefill_tokens += u64::from(tokens);
+            if !seq.kv_transferred {
+                prefill_tokens += u64::from(tokens);
+            }
             prefill.push((self.running.len(), tokens));
             self.running.push(seq);
             admitted = true;
@@ -405,9 +428,17 @@ impl Engine {
             )
             .sum::<u64>()
             + decode.len() as u64 * (steps - 1) / 2;
+        // A moved-in prompt that completes here samples its first token: a decode's work.
+        let arrived_kv = prefill
+            .iter()
+            .filter(|(pos, tokens)| {
+                let seq = &self.running[*pos];
+                seq.kv_transferred && seq.computed + tokens >= seq.prefill_target
+            })
+            .count() as u64;
         let step_ns = self.config.step_time.step_ns(&Batch {
             prefill_tokens,
-            decode_seqs: decode.len() as u64,
+            decode_seqs: decode.len() as u64 + arrived_kv,
             context_tokens: context,
             kv_usage: usage,
         });

@@ -17,7 +17,7 @@ use std::hint::black_box;
 use std::mem::size_of;
 use std::time::Instant;
 
-use routerlab_core::abi::{RL_UNIT_TOKENS, RL_UNKNOWN, RlRequest, RlStr};
+use routerlab_core::abi::{RL_PHASE_WHOLE, RL_UNIT_TOKENS, RL_UNKNOWN, RlRequest, RlStr};
 use routerlab_core::hash::BlockInterner;
 use routerlab_core::testing::EndpointsBuilder;
 use routerlab_core::{Matcher, Request, SeededRng, Unit};
@@ -91,6 +91,7 @@ fn through_abi(chains: &[Vec<u64>], ids: &[Vec<u32>], decisions: &mut Vec<usize>
             parent_id: 0,
             now_ns: 0,
             cached_prefix: None,
+            phase: routerlab_core::Phase::Whole,
         };
         // One crossing: the SDK's `match_update` slot (ABI 1.2).
         let pos = matcher
@@ -130,6 +131,8 @@ fn linked_statically(chains: &[Vec<u64>], ids: &[Vec<u32>], decisions: &mut Vec<
             now_ns: 0,
             cached_prefix: None,
             cached_prefix_ctx: std::ptr::null(),
+            phase: RL_PHASE_WHOLE,
+            _reserved_1_3: 0,
         };
         // SAFETY: `raw` borrows `chain` and `block_ids`, alive for this iteration.
         let request = unsafe { Request::from_raw(&raw) }.unwrap();

@@ -139,6 +139,7 @@ mod tests {
             parent_id: 0,
             now_ns: 0,
             cached_prefix: None,
+            phase: routerlab_core::Phase::Whole,
         }
     }
 

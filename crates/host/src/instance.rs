@@ -9,8 +9,8 @@
 use std::ffi::c_void;
 use std::mem::size_of;
 
-use routerlab_core::Unit;
 use routerlab_core::abi::*;
+use routerlab_core::{Phase, Unit};
 
 use crate::loader::{Library, PluginInfo, Vtable};
 use crate::{CallFailure, PluginError};
@@ -50,6 +50,8 @@ pub struct RequestData<'a> {
     pub now_ns: u64,
     /// What each endpoint holds of this request's prefix (ABI 1.2), if the host can say.
     pub cached_prefix: Option<CachedPrefix<'a>>,
+    /// What it is routed for (ABI 1.3): whole, or one phase of a disaggregated request.
+    pub phase: Phase,
 }
 
 impl std::fmt::Debug for RequestData<'_> {
@@ -125,6 +127,8 @@ impl RequestData<'_> {
                 Some(ask) => (ask as *const CachedPrefix<'_>).cast(),
                 None => std::ptr::null(),
             },
+            phase: self.phase.raw(),
+            _reserved_1_3: 0,
         }
     }
 }
@@ -236,6 +240,16 @@ impl EndpointTable {
             inflight_requests: s.inflight_requests,
             kv_block_tokens: s.kv_block_tokens,
         }
+    }
+
+    /// Sets the pool of list position `pos` (ABI 1.3 `role`).
+    pub fn set_role(&mut self, pos: usize, role: routerlab_core::Role) {
+        self.raw[pos].role = role.raw();
+    }
+
+    /// The pool of list position `pos`.
+    pub fn role(&self, pos: usize) -> routerlab_core::Role {
+        routerlab_core::Role::from_raw(self.raw[pos].role)
     }
 
     /// Sets the load at list position `pos` (KV usage is derived).

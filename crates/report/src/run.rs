@@ -99,6 +99,26 @@ pub struct TimedRun {
     pub default_output_tokens: u64,
     /// One engine per endpoint.
     pub engines: Vec<EngineRun>,
+    /// The split into prefill and decode pools (added in 0.5; absent when aggregated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disaggregation: Option<DisaggregationRun>,
+}
+
+/// A disaggregated fleet's split, as run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DisaggregationRun {
+    /// Endpoints `0..prefill_endpoints` were the prefill pool, the rest the decode pool.
+    pub prefill_endpoints: u64,
+    /// The P/D decision: `always` or `threshold:TOKENS`.
+    pub decision: String,
+    /// KV bytes of one token.
+    pub kv_bytes_per_token: u64,
+    /// KV transfer bandwidth, GB/s (0 = the bytes took no time).
+    pub bandwidth_gbps: f64,
+    /// KV transfer time to the first byte, ms.
+    pub latency_ms: f64,
+    /// Which prompt tokens moved: `full-prompt` or `missing`.
+    pub mode: String,
 }
 
 /// Router replicas behind a balancer.

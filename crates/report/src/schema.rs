@@ -248,6 +248,67 @@ pub struct TimedReport {
     pub running_spread: Spread,
     /// Per endpoint, in endpoint order.
     pub per_endpoint: Vec<EndpointTimed>,
+    /// The pools of a disaggregated fleet (added in 0.5; absent for an aggregated one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pools: Option<PoolsReport>,
+}
+
+/// A disaggregated fleet's pools: where requests were prefilled and decoded, the P/D
+/// decisions, the KV transfers and where time to first token went.
+///
+/// The top-level `hit_ratio` and `timed.hit_ratio` of such a run count the prompt tokens
+/// reused where each prompt was computed (its prefill endpoint, or its decode endpoint
+/// when prefilled there), as NVIDIA Dynamo's disaggregated replay counts its prefix reuse
+/// (at the prefill's admission); `decode.hit_ratio` counts what the decode endpoints held
+/// of the prompts moved to them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PoolsReport {
+    /// The prefill pool: the prompts it computed.
+    pub prefill: PoolStats,
+    /// The decode pool: the requests it decoded (prompts moved in, or computed there).
+    pub decode: PoolStats,
+    /// Requests prefilled in the prefill pool and moved.
+    pub disaggregated: u64,
+    /// Requests prefilled on their decode endpoint (the P/D decision kept them local).
+    pub local: u64,
+    /// How the P/D decision was taken: `always` or `threshold:TOKENS`.
+    pub decision: String,
+    /// KV tokens moved from prefill to decode endpoints.
+    pub transfer_tokens: u64,
+    /// Time of each KV transfer, ms.
+    pub transfer: Option<Latency>,
+    /// Time to first token of the moved requests, in its parts.
+    pub ttft_split: TtftSplit,
+}
+
+/// One pool's figures.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PoolStats {
+    /// Its endpoints.
+    pub endpoints: u64,
+    /// Requests it served (prefilled, or decoded).
+    pub requests: u64,
+    /// Their prompt tokens.
+    pub prompt_tokens: u64,
+    /// Prompt tokens its prefix caches held when each request was admitted.
+    pub hit_tokens: u64,
+    /// `hit_tokens / prompt_tokens`.
+    pub hit_ratio: f64,
+}
+
+/// Time to first token of a disaggregated request, in order: waiting for the prefill
+/// endpoint (router wait included), prefilling, moving the KV, and the decode endpoint's
+/// wait and first step. Each `null` when no request was moved.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TtftSplit {
+    /// Arrival to the prefill's first step.
+    pub prefill_queue: Option<Latency>,
+    /// The prefill's first step to its end.
+    pub prefill: Option<Latency>,
+    /// The prefill's end to the KV's arrival at the decode endpoint (routing wait included).
+    pub transfer: Option<Latency>,
+    /// The KV's arrival to the first token.
+    pub decode: Option<Latency>,
 }
 
 impl Report {

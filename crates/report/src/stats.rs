@@ -247,7 +247,7 @@ impl LatencyStat {
 }
 
 /// `part / whole`, rounded; 0 when `whole` is 0.
-fn ratio(part: u64, whole: u64) -> f64 {
+pub fn ratio(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         0.0
     } else {
@@ -352,6 +352,7 @@ impl TimedTally {
             too_long: 0,
             running_spread: Default::default(),
             per_endpoint: Vec::new(),
+            pools: None,
         }
     }
 }

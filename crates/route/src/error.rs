@@ -17,6 +17,9 @@ pub enum RouteError {
     /// Replicas that do not share the endpoints and the unavailable policy.
     #[error("router replicas must route to the same endpoints with the same unavailable policy")]
     MismatchedReplicas,
+    /// A disaggregated fleet's pool without endpoints.
+    #[error("a disaggregated fleet needs at least one {0} endpoint")]
+    EmptyPool(&'static str),
     /// The matcher failed when it was told the endpoints.
     #[error("start: {0}")]
     Start(PluginError),

@@ -8,10 +8,12 @@
 
 mod error;
 pub mod ids;
+pub mod pd;
 pub mod replicas;
 pub mod router;
 
 pub use error::RouteError;
 pub use ids::{EndpointIndex, ListPos, RequestSeq};
+pub use pd::PdDecision;
 pub use replicas::{MAX_REPLICAS, Placement, ReplicaAssign, Replicas};
-pub use router::{Decision, MAX_ENDPOINTS, Router, WhenUnavailable};
+pub use router::{Decision, MAX_ENDPOINTS, Pool, Router, WhenUnavailable};

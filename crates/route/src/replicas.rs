@@ -16,7 +16,9 @@ use routerlab_core::hash::hash64;
 use serde::{Deserialize, Serialize};
 
 use crate::RouteError;
-use crate::router::Router;
+use routerlab_core::{Phase, Role};
+
+use crate::router::{Pool, Router};
 
 /// The most replicas one run may simulate.
 pub const MAX_REPLICAS: usize = 1024;
@@ -59,7 +61,11 @@ pub struct Placement {
 
 /// The routers and the balancer in front of them.
 pub struct Replicas {
+    /// Per replica, its router: of the whole fleet, or of the prefill pool when
+    /// disaggregated.
     routers: Vec<Router>,
+    /// Per replica, its decode pool's router, when disaggregated (else empty).
+    decode: Vec<Router>,
     assign: ReplicaAssign,
     rng: SeededRng,
     turn: usize,
@@ -70,6 +76,7 @@ impl From<Router> for Replicas {
     fn from(router: Router) -> Replicas {
         Replicas {
             routers: vec![router],
+            decode: Vec::new(),
             assign: ReplicaAssign::RoundRobin,
             rng: SeededRng::new(0),
             turn: 0,
@@ -103,11 +110,61 @@ impl Replicas {
         }
         Ok(Replicas {
             routers,
+            decode: Vec::new(),
             assign,
             // Its own stream: the balancer must not echo the arrival process's draws.
             rng: SeededRng::new(seed ^ 0x5245_504c_4943_4153),
             turn: 0,
         })
+    }
+
+    /// A disaggregated fleet: `self`'s routers (made the prefill pool's) and, per replica,
+    /// a router of the decode pool with plugin instances of its own. Every router's table
+    /// must carry the endpoints' roles.
+    pub fn disaggregated(mut self, decode: Vec<Router>) -> Result<Replicas, RouteError> {
+        if decode.len() != self.routers.len() {
+            return Err(RouteError::MismatchedReplicas);
+        }
+        let (prefill, decode_pool) = (
+            Pool {
+                phase: Phase::Prefill,
+                role: Role::Prefill,
+            },
+            Pool {
+                phase: Phase::Decode,
+                role: Role::Decode,
+            },
+        );
+        for router in &mut self.routers {
+            router.restrict_to(prefill)?;
+        }
+        self.decode = decode;
+        for router in &mut self.decode {
+            router.restrict_to(decode_pool)?;
+        }
+        Ok(self)
+    }
+
+    /// Whether the fleet is split into prefill and decode pools.
+    pub fn is_disaggregated(&self) -> bool {
+        !self.decode.is_empty()
+    }
+
+    /// Replica `r`'s decode-pool router (disaggregated fleets only).
+    ///
+    /// # Panics
+    /// When the fleet is not disaggregated.
+    pub fn decode_router_mut(&mut self, r: usize) -> &mut Router {
+        &mut self.decode[r]
+    }
+
+    /// Replica `r`'s router for list position `pos`: its decode router when `pos` is in
+    /// the decode pool of a disaggregated fleet, else its router.
+    pub fn router_for(&mut self, r: usize, pos: usize) -> &mut Router {
+        match self.decode.get_mut(r) {
+            Some(decode) if decode.in_pool(crate::ListPos(pos)) => decode,
+            _ => &mut self.routers[r],
+        }
     }
 
     /// Number of replicas.

@@ -54,10 +54,22 @@ pub struct Router {
     detector: Option<DetectorInstance>,
     table: EndpointTable,
     when_unavailable: WhenUnavailable,
-    /// The detector's flags for the current decision.
+    /// The detector's flags for the current decision (and the endpoints outside its pool).
     unavailable: Vec<bool>,
-    /// All false: what the matcher sees when it may choose anything.
+    /// What the matcher sees when it may choose anything: all false, or, for a router of
+    /// one pool, true outside it.
     none_unavailable: Vec<bool>,
+    /// The pool this router routes to, when it routes one phase of a disaggregated fleet.
+    pool: Option<Pool>,
+}
+
+/// The pool a router of a disaggregated fleet routes to: which endpoints, for which phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pool {
+    /// The phase its requests carry.
+    pub phase: routerlab_core::Phase,
+    /// The role of its endpoints; every other endpoint is never a candidate.
+    pub role: routerlab_core::Role,
 }
 
 impl Router {
@@ -81,7 +93,38 @@ impl Router {
             when_unavailable,
             unavailable: vec![false; n],
             none_unavailable: vec![false; n],
+            pool: None,
         })
+    }
+
+    /// Makes this router one pool's: it is asked only for requests of `pool.phase`, and
+    /// only the endpoints whose role (in the table) is `pool.role` are candidates; the
+    /// matcher and the detector still see every endpoint, the others flagged unavailable.
+    /// A pool with no endpoint is refused.
+    pub fn restrict_to(&mut self, pool: Pool) -> Result<(), RouteError> {
+        let outside: Vec<bool> = (0..self.table.len())
+            .map(|pos| self.table.role(pos) != pool.role)
+            .collect();
+        if outside.iter().all(|o| *o) {
+            return Err(RouteError::EmptyPool(match pool.role {
+                routerlab_core::Role::Prefill => "prefill",
+                routerlab_core::Role::Decode => "decode",
+                _ => "pool",
+            }));
+        }
+        self.none_unavailable = outside;
+        self.pool = Some(pool);
+        Ok(())
+    }
+
+    /// The pool it routes to, if it routes one.
+    pub fn pool(&self) -> Option<Pool> {
+        self.pool
+    }
+
+    /// Whether list position `pos` may ever be chosen by this router.
+    pub fn in_pool(&self, pos: ListPos) -> bool {
+        !self.none_unavailable[pos.0]
     }
 
     /// The matcher's name.
@@ -126,7 +169,12 @@ impl Router {
             Some(detector) => detector.detect(&self.table, &mut self.unavailable)?,
             None => self.unavailable.fill(false),
         }
-        let constrained = self.unavailable.contains(&true);
+        // Outside its pool nothing is ever a candidate; only flags inside it constrain.
+        let mut constrained = false;
+        for (flag, outside) in self.unavailable.iter_mut().zip(&self.none_unavailable) {
+            constrained |= *flag && !*outside;
+            *flag |= *outside;
+        }
         let everything_down = self.unavailable.iter().all(|u| *u);
         let fail_open = self.when_unavailable == WhenUnavailable::FailOpen;
         let flags = if everything_down && fail_open {
@@ -298,6 +346,7 @@ pub(crate) mod tests {
             parent_id: 0,
             now_ns: 0,
             cached_prefix: None,
+            phase: routerlab_core::Phase::Whole,
         }
     }
 

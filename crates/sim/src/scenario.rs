@@ -21,6 +21,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use routerlab_core::Role;
 use routerlab_engine::EngineConfig;
 use routerlab_host::{
     DetectorInstance, EndpointTable, MatcherInstance, SearchPath, load_detector, load_matcher,
@@ -34,7 +35,7 @@ use serde_yaml::{Mapping, Value};
 
 use crate::SimError;
 use crate::observer::Observer;
-use crate::timed::{TimedSettings, replay_timed};
+use crate::timed::{Disaggregation, TimedSettings, replay_timed};
 use crate::timefree;
 
 /// Endpoints of a fleet by default.
@@ -222,7 +223,24 @@ impl Scenario {
             let (matcher, detector) = make(&matcher_config, &detector_config)?;
             routers.push(self.router_of(matcher, detector)?);
         }
-        Ok(Replicas::new(routers, self.replica_assign, self.seed)?)
+        let replicas = Replicas::new(routers, self.replica_assign, self.seed)?;
+        if self.disaggregation().is_none() {
+            return Ok(replicas);
+        }
+        // Each pool has plugin instances of its own: a policy's state (a turn, an index of
+        // what it sent where) is about the endpoints it chooses among.
+        let mut decode = Vec::with_capacity(replicas.len());
+        for r in 0..replicas.len() {
+            let (matcher_config, detector_config) = self.plugin_configs(r);
+            let (matcher, detector) = make(&matcher_config, &detector_config)?;
+            decode.push(self.router_of(matcher, detector)?);
+        }
+        Ok(replicas.disaggregated(decode)?)
+    }
+
+    /// The split into prefill and decode pools, when the run is timed and has one.
+    pub fn disaggregation(&self) -> Option<&Disaggregation> {
+        self.timed.as_ref()?.disaggregation.as_ref()
     }
 
     /// One router over this fleet from given plugin instances (what `serve` deploys).
@@ -231,7 +249,19 @@ impl Scenario {
         matcher: MatcherInstance,
         detector: Option<DetectorInstance>,
     ) -> Result<Router, SimError> {
-        let table = EndpointTable::new(self.endpoints.iter().cloned());
+        let mut table = EndpointTable::new(self.endpoints.iter().cloned());
+        if let Some(split) = self.disaggregation() {
+            for pos in 0..table.len() {
+                table.set_role(
+                    pos,
+                    if pos < split.prefill {
+                        Role::Prefill
+                    } else {
+                        Role::Decode
+                    },
+                );
+            }
+        }
         Ok(Router::new(
             matcher,
             detector,
@@ -314,6 +344,7 @@ impl Scenario {
                 metrics_interval_ns: t.metrics_interval_ns,
                 default_output_tokens: t.default_output_tokens,
                 engines: t.engines.iter().map(recorded::engine).collect(),
+                disaggregation: t.disaggregation.as_ref().map(recorded::disaggregation),
             }),
         }
     }
@@ -355,9 +386,9 @@ pub fn with_seed(config: &Mapping, seed: u64) -> String {
 pub mod recorded {
     use std::collections::BTreeMap;
 
-    use routerlab_engine::{EngineConfig, StepTime};
+    use routerlab_engine::{EngineConfig, KvTransfer, StepTime};
     use routerlab_report::run::{
-        ArrivalsRun, AssignRun, EngineRun, StepTimeRun, TraceRun, UnavailableRun,
+        ArrivalsRun, AssignRun, DisaggregationRun, EngineRun, StepTimeRun, TraceRun, UnavailableRun,
     };
     use routerlab_route::{ReplicaAssign, WhenUnavailable};
     use routerlab_trace::arrivals::Arrivals;
@@ -402,6 +433,28 @@ pub mod recorded {
             Arrivals::Trace { speedup } => ArrivalsRun::Trace { speedup },
             Arrivals::Poisson { rate } => ArrivalsRun::Poisson { rate },
             Arrivals::Closed { concurrency } => ArrivalsRun::Closed { concurrency },
+        }
+    }
+
+    pub(super) fn disaggregation(split: &crate::timed::Disaggregation) -> DisaggregationRun {
+        let crate::timed::Disaggregation {
+            prefill,
+            transfer,
+            decision,
+        } = split;
+        let KvTransfer {
+            kv_bytes_per_token,
+            bandwidth_gbps,
+            latency_ms,
+            mode,
+        } = transfer;
+        DisaggregationRun {
+            prefill_endpoints: *prefill as u64,
+            decision: decision.name(),
+            kv_bytes_per_token: *kv_bytes_per_token,
+            bandwidth_gbps: *bandwidth_gbps,
+            latency_ms: *latency_ms,
+            mode: mode.name().to_owned(),
         }
     }
 

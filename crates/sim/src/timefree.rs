@@ -318,6 +318,7 @@ impl TimeFree {
             // No clock: every decision happens at its request's arrival.
             now_ns: request.arrival_ns.unwrap_or(0),
             cached_prefix: Some(&cached_prefix),
+            phase: routerlab_core::Phase::Whole,
         };
         let plugin_error =
             |e| SimError::plugin(request_location(RequestSeq(request.seq), request.line), e);

@@ -27,13 +27,19 @@
 //! one go). A host that cannot say what is cached makes precise mode fall back to the index.
 //! Stale requests are not force-expired after 300 s as in Dynamo: the lab loses none.
 //!
+//! In a disaggregated fleet (ABI 1.3 phases) it routes as Dynamo derives its two routers
+//! from one config (`lib/mocker/src/replay/offline/disagg.rs`): for the prefill phase the
+//! cost is the overlap-weighted prefill blocks alone (active blocks are not tracked); for
+//! the decode phase it is the worker's active blocks plus the request's, each request's
+//! blocks counted whole (overlap weight 0, no assumed reuse, no prefill tokens).
+//!
 //! Config keys: `seed` (0), `overlap_score_weight` (1.0), `temperature` (0.0), `mode`
 //! (`precise` or `approximate`; default precise), `block_size` (tokens, 64: the
 //! `dynamo` engine preset's), `ttl_s` (120), `max_tree_size` (1,048,576).
 
 use std::collections::HashMap;
 
-use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request, SeededRng};
+use routerlab_core::{EndpointId, Endpoints, Matcher, Phase, PluginConfig, Request, SeededRng};
 use routerlab_policy_kit::{DenseIds, PrefixTrie, Score, pick_min};
 
 /// One worker's active sequences.
@@ -45,6 +51,8 @@ struct Worker {
     blocks: HashMap<u32, (u32, u64)>,
     /// Σ router blocks over `blocks`.
     unique_blocks: u64,
+    /// Σ router blocks of its active requests, each counted whole (shared ones too).
+    all_blocks: u64,
 }
 
 /// What `update` and the events need of a routed request.
@@ -151,6 +159,8 @@ impl Matcher for DynamoKv {
         let block = self.block;
         let mut costs = Vec::new();
         let mut overlaps = Vec::new();
+        let phase = request.phase();
+        let own_blocks: u64 = blocks.iter().map(|(_, n)| n).sum();
         for endpoint in endpoints.available() {
             let id = endpoint.id();
             let overlap = match request.cached_prefix(id).filter(|_| self.precise) {
@@ -160,13 +170,23 @@ impl Matcher for DynamoKv {
             let worker = self.worker(id);
             let prefill =
                 (worker.active_tokens + isl).saturating_sub(overlap * block) as f64 / block as f64;
-            let new_blocks: u64 = blocks
-                .iter()
-                .filter(|(b, _)| !worker.blocks.contains_key(b))
-                .map(|(_, n)| n)
-                .sum();
-            let decode = (worker.unique_blocks + new_blocks) as f64;
-            costs.push((id, self.weight * prefill + decode));
+            let cost = match phase {
+                // Dynamo's prefill router of a disaggregated fleet tracks no active blocks.
+                Phase::Prefill => self.weight * prefill,
+                // Its decode router: no overlap credit, no prefill tokens, no assumed reuse
+                // (every request's blocks counted whole).
+                Phase::Decode => (worker.all_blocks + own_blocks) as f64,
+                _ => {
+                    let new_blocks: u64 = blocks
+                        .iter()
+                        .filter(|(b, _)| !worker.blocks.contains_key(b))
+                        .map(|(_, n)| n)
+                        .sum();
+                    let decode = (worker.unique_blocks + new_blocks) as f64;
+                    self.weight * prefill + decode
+                }
+            };
+            costs.push((id, cost));
             overlaps.push((id, overlap));
         }
         self.ids.recycle(ids);
@@ -224,6 +244,7 @@ impl Matcher for DynamoKv {
         let prefill_tokens = isl.saturating_sub(overlap * self.block);
         let worker = self.worker(endpoint);
         worker.active_tokens += prefill_tokens;
+        worker.all_blocks += blocks.iter().map(|(_, n)| n).sum::<u64>();
         for (block, n) in &blocks {
             let entry = worker.blocks.entry(*block).or_insert((0, *n));
             if entry.0 == 0 {
@@ -257,6 +278,7 @@ impl Matcher for DynamoKv {
         };
         let worker = &mut self.workers[active.worker];
         worker.active_tokens -= active.prefill_tokens;
+        worker.all_blocks -= active.blocks.iter().map(|(_, n)| n).sum::<u64>();
         for (block, n) in active.blocks {
             if let Some(entry) = worker.blocks.get_mut(&block) {
                 entry.0 -= 1;

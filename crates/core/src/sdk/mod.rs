@@ -24,6 +24,8 @@ pub(crate) mod views;
 
 pub use export::{DetectorExport, MatcherExport};
 pub use traits::{Detector, Matcher};
-pub use views::{BYTES_PER_TOKEN, EndpointId, EndpointStatus, Endpoints, Request, Unit};
+pub use views::{
+    BYTES_PER_TOKEN, EndpointId, EndpointStatus, Endpoints, Phase, Request, Role, Unit,
+};
 
 pub(crate) use views::raw_bytes;

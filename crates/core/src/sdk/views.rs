@@ -202,7 +202,7 @@ impl<'a> Request<'a> {
     /// waited at the router. A host older than ABI 1.2 does not say; then the arrival.
     #[inline]
     pub fn now_ns(&self) -> u64 {
-        if self.raw.struct_size >= REQUEST_SIZE_V1_2 {
+        if self.raw.struct_size >= RL_REQUEST_SIZE_V1_2 {
             self.raw.now_ns
         } else {
             self.raw.arrival_ns
@@ -215,7 +215,7 @@ impl<'a> Request<'a> {
     /// call, so ask only for the endpoints you need.
     #[inline]
     pub fn cached_prefix(&self, id: EndpointId) -> Option<u64> {
-        if self.raw.struct_size < REQUEST_SIZE_V1_2 {
+        if self.raw.struct_size < RL_REQUEST_SIZE_V1_2 {
             return None;
         }
         let ask = self.raw.cached_prefix?;
@@ -292,6 +292,90 @@ impl<'a> Request<'a> {
     pub fn parent_id(&self) -> Option<u64> {
         (self.raw.parent_id != 0).then_some(self.raw.parent_id)
     }
+    /// What the request is being routed for (ABI 1.3): [`Phase::Whole`] in an aggregated
+    /// fleet and from older hosts; in a disaggregated one the host asks once for
+    /// [`Phase::Prefill`] and once for [`Phase::Decode`], each time with only that pool
+    /// available.
+    #[inline]
+    pub fn phase(&self) -> Phase {
+        if self.raw.struct_size < RL_REQUEST_SIZE_V1_3 {
+            return Phase::Whole;
+        }
+        Phase::from_raw(self.raw.phase)
+    }
+}
+
+/// `RlRequest::struct_size` of an ABI 1.3 host (adds `phase`).
+const RL_REQUEST_SIZE_V1_3: u32 = 136;
+/// `RlEndpointStatus::struct_size` of an ABI 1.3 host (adds `role`).
+const ENDPOINT_STATUS_SIZE_V1_3: u32 = 96;
+
+/// What a request is routed for (ABI 1.3 `RlRequest::phase`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Prefill and decode on one endpoint: an aggregated fleet.
+    Whole,
+    /// The prefill of a disaggregated request, among the prefill pool.
+    Prefill,
+    /// The decode of a disaggregated request, among the decode pool.
+    Decode,
+    /// A value a newer host defines.
+    Other(u32),
+}
+
+impl Phase {
+    /// The phase a raw `RL_PHASE_*` value names.
+    pub fn from_raw(raw: u32) -> Phase {
+        match raw {
+            RL_PHASE_WHOLE => Phase::Whole,
+            RL_PHASE_PREFILL => Phase::Prefill,
+            RL_PHASE_DECODE => Phase::Decode,
+            other => Phase::Other(other),
+        }
+    }
+    /// Its raw `RL_PHASE_*` value.
+    pub fn raw(self) -> u32 {
+        match self {
+            Phase::Whole => RL_PHASE_WHOLE,
+            Phase::Prefill => RL_PHASE_PREFILL,
+            Phase::Decode => RL_PHASE_DECODE,
+            Phase::Other(raw) => raw,
+        }
+    }
+}
+
+/// An endpoint's pool (ABI 1.3 `RlEndpointStatus::role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Serves whole requests.
+    Aggregated,
+    /// Prefills and hands the KV on.
+    Prefill,
+    /// Decodes (and serves whole the requests sent to it whole).
+    Decode,
+    /// A value a newer host defines.
+    Other(u32),
+}
+
+impl Role {
+    /// The role a raw `RL_ROLE_*` value names.
+    pub fn from_raw(raw: u32) -> Role {
+        match raw {
+            RL_ROLE_AGGREGATED => Role::Aggregated,
+            RL_ROLE_PREFILL => Role::Prefill,
+            RL_ROLE_DECODE => Role::Decode,
+            other => Role::Other(other),
+        }
+    }
+    /// Its raw `RL_ROLE_*` value.
+    pub fn raw(self) -> u32 {
+        match self {
+            Role::Aggregated => RL_ROLE_AGGREGATED,
+            Role::Prefill => RL_ROLE_PREFILL,
+            Role::Decode => RL_ROLE_DECODE,
+            Role::Other(raw) => raw,
+        }
+    }
 }
 
 /// One endpoint's status, borrowed for one call.
@@ -360,7 +444,7 @@ impl<'a> EndpointStatus<'a> {
     /// `None` from a host older than ABI 1.2.
     #[inline]
     pub fn inflight_requests(&self) -> Option<u64> {
-        if field!(self.raw, struct_size) < ENDPOINT_STATUS_SIZE_V1_2 {
+        if field!(self.raw, struct_size) < ENDPOINT_STATUS_SIZE_WITH_INFLIGHT {
             return None;
         }
         // SAFETY: `struct_size` says the host wrote this field.
@@ -377,10 +461,19 @@ impl<'a> EndpointStatus<'a> {
         // SAFETY: `struct_size` says the host wrote this field.
         Some(unsafe { std::ptr::addr_of!((*self.raw).kv_block_tokens).read_unaligned() })
     }
+    /// The endpoint's pool (ABI 1.3); [`Role::Aggregated`] from older hosts.
+    #[inline]
+    pub fn role(&self) -> Role {
+        if field!(self.raw, struct_size) < ENDPOINT_STATUS_SIZE_V1_3 {
+            return Role::Aggregated;
+        }
+        // SAFETY: `struct_size` says the host wrote this field.
+        Role::from_raw(unsafe { std::ptr::addr_of!((*self.raw).role).read_unaligned() })
+    }
 }
 
 /// `RlEndpointStatus::struct_size` of an ABI 1.2 host.
-const ENDPOINT_STATUS_SIZE_V1_2: u32 = 80;
+const ENDPOINT_STATUS_SIZE_WITH_INFLIGHT: u32 = 80;
 /// `RlEndpointStatus::struct_size` from which `kv_block_tokens` is there.
 const ENDPOINT_STATUS_SIZE_WITH_BLOCK_TOKENS: u32 = 88;
 
@@ -481,11 +574,10 @@ pub(crate) const fn zeroed_request() -> RlRequest {
         now_ns: 0,
         cached_prefix: None,
         cached_prefix_ctx: std::ptr::null(),
+        phase: 0,
+        _reserved_1_3: 0,
     }
 }
-
-/// `RlRequest::struct_size` of an ABI 1.2 host.
-const REQUEST_SIZE_V1_2: u32 = 128;
 
 /// Reads a borrowed byte string.
 ///

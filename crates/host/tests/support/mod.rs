@@ -84,6 +84,7 @@ pub fn request(id: u64, hashes: &[u64]) -> RequestData<'_> {
         parent_id: 0,
         now_ns: id * 1_000,
         cached_prefix: None,
+        phase: routerlab_core::Phase::Whole,
     }
 }
 

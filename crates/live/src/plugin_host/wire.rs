@@ -36,6 +36,8 @@ pub struct WireRequest {
     pub session_id: u64,
     pub parent_id: u64,
     pub now_ns: u64,
+    /// `RL_PHASE_*`.
+    pub phase: u32,
 }
 
 impl WireRequest {
@@ -59,6 +61,7 @@ impl WireRequest {
             parent_id: self.parent_id,
             now_ns: self.now_ns,
             cached_prefix: None,
+            phase: routerlab_core::Phase::from_raw(self.phase),
         }
     }
 }
@@ -405,6 +408,7 @@ impl Out {
         self.u64(r.session_id);
         self.u64(r.parent_id);
         self.u64(r.now_ns);
+        self.u32(r.phase);
     }
 }
 
@@ -490,6 +494,7 @@ impl In<'_> {
             session_id: self.u64()?,
             parent_id: self.u64()?,
             now_ns: self.u64()?,
+            phase: self.u32()?,
         })
     }
     fn end(&self) -> Result<(), WireError> {
@@ -519,6 +524,7 @@ mod tests {
             session_id: 2,
             parent_id: 6,
             now_ns: 2_000,
+            phase: routerlab_core::abi::RL_PHASE_DECODE,
         }
     }
 

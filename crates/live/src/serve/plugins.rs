@@ -192,6 +192,7 @@ fn wire_request(r: &RequestData<'_>) -> WireRequest {
         session_id: r.session_id,
         parent_id: r.parent_id,
         now_ns: r.now_ns,
+        phase: r.phase.raw(),
     }
 }
 

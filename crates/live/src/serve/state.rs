@@ -81,6 +81,7 @@ impl Routed {
             parent_id: self.parent,
             now_ns,
             cached_prefix: None,
+            phase: routerlab_core::Phase::Whole,
         }
     }
 

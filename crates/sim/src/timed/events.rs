@@ -14,6 +14,8 @@ pub(super) enum Event {
     Step(usize, u64),
     /// A request arrives at the router.
     Arrival(usize),
+    /// A disaggregated request's KV reaches its decode endpoint.
+    Handoff(usize),
 }
 
 /// The pending events, earliest first.

@@ -37,12 +37,15 @@ use routerlab_route::{Placement, Replicas};
 use routerlab_trace::arrivals::ArrivalError;
 pub use routerlab_trace::arrivals::{Arrivals, CLOCK_RANGE, MAX_CLOCK_NS};
 
+mod disagg;
 mod events;
 mod fleet;
 mod tally;
 #[cfg(test)]
 mod tests;
 
+pub use disagg::Disaggregation;
+use disagg::PdRun;
 use events::{Event, Events};
 use fleet::Fleet;
 use tally::{EndpointTally, SpreadTally, TimedStats};
@@ -64,6 +67,8 @@ pub struct TimedSettings {
     pub default_output_tokens: u64,
     /// Seed of the arrival process.
     pub seed: u64,
+    /// A fleet split into prefill and decode pools; `None` = aggregated.
+    pub disaggregation: Option<Disaggregation>,
 }
 
 impl TimedSettings {
@@ -79,6 +84,7 @@ impl TimedSettings {
             metrics_interval_ns: 0,
             default_output_tokens: 128,
             seed: 0,
+            disaggregation: None,
         }
     }
 
@@ -123,6 +129,8 @@ struct Sim<'a> {
     first_tokens: Vec<usize>,
     /// Requests finished or rejected, for the observer's progress.
     done: u64,
+    /// The pools' state, when the fleet is disaggregated.
+    pd: Option<PdRun>,
 }
 
 /// Runs a timed replay of `workload` through the router `replicas`; `observer` sees each
@@ -142,6 +150,25 @@ pub fn replay_timed(
             "{} engines for {n} endpoints (give one per endpoint)",
             settings.engines.len()
         )));
+    }
+    if let Some(split) = &settings.disaggregation {
+        if split.prefill == 0 || split.prefill >= n {
+            return Err(SimError::Input(format!(
+                "a disaggregated fleet of {n} endpoints needs 1 to {} prefill endpoints, not {}",
+                n.saturating_sub(1),
+                split.prefill
+            )));
+        }
+        split
+            .transfer
+            .validate()
+            .map_err(|e| SimError::Input(e.to_string()))?;
+    }
+    if settings.disaggregation.is_some() != replicas.is_disaggregated() {
+        return Err(SimError::Input(
+            "the routers and the fleet disagree on disaggregation (build both from one Scenario)"
+                .into(),
+        ));
     }
     for (pos, engine) in settings.engines.iter().enumerate() {
         engine.validate().map_err(|e| {
@@ -228,6 +255,10 @@ pub fn replay_timed(
         },
         first_tokens: Vec::new(),
         done: 0,
+        pd: settings
+            .disaggregation
+            .clone()
+            .map(|d| PdRun::new(d, workload.requests.len(), replicas.len())),
     };
     sim.run(replicas)?;
     Ok(routerlab_report::checked(sim.report(replicas)))
@@ -259,6 +290,7 @@ impl Sim<'_> {
             parent_id: request.parent.map_or(0, |p| RequestSeq::of_index(p).0),
             now_ns: now,
             cached_prefix,
+            phase: self.phase_of(index),
         }
     }
 
@@ -369,12 +401,19 @@ impl Sim<'_> {
                 .spread
                 .advance(now, engines.iter().map(|e| e.status().running));
             match event {
+                Event::Handoff(index) => self.handoff(index, now),
                 Event::Refresh(r) => {
                     let changed = self.fleet.refresh(r);
+                    self.drain_decode_queue(now, replicas, r)?;
                     self.drain_router_queue(now, replicas, r)?;
                     // Keep refreshing while something is left to happen, or while a refresh
                     // can still change what the replica sees.
-                    if self.events.has_work() || (changed && !self.router_queues[r].is_empty()) {
+                    let waiting = !self.router_queues[r].is_empty()
+                        || self
+                            .pd
+                            .as_ref()
+                            .is_some_and(|pd| !pd.decode_queues[r].is_empty());
+                    if self.events.has_work() || (changed && waiting) {
                         let next = now + self.settings.metrics_interval_ns;
                         self.events.push(next, Event::Refresh(r));
                     }
@@ -421,15 +460,20 @@ impl Sim<'_> {
                     self.fleet.engines[pos].take_first_tokens(&mut first_tokens);
                     for index in first_tokens.drain(..) {
                         replicas
-                            .router_mut(self.requests[index].replica)
+                            .router_for(self.requests[index].replica, pos)
                             .first_token(&self.data(index, now, None), ListPos(pos))
                             .map_err(self.plugin_error(index))?;
                     }
                     self.first_tokens = first_tokens;
                     for sequence in finished {
-                        self.complete(sequence, pos, now, replicas)?;
+                        if self.is_prefill_pos(pos) {
+                            self.prefill_done(sequence, pos, now, replicas)?;
+                        } else {
+                            self.complete(sequence, pos, now, replicas)?;
+                        }
                     }
                     for r in 0..replicas.len() {
+                        self.drain_decode_queue(now, replicas, r)?;
                         self.drain_router_queue(now, replicas, r)?;
                     }
                 }
@@ -477,6 +521,9 @@ impl Sim<'_> {
         now: u64,
         replicas: &mut Replicas,
     ) -> Result<bool, SimError> {
+        if self.pd.is_some() {
+            return self.try_route_pd(index, now, replicas);
+        }
         let r = self.requests[index].replica;
         let router = replicas.router_mut(r);
         let live = self.settings.metrics_interval_ns == 0;
@@ -546,15 +593,30 @@ impl Sim<'_> {
         let index = sequence.request;
         let r = self.requests[index].replica;
         replicas
-            .router_mut(r)
+            .router_for(r, pos)
             .complete(&self.data(index, now, None), ListPos(pos))
             .map_err(self.plugin_error(index))?;
+        // A disaggregated request counts where its prompt was computed, from its prefill.
+        let (computed_at, hit, scheduled) = match self.pd.is_some() {
+            true => {
+                let (at, hit) = self.pd_finished(index, &sequence, pos);
+                let pd = self.pd.as_ref().expect("a disaggregated run");
+                let scheduled = match pd.requests[index].local {
+                    true => sequence.first_scheduled_ns.unwrap_or(now),
+                    false => pd.requests[index].prefill_scheduled_ns,
+                };
+                (at, hit, scheduled)
+            }
+            false => (
+                pos,
+                sequence.hit_tokens.unwrap_or(0),
+                sequence.first_scheduled_ns.unwrap_or(now),
+            ),
+        };
         let request = &self.workload.requests[index];
         let state = &self.requests[index];
         let arrival = state.arrival_ns;
-        let hit = sequence.hit_tokens.unwrap_or(0);
         let first_token = sequence.first_token_ns.unwrap_or(now);
-        let scheduled = sequence.first_scheduled_ns.unwrap_or(now);
         let stats = &mut self.stats;
         let same_as_parent = request
             .parent
@@ -562,7 +624,7 @@ impl Sim<'_> {
         let prompt_tokens = request.prompt_tokens;
         stats.base.each(r, |s| {
             s.route(
-                pos,
+                computed_at,
                 u64::from(prompt_tokens),
                 u64::from(hit),
                 state.constrained,
@@ -652,6 +714,10 @@ impl Sim<'_> {
                     preemptions: engine.preemptions,
                 })
                 .collect(),
+            pools: self
+                .pd
+                .as_ref()
+                .map(|pd| pd.report(self.fleet.engines.len())),
             ..stats.latency.report()
         });
         report

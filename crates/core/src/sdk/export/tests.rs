@@ -4,6 +4,7 @@
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 
 use super::*;
+use crate::{Phase, Role};
 
 /// Remembers what the SDK handed it.
 struct Probe {
@@ -76,6 +77,8 @@ fn raw_request(struct_size: u32) -> RlRequest {
         now_ns: 7,
         cached_prefix: None,
         cached_prefix_ctx: std::ptr::null(),
+        phase: RL_PHASE_DECODE,
+        _reserved_1_3: 0,
     }
 }
 
@@ -216,6 +219,47 @@ fn a_whole_request_that_claims_the_one_one_size_shows_no_cached_prefix() {
     assert_eq!(view.cached_prefix(EndpointId(0)), None);
     assert_eq!(view.now_ns(), 0, "no decision time before 1.2: the arrival");
     assert_eq!(view.block_ids(), Some(&IDS[..]));
+}
+
+#[test]
+fn the_phase_and_role_are_read_only_from_hosts_that_wrote_them() {
+    let whole = raw_request(size_of::<RlRequest>() as u32);
+    // SAFETY: `whole` borrows statics.
+    let view = unsafe { Request::from_raw(&whole) }.unwrap();
+    assert_eq!(view.phase(), Phase::Decode);
+    let older = RlRequest {
+        struct_size: RL_REQUEST_SIZE_V1_2,
+        ..whole
+    };
+    // SAFETY: as above.
+    let view = unsafe { Request::from_raw(&older) }.unwrap();
+    assert_eq!(
+        view.phase(),
+        Phase::Whole,
+        "a 1.2 host routes whole requests"
+    );
+    let future = RlRequest { phase: 9, ..whole };
+    // SAFETY: as above.
+    let view = unsafe { Request::from_raw(&future) }.unwrap();
+    assert_eq!(view.phase(), Phase::Other(9));
+    let name = RlStr::from_str("p");
+    let mut status = RlEndpointStatus::idle(0, name);
+    status.role = RL_ROLE_PREFILL;
+    let list = |status: &RlEndpointStatus| RlEndpointList {
+        items: status,
+        len: 1,
+        stride: size_of::<RlEndpointStatus>() as u64,
+    };
+    // SAFETY: one status, alive for the view.
+    let endpoints = unsafe { Endpoints::from_raw(list(&status), &[]) };
+    assert_eq!(endpoints.get(0).role(), Role::Prefill);
+    let older = RlEndpointStatus {
+        struct_size: RL_ENDPOINT_STATUS_SIZE_V1_2,
+        ..status
+    };
+    // SAFETY: as above.
+    let endpoints = unsafe { Endpoints::from_raw(list(&older), &[]) };
+    assert_eq!(endpoints.get(0).role(), Role::Aggregated);
 }
 
 #[test]
