@@ -113,6 +113,42 @@ pub const METRICS: &[Metric] = &[
     ),
     metric("timed.router_queued", "waited at the router", Better::Lower),
     metric("timed.too_long", "too long for an engine", Better::Lower),
+    // A disaggregated fleet's pools (present only in such reports).
+    metric(
+        "timed.pools.prefill.hit_ratio",
+        "prefill pool hit ratio",
+        Better::Higher,
+    ),
+    metric(
+        "timed.pools.decode.hit_ratio",
+        "decode pool hit ratio",
+        Better::Higher,
+    ),
+    metric(
+        "timed.pools.ttft_split.prefill_queue.mean",
+        "TTFT: prefill queue mean (ms)",
+        Better::Lower,
+    ),
+    metric(
+        "timed.pools.ttft_split.prefill.mean",
+        "TTFT: prefill mean (ms)",
+        Better::Lower,
+    ),
+    metric(
+        "timed.pools.ttft_split.transfer.mean",
+        "TTFT: KV transfer mean (ms)",
+        Better::Lower,
+    ),
+    metric(
+        "timed.pools.transfer.p99",
+        "KV transfer p99 (ms)",
+        Better::Lower,
+    ),
+    metric(
+        "timed.pools.ttft_split.decode.mean",
+        "TTFT: decode's first step mean (ms)",
+        Better::Lower,
+    ),
 ];
 
 /// A metric name that is not in the catalogue.

@@ -622,6 +622,56 @@ fn timed_human(out: &mut String, timed: &TimedReport) {
             e.preemptions
         );
     }
+    if let Some(pools) = &timed.pools {
+        pools_human(out, pools);
+    }
+}
+
+/// A disaggregated fleet's pools, the P/D decisions and where TTFT went.
+fn pools_human(out: &mut String, pools: &PoolsReport) {
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<8}{:>11}{:>10}{:>15}{:>11}",
+        "pool", "endpoints", "requests", "prompt tokens", "hit ratio"
+    );
+    for (name, pool) in [("prefill", &pools.prefill), ("decode", &pools.decode)] {
+        let _ = writeln!(
+            out,
+            "{name:<8}{:>11}{:>10}{:>15}{:>11.4}",
+            pool.endpoints, pool.requests, pool.prompt_tokens, pool.hit_ratio
+        );
+    }
+    let _ = writeln!(
+        out,
+        "P/D decision {}: {} prefilled in the prefill pool, {} on their decode endpoint; {} KV tokens moved",
+        pools.decision, pools.disaggregated, pools.local, pools.transfer_tokens
+    );
+    let split = &pools.ttft_split;
+    let _ = writeln!(
+        out,
+        "{:<22}{:>10}{:>10}{:>10}",
+        "TTFT split (ms)", "mean", "p50", "p99"
+    );
+    for (name, part) in [
+        ("prefill queue", &split.prefill_queue),
+        ("prefill", &split.prefill),
+        ("KV transfer", &split.transfer),
+        ("decode first step", &split.decode),
+    ] {
+        match part {
+            Some(l) => {
+                let _ = writeln!(
+                    out,
+                    "{name:<22}{:>10.1}{:>10.1}{:>10.1}",
+                    l.mean, l.p50, l.p99
+                );
+            }
+            None => {
+                let _ = writeln!(out, "{name:<22}{:>10}", "-");
+            }
+        }
+    }
 }
 
 #[cfg(test)]
