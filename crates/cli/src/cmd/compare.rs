@@ -260,11 +260,20 @@ fn read_saved(path: &Path) -> Result<Vec<Entry>, Failure> {
     Ok(vec![Entry { label, report }])
 }
 
-/// The label of a saved run: its matcher, and `+ detector` when it had one.
+/// The label of a saved run: its matcher, `+ detector` when it had one, and its pools
+/// (`2P+2D`) when its fleet was disaggregated.
 fn label_of_run(run: &routerlab_report::RunInfo) -> String {
-    match &run.detector {
+    let policy = match &run.detector {
         Some(d) => format!("{} + {}", run.matcher.name, d.name),
         None => run.matcher.name.clone(),
+    };
+    match run.timed.as_ref().and_then(|t| t.disaggregation.as_ref()) {
+        Some(split) => format!(
+            "{policy} {}P+{}D",
+            split.prefill_endpoints,
+            (run.endpoints.len() as u64).saturating_sub(split.prefill_endpoints)
+        ),
+        None => policy,
     }
 }
 
