@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 
 use routerlab_engine::{EngineConfig, KvTransfer, Overrides, Preset};
-use routerlab_route::{MAX_REPLICAS, PdDecision};
+use routerlab_route::{MAX_REPLICAS, PdDecision, Pools};
 use routerlab_sim::scenario::{DEFAULT_ENDPOINTS, Scenario, default_endpoints};
-use routerlab_sim::timed::{Arrivals, CLOCK_RANGE, Disaggregation, MAX_CLOCK_NS, TimedSettings};
+use routerlab_sim::timed::{Arrivals, CLOCK_RANGE, MAX_CLOCK_NS, TimedSettings};
 use routerlab_sim::{MAX_ENDPOINTS, WhenUnavailable};
 use routerlab_trace::TraceOptions;
 use routerlab_trace::reader::{
@@ -109,7 +109,8 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
             "--cache-blocks must be at least 1 (omit it for an unbounded cache)",
         ));
     }
-    let timed = resolve_timed(&opts, &endpoints, seed)?;
+    let pools = resolve_pools(&opts, pools.map(|(p, _)| p))?;
+    let timed = resolve_timed(&opts, &endpoints, seed, pools.map(|p| p.prefill))?;
     let router_replicas = match opts.router_replicas {
         None => 1,
         Some(n) if (1..=MAX_REPLICAS as u64).contains(&n) => n as usize,
@@ -155,6 +156,7 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
             router_replicas,
             replica_assign: opts.replica_assign.map(Into::into).unwrap_or_default(),
             timed,
+            pools,
         },
         format: opts.format.unwrap_or(OutputFormat::Human),
         requests_out: opts.requests_out,
@@ -167,6 +169,7 @@ fn resolve_timed(
     opts: &ReplayOpts,
     endpoints: &[String],
     seed: u64,
+    prefill: Option<usize>,
 ) -> Result<Option<TimedSettings>, Failure> {
     if opts.timing.unwrap_or(Timing::Off) == Timing::Off {
         if opts.any_timed_only() {
@@ -196,8 +199,18 @@ fn resolve_timed(
         )));
     }
     let arrivals = arrivals(opts.speedup, opts.rate, opts.concurrency)?;
-    let disaggregation = resolve_disaggregation(opts)?;
-    let engines = resolve_engines(opts, endpoints, disaggregation.as_ref().map(|d| d.prefill))?;
+    let kv_transfer = KvTransfer {
+        kv_bytes_per_token: opts.kv_bytes_per_token.unwrap_or(0),
+        bandwidth_gbps: opts.kv_transfer_gbps.unwrap_or(0.0),
+        latency_ms: opts.kv_transfer_latency_ms.unwrap_or(0.0),
+        mode: opts.kv_transfer_mode.unwrap_or_default(),
+    };
+    kv_transfer.validate().map_err(|e| {
+        Failure::input(format!(
+            "{e} (--kv-transfer-gbps, --kv-transfer-latency-ms, --kv-bytes-per-token)"
+        ))
+    })?;
+    let engines = resolve_engines(opts, endpoints, prefill)?;
     Ok(Some(TimedSettings {
         engines,
         arrivals,
@@ -206,15 +219,15 @@ fn resolve_timed(
         metrics_interval_ns: (opts.metrics_interval_ms.unwrap_or(0.0) * 1e6).round() as u64,
         default_output_tokens: opts.output_tokens.unwrap_or(128),
         seed,
-        disaggregation,
+        kv_transfer,
     }))
 }
 
-/// The split into pools of `--prefill-endpoints`/`--decode-endpoints`, with its P/D
-/// decision and KV transfer; `None` for an aggregated fleet (whose pool settings are
-/// refused rather than ignored).
-fn resolve_disaggregation(opts: &ReplayOpts) -> Result<Option<Disaggregation>, Failure> {
-    let Some(prefill) = opts.prefill_endpoints else {
+/// The split into pools of `--prefill-endpoints`/`--decode-endpoints` (`prefill`: the
+/// count, when given), with its P/D decision; `None` for an aggregated fleet, whose pool
+/// settings are refused rather than ignored.
+fn resolve_pools(opts: &ReplayOpts, prefill: Option<usize>) -> Result<Option<Pools>, Failure> {
+    let Some(prefill) = prefill else {
         if opts.pd_decision.is_some()
             || opts.kv_bytes_per_token.is_some()
             || opts.kv_transfer_gbps.is_some()
@@ -235,23 +248,7 @@ fn resolve_disaggregation(opts: &ReplayOpts) -> Result<Option<Disaggregation>, F
             .parse()
             .map_err(|e: String| Failure::input(format!("--pd-decision: {e}")))?,
     };
-    let transfer = KvTransfer {
-        kv_bytes_per_token: opts.kv_bytes_per_token.unwrap_or(0),
-        bandwidth_gbps: opts.kv_transfer_gbps.unwrap_or(0.0),
-        latency_ms: opts.kv_transfer_latency_ms.unwrap_or(0.0),
-        mode: opts.kv_transfer_mode.unwrap_or_default(),
-    };
-    transfer.validate().map_err(|e| {
-        Failure::input(format!(
-            "{} (--kv-transfer-gbps, --kv-transfer-latency-ms, --kv-bytes-per-token)",
-            e
-        ))
-    })?;
-    Ok(Some(Disaggregation {
-        prefill,
-        transfer,
-        decision,
-    }))
+    Ok(Some(Pools { prefill, decision }))
 }
 
 /// The arrival process of `--speedup`, `--rate` and `--concurrency` (replay and drive

@@ -56,10 +56,11 @@ fn round_robin_pools_agree_with_dynamos_disaggregated_replay() {
     assert_eq!(pools["local"], 0);
     assert_eq!(pools["prefill"]["requests"], 12031);
     assert_eq!(pools["decode"]["requests"], 12031);
-    assert_eq!(
-        report["run"]["timed"]["disaggregation"]["prefill_endpoints"],
-        2
-    );
+    let run = &report["run"];
+    assert_eq!(run["pools"]["prefill_endpoints"], 2);
+    assert_eq!(run["pools"]["decode_endpoints"], 2);
+    assert_eq!(run["pools"]["decision"], "always");
+    assert_eq!(run["timed"]["kv_transfer"]["bandwidth_gbps"], 0.0);
 }
 
 #[test]
@@ -143,9 +144,16 @@ fn pool_settings_are_refused_where_they_cannot_apply() {
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
         assert!(stdout.is_empty(), "{args:?}: no report on a refusal");
     }
-    // Without the timed replay the pools are refused as every timed setting is.
+    // The KV transfer's time is the timed replay's.
     let output = Replay::new("round-robin", &trace)
-        .args(&["--prefill-endpoints", "1", "--decode-endpoints", "1"])
+        .args(&[
+            "--prefill-endpoints",
+            "1",
+            "--decode-endpoints",
+            "1",
+            "--kv-transfer-gbps",
+            "25",
+        ])
         .run();
     assert_eq!(output.status.code(), Some(2));
     assert!(texts(&output).1.contains("add --timing trace"));

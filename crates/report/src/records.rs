@@ -12,8 +12,12 @@ pub struct RequestRecord {
     pub line: usize,
     /// Arrival, seconds.
     pub arrival_s: f64,
-    /// Endpoint name.
+    /// Endpoint name (in a disaggregated fleet, where it decoded).
     pub endpoint: Option<String>,
+    /// Where it was prefilled, in a disaggregated fleet when that was another endpoint
+    /// (added in 0.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_endpoint: Option<String>,
     /// The router replica that routed it, from 0; absent with one router (added in 0.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<u32>,
@@ -36,8 +40,13 @@ pub struct RoutedRecord {
     pub id: u64,
     /// Line in the trace.
     pub line: usize,
-    /// Endpoint name; `None` when the request was rejected.
+    /// Endpoint name; `None` when the request was rejected. In a disaggregated fleet, its
+    /// decode endpoint.
     pub endpoint: Option<String>,
+    /// Its prefill endpoint, in a disaggregated fleet when that was another endpoint
+    /// (added in 0.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_endpoint: Option<String>,
     /// The router replica that decided, from 0; absent with one router.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<u32>,

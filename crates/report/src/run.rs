@@ -40,6 +40,9 @@ pub struct RunInfo {
     /// Timed-replay settings; absent for the time-free replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timed: Option<TimedRun>,
+    /// The split into prefill and decode pools; absent = aggregated (added in 0.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pools: Option<PoolsRun>,
 }
 
 /// What a driven live run was: where it sent which trace, how, and the endpoints that
@@ -99,18 +102,25 @@ pub struct TimedRun {
     pub default_output_tokens: u64,
     /// One engine per endpoint.
     pub engines: Vec<EngineRun>,
-    /// The split into prefill and decode pools (added in 0.5; absent when aggregated).
+    /// The KV's move between pools (added in 0.5; only for a disaggregated fleet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub disaggregation: Option<DisaggregationRun>,
+    pub kv_transfer: Option<KvTransferRun>,
 }
 
 /// A disaggregated fleet's split, as run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct DisaggregationRun {
-    /// Endpoints `0..prefill_endpoints` were the prefill pool, the rest the decode pool.
+pub struct PoolsRun {
+    /// The first `prefill_endpoints` of `endpoints` were the prefill pool.
     pub prefill_endpoints: u64,
+    /// The rest, the decode pool.
+    pub decode_endpoints: u64,
     /// The P/D decision: `always` or `threshold:TOKENS`.
     pub decision: String,
+}
+
+/// The KV transfer between pools, as run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct KvTransferRun {
     /// KV bytes of one token.
     pub kv_bytes_per_token: u64,
     /// KV transfer bandwidth, GB/s (0 = the bytes took no time).

@@ -14,6 +14,6 @@ pub mod router;
 
 pub use error::RouteError;
 pub use ids::{EndpointIndex, ListPos, RequestSeq};
-pub use pd::PdDecision;
+pub use pd::{PdDecision, Pools};
 pub use replicas::{MAX_REPLICAS, Placement, ReplicaAssign, Replicas};
 pub use router::{Decision, MAX_ENDPOINTS, Pool, Router, WhenUnavailable};

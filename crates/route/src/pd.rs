@@ -67,6 +67,16 @@ impl std::str::FromStr for PdDecision {
     }
 }
 
+/// A fleet split into a prefill pool and a decode pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pools {
+    /// Endpoints `0..prefill` (in list order) form the prefill pool, the rest the decode
+    /// pool.
+    pub prefill: usize,
+    /// Which requests are prefilled in the prefill pool.
+    pub decision: PdDecision,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::RouteError;
 use routerlab_core::{Phase, Role};
 
+use crate::pd::Pools;
 use crate::router::{Pool, Router};
 
 /// The most replicas one run may simulate.
@@ -66,6 +67,8 @@ pub struct Replicas {
     routers: Vec<Router>,
     /// Per replica, its decode pool's router, when disaggregated (else empty).
     decode: Vec<Router>,
+    /// The split, when disaggregated.
+    pools: Option<Pools>,
     assign: ReplicaAssign,
     rng: SeededRng,
     turn: usize,
@@ -77,6 +80,7 @@ impl From<Router> for Replicas {
         Replicas {
             routers: vec![router],
             decode: Vec::new(),
+            pools: None,
             assign: ReplicaAssign::RoundRobin,
             rng: SeededRng::new(0),
             turn: 0,
@@ -111,6 +115,7 @@ impl Replicas {
         Ok(Replicas {
             routers,
             decode: Vec::new(),
+            pools: None,
             assign,
             // Its own stream: the balancer must not echo the arrival process's draws.
             rng: SeededRng::new(seed ^ 0x5245_504c_4943_4153),
@@ -118,10 +123,14 @@ impl Replicas {
         })
     }
 
-    /// A disaggregated fleet: `self`'s routers (made the prefill pool's) and, per replica,
-    /// a router of the decode pool with plugin instances of its own. Every router's table
-    /// must carry the endpoints' roles.
-    pub fn disaggregated(mut self, decode: Vec<Router>) -> Result<Replicas, RouteError> {
+    /// A disaggregated fleet split as `pools` says: `self`'s routers (made the prefill
+    /// pool's) and, per replica, a router of the decode pool with plugin instances of its
+    /// own. Every router's table must carry the endpoints' roles.
+    pub fn disaggregated(
+        mut self,
+        decode: Vec<Router>,
+        pools: Pools,
+    ) -> Result<Replicas, RouteError> {
         if decode.len() != self.routers.len() {
             return Err(RouteError::MismatchedReplicas);
         }
@@ -142,12 +151,18 @@ impl Replicas {
         for router in &mut self.decode {
             router.restrict_to(decode_pool)?;
         }
+        self.pools = Some(pools);
         Ok(self)
     }
 
     /// Whether the fleet is split into prefill and decode pools.
     pub fn is_disaggregated(&self) -> bool {
-        !self.decode.is_empty()
+        self.pools.is_some()
+    }
+
+    /// The split into pools, when there is one.
+    pub fn pools(&self) -> Option<Pools> {
+        self.pools
     }
 
     /// Replica `r`'s decode-pool router (disaggregated fleets only).

@@ -27,15 +27,15 @@ use routerlab_host::{
     DetectorInstance, EndpointTable, MatcherInstance, SearchPath, load_detector, load_matcher,
 };
 use routerlab_report::Report;
-use routerlab_report::run::{PluginRun, ReplicasRun, RunInfo, TimedRun};
-use routerlab_route::{ReplicaAssign, Replicas, Router, WhenUnavailable};
+use routerlab_report::run::{PluginRun, PoolsRun, ReplicasRun, RunInfo, TimedRun};
+use routerlab_route::{Pools, ReplicaAssign, Replicas, Router, WhenUnavailable};
 use routerlab_trace::workload::TraceSource;
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
 use serde_yaml::{Mapping, Value};
 
 use crate::SimError;
 use crate::observer::Observer;
-use crate::timed::{Disaggregation, TimedSettings, replay_timed};
+use crate::timed::{TimedSettings, replay_timed};
 use crate::timefree;
 
 /// Endpoints of a fleet by default.
@@ -77,6 +77,9 @@ pub struct Scenario {
     pub replica_assign: ReplicaAssign,
     /// Present for the timed replay.
     pub timed: Option<TimedSettings>,
+    /// The fleet split into a prefill pool (its first endpoints) and a decode pool; `None`
+    /// = aggregated.
+    pub pools: Option<Pools>,
 }
 
 impl Default for Scenario {
@@ -97,6 +100,7 @@ impl Default for Scenario {
             router_replicas: 1,
             replica_assign: ReplicaAssign::RoundRobin,
             timed: None,
+            pools: None,
         }
     }
 }
@@ -224,8 +228,16 @@ impl Scenario {
             routers.push(self.router_of(matcher, detector)?);
         }
         let replicas = Replicas::new(routers, self.replica_assign, self.seed)?;
-        if self.disaggregation().is_none() {
+        let Some(pools) = self.pools else {
             return Ok(replicas);
+        };
+        if pools.prefill == 0 || pools.prefill >= self.endpoints.len() {
+            return Err(SimError::Input(format!(
+                "a disaggregated fleet of {} endpoints needs 1 to {} prefill endpoints, not {}",
+                self.endpoints.len(),
+                self.endpoints.len().saturating_sub(1),
+                pools.prefill
+            )));
         }
         // Each pool has plugin instances of its own: a policy's state (a turn, an index of
         // what it sent where) is about the endpoints it chooses among.
@@ -235,12 +247,7 @@ impl Scenario {
             let (matcher, detector) = make(&matcher_config, &detector_config)?;
             decode.push(self.router_of(matcher, detector)?);
         }
-        Ok(replicas.disaggregated(decode)?)
-    }
-
-    /// The split into prefill and decode pools, when the run is timed and has one.
-    pub fn disaggregation(&self) -> Option<&Disaggregation> {
-        self.timed.as_ref()?.disaggregation.as_ref()
+        Ok(replicas.disaggregated(decode, pools)?)
     }
 
     /// One router over this fleet from given plugin instances (what `serve` deploys).
@@ -250,7 +257,7 @@ impl Scenario {
         detector: Option<DetectorInstance>,
     ) -> Result<Router, SimError> {
         let mut table = EndpointTable::new(self.endpoints.iter().cloned());
-        if let Some(split) = self.disaggregation() {
+        if let Some(split) = self.pools {
             for pos in 0..table.len() {
                 table.set_role(
                     pos,
@@ -344,7 +351,12 @@ impl Scenario {
                 metrics_interval_ns: t.metrics_interval_ns,
                 default_output_tokens: t.default_output_tokens,
                 engines: t.engines.iter().map(recorded::engine).collect(),
-                disaggregation: t.disaggregation.as_ref().map(recorded::disaggregation),
+                kv_transfer: self.pools.map(|_| recorded::kv_transfer(&t.kv_transfer)),
+            }),
+            pools: self.pools.map(|p| PoolsRun {
+                prefill_endpoints: p.prefill as u64,
+                decode_endpoints: (self.endpoints.len() - p.prefill) as u64,
+                decision: p.decision.name(),
             }),
         }
     }
@@ -388,7 +400,7 @@ pub mod recorded {
 
     use routerlab_engine::{EngineConfig, KvTransfer, StepTime};
     use routerlab_report::run::{
-        ArrivalsRun, AssignRun, DisaggregationRun, EngineRun, StepTimeRun, TraceRun, UnavailableRun,
+        ArrivalsRun, AssignRun, EngineRun, KvTransferRun, StepTimeRun, TraceRun, UnavailableRun,
     };
     use routerlab_route::{ReplicaAssign, WhenUnavailable};
     use routerlab_trace::arrivals::Arrivals;
@@ -436,21 +448,14 @@ pub mod recorded {
         }
     }
 
-    pub(super) fn disaggregation(split: &crate::timed::Disaggregation) -> DisaggregationRun {
-        let crate::timed::Disaggregation {
-            prefill,
-            transfer,
-            decision,
-        } = split;
+    pub(super) fn kv_transfer(transfer: &KvTransfer) -> KvTransferRun {
         let KvTransfer {
             kv_bytes_per_token,
             bandwidth_gbps,
             latency_ms,
             mode,
         } = transfer;
-        DisaggregationRun {
-            prefill_endpoints: *prefill as u64,
-            decision: decision.name(),
+        KvTransferRun {
             kv_bytes_per_token: *kv_bytes_per_token,
             bandwidth_gbps: *bandwidth_gbps,
             latency_ms: *latency_ms,

@@ -16,9 +16,10 @@ use routerlab_trace::{TraceReader, TraceRequest, Workload};
 
 use crate::error::{SimError, request_location};
 use crate::observer::{Observer, PROGRESS_EVERY, RoutedRecord};
+use routerlab_core::Phase;
 use routerlab_report::Report;
 use routerlab_report::stats::Tally;
-use routerlab_route::{ListPos, Placement, Replicas, RequestSeq};
+use routerlab_route::{Decision, ListPos, Placement, Replicas, RequestSeq, Router};
 
 /// One endpoint's prefix cache, keyed by dense block id: a bitset when unbounded (as the
 /// prototype), a least-recently-used set when bounded.
@@ -206,6 +207,9 @@ fn held_run(holders: &BlockMasks, ids: &[u32], positions: u64) -> u64 {
     run
 }
 
+/// A pick: its list position and (best, achieved) leading blocks of the judgement.
+type Picked = Option<(usize, (u64, u64))>;
+
 /// One request as the time-free loop needs it, from a trace reader or a loaded workload.
 struct Step<'a> {
     seq: u64,
@@ -275,13 +279,14 @@ impl TimeFree {
         }
     }
 
-    /// Routes one request; returns the replica that decided and the list position chosen
-    /// (`None`: rejected).
+    /// Routes one request; returns the replica that decided, the list position chosen
+    /// (`None`: rejected; disaggregated, where it decodes) and, when it was prefilled
+    /// elsewhere, where.
     fn step(
         &mut self,
         replicas: &mut Replicas,
         request: Step<'_>,
-    ) -> Result<(usize, Option<usize>), SimError> {
+    ) -> Result<(usize, Option<usize>, Option<usize>), SimError> {
         let r = if replicas.len() == 1 {
             0
         } else {
@@ -295,7 +300,118 @@ impl TimeFree {
                 conversation,
             })
         };
-        let router = replicas.router_mut(r);
+        let parent_endpoint = request.parent_seq.map(|p| self.endpoint_of[p as usize]);
+        let reject = |this: &mut TimeFree, constrained: bool| {
+            this.stats
+                .each(r, |s| s.reject(constrained, parent_endpoint.is_some()));
+            this.endpoint_of.push(u16::MAX);
+            Ok((r, None, None))
+        };
+        // Where the prompt is computed (judged against what the matcher could have had),
+        // and, disaggregated, where it decodes.
+        let (computed_at, judged, decode, constrained) = match replicas.pools() {
+            None => {
+                let (decision, picked) =
+                    self.pick(replicas.router_mut(r), &request, Phase::Whole)?;
+                match picked {
+                    Some((pos, judged)) => (pos, judged, None, decision.constrained),
+                    None => return reject(self, decision.constrained),
+                }
+            }
+            Some(pools) if !pools.decision.decode_first() => {
+                let (prefill, at) = self.pick(replicas.router_mut(r), &request, Phase::Prefill)?;
+                let Some((at, judged)) = at else {
+                    return reject(self, prefill.constrained);
+                };
+                let (decode, to) =
+                    self.pick(replicas.decode_router_mut(r), &request, Phase::Decode)?;
+                let constrained = prefill.constrained || decode.constrained;
+                let Some((to, _)) = to else {
+                    return reject(self, constrained);
+                };
+                (at, judged, Some(to), constrained)
+            }
+            Some(pools) => {
+                let (decode, to) =
+                    self.pick(replicas.decode_router_mut(r), &request, Phase::Decode)?;
+                let Some((to, local)) = to else {
+                    return reject(self, decode.constrained);
+                };
+                let cached = (self.caches.peek(to, request.block_ids) * u64::from(self.block_size))
+                    .min(request.prompt_len);
+                let tokens = |units| prompt_tokens(self.unit, units);
+                let remote = if pools
+                    .decision
+                    .disaggregate(tokens(request.prompt_len), tokens(cached))
+                {
+                    let (prefill, at) =
+                        self.pick(replicas.router_mut(r), &request, Phase::Prefill)?;
+                    at.map(|at| (at, prefill.constrained))
+                } else {
+                    None
+                };
+                match remote {
+                    Some(((at, judged), constrained)) => {
+                        (at, judged, Some(to), constrained || decode.constrained)
+                    }
+                    // Prefilled where it decodes: served whole there.
+                    None => (to, local, None, decode.constrained),
+                }
+            }
+        };
+        let (best, achieved) = judged;
+        self.stats.each(r, |s| s.judge(best, achieved));
+        let hit_blocks = self.caches.serve(computed_at, request.block_ids);
+        let hit_units = (hit_blocks * u64::from(self.block_size)).min(request.prompt_len);
+        let pos = match decode {
+            Some(to) => {
+                // The decode endpoint holds the moved KV from now on.
+                self.caches.serve(to, request.block_ids);
+                to
+            }
+            None => computed_at,
+        };
+        self.stats.each(r, |s| {
+            s.route(
+                computed_at,
+                request.prompt_len,
+                hit_units,
+                constrained,
+                parent_endpoint.map(|p| p == pos as u16),
+            )
+        });
+        self.endpoint_of.push(pos as u16);
+        for at in [Some(computed_at), decode].into_iter().flatten() {
+            let held = self.caches.len(at);
+            for (q, loads) in self.loads.iter_mut().enumerate() {
+                let load = &mut loads[at];
+                load.running += 1;
+                load.kv_blocks_used = held;
+                if q == r {
+                    load.inflight_requests += 1;
+                    load.inflight_prompt_tokens += prompt_tokens(self.unit, request.prompt_len);
+                }
+                replicas.router_mut(q).table_mut().set_load(at, *load);
+                if replicas.is_disaggregated() {
+                    replicas
+                        .decode_router_mut(q)
+                        .table_mut()
+                        .set_load(at, *load);
+                }
+            }
+        }
+        let prefill = decode.map(|_| computed_at);
+        Ok((r, Some(pos), prefill))
+    }
+
+    /// One decision of `router` for `phase`, judged against what the endpoints it could
+    /// choose hold, before this request changes any cache.
+    fn pick(
+        &self,
+        router: &mut Router,
+        request: &Step<'_>,
+        phase: Phase,
+    ) -> Result<(Decision, Picked), SimError> {
         let block_size = self.block_size;
         let (caches, position_of) = (&self.caches, &self.position_of);
         let cached_prefix = |index: u32| {
@@ -318,55 +434,23 @@ impl TimeFree {
             // No clock: every decision happens at its request's arrival.
             now_ns: request.arrival_ns.unwrap_or(0),
             cached_prefix: Some(&cached_prefix),
-            phase: routerlab_core::Phase::Whole,
+            phase,
         };
         let plugin_error =
             |e| SimError::plugin(request_location(RequestSeq(request.seq), request.line), e);
         routerlab_os::crash::set_trace_line(request.line as u64);
         // Nothing can turn a pick down here, so the matcher learns it in the same call.
         let decision = router.decide(&data, true).map_err(plugin_error)?;
-        let parent_endpoint = request.parent_seq.map(|p| self.endpoint_of[p as usize]);
         let Some(ListPos(pos)) = decision.endpoint else {
-            self.stats.each(r, |s| {
-                s.reject(decision.constrained, parent_endpoint.is_some())
-            });
-            self.endpoint_of.push(u16::MAX);
-            return Ok((r, None));
+            return Ok((decision, None));
         };
-        // What the matcher could have had: the longest cached prefix among the endpoints it
-        // was allowed to choose, before this request changes any cache.
         let flags = router.unavailable();
-        let (best, achieved) = self.caches.judge(
+        let judged = self.caches.judge(
             request.block_ids,
             |p| decision.allowed(flags, ListPos(p)),
             pos,
         );
-        self.stats.each(r, |s| s.judge(best, achieved));
-        let hit_blocks = self.caches.serve(pos, request.block_ids);
-        let hit_units = (hit_blocks * u64::from(block_size)).min(request.prompt_len);
-        self.stats.each(r, |s| {
-            s.route(
-                pos,
-                request.prompt_len,
-                hit_units,
-                decision.constrained,
-                parent_endpoint.map(|p| p == pos as u16),
-            )
-        });
-        self.endpoint_of.push(pos as u16);
-
-        let held = self.caches.len(pos);
-        for (q, loads) in self.loads.iter_mut().enumerate() {
-            let load = &mut loads[pos];
-            load.running += 1;
-            load.kv_blocks_used = held;
-            if q == r {
-                load.inflight_requests += 1;
-                load.inflight_prompt_tokens += prompt_tokens(self.unit, request.prompt_len);
-            }
-            replicas.router_mut(q).table_mut().set_load(pos, *load);
-        }
-        Ok((r, Some(pos)))
+        Ok((decision, Some((pos, judged))))
     }
 }
 
@@ -375,15 +459,17 @@ fn tell_routed(
     observer: &mut dyn Observer,
     replicas: &Replicas,
     (id, line): (u64, usize),
-    (replica, pos): (usize, Option<usize>),
+    (replica, pos, prefill): (usize, Option<usize>, Option<usize>),
 ) -> Result<(), SimError> {
     if !observer.wants_routed() {
         return Ok(());
     }
+    let name = |p: usize| replicas.router(replica).table().name(p).to_owned();
     observer.routed(&RoutedRecord {
         id,
         line,
-        endpoint: pos.map(|p| replicas.router(replica).table().name(p).to_owned()),
+        endpoint: pos.map(name),
+        prefill_endpoint: prefill.map(name),
         replica: (replicas.len() > 1).then_some(replica as u32),
     })
 }

@@ -267,11 +267,10 @@ fn label_of_run(run: &routerlab_report::RunInfo) -> String {
         Some(d) => format!("{} + {}", run.matcher.name, d.name),
         None => run.matcher.name.clone(),
     };
-    match run.timed.as_ref().and_then(|t| t.disaggregation.as_ref()) {
-        Some(split) => format!(
+    match &run.pools {
+        Some(pools) => format!(
             "{policy} {}P+{}D",
-            split.prefill_endpoints,
-            (run.endpoints.len() as u64).saturating_sub(split.prefill_endpoints)
+            pools.prefill_endpoints, pools.decode_endpoints
         ),
         None => policy,
     }

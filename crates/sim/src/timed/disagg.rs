@@ -1,7 +1,8 @@
 //! The timed replay of a disaggregated fleet: a prefill pool and a decode pool, each with
 //! its own router per replica, and the KV's move between them.
 //!
-//! A request's life (see [`Disaggregation`]):
+//! A request's life (the split is the routers' [`Pools`], the KV's move the settings'
+//! [`KvTransfer`]):
 //! 1. With [`PdDecision::Always`], the prefill router picks a prefill endpoint at arrival;
 //!    the request prefills there as a one-token request (chunked and queued like any).
 //!    With a threshold, the decode router picks first; a prompt whose uncached part on that
@@ -22,23 +23,11 @@ use routerlab_core::Phase;
 use routerlab_engine::{KvTransfer, Sequence};
 use routerlab_report::stats::{LatencyStat, ratio};
 use routerlab_report::{PoolStats, PoolsReport, TtftSplit};
-use routerlab_route::{ListPos, PdDecision, Replicas};
+use routerlab_route::{ListPos, Pools, Replicas};
 
 use super::Sim;
 use super::events::Event;
 use crate::SimError;
-
-/// How a timed replay's fleet is split into a prefill and a decode pool.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Disaggregation {
-    /// Endpoints `0..prefill` form the prefill pool, the rest the decode pool (each with
-    /// its own engine config in [`super::TimedSettings::engines`]).
-    pub prefill: usize,
-    /// The KV's move from prefill to decode endpoint.
-    pub transfer: KvTransfer,
-    /// Which requests are disaggregated.
-    pub decision: PdDecision,
-}
 
 /// Where one request is in a disaggregated run.
 #[derive(Debug, Default, Clone, Copy)]
@@ -82,7 +71,8 @@ impl PoolTally {
 
 /// The disaggregated run's own state beside the [`Sim`]'s.
 pub(super) struct PdRun {
-    pub(super) settings: Disaggregation,
+    pub(super) pools: Pools,
+    pub(super) link: KvTransfer,
     pub(super) requests: Vec<PdRequest>,
     /// Per replica: prefilled requests waiting for a decode endpoint.
     pub(super) decode_queues: Vec<VecDeque<usize>>,
@@ -100,9 +90,15 @@ fn us(ns: u64) -> u64 {
 }
 
 impl PdRun {
-    pub(super) fn new(settings: Disaggregation, requests: usize, replicas: usize) -> PdRun {
+    pub(super) fn new(
+        pools: Pools,
+        transfer: KvTransfer,
+        requests: usize,
+        replicas: usize,
+    ) -> PdRun {
         PdRun {
-            settings,
+            pools,
+            link: transfer,
             requests: vec![PdRequest::default(); requests],
             decode_queues: vec![VecDeque::new(); replicas],
             prefill: PoolTally::default(),
@@ -118,11 +114,11 @@ impl PdRun {
     pub(super) fn report(&self, endpoints: usize) -> PoolsReport {
         let [prefill_queue, prefill, transfer, decode] = &self.split;
         PoolsReport {
-            prefill: self.prefill.finish(self.settings.prefill),
-            decode: self.decode.finish(endpoints - self.settings.prefill),
+            prefill: self.prefill.finish(self.pools.prefill),
+            decode: self.decode.finish(endpoints - self.pools.prefill),
             disaggregated: self.disaggregated,
             local: self.local,
-            decision: self.settings.decision.name(),
+            decision: self.pools.decision.name(),
             transfer_tokens: self.transfer_tokens,
             transfer: self.transfer.summary(),
             ttft_split: TtftSplit {
@@ -142,7 +138,7 @@ impl Sim<'_> {
 
     /// Whether list position `pos` is in the prefill pool.
     pub(super) fn is_prefill_pos(&self, pos: usize) -> bool {
-        self.pd.as_ref().is_some_and(|pd| pos < pd.settings.prefill)
+        self.pd.as_ref().is_some_and(|pd| pos < pd.pools.prefill)
     }
 
     /// One routing decision of a disaggregated request at arrival (or after waiting at
@@ -153,7 +149,7 @@ impl Sim<'_> {
         now: u64,
         replicas: &mut Replicas,
     ) -> Result<bool, SimError> {
-        let decision = self.pd().settings.decision;
+        let decision = self.pd().pools.decision;
         let prompt = self.workload.requests[index].prompt_tokens;
         if !decision.decode_first() {
             let Some(pos) = self.pick(index, now, replicas, Phase::Prefill)? else {
@@ -232,7 +228,7 @@ impl Sim<'_> {
                 .map_err(self.plugin_error(index))?;
         }
         let flags = router.unavailable().to_vec();
-        if phase == Phase::Prefill || self.pd().settings.decision.decode_first() {
+        if phase == Phase::Prefill || self.pd().pools.decision.decode_first() {
             self.judge(index, pos, &decision, &flags);
         }
         self.fleet.inflight_tokens[r][pos] += u64::from(prompt_tokens);
@@ -358,7 +354,7 @@ impl Sim<'_> {
         let decode = self.pd().requests[index].decode.expect("a decode endpoint");
         let prompt = u64::from(self.workload.requests[index].prompt_tokens);
         let cached = self.engine_cached_tokens(index, decode);
-        let transfer = self.pd().settings.transfer;
+        let transfer = self.pd().link;
         let tokens = transfer.tokens(prompt, cached);
         let delay = transfer.delay_ns(tokens);
         let pd = self.pd();

@@ -4,9 +4,8 @@ use std::path::PathBuf;
 
 use routerlab_engine::{EngineConfig, KvTransfer, StepTime, TransferMode};
 use routerlab_report::Report;
-use routerlab_route::PdDecision;
+use routerlab_route::{PdDecision, Pools};
 
-use super::Disaggregation;
 use crate::observer::NoObserver;
 use crate::scenario::Scenario;
 use crate::test_plugins::{First, routers};
@@ -43,10 +42,15 @@ fn linear() -> EngineConfig {
     }
 }
 
-fn replay(trace: PathBuf, split: Disaggregation) -> Report {
+/// One prefill and one decode endpoint.
+fn replay(trace: PathBuf, decision: PdDecision, transfer: KvTransfer) -> Report {
     let mut settings = TimedSettings::at_trace_times(vec![linear(); 2]);
-    settings.disaggregation = Some(split);
-    let scenario = Scenario::new("first", trace).endpoints(2).timed(settings);
+    settings.kv_transfer = transfer;
+    let mut scenario = Scenario::new("first", trace).endpoints(2).timed(settings);
+    scenario.pools = Some(Pools {
+        prefill: 1,
+        decision,
+    });
     let mut replicas = routers::<First>(&scenario, "first");
     scenario.replay(&mut replicas, &mut NoObserver).unwrap()
 }
@@ -59,14 +63,7 @@ fn ttft_is_the_prefill_the_transfer_and_the_decode_step_that_takes_the_kv_in() {
         latency_ms: 0.5,
         mode: TransferMode::FullPrompt,
     };
-    let report = replay(
-        trace("hand", &[0], 3),
-        Disaggregation {
-            prefill: 1,
-            transfer: link,
-            decision: PdDecision::Always,
-        },
-    );
+    let report = replay(trace("hand", &[0], 3), PdDecision::Always, link);
     let timed = report.timed.as_ref().unwrap();
     // Prefill: one step of 1 ms + 2,048 × 1 µs = 3.048 ms. Transfer: 2,048 tokens ×
     // 131,072 bytes / 25 GB/s = 10.737418 ms, plus 0.5 ms. The decode endpoint's first
@@ -93,19 +90,16 @@ fn ttft_is_the_prefill_the_transfer_and_the_decode_step_that_takes_the_kv_in() {
 fn a_prompt_the_decode_endpoint_holds_is_prefilled_there_under_a_threshold() {
     // The second request comes when the first is done: its whole prompt is cached on the
     // decode endpoint the first one's KV moved to.
-    let split = |mode| Disaggregation {
-        prefill: 1,
-        transfer: KvTransfer {
-            kv_bytes_per_token: 131_072,
-            bandwidth_gbps: 25.0,
-            latency_ms: 0.0,
-            mode,
-        },
-        decision: PdDecision::Threshold { tokens: 1024 },
+    let link = |mode| KvTransfer {
+        kv_bytes_per_token: 131_072,
+        bandwidth_gbps: 25.0,
+        latency_ms: 0.0,
+        mode,
     };
     let report = replay(
         trace("threshold", &[0, 1000], 2),
-        split(TransferMode::FullPrompt),
+        PdDecision::Threshold { tokens: 1024 },
+        link(TransferMode::FullPrompt),
     );
     let pools = report.timed.as_ref().unwrap().pools.clone().unwrap();
     // The first: nothing cached, 2,048 uncached > 1,024: prefilled remotely. The second:
@@ -118,11 +112,11 @@ fn a_prompt_the_decode_endpoint_holds_is_prefilled_there_under_a_threshold() {
     assert_eq!(pools.decode.hit_tokens, 31 * 64);
     assert_eq!(pools.decision, "threshold:1024");
     // Under `always` with `missing`, the second's KV moves again but nothing is missing.
-    let always = Disaggregation {
-        decision: PdDecision::Always,
-        ..split(TransferMode::Missing)
-    };
-    let report = replay(trace("missing", &[0, 1000], 2), always);
+    let report = replay(
+        trace("missing", &[0, 1000], 2),
+        PdDecision::Always,
+        link(TransferMode::Missing),
+    );
     let pools = report.timed.as_ref().unwrap().pools.clone().unwrap();
     assert_eq!((pools.disaggregated, pools.local), (2, 0));
     assert_eq!(pools.transfer_tokens, 2048, "the second moves no token");

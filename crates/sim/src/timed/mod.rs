@@ -27,7 +27,7 @@ use routerlab_trace::Workload;
 use crate::SimError;
 use crate::error::request_location;
 use crate::observer::{Observer, RequestRecord};
-use routerlab_engine::{EngineConfig, Sequence};
+use routerlab_engine::{EngineConfig, KvTransfer, Sequence};
 use routerlab_report::stats::Tally;
 use routerlab_report::stats::{Finished, TimedTally};
 use routerlab_report::{EndpointTimed, Report, TimedReport, round6};
@@ -44,7 +44,6 @@ mod tally;
 #[cfg(test)]
 mod tests;
 
-pub use disagg::Disaggregation;
 use disagg::PdRun;
 use events::{Event, Events};
 use fleet::Fleet;
@@ -67,8 +66,9 @@ pub struct TimedSettings {
     pub default_output_tokens: u64,
     /// Seed of the arrival process.
     pub seed: u64,
-    /// A fleet split into prefill and decode pools; `None` = aggregated.
-    pub disaggregation: Option<Disaggregation>,
+    /// The KV's move between the pools of a disaggregated fleet (the split itself is the
+    /// routers': [`Replicas::pools`]).
+    pub kv_transfer: KvTransfer,
 }
 
 impl TimedSettings {
@@ -84,7 +84,7 @@ impl TimedSettings {
             metrics_interval_ns: 0,
             default_output_tokens: 128,
             seed: 0,
-            disaggregation: None,
+            kv_transfer: KvTransfer::default(),
         }
     }
 
@@ -151,25 +151,10 @@ pub fn replay_timed(
             settings.engines.len()
         )));
     }
-    if let Some(split) = &settings.disaggregation {
-        if split.prefill == 0 || split.prefill >= n {
-            return Err(SimError::Input(format!(
-                "a disaggregated fleet of {n} endpoints needs 1 to {} prefill endpoints, not {}",
-                n.saturating_sub(1),
-                split.prefill
-            )));
-        }
-        split
-            .transfer
-            .validate()
-            .map_err(|e| SimError::Input(e.to_string()))?;
-    }
-    if settings.disaggregation.is_some() != replicas.is_disaggregated() {
-        return Err(SimError::Input(
-            "the routers and the fleet disagree on disaggregation (build both from one Scenario)"
-                .into(),
-        ));
-    }
+    settings
+        .kv_transfer
+        .validate()
+        .map_err(|e| SimError::Input(e.to_string()))?;
     for (pos, engine) in settings.engines.iter().enumerate() {
         engine.validate().map_err(|e| {
             SimError::Input(format!("endpoint `{}`: {e}", router.table().name(pos)))
@@ -255,10 +240,14 @@ pub fn replay_timed(
         },
         first_tokens: Vec::new(),
         done: 0,
-        pd: settings
-            .disaggregation
-            .clone()
-            .map(|d| PdRun::new(d, workload.requests.len(), replicas.len())),
+        pd: replicas.pools().map(|pools| {
+            PdRun::new(
+                pools,
+                settings.kv_transfer,
+                workload.requests.len(),
+                replicas.len(),
+            )
+        }),
     };
     sim.run(replicas)?;
     Ok(routerlab_report::checked(sim.report(replicas)))
@@ -654,6 +643,8 @@ impl Sim<'_> {
             line: request.line,
             arrival_s: round6(arrival as f64 / 1e9),
             endpoint: Some(replicas.router(r).table().name(pos).to_owned()),
+            prefill_endpoint: (computed_at != pos)
+                .then(|| replicas.router(r).table().name(computed_at).to_owned()),
             replica: (replicas.len() > 1).then_some(r as u32),
             prompt_tokens,
             hit_tokens: hit,
