@@ -141,8 +141,8 @@ pub struct ReplayOpts {
     /// list of names [default: 10].
     #[arg(long, value_name = "N|NAMES", help_heading = FLEET)]
     pub endpoints: Option<TextOrValue>,
-    /// Disaggregated fleet (timed replay): N prefill endpoints, named prefill-0, ...;
-    /// give with --decode-endpoints instead of --endpoints.
+    /// Disaggregated fleet: N prefill endpoints, named prefill-0, ... (with
+    /// --decode-endpoints), or the first N of --endpoints.
     #[arg(long, value_name = "N", help_heading = FLEET)]
     pub prefill_endpoints: Option<usize>,
     /// Disaggregated fleet: M decode endpoints, named decode-0, ..., after the prefill ones.

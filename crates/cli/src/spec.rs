@@ -51,33 +51,43 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
     let seed = opts.seed.unwrap_or(0);
     let matcher_config = plugin_config(opts.matcher_config.clone(), "matcher")?;
     let detector_config = plugin_config(opts.detector_config.clone(), "detector")?;
-    let pools = match (opts.prefill_endpoints, opts.decode_endpoints) {
-        (None, None) => None,
-        (Some(p), Some(d)) if p >= 1 && d >= 1 && p + d <= MAX_ENDPOINTS => Some((p, d)),
-        (Some(_), Some(_)) => {
-            return Err(Failure::input(format!(
-                "--prefill-endpoints and --decode-endpoints must each be at least 1, and {MAX_ENDPOINTS} at most together"
-            )));
-        }
-        _ => {
+    let named = match (
+        opts.prefill_endpoints,
+        opts.decode_endpoints,
+        &opts.endpoints,
+    ) {
+        (_, Some(_), Some(_)) => {
             return Err(Failure::input(
-                "a disaggregated fleet needs both --prefill-endpoints and --decode-endpoints",
+                "give --decode-endpoints or --endpoints, not both (with --endpoints, --prefill-endpoints N makes its first N the prefill pool)",
             ));
         }
+        (None, Some(_), None) => {
+            return Err(Failure::input(
+                "a disaggregated fleet needs --prefill-endpoints as well as --decode-endpoints",
+            ));
+        }
+        (Some(p), Some(d), None) => {
+            if p == 0 || d == 0 || p + d > MAX_ENDPOINTS {
+                return Err(Failure::input(format!(
+                    "--prefill-endpoints and --decode-endpoints must each be at least 1, and {MAX_ENDPOINTS} at most together"
+                )));
+            }
+            Some(
+                (0..p)
+                    .map(|i| format!("prefill-{i}"))
+                    .chain((0..d).map(|i| format!("decode-{i}")))
+                    .collect::<Vec<_>>(),
+            )
+        }
+        (Some(_), None, None) => {
+            return Err(Failure::input(
+                "a disaggregated fleet needs --decode-endpoints M as well (or --endpoints, whose first N --prefill-endpoints makes the prefill pool)",
+            ));
+        }
+        _ => None,
     };
     let endpoints = match &opts.endpoints {
-        _ if pools.is_some() && opts.endpoints.is_some() => {
-            return Err(Failure::input(
-                "give either --endpoints or --prefill-endpoints with --decode-endpoints, not both",
-            ));
-        }
-        None => match pools {
-            Some((p, d)) => (0..p)
-                .map(|i| format!("prefill-{i}"))
-                .chain((0..d).map(|i| format!("decode-{i}")))
-                .collect(),
-            None => default_endpoints(DEFAULT_ENDPOINTS),
-        },
+        None => named.unwrap_or_else(|| default_endpoints(DEFAULT_ENDPOINTS)),
         Some(TextOrValue::Text(text)) => parse_endpoints(text)?,
         Some(TextOrValue::Value(Value::Number(n))) => parse_endpoints(&n.to_string())?,
         Some(TextOrValue::Value(Value::Sequence(names))) => names
@@ -93,6 +103,16 @@ pub fn resolve(opts: ReplayOpts) -> Result<RunSpec, Failure> {
                 "experiment `endpoints`: expected a count or a list of names",
             ));
         }
+    };
+    let pools = match opts.prefill_endpoints {
+        Some(p) if p == 0 || p >= endpoints.len() => {
+            return Err(Failure::input(format!(
+                "--prefill-endpoints must be from 1 to {} (the rest of the {} endpoints decode)",
+                endpoints.len().saturating_sub(1),
+                endpoints.len()
+            )));
+        }
+        other => other.map(|p| (p, endpoints.len() - p)),
     };
     let block_size = opts.block_size.unwrap_or(DEFAULT_BLOCK_SIZE);
     let trace_block_size = opts.trace_block_size.unwrap_or(DEFAULT_TRACE_BLOCK_SIZE);

@@ -79,7 +79,7 @@ fn pool_settings_are_refused_where_they_cannot_apply() {
     let cases: [(&[&str], &str); 6] = [
         (
             &["--timing", "trace", "--prefill-endpoints", "2"],
-            "error: a disaggregated fleet needs both --prefill-endpoints and --decode-endpoints",
+            "error: a disaggregated fleet needs --decode-endpoints M as well",
         ),
         (
             &[
@@ -103,7 +103,7 @@ fn pool_settings_are_refused_where_they_cannot_apply() {
                 "--decode-endpoints",
                 "2",
             ],
-            "error: give either --endpoints or --prefill-endpoints with --decode-endpoints, not both",
+            "error: give --decode-endpoints or --endpoints, not both",
         ),
         (
             &["--timing", "trace", "--kv-transfer-gbps", "25"],

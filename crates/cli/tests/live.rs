@@ -965,3 +965,146 @@ fn the_engine_counts_generated_tokens() {
         );
     }
 }
+
+/// `routerlab engine --role` prefill and decode engines: two of each behind `serve
+/// --prefill-endpoints ... --decode-endpoints ...` (vLLM's disaggregated-serving proxy
+/// protocol), 300 conversation requests driven through: every one answered, each
+/// prefilled on a prefill engine and decoded on a decode engine that took its KV in. One
+/// at a time and with `lcp`, each request's (prefill, decode) pair is the time-free
+/// replay's of the same split.
+#[test]
+fn a_disaggregated_fleet_behind_serve_answers_and_routes_as_the_replay() {
+    let start = |role: &str| Server::start(&["engine", "--role", role, "--speedup", "200"]);
+    let prefill: Vec<Server> = (0..2).map(|_| start("prefill")).collect();
+    let decode: Vec<Server> = (0..2).map(|_| start("decode")).collect();
+    let list = |servers: &[Server]| {
+        servers
+            .iter()
+            .map(|s| s.addr.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let (prefill_list, decode_list) = (list(&prefill), list(&decode));
+    let serve = |extra: &[&str]| {
+        let mut args = vec![
+            "serve",
+            "--prefill-endpoints",
+            &prefill_list,
+            "--decode-endpoints",
+            &decode_list,
+            "--block-size",
+            "2048",
+            "--metrics-interval-ms",
+            "100",
+        ];
+        args.extend_from_slice(extra);
+        Server::start(&args)
+    };
+    let trace = head("mooncake-conversation.jsonl", 300, "live-pd-300.jsonl");
+    // Sixteen at a time, a load-aware policy in each pool: every request answered.
+    let router = serve(&["--matcher", "least-inflight"]);
+    let report = drive(&router.url(), &trace, &["--concurrency", "16"]);
+    assert_eq!(report["requests"], 300);
+    assert_eq!(report["rejected"], 0);
+    let named: Vec<&str> = report["measured"]["endpoints"]
+        .as_array()
+        .expect("endpoints")
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert!(
+        named.iter().all(|n| decode_list.contains(n)),
+        "the answers come from decode engines: {named:?}"
+    );
+    let total = |servers: &[Server], series: &str| -> f64 {
+        servers.iter().map(|s| metric(&s.addr, series)).sum()
+    };
+    let moved = "routerlab:remote_prefills_total{model_name=\"routerlab-sim\"}";
+    let handed = "routerlab:remote_decodes_total{model_name=\"routerlab-sim\"}";
+    assert_eq!(total(&prefill, handed), 300.0, "every prefill handed on");
+    assert_eq!(total(&decode, moved), 300.0, "every decode took the KV in");
+    assert_eq!(total(&prefill, moved) + total(&decode, handed), 0.0);
+    drop(router);
+
+    // One at a time with `lcp`: the pairs are the time-free replay's.
+    let router = serve(&["--matcher", "lcp"]);
+    let live = trace.with_extension("pd-live.jsonl");
+    drive(
+        &router.url(),
+        &trace,
+        &[
+            "--concurrency",
+            "1",
+            "--requests-out",
+            &live.to_string_lossy(),
+        ],
+    );
+    let offline = trace.with_extension("pd-offline.jsonl");
+    let replay = routerlab(&[
+        "replay",
+        "--matcher",
+        "lcp",
+        "--trace",
+        &trace.to_string_lossy(),
+        "--endpoints",
+        &format!("{prefill_list},{decode_list}"),
+        "--prefill-endpoints",
+        "2",
+        "--requests-out",
+        &offline.to_string_lossy(),
+        "--quiet",
+    ]);
+    assert!(replay.status.success(), "{}", texts(&replay).1);
+    let pairs = |records: &Path| -> Vec<(String, String)> {
+        std::fs::read_to_string(records)
+            .expect("records")
+            .lines()
+            .map(|line| {
+                let record: serde_json::Value = serde_json::from_str(line).expect("JSON");
+                let name = |key: &str| record[key].as_str().expect(key).to_owned();
+                (name("prefill_endpoint"), name("endpoint"))
+            })
+            .collect()
+    };
+    let (live, offline) = (pairs(&live), pairs(&offline));
+    assert_eq!(live.len(), 300);
+    assert_eq!(live, offline);
+    assert!(
+        live.iter()
+            .all(|(p, d)| prefill_list.contains(p.as_str()) && decode_list.contains(d.as_str()))
+    );
+}
+
+/// A decode engine refuses a request that asks for a remote prefill without saying where
+/// from, naming the missing field, as a 400.
+#[test]
+fn a_decode_engine_refuses_kv_transfer_params_without_a_source() {
+    let engine = Server::start(&["engine", "--role", "decode", "--instant"]);
+    let (status, body) = http(
+        &engine.addr,
+        "POST",
+        "/v1/completions",
+        r#"{"prompt": "hi", "max_tokens": 2, "kv_transfer_params": {"do_remote_prefill": true}}"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("remote_engine_id"), "{body}");
+    // A prefill engine hands a remote decode its KV's whereabouts, with one token.
+    let engine = Server::start(&["engine", "--role", "prefill", "--instant"]);
+    let (status, body) = http(
+        &engine.addr,
+        "POST",
+        "/v1/completions",
+        r#"{"prompt": "hello there", "max_tokens": 9, "kv_transfer_params": {"do_remote_decode": true}}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let params = &answer["kv_transfer_params"];
+    assert_eq!(params["do_remote_prefill"], true);
+    assert_eq!(params["do_remote_decode"], false);
+    assert_eq!(answer["usage"]["completion_tokens"], 1);
+    let (host, port) = engine.addr.rsplit_once(':').unwrap();
+    assert_eq!(params["remote_host"], host);
+    assert_eq!(params["remote_port"], port.parse::<u64>().unwrap());
+    assert!(params["remote_engine_id"].is_string());
+    assert!(params["remote_block_ids"].is_array());
+}

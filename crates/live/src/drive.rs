@@ -27,7 +27,7 @@ use routerlab_trace::arrivals::{ArrivalError, Arrivals};
 use tokio::sync::Semaphore;
 
 use crate::LiveError;
-use crate::serve::{ENDPOINT_HEADER, SESSION_HEADER};
+use crate::serve::{ENDPOINT_HEADER, PREFILL_ENDPOINT_HEADER, SESSION_HEADER};
 
 /// How to drive.
 #[derive(Debug, Clone)]
@@ -58,6 +58,9 @@ pub struct Outcome {
     pub id: u64,
     /// The endpoint that served it (the router's `x-routerlab-endpoint`), if said.
     pub endpoint: Option<String>,
+    /// The endpoint that prefilled it, in a disaggregated fleet (the router's
+    /// `x-routerlab-prefill-endpoint`), if said.
+    pub prefill_endpoint: Option<String>,
     /// Failure, if it failed.
     pub error: Option<String>,
     /// Sent, since the run began.
@@ -197,6 +200,7 @@ async fn send_one(
     let mut outcome = Outcome {
         id: index as u64 + 1,
         endpoint: None,
+        prefill_endpoint: None,
         error: None,
         sent,
         ttft: Duration::ZERO,
@@ -210,11 +214,15 @@ async fn send_one(
             .request(outgoing)
             .await
             .map_err(|e| format!("sending: {e}"))?;
-        outcome.endpoint = response
-            .headers()
-            .get(ENDPOINT_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        outcome.endpoint = header(ENDPOINT_HEADER);
+        outcome.prefill_endpoint = header(PREFILL_ENDPOINT_HEADER);
         let status = response.status();
         let mut body = response.into_body();
         let mut text = Vec::new();

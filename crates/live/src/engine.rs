@@ -9,6 +9,15 @@
 //! step and sends each running request its token, so streams are paced step by step.
 //! `instant` skips the model: every request is answered at once (router overhead
 //! benchmarks measure the router, not the engine).
+//!
+//! With a [`Role`] it is one pool's engine of a disaggregated fleet, in vLLM's
+//! disaggregated-serving protocol: a prefill engine answers a request whose
+//! `kv_transfer_params` say `do_remote_decode` with one token and the parameters a decode
+//! engine pulls the KV with (`do_remote_prefill`, `remote_engine_id`, `remote_block_ids`,
+//! `remote_request_id`, `remote_host`, `remote_port`, `tp_size`, as vLLM's NIXL connector
+//! returns them); a decode engine takes a request that carries them with its prompt's KV
+//! present (the engine model's moved-in sequence: blocks held, no prefill time). Requests
+//! without them are served whole by either.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,9 +41,23 @@ use crate::LiveError;
 use crate::http::{self, Body, ChannelBody};
 use crate::openai::{self, Api};
 
+/// An engine's pool in a disaggregated fleet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Role {
+    /// Serves whole requests; ignores `kv_transfer_params`.
+    #[default]
+    Aggregated,
+    /// Prefills what asks for a remote decode, and says where to pull its KV from.
+    Prefill,
+    /// Takes in the KV of what was prefilled remotely.
+    Decode,
+}
+
 /// How a simulated engine runs.
 #[derive(Debug, Clone)]
 pub struct EngineSettings {
+    /// Its pool.
+    pub role: Role,
     /// The model of the engine.
     pub config: EngineConfig,
     /// Model time per wall time (2 = twice as fast as the model says).
@@ -63,6 +86,8 @@ struct Submit {
     prompt_tokens: u32,
     output_tokens: u32,
     chain: Vec<u64>,
+    /// Its KV was computed by a prefill engine.
+    moved_in: bool,
     tokens: mpsc::UnboundedSender<Tokens>,
 }
 
@@ -79,10 +104,16 @@ struct Gauges {
     cancelled: AtomicU64,
     prompt_tokens: AtomicU64,
     generation_tokens: AtomicU64,
+    /// Prefills handed on to a decode engine (prefill role).
+    remote_decodes: AtomicU64,
+    /// Requests taken in with their KV computed elsewhere (decode role).
+    remote_prefills: AtomicU64,
 }
 
 struct Shared {
     settings: EngineSettings,
+    /// Where it listens: what a decode engine is told to pull KV from.
+    address: std::net::SocketAddr,
     submit: mpsc::UnboundedSender<Submit>,
     gauges: Gauges,
     next_id: AtomicU64,
@@ -100,10 +131,12 @@ pub async fn run_on(
             settings.speedup
         )));
     }
+    let address = listener.local_addr().map_err(LiveError::Listen)?;
     let listener = http::from_std(listener)?;
     let (submit, requests) = mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
         settings,
+        address,
         submit,
         gauges: Gauges::default(),
         next_id: AtomicU64::new(1),
@@ -147,7 +180,7 @@ struct Figures {
     /// (name, help, value) of each gauge.
     gauges: [(&'static str, &'static str, f64); 4],
     /// (name without `_total`, help, value) of each counter.
-    counters: [(&'static str, &'static str, u64); 4],
+    counters: [(&'static str, &'static str, u64); 6],
 }
 
 impl Collector for Figures {
@@ -214,6 +247,16 @@ fn metrics_text(shared: &Shared) -> String {
                 "streams whose reader went away",
                 load(&g.cancelled),
             ),
+            (
+                "routerlab:remote_decodes",
+                "prefills handed on to a decode engine",
+                load(&g.remote_decodes),
+            ),
+            (
+                "routerlab:remote_prefills",
+                "requests taken in with their KV computed elsewhere",
+                load(&g.remote_prefills),
+            ),
         ],
     };
     let mut registry = Registry::default();
@@ -238,11 +281,31 @@ async fn complete(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> 
     let prompt_tokens =
         u32::try_from(routerlab_core::Unit::Bytes.tokens(inference.prompt.len() as u64))
             .unwrap_or(u32::MAX);
-    let output_tokens = inference
-        .max_tokens
-        .unwrap_or(shared.settings.default_max_tokens)
-        .max(1);
+    let leg = match disaggregated_leg(shared.settings.role, inference.kv_transfer_params.as_ref()) {
+        Ok(leg) => leg,
+        Err(message) => return http::error(StatusCode::BAD_REQUEST, &message),
+    };
+    // A remote decode's prefill samples one token, whatever was asked.
+    let output_tokens = match leg {
+        Leg::PrefillForRemote => 1,
+        _ => inference
+            .max_tokens
+            .unwrap_or(shared.settings.default_max_tokens)
+            .max(1),
+    };
     let g = &shared.gauges;
+    match leg {
+        Leg::PrefillForRemote => g.remote_decodes.fetch_add(1, Ordering::Relaxed),
+        Leg::MovedIn => g.remote_prefills.fetch_add(1, Ordering::Relaxed),
+        Leg::Whole => 0,
+    };
+    let handoff = (leg == Leg::PrefillForRemote).then(|| {
+        handoff_params(
+            &shared,
+            id,
+            prompt_tokens.div_ceil(shared.settings.config.engine_block_size),
+        )
+    });
     g.prompt_tokens
         .fetch_add(u64::from(prompt_tokens), Ordering::Relaxed);
     if shared.settings.instant {
@@ -257,7 +320,7 @@ async fn complete(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> 
         } else {
             http::json(
                 StatusCode::OK,
-                &openai::response(api, id, &model, &text, usage),
+                &with_handoff(openai::response(api, id, &model, &text, usage), handoff),
             )
         };
     }
@@ -267,6 +330,7 @@ async fn complete(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> 
         prompt_tokens,
         output_tokens,
         chain,
+        moved_in: leg == Leg::MovedIn,
         tokens,
     });
     if submitted.is_err() {
@@ -329,8 +393,84 @@ async fn complete(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> 
     let text = openai::filler(generated);
     http::json(
         StatusCode::OK,
-        &openai::response(api, id, &model, &text, usage),
+        &with_handoff(openai::response(api, id, &model, &text, usage), handoff),
     )
+}
+
+/// Which leg of a disaggregated request a request is, to an engine of `role`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leg {
+    /// Served whole (no `kv_transfer_params`, or an aggregated engine).
+    Whole,
+    /// A prefill engine's: one token, its KV kept for a decode engine.
+    PrefillForRemote,
+    /// A decode engine's: the KV comes from the prefill engine named.
+    MovedIn,
+}
+
+/// The leg `params` ask for of an engine of `role`, or why they are malformed.
+fn disaggregated_leg(role: Role, params: Option<&serde_json::Value>) -> Result<Leg, String> {
+    let Some(params) = params else {
+        return Ok(Leg::Whole);
+    };
+    let Some(params) = params.as_object() else {
+        return Err("`kv_transfer_params` must be an object".into());
+    };
+    let flag = |key: &str| params.get(key).and_then(serde_json::Value::as_bool) == Some(true);
+    match role {
+        Role::Prefill if flag("do_remote_decode") => Ok(Leg::PrefillForRemote),
+        Role::Decode if flag("do_remote_prefill") => {
+            for (key, ok) in [
+                (
+                    "remote_engine_id",
+                    params
+                        .get("remote_engine_id")
+                        .is_some_and(|v| v.is_string()),
+                ),
+                (
+                    "remote_host",
+                    params.get("remote_host").is_some_and(|v| v.is_string()),
+                ),
+                (
+                    "remote_port",
+                    params.get("remote_port").is_some_and(|v| v.is_u64()),
+                ),
+            ] {
+                if !ok {
+                    return Err(format!(
+                        "`kv_transfer_params` asks for a remote prefill but has no valid `{key}`"
+                    ));
+                }
+            }
+            Ok(Leg::MovedIn)
+        }
+        _ => Ok(Leg::Whole),
+    }
+}
+
+/// What a prefill engine answers a decode engine's pull with: where the KV is.
+fn handoff_params(shared: &Shared, id: u64, blocks: u32) -> serde_json::Value {
+    serde_json::json!({
+        "do_remote_prefill": true,
+        "do_remote_decode": false,
+        "remote_block_ids": (0..blocks).collect::<Vec<u32>>(),
+        "remote_engine_id": format!("routerlab-engine-{}", shared.address),
+        "remote_request_id": format!("cmpl-{id}"),
+        "remote_host": shared.address.ip().to_string(),
+        "remote_port": shared.address.port(),
+        "tp_size": 1,
+    })
+}
+
+/// `response` with the prefill's `kv_transfer_params`, when it has them.
+fn with_handoff(
+    mut response: serde_json::Value,
+    handoff: Option<serde_json::Value>,
+) -> serde_json::Value {
+    if let (Some(params), Some(object)) = (handoff, response.as_object_mut()) {
+        object.insert("kv_transfer_params".into(), params);
+    }
+    response
 }
 
 fn sse(body: Body) -> Response<Body> {
@@ -413,12 +553,21 @@ impl Model {
                 sent: 0,
             },
         );
-        let sequence = Sequence::new(
-            handle,
-            submit.prompt_tokens,
-            submit.output_tokens,
-            submit.chain,
-        );
+        let sequence = if submit.moved_in {
+            Sequence::transferred(
+                handle,
+                submit.prompt_tokens,
+                submit.output_tokens,
+                submit.chain,
+            )
+        } else {
+            Sequence::new(
+                handle,
+                submit.prompt_tokens,
+                submit.output_tokens,
+                submit.chain,
+            )
+        };
         self.engine.enqueue(sequence, now);
     }
 

@@ -41,6 +41,8 @@ pub struct Inference {
     pub stream: bool,
     /// The OpenAI `user` field: the session when no session header is given.
     pub user: Option<String>,
+    /// vLLM's disaggregated-serving `kv_transfer_params`, as given.
+    pub kv_transfer_params: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -59,6 +61,8 @@ struct Body<'a> {
     stream: bool,
     #[serde(default)]
     user: Option<String>,
+    #[serde(default)]
+    kv_transfer_params: Option<serde_json::Value>,
 }
 
 /// Reads a request body of `api`; the error says what is wrong, for a 400.
@@ -86,6 +90,7 @@ pub fn parse(api: Api, body: &[u8]) -> Result<Inference, String> {
         max_tokens: parsed.max_tokens.or(parsed.max_completion_tokens),
         stream: parsed.stream,
         user: parsed.user,
+        kv_transfer_params: parsed.kv_transfer_params.filter(|p| !p.is_null()),
     })
 }
 

@@ -155,6 +155,15 @@ impl Replicas {
         Ok(self)
     }
 
+    /// Replica 0's prefill and decode routers, when the fleet is disaggregated (what a live
+    /// router deploys); `None` otherwise.
+    pub fn into_pool_routers(mut self) -> Option<(Router, Router)> {
+        self.pools?;
+        let prefill = self.routers.swap_remove(0);
+        let decode = self.decode.swap_remove(0);
+        Some((prefill, decode))
+    }
+
     /// Whether the fleet is split into prefill and decode pools.
     pub fn is_disaggregated(&self) -> bool {
         self.pools.is_some()

@@ -211,9 +211,10 @@ impl Router {
     /// Takes the endpoint with stable index `index` out of the fleet (a live endpoint that
     /// failed its health check): the matcher is told, and it is never offered again.
     pub fn remove_endpoint(&mut self, index: EndpointIndex) -> Result<(), PluginError> {
-        if self.table.remove(index.0) {
-            self.unavailable.pop();
-            self.none_unavailable.pop();
+        if let Some(pos) = self.table.position(index.0) {
+            self.table.remove(index.0);
+            self.unavailable.remove(pos);
+            self.none_unavailable.remove(pos);
             self.matcher.remove_endpoints(&[index.0])?;
         }
         Ok(())
@@ -222,10 +223,22 @@ impl Router {
     /// Adds an endpoint named `name` (one that came back): it gets a new stable index, which
     /// is returned, and the matcher is told.
     pub fn add_endpoint(&mut self, name: String) -> Result<EndpointIndex, PluginError> {
+        self.add_endpoint_as(name, routerlab_core::Role::Aggregated)
+    }
+
+    /// As [`Router::add_endpoint`], an endpoint of the pool `role` (a candidate of this
+    /// router only if it routes to that pool, or to the whole fleet).
+    pub fn add_endpoint_as(
+        &mut self,
+        name: String,
+        role: routerlab_core::Role,
+    ) -> Result<EndpointIndex, PluginError> {
         let index = self.table.push(name);
-        self.unavailable.push(false);
-        self.none_unavailable.push(false);
         let pos = self.table.len() - 1;
+        self.table.set_role(pos, role);
+        self.unavailable.push(false);
+        self.none_unavailable
+            .push(self.pool.is_some_and(|pool| pool.role != role));
         self.matcher.add_endpoint_at(&self.table, pos)?;
         Ok(EndpointIndex(index))
     }

@@ -191,6 +191,24 @@ impl Scenario {
         self.router_of(matcher, detector)
     }
 
+    /// The prefill and the decode pool's routers of a disaggregated fleet (replica 0's
+    /// plugins, each pool its own instances): what `serve` deploys in front of a P/D fleet.
+    pub fn pool_routers(&self, search: &SearchPath) -> Result<(Router, Router), SimError> {
+        if self.pools.is_none() {
+            return Err(SimError::Input(
+                "the run has no prefill and decode pools".into(),
+            ));
+        }
+        let one = Scenario {
+            router_replicas: 1,
+            ..self.clone()
+        };
+        let replicas = one.routers(search)?;
+        Ok(replicas
+            .into_pool_routers()
+            .expect("a disaggregated scenario's routers"))
+    }
+
     /// The matcher and the detector (if any), created from `search` with these configs.
     fn load(
         &self,

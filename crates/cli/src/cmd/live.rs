@@ -15,6 +15,7 @@ use routerlab_live::plugin_host::{Host, HostCommand};
 use routerlab_live::serve::health::HealthRule;
 use routerlab_live::serve::{OnPluginError, Plugins, ServeSettings};
 use routerlab_report::run::MeasuredRun;
+use routerlab_route::{PdDecision, Pools};
 use routerlab_sim::WhenUnavailable;
 use routerlab_sim::scenario::{Scenario, recorded};
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
@@ -49,6 +50,23 @@ pub struct EngineArgs {
         default_value_t = 128
     )]
     pub output_tokens: u32,
+    /// Its pool in a disaggregated fleet (vLLM's disaggregated-serving protocol): prefill
+    /// (answers a request asking for a remote decode with one token and the KV's
+    /// whereabouts), decode (takes a request carrying them with its KV present), or
+    /// aggregated (ignores them).
+    #[arg(long, value_name = "ROLE", default_value = "aggregated")]
+    pub role: RoleArg,
+}
+
+/// `routerlab engine --role`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RoleArg {
+    /// Whole requests.
+    Aggregated,
+    /// The prefill pool's.
+    Prefill,
+    /// The decode pool's.
+    Decode,
 }
 
 /// What `serve` does when a plugin call fails.
@@ -78,8 +96,31 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// The engines: host:port,... (plain HTTP). Requests go only to these.
-    #[arg(long, value_name = "LIST", required = true)]
-    pub endpoints: String,
+    #[arg(
+        long,
+        value_name = "LIST",
+        required_unless_present = "prefill_endpoints"
+    )]
+    pub endpoints: Option<String>,
+    /// A disaggregated fleet's prefill engines (`engine --role prefill`, or vLLM with a KV
+    /// connector): host:port,...; give with --decode-endpoints instead of --endpoints.
+    /// Each request is prefilled on one and decoded on one, in vLLM's disaggregated-serving
+    /// proxy protocol, each pool routed by plugin instances of its own.
+    #[arg(
+        long,
+        value_name = "LIST",
+        requires = "decode_endpoints",
+        conflicts_with = "endpoints"
+    )]
+    pub prefill_endpoints: Option<String>,
+    /// A disaggregated fleet's decode engines: host:port,...
+    #[arg(
+        long,
+        value_name = "LIST",
+        requires = "prefill_endpoints",
+        conflicts_with = "endpoints"
+    )]
+    pub decode_endpoints: Option<String>,
     /// Matcher name or PATH[#NAME], as for replay.
     #[arg(long, value_name = "NAME")]
     pub matcher: Option<String>,
@@ -252,6 +293,11 @@ pub fn engine(args: EngineArgs) -> Result<(), Failure> {
     }
     let (listener, _) = bound(args.listen, "engine")?;
     let settings = EngineSettings {
+        role: match args.role {
+            RoleArg::Aggregated => routerlab_live::engine::Role::Aggregated,
+            RoleArg::Prefill => routerlab_live::engine::Role::Prefill,
+            RoleArg::Decode => routerlab_live::engine::Role::Decode,
+        },
         config,
         speedup: args.speedup,
         instant: args.instant,
@@ -322,7 +368,35 @@ fn endpoint(item: &str) -> Result<String, String> {
 
 /// `routerlab serve`.
 pub fn serve(args: ServeArgs) -> Result<(), Failure> {
-    let endpoints = endpoints(&args.endpoints)?;
+    let (endpoints, prefill) = match (
+        &args.endpoints,
+        &args.prefill_endpoints,
+        &args.decode_endpoints,
+    ) {
+        (Some(list), None, None) => (endpoints(list)?, 0),
+        (None, Some(prefill), Some(decode)) => {
+            let (prefill, decode) = (
+                endpoints(prefill).map_err(|e| {
+                    Failure::input(e.to_string().replace("--endpoints", "--prefill-endpoints"))
+                })?,
+                endpoints(decode).map_err(|e| {
+                    Failure::input(e.to_string().replace("--endpoints", "--decode-endpoints"))
+                })?,
+            );
+            if let Some(both) = prefill.iter().find(|p| decode.contains(p)) {
+                return Err(Failure::input(format!(
+                    "`{both}` is in both --prefill-endpoints and --decode-endpoints"
+                )));
+            }
+            let n = prefill.len();
+            (prefill.into_iter().chain(decode).collect(), n)
+        }
+        _ => {
+            return Err(Failure::input(
+                "give --endpoints, or --prefill-endpoints with --decode-endpoints",
+            ));
+        }
+    };
     let file = match &args.config {
         Some(path) => crate::cmd::run::load_experiment(path)?,
         None => crate::opts::ReplayOpts::default(),
@@ -361,6 +435,12 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
             "--upstream-timeout-s must be a positive number",
         ));
     }
+    if prefill > 0 && args.plugin_isolation == IsolationArg::Process {
+        return Err(Failure::input(
+            "--plugin-isolation process does not serve a disaggregated fleet yet: use in-process with --prefill-endpoints",
+        ));
+    }
+    let mut decode_plugins = None;
     let plugins = match args.plugin_isolation {
         IsolationArg::InProcess => {
             if args.plugin_timeout_ms.is_some() {
@@ -368,7 +448,7 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
                     "--plugin-timeout-ms needs --plugin-isolation process (a call in the router's own process cannot be stopped)",
                 ));
             }
-            let scenario = serve_scenario(
+            let mut scenario = serve_scenario(
                 matcher_name,
                 matcher_config,
                 detector_name,
@@ -376,7 +456,18 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
                 seed,
                 endpoints.clone(),
             );
-            Plugins::InProcess(Box::new(scenario.router(&SearchPath::from_env())?))
+            if prefill > 0 {
+                scenario.pools = Some(Pools {
+                    prefill,
+                    decision: PdDecision::Always,
+                });
+                let (prefill_router, decode_router) =
+                    scenario.pool_routers(&SearchPath::from_env())?;
+                decode_plugins = Some(Plugins::InProcess(Box::new(decode_router)));
+                Plugins::InProcess(Box::new(prefill_router))
+            } else {
+                Plugins::InProcess(Box::new(scenario.router(&SearchPath::from_env())?))
+            }
         }
         IsolationArg::Process => {
             let ms = args.plugin_timeout_ms.unwrap_or(DEFAULT_PLUGIN_TIMEOUT_MS);
@@ -432,9 +523,15 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
             PluginErrorArg::Reject => OnPluginError::Reject,
             PluginErrorArg::RoundRobin => OnPluginError::RoundRobin,
         },
+        prefill_endpoints: prefill,
     };
     runtime()?
-        .block_on(routerlab_live::serve::run_on(listener, settings, plugins))
+        .block_on(routerlab_live::serve::run_on(
+            listener,
+            settings,
+            plugins,
+            decode_plugins,
+        ))
         .map_err(Failure::from)
 }
 
@@ -514,13 +611,16 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
     if let Some(path) = &args.requests_out {
         let mut lines = String::new();
         for o in &outcomes {
-            let line = serde_json::json!({
+            let mut line = serde_json::json!({
                 "id": o.id,
                 "endpoint": o.endpoint,
                 "error": o.error,
                 "ttft_ms": o.ttft.as_secs_f64() * 1e3,
                 "e2e_ms": o.e2e.as_secs_f64() * 1e3,
             });
+            if let Some(prefill) = &o.prefill_endpoint {
+                line["prefill_endpoint"] = prefill.clone().into();
+            }
             lines.push_str(&line.to_string());
             lines.push('\n');
         }

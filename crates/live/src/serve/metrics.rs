@@ -177,6 +177,7 @@ mod tests {
         };
         let mut state = State::new(
             crate::serve::Plugins::InProcess(Box::new(router)),
+            None,
             16,
             HealthRule {
                 fails: 1,

@@ -20,6 +20,7 @@
 
 pub mod health;
 mod metrics;
+mod pd;
 mod plugins;
 mod state;
 #[cfg(test)]
@@ -55,8 +56,13 @@ const STATUS_WAIT: Duration = Duration::from_millis(200);
 /// The most bytes of a whole (non-streamed) answer the router holds before passing it on.
 pub const MAX_ANSWER_BYTES: usize = 64 << 20;
 
-/// The header the router adds to each response: the endpoint that served it.
+/// The header the router adds to each response: the endpoint that served it (in a
+/// disaggregated fleet, the decode endpoint).
 pub const ENDPOINT_HEADER: &str = "x-routerlab-endpoint";
+
+/// The header the router adds to each response of a disaggregated fleet: the endpoint that
+/// prefilled it.
+pub const PREFILL_ENDPOINT_HEADER: &str = "x-routerlab-prefill-endpoint";
 
 /// What to do when a plugin call fails (an error, or a panic the SDK caught).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +92,10 @@ pub struct ServeSettings {
     pub upstream_timeout: Duration,
     /// What a failing plugin call does to the request.
     pub on_plugin_error: OnPluginError,
+    /// A fleet split into pools: its first `prefill_endpoints` of `endpoints` prefill and
+    /// hand the KV on, the rest decode (vLLM's disaggregated-serving proxy protocol); 0 =
+    /// aggregated.
+    pub prefill_endpoints: usize,
 }
 
 struct Shared {
@@ -192,16 +202,26 @@ impl Drop for StateGuard<'_> {
     }
 }
 
-/// Runs the router on `listener` (bound already) until the process ends.
+/// Runs the router on `listener` (bound already) until the process ends; with
+/// `decode_plugins`, the decode pool's plugins of a disaggregated fleet (and `plugins` the
+/// prefill pool's).
 pub async fn run_on(
     listener: std::net::TcpListener,
     settings: ServeSettings,
     plugins: Plugins,
+    decode_plugins: Option<Plugins>,
 ) -> Result<(), LiveError> {
     if settings.endpoints.is_empty() {
         return Err(LiveError::Settings(
             "serve needs at least one endpoint (--endpoints host:port,...)".into(),
         ));
+    }
+    let split = settings.prefill_endpoints;
+    if decode_plugins.is_some() != (split > 0) || split >= settings.endpoints.len() {
+        return Err(LiveError::Settings(format!(
+            "a disaggregated fleet needs prefill and decode endpoints and a decode pool's plugins ({split} prefill of {} endpoints)",
+            settings.endpoints.len()
+        )));
     }
     let listener = http::from_std(listener)?;
     let mut connector = HttpConnector::new();
@@ -209,7 +229,12 @@ pub async fn run_on(
     connector.set_nodelay(true);
     let client = Client::builder(TokioExecutor::new()).build(connector);
     let matcher = plugins.matcher_name().to_owned();
-    let state = State::new(plugins, settings.block_size, settings.health);
+    let state = State::new(
+        plugins,
+        decode_plugins.map(|decode| (decode, split)),
+        settings.block_size,
+        settings.health,
+    );
     let shared = Arc::new(Shared {
         settings,
         state: Mutex::new(state),
@@ -221,12 +246,40 @@ pub async fn run_on(
         last_metrics: Mutex::new(String::new()),
     });
     tokio::spawn(health::scrape_loop(shared.clone()));
+    heartbeat(tokio::runtime::Handle::current());
     http::serve(listener, http::HEADER_READ_TIMEOUT, move |request| {
         let shared = shared.clone();
         async move { handle(shared, request).await }
     })
     .await;
     Ok(())
+}
+
+/// How often the runtime's idle workers are woken (see [`heartbeat`]).
+const HEARTBEAT: Duration = Duration::from_millis(20);
+
+/// Wakes an idle runtime worker every [`HEARTBEAT`] from a thread of its own. A plugin call
+/// runs on a worker and may never return (in process), holding it: if that worker was the
+/// one watching the sockets when it picked the request up, and the other had already gone
+/// to sleep without them, nobody would watch them again, and `/health`, `/metrics` and
+/// every new connection would wait for ever. A worker woken goes back to sleep watching the
+/// sockets when no one else does. (Handing every plugin call off the worker instead,
+/// `block_in_place`, costs about 0.1 ms a request at the median and more in the tail.)
+fn heartbeat(runtime: tokio::runtime::Handle) {
+    let spawned = std::thread::Builder::new()
+        .name("routerlab-heartbeat".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(HEARTBEAT);
+                // A task from outside the runtime wakes a sleeping worker to run it.
+                drop(runtime.spawn(async {}));
+            }
+        });
+    if let Err(e) = spawned {
+        eprintln!(
+            "routerlab serve: warning: no heartbeat thread ({e}): a hung plugin call could stall every connection"
+        );
+    }
 }
 
 async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
@@ -316,16 +369,55 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
         Ok(inference) => inference,
         Err(message) => return http::error(StatusCode::BAD_REQUEST, &message),
     };
-    let routed = shared.lock_async().await.admit(
-        inference.prompt,
-        session_key.or(inference.user),
-        inference.max_tokens.map(u64::from),
-        shared.now_ns(),
-    );
+    let (routed, disaggregated) = {
+        let mut state = shared.lock_async().await;
+        let routed = state.admit(
+            inference.prompt,
+            session_key.or(inference.user),
+            inference.max_tokens.map(u64::from),
+            shared.now_ns(),
+        );
+        (routed, state.disaggregated())
+    };
     let path = match api {
         Api::Completions => "/v1/completions",
         Api::Chat => "/v1/chat/completions",
     };
+    if !disaggregated {
+        return proxy(shared, routed, path, body, authorization, None).await;
+    }
+    let upstream = pd::Upstream {
+        shared: &shared,
+        path,
+        authorization: authorization.as_ref(),
+    };
+    match upstream.prefill(routed, &body).await {
+        Ok((routed, decode_body, prefilled_at)) => {
+            proxy(
+                shared.clone(),
+                routed,
+                path,
+                decode_body,
+                authorization,
+                Some(prefilled_at),
+            )
+            .await
+        }
+        Err(response) => *response,
+    }
+}
+
+/// Decides (for `routed.phase`), sends `body` to the endpoint chosen (others, when it fails
+/// before answering) and hands back its answer as it streams; `prefilled_at` names the
+/// prefill endpoint of a disaggregated request in the answer's headers.
+async fn proxy(
+    shared: Arc<Shared>,
+    routed: Routed,
+    path: &str,
+    body: Bytes,
+    authorization: Option<hyper::header::HeaderValue>,
+    prefilled_at: Option<String>,
+) -> Response<Body> {
     let mut tried: Vec<usize> = Vec::new();
     loop {
         let pick = {
@@ -336,7 +428,7 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
                 shared.decisions.observe(started.elapsed().as_secs_f64());
                 pick
             } else {
-                state.next_untried(&tried).ok_or_else(|| {
+                state.next_untried(&tried, routed.phase).ok_or_else(|| {
                     Refusal(
                         502,
                         format!(
@@ -388,6 +480,12 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
                     ENDPOINT_HEADER,
                     name.parse().expect("an endpoint name is a header value"),
                 );
+                if let Some(prefill) = &prefilled_at {
+                    parts.headers.insert(
+                        PREFILL_ENDPOINT_HEADER,
+                        prefill.parse().expect("an endpoint name is a header value"),
+                    );
+                }
                 let streamed = parts
                     .headers
                     .get("content-type")
@@ -402,6 +500,7 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
                     success: status.is_success(),
                     learned,
                     ended: None,
+                    deferred: false,
                 };
                 if streamed {
                     // Events pass through as they come; a stream broken off ends early
@@ -477,6 +576,39 @@ struct Tracked {
     /// How the body ended: `Some(true)` whole, `Some(false)` broken off by the engine;
     /// `None` while it runs or when the client went away first.
     ended: Option<bool>,
+    /// Whether a call for it waits for the lock in a task of its own: then its later ones
+    /// do too, so that they reach the plugins in order.
+    deferred: bool,
+}
+
+/// Runs `f` on the state now if its lock is free, else in a task of its own that waits for
+/// it. A body's poll or drop must not wait in place: while a plugin call hangs holding the
+/// lock, every runtime thread that did would be stuck with it, and `/health`, `/metrics`
+/// and every other connection with them. Returns whether it was deferred.
+fn with_state(
+    shared: &Arc<Shared>,
+    now: bool,
+    f: impl FnOnce(&mut State) + Send + 'static,
+) -> bool {
+    if now && let Some(mut state) = shared.try_state() {
+        f(&mut state);
+        return false;
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            let shared = shared.clone();
+            runtime.spawn(async move {
+                let mut state = shared.lock_async().await;
+                f(&mut state);
+            });
+            true
+        }
+        // Outside the runtime (it is shutting down): nothing else runs on it to stall.
+        Err(_) => {
+            f(&mut shared.lock());
+            false
+        }
+    }
 }
 
 impl Tracked {
@@ -485,16 +617,19 @@ impl Tracked {
             return;
         };
         let now = self.shared.now_ns();
-        let mut state = self.shared.lock();
-        state.complete(&routed, self.upstream, self.learned, now);
-        // Only the engine's doing counts toward its health, not a client that left.
-        // A whole body counts for the engine only when it was a success (a 5xx counted
-        // against it when its status came); a broken one always counts against it.
-        match self.ended {
-            Some(false) => state.answered(self.upstream, false, now),
-            Some(true) if self.success => state.answered(self.upstream, true, now),
-            _ => {}
-        }
+        let (upstream, learned, ended, success) =
+            (self.upstream, self.learned, self.ended, self.success);
+        with_state(&self.shared, !self.deferred, move |state| {
+            state.complete(&routed, upstream, learned, now);
+            // Only the engine's doing counts toward its health, not a client that left.
+            // A whole body counts for the engine only when it was a success (a 5xx counted
+            // against it when its status came); a broken one always counts against it.
+            match ended {
+                Some(false) => state.answered(upstream, false, now),
+                Some(true) if success => state.answered(upstream, true, now),
+                _ => {}
+            }
+        });
     }
 }
 
@@ -515,9 +650,16 @@ impl http_body::Body for Tracked {
                     && let Some(routed) = &this.routed
                 {
                     let now = this.shared.now_ns();
-                    this.shared
-                        .lock()
-                        .first_token(routed, this.upstream, this.learned, now);
+                    let (upstream, learned) = (this.upstream, this.learned);
+                    match this.shared.try_state() {
+                        Some(mut state) => state.first_token(routed, upstream, learned, now),
+                        None => {
+                            let routed = routed.clone();
+                            this.deferred = with_state(&this.shared, false, move |state| {
+                                state.first_token(&routed, upstream, learned, now)
+                            });
+                        }
+                    }
                 }
             }
             Poll::Ready(None) => {

@@ -145,11 +145,15 @@ impl Plugins {
         }
     }
 
-    /// An endpoint joins the fleet; returns the stable index it got.
-    pub(super) fn add_endpoint(&mut self, name: &str) -> Result<EndpointIndex, String> {
+    /// An endpoint of pool `role` joins the fleet; returns the stable index it got.
+    pub(super) fn add_endpoint(
+        &mut self,
+        name: &str,
+        role: routerlab_core::Role,
+    ) -> Result<EndpointIndex, String> {
         match self {
             Plugins::InProcess(router) => router
-                .add_endpoint(name.to_owned())
+                .add_endpoint_as(name.to_owned(), role)
                 .map_err(|e| e.to_string()),
             Plugins::Isolated(host) => match host.call(&Call::Add {
                 name: name.to_owned(),

@@ -4,8 +4,8 @@
 //! `serve` short of the network is tested in process, with Rust plugins driven through the
 //! real shims.
 
-use routerlab_core::Unit;
 use routerlab_core::hash::{BlockInterner, hash64};
+use routerlab_core::{Phase, Role, Unit};
 use routerlab_host::{EndpointLoad, RequestData};
 use routerlab_policy_kit::LruMap;
 use routerlab_route::EndpointIndex;
@@ -35,6 +35,8 @@ const LIVE_KV_BLOCKS: u64 = 10_000;
 /// One engine, as the router keeps it.
 pub(super) struct Upstream {
     pub(super) name: String,
+    /// Its pool (aggregated unless the fleet is split into prefill and decode pools).
+    pub(super) role: Role,
     /// Its stable index while it is in the fleet.
     pub(super) index: Option<EndpointIndex>,
     /// Its scrapes' standing.
@@ -54,6 +56,7 @@ pub(super) struct Upstream {
 }
 
 /// A request as the plugins see it, owned for the length of the proxying.
+#[derive(Clone)]
 pub(super) struct Routed {
     pub(super) seq: u64,
     pub(super) arrival_ns: u64,
@@ -63,6 +66,8 @@ pub(super) struct Routed {
     pub(super) output_tokens: Option<u64>,
     pub(super) session: u64,
     pub(super) parent: u64,
+    /// What it is being routed for now: whole, or one leg of a disaggregated request.
+    pub(super) phase: Phase,
 }
 
 impl Routed {
@@ -81,7 +86,7 @@ impl Routed {
             parent_id: self.parent,
             now_ns,
             cached_prefix: None,
-            phase: routerlab_core::Phase::Whole,
+            phase: self.phase,
         }
     }
 
@@ -97,7 +102,10 @@ pub(super) struct Refusal(pub(super) u16, pub(super) String);
 
 /// The plugins and the router's books.
 pub(super) struct State {
+    /// The whole fleet's plugins, or the prefill pool's when it is split.
     pub(super) plugins: Plugins,
+    /// The decode pool's plugins (instances of their own), when the fleet is split.
+    pub(super) decode: Option<Plugins>,
     pub(super) upstreams: Vec<Upstream>,
     block_size: u32,
     health: HealthRule,
@@ -113,13 +121,26 @@ pub(super) struct State {
 }
 
 impl State {
-    /// Books for the plugins' endpoints, all in the fleet to begin with.
-    pub(super) fn new(plugins: Plugins, block_size: u32, health: HealthRule) -> State {
+    /// Books for the plugins' endpoints, all in the fleet to begin with; with `decode`,
+    /// the fleet is split, its first `prefill` endpoints the prefill pool.
+    pub(super) fn new(
+        plugins: Plugins,
+        decode: Option<(Plugins, usize)>,
+        block_size: u32,
+        health: HealthRule,
+    ) -> State {
+        let prefill = decode.as_ref().map(|(_, prefill)| *prefill);
         let upstreams = plugins
             .endpoints()
             .into_iter()
-            .map(|(name, index)| Upstream {
+            .enumerate()
+            .map(|(u, (name, index))| Upstream {
                 name,
+                role: match prefill {
+                    None => Role::Aggregated,
+                    Some(p) if u < p => Role::Prefill,
+                    Some(_) => Role::Decode,
+                },
                 index: Some(index),
                 health: Health::default(),
                 answers: Health::default(),
@@ -135,6 +156,7 @@ impl State {
             .collect();
         State {
             plugins,
+            decode: decode.map(|(plugins, _)| plugins),
             upstreams,
             block_size,
             health,
@@ -203,6 +225,29 @@ impl State {
             output_tokens,
             session,
             parent,
+            phase: Phase::Whole,
+        }
+    }
+
+    /// Whether the fleet is split into a prefill and a decode pool.
+    pub(super) fn disaggregated(&self) -> bool {
+        self.decode.is_some()
+    }
+
+    /// The plugins that route `phase`.
+    fn plugins_for(&mut self, phase: Phase) -> &mut Plugins {
+        match (phase, &mut self.decode) {
+            (Phase::Decode, Some(decode)) => decode,
+            _ => &mut self.plugins,
+        }
+    }
+
+    /// Whether upstream `u` serves `phase`.
+    fn serves(&self, u: usize, phase: Phase) -> bool {
+        match (phase, self.upstreams[u].role) {
+            (Phase::Prefill, role) => role == Role::Prefill,
+            (Phase::Decode, role) => role == Role::Decode,
+            _ => true,
         }
     }
 
@@ -216,10 +261,8 @@ impl State {
     ) -> Result<usize, Refusal> {
         self.sync();
         let loads = self.loads();
-        match self
-            .plugins
-            .decide(&routed.data(self.block_size, now_ns), loads)
-        {
+        let data = routed.data(self.block_size, now_ns);
+        match self.plugins_for(routed.phase).decide(&data, loads) {
             Ok(decided) => {
                 for index in decided.flagged {
                     if let Some(u) = self.upstream_of(index) {
@@ -232,6 +275,22 @@ impl State {
                         503,
                         "no endpoint is healthy: every engine failed its health checks".into(),
                     )),
+                    None if !(0..self.upstreams.len()).any(|u| {
+                        self.upstreams[u].index.is_some() && self.serves(u, routed.phase)
+                    }) =>
+                    {
+                        Err(Refusal(
+                            503,
+                            format!(
+                                "no {} endpoint is healthy: every one failed its health checks",
+                                if routed.phase == Phase::Prefill {
+                                    "prefill"
+                                } else {
+                                    "decode"
+                                }
+                            ),
+                        ))
+                    }
                     None if decided.constrained => Err(Refusal(
                         503,
                         "no endpoint is available for this request (the detector flagged them all)"
@@ -248,19 +307,19 @@ impl State {
                 match on_plugin_error {
                     OnPluginError::Reject => Err(Refusal(503, format!("routing failed: {e}"))),
                     OnPluginError::RoundRobin => self
-                        .next_untried(&[])
+                        .next_untried(&[], routed.phase)
                         .ok_or_else(|| Refusal(503, "no healthy endpoint".into())),
                 }
             }
         }
     }
 
-    /// The next healthy endpoint, round robin, that is not in `tried`.
-    pub(super) fn next_untried(&mut self, tried: &[usize]) -> Option<usize> {
+    /// The next healthy endpoint serving `phase`, round robin, that is not in `tried`.
+    pub(super) fn next_untried(&mut self, tried: &[usize], phase: Phase) -> Option<usize> {
         let n = self.upstreams.len();
         for step in 0..n {
             let u = (self.turn + step) % n;
-            if self.upstreams[u].index.is_some() && !tried.contains(&u) {
+            if self.upstreams[u].index.is_some() && !tried.contains(&u) && self.serves(u, phase) {
                 self.turn = u + 1;
                 return Some(u);
             }
@@ -291,8 +350,9 @@ impl State {
         self.sync();
         let index = self.upstreams[upstream].index?;
         let data = routed.data(self.block_size, now_ns);
-        match self.plugins.notify(Notice::Learn, &data, index) {
-            Ok(()) => Some(self.plugins.generation()),
+        let plugins = self.plugins_for(routed.phase);
+        match plugins.notify(Notice::Learn, &data, index) {
+            Ok(()) => Some(plugins.generation()),
             Err(_) => {
                 self.plugin_errors += 1;
                 None
@@ -309,10 +369,10 @@ impl State {
         learned: Option<u64>,
         now_ns: u64,
     ) {
-        if let Some(index) = self.learned_at(upstream, learned) {
+        if let Some(index) = self.learned_at(upstream, learned, routed.phase) {
             let data = routed.data(self.block_size, now_ns);
             if self
-                .plugins
+                .plugins_for(routed.phase)
                 .notify(Notice::FirstToken, &data, index)
                 .is_err()
             {
@@ -330,9 +390,13 @@ impl State {
         now_ns: u64,
     ) {
         self.release(upstream, routed);
-        if let Some(index) = self.learned_at(upstream, learned) {
+        if let Some(index) = self.learned_at(upstream, learned, routed.phase) {
             let data = routed.data(self.block_size, now_ns);
-            if self.plugins.notify(Notice::Complete, &data, index).is_err() {
+            if self
+                .plugins_for(routed.phase)
+                .notify(Notice::Complete, &data, index)
+                .is_err()
+            {
                 self.plugin_errors += 1;
             }
         }
@@ -340,8 +404,13 @@ impl State {
 
     /// `upstream`'s index, when the plugins that answer now learned the request there and
     /// it is still in the fleet.
-    fn learned_at(&self, upstream: usize, learned: Option<u64>) -> Option<EndpointIndex> {
-        if learned? != self.plugins.generation() {
+    fn learned_at(
+        &mut self,
+        upstream: usize,
+        learned: Option<u64>,
+        phase: Phase,
+    ) -> Option<EndpointIndex> {
+        if learned? != self.plugins_for(phase).generation() {
             return None;
         }
         self.upstreams[upstream].index
@@ -383,15 +452,27 @@ impl State {
         let up = u.health.up() && u.answers.up();
         match (up, u.index) {
             (true, None) => {
-                let name = u.name.clone();
-                match self.plugins.add_endpoint(&name) {
+                let (name, role) = (u.name.clone(), u.role);
+                // Both pools' routers keep the whole fleet's table, changed alike, so the
+                // index one gives is the other's too.
+                match self.plugins.add_endpoint(&name, role) {
                     Ok(index) => self.upstreams[upstream].index = Some(index),
                     Err(_) => self.plugin_errors += 1,
+                }
+                if let Some(decode) = &mut self.decode
+                    && decode.add_endpoint(&name, role).is_err()
+                {
+                    self.plugin_errors += 1;
                 }
             }
             (false, Some(index)) => {
                 self.upstreams[upstream].index = None;
                 if self.plugins.remove_endpoint(index).is_err() {
+                    self.plugin_errors += 1;
+                }
+                if let Some(decode) = &mut self.decode
+                    && decode.remove_endpoint(index).is_err()
+                {
                     self.plugin_errors += 1;
                 }
             }

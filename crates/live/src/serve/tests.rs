@@ -91,7 +91,7 @@ fn state<M: Matcher>(name: &str, detector: bool) -> State {
     let Ok(router) = Router::new(matcher, detector, table, WhenUnavailable::Reject) else {
         panic!("a router over three endpoints")
     };
-    State::new(Plugins::InProcess(Box::new(router)), 16, RULE)
+    State::new(Plugins::InProcess(Box::new(router)), None, 16, RULE)
 }
 
 fn usage(kv_usage: f64) -> Option<Scraped> {
@@ -204,7 +204,7 @@ fn an_engine_leaves_only_after_failures_in_a_row_and_returns_after_passes() {
         let u = s.decide(&r, t, OnPluginError::Reject).unwrap();
         assert_ne!(u, 1, "an engine out of the fleet is never picked");
         s.send(u, &r);
-        assert_ne!(s.next_untried(&[]), Some(1));
+        assert_ne!(s.next_untried(&[], routerlab_core::Phase::Whole), Some(1));
     }
     // One good scrape is not enough to come back; two are.
     s.scraped(1, usage(0.1), 0);
