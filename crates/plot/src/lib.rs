@@ -405,7 +405,7 @@ fn count_axis(top: f64) -> (f64, usize) {
 type Group = (&'static str, fn(&Report) -> f64);
 
 fn hits(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
-    let groups: [Group; 3] = [
+    let mut groups: Vec<Group> = vec![
         ("hit ratio", |r| {
             r.timed.as_ref().map_or(r.hit_ratio, |t| t.hit_ratio)
         }),
@@ -416,6 +416,24 @@ fn hits(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
             r.quality.as_ref().map_or(0.0, |q| q.kv_optimal_share)
         }),
     ];
+    // A disaggregated fleet's pools, each its own hit ratio (0 for an aggregated run).
+    if series
+        .iter()
+        .any(|s| s.report.timed.as_ref().is_some_and(|t| t.pools.is_some()))
+    {
+        groups.push(("prefill pool hit", |r| {
+            r.timed
+                .as_ref()
+                .and_then(|t| t.pools.as_ref())
+                .map_or(0.0, |p| p.prefill.hit_ratio)
+        }));
+        groups.push(("decode pool hit", |r| {
+            r.timed
+                .as_ref()
+                .and_then(|t| t.pools.as_ref())
+                .map_or(0.0, |p| p.decode.hit_ratio)
+        }));
+    }
     // The legend goes in a strip below the chart, three entries a row, never over a bar.
     let legend_rows = series.len().div_ceil(LEGEND_COLUMNS) as u32;
     let (plot, key) = root.split_vertically(root.dim_in_pixel().1 - (16 + 24 * legend_rows));
