@@ -63,13 +63,27 @@ static RlStatus lr_remove(void *instance, const uint32_t *indices, uint64_t coun
     return RL_OK;
 }
 
+/* ABI 1.3: in a fleet split into a prefill and a decode pool the host asks once per phase
+ * (`request->phase`), with only that phase's pool available; each endpoint says its pool
+ * (`role`). Read them only when `struct_size` covers them: a 1.2 host's request is whole. */
+static uint32_t phase_of(const RlRequest *request) {
+    return request->struct_size > RL_REQUEST_SIZE_V1_2 ? request->phase : RL_PHASE_WHOLE;
+}
+
+static uint32_t role_of(const RlEndpointStatus *e) {
+    return e->struct_size > RL_ENDPOINT_STATUS_SIZE_V1_2 ? e->role : RL_ROLE_AGGREGATED;
+}
+
 static RlStatus lr_match(void *instance, const RlRequest *request, const RlEndpointList *endpoints,
                          const uint8_t *unavailable, uint32_t *out_index, const RlErrorSink *err) {
-    (void)request, (void)err;
+    (void)err;
+    uint32_t phase = phase_of(request);
     const RlEndpointStatus *best = NULL;
     for (uint64_t pos = 0; pos < endpoints->len; pos++) {
         const RlEndpointStatus *e = endpoint_at(endpoints, pos);
         if (unavailable[pos]) continue;
+        /* A decode leg never goes to a prefill endpoint, whatever the flags say. */
+        if (phase == RL_PHASE_DECODE && role_of(e) == RL_ROLE_PREFILL) continue;
         if (best == NULL || e->running < best->running) best = e;
     }
     if (best == NULL) return RL_NO_ENDPOINT;

@@ -73,6 +73,46 @@ fn the_c_example_is_listed_and_routes() {
     );
 }
 
+/// ABI 1.3 from the C side: the header's `RlRequest::phase` and `RlEndpointStatus::role`
+/// are where the host writes them. The example never sends a decode leg to a prefill
+/// endpoint, even when the host's flags would let it; a whole request goes anywhere.
+#[test]
+fn the_c_example_reads_the_phase_and_the_roles() {
+    let dir = scratch_dir("c-phase");
+    compile_c(
+        &workspace_root().join("examples/c/least_running.c"),
+        &dir.join(library_file_name("least-running")),
+        &[],
+    );
+    let search = SearchPath::new(vec![dir]);
+    let mut table = endpoints(3);
+    table.set_role(0, routerlab_core::Role::Prefill);
+    table.set_role(1, routerlab_core::Role::Decode);
+    table.set_role(2, routerlab_core::Role::Decode);
+    for (pos, running) in [0, 4, 7].into_iter().enumerate() {
+        table.set_load(
+            pos,
+            EndpointLoad {
+                running,
+                ..Default::default()
+            },
+        );
+    }
+    let mut matcher = load_matcher("least-running", "", &search).unwrap();
+    matcher.add_endpoints(&table).unwrap();
+    let pick = |matcher: &mut routerlab_host::MatcherInstance, phase| {
+        let req = RequestData {
+            phase,
+            ..request(1, &[1, 2])
+        };
+        matcher.match_request(&req, &table, &[false; 3]).unwrap()
+    };
+    // The idle prefill endpoint wins a whole request and a prefill leg, not a decode leg.
+    assert_eq!(pick(&mut matcher, routerlab_core::Phase::Whole), Some(0));
+    assert_eq!(pick(&mut matcher, routerlab_core::Phase::Prefill), Some(0));
+    assert_eq!(pick(&mut matcher, routerlab_core::Phase::Decode), Some(1));
+}
+
 /// A plugin built for ABI 1.1 loads and routes unchanged in a 1.2 host: created through
 /// `create` with `seed` in its text, called through `match` and `update`, and never
 /// through the 1.2 slots its vtable does not declare (they hold traps that fail).
