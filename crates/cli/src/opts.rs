@@ -150,7 +150,7 @@ pub struct ReplayOpts {
     pub decode_endpoints: Option<usize>,
     /// Which requests a disaggregated fleet prefills in its prefill pool: `always`, or
     /// `threshold:TOKENS` (the decode endpoint is chosen first and prefills locally a
-    /// prompt it lacks at most TOKENS of) [default: always].
+    /// prompt it lacks fewer than TOKENS of; 0 = always) [default: always].
     #[arg(long, value_name = "RULE", help_heading = FLEET)]
     pub pd_decision: Option<String>,
     /// KV bytes of one token, for the KV transfer's time (e.g. 131072 for Llama-3.1-8B in

@@ -19,9 +19,9 @@ pub enum PdDecision {
     /// Every request is prefilled in the prefill pool.
     #[default]
     Always,
-    /// Prefill remotely only when the uncached prompt exceeds this many tokens.
+    /// Prefill remotely only when the uncached prompt is at least this many tokens.
     Threshold {
-        /// Uncached prompt tokens up to which the decode endpoint prefills locally.
+        /// Uncached prompt tokens from which the prefill pool prefills (0: always).
         tokens: u64,
     },
 }
@@ -38,7 +38,7 @@ impl PdDecision {
         match self {
             PdDecision::Always => true,
             PdDecision::Threshold { tokens } => {
-                prompt_tokens.saturating_sub(cached_tokens) > tokens
+                prompt_tokens.saturating_sub(cached_tokens) >= tokens
             }
         }
     }
@@ -89,8 +89,13 @@ mod tests {
         assert!(!rule.disaggregate(2_000, 1_536));
         // 1,024 cached: 976 to compute, more than 512, sent to the prefill pool.
         assert!(rule.disaggregate(2_000, 1_024));
-        // Exactly at the threshold stays local.
-        assert!(!rule.disaggregate(1_024, 512));
+        // Exactly at the threshold goes to the prefill pool, one below stays (llm-d's rule).
+        assert!(rule.disaggregate(1_024, 512));
+        assert!(!rule.disaggregate(1_023, 512));
+        assert!(
+            PdDecision::Threshold { tokens: 0 }.disaggregate(5, 5),
+            "0: always"
+        );
         assert!(PdDecision::Always.disaggregate(10, 10));
         assert!(!PdDecision::Always.decode_first());
         assert_eq!(rule.name(), "threshold:512");
