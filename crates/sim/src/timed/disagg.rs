@@ -29,6 +29,16 @@ use super::Sim;
 use super::events::Event;
 use crate::SimError;
 
+/// What a pool's router made of a request.
+enum Pick {
+    /// No endpoint could take it (now).
+    Nothing,
+    /// The endpoint chosen could never hold it (counted as too long).
+    TooLong,
+    /// This list position took it.
+    At(usize),
+}
+
 /// Where one request is in a disaggregated run.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct PdRequest {
@@ -152,17 +162,22 @@ impl Sim<'_> {
         let decision = self.pd().pools.decision;
         let prompt = self.workload.requests[index].prompt_tokens;
         if !decision.decode_first() {
-            let Some(pos) = self.pick(index, now, replicas, Phase::Prefill)? else {
-                return Ok(false);
-            };
-            self.start_prefill(index, pos, now);
+            match self.pick(index, now, replicas, Phase::Prefill)? {
+                Pick::Nothing => return Ok(false),
+                Pick::TooLong => self.reject(index, now),
+                Pick::At(pos) => self.start_prefill(index, pos, now),
+            }
             return Ok(true);
         }
         let decode = match self.pd().requests[index].decode {
             Some(pos) => pos,
             None => match self.pick(index, now, replicas, Phase::Decode)? {
-                Some(pos) => pos,
-                None => return Ok(false),
+                Pick::At(pos) => pos,
+                Pick::Nothing => return Ok(false),
+                Pick::TooLong => {
+                    self.reject(index, now);
+                    return Ok(true);
+                }
             },
         };
         self.pd().requests[index].decode = Some(decode);
@@ -170,11 +185,13 @@ impl Sim<'_> {
         let remote = if decision.disaggregate(u64::from(prompt), cached) {
             self.pick(index, now, replicas, Phase::Prefill)?
         } else {
-            None
+            Pick::Nothing
         };
         match remote {
-            Some(pos) => self.start_prefill(index, pos, now),
-            None => {
+            Pick::At(pos) => self.start_prefill(index, pos, now),
+            // Too long for the prefill endpoint chosen, or none available: prefilled where
+            // it decodes, which holds it (it was chosen for the whole request).
+            Pick::Nothing | Pick::TooLong => {
                 // Prefilled where it decodes: a whole request on that engine.
                 let pd = self.pd();
                 pd.requests[index].local = true;
@@ -193,7 +210,7 @@ impl Sim<'_> {
         now: u64,
         replicas: &mut Replicas,
         phase: Phase,
-    ) -> Result<Option<usize>, SimError> {
+    ) -> Result<Pick, SimError> {
         self.pd().requests[index].phase = Some(phase);
         let r = self.requests[index].replica;
         let live = self.settings.metrics_interval_ns == 0;
@@ -220,8 +237,19 @@ impl Sim<'_> {
             .map_err(self.plugin_error(index))?;
         self.requests[index].constrained |= decision.constrained;
         let Some(ListPos(pos)) = decision.endpoint else {
-            return Ok(None);
+            return Ok(Pick::Nothing);
         };
+        // A prefill holds the prompt and one token; a decode the prompt and the output.
+        let holds = if phase == Phase::Prefill {
+            1
+        } else {
+            output_tokens
+        };
+        if !self.fleet.engines[pos].can_ever_fit(prompt_tokens, holds) {
+            // The matcher chose an engine too small for it (possible in mixed fleets).
+            self.stats.too_long += 1;
+            return Ok(Pick::TooLong);
+        }
         if !decision.learned {
             router
                 .learn(&self.data(index, now, None), ListPos(pos))
@@ -233,7 +261,7 @@ impl Sim<'_> {
         }
         self.fleet.inflight_tokens[r][pos] += u64::from(prompt_tokens);
         self.fleet.inflight_requests[r][pos] += 1;
-        Ok(Some(pos))
+        Ok(Pick::At(pos))
     }
 
     /// What engine `pos` holds of request `index`'s prompt, in tokens.
@@ -319,14 +347,18 @@ impl Sim<'_> {
         replicas: &mut Replicas,
     ) -> Result<bool, SimError> {
         match self.pick(index, now, replicas, Phase::Decode)? {
-            Some(pos) => {
+            Pick::At(pos) => {
                 self.pd().requests[index].decode = Some(pos);
                 self.start_transfer(index, now)?;
                 Ok(true)
             }
+            Pick::TooLong => {
+                self.reject(index, now);
+                Ok(true)
+            }
             // Its KV is computed: whatever the unavailable policy, it waits for a decode
             // endpoint rather than be thrown away.
-            None => Ok(false),
+            Pick::Nothing => Ok(false),
         }
     }
 
