@@ -359,11 +359,16 @@ impl ReplayOpts {
             || self.metrics_interval_ms.is_some()
             || self.when_unavailable == Some(UnavailableArg::Queue)
             || self.output_tokens.is_some()
-            || self.kv_bytes_per_token.is_some()
+            || self.kv_transfer_given()
+            || self.prefill_engine.is_some()
+            || self.decode_engine.is_some()
+    }
+
+    /// Whether any setting of the KV transfer between pools is given.
+    pub fn kv_transfer_given(&self) -> bool {
+        self.kv_bytes_per_token.is_some()
             || self.kv_transfer_gbps.is_some()
             || self.kv_transfer_latency_ms.is_some()
             || self.kv_transfer_mode.is_some()
-            || self.prefill_engine.is_some()
-            || self.decode_engine.is_some()
     }
 }

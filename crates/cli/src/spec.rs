@@ -249,10 +249,7 @@ fn resolve_timed(
 fn resolve_pools(opts: &ReplayOpts, prefill: Option<usize>) -> Result<Option<Pools>, Failure> {
     let Some(prefill) = prefill else {
         if opts.pd_decision.is_some()
-            || opts.kv_bytes_per_token.is_some()
-            || opts.kv_transfer_gbps.is_some()
-            || opts.kv_transfer_latency_ms.is_some()
-            || opts.kv_transfer_mode.is_some()
+            || opts.kv_transfer_given()
             || opts.prefill_engine.is_some()
             || opts.decode_engine.is_some()
         {

@@ -167,6 +167,32 @@ impl Shared {
         tokio::time::timeout(wait, self.lock_async()).await.ok()
     }
 
+    /// The endpoint `routed` goes to: the plugins' decision the first time, then (after the
+    /// endpoints `tried` failed before answering) the next healthy one of its phase's pool.
+    async fn pick(&self, routed: &Routed, tried: &[usize]) -> Result<usize, Refusal> {
+        let mut state = self.lock_async().await;
+        if tried.is_empty() {
+            let started = Instant::now();
+            let pick = state.decide(routed, self.now_ns(), self.settings.on_plugin_error);
+            self.decisions.observe(started.elapsed().as_secs_f64());
+            return pick;
+        }
+        state.next_untried(tried, routed.phase).ok_or_else(|| {
+            Refusal(
+                502,
+                format!(
+                    "no {}endpoint took the request: {} failed",
+                    if routed.phase == routerlab_core::Phase::Prefill {
+                        "prefill "
+                    } else {
+                        ""
+                    },
+                    names(&state, tried)
+                ),
+            )
+        })
+    }
+
     /// Nanoseconds since the router started: the arrival and decision times plugins see.
     fn now_ns(&self) -> u64 {
         u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX)
@@ -420,25 +446,7 @@ async fn proxy(
 ) -> Response<Body> {
     let mut tried: Vec<usize> = Vec::new();
     loop {
-        let pick = {
-            let mut state = shared.lock_async().await;
-            if tried.is_empty() {
-                let started = Instant::now();
-                let pick = state.decide(&routed, shared.now_ns(), shared.settings.on_plugin_error);
-                shared.decisions.observe(started.elapsed().as_secs_f64());
-                pick
-            } else {
-                state.next_untried(&tried, routed.phase).ok_or_else(|| {
-                    Refusal(
-                        502,
-                        format!(
-                            "no endpoint took the request: {} failed",
-                            names(&state, &tried)
-                        ),
-                    )
-                })
-            }
-        };
+        let pick = shared.pick(&routed, &tried).await;
         let upstream = match pick {
             Ok(upstream) => upstream,
             Err(Refusal(status, message)) => {

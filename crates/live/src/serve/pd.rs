@@ -15,7 +15,6 @@
 //! pool's plugins; the decode endpoint's stream is the decode pool's.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
@@ -25,7 +24,7 @@ use routerlab_core::Phase;
 use serde_json::{Map, Value};
 
 use super::state::{Refusal, Routed};
-use super::{MAX_ANSWER_BYTES, PREFILL_ENDPOINT_HEADER, Shared, names};
+use super::{MAX_ANSWER_BYTES, PREFILL_ENDPOINT_HEADER, Shared};
 use crate::http::{self, Body};
 
 /// Where the prefill leg is sent from.
@@ -104,26 +103,7 @@ impl Upstream<'_> {
         routed.phase = Phase::Prefill;
         let mut tried: Vec<usize> = Vec::new();
         loop {
-            let pick = {
-                let mut state = shared.lock_async().await;
-                if tried.is_empty() {
-                    let started = Instant::now();
-                    let pick =
-                        state.decide(&routed, shared.now_ns(), shared.settings.on_plugin_error);
-                    shared.decisions.observe(started.elapsed().as_secs_f64());
-                    pick
-                } else {
-                    state.next_untried(&tried, Phase::Prefill).ok_or_else(|| {
-                        Refusal(
-                            502,
-                            format!(
-                                "no prefill endpoint took the request: {} failed",
-                                names(&state, &tried)
-                            ),
-                        )
-                    })
-                }
-            };
+            let pick = shared.pick(&routed, &tried).await;
             let upstream = match pick {
                 Ok(upstream) => upstream,
                 Err(Refusal(status, message)) => {
