@@ -9,8 +9,9 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use routerlab_engine::{EngineConfig, StepTime};
+use routerlab_engine::{EngineConfig, KvTransfer, StepTime, TransferMode};
 use routerlab_host::SearchPath;
+use routerlab_route::{PdDecision, Pools};
 use routerlab_sim::WhenUnavailable;
 use routerlab_sim::observer::NoObserver;
 use routerlab_sim::scenario::Scenario;
@@ -78,6 +79,17 @@ fuzz_target!(|data: &[u8]| {
         metrics_interval_ns: u64::from(byte(head, 11)) * 1_000_000,
         default_output_tokens: 16,
         seed: u64::from(byte(head, 12)),
+        // A disaggregated fleet's KV takes up to 25.5 ms plus its bytes at 1 GB/s.
+        kv_transfer: KvTransfer {
+            kv_bytes_per_token: u64::from(byte(head, 14)) * 1024,
+            bandwidth_gbps: if byte(head, 14) == 0 { 0.0 } else { 1.0 },
+            latency_ms: f64::from(byte(head, 15)) / 10.0,
+            mode: if byte(head, 15) % 2 == 0 {
+                TransferMode::FullPrompt
+            } else {
+                TransferMode::Missing
+            },
+        },
     };
     let library = ROUND_ROBIN.get_or_init(|| {
         // The built-in plugins of the workspace's debug build (`cargo build` first). Found
@@ -93,7 +105,7 @@ fuzz_target!(|data: &[u8]| {
     } else {
         WhenUnavailable::Reject
     };
-    let scenario = Scenario::new(library.as_str(), &path)
+    let mut scenario = Scenario::new(library.as_str(), &path)
         .endpoints(endpoints)
         .trace_options(TraceOptions {
             format: Some(TraceFormat::Mooncake),
@@ -102,6 +114,20 @@ fuzz_target!(|data: &[u8]| {
         })
         .timed(settings)
         .when_unavailable(when);
+    // With two or three endpoints, sometimes a prefill and a decode pool, either decision.
+    let split = byte(head, 16);
+    if endpoints > 1 && split % 3 != 0 {
+        scenario.pools = Some(Pools {
+            prefill: 1 + (split as usize / 3) % (endpoints - 1),
+            decision: if split % 3 == 1 {
+                PdDecision::Always
+            } else {
+                PdDecision::Threshold {
+                    tokens: u64::from(split) * 4,
+                }
+            },
+        });
+    }
     let reader = scenario.reader().expect("a well-formed trace");
     let workload = scenario.workload(reader).expect("loads");
     let mut replicas = scenario
