@@ -40,6 +40,14 @@ fuzz_target!(|data: &[u8]| {
             prefill_ms_per_token: f64::from(byte(head, 7)) / 1000.0,
             decode_ms: f64::from(byte(head, 8)) / 10.0,
         },
+        kv_bytes_per_token: Some(u64::from(byte(head, 17)) * 4096),
+        // Sometimes a host tier, from 1 to 256 blocks.
+        host_tier: (byte(head, 17) > 0).then(|| routerlab_engine::HostTier {
+            blocks: 1 + byte(head, 18),
+            d2h_gbps: 10.0,
+            h2d_gbps: 1.0 + f64::from(byte(head, 19)),
+            latency_ms: 0.0,
+        }),
     };
     if engine.validate().is_err() {
         return;

@@ -20,6 +20,8 @@ fn small_engine() -> EngineConfig {
         max_num_seqs: 16,
         max_num_batched_tokens: 2048,
         step_time: EngineConfig::dynamo().step_time,
+        kv_bytes_per_token: None,
+        host_tier: None,
     }
 }
 

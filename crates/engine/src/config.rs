@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::host::HostTier;
 use crate::step_time::StepTime;
 
 /// One engine's settings.
@@ -23,6 +24,13 @@ pub struct EngineConfig {
     pub max_num_batched_tokens: u32,
     /// Step-time model.
     pub step_time: StepTime,
+    /// KV bytes of one token (all layers, keys and values), what sizes a host tier's loads
+    /// (added in 0.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_bytes_per_token: Option<u64>,
+    /// A host-memory tier below the GPU cache (added in 0.5; see [`crate::host`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_tier: Option<HostTier>,
 }
 
 impl EngineConfig {
@@ -38,6 +46,8 @@ impl EngineConfig {
                 prefill: [4.21e-7, 0.01518, 16.5],
                 decode: [-25.74, 54.01, 5.74],
             },
+            kv_bytes_per_token: None,
+            host_tier: None,
         }
     }
 
@@ -58,6 +68,18 @@ impl EngineConfig {
             self.max_num_seqs,
             u64::from(self.num_gpu_blocks) * u64::from(self.engine_block_size),
         )?;
+        if let Some(tier) = &self.host_tier {
+            tier.validate()?;
+            if self.kv_bytes_per_token.is_none_or(|b| b == 0) {
+                return Err(
+                    "engine `host_tier` needs `kv_bytes_per_token` (the KV bytes of one token), as its loads are sized in bytes"
+                        .into(),
+                );
+            }
+        }
+        if self.kv_bytes_per_token.is_some_and(|b| b > 1 << 30) {
+            return Err("engine `kv_bytes_per_token` must be at most 2^30".into());
+        }
         // Every block is simulated: keep the model's memory bounded (16 M blocks is ~400 MB).
         if self.num_gpu_blocks > 1 << 24 {
             return Err("engine `num_gpu_blocks` must be at most 16777216".into());
@@ -133,6 +155,10 @@ pub struct Overrides {
     pub max_num_batched_tokens: Option<u32>,
     /// Step-time model.
     pub step_time: Option<StepTime>,
+    /// KV bytes of one token.
+    pub kv_bytes_per_token: Option<u64>,
+    /// A host-memory tier.
+    pub host_tier: Option<HostTier>,
 }
 
 impl EngineConfig {
@@ -145,6 +171,8 @@ impl EngineConfig {
             max_num_seqs,
             max_num_batched_tokens,
             step_time,
+            kv_bytes_per_token,
+            host_tier,
         } = overrides;
         if let Some(preset) = preset {
             self = preset.config();
@@ -155,6 +183,8 @@ impl EngineConfig {
             max_num_seqs: seqs,
             max_num_batched_tokens: budget,
             step_time: model,
+            kv_bytes_per_token: kv_bytes,
+            host_tier: host,
         } = &mut self;
         if let Some(v) = num_gpu_blocks {
             *blocks = *v;
@@ -171,6 +201,12 @@ impl EngineConfig {
         if let Some(v) = step_time {
             *model = v.clone();
         }
+        if let Some(v) = kv_bytes_per_token {
+            *kv_bytes = Some(*v);
+        }
+        if let Some(v) = host_tier {
+            *host = Some(*v);
+        }
         self
     }
 }
@@ -184,6 +220,8 @@ impl From<&EngineConfig> for Overrides {
             max_num_seqs,
             max_num_batched_tokens,
             step_time,
+            kv_bytes_per_token,
+            host_tier,
         } = config;
         Overrides {
             preset: None,
@@ -192,6 +230,8 @@ impl From<&EngineConfig> for Overrides {
             max_num_seqs: Some(*max_num_seqs),
             max_num_batched_tokens: Some(*max_num_batched_tokens),
             step_time: Some(step_time.clone()),
+            kv_bytes_per_token: *kv_bytes_per_token,
+            host_tier: *host_tier,
         }
     }
 }
@@ -212,6 +252,13 @@ mod tests {
                 prefill_ms_per_token: 0.5,
                 decode_ms: 2.0,
             },
+            kv_bytes_per_token: Some(131_072),
+            host_tier: Some(HostTier {
+                blocks: 16,
+                d2h_gbps: 10.0,
+                h2d_gbps: 20.0,
+                latency_ms: 0.5,
+            }),
         };
         assert_eq!(
             EngineConfig::dynamo().with(&Overrides::from(&wanted)),

@@ -26,12 +26,14 @@
 //! [`transfer`] the KV's move between the pools of a disaggregated fleet.
 
 pub mod config;
+pub mod host;
 pub mod kv;
 pub mod scheduler;
 pub mod step_time;
 pub mod transfer;
 
 pub use config::{EngineConfig, Overrides, Preset};
+pub use host::{HostCache, HostTier};
 pub use kv::KvCache;
 pub use scheduler::{Engine, EngineStatus, Sequence};
 pub use step_time::{Batch, StepTime};

@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 
 use crate::config::EngineConfig;
+use crate::host::HostCache;
 use crate::kv::KvCache;
 use crate::step_time::Batch;
 
@@ -40,6 +41,12 @@ pub struct Sequence {
     /// disaggregated request): its prompt still takes blocks and the step's token budget,
     /// but costs no prefill time; the step that completes it costs a decode step.
     pub kv_transferred: bool,
+    /// Of `hit_tokens`, the prompt tokens loaded from the host tier at the first admission.
+    pub host_hit_tokens: Option<u32>,
+    /// How long its host-tier loads took, nanoseconds (0: none).
+    pub load_ns: u64,
+    /// It waits for a host-tier load until then.
+    ready_ns: u64,
 }
 
 impl Sequence {
@@ -65,6 +72,9 @@ impl Sequence {
             first_scheduled_ns: None,
             first_token_ns: None,
             kv_transferred: false,
+            host_hit_tokens: None,
+            load_ns: 0,
+            ready_ns: 0,
         }
     }
 
@@ -118,6 +128,8 @@ struct Plan {
 pub struct Engine {
     config: EngineConfig,
     kv: KvCache,
+    /// The host tier below the GPU cache, when configured.
+    host: Option<HostCache>,
     waiting: VecDeque<Sequence>,
     running: Vec<Sequence>,
     plan: Option<Plan>,
@@ -138,9 +150,11 @@ impl Engine {
     /// An idle engine.
     pub fn new(config: EngineConfig) -> Engine {
         let kv = KvCache::new(config.num_gpu_blocks);
+        let host = config.host_tier.map(|tier| HostCache::new(tier.blocks));
         Engine {
             config,
             kv,
+            host,
             waiting: VecDeque::new(),
             running: Vec::new(),
             plan: None,
@@ -187,6 +201,19 @@ impl Engine {
     /// Cached blocks evicted so far.
     pub fn evictions(&self) -> u64 {
         self.kv.evictions
+    }
+
+    /// The host tier, when configured.
+    pub fn host(&self) -> Option<&HostCache> {
+        self.host.as_ref()
+    }
+
+    /// Tokens of `chain`'s leading blocks the host tier holds right after the GPU-cached
+    /// run (what a request would load instead of computing).
+    pub fn host_prefix_tokens(&self, chain: &[u64]) -> u64 {
+        let Some(host) = &self.host else { return 0 };
+        let gpu = self.kv.cached_prefix(chain);
+        host.run(&chain[gpu..]) as u64 * u64::from(self.config.engine_block_size)
     }
 
     /// The status routers see.
@@ -253,6 +280,11 @@ impl Engine {
         self.waiting.push_back(sequence);
         match &mut self.plan {
             None => self.start_step(now_ns),
+            // Only waiting for a host load: the arrival may be admitted now.
+            Some(plan) if plan.prefill.is_empty() && plan.decode.is_empty() => {
+                plan.step_ns = now_ns.saturating_sub(plan.start_ns).max(1);
+                Some(plan.start_ns + plan.step_ns)
+            }
             Some(plan) if plan.pure_decode && plan.steps > 1 => {
                 let elapsed = now_ns.saturating_sub(plan.start_ns);
                 let steps = elapsed.div_ceil(plan.step_ns).clamp(1, plan.steps);
@@ -286,6 +318,9 @@ impl Engine {
             while seq.published < full.min(seq.hashes.len()) {
                 let (id, hash) = (seq.blocks[seq.published], seq.hashes[seq.published]);
                 self.kv.publish(id, hash);
+                if let Some(host) = &mut self.host {
+                    host.store(hash);
+                }
                 seq.published += 1;
             }
             if !seq.prefilling() {
@@ -333,6 +368,11 @@ impl Engine {
         // Running sequences first, in admission order.
         let mut pos = 0;
         while pos < self.running.len() && budget > 0 {
+            if self.running[pos].ready_ns > now_ns {
+                // Its KV is still coming from the host tier.
+                pos += 1;
+                continue;
+            }
             if self.running[pos].prefilling() {
                 let seq = &self.running[pos];
                 let tokens = (seq.prefill_target - seq.computed).min(budget);
@@ -370,8 +410,15 @@ impl Engine {
             let target = head.prompt_tokens + head.generated;
             let hits = head.hit_ids.len();
             // As vLLM: the last prompt token is always computed, to sample from it.
-            let hit_tokens = (hits as u32 * block_tokens).min(target - 1);
-            let hits = (hit_tokens / block_tokens) as usize;
+            let most = ((target - 1) / block_tokens) as usize;
+            let hits = hits.min(most);
+            // Then the run the host tier holds right after the GPU's, loaded instead.
+            let host_run = match &self.host {
+                Some(host) if hits < most => host
+                    .run(&head.hashes[hits.min(head.hashes.len())..])
+                    .min(most - hits),
+                _ => 0,
+            };
             let hit_tokens = hits as u32 * block_tokens;
             let total_blocks = target.div_ceil(block_tokens) as usize;
             let new_blocks = (total_blocks - hits) as u32;
@@ -390,8 +437,27 @@ impl Engine {
             seq.published = hits;
             seq.computed = hit_tokens;
             seq.prefill_target = target;
-            seq.hit_tokens.get_or_insert(hit_tokens);
             seq.first_scheduled_ns.get_or_insert(now_ns);
+            if host_run > 0
+                && let (Some(host), Some(tier)) = (&mut self.host, self.config.host_tier)
+            {
+                let run = host.take_run(&seq.hashes[hits..], host_run);
+                let loaded = run as u32 * block_tokens;
+                let bytes = u64::from(loaded) * self.config.kv_bytes_per_token.unwrap_or(0);
+                let load = tier.load_ns(bytes);
+                seq.computed += loaded;
+                seq.ready_ns = now_ns + load;
+                seq.load_ns += load;
+                seq.host_hit_tokens.get_or_insert(loaded);
+            }
+            seq.hit_tokens.get_or_insert(seq.computed);
+            seq.host_hit_tokens.get_or_insert(0);
+            admitted = true;
+            if seq.ready_ns > now_ns {
+                // It waits for its load; the others go on.
+                self.running.push(seq);
+                continue;
+            }
             let tokens = (seq.prefill_target - seq.computed).min(budget);
             budget -= tokens;
             if !seq.kv_transferred {
@@ -399,11 +465,28 @@ impl Engine {
             }
             prefill.push((self.running.len(), tokens));
             self.running.push(seq);
-            admitted = true;
         }
         if prefill.is_empty() && decode.is_empty() {
-            self.spare = (prefill, decode);
-            return None;
+            // Nothing to compute: idle, or waiting for a load to end.
+            let Some(ready) = self
+                .running
+                .iter()
+                .map(|s| s.ready_ns)
+                .filter(|r| *r > now_ns)
+                .min()
+            else {
+                self.spare = (prefill, decode);
+                return None;
+            };
+            self.plan = Some(Plan {
+                start_ns: now_ns,
+                step_ns: ready - now_ns,
+                steps: 1,
+                prefill,
+                decode,
+                pure_decode: false,
+            });
+            return Some(ready);
         }
         // Every running sequence decodes and nothing else happens: identical steps follow.
         let pure_decode = prefill.is_empty() && !admitted && decode.len() == self.running.len();
@@ -512,6 +595,7 @@ impl Engine {
             seq.computed = 0;
             seq.prefill_target = 0;
             seq.published = 0;
+            seq.ready_ns = 0;
             self.waiting.push_front(seq);
             self.preemptions += 1;
             if victim == pos {
@@ -524,6 +608,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::HostTier;
     use crate::step_time::StepTime;
 
     fn linear(num_gpu_blocks: u32, max_num_seqs: u32, budget: u32) -> EngineConfig {
@@ -537,6 +622,8 @@ mod tests {
                 prefill_ms_per_token: 0.5,
                 decode_ms: 2.0,
             },
+            kv_bytes_per_token: None,
+            host_tier: None,
         }
     }
 
@@ -739,6 +826,56 @@ mod tests {
             engine.waiting[0].request, 1,
             "the most recently admitted went back"
         );
+    }
+
+    #[test]
+    fn a_block_evicted_to_the_host_tier_costs_its_load_not_its_prefill() {
+        // Three GPU blocks of 4 tokens; a host tier of 8 blocks, 1,000 bytes a token at
+        // 1 GB/s (4 µs a block) plus 1 ms to the first byte.
+        let mut config = linear(3, 4, 100);
+        config.kv_bytes_per_token = Some(1_000);
+        config.host_tier = Some(HostTier {
+            blocks: 8,
+            d2h_gbps: 1.0,
+            h2d_gbps: 1.0,
+            latency_ms: 1.0,
+        });
+        let mut engine = Engine::new(config);
+        // Request 0: 8 tokens (two blocks), computed and stored to the host as they are.
+        let end = engine
+            .enqueue(Sequence::new(0, 8, 1, vec![1, 2]), 0)
+            .unwrap();
+        assert_eq!(end, 5_000_000, "1 + 8 × 0.5 ms");
+        assert_eq!(engine.finish_step(end).len(), 1);
+        assert_eq!(engine.host().unwrap().len(), 2);
+        // Request 1 (12 other tokens) takes all three GPU blocks: 1 and 2 leave the GPU.
+        let end = engine
+            .enqueue(Sequence::new(1, 12, 1, vec![7, 8, 9]), end)
+            .unwrap();
+        engine.finish_step(end);
+        assert_eq!(engine.cached_prefix_tokens(&[1, 2]), 0, "gone from the GPU");
+        assert_eq!(
+            engine.host_prefix_tokens(&[1, 2]),
+            8,
+            "still in the host tier"
+        );
+        // Request 2: 9 tokens sharing request 0's two blocks, both full before its last
+        // token: loaded, 8 tokens × 1,000 bytes at 1 GB/s = 8 µs, + 1 ms. It waits for the
+        // load; nothing is computed meanwhile.
+        let start = end;
+        let wait = engine
+            .enqueue(Sequence::new(2, 9, 1, vec![1, 2]), start)
+            .unwrap();
+        assert_eq!(wait - start, 1_008_000);
+        engine.finish_step(wait);
+        // Then the one remaining token: 1 + 0.5 ms, not 1 + 9 × 0.5 ms.
+        let end = engine.step_end().unwrap();
+        assert_eq!(end - wait, 1_500_000);
+        let done = engine.finish_step(end);
+        assert_eq!(done[0].hit_tokens, Some(8));
+        assert_eq!(done[0].host_hit_tokens, Some(8));
+        assert_eq!(done[0].load_ns, 1_008_000);
+        assert_eq!(engine.cached_prefix_tokens(&[1, 2]), 8, "back on the GPU");
     }
 
     #[test]

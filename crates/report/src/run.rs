@@ -199,6 +199,25 @@ pub struct EngineRun {
     pub max_num_batched_tokens: u32,
     /// Step-time model.
     pub step_time: StepTimeRun,
+    /// KV bytes of one token (added in 0.5; absent when not given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_bytes_per_token: Option<u64>,
+    /// The host-memory tier (added in 0.5; absent for one tier).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_tier: Option<HostTierRun>,
+}
+
+/// A host-memory tier, as run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HostTierRun {
+    /// Blocks it held.
+    pub blocks: u32,
+    /// Device-to-host GB/s.
+    pub d2h_gbps: f64,
+    /// Host-to-device GB/s.
+    pub h2d_gbps: f64,
+    /// Time to a load's first byte, ms.
+    pub latency_ms: f64,
 }
 
 /// A step-time model and its coefficients.

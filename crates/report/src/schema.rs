@@ -251,6 +251,47 @@ pub struct TimedReport {
     /// The pools of a disaggregated fleet (added in 0.5; absent for an aggregated one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pools: Option<PoolsReport>,
+    /// The KV cache's tiers (added in 0.5; absent unless an engine has a host tier).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tiers: Option<TiersReport>,
+}
+
+/// Where reused prompt tokens came from, when engines keep KV in host memory too: the
+/// GPU cache, or a load from the host tier (each over every sequence an engine admitted:
+/// a disaggregated request's prefill and decode legs count on their own).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TiersReport {
+    /// Prompt tokens of those sequences.
+    pub prompt_tokens: u64,
+    /// Reused from the GPU cache.
+    pub gpu_hit_tokens: u64,
+    /// `gpu_hit_tokens / prompt_tokens`.
+    pub gpu_hit_ratio: f64,
+    /// Loaded from the host tier instead of computed.
+    pub host_hit_tokens: u64,
+    /// `host_hit_tokens / prompt_tokens`.
+    pub host_hit_ratio: f64,
+    /// Sequences that waited for a load.
+    pub loads: u64,
+    /// Time of each load, ms.
+    pub load: Option<Latency>,
+    /// Per endpoint with a host tier, in endpoint order.
+    pub per_endpoint: Vec<HostTierTimed>,
+}
+
+/// One endpoint's host tier.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HostTierTimed {
+    /// Endpoint name.
+    pub name: String,
+    /// Its capacity, blocks.
+    pub blocks: u64,
+    /// The most it held at once, blocks.
+    pub peak_blocks: u64,
+    /// Blocks stored.
+    pub stores: u64,
+    /// Blocks evicted to make room.
+    pub evictions: u64,
 }
 
 /// A disaggregated fleet's pools: where requests were prefilled and decoded, the P/D

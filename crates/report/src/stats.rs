@@ -353,6 +353,7 @@ impl TimedTally {
             running_spread: Default::default(),
             per_endpoint: Vec::new(),
             pools: None,
+            tiers: None,
         }
     }
 }

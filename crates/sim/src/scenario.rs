@@ -416,9 +416,10 @@ pub fn with_seed(config: &Mapping, seed: u64) -> String {
 pub mod recorded {
     use std::collections::BTreeMap;
 
-    use routerlab_engine::{EngineConfig, KvTransfer, StepTime};
+    use routerlab_engine::{EngineConfig, HostTier, KvTransfer, StepTime};
     use routerlab_report::run::{
-        ArrivalsRun, AssignRun, EngineRun, KvTransferRun, StepTimeRun, TraceRun, UnavailableRun,
+        ArrivalsRun, AssignRun, EngineRun, HostTierRun, KvTransferRun, StepTimeRun, TraceRun,
+        UnavailableRun,
     };
     use routerlab_route::{ReplicaAssign, WhenUnavailable};
     use routerlab_trace::arrivals::Arrivals;
@@ -488,8 +489,25 @@ pub mod recorded {
             max_num_seqs,
             max_num_batched_tokens,
             step_time,
+            kv_bytes_per_token,
+            host_tier,
         } = config;
         EngineRun {
+            kv_bytes_per_token: *kv_bytes_per_token,
+            host_tier: host_tier.map(|tier| {
+                let HostTier {
+                    blocks,
+                    d2h_gbps,
+                    h2d_gbps,
+                    latency_ms,
+                } = tier;
+                HostTierRun {
+                    blocks,
+                    d2h_gbps,
+                    h2d_gbps,
+                    latency_ms,
+                }
+            }),
             num_gpu_blocks: *num_gpu_blocks,
             engine_block_size: *engine_block_size,
             max_num_seqs: *max_num_seqs,

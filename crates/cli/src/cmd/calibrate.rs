@@ -161,6 +161,8 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         max_num_seqs: run.max_num_seqs,
         max_num_batched_tokens: run.max_num_batched_tokens,
         step_time: run.initial_guess(),
+        kv_bytes_per_token: None,
+        host_tier: None,
     };
     let measured = run.samples();
     let fitted = fit(&base, &measured, args.seed, args.budget, |engine| {

@@ -317,6 +317,9 @@ impl Sim<'_> {
             .router_mut(r)
             .complete(&self.data(index, now, None), ListPos(pos))
             .map_err(self.plugin_error(index))?;
+        if let Some(tiers) = &mut self.stats.tiers {
+            tiers.add(&sequence);
+        }
         let prompt = self.workload.requests[index].prompt_tokens;
         self.fleet.inflight_tokens[r][pos] -= u64::from(prompt);
         self.fleet.inflight_requests[r][pos] -= 1;

@@ -30,7 +30,7 @@ use crate::observer::{Observer, RequestRecord};
 use routerlab_engine::{EngineConfig, KvTransfer, Sequence};
 use routerlab_report::stats::Tally;
 use routerlab_report::stats::{Finished, TimedTally};
-use routerlab_report::{EndpointTimed, Report, TimedReport, round6};
+use routerlab_report::{EndpointTimed, HostTierTimed, Report, TimedReport, round6};
 use routerlab_route::{Decision, ListPos, RequestSeq, WhenUnavailable};
 use routerlab_route::{Placement, Replicas};
 
@@ -47,7 +47,7 @@ mod tests;
 use disagg::PdRun;
 use events::{Event, Events};
 use fleet::Fleet;
-use tally::{EndpointTally, SpreadTally, TimedStats};
+use tally::{EndpointTally, SpreadTally, TiersTally, TimedStats};
 
 /// Settings of a timed replay (the endpoints and the unavailable policy are the router's).
 #[derive(Debug, Clone, PartialEq)]
@@ -226,6 +226,11 @@ pub fn replay_timed(
             router_queued: 0,
             too_long: 0,
             spread: SpreadTally::default(),
+            tiers: settings
+                .engines
+                .iter()
+                .any(|e| e.host_tier.is_some())
+                .then(TiersTally::default),
         },
         next_closed: 0,
         position_of: {
@@ -585,6 +590,9 @@ impl Sim<'_> {
             .router_for(r, pos)
             .complete(&self.data(index, now, None), ListPos(pos))
             .map_err(self.plugin_error(index))?;
+        if let Some(tiers) = &mut self.stats.tiers {
+            tiers.add(&sequence);
+        }
         // A disaggregated request counts where its prompt was computed, from its prefill.
         let (computed_at, hit, scheduled) = match self.pd.is_some() {
             true => {
@@ -709,6 +717,21 @@ impl Sim<'_> {
                 .pd
                 .as_ref()
                 .map(|pd| pd.report(self.fleet.engines.len())),
+            tiers: stats.tiers.as_ref().map(|tiers| {
+                let per_endpoint = (self.fleet.engines.iter().enumerate())
+                    .filter_map(|(pos, engine)| {
+                        let host = engine.host()?;
+                        Some(HostTierTimed {
+                            name: router.table().name(pos).to_owned(),
+                            blocks: host.capacity() as u64,
+                            peak_blocks: host.peak,
+                            stores: host.stores,
+                            evictions: host.evictions,
+                        })
+                    })
+                    .collect();
+                tiers.report(per_endpoint)
+            }),
             ..stats.latency.report()
         });
         report

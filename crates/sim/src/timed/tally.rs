@@ -1,7 +1,8 @@
 //! What the timed replay counts beyond the time-free statistics: latencies, tokens per
 //! endpoint, and the spread of running requests across the fleet over time.
 
-use routerlab_report::stats::{Tally, TimedTally};
+use routerlab_report::stats::{LatencyStat, Tally, TimedTally, ratio};
+use routerlab_report::{HostTierTimed, TiersReport};
 use routerlab_report::{Spread, round6};
 
 /// Prompt and output tokens of one endpoint's finished requests.
@@ -91,6 +92,44 @@ pub(super) fn spread_of(running: &[u64]) -> Option<(u64, f64)> {
     Some((max - min, cv))
 }
 
+/// Reused tokens by tier, and the host tier's loads.
+#[derive(Default)]
+pub(super) struct TiersTally {
+    prompt_tokens: u64,
+    gpu_hit_tokens: u64,
+    host_hit_tokens: u64,
+    loads: u64,
+    load: LatencyStat,
+}
+
+impl TiersTally {
+    /// A sequence an engine finished.
+    pub(super) fn add(&mut self, sequence: &routerlab_engine::Sequence) {
+        let hit = u64::from(sequence.hit_tokens.unwrap_or(0));
+        let host = u64::from(sequence.host_hit_tokens.unwrap_or(0));
+        self.prompt_tokens += u64::from(sequence.prompt_tokens);
+        self.gpu_hit_tokens += hit - host.min(hit);
+        self.host_hit_tokens += host;
+        if sequence.load_ns > 0 {
+            self.loads += 1;
+            self.load.record(sequence.load_ns / 1000);
+        }
+    }
+
+    pub(super) fn report(&self, per_endpoint: Vec<HostTierTimed>) -> TiersReport {
+        TiersReport {
+            prompt_tokens: self.prompt_tokens,
+            gpu_hit_tokens: self.gpu_hit_tokens,
+            gpu_hit_ratio: ratio(self.gpu_hit_tokens, self.prompt_tokens),
+            host_hit_tokens: self.host_hit_tokens,
+            host_hit_ratio: ratio(self.host_hit_tokens, self.prompt_tokens),
+            loads: self.loads,
+            load: self.load.summary(),
+            per_endpoint,
+        }
+    }
+}
+
 /// What the timed replay measures beyond the time-free statistics.
 pub(super) struct TimedStats {
     pub(super) base: Tally,
@@ -100,4 +139,6 @@ pub(super) struct TimedStats {
     pub(super) router_queued: u64,
     pub(super) too_long: u64,
     pub(super) spread: SpreadTally,
+    /// With a host tier anywhere.
+    pub(super) tiers: Option<TiersTally>,
 }

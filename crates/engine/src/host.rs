@@ -1,0 +1,207 @@
+//! A host-memory tier below the GPU KV cache: the blocks an engine computed, kept in host
+//! memory (least recently used out first) and loaded back instead of recomputed.
+//!
+//! The rules follow the default CPU path of vLLM's `OffloadingConnector` as NVIDIA Dynamo's
+//! mocker models it (`lib/mocker/src/host_offload/policy.rs`,
+//! `vllm_offloading_connector_defaults`): a prompt block is stored once its KV is computed
+//! (prompt blocks only, only when the tier does not hold it yet); a request's reusable
+//! prefix is its GPU-cached leading run, then the run of the blocks right after it that
+//! the host tier holds; those are loaded (host to device) and the request waits for the
+//! load while the engine's other requests go on; the host keeps its copy; a lookup makes
+//! the blocks it matched the most recently used. What the lab leaves out: the store's own
+//! time (device to host; Dynamo's source-reuse fence on it) and a shared transfer lane
+//! (each load takes its own bytes over the bandwidth, however many run at once).
+
+use std::collections::BTreeMap;
+
+use routerlab_core::hash::U64Map;
+use serde::{Deserialize, Serialize};
+
+/// A host tier's settings (engine config key `host_tier`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostTier {
+    /// Blocks it holds (of the engine's block size).
+    pub blocks: u32,
+    /// Device-to-host bandwidth, GB/s (10^9 bytes a second).
+    pub d2h_gbps: f64,
+    /// Host-to-device bandwidth, GB/s: what a load takes its time from.
+    pub h2d_gbps: f64,
+    /// Time to the first byte of a load, milliseconds.
+    #[serde(default)]
+    pub latency_ms: f64,
+}
+
+impl HostTier {
+    /// Checks the settings; the message names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.blocks == 0 {
+            return Err("engine `host_tier.blocks` must be at least 1".into());
+        }
+        if self.blocks > 1 << 26 {
+            return Err("engine `host_tier.blocks` must be at most 67108864".into());
+        }
+        for (key, value) in [("d2h_gbps", self.d2h_gbps), ("h2d_gbps", self.h2d_gbps)] {
+            if !value.is_finite() || value <= 0.0 {
+                return Err(format!(
+                    "engine `host_tier.{key}` must be a positive number, not {value}"
+                ));
+            }
+        }
+        if !self.latency_ms.is_finite() || !(0.0..=3_600_000.0).contains(&self.latency_ms) {
+            return Err(format!(
+                "engine `host_tier.latency_ms` must be from 0 to an hour, not {}",
+                self.latency_ms
+            ));
+        }
+        Ok(())
+    }
+
+    /// Nanoseconds to load `bytes` back to the GPU (at most an hour).
+    pub fn load_ns(&self, bytes: u64) -> u64 {
+        let ms = self.latency_ms + bytes as f64 / (self.h2d_gbps * 1e6);
+        (ms.min(3_600_000.0) * 1e6).round() as u64
+    }
+}
+
+/// The blocks a host tier holds, by prefix hash, least recently used first out.
+pub struct HostCache {
+    capacity: usize,
+    /// Hash -> its last use.
+    stamp_of: U64Map<u64>,
+    /// Last use -> hash, oldest first.
+    by_stamp: BTreeMap<u64, u64>,
+    clock: u64,
+    /// Blocks stored (a block stored again after its eviction counts again).
+    pub stores: u64,
+    /// Blocks evicted to make room.
+    pub evictions: u64,
+    /// The most blocks it held at once.
+    pub peak: u64,
+}
+
+impl HostCache {
+    /// An empty tier of `capacity` blocks.
+    pub fn new(capacity: u32) -> HostCache {
+        HostCache {
+            capacity: capacity.max(1) as usize,
+            stamp_of: U64Map::default(),
+            by_stamp: BTreeMap::new(),
+            clock: 0,
+            stores: 0,
+            evictions: 0,
+            peak: 0,
+        }
+    }
+
+    /// Blocks held.
+    pub fn len(&self) -> usize {
+        self.stamp_of.len()
+    }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.stamp_of.is_empty()
+    }
+
+    /// Its capacity in blocks.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    fn touch(&mut self, hash: u64) {
+        self.clock += 1;
+        if let Some(stamp) = self.stamp_of.get_mut(&hash) {
+            self.by_stamp.remove(stamp);
+            *stamp = self.clock;
+            self.by_stamp.insert(self.clock, hash);
+        }
+    }
+
+    /// Stores the block `hash` unless it is held already; the least recently used block
+    /// leaves when the tier is full.
+    pub fn store(&mut self, hash: u64) {
+        if self.stamp_of.contains_key(&hash) {
+            return;
+        }
+        if self.stamp_of.len() >= self.capacity
+            && let Some((_, oldest)) = self.by_stamp.pop_first()
+        {
+            self.stamp_of.remove(&oldest);
+            self.evictions += 1;
+        }
+        self.clock += 1;
+        self.stamp_of.insert(hash, self.clock);
+        self.by_stamp.insert(self.clock, hash);
+        self.stores += 1;
+        self.peak = self.peak.max(self.stamp_of.len() as u64);
+    }
+
+    /// How many of `chain`'s blocks, from the first, it holds (changing nothing).
+    pub fn run(&self, chain: &[u64]) -> usize {
+        chain
+            .iter()
+            .take_while(|h| self.stamp_of.contains_key(*h))
+            .count()
+    }
+
+    /// The run of `chain` it holds, from the first, at most `most` blocks, made the most
+    /// recently used; returns its length.
+    pub fn take_run(&mut self, chain: &[u64], most: usize) -> usize {
+        let run = self.run(chain).min(most);
+        // In reverse order, as vLLM's connector touches them: the first block ends the most
+        // recently used, so a prefix's deeper blocks leave before its shallow ones.
+        for hash in chain[..run].iter().rev() {
+            self.touch(*hash);
+        }
+        run
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_tier_evicts_the_least_recently_used_block() {
+        let mut host = HostCache::new(3);
+        for hash in [10, 11, 12] {
+            host.store(hash);
+        }
+        // Using 10 makes 11 the oldest.
+        assert_eq!(host.take_run(&[10, 99], 5), 1);
+        host.store(13);
+        assert_eq!(host.evictions, 1);
+        assert_eq!(host.run(&[11]), 0, "11 was the least recently used");
+        assert_eq!(host.run(&[10]), 1);
+        assert_eq!(host.run(&[12, 13]), 2);
+        // Storing what it holds changes nothing.
+        host.store(13);
+        assert_eq!((host.len(), host.stores, host.peak), (3, 4, 3));
+        assert_eq!(host.take_run(&[12, 13, 10], 2), 2, "at most `most`");
+    }
+
+    #[test]
+    fn a_load_takes_its_latency_plus_its_bytes_over_the_bandwidth() {
+        let tier = HostTier {
+            blocks: 65_536,
+            d2h_gbps: 25.0,
+            h2d_gbps: 25.0,
+            latency_ms: 0.0,
+        };
+        // One 64-token block of 131,072 bytes a token: 8,388,608 bytes at 25 GB/s.
+        assert_eq!(tier.load_ns(64 * 131_072), 335_544);
+        let slow = HostTier {
+            latency_ms: 1.5,
+            h2d_gbps: 1.0,
+            ..tier
+        };
+        assert_eq!(slow.load_ns(1_000_000), 2_500_000, "1.5 ms + 1 ms");
+        assert!(tier.validate().is_ok());
+        let zero = HostTier {
+            h2d_gbps: 0.0,
+            ..tier
+        };
+        assert!(zero.validate().unwrap_err().contains("h2d_gbps"));
+    }
+}
