@@ -666,6 +666,32 @@ fn timed_human(out: &mut String, timed: &TimedReport) {
     if let Some(pools) = &timed.pools {
         pools_human(out, pools);
     }
+    if let Some(tiers) = &timed.tiers {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "KV tiers: reused {} GPU tokens ({:.4}), {} loaded from host memory ({:.4}); {} loads",
+            tiers.gpu_hit_tokens,
+            tiers.gpu_hit_ratio,
+            tiers.host_hit_tokens,
+            tiers.host_hit_ratio,
+            tiers.loads
+        );
+        if let Some(l) = &tiers.load {
+            let _ = writeln!(
+                out,
+                "load ms: mean {:.1}, p50 {:.1}, p99 {:.1}, max {:.1}",
+                l.mean, l.p50, l.p99, l.max
+            );
+        }
+        for e in &tiers.per_endpoint {
+            let _ = writeln!(
+                out,
+                "{}: host tier {} blocks, peak {}, {} stored, {} evicted",
+                e.name, e.blocks, e.peak_blocks, e.stores, e.evictions
+            );
+        }
+    }
 }
 
 /// A disaggregated fleet's pools, the P/D decisions and where TTFT went.

@@ -1,0 +1,287 @@
+//! The engine's scheduler, step by step, with times worked out by hand.
+
+use super::*;
+use crate::host::HostTier;
+use crate::step_time::StepTime;
+
+fn linear(num_gpu_blocks: u32, max_num_seqs: u32, budget: u32) -> EngineConfig {
+    EngineConfig {
+        num_gpu_blocks,
+        engine_block_size: 4,
+        max_num_seqs,
+        max_num_batched_tokens: budget,
+        step_time: StepTime::Linear {
+            overhead_ms: 1.0,
+            prefill_ms_per_token: 0.5,
+            decode_ms: 2.0,
+        },
+        kv_bytes_per_token: None,
+        host_tier: None,
+    }
+}
+
+#[test]
+fn kv_reuses_prefixes_pins_held_blocks_and_evicts_deepest_first() {
+    let mut kv = KvCache::new(4);
+    let a: Vec<u32> = (0..3).map(|_| kv.allocate().unwrap()).collect();
+    for (i, id) in a.iter().enumerate() {
+        kv.publish(*id, 100 + i as u64);
+    }
+    assert_eq!(kv.cached_prefix(&[100, 101, 102, 999]), 3);
+    assert_eq!(kv.cached_prefix(&[100, 555, 102]), 1);
+    // Held blocks are pinned: only the one empty block can be allocated.
+    let spare = kv.allocate().unwrap();
+    assert_eq!(kv.allocate(), None);
+    kv.release(&[spare]);
+    // Releasing a chain frees its deepest block first: it is evicted first.
+    kv.release(&a);
+    assert_eq!(kv.free(), 4);
+    let _ = kv.allocate().unwrap(); // the empty block freed earlier
+    assert_eq!(kv.evictions, 0);
+    let _ = kv.allocate().unwrap();
+    assert_eq!(kv.evictions, 1);
+    assert_eq!(
+        kv.cached_prefix(&[100, 101, 102]),
+        2,
+        "hash 102 (deepest) went first"
+    );
+    let _ = kv.allocate().unwrap();
+    assert_eq!(kv.cached_prefix(&[100, 101, 102]), 1);
+    // A cached free block taken by a new holder leaves the free queue.
+    let mut ids = Vec::new();
+    kv.refresh_cached_ids(&[100, 101], &mut ids);
+    assert_eq!(ids.len(), 1);
+    kv.hold(ids[0]);
+    assert_eq!(kv.free(), 0);
+    kv.release(&ids);
+    assert_eq!(kv.cached_prefix(&[100]), 1);
+}
+
+#[test]
+fn chunked_prefill_respects_the_token_budget() {
+    // Budget 8 tokens a step; a 20-token prompt prefills in chunks 8, 8, 4.
+    let mut engine = Engine::new(linear(100, 4, 8));
+    let end = engine.enqueue(Sequence::new(0, 20, 2, vec![]), 0).unwrap();
+    assert_eq!(end, 5_000_000, "1 + 8 × 0.5 ms");
+    assert!(engine.finish_step(end).is_empty());
+    let end2 = engine.step_end().unwrap();
+    assert_eq!(end2 - end, 5_000_000);
+    assert!(engine.finish_step(end2).is_empty());
+    let end3 = engine.step_end().unwrap();
+    assert_eq!(
+        end3 - end2,
+        3_000_000,
+        "1 + 4 × 0.5 ms; the first token comes out"
+    );
+    assert!(engine.finish_step(end3).is_empty());
+    assert_eq!(engine.running[0].first_token_ns, Some(end3));
+    // One decode step (2 ms) makes the second and last token.
+    let end4 = engine.step_end().unwrap();
+    assert_eq!(end4 - end3, 2_000_000);
+    let done = engine.finish_step(end4);
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].generated, 2);
+    assert_eq!(engine.step_end(), None);
+    assert_eq!(engine.status().kv_blocks_used, 0);
+}
+
+#[test]
+fn decode_and_admission_share_the_budget_and_sequence_limit() {
+    // Budget 5: a decoding sequence takes 1 token, leaving 4 for the next prefill.
+    let mut engine = Engine::new(linear(100, 2, 5));
+    let end = engine.enqueue(Sequence::new(0, 4, 10, vec![]), 0).unwrap();
+    engine.finish_step(end); // prefilled, first token; a decode run starts at `end`
+    // Arrivals join at the next step boundary: the run is cut to one step.
+    assert_eq!(
+        engine.enqueue(Sequence::new(1, 8, 3, vec![]), end),
+        Some(end + 2_000_000)
+    );
+    engine.enqueue(Sequence::new(2, 8, 3, vec![]), end);
+    engine.finish_step(end + 2_000_000);
+    let plan = engine.plan.as_ref().unwrap();
+    assert!(!plan.pure_decode);
+    // Decode (1) + the first 4 tokens of request 1; request 2 waits (max_num_seqs 2).
+    assert_eq!(plan.prefill, vec![(1, 4)]);
+    assert_eq!(engine.status().running, 2);
+    assert_eq!(engine.status().waiting, 1);
+}
+
+#[test]
+fn the_batched_model_charges_overhead_prompt_sequences_and_context() {
+    let model = StepTime::Batched {
+        overhead_ms: 5.0,
+        prefill_ms_per_token: 0.1,
+        decode_ms_per_seq: 0.2,
+        context_ms_per_ktoken: 2.0,
+    };
+    let batch = Batch {
+        prefill_tokens: 100,
+        decode_seqs: 10,
+        context_tokens: 5000,
+        kv_usage: 0.0,
+    };
+    // 5 + 10 + 2 + 10 ms.
+    assert_eq!(model.step_ns(&batch), 27_000_000);
+    assert!(model.validate(2048, 128, 1 << 20).is_ok());
+    let batched = |overhead_ms, decode_ms_per_seq| StepTime::Batched {
+        overhead_ms,
+        prefill_ms_per_token: 0.1,
+        decode_ms_per_seq,
+        context_ms_per_ktoken: 2.0,
+    };
+    let negative = batched(5.0, -0.1).validate(2048, 128, 1 << 20);
+    assert!(negative.unwrap_err().contains("decode_ms_per_seq"));
+    let free = batched(0.0, 0.2).validate(2048, 128, 1 << 20);
+    assert!(free.unwrap_err().contains("positive"));
+    // A longer context makes the same request finish later.
+    let finish = |context_ms_per_ktoken| {
+        let mut config = linear(1000, 4, 100);
+        config.step_time = StepTime::Batched {
+            overhead_ms: 1.0,
+            prefill_ms_per_token: 0.01,
+            decode_ms_per_seq: 0.5,
+            context_ms_per_ktoken,
+        };
+        let mut engine = Engine::new(config);
+        let mut end = engine
+            .enqueue(Sequence::new(0, 400, 20, vec![]), 0)
+            .unwrap();
+        loop {
+            if !engine.finish_step(end).is_empty() {
+                return end;
+            }
+            end = engine.step_end().unwrap();
+        }
+    };
+    assert!(finish(50.0) > finish(0.0));
+}
+
+#[test]
+fn a_second_request_reuses_the_first_ones_prefix() {
+    let mut engine = Engine::new(linear(100, 4, 100));
+    let end = engine
+        .enqueue(Sequence::new(0, 12, 1, vec![1, 2, 3]), 0)
+        .unwrap();
+    assert_eq!(engine.finish_step(end).len(), 1);
+    // Same first two blocks, different third: 8 of 12 tokens are reused.
+    let end = engine
+        .enqueue(Sequence::new(1, 12, 1, vec![1, 2, 9]), end)
+        .unwrap();
+    assert_eq!(engine.running[0].hit_tokens, Some(8));
+    let done = engine.finish_step(end);
+    assert_eq!(done[0].hit_tokens, Some(8));
+    // Fully cached prompt: the last token is still computed.
+    engine.enqueue(Sequence::new(2, 12, 1, vec![1, 2, 3]), end);
+    assert_eq!(
+        engine.running[0].hit_tokens,
+        Some(8),
+        "11 of 12 is capped to full blocks"
+    );
+}
+
+#[test]
+fn macro_steps_skip_identical_decodes_and_arrivals_cut_them() {
+    let mut engine = Engine::new(linear(100, 4, 100));
+    let end = engine.enqueue(Sequence::new(0, 4, 9, vec![]), 0).unwrap();
+    engine.finish_step(end);
+    // 8 tokens left: the engine reserves the blocks they need (12 tokens: 3 blocks) and
+    // runs the 8 decode steps as one macro step.
+    let plan = engine.plan.as_ref().unwrap();
+    assert!(plan.pure_decode);
+    assert_eq!(plan.steps, 8);
+    assert_eq!(engine.status().kv_blocks_used, 3);
+    assert_eq!(engine.step_end(), Some(end + 16_000_000));
+    let run_start = end;
+    // An arrival 1 ms in cuts the run at the first boundary (2 ms).
+    let cut = engine
+        .enqueue(Sequence::new(1, 4, 1, vec![]), run_start + 1_000_000)
+        .unwrap();
+    assert_eq!(cut, run_start + 2_000_000);
+}
+
+#[test]
+fn out_of_blocks_preempts_the_newest_sequence() {
+    // 3 blocks of 4 tokens. Request 0 prefills alone (1 block); the next step it decodes
+    // (a 2nd block) while request 1 is admitted (the 3rd). Then request 1 needs a 4th.
+    let mut engine = Engine::new(linear(3, 4, 100));
+    engine.enqueue(Sequence::new(0, 4, 8, vec![]), 0);
+    engine.enqueue(Sequence::new(1, 4, 8, vec![]), 0);
+    let end = engine.step_end().unwrap();
+    engine.finish_step(end);
+    assert_eq!((engine.preemptions, engine.status().running), (0, 2));
+    assert_eq!(engine.status().kv_blocks_used, 3);
+    let end = engine.step_end().unwrap();
+    engine.finish_step(end);
+    assert_eq!(engine.preemptions, 1);
+    assert_eq!(engine.status().running, 1);
+    assert_eq!(engine.status().waiting, 1);
+    assert_eq!(
+        engine.waiting[0].request, 1,
+        "the most recently admitted went back"
+    );
+}
+
+#[test]
+fn a_block_evicted_to_the_host_tier_costs_its_load_not_its_prefill() {
+    // Three GPU blocks of 4 tokens; a host tier of 8 blocks, 1,000 bytes a token at
+    // 1 GB/s (4 µs a block) plus 1 ms to the first byte.
+    let mut config = linear(3, 4, 100);
+    config.kv_bytes_per_token = Some(1_000);
+    config.host_tier = Some(HostTier {
+        blocks: 8,
+        d2h_gbps: 1.0,
+        h2d_gbps: 1.0,
+        latency_ms: 1.0,
+    });
+    let mut engine = Engine::new(config);
+    // Request 0: 8 tokens (two blocks), computed and stored to the host as they are.
+    let end = engine
+        .enqueue(Sequence::new(0, 8, 1, vec![1, 2]), 0)
+        .unwrap();
+    assert_eq!(end, 5_000_000, "1 + 8 × 0.5 ms");
+    assert_eq!(engine.finish_step(end).len(), 1);
+    assert_eq!(engine.host().unwrap().len(), 2);
+    // Request 1 (12 other tokens) takes all three GPU blocks: 1 and 2 leave the GPU.
+    let end = engine
+        .enqueue(Sequence::new(1, 12, 1, vec![7, 8, 9]), end)
+        .unwrap();
+    engine.finish_step(end);
+    assert_eq!(engine.cached_prefix_tokens(&[1, 2]), 0, "gone from the GPU");
+    assert_eq!(
+        engine.host_prefix_tokens(&[1, 2]),
+        8,
+        "still in the host tier"
+    );
+    // Request 2: 9 tokens sharing request 0's two blocks, both full before its last
+    // token: loaded, 8 tokens × 1,000 bytes at 1 GB/s = 8 µs, + 1 ms. It waits for the
+    // load; nothing is computed meanwhile.
+    let start = end;
+    let wait = engine
+        .enqueue(Sequence::new(2, 9, 1, vec![1, 2]), start)
+        .unwrap();
+    assert_eq!(wait - start, 1_008_000);
+    engine.finish_step(wait);
+    // Then the one remaining token: 1 + 0.5 ms, not 1 + 9 × 0.5 ms.
+    let end = engine.step_end().unwrap();
+    assert_eq!(end - wait, 1_500_000);
+    let done = engine.finish_step(end);
+    assert_eq!(done[0].hit_tokens, Some(8));
+    assert_eq!(done[0].host_hit_tokens, Some(8));
+    assert_eq!(done[0].load_ns, 1_008_000);
+    assert_eq!(engine.cached_prefix_tokens(&[1, 2]), 8, "back on the GPU");
+}
+
+#[test]
+fn polynomial_matches_dynamos_published_coefficients() {
+    let model = EngineConfig::dynamo().step_time;
+    // P(1000) = 4.21e-7·1e6 + 15.18 + 16.5 = 32.101 ms; no decode.
+    let batch = |prefill_tokens, decode_seqs| Batch {
+        prefill_tokens,
+        decode_seqs,
+        context_tokens: 0,
+        kv_usage: 0.5,
+    };
+    assert_eq!(model.step_ns(&batch(1000, 0)), 32_101_000);
+    // D(0.5) = -6.435 + 27.005 + 5.74 = 26.31 ms.
+    assert_eq!(model.step_ns(&batch(0, 1)), 26_310_000);
+}
