@@ -170,6 +170,35 @@ typedef struct RlErrorSink {
 typedef RlStatus (*RlCachedPrefixFn)(const void *ctx, uint32_t endpoint_index, uint64_t *out_len);
 
 /**
+ * What `cached_tiers` writes, in the request's `unit`: `gpu` is the leading run the
+ * endpoint's GPU cache holds (what `cached_prefix` says); `host` the run right after it
+ * that its host-memory tier holds (loaded instead of computed); `shared` the run after
+ * those that a tier shared by the fleet holds. `gpu + host + shared` is what the request
+ * would not compute there.
+ */
+typedef struct RlCachedTiers {
+  /**
+   * Held by the GPU cache.
+   */
+  uint64_t gpu;
+  /**
+   * Then held by the host tier.
+   */
+  uint64_t host;
+  /**
+   * Then held by a shared tier.
+   */
+  uint64_t shared;
+} RlCachedTiers;
+
+/**
+ * `cached_tiers(ctx, endpoint_index, out)`: see `RlRequest::cached_tiers`.
+ */
+typedef RlStatus (*RlCachedTiersFn)(const void *ctx,
+                                    uint32_t endpoint_index,
+                                    struct RlCachedTiers *out);
+
+/**
  * One request, as the host presents it to matchers. Borrowed for the duration of one call.
  */
 typedef struct RlRequest {
@@ -264,6 +293,17 @@ typedef struct RlRequest {
    * Reserved, zero.
    */
   uint32_t _reserved_1_3;
+  /**
+   * Asks the host how long a prefix of this request an endpoint holds in each KV tier
+   * (its GPU cache, then right after that run its host-memory tier, then a shared tier),
+   * or NULL when the host cannot say. As `cached_prefix`: computed only when called,
+   * valid for this call only, `RL_ERR_INVALID_ARGUMENT` for an unknown endpoint.
+   */
+  RlCachedTiersFn cached_tiers;
+  /**
+   * Host context to pass back to `cached_tiers`.
+   */
+  const void *cached_tiers_ctx;
 } RlRequest;
 
 /**

@@ -155,7 +155,39 @@ pub struct RlRequest {
     pub phase: u32,
     /// Reserved, zero.
     pub _reserved_1_3: u32,
+    /// Asks the host how long a prefix of this request an endpoint holds in each KV tier
+    /// (its GPU cache, then right after that run its host-memory tier, then a shared tier),
+    /// or NULL when the host cannot say. As `cached_prefix`: computed only when called,
+    /// valid for this call only, `RL_ERR_INVALID_ARGUMENT` for an unknown endpoint.
+    pub cached_tiers: RlCachedTiersFn,
+    /// Host context to pass back to `cached_tiers`.
+    pub cached_tiers_ctx: *const c_void,
 }
+
+/// What `cached_tiers` writes, in the request's `unit`: `gpu` is the leading run the
+/// endpoint's GPU cache holds (what `cached_prefix` says); `host` the run right after it
+/// that its host-memory tier holds (loaded instead of computed); `shared` the run after
+/// those that a tier shared by the fleet holds. `gpu + host + shared` is what the request
+/// would not compute there.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RlCachedTiers {
+    /// Held by the GPU cache.
+    pub gpu: u64,
+    /// Then held by the host tier.
+    pub host: u64,
+    /// Then held by a shared tier.
+    pub shared: u64,
+}
+
+/// `cached_tiers(ctx, endpoint_index, out)`: see `RlRequest::cached_tiers`.
+pub type RlCachedTiersFn = Option<
+    unsafe extern "C" fn(
+        ctx: *const c_void,
+        endpoint_index: u32,
+        out: *mut RlCachedTiers,
+    ) -> RlStatus,
+>;
 
 /// `RlRequest::struct_size` of an ABI 1.0 host, the smallest a plugin may receive.
 pub const RL_REQUEST_SIZE_V1_0: u32 = 96;
@@ -440,7 +472,9 @@ const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<RlStr>() == 16);
     assert!(size_of::<RlErrorSink>() == 16);
-    assert!(size_of::<RlRequest>() == 136);
+    assert!(size_of::<RlRequest>() == 152);
+    assert!(offset_of!(RlRequest, cached_tiers) == 136);
+    assert!(size_of::<RlCachedTiers>() == 24);
     assert!(offset_of!(RlRequest, phase) == RL_REQUEST_SIZE_V1_2 as usize);
     assert!(offset_of!(RlRequest, block_ids) == RL_REQUEST_SIZE_V1_0 as usize);
     assert!(offset_of!(RlRequest, now_ns) == RL_REQUEST_SIZE_V1_1 as usize);

@@ -68,6 +68,8 @@ struct Spec {
     /// What the host would report as cached prefixes: a count, then that many
     /// (endpoint id, length) pairs, flat, so the callback's context is one heap pointer.
     cached: Vec<u64>,
+    /// Likewise per tier: a count, then (endpoint id, gpu, host, shared) quadruples.
+    tiers: Vec<u64>,
 }
 
 /// The `cached_prefix` callback of a built request: looks the endpoint up in its pairs.
@@ -91,6 +93,39 @@ unsafe extern "C" fn cached_prefix_of(
         Some([_, len]) => {
             // SAFETY: the SDK passes a valid out slot.
             unsafe { *out_len = *len };
+            RL_OK
+        }
+        None => RL_ERR_INVALID_ARGUMENT,
+    }
+}
+
+/// The `cached_tiers` callback of a built request: looks the endpoint up in its entries.
+unsafe extern "C" fn cached_tiers_of(
+    ctx: *const std::ffi::c_void,
+    endpoint_index: u32,
+    out: *mut RlCachedTiers,
+) -> RlStatus {
+    let table = ctx.cast::<u64>();
+    // SAFETY: `ctx` is the heap buffer of the builder's `tiers` vector (a count, then that
+    // many quadruples), borrowed by the view that carries this callback.
+    let entries = unsafe {
+        let count = *table as usize;
+        std::slice::from_raw_parts(table.add(1), 4 * count)
+    };
+    let (quads, _) = entries.as_chunks::<4>();
+    match quads
+        .iter()
+        .find(|[index, ..]| *index == u64::from(endpoint_index))
+    {
+        Some([_, gpu, host, shared]) => {
+            // SAFETY: the SDK passes a valid out slot.
+            unsafe {
+                *out = RlCachedTiers {
+                    gpu: *gpu,
+                    host: *host,
+                    shared: *shared,
+                }
+            };
             RL_OK
         }
         None => RL_ERR_INVALID_ARGUMENT,
@@ -127,6 +162,7 @@ impl RequestBuilder {
                 now_ns: None,
                 phase: Phase::Whole,
                 cached: vec![0],
+                tiers: vec![0],
             },
             raw: zeroed_request(),
         }
@@ -142,6 +178,13 @@ impl RequestBuilder {
     pub fn cached(mut self, id: u32, len: u64) -> Self {
         self.spec.cached.extend([u64::from(id), len]);
         self.spec.cached[0] += 1;
+        self.synced()
+    }
+    /// The host reports endpoint `id` holding `gpu`, then `host`, then `shared` units of
+    /// this request's prefix per tier (ABI 1.3; without any such call it says nothing).
+    pub fn cached_tiers(mut self, id: u32, gpu: u64, host: u64, shared: u64) -> Self {
+        self.spec.tiers.extend([u64::from(id), gpu, host, shared]);
+        self.spec.tiers[0] += 1;
         self.synced()
     }
     /// Prompt text; the unit becomes bytes.
@@ -243,6 +286,12 @@ impl RequestBuilder {
             cached_prefix_ctx: spec.cached.as_ptr().cast(),
             phase: spec.phase.raw(),
             _reserved_1_3: 0,
+            cached_tiers: if spec.tiers[0] == 0 {
+                None
+            } else {
+                Some(cached_tiers_of)
+            },
+            cached_tiers_ctx: spec.tiers.as_ptr().cast(),
         };
         self
     }

@@ -92,6 +92,7 @@ fn through_abi(chains: &[Vec<u64>], ids: &[Vec<u32>], decisions: &mut Vec<usize>
             now_ns: 0,
             cached_prefix: None,
             phase: routerlab_core::Phase::Whole,
+            cached_tiers: None,
         };
         // One crossing: the SDK's `match_update` slot (ABI 1.2).
         let pos = matcher
@@ -133,6 +134,8 @@ fn linked_statically(chains: &[Vec<u64>], ids: &[Vec<u32>], decisions: &mut Vec<
             cached_prefix_ctx: std::ptr::null(),
             phase: RL_PHASE_WHOLE,
             _reserved_1_3: 0,
+            cached_tiers: None,
+            cached_tiers_ctx: std::ptr::null(),
         };
         // SAFETY: `raw` borrows `chain` and `block_ids`, alive for this iteration.
         let request = unsafe { Request::from_raw(&raw) }.unwrap();

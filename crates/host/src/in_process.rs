@@ -140,6 +140,7 @@ mod tests {
             now_ns: 0,
             cached_prefix: None,
             phase: routerlab_core::Phase::Whole,
+            cached_tiers: None,
         }
     }
 

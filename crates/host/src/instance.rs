@@ -12,6 +12,7 @@ use std::mem::size_of;
 use routerlab_core::abi::*;
 use routerlab_core::{Phase, Unit};
 
+use crate::callbacks::{cached_prefix_trampoline, cached_tiers_trampoline};
 use crate::loader::{Library, PluginInfo, Vtable};
 use crate::{CallFailure, PluginError};
 
@@ -19,6 +20,10 @@ use crate::{CallFailure, PluginError};
 /// request's unit; `None` for an unknown endpoint. Lent to plugins as ABI 1.2's lazy
 /// `cached_prefix` callback.
 pub type CachedPrefix<'a> = &'a dyn Fn(u32) -> Option<u64>;
+
+/// What an endpoint holds of a request's prefix in each tier (GPU, then host, then
+/// shared), for the ABI 1.3 `cached_tiers` callback.
+pub type CachedTiers<'a> = &'a dyn Fn(u32) -> Option<[u64; 3]>;
 
 /// A request as the host hands it to a matcher; converted to the ABI view per call.
 #[derive(Clone, Copy)]
@@ -52,6 +57,9 @@ pub struct RequestData<'a> {
     pub cached_prefix: Option<CachedPrefix<'a>>,
     /// What it is routed for (ABI 1.3): whole, or one phase of a disaggregated request.
     pub phase: Phase,
+    /// What each endpoint holds of this request's prefix per KV tier (ABI 1.3), if the
+    /// host can say.
+    pub cached_tiers: Option<CachedTiers<'a>>,
 }
 
 impl std::fmt::Debug for RequestData<'_> {
@@ -63,30 +71,6 @@ impl std::fmt::Debug for RequestData<'_> {
             .field("blocks", &self.block_hashes.len())
             .field("prompt_len", &self.prompt_len)
             .finish_non_exhaustive()
-    }
-}
-
-/// The `cached_prefix` callback: asks the host closure at `ctx`.
-unsafe extern "C" fn cached_prefix_trampoline(
-    ctx: *const c_void,
-    endpoint_index: u32,
-    out_len: *mut u64,
-) -> RlStatus {
-    if ctx.is_null() || out_len.is_null() {
-        return RL_ERR_INVALID_ARGUMENT;
-    }
-    // SAFETY: `ctx` is the `CachedPrefix` of the `RequestData` the host is calling with,
-    // alive for the whole call (`raw_view` borrows it).
-    let ask = unsafe { &*ctx.cast::<CachedPrefix<'_>>() };
-    // A panic must not unwind into the plugin's C frames.
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ask(endpoint_index))) {
-        Ok(Some(len)) => {
-            // SAFETY: checked non-null; the plugin passes a writable slot.
-            unsafe { *out_len = len };
-            RL_OK
-        }
-        Ok(None) => RL_ERR_INVALID_ARGUMENT,
-        Err(_) => RL_ERR_INTERNAL,
     }
 }
 
@@ -129,6 +113,14 @@ impl RequestData<'_> {
             },
             phase: self.phase.raw(),
             _reserved_1_3: 0,
+            cached_tiers: self
+                .cached_tiers
+                .is_some()
+                .then_some(cached_tiers_trampoline),
+            cached_tiers_ctx: match &self.cached_tiers {
+                Some(ask) => (ask as *const CachedTiers<'_>).cast(),
+                None => std::ptr::null(),
+            },
         }
     }
 }

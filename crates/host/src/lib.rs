@@ -14,6 +14,7 @@
 
 #![allow(unsafe_code)]
 
+mod callbacks;
 mod discovery;
 mod error;
 pub mod in_process;
@@ -23,7 +24,8 @@ mod loader;
 pub use discovery::{PLUGIN_PATH_ENV, PluginSpec, SearchPath, is_valid_name, library_file_name};
 pub use error::{CallFailure, LibraryFault, PluginError};
 pub use instance::{
-    CachedPrefix, DetectorInstance, EndpointLoad, EndpointTable, MatcherInstance, RequestData,
+    CachedPrefix, CachedTiers, DetectorInstance, EndpointLoad, EndpointTable, MatcherInstance,
+    RequestData,
 };
 pub use loader::{Library, PluginInfo, PluginKind, load_library, loaded_library_paths};
 

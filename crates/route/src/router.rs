@@ -360,6 +360,7 @@ pub(crate) mod tests {
             now_ns: 0,
             cached_prefix: None,
             phase: routerlab_core::Phase::Whole,
+            cached_tiers: None,
         }
     }
 

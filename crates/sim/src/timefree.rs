@@ -435,6 +435,7 @@ impl TimeFree {
             now_ns: request.arrival_ns.unwrap_or(0),
             cached_prefix: Some(&cached_prefix),
             phase,
+            cached_tiers: None,
         };
         let plugin_error =
             |e| SimError::plugin(request_location(RequestSeq(request.seq), request.line), e);

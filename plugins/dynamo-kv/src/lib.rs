@@ -33,7 +33,11 @@
 //! the decode phase it is the worker's active blocks plus the request's, each request's
 //! blocks counted whole (overlap weight 0, no assumed reuse, no prefill tokens).
 //!
-//! Config keys: `seed` (0), `overlap_score_weight` (1.0), `temperature` (0.0), `mode`
+//! With a host tier (ABI 1.3 `cached_tiers`), `host_overlap_weight` (0 to 1, default 0:
+//! the GPU cache alone, as Dynamo's router sees its workers' events) counts each block the
+//! endpoint's host tier holds right after its GPU run as that fraction of a GPU block.
+//!
+//! Config keys: `seed` (0), `overlap_score_weight` (1.0), `host_overlap_weight` (0.0), `temperature` (0.0), `mode`
 //! (`precise` or `approximate`; default precise), `block_size` (tokens, 64: the
 //! `dynamo` engine preset's), `ttl_s` (120), `max_tree_size` (1,048,576).
 
@@ -67,6 +71,8 @@ struct Active {
 pub struct DynamoKv {
     rng: SeededRng,
     weight: f64,
+    /// What a block held in the endpoint's host tier counts for, against one on its GPU.
+    host_weight: f64,
     temperature: f64,
     precise: bool,
     block: u64,
@@ -119,6 +125,10 @@ impl Matcher for DynamoKv {
     fn create(_name: &str, config: &mut PluginConfig) -> Result<Self, String> {
         let seed = config.seed()?;
         let weight = config.f64("overlap_score_weight", 1.0)?;
+        let host_weight = config.f64("host_overlap_weight", 0.0)?;
+        if !(0.0..=1.0).contains(&host_weight) {
+            return Err("config: host_overlap_weight must be from 0 to 1".into());
+        }
         let temperature = config.f64("temperature", 0.0)?;
         let precise = config.choice("mode", &["precise", "approximate"], "precise")? == "precise";
         let block = config.u64("block_size", 64)?;
@@ -136,6 +146,7 @@ impl Matcher for DynamoKv {
         Ok(DynamoKv {
             rng: SeededRng::new(seed),
             weight,
+            host_weight,
             temperature,
             precise,
             block,
@@ -164,7 +175,14 @@ impl Matcher for DynamoKv {
         for endpoint in endpoints.available() {
             let id = endpoint.id();
             let overlap = match request.cached_prefix(id).filter(|_| self.precise) {
-                Some(units) => tokens(request, units) / self.block,
+                Some(units) => {
+                    // A block in the host tier saves its prefill too, at a load's price.
+                    let host = match request.cached_tiers(id).filter(|_| self.host_weight > 0.0) {
+                        Some(tiers) => tokens(request, tiers.host) as f64 * self.host_weight,
+                        None => 0.0,
+                    };
+                    (tokens(request, units) as f64 + host) as u64 / self.block
+                }
                 None => self.indexed_overlap(request, &ids, id),
             };
             let worker = self.worker(id);
@@ -314,6 +332,30 @@ mod tests {
             .block_size(64)
             .blocks(&hashes)
             .block_ids(&ids)
+    }
+
+    #[test]
+    fn a_host_tier_counts_when_asked_to() {
+        // Worker 0 holds 4 blocks on its GPU; worker 1 holds 2 on its GPU and 6 more in
+        // its host tier. Alone the GPU decides (0); with host blocks at full weight,
+        // worker 1 holds 8 (it wins); at half weight 2 + 3 = 5 (it still wins).
+        let request = request(1, 0, 10)
+            .cached(0, 4 * 64)
+            .cached(1, 2 * 64)
+            .cached_tiers(0, 4 * 64, 0, 0)
+            .cached_tiers(1, 2 * 64, 6 * 64, 0);
+        let fleet = EndpointsBuilder::new(2);
+        let pick = |config: &str| {
+            let mut kv: DynamoKv = create_matcher(config).unwrap();
+            kv.match_request(&request.view(), &fleet.view())
+                .unwrap()
+                .unwrap()
+                .get()
+        };
+        assert_eq!(pick(""), 0);
+        assert_eq!(pick("host_overlap_weight: 1"), 1);
+        assert_eq!(pick("host_overlap_weight: 0.5"), 1);
+        assert!(create_matcher::<DynamoKv>("host_overlap_weight: 2").is_err());
     }
 
     #[test]

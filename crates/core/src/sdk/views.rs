@@ -303,7 +303,27 @@ impl<'a> Request<'a> {
         }
         Phase::from_raw(self.raw.phase)
     }
+    /// How long a prefix of this request the endpoint `id` holds in each KV tier (ABI
+    /// 1.3), in [`Request::unit`]s: the GPU cache's leading run, then the host tier's run
+    /// right after it, then a shared tier's. `None` from a host that cannot say (a
+    /// one-tier engine's host says `host: 0`). Computed on each call.
+    #[inline]
+    pub fn cached_tiers(&self, id: EndpointId) -> Option<RlCachedTiers> {
+        if self.raw.struct_size < RL_REQUEST_SIZE_WITH_TIERS {
+            return None;
+        }
+        let ask = self.raw.cached_tiers?;
+        let mut tiers = RlCachedTiers::default();
+        // SAFETY: a non-null callback was written by a host whose struct covers it (older
+        // hosts' bytes stop before it and the copy is zero there), which guarantees it and
+        // its context for this call; `tiers` is a valid out slot.
+        let status = unsafe { ask(self.raw.cached_tiers_ctx, id.get(), &mut tiers) };
+        (status == RL_OK).then_some(tiers)
+    }
 }
+
+/// `RlRequest::struct_size` from which `cached_tiers` is there.
+const RL_REQUEST_SIZE_WITH_TIERS: u32 = 152;
 
 /// `RlRequest::struct_size` of an ABI 1.3 host (adds `phase`).
 const RL_REQUEST_SIZE_V1_3: u32 = 136;
@@ -576,6 +596,8 @@ pub(crate) const fn zeroed_request() -> RlRequest {
         cached_prefix_ctx: std::ptr::null(),
         phase: 0,
         _reserved_1_3: 0,
+        cached_tiers: None,
+        cached_tiers_ctx: std::ptr::null(),
     }
 }
 

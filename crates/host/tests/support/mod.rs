@@ -85,6 +85,7 @@ pub fn request(id: u64, hashes: &[u64]) -> RequestData<'_> {
         now_ns: id * 1_000,
         cached_prefix: None,
         phase: routerlab_core::Phase::Whole,
+        cached_tiers: None,
     }
 }
 

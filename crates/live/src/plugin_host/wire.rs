@@ -62,6 +62,7 @@ impl WireRequest {
             now_ns: self.now_ns,
             cached_prefix: None,
             phase: routerlab_core::Phase::from_raw(self.phase),
+            cached_tiers: None,
         }
     }
 }

@@ -87,6 +87,7 @@ impl Routed {
             now_ns,
             cached_prefix: None,
             phase: self.phase,
+            cached_tiers: None,
         }
     }
 

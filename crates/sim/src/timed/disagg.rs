@@ -21,6 +21,7 @@ use std::collections::VecDeque;
 
 use routerlab_core::Phase;
 use routerlab_engine::{KvTransfer, Sequence};
+use routerlab_host::RequestData;
 use routerlab_report::stats::{LatencyStat, ratio};
 use routerlab_report::{PoolStats, PoolsReport, TtftSplit};
 use routerlab_route::{ListPos, Pools, Replicas};
@@ -231,7 +232,11 @@ impl Sim<'_> {
             router.table_mut().set_load(pos, load);
         }
         let ask = |endpoint: u32| self.cached_prefix(index, endpoint);
-        let data = self.data(index, now, Some(&ask));
+        let tiers = |endpoint: u32| self.cached_tiers(index, endpoint);
+        let data = RequestData {
+            cached_tiers: Some(&tiers),
+            ..self.data(index, now, Some(&ask))
+        };
         let decision = router
             .decide(&data, sure)
             .map_err(self.plugin_error(index))?;

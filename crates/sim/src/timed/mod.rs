@@ -285,6 +285,7 @@ impl Sim<'_> {
             now_ns: now,
             cached_prefix,
             phase: self.phase_of(index),
+            cached_tiers: None,
         }
     }
 
@@ -293,6 +294,21 @@ impl Sim<'_> {
     fn cached_prefix(&self, index: usize, endpoint_index: u32) -> Option<u64> {
         let pos = (*self.position_of.get(endpoint_index as usize)?)?;
         Some(self.cached_units(index, pos))
+    }
+
+    /// What the engine of endpoint `endpoint_index` holds of request `index`'s prompt per
+    /// tier (GPU, then host right after it, then shared: none yet), in the workload's unit.
+    fn cached_tiers(&self, index: usize, endpoint_index: u32) -> Option<[u64; 3]> {
+        let pos = (*self.position_of.get(endpoint_index as usize)?)?;
+        let gpu = self.cached_units(index, pos);
+        let block = self.settings.engines[pos].engine_block_size;
+        let chain = self.workload.engine_chain(index, block);
+        let host = self
+            .workload
+            .unit
+            .of_tokens(self.fleet.engines[pos].host_prefix_tokens(chain))
+            .min(self.workload.requests[index].prompt_len - gpu);
+        Some([gpu, host, 0])
     }
 
     /// As [`Sim::cached_prefix`], by list position.
@@ -536,8 +552,13 @@ impl Sim<'_> {
             .iter()
             .all(|e| e.can_ever_fit(prompt_tokens, output_tokens));
         let ask = |endpoint: u32| self.cached_prefix(index, endpoint);
+        let tiers = |endpoint: u32| self.cached_tiers(index, endpoint);
+        let data = RequestData {
+            cached_tiers: Some(&tiers),
+            ..self.data(index, now, Some(&ask))
+        };
         let decision = router
-            .decide(&self.data(index, now, Some(&ask)), sure)
+            .decide(&data, sure)
             .map_err(self.plugin_error(index))?;
         self.requests[index].constrained = decision.constrained;
         let Some(ListPos(pos)) = decision.endpoint else {

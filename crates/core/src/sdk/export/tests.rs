@@ -79,6 +79,8 @@ fn raw_request(struct_size: u32) -> RlRequest {
         cached_prefix_ctx: std::ptr::null(),
         phase: RL_PHASE_DECODE,
         _reserved_1_3: 0,
+        cached_tiers: None,
+        cached_tiers_ctx: std::ptr::null(),
     }
 }
 
