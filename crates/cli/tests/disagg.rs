@@ -7,7 +7,7 @@
 mod support;
 
 use serde_json::Value;
-use support::{Replay, project_trace, texts};
+use support::{Replay, project_trace, texts, within};
 
 fn disaggregated(matcher: &str, seed: &str) -> Value {
     Replay::new(matcher, &project_trace("mooncake-conversation.jsonl"))
@@ -23,18 +23,6 @@ fn disaggregated(matcher: &str, seed: &str) -> Value {
             "-q",
         ])
         .report()
-}
-
-/// `value` within `band` (a fraction) of Dynamo's `dynamo`.
-fn within(name: &str, value: &Value, dynamo: f64, band: f64) {
-    let value = value.as_f64().unwrap_or_else(|| panic!("{name}: {value}"));
-    let off = (value - dynamo) / dynamo;
-    assert!(
-        off.abs() <= band,
-        "{name}: {value} is {:+.1}% from Dynamo's {dynamo} (band ±{:.0}%)",
-        off * 100.0,
-        band * 100.0
-    );
 }
 
 /// Dynamo's reuse, TTFT mean and p50, TPOT mean; the bands.

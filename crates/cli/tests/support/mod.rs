@@ -149,3 +149,16 @@ pub fn crash_fixture(tag: &str) -> PathBuf {
     assert!(built.success());
     library
 }
+
+/// Asserts `value` (a report's number) is within `band` (a fraction) of Dynamo's `dynamo`
+/// for the same run, naming `name` and the distance when it is not.
+pub fn within(name: &str, value: &serde_json::Value, dynamo: f64, band: f64) {
+    let value = value.as_f64().unwrap_or_else(|| panic!("{name}: {value}"));
+    let off = (value - dynamo) / dynamo;
+    assert!(
+        off.abs() <= band,
+        "{name}: {value} is {:+.1}% from Dynamo's {dynamo} (band ±{:.0}%)",
+        off * 100.0,
+        band * 100.0
+    );
+}

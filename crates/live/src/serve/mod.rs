@@ -193,6 +193,33 @@ impl Shared {
         })
     }
 
+    /// Posts `body` (JSON) to `path` of engine `name`, passing the client's `authorization`
+    /// on; `Err` when it has not answered within the upstream timeout.
+    async fn post(
+        &self,
+        name: &str,
+        path: &str,
+        authorization: Option<&hyper::header::HeaderValue>,
+        body: Bytes,
+    ) -> Result<
+        Result<Response<Incoming>, hyper_util::client::legacy::Error>,
+        tokio::time::error::Elapsed,
+    > {
+        let mut outgoing = Request::post(format!("http://{name}{path}"))
+            .header("content-type", "application/json");
+        if let Some(auth) = authorization {
+            outgoing = outgoing.header("authorization", auth);
+        }
+        let outgoing = outgoing
+            .body(http_body_util::Full::new(body))
+            .expect("a valid request");
+        tokio::time::timeout(
+            self.settings.upstream_timeout,
+            self.client.request(outgoing),
+        )
+        .await
+    }
+
     /// Nanoseconds since the router started: the arrival and decision times plugins see.
     fn now_ns(&self) -> u64 {
         u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX)
@@ -455,19 +482,9 @@ async fn proxy(
             }
         };
         let name = shared.lock_async().await.send(upstream, &routed);
-        let mut outgoing = Request::post(format!("http://{name}{path}"))
-            .header("content-type", "application/json");
-        if let Some(auth) = &authorization {
-            outgoing = outgoing.header("authorization", auth);
-        }
-        let outgoing = outgoing
-            .body(http_body_util::Full::new(body.clone()))
-            .expect("a valid request");
-        let sent = tokio::time::timeout(
-            shared.settings.upstream_timeout,
-            shared.client.request(outgoing),
-        )
-        .await;
+        let sent = shared
+            .post(&name, path, authorization.as_ref(), body.clone())
+            .await;
         match sent {
             Ok(Ok(response)) => {
                 let status = response.status();

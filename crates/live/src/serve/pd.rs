@@ -19,7 +19,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
 use hyper::header::HeaderValue;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Response, StatusCode};
 use routerlab_core::Phase;
 use serde_json::{Map, Value};
 
@@ -112,19 +112,9 @@ impl Upstream<'_> {
                 }
             };
             let name = shared.lock_async().await.send(upstream, &routed);
-            let mut outgoing = Request::post(format!("http://{name}{}", self.path))
-                .header("content-type", "application/json");
-            if let Some(auth) = self.authorization {
-                outgoing = outgoing.header("authorization", auth);
-            }
-            let outgoing = outgoing
-                .body(http_body_util::Full::new(leg.clone()))
-                .expect("a valid request");
-            let sent = tokio::time::timeout(
-                shared.settings.upstream_timeout,
-                shared.client.request(outgoing),
-            )
-            .await;
+            let sent = shared
+                .post(&name, self.path, self.authorization, leg.clone())
+                .await;
             let response = match sent {
                 Ok(Ok(response)) => response,
                 Ok(Err(e)) => {

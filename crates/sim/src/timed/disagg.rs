@@ -21,7 +21,6 @@ use std::collections::VecDeque;
 
 use routerlab_core::Phase;
 use routerlab_engine::{KvTransfer, Sequence};
-use routerlab_host::RequestData;
 use routerlab_report::stats::{LatencyStat, ratio};
 use routerlab_report::{PoolStats, PoolsReport, TtftSplit};
 use routerlab_route::{ListPos, Pools, Replicas};
@@ -214,32 +213,13 @@ impl Sim<'_> {
     ) -> Result<Pick, SimError> {
         self.pd().requests[index].phase = Some(phase);
         let r = self.requests[index].replica;
-        let live = self.settings.metrics_interval_ns == 0;
-        let n = self.fleet.engines.len();
-        let loads: Vec<_> = (0..n).map(|pos| self.fleet.load(pos, live, r)).collect();
         let prompt_tokens = self.workload.requests[index].prompt_tokens;
         let output_tokens = self.requests[index].output_tokens;
-        let sure = self
-            .fleet
-            .engines
-            .iter()
-            .all(|e| e.can_ever_fit(prompt_tokens, output_tokens));
         let router = match phase {
             Phase::Decode => replicas.decode_router_mut(r),
             _ => replicas.router_mut(r),
         };
-        for (pos, load) in loads.into_iter().enumerate() {
-            router.table_mut().set_load(pos, load);
-        }
-        let ask = |endpoint: u32| self.cached_prefix(index, endpoint);
-        let tiers = |endpoint: u32| self.cached_tiers(index, endpoint);
-        let data = RequestData {
-            cached_tiers: Some(&tiers),
-            ..self.data(index, now, Some(&ask))
-        };
-        let decision = router
-            .decide(&data, sure)
-            .map_err(self.plugin_error(index))?;
+        let decision = self.decide_with(router, index, now)?;
         self.requests[index].constrained |= decision.constrained;
         let Some(ListPos(pos)) = decision.endpoint else {
             return Ok(Pick::Nothing);

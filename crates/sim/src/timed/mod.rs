@@ -31,7 +31,7 @@ use routerlab_engine::{EngineConfig, KvTransfer, Sequence};
 use routerlab_report::stats::Tally;
 use routerlab_report::stats::{Finished, TimedTally};
 use routerlab_report::{EndpointTimed, HostTierTimed, Report, TimedReport, round6};
-use routerlab_route::{Decision, ListPos, RequestSeq, WhenUnavailable};
+use routerlab_route::{Decision, ListPos, RequestSeq, Router, WhenUnavailable};
 use routerlab_route::{Placement, Replicas};
 
 use routerlab_trace::arrivals::ArrivalError;
@@ -536,30 +536,9 @@ impl Sim<'_> {
         }
         let r = self.requests[index].replica;
         let router = replicas.router_mut(r);
-        let live = self.settings.metrics_interval_ns == 0;
-        for pos in 0..self.fleet.engines.len() {
-            router
-                .table_mut()
-                .set_load(pos, self.fleet.load(pos, live, r));
-        }
         let prompt_tokens = self.workload.requests[index].prompt_tokens;
         let output_tokens = self.requests[index].output_tokens;
-        // When every engine can hold the request, no pick is turned down below, so the
-        // matcher may learn it in the same call.
-        let sure = self
-            .fleet
-            .engines
-            .iter()
-            .all(|e| e.can_ever_fit(prompt_tokens, output_tokens));
-        let ask = |endpoint: u32| self.cached_prefix(index, endpoint);
-        let tiers = |endpoint: u32| self.cached_tiers(index, endpoint);
-        let data = RequestData {
-            cached_tiers: Some(&tiers),
-            ..self.data(index, now, Some(&ask))
-        };
-        let decision = router
-            .decide(&data, sure)
-            .map_err(self.plugin_error(index))?;
+        let decision = self.decide_with(router, index, now)?;
         self.requests[index].constrained = decision.constrained;
         let Some(ListPos(pos)) = decision.endpoint else {
             return Ok(false);
@@ -586,6 +565,39 @@ impl Sim<'_> {
             self.fleet.next_step(pos, end, &mut self.events);
         }
         Ok(true)
+    }
+
+    /// Replica `requests[index].replica`'s `router` decides where request `index` goes
+    /// at `now`: the endpoints' loads as that replica sees them, what each engine holds
+    /// (`cached_prefix`, `cached_tiers`). When every engine can hold the request, no pick
+    /// is turned down after, so the matcher learns it in the same call.
+    fn decide_with(
+        &self,
+        router: &mut Router,
+        index: usize,
+        now: u64,
+    ) -> Result<Decision, SimError> {
+        let r = self.requests[index].replica;
+        let live = self.settings.metrics_interval_ns == 0;
+        for pos in 0..self.fleet.engines.len() {
+            router
+                .table_mut()
+                .set_load(pos, self.fleet.load(pos, live, r));
+        }
+        let prompt_tokens = self.workload.requests[index].prompt_tokens;
+        let output_tokens = self.requests[index].output_tokens;
+        let sure = self
+            .fleet
+            .engines
+            .iter()
+            .all(|e| e.can_ever_fit(prompt_tokens, output_tokens));
+        let ask = |endpoint: u32| self.cached_prefix(index, endpoint);
+        let tiers = |endpoint: u32| self.cached_tiers(index, endpoint);
+        let data = RequestData {
+            cached_tiers: Some(&tiers),
+            ..self.data(index, now, Some(&ask))
+        };
+        router.decide(&data, sure).map_err(self.plugin_error(index))
     }
 
     fn reject(&mut self, index: usize, now: u64) {
