@@ -26,10 +26,10 @@ fn byte(data: &[u8], i: usize) -> u32 {
 }
 
 fuzz_target!(|data: &[u8]| {
-    if data.len() < 16 {
+    if data.len() < 24 {
         return;
     }
-    let (head, body) = data.split_at(16);
+    let (head, body) = data.split_at(24);
     let engine = EngineConfig {
         num_gpu_blocks: 1 + (byte(head, 0) << 8 | byte(head, 1)) % 4096,
         engine_block_size: 1 + byte(head, 2) % 64,
@@ -47,6 +47,15 @@ fuzz_target!(|data: &[u8]| {
             d2h_gbps: 10.0,
             h2d_gbps: 1.0 + f64::from(byte(head, 19)),
             latency_ms: 0.0,
+        }),
+        // Sometimes a shared tier, from 1 to 256 blocks (the engines share one store).
+        shared_tier: (byte(head, 17) > 0 && byte(head, 20) > 127).then(|| {
+            routerlab_engine::HostTier {
+                blocks: 1 + byte(head, 21),
+                d2h_gbps: 10.0,
+                h2d_gbps: 1.0 + f64::from(byte(head, 22)),
+                latency_ms: f64::from(byte(head, 23)) / 100.0,
+            }
         }),
     };
     if engine.validate().is_err() {

@@ -242,6 +242,15 @@ pub struct ReplayOpts {
     #[arg(long, value_name = "YAML", help_heading = TIMED)]
     #[serde(skip)]
     pub engine_config: Option<String>,
+    /// A model's Hugging Face config.json: every engine's `kv_bytes_per_token` (unless an
+    /// engine setting gives it) and the KV transfer's (unless --kv-bytes-per-token does),
+    /// from its layers, KV heads, head size and dtype.
+    #[arg(long, value_name = "PATH", help_heading = TIMED)]
+    pub model_config: Option<PathBuf>,
+    /// The KV cache's data type with --model-config: auto (the model's), bfloat16, float16,
+    /// float32 or fp8 [default: auto].
+    #[arg(long, value_name = "DTYPE", help_heading = TIMED)]
+    pub kv_cache_dtype: Option<String>,
     /// Experiment file only: engine settings (and `preset`) for every endpoint.
     #[arg(skip)]
     pub engine: Option<Overrides>,
@@ -332,6 +341,8 @@ impl ReplayOpts {
             think_time_s: self.think_time_s.or(file.think_time_s),
             engine_preset: self.engine_preset,
             engine_config: self.engine_config,
+            model_config: self.model_config.or(file.model_config),
+            kv_cache_dtype: self.kv_cache_dtype.or(file.kv_cache_dtype),
             engine: file.engine,
             engines: file.engines,
             metrics_interval_ms: self.metrics_interval_ms.or(file.metrics_interval_ms),
@@ -354,6 +365,8 @@ impl ReplayOpts {
             || self.think_time_s.is_some()
             || self.engine_preset.is_some()
             || self.engine_config.is_some()
+            || self.model_config.is_some()
+            || self.kv_cache_dtype.is_some()
             || self.engine.is_some()
             || self.engines.is_some()
             || self.metrics_interval_ms.is_some()

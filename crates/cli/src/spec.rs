@@ -219,8 +219,9 @@ fn resolve_timed(
         )));
     }
     let arrivals = arrivals(opts.speedup, opts.rate, opts.concurrency)?;
+    let model_kv = model_kv_bytes(opts)?;
     let kv_transfer = KvTransfer {
-        kv_bytes_per_token: opts.kv_bytes_per_token.unwrap_or(0),
+        kv_bytes_per_token: opts.kv_bytes_per_token.or(model_kv).unwrap_or(0),
         bandwidth_gbps: opts.kv_transfer_gbps.unwrap_or(0.0),
         latency_ms: opts.kv_transfer_latency_ms.unwrap_or(0.0),
         mode: opts.kv_transfer_mode.unwrap_or_default(),
@@ -230,7 +231,7 @@ fn resolve_timed(
             "{e} (--kv-transfer-gbps, --kv-transfer-latency-ms, --kv-bytes-per-token)"
         ))
     })?;
-    let engines = resolve_engines(opts, endpoints, prefill)?;
+    let engines = resolve_engines(opts, endpoints, prefill, model_kv)?;
     Ok(Some(TimedSettings {
         engines,
         arrivals,
@@ -299,21 +300,56 @@ pub(crate) fn arrivals(
     }
 }
 
+/// Largest model config read (real ones are a few kilobytes).
+const MAX_MODEL_CONFIG_BYTES: u64 = 4 << 20;
+
+/// The KV bytes of one token of `--model-config`'s model, when given.
+fn model_kv_bytes(opts: &ReplayOpts) -> Result<Option<u64>, Failure> {
+    let Some(path) = &opts.model_config else {
+        if opts.kv_cache_dtype.is_some() {
+            return Err(Failure::input("--kv-cache-dtype needs --model-config"));
+        }
+        return Ok(None);
+    };
+    let fail = |why: String| Failure::input(format!("{}: {why}", path.display()));
+    let file =
+        std::fs::File::open(path).map_err(|e| fail(format!("cannot read model config: {e}")))?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(file, MAX_MODEL_CONFIG_BYTES + 1),
+        &mut text,
+    )
+    .map_err(|e| fail(format!("cannot read model config: {e}")))?;
+    if text.len() as u64 > MAX_MODEL_CONFIG_BYTES {
+        return Err(fail(format!(
+            "a model config is at most {MAX_MODEL_CONFIG_BYTES} bytes"
+        )));
+    }
+    let kv = routerlab_engine::kv_from_model_config(&text, opts.kv_cache_dtype.as_deref())
+        .map_err(|e| fail(e.to_string()))?;
+    Ok(Some(kv.bytes_per_token))
+}
+
 /// One engine per endpoint, each validated here (a bad setting fails before any trace is
 /// read). Precedence, later winning: the preset (`--engine`, else the file's
-/// `engine.preset`, else dynamo), the file's `engine` keys, `--engine-config`, then each
-/// endpoint's entry of the file's `engines`.
+/// `engine.preset`, else dynamo), the KV bytes of `--model-config`, the file's `engine`
+/// keys, `--engine-config`, then each endpoint's entry of the file's `engines`.
 fn resolve_engines(
     opts: &ReplayOpts,
     endpoints: &[String],
     prefill: Option<usize>,
+    model_kv: Option<u64>,
 ) -> Result<Vec<EngineConfig>, Failure> {
     let file_engine = opts.engine.clone().unwrap_or_default();
     let preset = opts
         .engine_preset
         .or(file_engine.preset)
         .unwrap_or(Preset::Dynamo);
-    let mut base = preset.config().with(&Overrides {
+    let mut preset = preset.config();
+    if model_kv.is_some() {
+        preset.kv_bytes_per_token = model_kv;
+    }
+    let mut base = preset.with(&Overrides {
         preset: None,
         ..file_engine
     });

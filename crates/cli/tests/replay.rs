@@ -353,6 +353,22 @@ fn third_party_traces_are_the_published_bytes() {
             "azure-llm-inference-code-2023.csv",
             "54e9a6d2a4bd06ba1e060304b900abbc74cbea53de96506e60fe5bb4f2277fb6",
         ),
+        (
+            "models/Llama-3.1-8B.json",
+            "54acfad3cffe057640904ca8a1e83525e6551c70c7a04c641f5a9eda0bbf64bd",
+        ),
+        (
+            "models/Qwen3-32B.json",
+            "855a9d23f97f8771c84280619ae156c8f73c9cd64a5d53a059125b4aecab12d4",
+        ),
+        (
+            "models/DeepSeek-V3.2-Exp-16L64E.json",
+            "cbde50a16b78830e9e49ee9e8caab7e39f43e4cd16a6f85d4cdb673cc30e024d",
+        ),
+        (
+            "models/Qwen3.8-27B.json",
+            "72c59b456c787ac14ac1063d9e065f37a2772f9d8e76f86de7e2c828cdcbc72c",
+        ),
     ] {
         let bytes = std::fs::read(project_trace(name)).unwrap();
         let digest: String = Sha256::digest(&bytes)

@@ -111,3 +111,141 @@ fn a_host_tier_without_the_kv_bytes_is_refused_naming_the_key() {
     assert_eq!(output.status.code(), Some(2));
     assert!(support::texts(&output).1.contains("host_tier.h2d_gbps"));
 }
+
+#[test]
+fn a_shared_tier_serves_every_endpoint_what_any_of_them_computed() {
+    // Round robin spreads a conversation's turns over the four engines, so a host tier of
+    // its own serves an engine only the turns it saw; the fleet's shared store serves all.
+    let engine = "{num_gpu_blocks: 4096, kv_bytes_per_token: 131072, \
+                  shared_tier: {blocks: 262144, d2h_gbps: 10, h2d_gbps: 10}}";
+    let shared = replay(engine);
+    let tiers = &shared["timed"]["tiers"];
+    let ratio = |key: &str| tiers[key].as_f64().unwrap();
+    let total = shared["timed"]["hit_ratio"].as_f64().unwrap();
+    assert!(
+        (ratio("gpu_hit_ratio") + ratio("host_hit_ratio") + ratio("shared_hit_ratio") - total)
+            .abs()
+            < 3e-6,
+        "{tiers}"
+    );
+    assert_eq!(ratio("host_hit_ratio"), 0.0, "no host tier");
+    // GPU only, Dynamo measured 0.0474 (the test above); the shared store more than
+    // triples it, and more than the host tiers' 0.1527.
+    assert!(
+        ratio("shared_hit_ratio") > 0.2 && total > 0.1527 * 1.5,
+        "{tiers}"
+    );
+    assert_eq!(tiers["shared"]["name"], "shared");
+    assert_eq!(tiers["shared"]["blocks"], 262144);
+    assert!(tiers["per_endpoint"].as_array().unwrap().is_empty());
+    assert_eq!(
+        shared["run"]["timed"]["engines"][3]["shared_tier"]["h2d_gbps"],
+        10.0
+    );
+    let ttft = |r: &Value| r["timed"]["ttft"]["mean"].as_f64().unwrap();
+    assert!(ttft(&shared) < 1223.0 * 0.85, "{}", ttft(&shared));
+}
+
+#[test]
+fn a_shared_tier_of_two_sizes_is_refused_naming_both_endpoints() {
+    let yaml = format!(
+        "matcher: round-robin\ntrace: {}\ntiming: trace\nendpoints: [a, b]\n\
+         engine: {{kv_bytes_per_token: 1024}}\nengines:\n  \
+         - {{shared_tier: {{blocks: 64, d2h_gbps: 1, h2d_gbps: 1}}}}\n  \
+         - {{shared_tier: {{blocks: 32, d2h_gbps: 1, h2d_gbps: 1}}}}\n",
+        project_trace("mooncake-small.jsonl").display()
+    );
+    let path = support::scratch_file("two-shared-sizes.yaml", yaml.as_bytes());
+    let output = support::routerlab(&["replay", "--config", path.to_str().unwrap()]);
+    let (stdout, stderr) = support::texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("`a` has 64, `b` has 32") && stderr.contains("shared_tier.blocks"),
+        "{stderr}"
+    );
+    assert!(stdout.is_empty());
+}
+
+#[test]
+fn a_live_engine_refuses_a_shared_tier_before_it_listens() {
+    let output = support::routerlab(&[
+        "engine",
+        "--listen",
+        "127.0.0.1:0",
+        "--engine-config",
+        "{kv_bytes_per_token: 8, shared_tier: {blocks: 4, d2h_gbps: 1, h2d_gbps: 1}}",
+    ]);
+    let (_, stderr) = support::texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("only the timed replay models"), "{stderr}");
+    assert!(!stderr.contains("listening"), "{stderr}");
+}
+
+#[test]
+fn a_models_config_json_sizes_the_kv_of_engines_and_transfers() {
+    let trace = project_trace("mooncake-small.jsonl");
+    let llama = project_trace("models/Llama-3.1-8B.json");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--timing",
+            "trace",
+            "--model-config",
+            llama.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        Replay::new("round-robin", &trace).args(&args).report()
+    };
+    let tier = "host_tier: {blocks: 64, d2h_gbps: 25, h2d_gbps: 25}";
+    let from_model = run(&[
+        "--engine-config",
+        &format!("{{num_gpu_blocks: 512, {tier}}}"),
+    ]);
+    assert_eq!(
+        from_model["run"]["timed"]["engines"][0]["kv_bytes_per_token"],
+        131072
+    );
+    // The same as the bytes given by hand.
+    let by_hand = Replay::new("round-robin", &trace)
+        .args(&[
+            "--timing",
+            "trace",
+            "--engine-config",
+            &format!("{{num_gpu_blocks: 512, kv_bytes_per_token: 131072, {tier}}}"),
+        ])
+        .report();
+    assert_eq!(from_model["timed"], by_hand["timed"]);
+    // An engine setting wins; fp8 halves the model's bytes, for the KV transfer too.
+    let explicit = run(&["--engine-config", "{kv_bytes_per_token: 7}"]);
+    assert_eq!(
+        explicit["run"]["timed"]["engines"][0]["kv_bytes_per_token"],
+        7
+    );
+    let split = run(&[
+        "--kv-cache-dtype",
+        "fp8",
+        "--prefill-endpoints",
+        "1",
+        "--decode-endpoints",
+        "1",
+    ]);
+    assert_eq!(
+        split["run"]["timed"]["kv_transfer"]["kv_bytes_per_token"],
+        65536
+    );
+    assert_eq!(
+        split["run"]["timed"]["engines"][1]["kv_bytes_per_token"],
+        65536
+    );
+    // A file that is not a model config is named, with the field.
+    let bad = support::scratch_file("no-layers.json", br#"{"torch_dtype": "bfloat16"}"#);
+    let output = Replay::new("round-robin", &trace)
+        .args(&["--timing", "trace", "--model-config", bad.to_str().unwrap()])
+        .run();
+    let (stdout, stderr) = support::texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no-layers.json: field `num_hidden_layers`: missing"),
+        "{stderr}"
+    );
+    assert!(stdout.is_empty());
+}

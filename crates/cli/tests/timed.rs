@@ -22,6 +22,7 @@ fn small_engine() -> EngineConfig {
         step_time: EngineConfig::dynamo().step_time,
         kv_bytes_per_token: None,
         host_tier: None,
+        shared_tier: None,
     }
 }
 

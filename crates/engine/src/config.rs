@@ -31,6 +31,10 @@ pub struct EngineConfig {
     /// A host-memory tier below the GPU cache (added in 0.5; see [`crate::host`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_tier: Option<HostTier>,
+    /// This engine's link to the fleet's shared tier, and the tier's capacity (added in
+    /// 0.5; see [`crate::host`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_tier: Option<HostTier>,
 }
 
 impl EngineConfig {
@@ -48,6 +52,7 @@ impl EngineConfig {
             },
             kv_bytes_per_token: None,
             host_tier: None,
+            shared_tier: None,
         }
     }
 
@@ -68,13 +73,16 @@ impl EngineConfig {
             self.max_num_seqs,
             u64::from(self.num_gpu_blocks) * u64::from(self.engine_block_size),
         )?;
-        if let Some(tier) = &self.host_tier {
-            tier.validate()?;
+        for (key, tier) in [
+            ("host_tier", &self.host_tier),
+            ("shared_tier", &self.shared_tier),
+        ] {
+            let Some(tier) = tier else { continue };
+            tier.validate(key)?;
             if self.kv_bytes_per_token.is_none_or(|b| b == 0) {
-                return Err(
-                    "engine `host_tier` needs `kv_bytes_per_token` (the KV bytes of one token), as its loads are sized in bytes"
-                        .into(),
-                );
+                return Err(format!(
+                    "engine `{key}` needs `kv_bytes_per_token` (the KV bytes of one token), as its loads are sized in bytes"
+                ));
             }
         }
         if self.kv_bytes_per_token.is_some_and(|b| b > 1 << 30) {
@@ -159,6 +167,8 @@ pub struct Overrides {
     pub kv_bytes_per_token: Option<u64>,
     /// A host-memory tier.
     pub host_tier: Option<HostTier>,
+    /// The link to the fleet's shared tier.
+    pub shared_tier: Option<HostTier>,
 }
 
 impl EngineConfig {
@@ -173,6 +183,7 @@ impl EngineConfig {
             step_time,
             kv_bytes_per_token,
             host_tier,
+            shared_tier,
         } = overrides;
         if let Some(preset) = preset {
             self = preset.config();
@@ -185,6 +196,7 @@ impl EngineConfig {
             step_time: model,
             kv_bytes_per_token: kv_bytes,
             host_tier: host,
+            shared_tier: shared,
         } = &mut self;
         if let Some(v) = num_gpu_blocks {
             *blocks = *v;
@@ -207,6 +219,9 @@ impl EngineConfig {
         if let Some(v) = host_tier {
             *host = Some(*v);
         }
+        if let Some(v) = shared_tier {
+            *shared = Some(*v);
+        }
         self
     }
 }
@@ -222,6 +237,7 @@ impl From<&EngineConfig> for Overrides {
             step_time,
             kv_bytes_per_token,
             host_tier,
+            shared_tier,
         } = config;
         Overrides {
             preset: None,
@@ -232,6 +248,7 @@ impl From<&EngineConfig> for Overrides {
             step_time: Some(step_time.clone()),
             kv_bytes_per_token: *kv_bytes_per_token,
             host_tier: *host_tier,
+            shared_tier: *shared_tier,
         }
     }
 }
@@ -258,6 +275,12 @@ mod tests {
                 d2h_gbps: 10.0,
                 h2d_gbps: 20.0,
                 latency_ms: 0.5,
+            }),
+            shared_tier: Some(HostTier {
+                blocks: 64,
+                d2h_gbps: 5.0,
+                h2d_gbps: 6.0,
+                latency_ms: 2.0,
             }),
         };
         assert_eq!(

@@ -11,8 +11,18 @@
 //! the blocks it matched the most recently used. What the lab leaves out: the store's own
 //! time (device to host; Dynamo's source-reuse fence on it) and a shared transfer lane
 //! (each load takes its own bytes over the bandwidth, however many run at once).
+//!
+//! A shared tier ([`SharedStore`], engine key `shared_tier`) is one such store for the whole
+//! fleet, as an LMCache server or a Mooncake store is: every engine that has the key stores
+//! the prompt blocks it computes there and loads from it any block any of them stored, over
+//! its own link (`d2h_gbps`, `h2d_gbps`, `latency_ms`); `blocks` is the store's capacity and
+//! must be the same on every engine that names it. A request's reusable run goes on past
+//! the GPU's, block by block, while the host tier or the shared store holds the next block
+//! (the host tier first); the blocks of the shared store are loaded after those of the host
+//! tier, so the request waits for both loads, one after the other.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use routerlab_core::hash::U64Map;
 use serde::{Deserialize, Serialize};
@@ -33,32 +43,36 @@ pub struct HostTier {
 }
 
 impl HostTier {
-    /// Checks the settings; the message names the key.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the settings of the tier under engine key `key` (`host_tier` or
+    /// `shared_tier`); the message names the key.
+    pub fn validate(&self, key: &str) -> Result<(), String> {
         if self.blocks == 0 {
-            return Err("engine `host_tier.blocks` must be at least 1".into());
+            return Err(format!("engine `{key}.blocks` must be at least 1"));
         }
         if self.blocks > 1 << 26 {
-            return Err("engine `host_tier.blocks` must be at most 67108864".into());
+            return Err(format!("engine `{key}.blocks` must be at most 67108864"));
         }
-        for (key, value) in [("d2h_gbps", self.d2h_gbps), ("h2d_gbps", self.h2d_gbps)] {
+        for (field, value) in [("d2h_gbps", self.d2h_gbps), ("h2d_gbps", self.h2d_gbps)] {
             if !value.is_finite() || value <= 0.0 {
                 return Err(format!(
-                    "engine `host_tier.{key}` must be a positive number, not {value}"
+                    "engine `{key}.{field}` must be a positive number, not {value}"
                 ));
             }
         }
         if !self.latency_ms.is_finite() || !(0.0..=3_600_000.0).contains(&self.latency_ms) {
             return Err(format!(
-                "engine `host_tier.latency_ms` must be from 0 to an hour, not {}",
+                "engine `{key}.latency_ms` must be from 0 to an hour, not {}",
                 self.latency_ms
             ));
         }
         Ok(())
     }
 
-    /// Nanoseconds to load `bytes` back to the GPU (at most an hour).
+    /// Nanoseconds to load `bytes` back to the GPU (at most an hour; none for no bytes).
     pub fn load_ns(&self, bytes: u64) -> u64 {
+        if bytes == 0 {
+            return 0;
+        }
         let ms = self.latency_ms + bytes as f64 / (self.h2d_gbps * 1e6);
         (ms.min(3_600_000.0) * 1e6).round() as u64
     }
@@ -109,7 +123,13 @@ impl HostCache {
         self.capacity
     }
 
-    fn touch(&mut self, hash: u64) {
+    /// Whether it holds the block `hash`.
+    pub fn holds(&self, hash: u64) -> bool {
+        self.stamp_of.contains_key(&hash)
+    }
+
+    /// Makes the block `hash`, if held, the most recently used.
+    pub fn touch(&mut self, hash: u64) {
         self.clock += 1;
         if let Some(stamp) = self.stamp_of.get_mut(&hash) {
             self.by_stamp.remove(stamp);
@@ -144,17 +164,37 @@ impl HostCache {
             .take_while(|h| self.stamp_of.contains_key(*h))
             .count()
     }
+}
 
-    /// The run of `chain` it holds, from the first, at most `most` blocks, made the most
-    /// recently used; returns its length.
-    pub fn take_run(&mut self, chain: &[u64], most: usize) -> usize {
-        let run = self.run(chain).min(most);
-        // In reverse order, as vLLM's connector touches them: the first block ends the most
-        // recently used, so a prefix's deeper blocks leave before its shallow ones.
-        for hash in chain[..run].iter().rev() {
-            self.touch(*hash);
-        }
-        run
+/// The fleet's shared tier: one [`HostCache`] every engine with a `shared_tier` reaches
+/// (cloning gives another handle to the same store).
+#[derive(Clone)]
+pub struct SharedStore(Arc<Mutex<HostCache>>);
+
+impl SharedStore {
+    /// An empty store of `capacity` blocks.
+    pub fn new(capacity: u32) -> SharedStore {
+        SharedStore(Arc::new(Mutex::new(HostCache::new(capacity))))
+    }
+
+    /// The store, locked. (One engine at a time works on it; every change to it is
+    /// complete before the lock is let go, so a lock poisoned by a panic elsewhere is taken
+    /// as it is.)
+    pub fn lock(&self) -> MutexGuard<'_, HostCache> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `other` is a handle to the same store.
+    pub fn same_as(&self, other: &SharedStore) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl std::fmt::Debug for SharedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let store = self.lock();
+        let (len, capacity) = (store.len(), store.capacity());
+        write!(f, "SharedStore({len}/{capacity} blocks)")
     }
 }
 
@@ -169,7 +209,7 @@ mod tests {
             host.store(hash);
         }
         // Using 10 makes 11 the oldest.
-        assert_eq!(host.take_run(&[10, 99], 5), 1);
+        host.touch(10);
         host.store(13);
         assert_eq!(host.evictions, 1);
         assert_eq!(host.run(&[11]), 0, "11 was the least recently used");
@@ -178,7 +218,11 @@ mod tests {
         // Storing what it holds changes nothing.
         host.store(13);
         assert_eq!((host.len(), host.stores, host.peak), (3, 4, 3));
-        assert_eq!(host.take_run(&[12, 13, 10], 2), 2, "at most `most`");
+        assert_eq!(
+            host.run(&[12, 13, 10, 11]),
+            3,
+            "a run stops at a block it lacks"
+        );
     }
 
     #[test]
@@ -197,11 +241,15 @@ mod tests {
             ..tier
         };
         assert_eq!(slow.load_ns(1_000_000), 2_500_000, "1.5 ms + 1 ms");
-        assert!(tier.validate().is_ok());
+        assert_eq!(slow.load_ns(0), 0, "no bytes, no latency");
+        assert!(tier.validate("host_tier").is_ok());
         let zero = HostTier {
             h2d_gbps: 0.0,
             ..tier
         };
-        assert!(zero.validate().unwrap_err().contains("h2d_gbps"));
+        assert_eq!(
+            zero.validate("shared_tier").unwrap_err(),
+            "engine `shared_tier.h2d_gbps` must be a positive number, not 0"
+        );
     }
 }

@@ -22,19 +22,22 @@
 //! leads by at most one run's blocks), and an arrival cuts it at the next step boundary.
 //!
 //! [`config`] owns the settings (one declaration, the preset, one `validate`),
-//! [`step_time`] the step-time models, [`kv`] the KV cache, [`scheduler`] the engine, and
+//! [`step_time`] the step-time models, [`kv`] the KV cache, [`host`] the host and shared
+//! tiers below it, [`model`] a model's KV bytes per token, [`scheduler`] the engine, and
 //! [`transfer`] the KV's move between the pools of a disaggregated fleet.
 
 pub mod config;
 pub mod host;
 pub mod kv;
+pub mod model;
 pub mod scheduler;
 pub mod step_time;
 pub mod transfer;
 
 pub use config::{EngineConfig, Overrides, Preset};
-pub use host::{HostCache, HostTier};
+pub use host::{HostCache, HostTier, SharedStore};
 pub use kv::KvCache;
+pub use model::{ModelConfigError, ModelKv, kv_from_model_config};
 pub use scheduler::{Engine, EngineStatus, Sequence};
 pub use step_time::{Batch, StepTime};
 pub use transfer::{KvTransfer, TransferMode};

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use crate::config::EngineConfig;
-use crate::host::HostCache;
+use crate::host::{HostCache, SharedStore};
 use crate::kv::KvCache;
 use crate::step_time::Batch;
 
@@ -43,7 +43,9 @@ pub struct Sequence {
     pub kv_transferred: bool,
     /// Of `hit_tokens`, the prompt tokens loaded from the host tier at the first admission.
     pub host_hit_tokens: Option<u32>,
-    /// How long its host-tier loads took, nanoseconds (0: none).
+    /// Of `hit_tokens`, the prompt tokens loaded from the shared tier at the first admission.
+    pub shared_hit_tokens: Option<u32>,
+    /// How long its host- and shared-tier loads took, nanoseconds (0: none).
     pub load_ns: u64,
     /// It waits for a host-tier load until then.
     ready_ns: u64,
@@ -73,6 +75,7 @@ impl Sequence {
             first_token_ns: None,
             kv_transferred: false,
             host_hit_tokens: None,
+            shared_hit_tokens: None,
             load_ns: 0,
             ready_ns: 0,
         }
@@ -130,6 +133,8 @@ pub struct Engine {
     kv: KvCache,
     /// The host tier below the GPU cache, when configured.
     host: Option<HostCache>,
+    /// The fleet's shared tier, when configured.
+    shared: Option<SharedStore>,
     waiting: VecDeque<Sequence>,
     running: Vec<Sequence>,
     plan: Option<Plan>,
@@ -151,10 +156,12 @@ impl Engine {
     pub fn new(config: EngineConfig) -> Engine {
         let kv = KvCache::new(config.num_gpu_blocks);
         let host = config.host_tier.map(|tier| HostCache::new(tier.blocks));
+        let shared = config.shared_tier.map(|tier| SharedStore::new(tier.blocks));
         Engine {
             config,
             kv,
             host,
+            shared,
             waiting: VecDeque::new(),
             running: Vec::new(),
             plan: None,
@@ -208,12 +215,48 @@ impl Engine {
         self.host.as_ref()
     }
 
-    /// Tokens of `chain`'s leading blocks the host tier holds right after the GPU-cached
-    /// run (what a request would load instead of computing).
-    pub fn host_prefix_tokens(&self, chain: &[u64]) -> u64 {
-        let Some(host) = &self.host else { return 0 };
+    /// The shared tier this engine reaches, when configured.
+    pub fn shared(&self) -> Option<&SharedStore> {
+        self.shared.as_ref()
+    }
+
+    /// Makes this engine use `store` as its shared tier (one store for the fleet), in place
+    /// of the one of its own it started with. Ignored without a `shared_tier`.
+    pub fn join_shared(&mut self, store: &SharedStore) {
+        if self.shared.is_some() {
+            self.shared = Some(store.clone());
+        }
+    }
+
+    /// Tokens of `chain`'s leading blocks per tier: the GPU-cached run, then, of the run
+    /// right after it that the lower tiers hold, those loaded from the host tier and those
+    /// from the shared tier (what a request would load instead of computing).
+    pub fn tier_prefix_tokens(&self, chain: &[u64]) -> [u64; 3] {
         let gpu = self.kv.cached_prefix(chain);
-        host.run(&chain[gpu..]) as u64 * u64::from(self.config.engine_block_size)
+        let (host, shared) = self.lower_run(&chain[gpu..], chain.len() - gpu);
+        let block = u64::from(self.config.engine_block_size);
+        [
+            gpu as u64 * block,
+            host as u64 * block,
+            shared as u64 * block,
+        ]
+    }
+
+    /// Of `chain`'s leading blocks, at most `most`, the run the lower tiers hold, block by
+    /// block the host tier's first: (blocks of the host tier, blocks of the shared tier).
+    fn lower_run(&self, chain: &[u64], most: usize) -> (usize, usize) {
+        let (mut host, mut shared) = (0, 0);
+        let store = self.shared.as_ref().map(SharedStore::lock);
+        for hash in chain.iter().take(most) {
+            if self.host.as_ref().is_some_and(|h| h.holds(*hash)) {
+                host += 1;
+            } else if store.as_ref().is_some_and(|s| s.holds(*hash)) {
+                shared += 1;
+            } else {
+                break;
+            }
+        }
+        (host, shared)
     }
 
     /// The status routers see.
@@ -321,6 +364,9 @@ impl Engine {
                 if let Some(host) = &mut self.host {
                     host.store(hash);
                 }
+                if let Some(shared) = &self.shared {
+                    shared.lock().store(hash);
+                }
                 seq.published += 1;
             }
             if !seq.prefilling() {
@@ -412,12 +458,11 @@ impl Engine {
             // As vLLM: the last prompt token is always computed, to sample from it.
             let most = ((target - 1) / block_tokens) as usize;
             let hits = hits.min(most);
-            // Then the run the host tier holds right after the GPU's, loaded instead.
-            let host_run = match &self.host {
-                Some(host) if hits < most => host
-                    .run(&head.hashes[hits.min(head.hashes.len())..])
-                    .min(most - hits),
-                _ => 0,
+            // Then the run the lower tiers hold right after the GPU's, loaded instead.
+            let (host_run, shared_run) = if hits < most {
+                self.lower_run(&head.hashes[hits.min(head.hashes.len())..], most - hits)
+            } else {
+                (0, 0)
             };
             let hit_tokens = hits as u32 * block_tokens;
             let total_blocks = target.div_ceil(block_tokens) as usize;
@@ -438,20 +483,21 @@ impl Engine {
             seq.computed = hit_tokens;
             seq.prefill_target = target;
             seq.first_scheduled_ns.get_or_insert(now_ns);
-            if host_run > 0
-                && let (Some(host), Some(tier)) = (&mut self.host, self.config.host_tier)
-            {
-                let run = host.take_run(&seq.hashes[hits..], host_run);
-                let loaded = run as u32 * block_tokens;
-                let bytes = u64::from(loaded) * self.config.kv_bytes_per_token.unwrap_or(0);
-                let load = tier.load_ns(bytes);
-                seq.computed += loaded;
+            if host_run + shared_run > 0 {
+                let load = self.load(&seq.hashes[hits..hits + host_run + shared_run]);
+                let (host, shared) = (
+                    host_run as u32 * block_tokens,
+                    shared_run as u32 * block_tokens,
+                );
+                seq.computed += host + shared;
                 seq.ready_ns = now_ns + load;
                 seq.load_ns += load;
-                seq.host_hit_tokens.get_or_insert(loaded);
+                seq.host_hit_tokens.get_or_insert(host);
+                seq.shared_hit_tokens.get_or_insert(shared);
             }
             seq.hit_tokens.get_or_insert(seq.computed);
             seq.host_hit_tokens.get_or_insert(0);
+            seq.shared_hit_tokens.get_or_insert(0);
             admitted = true;
             if seq.ready_ns > now_ns {
                 // It waits for its load; the others go on.
@@ -534,6 +580,36 @@ impl Engine {
             pure_decode,
         });
         Some(now_ns + steps * step_ns)
+    }
+
+    /// Loads `run` (blocks right after a request's GPU hits, each held by the host tier or
+    /// else by the shared tier) and returns how long that takes: the host tier's bytes over its link, then the shared tier's over
+    /// its own. The blocks loaded become their tier's most recently used, in reverse order
+    /// as vLLM's connector touches them (a prefix's first block ends the most recent, so
+    /// its deeper blocks leave before its shallow ones).
+    fn load(&mut self, run: &[u64]) -> u64 {
+        let mut store = self.shared.as_ref().map(SharedStore::lock);
+        let (mut host_blocks, mut shared_blocks) = (0u64, 0u64);
+        for hash in run.iter().rev() {
+            match &mut self.host {
+                Some(host) if host.holds(*hash) => {
+                    host.touch(*hash);
+                    host_blocks += 1;
+                }
+                _ => {
+                    if let Some(store) = &mut store {
+                        store.touch(*hash);
+                    }
+                    shared_blocks += 1;
+                }
+            }
+        }
+        let bytes_per_block =
+            u64::from(self.config.engine_block_size) * self.config.kv_bytes_per_token.unwrap_or(0);
+        let over = |tier: Option<crate::host::HostTier>, blocks: u64| {
+            tier.map_or(0, |t| t.load_ns(blocks * bytes_per_block))
+        };
+        over(self.config.host_tier, host_blocks) + over(self.config.shared_tier, shared_blocks)
     }
 
     /// Length of the decode run starting now: until the first sequence finishes, with the

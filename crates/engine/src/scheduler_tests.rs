@@ -17,6 +17,7 @@ fn linear(num_gpu_blocks: u32, max_num_seqs: u32, budget: u32) -> EngineConfig {
         },
         kv_bytes_per_token: None,
         host_tier: None,
+        shared_tier: None,
     }
 }
 
@@ -248,8 +249,8 @@ fn a_block_evicted_to_the_host_tier_costs_its_load_not_its_prefill() {
     engine.finish_step(end);
     assert_eq!(engine.cached_prefix_tokens(&[1, 2]), 0, "gone from the GPU");
     assert_eq!(
-        engine.host_prefix_tokens(&[1, 2]),
-        8,
+        engine.tier_prefix_tokens(&[1, 2]),
+        [0, 8, 0],
         "still in the host tier"
     );
     // Request 2: 9 tokens sharing request 0's two blocks, both full before its last
@@ -269,6 +270,72 @@ fn a_block_evicted_to_the_host_tier_costs_its_load_not_its_prefill() {
     assert_eq!(done[0].host_hit_tokens, Some(8));
     assert_eq!(done[0].load_ns, 1_008_000);
     assert_eq!(engine.cached_prefix_tokens(&[1, 2]), 8, "back on the GPU");
+}
+
+#[test]
+fn the_shared_tier_serves_another_engines_block_over_the_loading_engines_link() {
+    // Two engines sharing one store of 16 blocks, 1,000 bytes a token. A reaches it at
+    // 1 GB/s; B at 2 GB/s plus 0.5 ms to the first byte, and B has a host tier of its own
+    // (1 GB/s, 1 ms) and three GPU blocks of 4 tokens.
+    let link = |h2d_gbps, latency_ms| HostTier {
+        blocks: 16,
+        d2h_gbps: 1.0,
+        h2d_gbps,
+        latency_ms,
+    };
+    let mut a = linear(8, 4, 100);
+    a.kv_bytes_per_token = Some(1_000);
+    a.shared_tier = Some(link(1.0, 0.0));
+    let mut b = linear(3, 4, 100);
+    b.kv_bytes_per_token = Some(1_000);
+    b.shared_tier = Some(link(2.0, 0.5));
+    b.host_tier = Some(HostTier {
+        latency_ms: 1.0,
+        ..link(1.0, 0.0)
+    });
+    let mut a = Engine::new(a);
+    let mut b = Engine::new(b);
+    b.join_shared(a.shared().unwrap());
+    assert!(a.shared().unwrap().same_as(b.shared().unwrap()));
+    let run = |engine: &mut Engine, seq: Sequence, at: u64| {
+        let mut end = engine.enqueue(seq, at).unwrap();
+        loop {
+            let done = engine.finish_step(end);
+            if let Some(seq) = done.into_iter().next() {
+                return (seq, end);
+            }
+            end = engine.step_end().unwrap();
+        }
+    };
+    // B computes block 1 (a 5-token prompt): its host tier and the store hold it.
+    let (_, t) = run(&mut b, Sequence::new(0, 5, 1, vec![1]), 0);
+    // A computes block 2 after block 1, which it loads from the store: 4 tokens ×
+    // 1,000 bytes at A's 1 GB/s = 4 µs.
+    let (seq, t) = run(&mut a, Sequence::new(1, 9, 1, vec![1, 2]), t);
+    assert_eq!((seq.shared_hit_tokens, seq.load_ns), (Some(4), 4_000));
+    assert_eq!(a.shared().unwrap().lock().len(), 2);
+    // B's GPU fills with other blocks; 1 and 2 are gone from it.
+    let (_, t) = run(&mut b, Sequence::new(2, 12, 1, vec![7, 8, 9]), t);
+    assert_eq!(b.tier_prefix_tokens(&[1, 2]), [0, 4, 4]);
+    // B reuses both: block 1 from its host tier (1 ms + 4 µs), then block 2, which only A
+    // computed, from the store over B's link (0.5 ms + 2 µs), one after the other.
+    let wait = b.enqueue(Sequence::new(3, 9, 1, vec![1, 2]), t).unwrap();
+    assert_eq!(wait - t, 1_004_000 + 502_000);
+    b.finish_step(wait);
+    let end = b.step_end().unwrap();
+    assert_eq!(
+        end - wait,
+        1_500_000,
+        "only the last token computed: 1 + 0.5 ms"
+    );
+    let done = b.finish_step(end);
+    assert_eq!(done[0].hit_tokens, Some(8));
+    assert_eq!(
+        (done[0].host_hit_tokens, done[0].shared_hit_tokens),
+        (Some(4), Some(4))
+    );
+    // A block B loaded from the store is in its host tier now.
+    assert_eq!(b.host().unwrap().run(&[1, 2]), 2);
 }
 
 #[test]

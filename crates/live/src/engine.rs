@@ -119,12 +119,25 @@ struct Shared {
     next_id: AtomicU64,
 }
 
+/// Whether `config` can be a live engine's: valid, and without a tier only a fleet in one
+/// process can share.
+pub fn check_config(config: &routerlab_engine::EngineConfig) -> Result<(), LiveError> {
+    config.validate().map_err(LiveError::Settings)?;
+    if config.shared_tier.is_some() {
+        return Err(LiveError::Settings(
+            "engine `shared_tier` is a store the fleet's engines share, which only the timed replay models (one `routerlab engine` process is one engine; give it a `host_tier`)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Runs a simulated engine on `listener` (bound already) until the process ends.
 pub async fn run_on(
     listener: std::net::TcpListener,
     settings: EngineSettings,
 ) -> Result<(), LiveError> {
-    settings.config.validate().map_err(LiveError::Settings)?;
+    check_config(&settings.config)?;
     if !(settings.speedup.is_finite() && settings.speedup > 0.0) {
         return Err(LiveError::Settings(format!(
             "--speedup must be a positive number, not {}",

@@ -113,7 +113,7 @@ pub const METRICS: &[Metric] = &[
     ),
     metric("timed.router_queued", "waited at the router", Better::Lower),
     metric("timed.too_long", "too long for an engine", Better::Lower),
-    // KV tiers (present only when an engine has a host tier).
+    // KV tiers (present only when an engine has a host or shared tier).
     metric(
         "timed.tiers.gpu_hit_ratio",
         "GPU-tier hit ratio",
@@ -124,7 +124,12 @@ pub const METRICS: &[Metric] = &[
         "host-tier hit ratio",
         Better::Higher,
     ),
-    metric("timed.tiers.load.p99", "host load p99 (ms)", Better::Lower),
+    metric(
+        "timed.tiers.shared_hit_ratio",
+        "shared-tier hit ratio",
+        Better::Higher,
+    ),
+    metric("timed.tiers.load.p99", "tier load p99 (ms)", Better::Lower),
     // A disaggregated fleet's pools (present only in such reports).
     metric(
         "timed.pools.prefill.hit_ratio",

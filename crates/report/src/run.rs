@@ -205,9 +205,13 @@ pub struct EngineRun {
     /// The host-memory tier (added in 0.5; absent for one tier).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_tier: Option<HostTierRun>,
+    /// The engine's link to the fleet's shared tier, and the tier's capacity (added in
+    /// 0.5; absent without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_tier: Option<HostTierRun>,
 }
 
-/// A host-memory tier, as run.
+/// A host-memory or shared tier, as run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct HostTierRun {
     /// Blocks it held.

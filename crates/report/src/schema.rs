@@ -271,18 +271,27 @@ pub struct TiersReport {
     pub host_hit_tokens: u64,
     /// `host_hit_tokens / prompt_tokens`.
     pub host_hit_ratio: f64,
-    /// Sequences that waited for a load.
+    /// Loaded from the fleet's shared tier instead of computed (0 without one).
+    #[serde(default)]
+    pub shared_hit_tokens: u64,
+    /// `shared_hit_tokens / prompt_tokens`.
+    #[serde(default)]
+    pub shared_hit_ratio: f64,
+    /// Sequences that waited for a load (host, shared or both).
     pub loads: u64,
-    /// Time of each load, ms.
+    /// Time of each sequence's loads, ms.
     pub load: Option<Latency>,
     /// Per endpoint with a host tier, in endpoint order.
     pub per_endpoint: Vec<HostTierTimed>,
+    /// The fleet's shared tier (named `shared`), when an engine has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<HostTierTimed>,
 }
 
-/// One endpoint's host tier.
+/// One endpoint's host tier, or the fleet's shared tier.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct HostTierTimed {
-    /// Endpoint name.
+    /// Endpoint name (`shared` for the shared tier).
     pub name: String,
     /// Its capacity, blocks.
     pub blocks: u64,
@@ -668,9 +677,16 @@ fn timed_human(out: &mut String, timed: &TimedReport) {
     }
     if let Some(tiers) = &timed.tiers {
         let _ = writeln!(out);
+        let shared = match &tiers.shared {
+            Some(_) => format!(
+                ", {} from the shared tier ({:.4})",
+                tiers.shared_hit_tokens, tiers.shared_hit_ratio
+            ),
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
-            "KV tiers: reused {} GPU tokens ({:.4}), {} loaded from host memory ({:.4}); {} loads",
+            "KV tiers: reused {} GPU tokens ({:.4}), {} loaded from host memory ({:.4}){shared}; {} loads",
             tiers.gpu_hit_tokens,
             tiers.gpu_hit_ratio,
             tiers.host_hit_tokens,
@@ -684,10 +700,12 @@ fn timed_human(out: &mut String, timed: &TimedReport) {
                 l.mean, l.p50, l.p99, l.max
             );
         }
-        for e in &tiers.per_endpoint {
+        for (e, what) in (tiers.per_endpoint.iter().map(|e| (e, ": host tier")))
+            .chain(tiers.shared.iter().map(|e| (e, " tier")))
+        {
             let _ = writeln!(
                 out,
-                "{}: host tier {} blocks, peak {}, {} stored, {} evicted",
+                "{}{what} {} blocks, peak {}, {} stored, {} evicted",
                 e.name, e.blocks, e.peak_blocks, e.stores, e.evictions
             );
         }

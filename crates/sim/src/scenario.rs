@@ -491,23 +491,26 @@ pub mod recorded {
             step_time,
             kv_bytes_per_token,
             host_tier,
+            shared_tier,
         } = config;
+        let tier = |tier: HostTier| {
+            let HostTier {
+                blocks,
+                d2h_gbps,
+                h2d_gbps,
+                latency_ms,
+            } = tier;
+            HostTierRun {
+                blocks,
+                d2h_gbps,
+                h2d_gbps,
+                latency_ms,
+            }
+        };
         EngineRun {
             kv_bytes_per_token: *kv_bytes_per_token,
-            host_tier: host_tier.map(|tier| {
-                let HostTier {
-                    blocks,
-                    d2h_gbps,
-                    h2d_gbps,
-                    latency_ms,
-                } = tier;
-                HostTierRun {
-                    blocks,
-                    d2h_gbps,
-                    h2d_gbps,
-                    latency_ms,
-                }
-            }),
+            host_tier: host_tier.map(tier),
+            shared_tier: shared_tier.map(tier),
             num_gpu_blocks: *num_gpu_blocks,
             engine_block_size: *engine_block_size,
             max_num_seqs: *max_num_seqs,

@@ -33,9 +33,10 @@
 //! the decode phase it is the worker's active blocks plus the request's, each request's
 //! blocks counted whole (overlap weight 0, no assumed reuse, no prefill tokens).
 //!
-//! With a host tier (ABI 1.3 `cached_tiers`), `host_overlap_weight` (0 to 1, default 0:
-//! the GPU cache alone, as Dynamo's router sees its workers' events) counts each block the
-//! endpoint's host tier holds right after its GPU run as that fraction of a GPU block.
+//! With KV tiers (ABI 1.3 `cached_tiers`), `host_overlap_weight` (0 to 1, default 0: the
+//! GPU cache alone, as Dynamo's router sees its workers' events) counts each block the
+//! endpoint would load instead of computing, from its host tier or the fleet's shared one,
+//! as that fraction of a GPU block.
 //!
 //! Config keys: `seed` (0), `overlap_score_weight` (1.0), `host_overlap_weight` (0.0), `temperature` (0.0), `mode`
 //! (`precise` or `approximate`; default precise), `block_size` (tokens, 64: the
@@ -178,7 +179,9 @@ impl Matcher for DynamoKv {
                 Some(units) => {
                     // A block in the host tier saves its prefill too, at a load's price.
                     let host = match request.cached_tiers(id).filter(|_| self.host_weight > 0.0) {
-                        Some(tiers) => tokens(request, tiers.host) as f64 * self.host_weight,
+                        Some(tiers) => {
+                            tokens(request, tiers.host + tiers.shared) as f64 * self.host_weight
+                        }
                         None => 0.0,
                     };
                     (tokens(request, units) as f64 + host) as u64 / self.block

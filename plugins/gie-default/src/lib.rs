@@ -13,7 +13,11 @@
 //!   endpoint; the walk counts, for each endpoint, the blocks it holds until a block nobody
 //!   holds (not strictly consecutive, as GIE).
 //! - *precise prefix*: the host's cached prefix (ABI 1.2) over the prompt, as llm-d's
-//!   KV-event-fed scorer sees it; the approximate index when the host cannot say.
+//!   KV-event-fed scorer sees it; the approximate index when the host cannot say. With KV
+//!   tiers (ABI 1.3 `cached_tiers`) each tier's tokens count at its weight, as llm-d's
+//!   indexer weighs a block by the medium its KV event names (`kvCacheBackendConfigs`,
+//!   defaults `gpu` 1.0, `cpu` 0.8, and 1.0 for a tier it has no entry for, as a shared
+//!   store): `(gpu + cpu_weight·host + shared_weight·shared) / prompt`.
 //! - *queue*: `(max_q − q) / (max_q − min_q)` over the candidates, 1 when all are equal, `q`
 //!   the engine's waiting requests.
 //! - *load_aware*: 0.5 when nothing waits, else `0.5·(1 − min(q, 128)/128)`.
@@ -23,7 +27,7 @@
 //! auto-tuned to each pod's `num_gpu_blocks`.
 //!
 //! Config keys: `seed` (0), `variant` (`default`), `lru_capacity` (31,250 blocks),
-//! `max_prefix_blocks` (256).
+//! `max_prefix_blocks` (256), `cpu_weight` (0.8) and `shared_weight` (1.0), each 0 to 1.
 
 use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request, SeededRng};
 use routerlab_policy_kit::{DenseIds, PodPrefixIndex, Score, pick_min, range_of};
@@ -43,6 +47,8 @@ pub struct GieDefault {
     index: PodPrefixIndex,
     ids: DenseIds,
     counts: Vec<u64>,
+    /// Weights of a host-tier and a shared-tier token against a GPU one (precise variant).
+    tier_weights: (f64, f64),
 }
 
 impl Matcher for GieDefault {
@@ -59,6 +65,13 @@ impl Matcher for GieDefault {
         if capacity == 0 || max_blocks == 0 {
             return Err("config: lru_capacity and max_prefix_blocks must be at least 1".into());
         }
+        let cpu_weight = config.f64("cpu_weight", 0.8)?;
+        let shared_weight = config.f64("shared_weight", 1.0)?;
+        for (key, weight) in [("cpu_weight", cpu_weight), ("shared_weight", shared_weight)] {
+            if !(0.0..=1.0).contains(&weight) {
+                return Err(format!("config: {key} must be from 0 to 1, not {weight}"));
+            }
+        }
         Ok(GieDefault {
             rng,
             variant,
@@ -68,6 +81,7 @@ impl Matcher for GieDefault {
             ),
             ids: DenseIds::default(),
             counts: Vec::new(),
+            tier_weights: (cpu_weight, shared_weight),
         })
     }
 
@@ -106,9 +120,15 @@ impl Matcher for GieDefault {
                         approximate + load
                     }
                     Variant::Precise => {
-                        let precise = request
-                            .cached_prefix(id)
-                            .map_or(approximate, |c| c as f64 / prompt);
+                        let (cpu, shared) = self.tier_weights;
+                        let precise = match (request.cached_tiers(id), request.cached_prefix(id)) {
+                            (Some(t), _) => {
+                                (t.gpu as f64 + cpu * t.host as f64 + shared * t.shared as f64)
+                                    / prompt
+                            }
+                            (None, Some(c)) => c as f64 / prompt,
+                            (None, None) => approximate,
+                        };
                         2.0 * precise + kv + queue
                     }
                 };
@@ -180,5 +200,42 @@ mod tests {
             gie.match_request(&r.view(), &fleet.view()).unwrap(),
             Some(EndpointId(1))
         );
+    }
+
+    #[test]
+    fn the_precise_variant_weighs_each_tier_as_llm_d_does() {
+        // 64 prompt tokens. 0: 32 on the GPU; 1: 8 on the GPU and 32 in host memory
+        // (8 + 0.8·32 = 33.6); 2: 30 in the shared store (1.0·30).
+        let r = request(1, &[1, 2, 3, 4])
+            .prompt_len(64)
+            .cached(0, 32)
+            .cached(1, 8)
+            .cached(2, 0)
+            .cached_tiers(0, 32, 0, 0)
+            .cached_tiers(1, 8, 32, 0)
+            .cached_tiers(2, 0, 0, 30);
+        let fleet = EndpointsBuilder::new(3);
+        let pick = |config: &str| {
+            let mut gie: GieDefault = create_matcher(config).unwrap();
+            gie.match_request(&r.view(), &fleet.view()).unwrap()
+        };
+        assert_eq!(pick("variant: precise"), Some(EndpointId(1)));
+        // Host memory at half a GPU token: 8 + 16 = 24 loses to 32.
+        assert_eq!(
+            pick("{variant: precise, cpu_weight: 0.5}"),
+            Some(EndpointId(0))
+        );
+        // The shared store at full weight beats the GPU's 32 once host memory counts little.
+        let shared_only = request(1, &[1, 2, 3, 4])
+            .prompt_len(64)
+            .cached_tiers(0, 32, 0, 0)
+            .cached_tiers(1, 0, 0, 40);
+        let mut gie: GieDefault = create_matcher("variant: precise").unwrap();
+        assert_eq!(
+            gie.match_request(&shared_only.view(), &EndpointsBuilder::new(2).view())
+                .unwrap(),
+            Some(EndpointId(1))
+        );
+        assert!(create_matcher::<GieDefault>("cpu_weight: 1.5").is_err());
     }
 }

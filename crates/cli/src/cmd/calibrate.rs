@@ -163,6 +163,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         step_time: run.initial_guess(),
         kv_bytes_per_token: None,
         host_tier: None,
+        shared_tier: None,
     };
     let measured = run.samples();
     let fitted = fit(&base, &measured, args.seed, args.budget, |engine| {

@@ -285,6 +285,7 @@ fn bound(listen: SocketAddr, what: &str) -> Result<(std::net::TcpListener, Socke
 /// `routerlab engine`.
 pub fn engine(args: EngineArgs) -> Result<(), Failure> {
     let config = engine_config(args.engine_config.as_deref())?;
+    routerlab_live::engine::check_config(&config).map_err(Failure::from)?;
     if !(args.speedup.is_finite() && args.speedup > 0.0) {
         return Err(Failure::input(format!(
             "--speedup must be a positive number, not {}",

@@ -33,6 +33,7 @@ pub(crate) fn load_experiment(path: &Path) -> Result<ReplayOpts, Failure> {
     let base = path.parent().map(Path::to_owned).unwrap_or_default();
     opts.trace = opts.trace.map(|t| base.join(t));
     opts.requests_out = opts.requests_out.map(|p| base.join(p));
+    opts.model_config = opts.model_config.map(|p| base.join(p));
     Ok(opts)
 }
 

@@ -22,8 +22,15 @@ pub(super) struct Fleet {
 impl Fleet {
     pub(super) fn new(engines: &[EngineConfig], replicas: usize) -> Fleet {
         let n = engines.len();
+        let mut engines: Vec<Engine> = engines.iter().cloned().map(Engine::new).collect();
+        // The engines with a shared tier share the first one's store.
+        if let Some(store) = engines.iter().find_map(|e| e.shared().cloned()) {
+            for engine in &mut engines {
+                engine.join_shared(&store);
+            }
+        }
         Fleet {
-            engines: engines.iter().cloned().map(Engine::new).collect(),
+            engines,
             generation: vec![0; n],
             snapshots: vec![vec![EngineStatus::default(); n]; replicas],
             inflight_tokens: vec![vec![0; n]; replicas],

@@ -27,7 +27,7 @@ use routerlab_trace::Workload;
 use crate::SimError;
 use crate::error::request_location;
 use crate::observer::{Observer, RequestRecord};
-use routerlab_engine::{EngineConfig, KvTransfer, Sequence};
+use routerlab_engine::{EngineConfig, HostCache, KvTransfer, Sequence};
 use routerlab_report::stats::Tally;
 use routerlab_report::stats::{Finished, TimedTally};
 use routerlab_report::{EndpointTimed, HostTierTimed, Report, TimedReport, round6};
@@ -160,6 +160,19 @@ pub fn replay_timed(
             SimError::Input(format!("endpoint `{}`: {e}", router.table().name(pos)))
         })?;
     }
+    // One shared store for the fleet: its capacity is the same wherever it is named.
+    let mut shared = (settings.engines.iter().enumerate())
+        .filter_map(|(pos, e)| Some((pos, e.shared_tier?.blocks)));
+    if let Some((first, blocks)) = shared.next()
+        && let Some((other, theirs)) = shared.find(|(_, b)| *b != blocks)
+    {
+        let name = |pos| router.table().name(pos).to_owned();
+        return Err(SimError::Input(format!(
+            "engine `shared_tier.blocks` is the capacity of the fleet's one shared store, the same on every endpoint: `{}` has {blocks}, `{}` has {theirs}",
+            name(first),
+            name(other)
+        )));
+    }
     // Engine chains are derived when the trace is loaded (`Scenario::workload` loads the
     // sizes its engines need); a workload loaded for other engines is refused here rather
     // than failing mid-run.
@@ -229,7 +242,7 @@ pub fn replay_timed(
             tiers: settings
                 .engines
                 .iter()
-                .any(|e| e.host_tier.is_some())
+                .any(|e| e.host_tier.is_some() || e.shared_tier.is_some())
                 .then(TiersTally::default),
         },
         next_closed: 0,
@@ -297,18 +310,22 @@ impl Sim<'_> {
     }
 
     /// What the engine of endpoint `endpoint_index` holds of request `index`'s prompt per
-    /// tier (GPU, then host right after it, then shared: none yet), in the workload's unit.
+    /// tier (the GPU's run, then of the run right after it what the host tier and what the
+    /// shared tier would load), in the workload's unit.
     fn cached_tiers(&self, index: usize, endpoint_index: u32) -> Option<[u64; 3]> {
         let pos = (*self.position_of.get(endpoint_index as usize)?)?;
-        let gpu = self.cached_units(index, pos);
         let block = self.settings.engines[pos].engine_block_size;
         let chain = self.workload.engine_chain(index, block);
-        let host = self
-            .workload
-            .unit
-            .of_tokens(self.fleet.engines[pos].host_prefix_tokens(chain))
-            .min(self.workload.requests[index].prompt_len - gpu);
-        Some([gpu, host, 0])
+        let mut left = self.workload.requests[index].prompt_len;
+        Some(
+            self.fleet.engines[pos]
+                .tier_prefix_tokens(chain)
+                .map(|tokens| {
+                    let units = self.workload.unit.of_tokens(tokens).min(left);
+                    left -= units;
+                    units
+                }),
+        )
     }
 
     /// As [`Sim::cached_prefix`], by list position.
@@ -751,19 +768,22 @@ impl Sim<'_> {
                 .as_ref()
                 .map(|pd| pd.report(self.fleet.engines.len())),
             tiers: stats.tiers.as_ref().map(|tiers| {
+                let occupancy = |name: &str, tier: &HostCache| HostTierTimed {
+                    name: name.to_owned(),
+                    blocks: tier.capacity() as u64,
+                    peak_blocks: tier.peak,
+                    stores: tier.stores,
+                    evictions: tier.evictions,
+                };
                 let per_endpoint = (self.fleet.engines.iter().enumerate())
                     .filter_map(|(pos, engine)| {
-                        let host = engine.host()?;
-                        Some(HostTierTimed {
-                            name: router.table().name(pos).to_owned(),
-                            blocks: host.capacity() as u64,
-                            peak_blocks: host.peak,
-                            stores: host.stores,
-                            evictions: host.evictions,
-                        })
+                        Some(occupancy(router.table().name(pos), engine.host()?))
                     })
                     .collect();
-                tiers.report(per_endpoint)
+                let shared = (self.fleet.engines.iter())
+                    .find_map(|engine| engine.shared())
+                    .map(|store| occupancy("shared", &store.lock()));
+                tiers.report(per_endpoint, shared)
             }),
             ..stats.latency.report()
         });

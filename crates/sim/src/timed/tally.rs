@@ -98,6 +98,7 @@ pub(super) struct TiersTally {
     prompt_tokens: u64,
     gpu_hit_tokens: u64,
     host_hit_tokens: u64,
+    shared_hit_tokens: u64,
     loads: u64,
     load: LatencyStat,
 }
@@ -107,25 +108,34 @@ impl TiersTally {
     pub(super) fn add(&mut self, sequence: &routerlab_engine::Sequence) {
         let hit = u64::from(sequence.hit_tokens.unwrap_or(0));
         let host = u64::from(sequence.host_hit_tokens.unwrap_or(0));
+        let shared = u64::from(sequence.shared_hit_tokens.unwrap_or(0));
         self.prompt_tokens += u64::from(sequence.prompt_tokens);
-        self.gpu_hit_tokens += hit - host.min(hit);
+        self.gpu_hit_tokens += hit.saturating_sub(host + shared);
         self.host_hit_tokens += host;
+        self.shared_hit_tokens += shared;
         if sequence.load_ns > 0 {
             self.loads += 1;
             self.load.record(sequence.load_ns / 1000);
         }
     }
 
-    pub(super) fn report(&self, per_endpoint: Vec<HostTierTimed>) -> TiersReport {
+    pub(super) fn report(
+        &self,
+        per_endpoint: Vec<HostTierTimed>,
+        shared: Option<HostTierTimed>,
+    ) -> TiersReport {
         TiersReport {
             prompt_tokens: self.prompt_tokens,
             gpu_hit_tokens: self.gpu_hit_tokens,
             gpu_hit_ratio: ratio(self.gpu_hit_tokens, self.prompt_tokens),
             host_hit_tokens: self.host_hit_tokens,
             host_hit_ratio: ratio(self.host_hit_tokens, self.prompt_tokens),
+            shared_hit_tokens: self.shared_hit_tokens,
+            shared_hit_ratio: ratio(self.shared_hit_tokens, self.prompt_tokens),
             loads: self.loads,
             load: self.load.summary(),
             per_endpoint,
+            shared,
         }
     }
 }
