@@ -249,3 +249,67 @@ fn a_models_config_json_sizes_the_kv_of_engines_and_transfers() {
     );
     assert!(stdout.is_empty());
 }
+
+/// The hit-ratio plot's groups: with tiers, where the reuse came from.
+#[test]
+fn the_hit_ratio_plot_shows_each_tier() {
+    let trace = project_trace("mooncake-small.jsonl");
+    let labels = |engine: &str, name: &str| {
+        let dir = std::env::temp_dir().join(format!(
+            "routerlab-tier-plots-{name}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let output = support::routerlab(&[
+            "compare",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--timing",
+            "trace",
+            "--endpoints",
+            "2",
+            "--engine-config",
+            engine,
+            "--policy",
+            "round-robin",
+            "--policy",
+            "dynamo-kv",
+            "-q",
+            "--plot",
+            dir.to_str().unwrap(),
+        ]);
+        assert!(output.status.success(), "{}", support::texts(&output).1);
+        let text = std::fs::read_to_string(dir.join("hit-ratios.svg")).unwrap();
+        let svg = roxmltree::Document::parse(&text).unwrap();
+        let labels: Vec<String> = svg
+            .descendants()
+            .filter(|n| n.has_tag_name("text"))
+            .map(|n| n.text().unwrap_or("").trim().to_owned())
+            .collect();
+        let _ = std::fs::remove_dir_all(&dir);
+        labels
+    };
+    let tiered = labels(
+        "{num_gpu_blocks: 256, kv_bytes_per_token: 1024, \
+         host_tier: {blocks: 512, d2h_gbps: 25, h2d_gbps: 25}, \
+         shared_tier: {blocks: 4096, d2h_gbps: 10, h2d_gbps: 10}}",
+        "tiered",
+    );
+    for group in ["GPU-tier hit", "host-tier hit", "shared-tier hit"] {
+        assert!(
+            tiered.iter().any(|t| t == group),
+            "no `{group}`: {tiered:?}"
+        );
+    }
+    let host_only = labels(
+        "{kv_bytes_per_token: 1024, host_tier: {blocks: 512, d2h_gbps: 25, h2d_gbps: 25}}",
+        "host",
+    );
+    assert!(host_only.iter().any(|t| t == "host-tier hit"));
+    assert!(!host_only.iter().any(|t| t == "shared-tier hit"));
+    let one_tier = labels("{num_gpu_blocks: 256}", "one");
+    assert!(
+        !one_tier.iter().any(|t| t.contains("tier hit")),
+        "{one_tier:?}"
+    );
+}

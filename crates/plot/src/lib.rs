@@ -434,6 +434,33 @@ fn hits(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
                 .map_or(0.0, |p| p.decode.hit_ratio)
         }));
     }
+    // KV tiers: where the reuse came from (0 for a run without them).
+    let tiers = |r: &Report| r.timed.as_ref().and_then(|t| t.tiers.clone());
+    if series.iter().any(|s| tiers(s.report).is_some()) {
+        groups.push(("GPU-tier hit", |r| {
+            r.timed
+                .as_ref()
+                .and_then(|t| t.tiers.as_ref())
+                .map_or(0.0, |t| t.gpu_hit_ratio)
+        }));
+        groups.push(("host-tier hit", |r| {
+            r.timed
+                .as_ref()
+                .and_then(|t| t.tiers.as_ref())
+                .map_or(0.0, |t| t.host_hit_ratio)
+        }));
+        if series
+            .iter()
+            .any(|s| tiers(s.report).is_some_and(|t| t.shared.is_some()))
+        {
+            groups.push(("shared-tier hit", |r| {
+                r.timed
+                    .as_ref()
+                    .and_then(|t| t.tiers.as_ref())
+                    .map_or(0.0, |t| t.shared_hit_ratio)
+            }));
+        }
+    }
     // The legend goes in a strip below the chart, three entries a row, never over a bar.
     let legend_rows = series.len().div_ceil(LEGEND_COLUMNS) as u32;
     let (plot, key) = root.split_vertically(root.dim_in_pixel().1 - (16 + 24 * legend_rows));

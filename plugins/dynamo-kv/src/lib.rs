@@ -300,12 +300,15 @@ impl Matcher for DynamoKv {
         let worker = &mut self.workers[active.worker];
         worker.active_tokens -= active.prefill_tokens;
         worker.all_blocks -= active.blocks.iter().map(|(_, n)| n).sum::<u64>();
-        for (block, n) in active.blocks {
+        for (block, _) in active.blocks {
             if let Some(entry) = worker.blocks.get_mut(&block) {
                 entry.0 -= 1;
                 if entry.0 == 0 {
+                    // What the first request holding it added: a trace block a prompt ends
+                    // inside counts fewer engine blocks than the same block in full.
+                    let added = entry.1;
                     worker.blocks.remove(&block);
-                    worker.unique_blocks -= n;
+                    worker.unique_blocks -= added;
                 }
             }
         }
@@ -414,6 +417,27 @@ mod tests {
         assert_eq!(kv.workers[pick.get() as usize].active_tokens, 0);
         kv.on_complete(&first.view(), pick).unwrap();
         assert_eq!(kv.workers[pick.get() as usize].unique_blocks, 0);
+    }
+
+    #[test]
+    fn a_trace_block_a_prompt_ends_inside_is_released_as_it_was_counted() {
+        // Engine blocks of 16 tokens, one 64-token trace block shared by two requests: the
+        // first's prompt ends inside it (40 tokens: 3 engine blocks), the second's fills it
+        // (4). The first counted it; whichever finishes last releases those 3.
+        let mut kv: DynamoKv = create_matcher("block_size: 16").unwrap();
+        let short = request(1, 0, 1).prompt_len(40);
+        let full = request(2, 0, 1).prompt_len(64);
+        for r in [&short, &full] {
+            kv.update(&r.view(), EndpointId(0)).unwrap();
+        }
+        assert_eq!(kv.workers[0].unique_blocks, 3);
+        assert_eq!(kv.workers[0].all_blocks, 7);
+        kv.on_complete(&short.view(), EndpointId(0)).unwrap();
+        kv.on_complete(&full.view(), EndpointId(0)).unwrap();
+        assert_eq!(
+            (kv.workers[0].unique_blocks, kv.workers[0].all_blocks),
+            (0, 0)
+        );
     }
 
     #[test]
