@@ -451,13 +451,14 @@ fn hits(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
         }));
         if series
             .iter()
-            .any(|s| tiers(s.report).is_some_and(|t| t.shared.is_some()))
+            .any(|s| tiers(s.report).is_some_and(|t| t.shared_hit_ratio.is_some()))
         {
             groups.push(("shared-tier hit", |r| {
                 r.timed
                     .as_ref()
                     .and_then(|t| t.tiers.as_ref())
-                    .map_or(0.0, |t| t.shared_hit_ratio)
+                    .and_then(|t| t.shared_hit_ratio)
+                    .unwrap_or(0.0)
             }));
         }
     }

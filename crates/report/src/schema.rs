@@ -271,12 +271,12 @@ pub struct TiersReport {
     pub host_hit_tokens: u64,
     /// `host_hit_tokens / prompt_tokens`.
     pub host_hit_ratio: f64,
-    /// Loaded from the fleet's shared tier instead of computed (0 without one).
-    #[serde(default)]
-    pub shared_hit_tokens: u64,
-    /// `shared_hit_tokens / prompt_tokens`.
-    #[serde(default)]
-    pub shared_hit_ratio: f64,
+    /// Loaded from the fleet's shared tier instead of computed (absent without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_hit_tokens: Option<u64>,
+    /// `shared_hit_tokens / prompt_tokens` (absent without a shared tier).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_hit_ratio: Option<f64>,
     /// Sequences that waited for a load (host, shared or both).
     pub loads: u64,
     /// Time of each sequence's loads, ms.
@@ -677,12 +677,11 @@ fn timed_human(out: &mut String, timed: &TimedReport) {
     }
     if let Some(tiers) = &timed.tiers {
         let _ = writeln!(out);
-        let shared = match &tiers.shared {
-            Some(_) => format!(
-                ", {} from the shared tier ({:.4})",
-                tiers.shared_hit_tokens, tiers.shared_hit_ratio
-            ),
-            None => String::new(),
+        let shared = match (tiers.shared_hit_tokens, tiers.shared_hit_ratio) {
+            (Some(tokens), Some(ratio)) => {
+                format!(", {tokens} from the shared tier ({ratio:.4})")
+            }
+            _ => String::new(),
         };
         let _ = writeln!(
             out,

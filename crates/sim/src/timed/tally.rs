@@ -130,8 +130,9 @@ impl TiersTally {
             gpu_hit_ratio: ratio(self.gpu_hit_tokens, self.prompt_tokens),
             host_hit_tokens: self.host_hit_tokens,
             host_hit_ratio: ratio(self.host_hit_tokens, self.prompt_tokens),
-            shared_hit_tokens: self.shared_hit_tokens,
-            shared_hit_ratio: ratio(self.shared_hit_tokens, self.prompt_tokens),
+            shared_hit_tokens: shared.as_ref().map(|_| self.shared_hit_tokens),
+            shared_hit_ratio: (shared.as_ref())
+                .map(|_| ratio(self.shared_hit_tokens, self.prompt_tokens)),
             loads: self.loads,
             load: self.load.summary(),
             per_endpoint,
