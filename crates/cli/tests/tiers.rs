@@ -87,6 +87,30 @@ fn gpu_only_and_a_host_tier_agree_with_dynamos_replay() {
 }
 
 #[test]
+fn a_slow_load_lane_agrees_with_dynamos_replay() {
+    // Host to device at 2 GB/s (8 MiB blocks take 4.2 ms each, one after another), a
+    // smaller host tier; device to host at 25 GB/s.
+    let slow = replay(
+        "{num_gpu_blocks: 4096, kv_bytes_per_token: 131072, \
+         host_tier: {blocks: 16384, d2h_gbps: 25, h2d_gbps: 2}}",
+    );
+    // Dynamo: reuse 0.0834, TTFT mean 1190.0 ms, p50 453.7 ms.
+    within("slow-load hit ratio", &slow["hit_ratio"], 0.0834, 0.10);
+    within(
+        "slow-load TTFT mean",
+        &slow["timed"]["ttft"]["mean"],
+        1190.0,
+        0.15,
+    );
+    within(
+        "slow-load TTFT p50",
+        &slow["timed"]["ttft"]["p50"],
+        453.7,
+        0.15,
+    );
+}
+
+#[test]
 fn a_host_tier_without_the_kv_bytes_is_refused_naming_the_key() {
     let output = Replay::new("round-robin", &project_trace("mooncake-conversation.jsonl"))
         .args(&[

@@ -2,15 +2,19 @@
 //! memory (least recently used out first) and loaded back instead of recomputed.
 //!
 //! The rules follow the default CPU path of vLLM's `OffloadingConnector` as NVIDIA Dynamo's
-//! mocker models it (`lib/mocker/src/host_offload/policy.rs`,
-//! `vllm_offloading_connector_defaults`): a prompt block is stored once its KV is computed
-//! (prompt blocks only, only when the tier does not hold it yet); a request's reusable
-//! prefix is its GPU-cached leading run, then the run of the blocks right after it that
-//! the host tier holds; those are loaded (host to device) and the request waits for the
-//! load while the engine's other requests go on; the host keeps its copy; a lookup makes
-//! the blocks it matched the most recently used. What the lab leaves out: the store's own
-//! time (device to host; Dynamo's source-reuse fence on it) and a shared transfer lane
-//! (each load takes its own bytes over the bandwidth, however many run at once).
+//! mocker models it (`lib/mocker/src/host_offload/`, `vllm_offloading_connector_defaults`
+//! and its `HostOffloadManager`): the prompt blocks a request completes in a step are
+//! stored at the step's end (only those the tier lacks) as one transfer on the link's
+//! device-to-host lane, loadable when it ends, and the GPU blocks it reads are not written
+//! over until then; a request's reusable prefix is its GPU-cached leading run, then the
+//! run of the blocks right after it that the tier holds; those are loaded on the
+//! host-to-device lane (`latency_ms` + bytes over `h2d_gbps`, after the lane's earlier
+//! transfers, after the blocks' stores and the destination's fences end), and the request
+//! waits for the load while the engine's other requests go on; the host keeps its copy; a
+//! lookup makes the blocks it matched the most recently used (see [`crate::tiers`]). What
+//! the lab leaves out: the fence on a preempted request's blocks, deferring a request whose
+//! blocks are still being stored (it is admitted and waits for them instead), and vLLM's
+//! headroom for the prefills of loads in flight.
 //!
 //! A shared tier ([`SharedStore`], engine key `shared_tier`) is one such store for the whole
 //! fleet, as an LMCache server or a Mooncake store is: every engine that has the key stores
@@ -78,11 +82,40 @@ impl HostTier {
     }
 }
 
-/// The blocks a host tier holds, by prefix hash, least recently used first out.
+/// One direction of a tier's link: transfers go through it one after another (first in,
+/// first out), each taking its bytes over the bandwidth after the one before it ends.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Lane {
+    /// When the last transfer submitted ends, ns.
+    tail_ns: u64,
+}
+
+impl Lane {
+    /// Submits a transfer of `ns` that may start at `not_before_ns`; returns its end.
+    pub fn submit(&mut self, not_before_ns: u64, ns: u64) -> u64 {
+        self.tail_ns = not_before_ns.max(self.tail_ns).saturating_add(ns);
+        self.tail_ns
+    }
+}
+
+impl HostTier {
+    /// Nanoseconds `bytes` take over a bandwidth of `gbps` GB/s (no latency).
+    fn bytes_ns(bytes: u64, gbps: f64) -> u64 {
+        ((bytes as f64 / gbps).min(3.6e12)).round() as u64
+    }
+
+    /// Nanoseconds to store `bytes` from the GPU (device to host), no latency.
+    pub fn store_ns(&self, bytes: u64) -> u64 {
+        HostTier::bytes_ns(bytes, self.d2h_gbps)
+    }
+}
+
+/// The blocks a host tier holds, by prefix hash, least recently used first out; each with
+/// the time its store ends (before then it is on its way, not yet loadable).
 pub struct HostCache {
     capacity: usize,
-    /// Hash -> its last use.
-    stamp_of: U64Map<u64>,
+    /// Hash -> (its last use, when its store ends).
+    stamp_of: U64Map<(u64, u64)>,
     /// Last use -> hash, oldest first.
     by_stamp: BTreeMap<u64, u64>,
     clock: u64,
@@ -123,26 +156,31 @@ impl HostCache {
         self.capacity
     }
 
-    /// Whether it holds the block `hash`.
+    /// Whether it holds the block `hash` (stored, or on its way).
     pub fn holds(&self, hash: u64) -> bool {
         self.stamp_of.contains_key(&hash)
+    }
+
+    /// When the store of the block `hash` ends, if it holds it.
+    pub fn ready_at(&self, hash: u64) -> Option<u64> {
+        self.stamp_of.get(&hash).map(|(_, ready)| *ready)
     }
 
     /// Makes the block `hash`, if held, the most recently used.
     pub fn touch(&mut self, hash: u64) {
         self.clock += 1;
-        if let Some(stamp) = self.stamp_of.get_mut(&hash) {
+        if let Some((stamp, _)) = self.stamp_of.get_mut(&hash) {
             self.by_stamp.remove(stamp);
             *stamp = self.clock;
             self.by_stamp.insert(self.clock, hash);
         }
     }
 
-    /// Stores the block `hash` unless it is held already; the least recently used block
-    /// leaves when the tier is full.
-    pub fn store(&mut self, hash: u64) {
+    /// Stores the block `hash`, loadable from `ready_ns`, unless it is held already; the
+    /// least recently used block leaves when the tier is full. Whether it stored it.
+    pub fn store(&mut self, hash: u64, ready_ns: u64) -> bool {
         if self.stamp_of.contains_key(&hash) {
-            return;
+            return false;
         }
         if self.stamp_of.len() >= self.capacity
             && let Some((_, oldest)) = self.by_stamp.pop_first()
@@ -151,10 +189,11 @@ impl HostCache {
             self.evictions += 1;
         }
         self.clock += 1;
-        self.stamp_of.insert(hash, self.clock);
+        self.stamp_of.insert(hash, (self.clock, ready_ns));
         self.by_stamp.insert(self.clock, hash);
         self.stores += 1;
         self.peak = self.peak.max(self.stamp_of.len() as u64);
+        true
     }
 
     /// How many of `chain`'s blocks, from the first, it holds (changing nothing).
@@ -206,17 +245,19 @@ mod tests {
     fn a_full_tier_evicts_the_least_recently_used_block() {
         let mut host = HostCache::new(3);
         for hash in [10, 11, 12] {
-            host.store(hash);
+            host.store(hash, 0);
         }
         // Using 10 makes 11 the oldest.
         host.touch(10);
-        host.store(13);
+        host.store(13, 5);
         assert_eq!(host.evictions, 1);
         assert_eq!(host.run(&[11]), 0, "11 was the least recently used");
         assert_eq!(host.run(&[10]), 1);
         assert_eq!(host.run(&[12, 13]), 2);
+        assert_eq!(host.ready_at(13), Some(5));
         // Storing what it holds changes nothing.
-        host.store(13);
+        assert!(!host.store(13, 9));
+        assert_eq!(host.ready_at(13), Some(5));
         assert_eq!((host.len(), host.stores, host.peak), (3, 4, 3));
         assert_eq!(
             host.run(&[12, 13, 10, 11]),

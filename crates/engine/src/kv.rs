@@ -142,6 +142,18 @@ impl KvCache {
         Some(id)
     }
 
+    /// The `n` free blocks [`KvCache::allocate`] would take next, oldest first (fewer when
+    /// fewer are free).
+    pub(crate) fn oldest_free(&self, n: u32) -> Vec<u32> {
+        let mut ids = Vec::with_capacity(n.min(self.free) as usize);
+        let mut id = self.free_head;
+        while id != NONE && ids.len() < n as usize {
+            ids.push(id);
+            id = self.blocks[id as usize].newer;
+        }
+        ids
+    }
+
     /// Publishes a computed full block under its prefix hash (first writer wins).
     #[inline]
     pub(crate) fn publish(&mut self, id: u32, hash: u64) {

@@ -7,6 +7,7 @@ use crate::config::EngineConfig;
 use crate::host::{HostCache, SharedStore};
 use crate::kv::KvCache;
 use crate::step_time::Batch;
+use crate::tiers::Tiers;
 
 /// A request inside an engine.
 #[derive(Debug)]
@@ -131,10 +132,8 @@ struct Plan {
 pub struct Engine {
     config: EngineConfig,
     kv: KvCache,
-    /// The host tier below the GPU cache, when configured.
-    host: Option<HostCache>,
-    /// The fleet's shared tier, when configured.
-    shared: Option<SharedStore>,
+    /// The host and shared tiers below the GPU cache, when configured.
+    tiers: Tiers,
     waiting: VecDeque<Sequence>,
     running: Vec<Sequence>,
     plan: Option<Plan>,
@@ -155,13 +154,11 @@ impl Engine {
     /// An idle engine.
     pub fn new(config: EngineConfig) -> Engine {
         let kv = KvCache::new(config.num_gpu_blocks);
-        let host = config.host_tier.map(|tier| HostCache::new(tier.blocks));
-        let shared = config.shared_tier.map(|tier| SharedStore::new(tier.blocks));
+        let tiers = Tiers::new(&config);
         Engine {
             config,
             kv,
-            host,
-            shared,
+            tiers,
             waiting: VecDeque::new(),
             running: Vec::new(),
             plan: None,
@@ -212,19 +209,19 @@ impl Engine {
 
     /// The host tier, when configured.
     pub fn host(&self) -> Option<&HostCache> {
-        self.host.as_ref()
+        self.tiers.host.as_ref()
     }
 
     /// The shared tier this engine reaches, when configured.
     pub fn shared(&self) -> Option<&SharedStore> {
-        self.shared.as_ref()
+        self.tiers.shared.as_ref()
     }
 
     /// Makes this engine use `store` as its shared tier (one store for the fleet), in place
     /// of the one of its own it started with. Ignored without a `shared_tier`.
     pub fn join_shared(&mut self, store: &SharedStore) {
-        if self.shared.is_some() {
-            self.shared = Some(store.clone());
+        if self.tiers.shared.is_some() {
+            self.tiers.shared = Some(store.clone());
         }
     }
 
@@ -233,30 +230,13 @@ impl Engine {
     /// from the shared tier (what a request would load instead of computing).
     pub fn tier_prefix_tokens(&self, chain: &[u64]) -> [u64; 3] {
         let gpu = self.kv.cached_prefix(chain);
-        let (host, shared) = self.lower_run(&chain[gpu..], chain.len() - gpu);
+        let (host, shared) = self.tiers.lower_run(&chain[gpu..], chain.len() - gpu);
         let block = u64::from(self.config.engine_block_size);
         [
             gpu as u64 * block,
             host as u64 * block,
             shared as u64 * block,
         ]
-    }
-
-    /// Of `chain`'s leading blocks, at most `most`, the run the lower tiers hold, block by
-    /// block the host tier's first: (blocks of the host tier, blocks of the shared tier).
-    fn lower_run(&self, chain: &[u64], most: usize) -> (usize, usize) {
-        let (mut host, mut shared) = (0, 0);
-        let store = self.shared.as_ref().map(SharedStore::lock);
-        for hash in chain.iter().take(most) {
-            if self.host.as_ref().is_some_and(|h| h.holds(*hash)) {
-                host += 1;
-            } else if store.as_ref().is_some_and(|s| s.holds(*hash)) {
-                shared += 1;
-            } else {
-                break;
-            }
-        }
-        (host, shared)
     }
 
     /// The status routers see.
@@ -361,14 +341,10 @@ impl Engine {
             while seq.published < full.min(seq.hashes.len()) {
                 let (id, hash) = (seq.blocks[seq.published], seq.hashes[seq.published]);
                 self.kv.publish(id, hash);
-                if let Some(host) = &mut self.host {
-                    host.store(hash);
-                }
-                if let Some(shared) = &self.shared {
-                    shared.lock().store(hash);
-                }
+                self.tiers.computed(id, hash);
                 seq.published += 1;
             }
+            self.tiers.store_computed(now_ns);
             if !seq.prefilling() {
                 // The step that completes a prefill samples a token.
                 seq.generated += 1;
@@ -438,6 +414,14 @@ impl Engine {
                     Some(false) => continue, // `pos` itself was preempted; the next moved in
                     None => break,
                 }
+                // A block a store still reads is written once the store ends.
+                let block = *self.running[pos].blocks.last().expect("just grown");
+                let fence = self.tiers.fence(&[block]);
+                if fence > now_ns {
+                    self.running[pos].ready_ns = fence;
+                    pos += 1;
+                    continue;
+                }
             }
             budget -= 1;
             decode.push(pos);
@@ -460,7 +444,7 @@ impl Engine {
             let hits = hits.min(most);
             // Then the run the lower tiers hold right after the GPU's, loaded instead.
             let (host_run, shared_run) = if hits < most {
-                self.lower_run(&head.hashes[hits.min(head.hashes.len())..], most - hits)
+                (self.tiers).lower_run(&head.hashes[hits.min(head.hashes.len())..], most - hits)
             } else {
                 (0, 0)
             };
@@ -483,17 +467,22 @@ impl Engine {
             seq.computed = hit_tokens;
             seq.prefill_target = target;
             seq.first_scheduled_ns.get_or_insert(now_ns);
+            // New blocks are written once the stores reading them end.
+            let fence = self.tiers.fence(&seq.blocks[hits..]);
             if host_run + shared_run > 0 {
-                let load = self.load(&seq.hashes[hits..hits + host_run + shared_run]);
+                let run = &seq.hashes[hits..hits + host_run + shared_run];
+                let loaded = self.tiers.load(run, now_ns, fence);
                 let (host, shared) = (
-                    host_run as u32 * block_tokens,
-                    shared_run as u32 * block_tokens,
+                    loaded.host as u32 * block_tokens,
+                    loaded.shared as u32 * block_tokens,
                 );
                 seq.computed += host + shared;
-                seq.ready_ns = now_ns + load;
-                seq.load_ns += load;
+                seq.ready_ns = loaded.ready_ns;
+                seq.load_ns += loaded.ready_ns - now_ns;
                 seq.host_hit_tokens.get_or_insert(host);
                 seq.shared_hit_tokens.get_or_insert(shared);
+            } else if fence > now_ns {
+                seq.ready_ns = fence;
             }
             seq.hit_tokens.get_or_insert(seq.computed);
             seq.host_hit_tokens.get_or_insert(0);
@@ -537,7 +526,7 @@ impl Engine {
         // Every running sequence decodes and nothing else happens: identical steps follow.
         let pure_decode = prefill.is_empty() && !admitted && decode.len() == self.running.len();
         let steps = if pure_decode {
-            self.reserve_decode_run()
+            self.reserve_decode_run(now_ns)
         } else {
             1
         };
@@ -582,40 +571,10 @@ impl Engine {
         Some(now_ns + steps * step_ns)
     }
 
-    /// Loads `run` (blocks right after a request's GPU hits, each held by the host tier or
-    /// else by the shared tier) and returns how long that takes: the host tier's bytes over its link, then the shared tier's over
-    /// its own. The blocks loaded become their tier's most recently used, in reverse order
-    /// as vLLM's connector touches them (a prefix's first block ends the most recent, so
-    /// its deeper blocks leave before its shallow ones).
-    fn load(&mut self, run: &[u64]) -> u64 {
-        let mut store = self.shared.as_ref().map(SharedStore::lock);
-        let (mut host_blocks, mut shared_blocks) = (0u64, 0u64);
-        for hash in run.iter().rev() {
-            match &mut self.host {
-                Some(host) if host.holds(*hash) => {
-                    host.touch(*hash);
-                    host_blocks += 1;
-                }
-                _ => {
-                    if let Some(store) = &mut store {
-                        store.touch(*hash);
-                    }
-                    shared_blocks += 1;
-                }
-            }
-        }
-        let bytes_per_block =
-            u64::from(self.config.engine_block_size) * self.config.kv_bytes_per_token.unwrap_or(0);
-        let over = |tier: Option<crate::host::HostTier>, blocks: u64| {
-            tier.map_or(0, |t| t.load_ns(blocks * bytes_per_block))
-        };
-        over(self.config.host_tier, host_blocks) + over(self.config.shared_tier, shared_blocks)
-    }
-
     /// Length of the decode run starting now: until the first sequence finishes, with the
     /// blocks every sequence fills during the run reserved up front (so KV usage leads by at
     /// most one run's blocks). Without enough free blocks, only until someone needs a block.
-    fn reserve_decode_run(&mut self) -> u64 {
+    fn reserve_decode_run(&mut self, now_ns: u64) -> u64 {
         let block_tokens = self.config.engine_block_size;
         let until_finish = self
             .running
@@ -629,7 +588,9 @@ impl Engine {
                 .saturating_sub(seq.blocks.len()) as u32
         };
         let needed: u32 = self.running.iter().map(extra).sum();
-        if needed > self.kv.free() {
+        let fenced = || self.tiers.any() && self.tiers.fence(&self.kv.oldest_free(needed)) > now_ns;
+        if needed > self.kv.free() || fenced() {
+            // Not enough blocks, or some a store still reads: no reservation.
             return self.decode_run();
         }
         for pos in 0..self.running.len() {

@@ -224,13 +224,14 @@ fn out_of_blocks_preempts_the_newest_sequence() {
 
 #[test]
 fn a_block_evicted_to_the_host_tier_costs_its_load_not_its_prefill() {
-    // Three GPU blocks of 4 tokens; a host tier of 8 blocks, 1,000 bytes a token at
-    // 1 GB/s (4 µs a block) plus 1 ms to the first byte.
+    // Three GPU blocks of 4 tokens; a host tier of 8 blocks, 1,000 bytes a token loaded at
+    // 1 GB/s (4 µs a block) plus 1 ms to the first byte, stored in no time (1,000 TB/s;
+    // the next test times the stores).
     let mut config = linear(3, 4, 100);
     config.kv_bytes_per_token = Some(1_000);
     config.host_tier = Some(HostTier {
         blocks: 8,
-        d2h_gbps: 1.0,
+        d2h_gbps: 1e6,
         h2d_gbps: 1.0,
         latency_ms: 1.0,
     });
@@ -273,6 +274,54 @@ fn a_block_evicted_to_the_host_tier_costs_its_load_not_its_prefill() {
 }
 
 #[test]
+fn a_store_takes_its_turn_on_the_lane_and_holds_its_gpu_blocks_until_done() {
+    // Three GPU blocks of 4 tokens, 1,000 bytes a token: a block is 4,000 bytes, 4 µs each
+    // way at 1 GB/s, no latency.
+    let mut config = linear(3, 4, 100);
+    config.kv_bytes_per_token = Some(1_000);
+    config.host_tier = Some(HostTier {
+        blocks: 8,
+        d2h_gbps: 1.0,
+        h2d_gbps: 1.0,
+        latency_ms: 0.0,
+    });
+    let mut engine = Engine::new(config);
+    // Request 0 (blocks 1, 2 in GPU blocks 0, 1) computes in 5 ms; its two blocks go to the
+    // host as one 8 µs store, loadable from 5.008 ms.
+    let end = engine
+        .enqueue(Sequence::new(0, 8, 1, vec![1, 2]), 0)
+        .unwrap();
+    assert_eq!(end, 5_000_000);
+    engine.finish_step(end);
+    assert_eq!(engine.host().unwrap().ready_at(2), Some(5_008_000));
+    // Request 1 (blocks 7, 8) gets GPU blocks 2 and 1; the store still reads block 1, so it
+    // waits for it: 8 µs, then 1 + 4 ms of prefill.
+    let wait = engine
+        .enqueue(Sequence::new(1, 8, 1, vec![7, 8]), end)
+        .unwrap();
+    assert_eq!(wait, 5_008_000, "the fence");
+    engine.finish_step(wait);
+    let end = engine.step_end().unwrap();
+    assert_eq!(end, 10_008_000);
+    engine.finish_step(end);
+    // Request 2 (blocks 1, 2, and a last token): block 1 is still in GPU block 0, block 2
+    // only in the host. Its new GPU blocks (1 and 2) are read by request 1's store until
+    // 10.016 ms; then the 4 µs load: it waits 12 µs, then computes one token.
+    let wait = engine
+        .enqueue(Sequence::new(2, 9, 1, vec![1, 2]), end)
+        .unwrap();
+    assert_eq!(wait - end, 12_000);
+    engine.finish_step(wait);
+    let done_at = engine.step_end().unwrap();
+    assert_eq!(done_at - wait, 1_500_000);
+    let done = engine.finish_step(done_at);
+    assert_eq!(
+        (done[0].hit_tokens, done[0].host_hit_tokens, done[0].load_ns),
+        (Some(8), Some(4), 12_000)
+    );
+}
+
+#[test]
 fn the_shared_tier_serves_another_engines_block_over_the_loading_engines_link() {
     // Two engines sharing one store of 16 blocks, 1,000 bytes a token. A reaches it at
     // 1 GB/s; B at 2 GB/s plus 0.5 ms to the first byte, and B has a host tier of its own
@@ -309,18 +358,20 @@ fn the_shared_tier_serves_another_engines_block_over_the_loading_engines_link() 
     };
     // B computes block 1 (a 5-token prompt): its host tier and the store hold it.
     let (_, t) = run(&mut b, Sequence::new(0, 5, 1, vec![1]), 0);
-    // A computes block 2 after block 1, which it loads from the store: 4 tokens ×
-    // 1,000 bytes at A's 1 GB/s = 4 µs.
+    // A computes block 2 after block 1, which it loads from the store once B's store of it
+    // ends (4,000 bytes over B's 1 GB/s, 4 µs), over its own 1 GB/s: 4 + 4 µs.
     let (seq, t) = run(&mut a, Sequence::new(1, 9, 1, vec![1, 2]), t);
-    assert_eq!((seq.shared_hit_tokens, seq.load_ns), (Some(4), 4_000));
+    assert_eq!((seq.shared_hit_tokens, seq.load_ns), (Some(4), 8_000));
     assert_eq!(a.shared().unwrap().lock().len(), 2);
     // B's GPU fills with other blocks; 1 and 2 are gone from it.
     let (_, t) = run(&mut b, Sequence::new(2, 12, 1, vec![7, 8, 9]), t);
     assert_eq!(b.tier_prefix_tokens(&[1, 2]), [0, 4, 4]);
     // B reuses both: block 1 from its host tier (1 ms + 4 µs), then block 2, which only A
-    // computed, from the store over B's link (0.5 ms + 2 µs), one after the other.
+    // computed, from the store over B's link (0.5 ms + 2 µs), one after the other; first
+    // its new GPU blocks must be free of the store of request 2's three blocks, which
+    // reads them for 12 µs.
     let wait = b.enqueue(Sequence::new(3, 9, 1, vec![1, 2]), t).unwrap();
-    assert_eq!(wait - t, 1_004_000 + 502_000);
+    assert_eq!(wait - t, 12_000 + 1_004_000 + 502_000);
     b.finish_step(wait);
     let end = b.step_end().unwrap();
     assert_eq!(
