@@ -87,7 +87,7 @@ fn gpu_only_and_a_host_tier_agree_with_dynamos_replay() {
 }
 
 #[test]
-fn a_slow_load_lane_agrees_with_dynamos_replay() {
+fn slow_links_agree_with_dynamos_replay() {
     // Host to device at 2 GB/s (8 MiB blocks take 4.2 ms each, one after another), a
     // smaller host tier; device to host at 25 GB/s.
     let slow = replay(
@@ -106,6 +106,31 @@ fn a_slow_load_lane_agrees_with_dynamos_replay() {
         "slow-load TTFT p50",
         &slow["timed"]["ttft"]["p50"],
         453.7,
+        0.15,
+    );
+    // Device to host at 2 GB/s instead: the stores queue, and an engine given GPU blocks a
+    // store still reads waits for it. Dynamo: 0.0830, 2018.0 ms, p50 534.0 ms, TPOT 34.67.
+    let slow = replay(
+        "{num_gpu_blocks: 4096, kv_bytes_per_token: 131072, \
+         host_tier: {blocks: 16384, d2h_gbps: 2, h2d_gbps: 25}}",
+    );
+    within("slow-store hit ratio", &slow["hit_ratio"], 0.0830, 0.10);
+    within(
+        "slow-store TTFT mean",
+        &slow["timed"]["ttft"]["mean"],
+        2018.0,
+        0.15,
+    );
+    within(
+        "slow-store TTFT p50",
+        &slow["timed"]["ttft"]["p50"],
+        534.0,
+        0.15,
+    );
+    within(
+        "slow-store TPOT mean",
+        &slow["timed"]["tpot"]["mean"],
+        34.67,
         0.15,
     );
 }

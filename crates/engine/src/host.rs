@@ -2,19 +2,19 @@
 //! memory (least recently used out first) and loaded back instead of recomputed.
 //!
 //! The rules follow the default CPU path of vLLM's `OffloadingConnector` as NVIDIA Dynamo's
-//! mocker models it (`lib/mocker/src/host_offload/`, `vllm_offloading_connector_defaults`
-//! and its `HostOffloadManager`): the prompt blocks a request completes in a step are
-//! stored at the step's end (only those the tier lacks) as one transfer on the link's
-//! device-to-host lane, loadable when it ends, and the GPU blocks it reads are not written
-//! over until then; a request's reusable prefix is its GPU-cached leading run, then the
-//! run of the blocks right after it that the tier holds; those are loaded on the
-//! host-to-device lane (`latency_ms` + bytes over `h2d_gbps`, after the lane's earlier
-//! transfers, after the blocks' stores and the destination's fences end), and the request
-//! waits for the load while the engine's other requests go on; the host keeps its copy; a
-//! lookup makes the blocks it matched the most recently used (see [`crate::tiers`]). What
-//! the lab leaves out: the fence on a preempted request's blocks, deferring a request whose
-//! blocks are still being stored (it is admitted and waits for them instead), and vLLM's
-//! headroom for the prefills of loads in flight.
+//! mocker models it (`lib/mocker/src/host_offload/`, `vllm_offloading_connector_defaults`,
+//! its `HostOffloadManager` and the vLLM adapter's `compute_not_before`): the prompt blocks
+//! a request completes in a step are stored at the step's end (only those the tier lacks)
+//! as one transfer on the link's device-to-host lane, loadable when it ends; until then the
+//! GPU blocks it reads are not written over, so a step that would write one starts when
+//! the store ends; a request's reusable prefix is its GPU-cached leading run, then the run
+//! of the blocks right after it that the tier holds; those are loaded on the host-to-device
+//! lane (`latency_ms` + bytes over `h2d_gbps`, after the lane's earlier transfers and the
+//! blocks' stores), and the request waits for the load while the engine's other requests
+//! go on; the host keeps its copy; a lookup makes the blocks it matched the most recently
+//! used (see [`crate::tiers`]). What the lab leaves out: deferring a request whose blocks
+//! are still being stored (it is admitted and waits for them instead), and vLLM's headroom
+//! for the prefills of loads in flight.
 //!
 //! A shared tier ([`SharedStore`], engine key `shared_tier`) is one such store for the whole
 //! fleet, as an LMCache server or a Mooncake store is: every engine that has the key stores

@@ -148,6 +148,8 @@ pub struct Engine {
     first_ns: Option<u64>,
     /// Requests whose first token the last step produced, until taken.
     first_tokens: Vec<usize>,
+    /// No step computes before then: the stores reading blocks it writes end (0: none).
+    compute_after_ns: u64,
 }
 
 impl Engine {
@@ -169,6 +171,7 @@ impl Engine {
             usage_since_ns: 0,
             first_ns: None,
             first_tokens: Vec::new(),
+            compute_after_ns: 0,
         }
     }
 
@@ -416,12 +419,7 @@ impl Engine {
                 }
                 // A block a store still reads is written once the store ends.
                 let block = *self.running[pos].blocks.last().expect("just grown");
-                let fence = self.tiers.fence(&[block]);
-                if fence > now_ns {
-                    self.running[pos].ready_ns = fence;
-                    pos += 1;
-                    continue;
-                }
+                self.compute_after_ns = self.compute_after_ns.max(self.tiers.fence(&[block]));
             }
             budget -= 1;
             decode.push(pos);
@@ -481,9 +479,10 @@ impl Engine {
                 seq.load_ns += loaded.ready_ns - now_ns;
                 seq.host_hit_tokens.get_or_insert(host);
                 seq.shared_hit_tokens.get_or_insert(shared);
-            } else if fence > now_ns {
-                seq.ready_ns = fence;
             }
+            // The engine computes nothing until they are free (vLLM's connector fences the
+            // whole step: `compute_not_before` in Dynamo's adapter).
+            self.compute_after_ns = self.compute_after_ns.max(fence);
             seq.hit_tokens.get_or_insert(seq.computed);
             seq.host_hit_tokens.get_or_insert(0);
             seq.shared_hit_tokens.get_or_insert(0);
@@ -560,15 +559,17 @@ impl Engine {
             context_tokens: context,
             kv_usage: usage,
         });
+        // The step starts once the stores reading the blocks it writes end.
+        let start_ns = now_ns.max(self.compute_after_ns);
         self.plan = Some(Plan {
-            start_ns: now_ns,
+            start_ns,
             step_ns,
             steps,
             prefill,
             decode,
             pure_decode,
         });
-        Some(now_ns + steps * step_ns)
+        Some(start_ns + steps * step_ns)
     }
 
     /// Length of the decode run starting now: until the first sequence finishes, with the
@@ -627,6 +628,8 @@ impl Engine {
             }
             let victim = self.running.len() - 1;
             let mut seq = self.running.pop()?;
+            // Its blocks go back once the stores reading them end (vLLM flushes them first).
+            self.compute_after_ns = self.compute_after_ns.max(self.tiers.fence(&seq.blocks));
             self.kv.release(&seq.blocks);
             seq.blocks.clear();
             seq.computed = 0;

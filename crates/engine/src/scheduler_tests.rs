@@ -274,7 +274,7 @@ fn a_block_evicted_to_the_host_tier_costs_its_load_not_its_prefill() {
 }
 
 #[test]
-fn a_store_takes_its_turn_on_the_lane_and_holds_its_gpu_blocks_until_done() {
+fn a_store_takes_its_turn_on_the_lane_and_holds_the_engine_until_its_gpu_blocks_are_free() {
     // Three GPU blocks of 4 tokens, 1,000 bytes a token: a block is 4,000 bytes, 4 µs each
     // way at 1 GB/s, no latency.
     let mut config = linear(3, 4, 100);
@@ -294,15 +294,12 @@ fn a_store_takes_its_turn_on_the_lane_and_holds_its_gpu_blocks_until_done() {
     assert_eq!(end, 5_000_000);
     engine.finish_step(end);
     assert_eq!(engine.host().unwrap().ready_at(2), Some(5_008_000));
-    // Request 1 (blocks 7, 8) gets GPU blocks 2 and 1; the store still reads block 1, so it
-    // waits for it: 8 µs, then 1 + 4 ms of prefill.
-    let wait = engine
+    // Request 1 (blocks 7, 8) gets GPU blocks 2 and 1; the store still reads block 1, so the
+    // engine's step starts when it ends: 8 µs, then 1 + 4 ms of prefill.
+    let end = engine
         .enqueue(Sequence::new(1, 8, 1, vec![7, 8]), end)
         .unwrap();
-    assert_eq!(wait, 5_008_000, "the fence");
-    engine.finish_step(wait);
-    let end = engine.step_end().unwrap();
-    assert_eq!(end, 10_008_000);
+    assert_eq!(end, 5_008_000 + 5_000_000, "the fence, then the step");
     engine.finish_step(end);
     // Request 2 (blocks 1, 2, and a last token): block 1 is still in GPU block 0, block 2
     // only in the host. Its new GPU blocks (1 and 2) are read by request 1's store until

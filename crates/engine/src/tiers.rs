@@ -6,9 +6,10 @@
 //! device, each first in, first out (NVIDIA Dynamo's mocker: `FifoTransferLane`). The
 //! prompt blocks a request completes in a step are stored as one transfer at the step's
 //! end, and become loadable when it ends; until then the GPU blocks they are read from
-//! cannot be written over: a request given one of them waits (Dynamo's source-reuse
-//! fence). A load starts once its blocks are stored, its destination blocks are free of
-//! such stores, and the lane is free.
+//! cannot be written over: the engine's next step waits for it when it would write one
+//! (Dynamo's source-reuse fence, engine-wide as its vLLM adapter's `compute_not_before`).
+//! A load starts once its blocks are stored, its destination blocks are free of such
+//! stores, and the lane is free.
 
 use crate::config::EngineConfig;
 use crate::host::{HostCache, HostTier, Lane, SharedStore};
