@@ -7,7 +7,9 @@
 //! id, of `block_bytes` bytes, so requests that share a prefix in the trace share it on the
 //! wire; a router hashing blocks of that size sees the trace's own prefix structure.
 //! Requests stream (`stream: true`) unless asked not to, so the first token can be timed,
-//! with `max_tokens` the trace's output length.
+//! with `max_tokens` the trace's output length. An agentic trace's requests go as the
+//! timed replay sends them: each once its dependencies have fired (another request sent,
+//! or answered) plus their delays, and not before its own time.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,10 +23,11 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use routerlab_core::{SeededRng, Unit};
 use routerlab_report::Report;
-use routerlab_report::stats::{Finished, StatsBuilder, TimedTally};
+use routerlab_report::agentic::{AgenticReport, distribution};
+use routerlab_report::stats::{Finished, LatencyStat, StatsBuilder, TimedTally};
 use routerlab_trace::Workload;
 use routerlab_trace::arrivals::{ArrivalError, Arrivals};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 
 use crate::LiveError;
 use crate::serve::{ENDPOINT_HEADER, PREFILL_ENDPOINT_HEADER, SESSION_HEADER};
@@ -141,6 +144,15 @@ pub async fn drive(
         .concurrency()
         .map_or(Semaphore::MAX_PERMITS, |c| c.max(1));
     let permits = Arc::new(Semaphore::new(limit));
+    let agentic = workload.requests.iter().any(|r| r.play != 0);
+    if agentic {
+        let Arrivals::Trace { speedup } = settings.arrivals else {
+            return Err(LiveError::Settings(
+                "an agentic trace's requests go when their dependencies allow, at its own times: --rate and --concurrency do not apply".into(),
+            ));
+        };
+        return drive_graph(workload, settings, client, started, &send_times, speedup).await;
+    }
     let settings = Arc::new(settings);
     let mut tasks = Vec::with_capacity(n);
     for (index, at) in send_times.into_iter().enumerate() {
@@ -152,6 +164,64 @@ pub async fn drive(
         tasks.push(tokio::spawn(async move {
             let outcome = send_one(&client, &workload, index, &settings, started).await;
             drop(permit);
+            outcome
+        }));
+    }
+    let mut outcomes = Vec::with_capacity(n);
+    for task in tasks {
+        outcomes.push(
+            task.await
+                .map_err(|e| LiveError::Run(format!("a request task failed: {e}")))?,
+        );
+    }
+    Ok(outcomes)
+}
+
+/// One watch per request and trigger: when it was sent, and when it was answered.
+type Signals = Vec<[watch::Sender<Option<Instant>>; 2]>;
+
+/// Drives an agentic workload: every request a task that waits for its dependencies.
+async fn drive_graph(
+    workload: Arc<Workload>,
+    settings: DriveSettings,
+    client: Client<HttpConnector, http_body_util::Full<Bytes>>,
+    started: Instant,
+    send_times: &[Option<Duration>],
+    speedup: f64,
+) -> Result<Vec<Outcome>, LiveError> {
+    use routerlab_trace::format::agentic::Trigger;
+    let n = workload.requests.len();
+    let signals: Arc<Signals> = Arc::new(
+        (0..n)
+            .map(|_| [watch::channel(None).0, watch::channel(None).0])
+            .collect(),
+    );
+    let settings = Arc::new(settings);
+    let mut tasks = Vec::with_capacity(n);
+    for (index, at) in send_times.iter().enumerate() {
+        let not_before = started + at.unwrap_or_default();
+        let (client, workload, settings, signals) = (
+            client.clone(),
+            workload.clone(),
+            settings.clone(),
+            signals.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut ready = not_before;
+            for dep in &workload.requests[index].dependencies {
+                let which = usize::from(dep.trigger == Trigger::Completion);
+                let mut rx = signals[dep.on][which].subscribe();
+                let fired = *rx
+                    .wait_for(Option::is_some)
+                    .await
+                    .expect("the sender lives as long as the run");
+                let delay = Duration::from_secs_f64(dep.delay_ns as f64 / 1e9 / speedup);
+                ready = ready.max(fired.expect("waited for it") + delay);
+            }
+            tokio::time::sleep_until(ready.into()).await;
+            signals[index][0].send_replace(Some(Instant::now()));
+            let outcome = send_one(&client, &workload, index, &settings, started).await;
+            signals[index][1].send_replace(Some(Instant::now()));
             outcome
         }));
     }
@@ -352,7 +422,63 @@ pub fn report(workload: &Workload, outcomes: &[Outcome]) -> (Report, Vec<String>
     // Decision quality needs what every engine held at each decision: not seen here.
     report.quality = None;
     report.timed = Some(latency.report());
+    if let Some(timed) = &mut report.timed {
+        timed.agentic = agentic_report(workload, outcomes);
+    }
     (report, endpoints)
+}
+
+/// An agentic workload's plays and sessions as the client saw them: a play from its first
+/// request sent to its last answered, a session's hit ratio from the engines' reported
+/// cached tokens; where its turns were routed against the caches is not visible.
+fn agentic_report(workload: &Workload, outcomes: &[Outcome]) -> Option<AgenticReport> {
+    if workload.requests.iter().all(|r| r.play == 0) {
+        return None;
+    }
+    let mut plays: HashMap<u64, (Duration, Duration, bool)> = HashMap::new();
+    let mut sessions: HashMap<u64, (u64, u64)> = HashMap::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut follow_ups = 0;
+    for (request, o) in workload.requests.iter().zip(outcomes) {
+        let play = plays
+            .entry(request.play)
+            .or_insert((Duration::MAX, Duration::ZERO, true));
+        play.0 = play.0.min(o.sent);
+        play.1 = play.1.max(o.sent + o.e2e);
+        play.2 &= o.error.is_none();
+        follow_ups += u64::from(!seen.insert(request.session));
+        if o.error.is_none() {
+            let session = sessions.entry(request.session).or_default();
+            session.0 += o.prompt_tokens;
+            session.1 += o.cached_tokens.unwrap_or(0).min(o.prompt_tokens);
+        }
+    }
+    let mut play_ms = LatencyStat::default();
+    let mut finished = 0;
+    let mut keys: Vec<u64> = plays.keys().copied().collect();
+    keys.sort_unstable();
+    for key in keys {
+        let (start, end, ok) = plays[&key];
+        if ok {
+            finished += 1;
+            play_ms.record(u64::try_from((end - start).as_micros()).unwrap_or(u64::MAX));
+        }
+    }
+    let mut shares: Vec<f64> = sessions
+        .values()
+        .filter(|(prompt, _)| *prompt > 0)
+        .map(|(prompt, hit)| *hit as f64 / *prompt as f64)
+        .collect();
+    shares.sort_by(f64::total_cmp);
+    Some(AgenticReport {
+        plays: finished,
+        play_ms: play_ms.summary(),
+        sessions: shares.len() as u64,
+        session_hit_ratio: distribution(&shares),
+        follow_up_turns: follow_ups,
+        on_cached_context: None,
+        on_cached_context_share: None,
+    })
 }
 
 #[cfg(test)]

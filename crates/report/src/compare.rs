@@ -130,6 +130,23 @@ pub const METRICS: &[Metric] = &[
         Better::Higher,
     ),
     metric("timed.tiers.load.p99", "tier load p99 (ms)", Better::Lower),
+    // An agentic trace's plays and sessions (present only for such traces).
+    metric(
+        "timed.agentic.play_ms.mean",
+        "play mean (ms)",
+        Better::Lower,
+    ),
+    metric("timed.agentic.play_ms.p90", "play p90 (ms)", Better::Lower),
+    metric(
+        "timed.agentic.session_hit_ratio.mean",
+        "session hit ratio, mean",
+        Better::Higher,
+    ),
+    metric(
+        "timed.agentic.on_cached_context_share",
+        "turns on cached context",
+        Better::Higher,
+    ),
     // A disaggregated fleet's pools (present only in such reports).
     metric(
         "timed.pools.prefill.hit_ratio",

@@ -6,6 +6,7 @@
 //! by side (tables and CSV, from finished reports only) and [`redact`] the form snapshots
 //! store. Plots, `drive` and saved-report tools need only this crate, never the simulator.
 
+pub mod agentic;
 pub mod compare;
 pub mod records;
 pub mod redact;

@@ -254,6 +254,9 @@ pub struct TimedReport {
     /// The KV cache's tiers (added in 0.5; absent unless an engine has a host tier).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tiers: Option<TiersReport>,
+    /// An agentic trace's plays and sessions (added in 0.5; absent for other traces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agentic: Option<crate::agentic::AgenticReport>,
 }
 
 /// Where reused prompt tokens came from, when engines keep KV in host memory too: the
@@ -674,6 +677,9 @@ fn timed_human(out: &mut String, timed: &TimedReport) {
     }
     if let Some(pools) = &timed.pools {
         pools_human(out, pools);
+    }
+    if let Some(agentic) = &timed.agentic {
+        crate::agentic::human(out, agentic);
     }
     if let Some(tiers) = &timed.tiers {
         let _ = writeln!(out);

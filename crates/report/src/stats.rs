@@ -354,6 +354,7 @@ impl TimedTally {
             per_endpoint: Vec::new(),
             pools: None,
             tiers: None,
+            agentic: None,
         }
     }
 }

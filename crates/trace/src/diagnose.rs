@@ -44,8 +44,8 @@ pub(crate) fn diagnose(
             ("arrival_s", Check::Number, false),
             ("output_tokens", Check::Count, false),
         ],
-        // CSV lines are checked by their own parser; nothing here is JSON.
-        TraceFormat::AzureCsv | TraceFormat::BurstGpt => &[],
+        // CSV lines are checked by their own parser; agentic lines word their own errors.
+        TraceFormat::AzureCsv | TraceFormat::BurstGpt | TraceFormat::AgenticMooncake => &[],
         TraceFormat::TokenIds => &[
             ("arrival_time_ns", Check::Count, false),
             ("input_toks", Check::Count, false),

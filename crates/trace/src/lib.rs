@@ -3,8 +3,8 @@
 //! Everything a replay knows about its input comes through here: [`reader`] streams a
 //! trace file and checks every line (one module per format under [`format`](mod@format), the id,
 //! parent and session links in [`ids`], the field-by-field diagnosis of bad lines in
-//! [`diagnose`]); [`blocks`] computes prefix-block hash chains; [`synth`] writes synthetic
-//! traces; [`workload`] loads a whole trace once into an immutable [`Workload`] that many
+//! [`diagnose`], an agentic trace's dependency graph in [`graph`]); [`blocks`] computes prefix-block hash chains; [`synth`] and [`synth_agentic`]
+//! write synthetic traces; [`workload`] loads a whole trace once into an immutable [`Workload`] that many
 //! runs can share; [`inspect`] summarises a trace, up to the reuse any router could win.
 //! Nothing here knows about plugins or the simulator.
 
@@ -13,10 +13,12 @@ pub mod blocks;
 pub mod diagnose;
 pub mod error;
 pub mod format;
+pub mod graph;
 pub mod ids;
 pub mod inspect;
 pub mod reader;
 pub mod synth;
+pub mod synth_agentic;
 pub mod workload;
 mod zstd;
 

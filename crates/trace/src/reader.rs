@@ -36,16 +36,21 @@ pub enum TraceFormat {
     /// BurstGPT's CSV: arrival and lengths, no prefix information.
     #[serde(rename = "burstgpt")]
     BurstGpt,
+    /// NVIDIA Dynamo's `agentic_mooncake` v2: a header, then requests with plays, sessions
+    /// and dependencies (see [`crate::format::agentic`]).
+    #[serde(rename = "agentic-mooncake")]
+    AgenticMooncake,
 }
 
 impl TraceFormat {
     /// Every format, in the order help texts list them.
-    pub const ALL: [TraceFormat; 5] = [
+    pub const ALL: [TraceFormat; 6] = [
         TraceFormat::Chat,
         TraceFormat::Mooncake,
         TraceFormat::TokenIds,
         TraceFormat::AzureCsv,
         TraceFormat::BurstGpt,
+        TraceFormat::AgenticMooncake,
     ];
 
     /// Whether requests of this format say which prefixes they share. Without that a replay
@@ -68,7 +73,7 @@ impl std::str::FromStr for TraceFormat {
             .find(|f| f.to_string() == name)
             .ok_or_else(|| {
                 format!(
-                    "unknown trace format `{name}` (known: chat, mooncake, token-ids, azure-csv, burstgpt)"
+                    "unknown trace format `{name}` (known: chat, mooncake, token-ids, azure-csv, burstgpt, agentic-mooncake)"
                 )
             })
     }
@@ -82,6 +87,7 @@ impl fmt::Display for TraceFormat {
             TraceFormat::TokenIds => "token-ids",
             TraceFormat::AzureCsv => "azure-csv",
             TraceFormat::BurstGpt => "burstgpt",
+            TraceFormat::AgenticMooncake => "agentic-mooncake",
         })
     }
 }
@@ -144,8 +150,15 @@ pub struct TraceRequest {
     pub blocks: Vec<u64>,
     /// Dense ids of `blocks`, from the reader's [`BlockInterner`].
     pub block_ids: Vec<u32>,
-    /// Arrival time in nanoseconds, if the trace has one.
+    /// Arrival time in nanoseconds, if the trace has one (agentic: `not_before_ms`).
     pub arrival_ns: Option<u64>,
+    /// Agentic traces: the request's id as written, its play (1-based, order of first
+    /// appearance) and its dependencies; empty, 0 and none otherwise.
+    pub request_id: String,
+    /// See `request_id`.
+    pub play: u64,
+    /// See `request_id`.
+    pub dependencies: Vec<crate::format::agentic::RawDependency>,
     /// Output tokens, if the trace says.
     pub output_tokens: Option<u64>,
     /// Prompt token ids (token-id traces only).
@@ -265,6 +278,8 @@ pub(crate) struct Linker {
     pub(crate) csv_start_ns: Option<u64>,
     /// Session id to (session number, last `seq`).
     sessions: IdTable<(u64, u64)>,
+    /// Agentic play id to its number.
+    pub(crate) plays: IdTable<u64>,
 }
 
 impl TraceReader {
@@ -328,12 +343,12 @@ impl TraceReader {
                         },
                         None => whole(format!("cannot decompress: {e}")),
                     })?;
-                let format = detect_format(first)
+                let format = crate::format::detect_format(first)
                     .ok_or_else(|| whole("trace is empty: no requests".into()))?;
                 if format == TraceFormat::Chat && !trim_line(first).starts_with(b"{") {
                     return Err(TraceError {
                         line: 1,
-                        ..whole(UNKNOWN_FORMAT.into())
+                        ..whole(crate::format::UNKNOWN_FORMAT.into())
                     });
                 }
                 format
@@ -351,6 +366,7 @@ impl TraceReader {
                 ids: IdTable::default(),
                 csv_start_ns: None,
                 sessions: IdTable::default(),
+                plays: IdTable::default(),
             },
             skipped: BTreeMap::new(),
             interner: BlockInterner::default(),
@@ -484,6 +500,13 @@ impl TraceReader {
                 return Ok(false);
             };
             self.line += numbered;
+            if !self.header_done && self.linker.format == TraceFormat::AgenticMooncake {
+                let text = self.linker.utf8(self.line, bytes)?;
+                let block = self.linker.parse_agentic_header(self.line, text)?;
+                self.linker.options.trace_block_size = block;
+                self.header_done = true;
+                continue;
+            }
             if self.linker.format.is_csv() && !self.header_done {
                 let text = self.linker.utf8(self.line, bytes)?;
                 self.linker.check_csv_header(self.line, text)?;
@@ -665,12 +688,12 @@ fn read_line_capped(
 }
 
 /// A line without its `\n` or `\r\n`.
-fn trim_line(line: &[u8]) -> &[u8] {
+pub(crate) fn trim_line(line: &[u8]) -> &[u8] {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     line.strip_suffix(b"\r").unwrap_or(line)
 }
 
-fn is_blank(line: &[u8]) -> bool {
+pub(crate) fn is_blank(line: &[u8]) -> bool {
     line.iter().all(u8::is_ascii_whitespace)
 }
 
@@ -710,6 +733,10 @@ impl Linker {
             TraceFormat::AzureCsv | TraceFormat::BurstGpt => {
                 let text = self.utf8(line_no, bytes)?;
                 self.parse_csv(line_no, text, out)
+            }
+            TraceFormat::AgenticMooncake => {
+                let text = self.utf8(line_no, bytes)?;
+                self.parse_agentic(line_no, text, out)
             }
         }
     }
@@ -759,34 +786,4 @@ impl Linker {
 
 pub(crate) fn memchr_newline(bytes: &[u8]) -> Option<usize> {
     memchr::memchr(b'\n', bytes)
-}
-
-/// Why a trace whose first line is no format's is refused, and what the formats are.
-const UNKNOWN_FORMAT: &str = "not a trace format routerlab reads: the first line is neither a \
-JSON object nor a known CSV header; the formats are chat, mooncake and token-ids (JSON \
-lines), azure-csv and burstgpt (CSV with their headers), detected from that line or named \
-with --trace-format";
-
-/// Detects the format from the first non-blank line: the CSV headers of Azure and
-/// BurstGPT, Mooncake lines with `hash_ids`, token-id lines with `input_tok_ids`; anything
-/// else is chat.
-pub(crate) fn detect_format(first: &[u8]) -> Option<TraceFormat> {
-    if is_blank(first) {
-        return None;
-    }
-    let has = |needle: &[u8]| first.windows(needle.len()).any(|w| w == needle);
-    let header = trim_line(first);
-    Some(
-        if header.starts_with(crate::format::csv::AZURE_HEADER.as_bytes()) {
-            TraceFormat::AzureCsv
-        } else if header.starts_with(crate::format::csv::BURSTGPT_HEADER.as_bytes()) {
-            TraceFormat::BurstGpt
-        } else if has(b"\"hash_ids\"") {
-            TraceFormat::Mooncake
-        } else if has(b"\"input_tok_ids\"") {
-            TraceFormat::TokenIds
-        } else {
-            TraceFormat::Chat
-        },
-    )
 }

@@ -42,6 +42,10 @@ pub struct WorkloadRequest {
     pub arrival_ns: Option<u64>,
     /// Engine-block chains, one per [`Workload::engine_block_sizes`] entry.
     pub engine_chains: Vec<Vec<u64>>,
+    /// Agentic traces: the play (agent job) it belongs to, 1-based; 0 otherwise.
+    pub play: u64,
+    /// Agentic traces: what it waits for (positions in the workload, all earlier).
+    pub dependencies: Vec<crate::graph::Dependency>,
 }
 
 /// Where a workload came from, for the report's `run` block.
@@ -84,10 +88,14 @@ impl Workload {
         let mut sizes = engine_block_sizes.to_vec();
         sizes.sort_unstable();
         sizes.dedup();
-        let (format, unit, block_size) = (reader.format(), reader.unit(), reader.block_size());
+        let (format, unit) = (reader.format(), reader.unit());
         let mut requests = Vec::new();
         let mut request = TraceRequest::default();
+        // Agentic traces: each request's id and dependencies as written, resolved at the end.
+        let (mut ids, mut raw) = (Vec::new(), Vec::new());
         while reader.next_into(&mut request)? {
+            // An agentic trace's header sets its block size: read it after the first line.
+            let block_size = reader.block_size();
             let tokens =
                 u32::try_from(prompt_tokens(unit, request.prompt_len).max(1)).unwrap_or(u32::MAX);
             let engine_chains = sizes
@@ -106,10 +114,21 @@ impl Workload {
                 parent: request.parent_seq.map(|p| p as usize - 1),
                 arrival_ns: request.arrival_ns,
                 engine_chains,
+                play: request.play,
+                dependencies: Vec::new(),
             });
+            if format == TraceFormat::AgenticMooncake {
+                ids.push(std::mem::take(&mut request.request_id));
+                raw.push(std::mem::take(&mut request.dependencies));
+            }
         }
+        let source = reader.source();
+        if format == TraceFormat::AgenticMooncake {
+            crate::graph::resolve(&source.path, &mut requests, &ids, &raw)?;
+        }
+        let block_size = reader.block_size();
         Ok(Workload {
-            source: reader.source(),
+            source,
             unit,
             block_size,
             engine_block_sizes: sizes,

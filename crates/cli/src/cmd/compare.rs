@@ -109,7 +109,6 @@ pub(crate) fn compare(opts: CompareOpts) -> Result<(Comparison, OutputFormat), F
         crate::cmd::plot::check_dir(dir, &first.trace)?;
     }
     let reader = TraceReader::open(&first.trace, first.trace_options.clone())?;
-    let block_size = reader.block_size();
     crate::cmd::note_load_only(&first.trace, reader.format());
     let sizes = first
         .timed
@@ -134,10 +133,11 @@ pub(crate) fn compare(opts: CompareOpts) -> Result<(Comparison, OutputFormat), F
     for (p, outcome) in prepared.iter().zip(outcomes) {
         let mut report = outcome.report;
         let curves = crate::cmd::plot::curves_of(&report, &outcome.records);
-        report.run = Some(
-            p.spec
-                .run_info(workload.source.clone(), block_size, &workload.skipped),
-        );
+        report.run = Some(p.spec.run_info(
+            workload.source.clone(),
+            workload.block_size,
+            &workload.skipped,
+        ));
         comparison.policies.push(Entry {
             label: p.label.clone(),
             report,

@@ -4,6 +4,7 @@ use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
 use routerlab_trace::synth::{ChatWorkload, MooncakeWorkload, write_chat, write_mooncake};
+use routerlab_trace::synth_agentic::{AgenticWorkload, write_agentic};
 
 use crate::cmd::OutputFile;
 use crate::exit::Failure;
@@ -15,6 +16,9 @@ pub enum GenFormat {
     Chat,
     /// A Mooncake-format stream with shared prefixes and sessions.
     Mooncake,
+    /// Agent plays in Dynamo's agentic_mooncake v2 format: turns that wait for the previous
+    /// one plus a tool's time, sub-agents spawned and joined, contexts that grow.
+    Agentic,
 }
 
 /// `routerlab gen-trace`.
@@ -41,6 +45,94 @@ pub struct GenTraceArgs {
     /// Mooncake format: omit `session_id`, writing only the four canonical fields.
     #[arg(long)]
     pub plain: bool,
+    /// The agentic format's knobs.
+    #[command(flatten)]
+    pub agentic: AgenticArgs,
+}
+
+/// The agentic format's knobs (defaults in brackets); errors with another format.
+#[derive(Args, Debug, Default)]
+pub struct AgenticArgs {
+    /// Agentic: agent jobs (plays) [default: 40].
+    #[arg(long, value_name = "N")]
+    pub plays: Option<u64>,
+    /// Agentic: plays started per second, Poisson [default: 0.5].
+    #[arg(long, value_name = "RATE")]
+    pub play_rate: Option<f64>,
+    /// Agentic: mean main turns of a play, each drawing 1 to twice this [default: 6].
+    #[arg(long, value_name = "N")]
+    pub turns: Option<u64>,
+    /// Agentic: mean tool run time between dependent turns, ms, exponential [default: 2000].
+    #[arg(long, value_name = "MS")]
+    pub tool_ms: Option<f64>,
+    /// Agentic: probability that a main turn fans out to sub-agents [default: 0.2].
+    #[arg(long, value_name = "P")]
+    pub fanout_probability: Option<f64>,
+    /// Agentic: most sub-agents of one fan-out, at least 2 [default: 3].
+    #[arg(long, value_name = "N")]
+    pub fanout_max: Option<u64>,
+    /// Agentic: turns of each sub-agent [default: 2].
+    #[arg(long, value_name = "N")]
+    pub sub_turns: Option<u64>,
+    /// Agentic: tokens of the system prompt every play shares [default: 2048].
+    #[arg(long, value_name = "N")]
+    pub system_tokens: Option<u64>,
+    /// Agentic: tokens of a play's task and of a sub-agent's sub-task [default: 512].
+    #[arg(long, value_name = "N")]
+    pub task_tokens: Option<u64>,
+    /// Agentic: tokens a tool's output adds to the context each turn [default: 768].
+    #[arg(long, value_name = "N")]
+    pub growth_tokens: Option<u64>,
+    /// Agentic: mean output tokens of a turn [default: 256].
+    #[arg(long, value_name = "N")]
+    pub output_tokens: Option<u64>,
+}
+
+impl AgenticArgs {
+    fn any(&self) -> bool {
+        let AgenticArgs {
+            plays,
+            play_rate,
+            turns,
+            tool_ms,
+            fanout_probability,
+            fanout_max,
+            sub_turns,
+            system_tokens,
+            task_tokens,
+            growth_tokens,
+            output_tokens,
+        } = self;
+        plays.is_some()
+            || play_rate.is_some()
+            || turns.is_some()
+            || tool_ms.is_some()
+            || fanout_probability.is_some()
+            || fanout_max.is_some()
+            || sub_turns.is_some()
+            || system_tokens.is_some()
+            || task_tokens.is_some()
+            || growth_tokens.is_some()
+            || output_tokens.is_some()
+    }
+
+    fn workload(&self, seed: u64) -> AgenticWorkload {
+        let d = AgenticWorkload::default();
+        AgenticWorkload {
+            plays: self.plays.unwrap_or(d.plays),
+            play_rate: self.play_rate.unwrap_or(d.play_rate),
+            turns: self.turns.unwrap_or(d.turns),
+            tool_ms: self.tool_ms.unwrap_or(d.tool_ms),
+            fanout_probability: self.fanout_probability.unwrap_or(d.fanout_probability),
+            fanout_max: self.fanout_max.unwrap_or(d.fanout_max),
+            sub_turns: self.sub_turns.unwrap_or(d.sub_turns),
+            system_tokens: self.system_tokens.unwrap_or(d.system_tokens),
+            task_tokens: self.task_tokens.unwrap_or(d.task_tokens),
+            growth_tokens: self.growth_tokens.unwrap_or(d.growth_tokens),
+            output_tokens: self.output_tokens.unwrap_or(d.output_tokens),
+            seed,
+        }
+    }
 }
 
 /// Writes the requested synthetic trace.
@@ -49,6 +141,16 @@ pub fn run(args: GenTraceArgs) -> Result<(), Failure> {
         return Err(Failure::input(
             "--continue-chat-probability must be within 0..=1",
         ));
+    }
+    let agentic = args.agentic.workload(args.seed);
+    match args.format {
+        GenFormat::Agentic => agentic.validate().map_err(Failure::input)?,
+        _ if args.agentic.any() => {
+            return Err(Failure::input(
+                "--plays, --turns, --tool-ms and the other agentic knobs need --format agentic",
+            ));
+        }
+        _ => {}
     }
     let output = args.output.clone().unwrap_or_else(|| PathBuf::from("-"));
     let fail = |source| Failure::Output {
@@ -83,6 +185,7 @@ pub fn run(args: GenTraceArgs) -> Result<(), Failure> {
             },
             &mut sink,
         ),
+        GenFormat::Agentic => write_agentic(&agentic, &mut sink),
     };
     match written.and_then(|()| sink.flush()) {
         // `gen-trace | head`: the reader has what it wanted.

@@ -616,6 +616,7 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
                 "id": o.id,
                 "endpoint": o.endpoint,
                 "error": o.error,
+                "sent_ms": o.sent.as_secs_f64() * 1e3,
                 "ttft_ms": o.ttft.as_secs_f64() * 1e3,
                 "e2e_ms": o.e2e.as_secs_f64() * 1e3,
             });

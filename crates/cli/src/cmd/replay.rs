@@ -71,11 +71,27 @@ pub(crate) fn replay(flags: ReplayOpts) -> Result<Replayed, Failure> {
     }
     let started = Instant::now();
     let mut reader = TraceReader::open(&spec.trace, spec.trace_options.clone())?;
-    let block_size = reader.block_size();
     crate::cmd::note_load_only(&spec.trace, reader.format());
     let bars = Bars::new(quiet);
     let mut recorder = Recorder::default();
-    let (mut report, skipped, source) = match &spec.timed {
+    let (mut report, skipped, source, block_size) = match &spec.timed {
+        // An agentic trace's dependencies are resolved over the whole file: loaded, then
+        // replayed in dependency order.
+        None if reader.format() == routerlab_trace::TraceFormat::AgenticMooncake => {
+            let workload = Workload::load(reader, &[])?;
+            let mut bar = bars.bar(&spec.matcher, Some(workload.requests.len() as u64));
+            let report = with_records(spec.requests_out.as_deref(), &mut bar, |watchers| {
+                timefree::replay_workload(&workload, &mut replicas, spec.cache_blocks, watchers)
+            })?;
+            bar.finish();
+            let skipped = workload.skipped.clone();
+            (
+                report,
+                skipped,
+                workload.source.clone(),
+                workload.block_size,
+            )
+        }
         None => {
             // The time-free replay streams the file: its length in requests is not known.
             let mut bar = bars.bar(&spec.matcher, None);
@@ -83,7 +99,12 @@ pub(crate) fn replay(flags: ReplayOpts) -> Result<Replayed, Failure> {
                 timefree::replay(&mut reader, &mut replicas, spec.cache_blocks, watchers)
             })?;
             bar.finish();
-            (report, reader.skipped().clone(), reader.source())
+            (
+                report,
+                reader.skipped().clone(),
+                reader.source(),
+                reader.block_size(),
+            )
         }
         Some(timed) => {
             let workload = Workload::load(reader, &timed.engine_block_sizes())?;
@@ -93,7 +114,13 @@ pub(crate) fn replay(flags: ReplayOpts) -> Result<Replayed, Failure> {
                 replay_timed(&workload, &mut replicas, timed, watchers)
             })?;
             bar.finish();
-            (report, workload.skipped.clone(), workload.source.clone())
+            let skipped = workload.skipped.clone();
+            (
+                report,
+                skipped,
+                workload.source.clone(),
+                workload.block_size,
+            )
         }
     };
     let trace_bytes = source.bytes;

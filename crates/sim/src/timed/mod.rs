@@ -37,12 +37,14 @@ use routerlab_route::{Placement, Replicas};
 use routerlab_trace::arrivals::ArrivalError;
 pub use routerlab_trace::arrivals::{Arrivals, CLOCK_RANGE, MAX_CLOCK_NS};
 
+mod agentic;
 mod disagg;
 mod events;
 mod fleet;
 mod tally;
 #[cfg(test)]
 mod tests;
+mod view;
 
 use disagg::PdRun;
 use events::{Event, Events};
@@ -131,6 +133,10 @@ struct Sim<'a> {
     done: u64,
     /// The pools' state, when the fleet is disaggregated.
     pd: Option<PdRun>,
+    /// An agentic trace's dependency graph and tally.
+    agentic: Option<agentic::Agentic>,
+    /// Scratch: requests an agentic dependency released, with their times.
+    released: Vec<(u64, usize)>,
 }
 
 /// Runs a timed replay of `workload` through the router `replicas`; `observer` sees each
@@ -198,6 +204,16 @@ pub fn replay_timed(
         })?;
     // A closed loop's requests are released as earlier ones finish, from time 0.
     let base_arrival = scheduled.unwrap_or_else(|| vec![0; workload.requests.len()]);
+    // An agentic trace's requests go when their dependencies allow, on the trace's clock.
+    let agentic = match settings.arrivals {
+        Arrivals::Trace { speedup } => agentic::Agentic::of(workload, &base_arrival, speedup),
+        _ if workload.requests.iter().any(|r| r.play != 0) => {
+            return Err(SimError::Input(
+                "an agentic trace's requests go when their dependencies allow, at its own times: a rate or concurrency does not apply".into(),
+            ));
+        }
+        _ => None,
+    };
     let requests = workload
         .requests
         .iter()
@@ -266,6 +282,8 @@ pub fn replay_timed(
                 replicas.len(),
             )
         }),
+        agentic,
+        released: Vec::new(),
     };
     sim.run(replicas)?;
     Ok(routerlab_report::checked(sim.report(replicas)))
@@ -302,61 +320,6 @@ impl Sim<'_> {
         }
     }
 
-    /// How much of request `index`'s prompt the engine of endpoint `endpoint_index` holds
-    /// now, in the workload's unit (text: 4 bytes a token).
-    fn cached_prefix(&self, index: usize, endpoint_index: u32) -> Option<u64> {
-        let pos = (*self.position_of.get(endpoint_index as usize)?)?;
-        Some(self.cached_units(index, pos))
-    }
-
-    /// What the engine of endpoint `endpoint_index` holds of request `index`'s prompt per
-    /// tier (the GPU's run, then of the run right after it what the host tier and what the
-    /// shared tier would load), in the workload's unit.
-    fn cached_tiers(&self, index: usize, endpoint_index: u32) -> Option<[u64; 3]> {
-        let pos = (*self.position_of.get(endpoint_index as usize)?)?;
-        let block = self.settings.engines[pos].engine_block_size;
-        let chain = self.workload.engine_chain(index, block);
-        let mut left = self.workload.requests[index].prompt_len;
-        Some(
-            self.fleet.engines[pos]
-                .tier_prefix_tokens(chain)
-                .map(|tokens| {
-                    let units = self.workload.unit.of_tokens(tokens).min(left);
-                    left -= units;
-                    units
-                }),
-        )
-    }
-
-    /// As [`Sim::cached_prefix`], by list position.
-    fn cached_units(&self, index: usize, pos: usize) -> u64 {
-        let block = self.settings.engines[pos].engine_block_size;
-        let chain = self.workload.engine_chain(index, block);
-        let tokens = self.fleet.engines[pos].cached_prefix_tokens(chain);
-        let len = self.workload.unit.of_tokens(tokens);
-        len.min(self.workload.requests[index].prompt_len)
-    }
-
-    /// Whether [`Sim::cached_units`] of request `index` at list position `pos` can reach
-    /// `units`: only if the engine holds the block that would carry its cached run that
-    /// far (a run of leading blocks cannot pass a block that is missing). One lookup where
-    /// walking the run would take one a block, for each endpoint judged a decision.
-    fn may_hold_more(&self, index: usize, pos: usize, units: u64) -> bool {
-        if units > self.workload.requests[index].prompt_len {
-            return false;
-        }
-        let tokens = self.workload.unit.tokens(units);
-        let block = self.settings.engines[pos].engine_block_size;
-        let needed = tokens.div_ceil(u64::from(block.max(1)));
-        let chain = self.workload.engine_chain(index, block);
-        match needed.checked_sub(1) {
-            None => true,
-            Some(last) => chain
-                .get(last as usize)
-                .is_some_and(|hash| self.fleet.engines[pos].holds_block(*hash)),
-        }
-    }
-
     /// Records how good the pick of list position `pos` was, against the endpoints the
     /// matcher could choose, in blocks of the trace's block size.
     fn judge(&mut self, index: usize, pos: usize, decision: &Decision, flags: &[bool]) {
@@ -377,6 +340,9 @@ impl Sim<'_> {
             }
         }
         self.stats.base.each(r, |s| s.judge(best, achieved));
+        if let Some(graph) = &mut self.agentic {
+            graph.routed(index, achieved == best && achieved > 0);
+        }
     }
 
     fn plugin_error(&self, index: usize) -> impl FnOnce(routerlab_host::PluginError) -> SimError {
@@ -401,6 +367,8 @@ impl Sim<'_> {
                         Some(parent) if self.settings.respect_parents => {
                             self.requests[parent].children.push(index)
                         }
+                        // A request that depends on others goes when they allow.
+                        _ if self.agentic.as_ref().is_some_and(|a| !a.is_root(index)) => {}
                         _ => self
                             .events
                             .push(self.base_arrival[index], Event::Arrival(index)),
@@ -453,6 +421,10 @@ impl Sim<'_> {
                     self.requests[index].replica = r;
                     self.requests[index].arrival_ns = now;
                     self.stats.latency.arrived(now);
+                    if let Some(graph) = &mut self.agentic {
+                        graph.dispatched(self.workload, index, now, &mut self.released);
+                        self.release(now);
+                    }
                     let prompt = self.workload.requests[index].prompt_tokens;
                     let output = self.requests[index].output_tokens;
                     if !self
@@ -692,6 +664,9 @@ impl Sim<'_> {
         });
         self.fleet.inflight_tokens[r][pos] -= u64::from(prompt_tokens);
         self.fleet.inflight_requests[r][pos] -= 1;
+        if let Some(graph) = &mut self.agentic {
+            graph.finished(self.workload, index, prompt_tokens.into(), hit.into());
+        }
         debug_assert!(
             arrival <= scheduled && scheduled <= first_token && first_token <= now,
             "request {index}: arrival {arrival} <= scheduled {scheduled} <= first token {first_token} <= finish {now}"
@@ -724,10 +699,21 @@ impl Sim<'_> {
             self.release_next_closed(now);
             return;
         }
+        if let Some(graph) = &mut self.agentic {
+            graph.done(self.workload, index, now, &mut self.released);
+            self.release(now);
+        }
         let children = std::mem::take(&mut self.requests[index].children);
         for child in children {
             let at = self.base_arrival[child].max(now + self.settings.think_time_ns);
             self.events.push(at, Event::Arrival(child));
+        }
+    }
+
+    /// Schedules the requests an agentic dependency released (never before `now`).
+    fn release(&mut self, now: u64) {
+        for (at, index) in self.released.drain(..) {
+            self.events.push(at.max(now), Event::Arrival(index));
         }
     }
 
@@ -767,6 +753,7 @@ impl Sim<'_> {
                 .pd
                 .as_ref()
                 .map(|pd| pd.report(self.fleet.engines.len())),
+            agentic: self.agentic.as_ref().map(agentic::Agentic::report),
             tiers: stats.tiers.as_ref().map(|tiers| {
                 let occupancy = |name: &str, tier: &HostCache| HostTierTimed {
                     name: name.to_owned(),

@@ -1,0 +1,61 @@
+//! What the timed replay's routers may ask of the engines: how much of a request's prompt
+//! each one holds, per tier.
+
+use super::Sim;
+
+impl Sim<'_> {
+    /// How much of request `index`'s prompt the engine of endpoint `endpoint_index` holds
+    /// now, in the workload's unit (text: 4 bytes a token).
+    pub(super) fn cached_prefix(&self, index: usize, endpoint_index: u32) -> Option<u64> {
+        let pos = (*self.position_of.get(endpoint_index as usize)?)?;
+        Some(self.cached_units(index, pos))
+    }
+
+    /// What the engine of endpoint `endpoint_index` holds of request `index`'s prompt per
+    /// tier (the GPU's run, then of the run right after it what the host tier and what the
+    /// shared tier would load), in the workload's unit.
+    pub(super) fn cached_tiers(&self, index: usize, endpoint_index: u32) -> Option<[u64; 3]> {
+        let pos = (*self.position_of.get(endpoint_index as usize)?)?;
+        let block = self.settings.engines[pos].engine_block_size;
+        let chain = self.workload.engine_chain(index, block);
+        let mut left = self.workload.requests[index].prompt_len;
+        Some(
+            self.fleet.engines[pos]
+                .tier_prefix_tokens(chain)
+                .map(|tokens| {
+                    let units = self.workload.unit.of_tokens(tokens).min(left);
+                    left -= units;
+                    units
+                }),
+        )
+    }
+
+    /// As [`Sim::cached_prefix`], by list position.
+    pub(super) fn cached_units(&self, index: usize, pos: usize) -> u64 {
+        let block = self.settings.engines[pos].engine_block_size;
+        let chain = self.workload.engine_chain(index, block);
+        let tokens = self.fleet.engines[pos].cached_prefix_tokens(chain);
+        let len = self.workload.unit.of_tokens(tokens);
+        len.min(self.workload.requests[index].prompt_len)
+    }
+
+    /// Whether [`Sim::cached_units`] of request `index` at list position `pos` can reach
+    /// `units`: only if the engine holds the block that would carry its cached run that
+    /// far (a run of leading blocks cannot pass a block that is missing). One lookup where
+    /// walking the run would take one a block, for each endpoint judged a decision.
+    pub(super) fn may_hold_more(&self, index: usize, pos: usize, units: u64) -> bool {
+        if units > self.workload.requests[index].prompt_len {
+            return false;
+        }
+        let tokens = self.workload.unit.tokens(units);
+        let block = self.settings.engines[pos].engine_block_size;
+        let needed = tokens.div_ceil(u64::from(block.max(1)));
+        let chain = self.workload.engine_chain(index, block);
+        match needed.checked_sub(1) {
+            None => true,
+            Some(last) => chain
+                .get(last as usize)
+                .is_some_and(|hash| self.fleet.engines[pos].holds_block(*hash)),
+        }
+    }
+}
