@@ -1,18 +1,19 @@
 //! Any bytes, as a trace of any format (or detected): read to the end or to an error,
-//! never a panic or a hang; and the summary `inspect` makes of it, when it reads.
+//! never a panic or a hang; loaded whole (an agentic trace's dependencies in order); and
+//! the summary `inspect` makes of it, when it reads.
 #![no_main]
 
 use std::io::Write as _;
 
 use libfuzzer_sys::fuzz_target;
 use routerlab_trace::inspect::inspect;
-use routerlab_trace::{TraceFormat, TraceOptions, TraceReader, TraceRequest};
+use routerlab_trace::{TraceFormat, TraceOptions, TraceReader, TraceRequest, Workload};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, body)) = data.split_first() else {
         return;
     };
-    let format = match selector % 6 {
+    let format = match selector % (TraceFormat::ALL.len() as u8 + 1) {
         0 => None,
         n => Some(TraceFormat::ALL[usize::from(n - 1)]),
     };
@@ -32,6 +33,14 @@ fuzz_target!(|data: &[u8]| {
             let mut request = TraceRequest::default();
             while let Ok(true) = reader.next_into(&mut request) {
                 assert_eq!(request.blocks.len(), request.block_ids.len());
+            }
+        }
+    }
+    // A whole load: an agentic trace's graph is resolved and checked there.
+    if let Ok(reader) = TraceReader::open(&path, options(false)) {
+        if let Ok(workload) = Workload::load(reader, &[16]) {
+            for (index, request) in workload.requests.iter().enumerate() {
+                assert!(request.dependencies.iter().all(|d| d.on < index));
             }
         }
     }
