@@ -257,6 +257,10 @@ pub struct ReplayOpts {
     /// Experiment file only: per-endpoint engine settings over `engine`, in endpoint order.
     #[arg(skip)]
     pub engines: Option<Vec<Overrides>>,
+    /// Precise policies see the engines' KV cache stores and removals MS milliseconds late,
+    /// as a router fed by KV events [default: 0].
+    #[arg(long, value_name = "MS", help_heading = TIMED)]
+    pub kv_event_lag_ms: Option<f64>,
     /// Plugins see engine statuses refreshed every MS milliseconds; 0 = live [default: 0].
     #[arg(long, value_name = "MS", help_heading = TIMED)]
     pub metrics_interval_ms: Option<f64>,
@@ -346,6 +350,7 @@ impl ReplayOpts {
             engine: file.engine,
             engines: file.engines,
             metrics_interval_ms: self.metrics_interval_ms.or(file.metrics_interval_ms),
+            kv_event_lag_ms: self.kv_event_lag_ms.or(file.kv_event_lag_ms),
             when_unavailable: self.when_unavailable.or(file.when_unavailable),
             output_tokens: self.output_tokens.or(file.output_tokens),
             requests_out: self.requests_out.or(file.requests_out),
@@ -370,6 +375,7 @@ impl ReplayOpts {
             || self.engine.is_some()
             || self.engines.is_some()
             || self.metrics_interval_ms.is_some()
+            || self.kv_event_lag_ms.is_some()
             || self.when_unavailable == Some(UnavailableArg::Queue)
             || self.output_tokens.is_some()
             || self.kv_transfer_given()

@@ -218,6 +218,14 @@ fn resolve_timed(
             clock_s * 1e3
         )));
     }
+    if opts
+        .kv_event_lag_ms
+        .is_some_and(|t| !(t.is_finite() && (0.0..=3_600_000.0).contains(&t)))
+    {
+        return Err(Failure::input(
+            "--kv-event-lag-ms must be from 0 to 3600000 (an hour)",
+        ));
+    }
     let arrivals = arrivals(opts.speedup, opts.rate, opts.concurrency)?;
     let model_kv = model_kv_bytes(opts)?;
     let kv_transfer = KvTransfer {
@@ -238,6 +246,7 @@ fn resolve_timed(
         respect_parents: opts.respect_parents,
         think_time_ns: (opts.think_time_s.unwrap_or(0.0) * 1e9).round() as u64,
         metrics_interval_ns: (opts.metrics_interval_ms.unwrap_or(0.0) * 1e6).round() as u64,
+        kv_event_lag_ns: (opts.kv_event_lag_ms.unwrap_or(0.0) * 1e6).round() as u64,
         default_output_tokens: opts.output_tokens.unwrap_or(128),
         seed,
         kv_transfer,

@@ -26,6 +26,9 @@ pub struct KvCache {
     free: u32,
     /// Cached blocks evicted to make room.
     pub evictions: u64,
+    /// When recording: what became cached (`true`) and what left (`false`), by hash, in
+    /// order, as an engine's KV events report them.
+    events: Option<Vec<(bool, u64)>>,
 }
 
 impl KvCache {
@@ -44,6 +47,7 @@ impl KvCache {
             free_tail: NONE,
             free: 0,
             evictions: 0,
+            events: None,
         };
         for id in 0..capacity {
             cache.blocks.push(Block {
@@ -137,9 +141,24 @@ impl KvCache {
             let hash = block.hash;
             self.by_hash.remove(&hash);
             self.evictions += 1;
+            if let Some(events) = &mut self.events {
+                events.push((false, hash));
+            }
         }
         self.blocks[id as usize].refs = 1;
         Some(id)
+    }
+
+    /// Records stores and removals from now on (see [`KvCache::take_events`]).
+    pub fn record_events(&mut self) {
+        self.events.get_or_insert_with(Vec::new);
+    }
+
+    /// The stores (`true`) and removals (`false`) recorded since the last call, in order.
+    pub fn take_events(&mut self, into: &mut Vec<(bool, u64)>) {
+        if let Some(events) = &mut self.events {
+            into.append(events);
+        }
     }
 
     /// The `n` free blocks [`KvCache::allocate`] would take next, oldest first (fewer when
@@ -161,6 +180,9 @@ impl KvCache {
             self.blocks[id as usize].hash = hash;
             self.blocks[id as usize].hashed = true;
             self.by_hash.insert(hash, id);
+            if let Some(events) = &mut self.events {
+                events.push((true, hash));
+            }
         }
     }
 

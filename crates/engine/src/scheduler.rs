@@ -205,6 +205,17 @@ impl Engine {
         tokens.div_ceil(u64::from(self.config.engine_block_size)) <= u64::from(self.kv.capacity())
     }
 
+    /// Records its KV cache's stores and removals from now on, for [`Engine::take_kv_events`].
+    pub fn record_kv_events(&mut self) {
+        self.kv.record_events();
+    }
+
+    /// The blocks its KV cache stored (`true`) and removed (`false`) since the last call, by
+    /// hash, in order: what its KV events would publish.
+    pub fn take_kv_events(&mut self, into: &mut Vec<(bool, u64)>) {
+        self.kv.take_events(into);
+    }
+
     /// Cached blocks evicted so far.
     pub fn evictions(&self) -> u64 {
         self.kv.evictions

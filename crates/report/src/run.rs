@@ -105,6 +105,10 @@ pub struct TimedRun {
     /// The KV's move between pools (added in 0.5; only for a disaggregated fleet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_transfer: Option<KvTransferRun>,
+    /// How late the routers' KV-event index saw the engines, ms (added in 0.5; absent
+    /// when at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_event_lag_ms: Option<f64>,
 }
 
 /// A disaggregated fleet's split, as run.

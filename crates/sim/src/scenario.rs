@@ -370,6 +370,7 @@ impl Scenario {
                 default_output_tokens: t.default_output_tokens,
                 engines: t.engines.iter().map(recorded::engine).collect(),
                 kv_transfer: self.pools.map(|_| recorded::kv_transfer(&t.kv_transfer)),
+                kv_event_lag_ms: (t.kv_event_lag_ns > 0).then(|| t.kv_event_lag_ns as f64 / 1e6),
             }),
             pools: self.pools.map(|p| PoolsRun {
                 prefill_endpoints: p.prefill as u64,

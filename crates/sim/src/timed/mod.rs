@@ -41,6 +41,7 @@ mod agentic;
 mod disagg;
 mod events;
 mod fleet;
+mod lagged;
 mod tally;
 #[cfg(test)]
 mod tests;
@@ -71,6 +72,9 @@ pub struct TimedSettings {
     /// The KV's move between the pools of a disaggregated fleet (the split itself is the
     /// routers': [`Replicas::pools`]).
     pub kv_transfer: KvTransfer,
+    /// How late the routers' KV-event index sees the engines' stores and removals, ns
+    /// (0: at once; see `lagged`).
+    pub kv_event_lag_ns: u64,
 }
 
 impl TimedSettings {
@@ -87,6 +91,7 @@ impl TimedSettings {
             default_output_tokens: 128,
             seed: 0,
             kv_transfer: KvTransfer::default(),
+            kv_event_lag_ns: 0,
         }
     }
 
@@ -137,6 +142,8 @@ struct Sim<'a> {
     agentic: Option<agentic::Agentic>,
     /// Scratch: requests an agentic dependency released, with their times.
     released: Vec<(u64, usize)>,
+    /// The routers' KV-event index, when it sees the engines late.
+    lagged: Option<lagged::Lagged>,
 }
 
 /// Runs a timed replay of `workload` through the router `replicas`; `observer` sees each
@@ -284,7 +291,12 @@ pub fn replay_timed(
         }),
         agentic,
         released: Vec::new(),
+        lagged: None,
     };
+    if settings.kv_event_lag_ns > 0 {
+        let lag = settings.kv_event_lag_ns;
+        sim.lagged = Some(lagged::Lagged::new(lag, &mut sim.fleet.engines));
+    }
     sim.run(replicas)?;
     Ok(routerlab_report::checked(sim.report(replicas)))
 }
@@ -391,6 +403,9 @@ impl Sim<'_> {
                     "the simulated time passed {CLOCK_RANGE}: an engine's steps are too slow for this workload"
                 )));
             }
+            if let Some(lagged) = &mut self.lagged {
+                lagged.advance(now);
+            }
             let engines = &self.fleet.engines;
             self.stats
                 .spread
@@ -475,6 +490,12 @@ impl Sim<'_> {
                         self.drain_decode_queue(now, replicas, r)?;
                         self.drain_router_queue(now, replicas, r)?;
                     }
+                }
+            }
+            // What the engines stored and removed now, for a router that sees it late.
+            if let Some(lagged) = &mut self.lagged {
+                for (pos, engine) in self.fleet.engines.iter_mut().enumerate() {
+                    lagged.record(pos, now, engine);
                 }
             }
         }

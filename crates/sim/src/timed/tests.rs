@@ -186,3 +186,62 @@ fn a_workload_loaded_for_other_engines_is_refused_before_the_run() {
         "{err}"
     );
 }
+
+/// The first request to endpoint 0; then the endpoint whose cache (as the precise index
+/// says) holds the longest prefix, ties and misses to the last one.
+struct Longest;
+
+impl Matcher for Longest {
+    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
+        Ok(Longest)
+    }
+    fn match_request(
+        &mut self,
+        request: &Request<'_>,
+        endpoints: &Endpoints<'_>,
+    ) -> Result<Option<EndpointId>, String> {
+        if request.id() == 1 {
+            return Ok(Some(EndpointId(0)));
+        }
+        let best = endpoints
+            .available()
+            .map(|e| (request.cached_prefix(e.id()).unwrap_or(0), e.id().get()))
+            .max();
+        Ok(best.map(|(_, id)| EndpointId(id)))
+    }
+}
+
+#[test]
+fn a_lagged_kv_event_index_misses_a_store_made_just_before_the_decision() {
+    // Three requests of the same 2,048 tokens at 0, 500 and 5,000 ms on two `dynamo`
+    // engines. The first, on endpoint 0, prefills in one step of P(2048) = 4.21e-7 × 2048²
+    // + 0.01518 × 2048 + 16.5 = 49.354 ms: its blocks are stored at 49.354 ms.
+    let run = |lag_ms: u64| {
+        let path = trace(&format!("lag-{lag_ms}"), 3, 0, true);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let times = ["0", "500", "5000"];
+        let text: String = text
+            .lines()
+            .zip(times)
+            .map(|(line, t)| {
+                line.replacen("\"timestamp\": 0", &format!("\"timestamp\": {t}"), 1) + "\n"
+            })
+            .collect();
+        std::fs::write(&path, text).unwrap();
+        let engines = vec![routerlab_engine::EngineConfig::dynamo(); 2];
+        let scenario = Scenario::new("in-process", path)
+            .endpoints(2)
+            .timed(super::TimedSettings {
+                kv_event_lag_ns: lag_ms * 1_000_000,
+                ..super::TimedSettings::at_trace_times(engines)
+            });
+        requests_per_endpoint(&replay::<Longest>(&scenario, "longest").unwrap())
+    };
+    // Seen at once, or 450 ms late (at 499.354 ms, before the second request): it follows
+    // the first, and so does the third.
+    assert_eq!(run(0), [3, 0]);
+    assert_eq!(run(450), [3, 0]);
+    // 451 ms late (500.354 ms): the second sees no cache and goes to endpoint 1; by 5 s
+    // both stores are seen, the tie goes to endpoint 1 too.
+    assert_eq!(run(451), [1, 2]);
+}

@@ -8,7 +8,20 @@ impl Sim<'_> {
     /// now, in the workload's unit (text: 4 bytes a token).
     pub(super) fn cached_prefix(&self, index: usize, endpoint_index: u32) -> Option<u64> {
         let pos = (*self.position_of.get(endpoint_index as usize)?)?;
-        Some(self.cached_units(index, pos))
+        Some(self.indexed_units(index, pos))
+    }
+
+    /// What the routers' KV-event index says engine `pos` holds of request `index`'s
+    /// prompt: the engine's cache, or the lagged index when events arrive late.
+    fn indexed_units(&self, index: usize, pos: usize) -> u64 {
+        let Some(lagged) = &self.lagged else {
+            return self.cached_units(index, pos);
+        };
+        let block = self.settings.engines[pos].engine_block_size;
+        let chain = self.workload.engine_chain(index, block);
+        let tokens = lagged.prefix(pos, chain) as u64 * u64::from(block);
+        let len = self.workload.unit.of_tokens(tokens);
+        len.min(self.workload.requests[index].prompt_len)
     }
 
     /// What the engine of endpoint `endpoint_index` holds of request `index`'s prompt per
@@ -19,15 +32,18 @@ impl Sim<'_> {
         let block = self.settings.engines[pos].engine_block_size;
         let chain = self.workload.engine_chain(index, block);
         let mut left = self.workload.requests[index].prompt_len;
-        Some(
-            self.fleet.engines[pos]
-                .tier_prefix_tokens(chain)
-                .map(|tokens| {
-                    let units = self.workload.unit.of_tokens(tokens).min(left);
-                    left -= units;
-                    units
-                }),
-        )
+        let mut tiers = self.fleet.engines[pos]
+            .tier_prefix_tokens(chain)
+            .map(|tokens| {
+                let units = self.workload.unit.of_tokens(tokens).min(left);
+                left -= units;
+                units
+            });
+        // The GPU tier as the KV-event index has it (late events); the lower tiers as held.
+        if self.lagged.is_some() {
+            tiers[0] = self.indexed_units(index, pos);
+        }
+        Some(tiers)
     }
 
     /// As [`Sim::cached_prefix`], by list position.
