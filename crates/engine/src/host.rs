@@ -12,7 +12,7 @@
 //! lane (`latency_ms` + bytes over `h2d_gbps`, after the lane's earlier transfers and the
 //! blocks' stores), and the request waits for the load while the engine's other requests
 //! go on; the host keeps its copy; a lookup makes the blocks it matched the most recently
-//! used (see [`crate::tiers`]). What the lab leaves out: deferring a request whose blocks
+//! used (see the `tiers` module). What the lab leaves out: deferring a request whose blocks
 //! are still being stored (it is admitted and waits for them instead), and vLLM's headroom
 //! for the prefills of loads in flight.
 //!

@@ -167,7 +167,12 @@ pub async fn drive(
             outcome
         }));
     }
-    let mut outcomes = Vec::with_capacity(n);
+    collect(tasks).await
+}
+
+/// What each request task did, in trace order.
+async fn collect(tasks: Vec<tokio::task::JoinHandle<Outcome>>) -> Result<Vec<Outcome>, LiveError> {
+    let mut outcomes = Vec::with_capacity(tasks.len());
     for task in tasks {
         outcomes.push(
             task.await
@@ -225,14 +230,7 @@ async fn drive_graph(
             outcome
         }));
     }
-    let mut outcomes = Vec::with_capacity(n);
-    for task in tasks {
-        outcomes.push(
-            task.await
-                .map_err(|e| LiveError::Run(format!("a request task failed: {e}")))?,
-        );
-    }
-    Ok(outcomes)
+    collect(tasks).await
 }
 
 async fn send_one(

@@ -84,13 +84,7 @@ pub(crate) fn replay(flags: ReplayOpts) -> Result<Replayed, Failure> {
                 timefree::replay_workload(&workload, &mut replicas, spec.cache_blocks, watchers)
             })?;
             bar.finish();
-            let skipped = workload.skipped.clone();
-            (
-                report,
-                skipped,
-                workload.source.clone(),
-                workload.block_size,
-            )
+            loaded(report, &workload)
         }
         None => {
             // The time-free replay streams the file: its length in requests is not known.
@@ -114,13 +108,7 @@ pub(crate) fn replay(flags: ReplayOpts) -> Result<Replayed, Failure> {
                 replay_timed(&workload, &mut replicas, timed, watchers)
             })?;
             bar.finish();
-            let skipped = workload.skipped.clone();
-            (
-                report,
-                skipped,
-                workload.source.clone(),
-                workload.block_size,
-            )
+            loaded(report, &workload)
         }
     };
     let trace_bytes = source.bytes;
@@ -153,6 +141,24 @@ pub(crate) fn replay(flags: ReplayOpts) -> Result<Replayed, Failure> {
         elapsed,
         trace_bytes,
     })
+}
+
+/// A report of a loaded workload, with what the `run` block takes from the workload.
+fn loaded(
+    report: Report,
+    workload: &Workload,
+) -> (
+    Report,
+    std::collections::BTreeMap<&'static str, u64>,
+    routerlab_trace::workload::TraceSource,
+    u32,
+) {
+    (
+        report,
+        workload.skipped.clone(),
+        workload.source.clone(),
+        workload.block_size,
+    )
 }
 
 /// Runs `replay` with `watchers`, and with per-request records written to `path` (through
