@@ -26,10 +26,10 @@ fn byte(data: &[u8], i: usize) -> u32 {
 }
 
 fuzz_target!(|data: &[u8]| {
-    if data.len() < 24 {
+    if data.len() < 25 {
         return;
     }
-    let (head, body) = data.split_at(24);
+    let (head, body) = data.split_at(25);
     let engine = EngineConfig {
         num_gpu_blocks: 1 + (byte(head, 0) << 8 | byte(head, 1)) % 4096,
         engine_block_size: 1 + byte(head, 2) % 64,
@@ -96,6 +96,8 @@ fuzz_target!(|data: &[u8]| {
         metrics_interval_ns: u64::from(byte(head, 11)) * 1_000_000,
         default_output_tokens: 16,
         seed: u64::from(byte(head, 12)),
+        // Sometimes a router that sees the KV events up to 255 ms late.
+        kv_event_lag_ns: u64::from(byte(head, 24)) * 1_000_000,
         // A disaggregated fleet's KV takes up to 25.5 ms plus its bytes at 1 GB/s.
         kv_transfer: KvTransfer {
             kv_bytes_per_token: u64::from(byte(head, 14)) * 1024,
