@@ -283,3 +283,25 @@ fn drive_sends_each_request_after_its_dependencies() {
         "D joins: {r:?}"
     );
 }
+
+/// `inspect` reads an agentic trace's block size from its header and its conversations
+/// from its sessions; its reuse ceiling is what one engine holding everything reuses.
+#[test]
+fn inspect_takes_the_header_block_size_and_sessions_as_conversations() {
+    let output = routerlab(&[
+        "inspect",
+        project_trace("agentic-plays.jsonl").to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(output.status.success(), "{}", texts(&output).1);
+    let summary: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(summary["block_size"], 64);
+    assert_eq!(summary["conversations"], 135);
+    assert_eq!(summary["follow_ups"], 314);
+    // The time-free replay with everything on one endpoint reaches the ceiling.
+    let one = Replay::new("round-robin", &project_trace("agentic-plays.jsonl"))
+        .args(&["--endpoints", "1"])
+        .report();
+    assert_eq!(one["hit_ratio"], summary["reuse_ceiling"]);
+}

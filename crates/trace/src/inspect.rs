@@ -103,8 +103,9 @@ fn round6(x: f64) -> f64 {
 
 /// Reads the whole trace and summarises it.
 pub fn inspect(mut reader: TraceReader) -> Result<TraceSummary, TraceError> {
-    let block_size = reader.block_size();
     let (unit, format) = (reader.unit(), reader.format());
+    // An agentic trace's turns are linked by session (its parents are dependencies).
+    let mut session_root: std::collections::HashMap<u64, u64> = Default::default();
     let mut request = TraceRequest::default();
     // Root (first request) of each request's conversation, by seq; index 0 unused.
     let mut root: Vec<u64> = vec![0];
@@ -114,10 +115,17 @@ pub fn inspect(mut reader: TraceReader) -> Result<TraceSummary, TraceError> {
     let (mut inputs, mut outputs, mut arrivals) = (Vec::new(), Vec::new(), Vec::new());
     let (mut follow_ups, mut all_have_arrival) = (0u64, true);
     while reader.next_into(&mut request)? {
+        // Read after the first line: an agentic trace's header sets it.
+        let block_size = reader.block_size();
         let conversation = match request.parent_seq {
             Some(parent) => {
                 follow_ups += 1;
                 root[parent as usize]
+            }
+            None if format == crate::TraceFormat::AgenticMooncake => {
+                let first = *session_root.entry(request.session).or_insert(request.seq);
+                follow_ups += u64::from(first != request.seq);
+                first
             }
             None => request.seq,
         };
@@ -185,7 +193,7 @@ pub fn inspect(mut reader: TraceReader) -> Result<TraceSummary, TraceError> {
     Ok(TraceSummary {
         format: format.to_string(),
         unit: unit.name().to_owned(),
-        block_size,
+        block_size: reader.block_size(),
         requests,
         conversations: requests - follow_ups,
         follow_ups,
