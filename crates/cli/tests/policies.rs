@@ -111,6 +111,7 @@ policy!(
     "seed: 0"
 );
 policy!(dynamo_v01, "dynamo-v01", "dynamo-v01", "seed: 0");
+policy!(vllm_precise, "vllm-precise", "vllm-precise", "seed: 0");
 policy!(
     lcp_concurrency,
     "lcp+concurrency",
