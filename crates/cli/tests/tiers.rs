@@ -362,3 +362,24 @@ fn the_hit_ratio_plot_shows_each_tier() {
         "{one_tier:?}"
     );
 }
+
+/// The experiment file's `model_config` is relative to the file, as its `trace` is.
+#[test]
+fn an_experiment_files_model_config_is_relative_to_it() {
+    let model = std::fs::read(project_trace("models/Qwen3-32B.json")).unwrap();
+    let config = support::scratch_file("qwen3-32b.json", &model);
+    let yaml = format!(
+        "matcher: round-robin\ntrace: {}\ntiming: trace\nformat: json\nmodel_config: {}\n",
+        project_trace("mooncake-small.jsonl").display(),
+        config.file_name().unwrap().to_str().unwrap()
+    );
+    let experiment = support::scratch_file("model-config.yaml", yaml.as_bytes());
+    let output = support::routerlab(&["replay", "--config", experiment.to_str().unwrap()]);
+    let (stdout, stderr) = support::texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        report["run"]["timed"]["engines"][0]["kv_bytes_per_token"],
+        262144
+    );
+}
