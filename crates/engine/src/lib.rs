@@ -36,7 +36,7 @@ mod tiers;
 pub mod transfer;
 
 pub use config::{EngineConfig, Overrides, Preset};
-pub use host::{HostCache, HostTier, Lane, SharedStore};
+pub use host::{HostCache, HostTier, SharedStore};
 pub use kv::KvCache;
 pub use model::{ModelConfigError, ModelKv, kv_from_model_config};
 pub use scheduler::{Engine, EngineStatus, Sequence};

@@ -83,12 +83,14 @@ impl Tiers {
     /// A request computed these blocks (GPU block, hash) in the step that ends at `now`:
     /// each tier that lacks some of them stores those, as one transfer on its lane.
     pub(crate) fn store_computed(&mut self, now_ns: u64) {
-        let cohort = std::mem::take(&mut self.cohort);
+        if self.cohort.is_empty() {
+            return;
+        }
         if let (Some(host), Some(link)) = (&mut self.host, &mut self.host_link) {
             store_into(
                 host,
                 link,
-                &cohort,
+                &self.cohort,
                 self.block_bytes,
                 &mut self.fence_ns,
                 now_ns,
@@ -99,15 +101,13 @@ impl Tiers {
             store_into(
                 &mut store,
                 link,
-                &cohort,
+                &self.cohort,
                 self.block_bytes,
                 &mut self.fence_ns,
                 now_ns,
             );
         }
-        let mut cohort = cohort;
-        cohort.clear();
-        self.cohort = cohort;
+        self.cohort.clear();
     }
 
     /// Adds a computed block to the request's cohort (see [`Tiers::store_computed`]).

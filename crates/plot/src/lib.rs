@@ -435,30 +435,19 @@ fn hits(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
         }));
     }
     // KV tiers: where the reuse came from (0 for a run without them).
-    let tiers = |r: &Report| r.timed.as_ref().and_then(|t| t.tiers.clone());
-    if series.iter().any(|s| tiers(s.report).is_some()) {
+    if series.iter().any(|s| tiers_of(s.report).is_some()) {
         groups.push(("GPU-tier hit", |r| {
-            r.timed
-                .as_ref()
-                .and_then(|t| t.tiers.as_ref())
-                .map_or(0.0, |t| t.gpu_hit_ratio)
+            tiers_of(r).map_or(0.0, |t| t.gpu_hit_ratio)
         }));
         groups.push(("host-tier hit", |r| {
-            r.timed
-                .as_ref()
-                .and_then(|t| t.tiers.as_ref())
-                .map_or(0.0, |t| t.host_hit_ratio)
+            tiers_of(r).map_or(0.0, |t| t.host_hit_ratio)
         }));
         if series
             .iter()
-            .any(|s| tiers(s.report).is_some_and(|t| t.shared_hit_ratio.is_some()))
+            .any(|s| tiers_of(s.report).is_some_and(|t| t.shared_hit_ratio.is_some()))
         {
             groups.push(("shared-tier hit", |r| {
-                r.timed
-                    .as_ref()
-                    .and_then(|t| t.tiers.as_ref())
-                    .and_then(|t| t.shared_hit_ratio)
-                    .unwrap_or(0.0)
+                tiers_of(r).and_then(|t| t.shared_hit_ratio).unwrap_or(0.0)
             }));
         }
     }
@@ -515,6 +504,11 @@ fn hits(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
         ))?;
     }
     Ok(())
+}
+
+/// A timed report's KV tiers, when its engines had any.
+fn tiers_of(report: &Report) -> Option<&routerlab_report::TiersReport> {
+    report.timed.as_ref().and_then(|t| t.tiers.as_ref())
 }
 
 /// Legend entries a row under the bars.

@@ -14,14 +14,12 @@ impl Sim<'_> {
     /// What the routers' KV-event index says engine `pos` holds of request `index`'s
     /// prompt: the engine's cache, or the lagged index when events arrive late.
     fn indexed_units(&self, index: usize, pos: usize) -> u64 {
-        let Some(lagged) = &self.lagged else {
-            return self.cached_units(index, pos);
-        };
-        let block = self.settings.engines[pos].engine_block_size;
-        let chain = self.workload.engine_chain(index, block);
-        let tokens = lagged.prefix(pos, chain) as u64 * u64::from(block);
-        let len = self.workload.unit.of_tokens(tokens);
-        len.min(self.workload.requests[index].prompt_len)
+        match &self.lagged {
+            None => self.cached_units(index, pos),
+            Some(lagged) => self.prefix_units(index, pos, |chain, block| {
+                lagged.prefix(pos, chain) as u64 * u64::from(block)
+            }),
+        }
     }
 
     /// What the engine of endpoint `endpoint_index` holds of request `index`'s prompt per
@@ -48,9 +46,16 @@ impl Sim<'_> {
 
     /// As [`Sim::cached_prefix`], by list position.
     pub(super) fn cached_units(&self, index: usize, pos: usize) -> u64 {
+        let engine = &self.fleet.engines[pos];
+        self.prefix_units(index, pos, |chain, _| engine.cached_prefix_tokens(chain))
+    }
+
+    /// The tokens `held` says engine `pos` holds of request `index`'s engine chain (given the
+    /// chain and the engine's block size), in the workload's unit, at most the prompt.
+    fn prefix_units(&self, index: usize, pos: usize, held: impl Fn(&[u64], u32) -> u64) -> u64 {
         let block = self.settings.engines[pos].engine_block_size;
         let chain = self.workload.engine_chain(index, block);
-        let tokens = self.fleet.engines[pos].cached_prefix_tokens(chain);
+        let tokens = held(chain, block);
         let len = self.workload.unit.of_tokens(tokens);
         len.min(self.workload.requests[index].prompt_len)
     }
