@@ -129,12 +129,12 @@ pub struct ReplayOpts {
     /// Detector config, YAML or JSON text (e.g. '{max_running: 400}').
     #[arg(long, value_name = "YAML", help_heading = PLUGINS)]
     pub detector_config: Option<TextOrValue>,
-    /// Trace file: chat, Mooncake, agentic Mooncake or token-id JSONL, or Azure or BurstGPT
-    /// CSV; gzip or zstd compressed or not.
+    /// Trace file: chat, Mooncake, agentic Mooncake or token-id JSONL, Azure or BurstGPT
+    /// CSV (gzip or zstd compressed or not), or a Weka session file or directory.
     #[arg(long, value_name = "PATH", help_heading = TRACE)]
     pub trace: Option<PathBuf>,
-    /// Trace format: chat, mooncake, agentic-mooncake, token-ids, azure-csv or burstgpt;
-    /// detected from the first line by default.
+    /// Trace format: chat, mooncake, agentic-mooncake, weka, token-ids, azure-csv or
+    /// burstgpt; detected from the first line (a directory: weka) by default.
     #[arg(long, value_name = "FORMAT", help_heading = TRACE)]
     pub trace_format: Option<routerlab_trace::TraceFormat>,
     /// Endpoints: a count (named localhost:8000, localhost:8001, ...) or a comma-separated

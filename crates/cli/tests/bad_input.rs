@@ -54,7 +54,7 @@ fn a_file_in_no_format_lists_the_formats() {
         assert!(
             err.starts_with(&format!(
                 "error: {file}:1: not a trace format routerlab reads"
-            )) && err.contains("chat, mooncake and token-ids (JSON lines), agentic-mooncake (a header line, then JSON lines), azure-csv and burstgpt")
+            )) && err.contains("chat, mooncake and token-ids (JSON lines), agentic-mooncake (a header line, then JSON lines), weka (JSON sessions, or a directory of them), azure-csv and burstgpt")
                 && err.contains("--trace-format"),
             "{err}"
         );

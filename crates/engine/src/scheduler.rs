@@ -335,6 +335,32 @@ impl Engine {
         }
     }
 
+    /// Queues a request as [`Engine::enqueue`] does, except that an idle engine does not
+    /// start a step: the caller starts it with [`Engine::start_if_idle`] once every request
+    /// arriving at the same instant is queued, so they share the first step (NVIDIA
+    /// Dynamo's mocker takes in everything that arrived before it steps).
+    pub fn enqueue_batched(&mut self, sequence: Sequence, now_ns: u64) -> Option<u64> {
+        if self.plan.is_some() {
+            return self.enqueue(sequence, now_ns);
+        }
+        self.account(now_ns);
+        self.waiting.push_back(sequence);
+        None
+    }
+
+    /// Starts a step when none is in flight; its end, if there was work.
+    pub fn start_if_idle(&mut self, now_ns: u64) -> Option<u64> {
+        if self.plan.is_some() {
+            return None;
+        }
+        self.start_step(now_ns)
+    }
+
+    /// Whether no step is in flight.
+    pub fn is_idle(&self) -> bool {
+        self.plan.is_none()
+    }
+
     /// When the step in flight ends, if any.
     pub fn step_end(&self) -> Option<u64> {
         self.plan.as_ref().map(|p| p.start_ns + p.steps * p.step_ns)

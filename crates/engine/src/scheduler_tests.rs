@@ -400,3 +400,20 @@ fn polynomial_matches_dynamos_published_coefficients() {
     // D(0.5) = -6.435 + 27.005 + 5.74 = 26.31 ms.
     assert_eq!(model.step_ns(&batch(0, 1)), 26_310_000);
 }
+
+#[test]
+fn requests_queued_together_on_an_idle_engine_share_its_first_step() {
+    // `enqueue` starts a step at the first request; `enqueue_batched` waits for
+    // `start_if_idle`, so both 4-token prompts are prefilled in one step.
+    let mut alone = Engine::new(linear(16, 4, 100));
+    let first = alone.enqueue(Sequence::new(0, 4, 1, vec![]), 0).unwrap();
+    assert_eq!(alone.enqueue(Sequence::new(1, 4, 1, vec![]), 0), None);
+    assert_eq!(alone.finish_step(first).len(), 1);
+    let mut batched = Engine::new(linear(16, 4, 100));
+    assert!(batched.is_idle());
+    assert_eq!(batched.enqueue_batched(Sequence::new(0, 4, 1, vec![]), 0), None);
+    assert_eq!(batched.enqueue_batched(Sequence::new(1, 4, 1, vec![]), 0), None);
+    let end = batched.start_if_idle(0).unwrap();
+    assert_eq!(batched.start_if_idle(0), None, "one step at a time");
+    assert_eq!(batched.finish_step(end).len(), 2);
+}

@@ -32,7 +32,7 @@ pub fn engine_block_hashes(
 ) -> Vec<u64> {
     let full = (prompt_tokens / engine_block) as usize;
     match format {
-        TraceFormat::Mooncake | TraceFormat::AgenticMooncake => (0..full)
+        TraceFormat::Mooncake | TraceFormat::AgenticMooncake | TraceFormat::Weka => (0..full)
             .map(|j| {
                 let last_token = (j as u64 + 1) * u64::from(engine_block) - 1;
                 let id = request.blocks[(last_token / u64::from(trace_block)) as usize];

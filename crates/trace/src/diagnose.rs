@@ -45,7 +45,10 @@ pub(crate) fn diagnose(
             ("output_tokens", Check::Count, false),
         ],
         // CSV lines are checked by their own parser; agentic lines word their own errors.
-        TraceFormat::AzureCsv | TraceFormat::BurstGpt | TraceFormat::AgenticMooncake => &[],
+        TraceFormat::AzureCsv
+        | TraceFormat::BurstGpt
+        | TraceFormat::AgenticMooncake
+        | TraceFormat::Weka => &[],
         TraceFormat::TokenIds => &[
             ("arrival_time_ns", Check::Count, false),
             ("input_toks", Check::Count, false),

@@ -122,7 +122,7 @@ pub fn inspect(mut reader: TraceReader) -> Result<TraceSummary, TraceError> {
                 follow_ups += 1;
                 root[parent as usize]
             }
-            None if format == crate::TraceFormat::AgenticMooncake => {
+            None if format.is_agentic() => {
                 let first = *session_root.entry(request.session).or_insert(request.seq);
                 follow_ups += u64::from(first != request.seq);
                 first

@@ -40,18 +40,28 @@ pub enum TraceFormat {
     /// and dependencies (see [`crate::format::agentic`]).
     #[serde(rename = "agentic-mooncake")]
     AgenticMooncake,
+    /// The Weka / AgentX Claude-Code corpus: JSON sessions with nested sub-agents, a file
+    /// or a directory, lowered to an agentic graph as Dynamo does (see
+    /// [`crate::format::weka`]).
+    Weka,
 }
 
 impl TraceFormat {
     /// Every format, in the order help texts list them.
-    pub const ALL: [TraceFormat; 6] = [
+    pub const ALL: [TraceFormat; 7] = [
         TraceFormat::Chat,
         TraceFormat::Mooncake,
         TraceFormat::TokenIds,
         TraceFormat::AzureCsv,
         TraceFormat::BurstGpt,
         TraceFormat::AgenticMooncake,
+        TraceFormat::Weka,
     ];
+
+    /// Whether requests carry plays and dependencies (an `agentic_mooncake` graph).
+    pub fn is_agentic(self) -> bool {
+        matches!(self, TraceFormat::AgenticMooncake | TraceFormat::Weka)
+    }
 
     /// Whether requests of this format say which prefixes they share. Without that a replay
     /// is load-only: every chain is empty and every hit zero.
@@ -73,7 +83,7 @@ impl std::str::FromStr for TraceFormat {
             .find(|f| f.to_string() == name)
             .ok_or_else(|| {
                 format!(
-                    "unknown trace format `{name}` (known: chat, mooncake, token-ids, azure-csv, burstgpt, agentic-mooncake)"
+                    "unknown trace format `{name}` (known: chat, mooncake, token-ids, azure-csv, burstgpt, agentic-mooncake, weka)"
                 )
             })
     }
@@ -88,6 +98,7 @@ impl fmt::Display for TraceFormat {
             TraceFormat::AzureCsv => "azure-csv",
             TraceFormat::BurstGpt => "burstgpt",
             TraceFormat::AgenticMooncake => "agentic-mooncake",
+            TraceFormat::Weka => "weka",
         })
     }
 }
@@ -295,6 +306,17 @@ impl TraceReader {
         };
         let stdin = path == Path::new("-");
         let regular = !stdin && std::fs::metadata(path).is_ok_and(|m| m.is_file());
+        let weka = match options.format {
+            Some(format) => format == TraceFormat::Weka,
+            None => {
+                std::fs::metadata(path).is_ok_and(|m| m.is_dir())
+                    || (regular
+                        && Self::head(path).is_some_and(|h| crate::format::weka::looks_like(&h)))
+            }
+        };
+        if weka {
+            return Self::open_weka(path, options);
+        }
         let mut source = if regular {
             Self::file_source(path, &whole)?
         } else {
@@ -361,6 +383,51 @@ impl TraceReader {
             linker: Linker {
                 path: path.to_owned(),
                 format,
+                options,
+                seq: 0,
+                ids: IdTable::default(),
+                csv_start_ns: None,
+                sessions: IdTable::default(),
+                plays: IdTable::default(),
+            },
+            skipped: BTreeMap::new(),
+            interner: BlockInterner::default(),
+        })
+    }
+
+    /// The first 64 KiB of a regular file, if it can be read.
+    fn head(path: &Path) -> Option<Vec<u8>> {
+        use std::io::Read;
+        let mut head = Vec::new();
+        std::fs::File::open(path)
+            .ok()?
+            .take(1 << 16)
+            .read_to_end(&mut head)
+            .ok()?;
+        Some(head)
+    }
+
+    /// A Weka corpus: lowered whole to `agentic_mooncake` text, then read as that.
+    fn open_weka(path: &Path, options: TraceOptions) -> Result<TraceReader, TraceError> {
+        let mut tally = Tally::default();
+        let text = crate::format::weka::lower_corpus(path, &mut |bytes| {
+            tally.bytes += bytes.len() as u64;
+            tally.hash.update(bytes);
+        })?;
+        Ok(TraceReader {
+            source: Source::Stream {
+                reader: Box::new(std::io::Cursor::new(text)),
+                buf: Vec::new(),
+                pending: false,
+                at_start: true,
+                bytes: tally.bytes,
+                tally: Some(std::sync::Arc::new(std::sync::Mutex::new(tally))),
+            },
+            line: 0,
+            header_done: false,
+            linker: Linker {
+                path: path.to_owned(),
+                format: TraceFormat::Weka,
                 options,
                 seq: 0,
                 ids: IdTable::default(),
@@ -500,7 +567,7 @@ impl TraceReader {
                 return Ok(false);
             };
             self.line += numbered;
-            if !self.header_done && self.linker.format == TraceFormat::AgenticMooncake {
+            if !self.header_done && self.linker.format.is_agentic() {
                 let text = self.linker.utf8(self.line, bytes)?;
                 let block = self.linker.parse_agentic_header(self.line, text)?;
                 self.linker.options.trace_block_size = block;
@@ -734,7 +801,7 @@ impl Linker {
                 let text = self.utf8(line_no, bytes)?;
                 self.parse_csv(line_no, text, out)
             }
-            TraceFormat::AgenticMooncake => {
+            TraceFormat::AgenticMooncake | TraceFormat::Weka => {
                 let text = self.utf8(line_no, bytes)?;
                 self.parse_agentic(line_no, text, out)
             }

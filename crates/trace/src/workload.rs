@@ -117,13 +117,13 @@ impl Workload {
                 play: request.play,
                 dependencies: Vec::new(),
             });
-            if format == TraceFormat::AgenticMooncake {
+            if format.is_agentic() {
                 ids.push(std::mem::take(&mut request.request_id));
                 raw.push(std::mem::take(&mut request.dependencies));
             }
         }
         let source = reader.source();
-        if format == TraceFormat::AgenticMooncake {
+        if format.is_agentic() {
             crate::graph::resolve(&source.path, &mut requests, &ids, &raw)?;
         }
         let block_size = reader.block_size();

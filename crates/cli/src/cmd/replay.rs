@@ -77,7 +77,7 @@ pub(crate) fn replay(flags: ReplayOpts) -> Result<Replayed, Failure> {
     let (mut report, skipped, source, block_size) = match &spec.timed {
         // An agentic trace's dependencies are resolved over the whole file: loaded, then
         // replayed in dependency order.
-        None if reader.format() == routerlab_trace::TraceFormat::AgenticMooncake => {
+        None if reader.format().is_agentic() => {
             let workload = Workload::load(reader, &[])?;
             let mut bar = bars.bar(&spec.matcher, Some(workload.requests.len() as u64));
             let report = with_records(spec.requests_out.as_deref(), &mut bar, |watchers| {

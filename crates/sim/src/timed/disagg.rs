@@ -265,9 +265,7 @@ impl Sim<'_> {
         let chain = self.workload.engine_chain(index, engine_block).to_vec();
         let prompt = self.workload.requests[index].prompt_tokens;
         let sequence = Sequence::new(index, prompt, 1, chain);
-        if let Some(end) = self.fleet.engines[pos].enqueue(sequence, now) {
-            self.fleet.next_step(pos, end, &mut self.events);
-        }
+        self.fleet.submit(pos, sequence, now, &mut self.events);
     }
 
     /// Queues request `index` on engine `pos`: whole, or with its KV moved in.
@@ -282,9 +280,7 @@ impl Sim<'_> {
         } else {
             Sequence::new(index, prompt, output, chain)
         };
-        if let Some(end) = self.fleet.engines[pos].enqueue(sequence, now) {
-            self.fleet.next_step(pos, end, &mut self.events);
-        }
+        self.fleet.submit(pos, sequence, now, &mut self.events);
     }
 
     /// Request `index`'s prefill finished on prefill endpoint `pos` at `now`: tell the

@@ -16,6 +16,8 @@ pub(super) enum Event {
     Arrival(usize),
     /// A disaggregated request's KV reaches its decode endpoint.
     Handoff(usize),
+    /// An idle engine starts its step, after the requests that arrived at the same time.
+    Start(usize),
 }
 
 /// The pending events, earliest first.

@@ -11,6 +11,8 @@ pub(super) struct Fleet {
     pub(super) engines: Vec<Engine>,
     /// Generation of each engine's pending step event; older events are stale.
     pub(super) generation: Vec<u64>,
+    /// Engines with a start pending at the current instant (an `Event::Start` queued).
+    starting: Vec<bool>,
     /// Per replica: statuses as of its last refresh (with a metrics interval).
     pub(super) snapshots: Vec<Vec<EngineStatus>>,
     /// Per replica: prompt tokens it routed to each endpoint and not finished.
@@ -32,6 +34,7 @@ impl Fleet {
         Fleet {
             engines,
             generation: vec![0; n],
+            starting: vec![false; n],
             snapshots: vec![vec![EngineStatus::default(); n]; replicas],
             inflight_tokens: vec![vec![0; n]; replicas],
             inflight_requests: vec![vec![0; n]; replicas],
@@ -64,6 +67,33 @@ impl Fleet {
             inflight_prompt_tokens: self.inflight_tokens[r][pos],
             inflight_requests: self.inflight_requests[r][pos],
             kv_block_tokens: u64::from(self.engines[pos].block_tokens()),
+        }
+    }
+
+    /// Queues `sequence` on engine `pos` at `now`. An idle engine starts its step once
+    /// everything arriving at `now` is queued (an `Event::Start` after them), not at the
+    /// first arrival.
+    pub(super) fn submit(
+        &mut self,
+        pos: usize,
+        sequence: routerlab_engine::Sequence,
+        now: u64,
+        events: &mut Events,
+    ) {
+        let idle = self.engines[pos].is_idle();
+        if let Some(end) = self.engines[pos].enqueue_batched(sequence, now) {
+            self.next_step(pos, end, events);
+        } else if idle && !self.starting[pos] {
+            self.starting[pos] = true;
+            events.push(now, Event::Start(pos));
+        }
+    }
+
+    /// The start queued by [`Fleet::submit`] is due.
+    pub(super) fn start(&mut self, pos: usize, now: u64, events: &mut Events) {
+        self.starting[pos] = false;
+        if let Some(end) = self.engines[pos].start_if_idle(now) {
+            self.next_step(pos, end, events);
         }
     }
 

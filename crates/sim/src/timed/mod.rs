@@ -412,6 +412,7 @@ impl Sim<'_> {
                 .advance(now, engines.iter().map(|e| e.status().running));
             match event {
                 Event::Handoff(index) => self.handoff(index, now),
+                Event::Start(pos) => self.fleet.start(pos, now, &mut self.events),
                 Event::Refresh(r) => {
                     let changed = self.fleet.refresh(r);
                     self.drain_decode_queue(now, replicas, r)?;
@@ -571,9 +572,7 @@ impl Sim<'_> {
         let engine_block = self.settings.engines[pos].engine_block_size;
         let chain = self.workload.engine_chain(index, engine_block).to_vec();
         let sequence = Sequence::new(index, prompt_tokens, output_tokens, chain);
-        if let Some(end) = self.fleet.engines[pos].enqueue(sequence, now) {
-            self.fleet.next_step(pos, end, &mut self.events);
-        }
+        self.fleet.submit(pos, sequence, now, &mut self.events);
         Ok(true)
     }
 

@@ -15,7 +15,7 @@
 //! cycle, a play without a root) are made once the whole trace is read
 //! ([`crate::graph`]).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Fault, TraceError};
 use crate::ids::IdKey;
@@ -27,7 +27,7 @@ pub const SCHEMA: &str = "dynamo.agentic_mooncake";
 pub const VERSION: u32 = 2;
 
 /// What fires a dependency: the other request being sent, or finishing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Trigger {
     /// When the other request is dispatched (sent to the router).
@@ -37,7 +37,7 @@ pub enum Trigger {
 }
 
 /// What a dependency stands for (the replay treats them alike; reports may not).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Relation {
     /// The next turn of a session after the previous one.

@@ -6,6 +6,8 @@ pub mod chat;
 pub(crate) mod csv;
 pub mod mooncake;
 pub(crate) mod token_ids;
+pub(crate) mod weka;
+mod weka_graph;
 
 pub use chat::{Message, flatten_messages};
 
@@ -14,8 +16,8 @@ use crate::reader::{TraceFormat, is_blank, trim_line};
 /// Why a trace whose first line is no format's is refused, and what the formats are.
 pub(crate) const UNKNOWN_FORMAT: &str = "not a trace format routerlab reads: the first line \
 is neither a JSON object nor a known CSV header; the formats are chat, mooncake and \
-token-ids (JSON lines), agentic-mooncake (a header line, then JSON lines), azure-csv and \
-burstgpt (CSV with their headers), detected from that line or named with --trace-format";
+token-ids (JSON lines), agentic-mooncake (a header line, then JSON lines), weka (JSON \
+sessions, or a directory of them), azure-csv and burstgpt (CSV with their headers), detected from that line or named with --trace-format";
 
 /// Detects the format from the first non-blank line: the CSV headers of Azure and
 /// BurstGPT, the agentic_mooncake header's schema, Mooncake lines with `hash_ids`, token-id

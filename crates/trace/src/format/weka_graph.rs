@@ -1,0 +1,423 @@
+//! How one Weka session becomes a dependency graph: the rules of NVIDIA Dynamo 1.6.1's
+//! importer (`replay/loadgen/weka.rs` in `aisimulate-core` 0.13.0), restated.
+//!
+//! A session's requests (its own, or one sub-agent's) are split into chains by their hash
+//! ids: a request whose ids extend a chain's last ids (same model, that last request ended
+//! by its start) continues the longest such chain; otherwise it starts a new chain forked
+//! from the chain sharing the longest prefix with it. A fork that begins after its source
+//! request ended, on the same model, and not both an hour later and sharing under half of
+//! the source's blocks, is a seam (a context rewrite) and is spliced back into its parent.
+//! A first request that shares nothing with the rest (output over 64 tokens: not even one
+//! block anywhere) is a preamble and joins the main chain. The main chain (the earliest) is
+//! the session's main stream; each other chain is a worker stream.
+//!
+//! Edges: each stream's requests in sequence (on completion, delay = the recorded gap); a
+//! worker or sub-agent stream spawned by its fork source (on dispatch when it began before
+//! the source ended, else on completion); a replay barrier on the latest request of each
+//! other stream of the same scope that ended before it began (pruned to those not followed
+//! by another); a blocking sub-agent joined by the first later parent request that began
+//! after the sub-agent ended; a stream with no edge at all spawned by the play's first
+//! request on dispatch.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use crate::format::agentic::{Relation, Trigger};
+
+/// Timestamps this close count as one (seconds).
+pub(super) const EPSILON_S: f64 = 1e-6;
+/// A fork this long after its source (seconds) sharing under half its blocks is not a seam.
+const SEAM_MAX_GAP_S: f64 = 3600.0;
+const SEAM_MIN_OVERLAP: f64 = 0.5;
+
+/// One recorded request.
+#[derive(Debug, Clone)]
+pub(super) struct Recorded {
+    /// Start, seconds.
+    pub t: f64,
+    pub model: String,
+    pub input: u64,
+    pub output: u64,
+    pub hash_ids: Vec<u64>,
+    /// Recorded duration, seconds (absent counts as 0 for the edges).
+    pub api_time: Option<f64>,
+}
+
+impl Recorded {
+    pub(super) fn end(&self) -> f64 {
+        self.t + self.api_time.unwrap_or(0.0).max(0.0)
+    }
+}
+
+/// A request with its place in the source: `outer:I` or `outer:I:inner:J`.
+#[derive(Debug, Clone)]
+pub(super) struct Placed {
+    pub source_id: String,
+    pub order: usize,
+    pub request: Recorded,
+}
+
+fn order(a: &Placed, b: &Placed) -> std::cmp::Ordering {
+    a.request
+        .t
+        .total_cmp(&b.request.t)
+        .then(a.order.cmp(&b.order))
+        .then(a.source_id.cmp(&b.source_id))
+}
+
+fn common_prefix(a: &[u64], b: &[u64]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Seconds as milliseconds, rounded to the nanosecond, never below 0.
+pub(super) fn ms(seconds: f64) -> f64 {
+    (seconds.max(0.0) * 1e9).round() / 1e6
+}
+
+#[derive(Clone)]
+struct Fork {
+    source: Option<String>,
+    depth: usize,
+    time: f64,
+}
+
+#[derive(Default)]
+struct Chain {
+    requests: Vec<Placed>,
+    fork: Option<Fork>,
+    spliced: bool,
+    tail_source: Option<String>,
+    tail_hashes: Vec<u64>,
+    tail_end: f64,
+    tail_model: String,
+}
+
+impl Chain {
+    fn push(&mut self, placed: Placed) {
+        if !placed.request.hash_ids.is_empty() {
+            self.tail_source = Some(placed.source_id.clone());
+            self.tail_hashes.clone_from(&placed.request.hash_ids);
+            self.tail_end = placed.request.end();
+            self.tail_model.clone_from(&placed.request.model);
+        }
+        self.requests.push(placed);
+    }
+}
+
+/// One stream of a session: a session of the lowered trace.
+pub(super) struct Stream {
+    pub session: String,
+    pub requests: Vec<Placed>,
+    pub fork_source: Option<String>,
+    pub scope: String,
+}
+
+/// The first request when it is a preamble (see the module docs), and the rest.
+fn split_preamble(mut requests: Vec<Placed>) -> (Vec<Placed>, Vec<Placed>) {
+    requests.sort_by(order);
+    if requests.len() < 2 || requests[0].request.hash_ids.is_empty() {
+        return (Vec::new(), requests);
+    }
+    let first = &requests[0].request;
+    let rest = &requests[1..];
+    if rest
+        .iter()
+        .any(|r| common_prefix(&first.hash_ids, &r.request.hash_ids) > 0)
+    {
+        return (Vec::new(), requests);
+    }
+    if first.output > 64 {
+        let others: HashSet<u64> = rest
+            .iter()
+            .flat_map(|r| r.request.hash_ids.iter().copied())
+            .collect();
+        if first.hash_ids.iter().any(|h| others.contains(h)) {
+            return (Vec::new(), requests);
+        }
+    }
+    let first = requests.remove(0);
+    (vec![first], requests)
+}
+
+/// The chain `request` extends: the longest whose last ids prefix its own.
+fn extended(chains: &[Chain], request: &Recorded) -> Option<usize> {
+    let mut best = None;
+    let mut best_len = 0;
+    for (index, chain) in chains.iter().enumerate() {
+        let len = chain.tail_hashes.len();
+        if len > best_len
+            && len <= request.hash_ids.len()
+            && chain.tail_model == request.model
+            && chain.tail_end <= request.t + EPSILON_S
+            && chain.tail_hashes == request.hash_ids[..len]
+        {
+            best = Some(index);
+            best_len = len;
+        }
+    }
+    best
+}
+
+/// The chain sharing the longest prefix with `hashes` (the longer tail on a tie), and how
+/// long that prefix is.
+fn nearest(chains: &[Chain], hashes: &[u64]) -> (Option<usize>, usize) {
+    let mut best = None;
+    let mut best_key = (0, 0);
+    for (index, chain) in chains.iter().enumerate() {
+        let key = (
+            common_prefix(&chain.tail_hashes, hashes),
+            chain.tail_hashes.len(),
+        );
+        if key.0 > 0 && key > best_key {
+            best = Some(index);
+            best_key = key;
+        }
+    }
+    (best, best_key.0)
+}
+
+fn seam(chain: &Chain, tail: &Recorded) -> bool {
+    let Some(fork) = &chain.fork else {
+        return false;
+    };
+    let Some(first) = chain.requests.first() else {
+        return false;
+    };
+    if fork.depth == 0 {
+        return false;
+    }
+    let first = &first.request;
+    let gap = first.t - tail.end();
+    let overlap = fork.depth as f64 / tail.hash_ids.len().max(1) as f64;
+    tail.end() <= first.t + EPSILON_S
+        && first.model == tail.model
+        && !(gap > SEAM_MAX_GAP_S && overlap < SEAM_MIN_OVERLAP)
+}
+
+/// Splices seams into their parents, repeatedly: the deepest eligible fork of a source
+/// (the earliest on a tie, then the first made) continues its chain, and the source's other
+/// forks that began after the new tail are re-anchored on it.
+fn splice_seams(
+    chains: &mut [Chain],
+    forks: &mut HashMap<String, Vec<usize>>,
+    owner: &mut HashMap<String, usize>,
+    by_source: &HashMap<String, Recorded>,
+) {
+    let mut keys: BTreeSet<String> = forks.keys().cloned().collect();
+    let mut alias: HashMap<usize, usize> = HashMap::new();
+    let mut done: HashSet<String> = HashSet::new();
+    while let Some(source) = keys.pop_first() {
+        if !done.insert(source.clone()) {
+            continue;
+        }
+        let mut chain = owner[&source];
+        while let Some(next) = alias.get(&chain) {
+            chain = *next;
+        }
+        if chains[chain].tail_source.as_deref() != Some(source.as_str()) {
+            continue;
+        }
+        let tail = &by_source[&source];
+        let registered: Vec<usize> = forks[&source]
+            .iter()
+            .copied()
+            .filter(|i| !chains[*i].spliced)
+            .collect();
+        let elected = registered
+            .iter()
+            .copied()
+            .filter(|i| seam(&chains[*i], tail))
+            .max_by(|a, b| {
+                let (fa, fb) = (
+                    chains[*a].fork.as_ref().expect("a fork"),
+                    chains[*b].fork.as_ref().expect("a fork"),
+                );
+                fa.depth
+                    .cmp(&fb.depth)
+                    .then_with(|| fb.time.total_cmp(&fa.time))
+                    .then_with(|| b.cmp(a))
+            });
+        let Some(elected) = elected else {
+            continue;
+        };
+        let moved = std::mem::take(&mut chains[elected].requests);
+        for request in &moved {
+            owner.insert(request.source_id.clone(), chain);
+        }
+        chains[chain].requests.extend(moved);
+        chains[chain].tail_source = chains[elected].tail_source.clone();
+        chains[chain].tail_hashes = chains[elected].tail_hashes.clone();
+        chains[chain].tail_end = chains[elected].tail_end;
+        chains[chain].tail_model = chains[elected].tail_model.clone();
+        chains[elected].spliced = true;
+        alias.insert(elected, chain);
+        let Some(new_tail) = chains[chain].tail_source.clone() else {
+            continue;
+        };
+        let new_hashes = chains[chain].tail_hashes.clone();
+        let new_t = by_source[&new_tail].t;
+        for candidate in registered {
+            if candidate == elected || chains[candidate].spliced {
+                continue;
+            }
+            let first = &chains[candidate].requests[0].request;
+            if new_t > first.t + EPSILON_S {
+                continue;
+            }
+            let depth = common_prefix(&new_hashes, &first.hash_ids);
+            if depth == 0 {
+                continue;
+            }
+            let fork = chains[candidate].fork.as_mut().expect("a fork");
+            fork.source = Some(new_tail.clone());
+            fork.depth = depth;
+            forks.entry(new_tail.clone()).or_default().push(candidate);
+            done.remove(&new_tail);
+            keys.insert(new_tail.clone());
+        }
+    }
+}
+
+/// The streams of one session's requests; `prefix` names them (`root`, or a sub-agent's).
+pub(super) fn streams(namespace: &str, prefix: &str, requests: Vec<Placed>) -> Vec<Stream> {
+    let (preamble, mut requests) = split_preamble(requests);
+    requests.sort_by(order);
+    let mut chains: Vec<Chain> = Vec::new();
+    let mut owner: HashMap<String, usize> = HashMap::new();
+    let mut forks: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut by_source: HashMap<String, Recorded> = HashMap::new();
+    for placed in requests {
+        by_source.insert(placed.source_id.clone(), placed.request.clone());
+        let target = if chains.is_empty() {
+            chains.push(Chain::default());
+            Some(0)
+        } else if placed.request.hash_ids.is_empty() {
+            Some(0)
+        } else if let Some(target) = extended(&chains, &placed.request) {
+            Some(target)
+        } else if chains.iter().all(|c| c.tail_hashes.is_empty()) {
+            Some(0)
+        } else {
+            None
+        };
+        let index = match target {
+            Some(index) => index,
+            None => {
+                let (parent, depth) = nearest(&chains, &placed.request.hash_ids);
+                let source = parent.and_then(|p| chains[p].tail_source.clone());
+                let index = chains.len();
+                chains.push(Chain {
+                    fork: Some(Fork {
+                        source: source.clone(),
+                        depth,
+                        time: placed.request.t,
+                    }),
+                    ..Chain::default()
+                });
+                if let Some(source) = source.filter(|_| depth > 0) {
+                    forks.entry(source).or_default().push(index);
+                }
+                index
+            }
+        };
+        owner.insert(placed.source_id.clone(), index);
+        chains[index].push(placed);
+    }
+    splice_seams(&mut chains, &mut forks, &mut owner, &by_source);
+    let mut live: Vec<usize> = (0..chains.len()).filter(|i| !chains[*i].spliced).collect();
+    live.sort_by(|a, b| order(&chains[*a].requests[0], &chains[*b].requests[0]));
+    let scope = format!("{namespace}:scope:{prefix}");
+    let fork_source = |chain: &Chain| chain.fork.as_ref().and_then(|f| f.source.clone());
+    let mut out = Vec::with_capacity(live.len().max(1));
+    let (main, workers) = match live.split_first() {
+        Some((main, workers)) => (Some(*main), workers),
+        None => (None, &[][..]),
+    };
+    let mut main_requests = main.map_or_else(Vec::new, |m| chains[m].requests.clone());
+    main_requests.extend(preamble);
+    main_requests.sort_by(order);
+    out.push(Stream {
+        session: format!("{namespace}:session:{prefix}"),
+        requests: main_requests,
+        fork_source: main.and_then(|m| fork_source(&chains[m])),
+        scope: scope.clone(),
+    });
+    for (w, &index) in workers.iter().enumerate() {
+        out.push(Stream {
+            session: format!("{namespace}:session:{prefix}:worker:{w}"),
+            requests: chains[index].requests.clone(),
+            fork_source: fork_source(&chains[index]),
+            scope: scope.clone(),
+        });
+    }
+    out
+}
+
+/// One dependency edge of the lowered graph, on a request named by its source id.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Edge {
+    pub on: String,
+    pub trigger: Trigger,
+    pub delay_ms: f64,
+    pub relation: Relation,
+}
+
+/// Adds `edge` unless one on the same request with the same trigger and relation is there.
+pub(super) fn add(edges: &mut Vec<Edge>, edge: Edge) {
+    if !edges
+        .iter()
+        .any(|e| e.on == edge.on && e.trigger == edge.trigger && e.relation == edge.relation)
+    {
+        edges.push(edge);
+    }
+}
+
+/// Replay barriers: within a scope, each request waits for the latest request of every
+/// other stream that ended before it began, unless another of those began after it ended.
+pub(super) fn barriers(streams: &[Stream], edges: &mut HashMap<String, Vec<Edge>>) {
+    let mut scopes: BTreeMap<&str, Vec<&Stream>> = BTreeMap::new();
+    for stream in streams {
+        scopes.entry(&stream.scope).or_default().push(stream);
+    }
+    let before = |a: &Recorded, b: &Recorded| a.t < b.t && a.end() <= b.t + EPSILON_S;
+    for scoped in scopes.values() {
+        for (ti, target_stream) in scoped.iter().enumerate() {
+            for target in &target_stream.requests {
+                let frontier: Vec<&Placed> = scoped
+                    .iter()
+                    .enumerate()
+                    .filter(|(oi, _)| *oi != ti)
+                    .filter_map(|(_, other)| {
+                        other
+                            .requests
+                            .iter()
+                            .filter(|c| before(&c.request, &target.request))
+                            .max_by(|a, b| {
+                                a.request
+                                    .end()
+                                    .total_cmp(&b.request.end())
+                                    .then(a.request.t.total_cmp(&b.request.t))
+                                    .then(a.source_id.cmp(&b.source_id))
+                            })
+                    })
+                    .collect();
+                for candidate in &frontier {
+                    if frontier
+                        .iter()
+                        .any(|later| before(&candidate.request, &later.request))
+                    {
+                        continue;
+                    }
+                    add(
+                        edges.entry(target.source_id.clone()).or_default(),
+                        Edge {
+                            on: candidate.source_id.clone(),
+                            trigger: Trigger::Completion,
+                            delay_ms: 0.0,
+                            relation: Relation::ReplayBarrier,
+                        },
+                    );
+                }
+            }
+        }
+    }
+}
