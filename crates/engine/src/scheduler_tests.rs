@@ -411,8 +411,14 @@ fn requests_queued_together_on_an_idle_engine_share_its_first_step() {
     assert_eq!(alone.finish_step(first).len(), 1);
     let mut batched = Engine::new(linear(16, 4, 100));
     assert!(batched.is_idle());
-    assert_eq!(batched.enqueue_batched(Sequence::new(0, 4, 1, vec![]), 0), None);
-    assert_eq!(batched.enqueue_batched(Sequence::new(1, 4, 1, vec![]), 0), None);
+    assert_eq!(
+        batched.enqueue_batched(Sequence::new(0, 4, 1, vec![]), 0),
+        None
+    );
+    assert_eq!(
+        batched.enqueue_batched(Sequence::new(1, 4, 1, vec![]), 0),
+        None
+    );
     let end = batched.start_if_idle(0).unwrap();
     assert_eq!(batched.start_if_idle(0), None, "one step at a time");
     assert_eq!(batched.finish_step(end).len(), 2);
