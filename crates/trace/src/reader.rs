@@ -376,7 +376,17 @@ impl TraceReader {
                 format
             }
         };
-        Ok(TraceReader {
+        Ok(Self::over(path, source, format, options))
+    }
+
+    /// A reader of `source` (the trace at `path`, in `format`), at its start.
+    fn over(
+        path: &Path,
+        source: Source,
+        format: TraceFormat,
+        options: TraceOptions,
+    ) -> TraceReader {
+        TraceReader {
             source,
             line: 0,
             header_done: false,
@@ -392,7 +402,7 @@ impl TraceReader {
             },
             skipped: BTreeMap::new(),
             interner: BlockInterner::default(),
-        })
+        }
     }
 
     /// The first 64 KiB of a regular file, if it can be read.
@@ -414,30 +424,15 @@ impl TraceReader {
             tally.bytes += bytes.len() as u64;
             tally.hash.update(bytes);
         })?;
-        Ok(TraceReader {
-            source: Source::Stream {
-                reader: Box::new(std::io::Cursor::new(text)),
-                buf: Vec::new(),
-                pending: false,
-                at_start: true,
-                bytes: tally.bytes,
-                tally: Some(std::sync::Arc::new(std::sync::Mutex::new(tally))),
-            },
-            line: 0,
-            header_done: false,
-            linker: Linker {
-                path: path.to_owned(),
-                format: TraceFormat::Weka,
-                options,
-                seq: 0,
-                ids: IdTable::default(),
-                csv_start_ns: None,
-                sessions: IdTable::default(),
-                plays: IdTable::default(),
-            },
-            skipped: BTreeMap::new(),
-            interner: BlockInterner::default(),
-        })
+        let source = Source::Stream {
+            reader: Box::new(std::io::Cursor::new(text)),
+            buf: Vec::new(),
+            pending: false,
+            at_start: true,
+            bytes: tally.bytes,
+            tally: Some(std::sync::Arc::new(std::sync::Mutex::new(tally))),
+        };
+        Ok(Self::over(path, source, TraceFormat::Weka, options))
     }
 
     /// A regular file: mapped, or decompressed as it is read when its first bytes say so.
