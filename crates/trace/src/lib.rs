@@ -19,6 +19,7 @@ pub mod inspect;
 pub mod reader;
 pub mod synth;
 pub mod synth_agentic;
+mod trace_format;
 pub mod workload;
 mod zstd;
 
