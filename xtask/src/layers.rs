@@ -60,6 +60,8 @@ const OWNED: &[(&str, &[&str])] = &[
     ("tokio", &["crates/live", "crates/cli"]),
     ("hyper", &["crates/live"]),
     ("hyper-util", &["crates/live"]),
+    ("zmq", &["crates/live"]),
+    ("rmp-serde", &["crates/live"]),
 ];
 
 /// A pair that must never be linked, directly or through other routerlab crates.

@@ -396,6 +396,7 @@ fn rust_version() -> Result<String, String> {
 
 fn ci() -> Result<(), String> {
     prerequisites()?;
+    let python = kv_events_python()?;
     let msrv = format!("+{}", rust_version()?);
     let q = quiet_flag();
     let steps: [Vec<&str>; 7] = [
@@ -419,6 +420,9 @@ fn ci() -> Result<(), String> {
         println!("xtask ci: cargo {}", step.join(" "));
         let mut cmd = cargo_bare();
         cmd.args(&step);
+        if step.contains(&"test") {
+            cmd.env("ROUTERLAB_PYTHON", &python);
+        }
         if step.contains(&"doc") {
             cmd.env("RUSTDOCFLAGS", "-D warnings");
         }
@@ -457,6 +461,12 @@ fn prerequisites() -> Result<(), String> {
     if !succeeds(&cc, &["--version"]) {
         return Err(format!(
             "no C compiler (`{cc}`; the tests build C plugins): install one, e.g. `sudo apt-get install build-essential`, or set CC"
+        ));
+    }
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    if !succeeds(&cxx, &["--version"]) {
+        return Err(format!(
+            "no C++ compiler (`{cxx}`; libzmq, for KV events, is built from source): install one, e.g. `sudo apt-get install build-essential`, or set CXX"
         ));
     }
     let toolchains = installed_toolchains();
@@ -518,6 +528,42 @@ fn prerequisites() -> Result<(), String> {
             .map_err(|e| format!("could not install {what} ({e}); run `{command}` yourself"))?;
     }
     Ok(())
+}
+
+/// The Python packages the KV-events wire check decodes with (vLLM's own: msgspec for
+/// its message types, pyzmq for libzmq), pinned.
+const KV_EVENTS_PYTHON_PACKAGES: [&str; 2] = ["msgspec==0.23.0", "pyzmq==27.3.0"];
+
+/// A Python that imports msgspec and zmq: `python3` when it does, else a virtual
+/// environment under `target/` made for it (once).
+fn kv_events_python() -> Result<String, String> {
+    let check = ["-c", "import msgspec, zmq"];
+    if succeeds("python3", &check) {
+        return Ok("python3".into());
+    }
+    let venv = root().join("target/kv-events-python");
+    let python = venv.join("bin/python").display().to_string();
+    if succeeds(&python, &check) {
+        return Ok(python);
+    }
+    let packages = KV_EVENTS_PYTHON_PACKAGES.join(" ");
+    println!(
+        "xtask ci: Python with {packages} is missing; installing it in {}",
+        venv.display()
+    );
+    let mut make = Command::new("python3");
+    make.args(["-m", "venv"]).arg(&venv);
+    run(make).map_err(|e| {
+        format!("could not make a Python virtual environment ({e}): install python3 and python3-venv, or `pip install {packages}`")
+    })?;
+    let mut install = Command::new(&python);
+    install
+        .args(["-m", "pip", "install", "--quiet"])
+        .args(KV_EVENTS_PYTHON_PACKAGES);
+    run(install).map_err(|e| {
+        format!("could not install {packages} ({e}); run `pip install {packages}` yourself")
+    })?;
+    Ok(python)
 }
 
 /// The toolchains rustup has (`1.85.0-x86_64-unknown-linux-gnu`, ...); none without rustup.

@@ -6,7 +6,7 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use support::server::Server;
-use support::{project_trace, routerlab, scratch_file, texts};
+use support::{http, project_trace, routerlab, scratch_file, texts};
 
 /// Two engines started with `engine` and a round-robin router in front of them (with
 /// `router_args` besides): the engines and the router.
@@ -26,29 +26,6 @@ fn two_engines_behind_round_robin(
     args.extend_from_slice(router_args);
     let router = Server::start(&args);
     (a, b, router)
-}
-
-/// One HTTP/1.1 exchange over a plain socket: status code and body.
-fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    use std::io::{Read as _, Write as _};
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("send");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read");
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map_or(String::new(), |(_, b)| b.to_owned());
-    (status, body)
 }
 
 /// The value of the metric line starting with `series` on `addr`'s `/metrics`.

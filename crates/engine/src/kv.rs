@@ -16,6 +16,24 @@ struct Block {
     older: u32,
 }
 
+/// A change to what a KV cache holds, as an engine's KV events report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvEvent {
+    /// A computed block was stored under `hash`; `parent` is the block before it in the
+    /// chain that computed it.
+    Stored {
+        /// The block's prefix hash.
+        hash: u64,
+        /// The previous block's, none for a chain's first.
+        parent: Option<u64>,
+    },
+    /// The block stored under `hash` was evicted.
+    Removed {
+        /// The block's prefix hash.
+        hash: u64,
+    },
+}
+
 /// A paged KV cache with prefix caching.
 pub struct KvCache {
     blocks: Vec<Block>,
@@ -28,7 +46,7 @@ pub struct KvCache {
     pub evictions: u64,
     /// When recording: what became cached (`true`) and what left (`false`), by hash, in
     /// order, as an engine's KV events report them.
-    events: Option<Vec<(bool, u64)>>,
+    events: Option<Vec<KvEvent>>,
 }
 
 impl KvCache {
@@ -142,7 +160,7 @@ impl KvCache {
             self.by_hash.remove(&hash);
             self.evictions += 1;
             if let Some(events) = &mut self.events {
-                events.push((false, hash));
+                events.push(KvEvent::Removed { hash });
             }
         }
         self.blocks[id as usize].refs = 1;
@@ -154,8 +172,8 @@ impl KvCache {
         self.events.get_or_insert_with(Vec::new);
     }
 
-    /// The stores (`true`) and removals (`false`) recorded since the last call, in order.
-    pub fn take_events(&mut self, into: &mut Vec<(bool, u64)>) {
+    /// The stores and removals recorded since the last call, in order.
+    pub fn take_events(&mut self, into: &mut Vec<KvEvent>) {
         if let Some(events) = &mut self.events {
             into.append(events);
         }
@@ -173,15 +191,16 @@ impl KvCache {
         ids
     }
 
-    /// Publishes a computed full block under its prefix hash (first writer wins).
+    /// Publishes a computed full block under its prefix hash (first writer wins); `parent`
+    /// is the hash of the block before it in its request's chain (none for the first).
     #[inline]
-    pub(crate) fn publish(&mut self, id: u32, hash: u64) {
+    pub(crate) fn publish(&mut self, id: u32, hash: u64, parent: Option<u64>) {
         if !self.blocks[id as usize].hashed && !self.by_hash.contains_key(&hash) {
             self.blocks[id as usize].hash = hash;
             self.blocks[id as usize].hashed = true;
             self.by_hash.insert(hash, id);
             if let Some(events) = &mut self.events {
-                events.push((true, hash));
+                events.push(KvEvent::Stored { hash, parent });
             }
         }
     }

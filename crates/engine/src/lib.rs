@@ -37,7 +37,7 @@ pub mod transfer;
 
 pub use config::{EngineConfig, Overrides, Preset};
 pub use host::{HostCache, HostTier, SharedStore};
-pub use kv::KvCache;
+pub use kv::{KvCache, KvEvent};
 pub use model::{ModelConfigError, ModelKv, kv_from_model_config};
 pub use scheduler::{Engine, EngineStatus, Sequence};
 pub use step_time::{Batch, StepTime};

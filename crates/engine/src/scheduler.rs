@@ -210,9 +210,9 @@ impl Engine {
         self.kv.record_events();
     }
 
-    /// The blocks its KV cache stored (`true`) and removed (`false`) since the last call, by
-    /// hash, in order: what its KV events would publish.
-    pub fn take_kv_events(&mut self, into: &mut Vec<(bool, u64)>) {
+    /// The blocks its KV cache stored and removed since the last call, in order: what its
+    /// KV events publish.
+    pub fn take_kv_events(&mut self, into: &mut Vec<crate::KvEvent>) {
         self.kv.take_events(into);
     }
 
@@ -380,7 +380,8 @@ impl Engine {
             let full = (seq.computed / block_tokens) as usize;
             while seq.published < full.min(seq.hashes.len()) {
                 let (id, hash) = (seq.blocks[seq.published], seq.hashes[seq.published]);
-                self.kv.publish(id, hash);
+                let parent = seq.published.checked_sub(1).map(|p| seq.hashes[p]);
+                self.kv.publish(id, hash, parent);
                 self.tiers.computed(id, hash);
                 seq.published += 1;
             }

@@ -26,7 +26,7 @@ fn kv_reuses_prefixes_pins_held_blocks_and_evicts_deepest_first() {
     let mut kv = KvCache::new(4);
     let a: Vec<u32> = (0..3).map(|_| kv.allocate().unwrap()).collect();
     for (i, id) in a.iter().enumerate() {
-        kv.publish(*id, 100 + i as u64);
+        kv.publish(*id, 100 + i as u64, None);
     }
     assert_eq!(kv.cached_prefix(&[100, 101, 102, 999]), 3);
     assert_eq!(kv.cached_prefix(&[100, 555, 102]), 1);

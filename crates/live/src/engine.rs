@@ -68,6 +68,8 @@ pub struct EngineSettings {
     pub model: String,
     /// Output tokens when a request gives no `max_tokens`.
     pub default_max_tokens: u32,
+    /// Where its KV events go, if they are published.
+    pub kv_events: Option<Arc<crate::kv_events::Publisher>>,
 }
 
 /// What the model tells a request's stream.
@@ -513,6 +515,10 @@ async fn model_task(shared: Arc<Shared>, mut requests: mpsc::UnboundedReceiver<S
         next_handle: 0,
         shared: shared.clone(),
     };
+    let publisher = shared.settings.kv_events.clone();
+    if publisher.is_some() {
+        model.engine.record_kv_events();
+    }
     loop {
         let wake = next_boundary(&model.engine, model_now());
         let sleep = wake.map(|at| tokio::time::sleep_until(wall_at(at).into()));
@@ -526,6 +532,13 @@ async fn model_task(shared: Arc<Shared>, mut requests: mpsc::UnboundedReceiver<S
             }
             () = async { sleep.expect("a boundary").await }, if sleep.is_some() => {
                 model.advance(model_now());
+            }
+        }
+        if let Some(publisher) = &publisher {
+            let mut events = Vec::new();
+            model.engine.take_kv_events(&mut events);
+            if !events.is_empty() {
+                publisher.publish(events);
             }
         }
         let status = model.engine.status();

@@ -11,6 +11,7 @@ pub mod drive;
 pub mod engine;
 mod error;
 pub mod http;
+pub mod kv_events;
 pub mod openai;
 pub mod plugin_host;
 pub mod prom;

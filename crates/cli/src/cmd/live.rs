@@ -56,6 +56,14 @@ pub struct EngineArgs {
     /// aggregated (ignores them).
     #[arg(long, value_name = "ROLE", default_value = "aggregated")]
     pub role: RoleArg,
+    /// Publish the KV cache's stores and evictions as vLLM does: a ZeroMQ PUB socket bound
+    /// here (`tcp://127.0.0.1:5557`; port 0: any free port, printed on stderr), vLLM's
+    /// `KVEventBatch` MessagePack.
+    #[arg(long, value_name = "ZMQ_URL")]
+    pub kv_events: Option<String>,
+    /// vLLM's replay socket for missed batches (ROUTER), bound here; needs --kv-events.
+    #[arg(long, value_name = "ZMQ_URL", requires = "kv_events")]
+    pub kv_events_replay: Option<String>,
 }
 
 /// `routerlab engine --role`.
@@ -293,6 +301,27 @@ pub fn engine(args: EngineArgs) -> Result<(), Failure> {
         )));
     }
     let (listener, _) = bound(args.listen, "engine")?;
+    let kv_events = match args.kv_events {
+        Some(endpoint) => {
+            let settings = routerlab_live::kv_events::KvEventsSettings {
+                endpoint,
+                replay: args.kv_events_replay,
+            };
+            let publisher =
+                routerlab_live::kv_events::Publisher::bind(&settings, config.engine_block_size)
+                    .map_err(Failure::from)?;
+            eprintln!(
+                "routerlab engine: KV events on {}{}",
+                publisher.endpoint(),
+                publisher
+                    .replay_endpoint()
+                    .map(|r| format!(", replay on {r}"))
+                    .unwrap_or_default()
+            );
+            Some(std::sync::Arc::new(publisher))
+        }
+        None => None,
+    };
     let settings = EngineSettings {
         role: match args.role {
             RoleArg::Aggregated => routerlab_live::engine::Role::Aggregated,
@@ -304,6 +333,7 @@ pub fn engine(args: EngineArgs) -> Result<(), Failure> {
         instant: args.instant,
         model: args.model,
         default_max_tokens: args.output_tokens.max(1),
+        kv_events,
     };
     runtime()?
         .block_on(routerlab_live::engine::run_on(listener, settings))

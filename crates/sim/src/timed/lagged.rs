@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 
 use routerlab_core::hash::U64Map;
-use routerlab_engine::Engine;
+use routerlab_engine::{Engine, KvEvent};
 
 /// One engine's blocks as the router's index has them.
 #[derive(Default)]
@@ -22,7 +22,7 @@ struct Index {
 pub(super) struct Lagged {
     lag_ns: u64,
     engines: Vec<Index>,
-    scratch: Vec<(bool, u64)>,
+    scratch: Vec<KvEvent>,
 }
 
 impl Lagged {
@@ -42,8 +42,11 @@ impl Lagged {
     pub(super) fn record(&mut self, pos: usize, now: u64, engine: &mut Engine) {
         engine.take_kv_events(&mut self.scratch);
         let index = &mut self.engines[pos];
-        for (stored, hash) in self.scratch.drain(..) {
-            index.pending.push_back((now, stored, hash));
+        for event in self.scratch.drain(..) {
+            index.pending.push_back(match event {
+                KvEvent::Stored { hash, .. } => (now, true, hash),
+                KvEvent::Removed { hash } => (now, false, hash),
+            });
         }
     }
 

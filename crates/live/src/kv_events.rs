@@ -1,0 +1,388 @@
+//! vLLM's KV cache events, as `routerlab engine --kv-events` publishes them: what the
+//! engine model stored and evicted, on a ZeroMQ PUB socket, in the frames and the
+//! MessagePack shapes vLLM's `ZmqEventPublisher` sends (`vllm/distributed/kv_events.py`),
+//! and its replay socket for a subscriber that missed some.
+//!
+//! Each message is three frames: the topic (vLLM's default, empty), the batch's sequence
+//! number (8 bytes, big-endian, from 0) and the batch, a `KVEventBatch`: the array
+//! `[ts, events, data_parallel_rank]` (`ts` in seconds since the epoch, rank 0), each event
+//! a map tagged by `type`: `BlockStored {block_hashes, parent_block_hash, token_ids,
+//! block_size, lora_id, medium, lora_name}` (the blocks one step computed of one prompt, in
+//! chain order; the parent is the block before the first) and `BlockRemoved {block_hashes,
+//! medium}` (evicted). Hashes are the engine model's block-chain hashes, `medium` is
+//! `"GPU"`; `token_ids` is empty, as the simulated engine has no tokenizer.
+//!
+//! The replay socket (ROUTER) answers a request `[start]` (8 bytes, big-endian; sent from
+//! a REQ socket, or a DEALER with an empty first frame) with each kept batch from `start`
+//! on, `[seq, batch]`, then `[-1, ""]`; it keeps the last [`REPLAY_BATCHES`] (vLLM's
+//! `buffer_steps`), at most [`REPLAY_BYTES`] of them. A request of any other shape is
+//! ignored; one over 64 bytes closes the connection (libzmq's `ZMQ_MAXMSGSIZE`), so no
+//! peer can make it allocate.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::time::Duration;
+
+use routerlab_engine::KvEvent;
+use serde::Serialize;
+
+use crate::LiveError;
+
+/// Batches the replay socket keeps (vLLM's `buffer_steps` default).
+pub const REPLAY_BATCHES: usize = 10_000;
+/// Bytes of batches it keeps at most (the oldest go first past either bound).
+pub const REPLAY_BYTES: usize = 64 << 20;
+/// Batches waiting to go out at most; past that one is dropped (counted), so the engine
+/// model never waits for the socket.
+const QUEUE_BATCHES: usize = 4096;
+/// The largest message a replay client may send.
+const MAX_REQUEST_BYTES: i64 = 64;
+/// The replay's end marker: sequence number -1.
+const END_SEQ: [u8; 8] = (-1i64).to_be_bytes();
+
+/// Where an engine publishes its KV events.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KvEventsSettings {
+    /// The PUB socket's endpoint (`tcp://127.0.0.1:5557`; port 0 for any free port).
+    pub endpoint: String,
+    /// The replay socket's, if any.
+    pub replay: Option<String>,
+}
+
+/// One batch on the wire: an array, as vLLM's `EventBatch` (`array_like`).
+#[derive(Serialize)]
+struct WireBatch<'a>(f64, &'a [WireEvent], i32);
+
+/// One event on the wire: a map tagged by `type`, as vLLM's `KVCacheEvent` (`tag=True`).
+#[derive(Serialize, Debug, PartialEq)]
+#[serde(tag = "type")]
+enum WireEvent {
+    BlockStored {
+        block_hashes: Vec<u64>,
+        parent_block_hash: Option<u64>,
+        token_ids: Vec<u32>,
+        block_size: u32,
+        lora_id: Option<u32>,
+        medium: Option<&'static str>,
+        lora_name: Option<String>,
+    },
+    BlockRemoved {
+        block_hashes: Vec<u64>,
+        medium: Option<&'static str>,
+    },
+}
+
+/// `events` as vLLM groups them: consecutive stores of one chain in one `BlockStored`,
+/// consecutive removals in one `BlockRemoved`.
+fn wire_events(events: &[KvEvent], block_size: u32) -> Vec<WireEvent> {
+    let mut out: Vec<WireEvent> = Vec::new();
+    for event in events {
+        match (*event, out.last_mut()) {
+            (
+                KvEvent::Stored { hash, parent },
+                Some(WireEvent::BlockStored { block_hashes, .. }),
+            ) if parent.is_some() && block_hashes.last().copied() == parent => {
+                block_hashes.push(hash)
+            }
+            (KvEvent::Removed { hash }, Some(WireEvent::BlockRemoved { block_hashes, .. })) => {
+                block_hashes.push(hash)
+            }
+            (KvEvent::Stored { hash, parent }, _) => out.push(WireEvent::BlockStored {
+                block_hashes: vec![hash],
+                parent_block_hash: parent,
+                token_ids: Vec::new(),
+                block_size,
+                lora_id: None,
+                medium: Some("GPU"),
+                lora_name: None,
+            }),
+            (KvEvent::Removed { hash }, _) => out.push(WireEvent::BlockRemoved {
+                block_hashes: vec![hash],
+                medium: Some("GPU"),
+            }),
+        }
+    }
+    out
+}
+
+/// The MessagePack of one batch of `events` at `ts` (seconds since the epoch).
+pub fn encode_batch(ts: f64, events: &[KvEvent], block_size: u32) -> Vec<u8> {
+    let events = wire_events(events, block_size);
+    rmp_serde::to_vec_named(&WireBatch(ts, &events, 0)).expect("a batch always encodes")
+}
+
+/// A bound publisher: hand it each step's events with [`Publisher::publish`].
+pub struct Publisher {
+    queue: SyncSender<(f64, Vec<KvEvent>)>,
+    endpoint: String,
+    replay: Option<String>,
+    dropped: Arc<AtomicU64>,
+}
+
+fn zmq_error(what: &str, endpoint: &str, e: zmq::Error) -> LiveError {
+    LiveError::Settings(format!("--kv-events{what} {endpoint}: {e}"))
+}
+
+impl Publisher {
+    /// Binds the sockets (reporting the endpoints as bound: a port 0 resolved) and starts
+    /// the thread that sends; `block_size` is the engine's, in tokens.
+    pub fn bind(settings: &KvEventsSettings, block_size: u32) -> Result<Publisher, LiveError> {
+        let context = zmq::Context::new();
+        let publisher = context
+            .socket(zmq::PUB)
+            .map_err(|e| zmq_error("", &settings.endpoint, e))?;
+        publisher
+            .bind(&settings.endpoint)
+            .map_err(|e| zmq_error("", &settings.endpoint, e))?;
+        let endpoint = last_endpoint(&publisher)?;
+        let (router, replay) = match &settings.replay {
+            Some(at) => {
+                let router = context
+                    .socket(zmq::ROUTER)
+                    .map_err(|e| zmq_error("-replay", at, e))?;
+                router
+                    .set_maxmsgsize(MAX_REQUEST_BYTES)
+                    .map_err(|e| zmq_error("-replay", at, e))?;
+                router.bind(at).map_err(|e| zmq_error("-replay", at, e))?;
+                let bound = last_endpoint(&router)?;
+                (Some(router), Some(bound))
+            }
+            None => (None, None),
+        };
+        let (queue, batches) = std::sync::mpsc::sync_channel(QUEUE_BATCHES);
+        let dropped = Arc::new(AtomicU64::new(0));
+        std::thread::Builder::new()
+            .name("kv-events".into())
+            .spawn(move || send_loop(&publisher, router.as_ref(), &batches, block_size))
+            .map_err(|e| LiveError::Settings(format!("--kv-events: cannot start: {e}")))?;
+        Ok(Publisher {
+            queue,
+            endpoint,
+            replay,
+            dropped,
+        })
+    }
+
+    /// The PUB socket's endpoint, as bound.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The replay socket's endpoint, as bound.
+    pub fn replay_endpoint(&self) -> Option<&str> {
+        self.replay.as_deref()
+    }
+
+    /// Queues one batch (never waits; a full queue drops it and counts it).
+    pub fn publish(&self, events: Vec<KvEvent>) {
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        if let Err(TrySendError::Full(_)) = self.queue.try_send((ts, events)) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Batches dropped because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("endpoint", &self.endpoint)
+            .field("replay", &self.replay)
+            .finish()
+    }
+}
+
+fn last_endpoint(socket: &zmq::Socket) -> Result<String, LiveError> {
+    match socket.get_last_endpoint() {
+        Ok(Ok(endpoint)) => Ok(endpoint),
+        _ => Err(LiveError::Settings(
+            "--kv-events: the socket cannot say where it is bound".into(),
+        )),
+    }
+}
+
+/// The batches sent and kept for replay, and the next one's sequence number.
+struct Outbox {
+    kept: VecDeque<(u64, Vec<u8>)>,
+    kept_bytes: usize,
+    seq: u64,
+}
+
+impl Outbox {
+    fn send(&mut self, publisher: &zmq::Socket, ts: f64, events: &[KvEvent], block_size: u32) {
+        let payload = encode_batch(ts, events, block_size);
+        let frames: [&[u8]; 3] = [b"", &self.seq.to_be_bytes(), &payload];
+        // A PUB socket drops what a slow subscriber cannot take; it never blocks.
+        let _ = publisher.send_multipart(frames, zmq::DONTWAIT);
+        self.kept_bytes += payload.len();
+        self.kept.push_back((self.seq, payload));
+        while self.kept.len() > REPLAY_BATCHES || self.kept_bytes > REPLAY_BYTES {
+            let Some((_, old)) = self.kept.pop_front() else {
+                break;
+            };
+            self.kept_bytes -= old.len();
+        }
+        self.seq += 1;
+    }
+}
+
+/// Sends each queued batch with the next sequence number, and answers replay requests,
+/// until the publisher is dropped.
+fn send_loop(
+    publisher: &zmq::Socket,
+    router: Option<&zmq::Socket>,
+    batches: &Receiver<(f64, Vec<KvEvent>)>,
+    block_size: u32,
+) {
+    let mut out = Outbox {
+        kept: VecDeque::new(),
+        kept_bytes: 0,
+        seq: 0,
+    };
+    loop {
+        // Everything queued goes out before a replay request is answered.
+        match batches.recv_timeout(Duration::from_millis(2)) {
+            Ok((ts, events)) => {
+                out.send(publisher, ts, &events, block_size);
+                while let Ok((ts, events)) = batches.try_recv() {
+                    out.send(publisher, ts, &events, block_size);
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        let Some(router) = router else { continue };
+        while router.poll(zmq::POLLIN, 0).is_ok_and(|n| n > 0) {
+            let Ok(request) = router.recv_multipart(zmq::DONTWAIT) else {
+                break;
+            };
+            let [client, empty, start] = &request[..] else {
+                continue;
+            };
+            let Ok(start) = <[u8; 8]>::try_from(start.as_slice()) else {
+                continue;
+            };
+            if !empty.is_empty() {
+                continue;
+            }
+            let start = u64::from_be_bytes(start);
+            for (at, payload) in out.kept.iter().filter(|(at, _)| *at >= start) {
+                let frames: [&[u8]; 4] = [client, b"", &at.to_be_bytes(), payload];
+                let _ = router.send_multipart(frames, 0);
+            }
+            let end: [&[u8]; 4] = [client, b"", &END_SEQ, b""];
+            let _ = router.send_multipart(end, 0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stores_of_one_chain_group_and_removals_group() {
+        let events = [
+            KvEvent::Stored {
+                hash: 1,
+                parent: None,
+            },
+            KvEvent::Stored {
+                hash: 2,
+                parent: Some(1),
+            },
+            // Another chain's block, after a block this engine already held (7).
+            KvEvent::Stored {
+                hash: 9,
+                parent: Some(7),
+            },
+            KvEvent::Removed { hash: 4 },
+            KvEvent::Removed { hash: 5 },
+        ];
+        let wire = wire_events(&events, 16);
+        assert_eq!(wire.len(), 3);
+        assert!(matches!(
+            &wire[0],
+            WireEvent::BlockStored { block_hashes, parent_block_hash: None, block_size: 16, .. }
+                if block_hashes == &[1, 2]
+        ));
+        assert!(matches!(
+            &wire[1],
+            WireEvent::BlockStored { block_hashes, parent_block_hash: Some(7), .. }
+                if block_hashes == &[9]
+        ));
+        assert!(matches!(
+            &wire[2],
+            WireEvent::BlockRemoved { block_hashes, medium: Some("GPU") } if block_hashes == &[4, 5]
+        ));
+    }
+
+    #[test]
+    fn a_batch_is_an_array_of_time_events_and_rank_with_tagged_maps() {
+        let bytes = encode_batch(1.5, &[KvEvent::Removed { hash: 3 }], 16);
+        let value: serde_json::Value = rmp_serde::from_slice(&bytes).unwrap();
+        let expected = serde_json::json!([
+            1.5,
+            [{"type": "BlockRemoved", "block_hashes": [3], "medium": "GPU"}],
+            0
+        ]);
+        assert_eq!(value, expected);
+    }
+
+    #[test]
+    fn the_replay_socket_ignores_bad_requests_and_replays_from_the_start_asked() {
+        let publisher = Publisher::bind(
+            &KvEventsSettings {
+                endpoint: "tcp://127.0.0.1:0".into(),
+                replay: Some("tcp://127.0.0.1:0".into()),
+            },
+            16,
+        )
+        .unwrap();
+        for hash in 0..3 {
+            publisher.publish(vec![KvEvent::Removed { hash }]);
+        }
+        let context = zmq::Context::new();
+        let ask = |frames: Vec<Vec<u8>>| {
+            let dealer = context.socket(zmq::DEALER).unwrap();
+            dealer.set_rcvtimeo(500).unwrap();
+            dealer
+                .connect(publisher.replay_endpoint().unwrap())
+                .unwrap();
+            dealer.send_multipart(frames, 0).unwrap();
+            let mut replies = Vec::new();
+            while let Ok(reply) = dealer.recv_multipart(0) {
+                let end = reply.get(2).is_some_and(Vec::is_empty);
+                replies.push(reply);
+                if end {
+                    break;
+                }
+            }
+            replies
+        };
+        // Over the size limit: the connection is dropped, nothing comes back.
+        assert!(ask(vec![Vec::new(), vec![0; 1024]]).is_empty());
+        // Not [empty, 8 bytes]: ignored.
+        assert!(ask(vec![vec![0; 8]]).is_empty());
+        // From 1: batches 1 and 2, then the end marker.
+        let replies = ask(vec![Vec::new(), 1u64.to_be_bytes().to_vec()]);
+        let seqs: Vec<[u8; 8]> = replies
+            .iter()
+            .map(|r| <[u8; 8]>::try_from(r[1].as_slice()).unwrap())
+            .collect();
+        assert_eq!(
+            seqs,
+            [1u64.to_be_bytes(), 2u64.to_be_bytes(), END_SEQ],
+            "{replies:?}"
+        );
+        assert_eq!(publisher.dropped(), 0);
+    }
+}
