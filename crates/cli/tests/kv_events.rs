@@ -136,3 +136,154 @@ fn published_frames_decode_as_vllms_kv_event_batches_and_replay_from_any_sequenc
     // A REQ socket (vLLM's example subscriber's) gets the first reply: [seq, batch].
     assert_eq!(seen["req_first"], 2);
 }
+
+/// Where engine `server` publishes its KV events and replays them.
+fn event_sockets(server: &Server) -> (String, String) {
+    (
+        announced(server, "KV events on "),
+        announced(server, "replay on "),
+    )
+}
+
+#[test]
+fn serve_follows_four_engines_events_and_routes_as_the_timed_replay_does() {
+    follow_and_route("in-process");
+}
+
+#[test]
+fn a_plugin_host_is_told_what_the_events_say_each_engine_holds() {
+    follow_and_route("process");
+}
+
+/// Four engines publishing events, `serve --matcher dynamo-kv --kv-events` with its plugins
+/// `isolation`, 200 requests of the sessions trace one at a time: each goes where the
+/// timed replay of the same requests on the same engines sends it.
+fn follow_and_route(isolation: &str) {
+    // A small cache (128 blocks of 64 tokens) so that prompts evict one another: then
+    // what an engine holds is not what was routed to it. Measured on these 200 requests:
+    // without `--kv-events` (dynamo-kv falls back to its own index) 104 go where the
+    // replay sends them; with them, all 200.
+    let config = "{num_gpu_blocks: 128}";
+    let engines: Vec<Server> = (0..4)
+        .map(|_| {
+            Server::start(&[
+                "engine",
+                "--speedup",
+                "200",
+                "--engine-config",
+                config,
+                "--kv-events",
+                "tcp://127.0.0.1:0",
+                "--kv-events-replay",
+                "tcp://127.0.0.1:0",
+            ])
+        })
+        .collect();
+    let names: Vec<String> = engines.iter().map(|e| e.addr.clone()).collect();
+    let sockets: Vec<(String, String)> = engines.iter().map(event_sockets).collect();
+    let list = |pick: fn(&(String, String)) -> &String| {
+        names
+            .iter()
+            .zip(&sockets)
+            .map(|(name, s)| format!("{name}={}", pick(s)))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let router = Server::start(&[
+        "serve",
+        "--endpoints",
+        &names.join(","),
+        "--matcher",
+        "dynamo-kv",
+        "--block-size",
+        "2048",
+        "--kv-events",
+        &list(|s| &s.0),
+        "--kv-events-replay",
+        &list(|s| &s.1),
+        "--plugin-isolation",
+        isolation,
+    ]);
+    let lines: Vec<&str> =
+        std::fs::read_to_string(support::project_trace("mooncake-sessions.jsonl"))
+            .unwrap()
+            .leak()
+            .lines()
+            .take(200)
+            .collect();
+    let trace = support::scratch_file(
+        &format!("kv-sessions-200-{isolation}.jsonl"),
+        (lines.join("\n") + "\n").as_bytes(),
+    );
+    let live = support::scratch_file(&format!("kv-live-{isolation}.jsonl"), b"");
+    let output = support::routerlab(&[
+        "drive",
+        "--url",
+        &router.url(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--concurrency",
+        "1",
+        "--requests-out",
+        live.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", support::texts(&output).1);
+    let simulated = support::scratch_file(&format!("kv-simulated-{isolation}.jsonl"), b"");
+    let output = support::routerlab(&[
+        "replay",
+        "--matcher",
+        "dynamo-kv",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--timing",
+        "trace",
+        "--concurrency",
+        "1",
+        "--endpoints",
+        &names.join(","),
+        "--engine-config",
+        config,
+        "--requests-out",
+        simulated.to_str().unwrap(),
+        "-q",
+    ]);
+    assert!(output.status.success(), "{}", support::texts(&output).1);
+    let read = |path: &std::path::Path, key: &str| -> std::collections::BTreeMap<u64, String> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                (
+                    v[key].as_u64().unwrap(),
+                    v["endpoint"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect()
+    };
+    let (live, simulated) = (read(&live, "id"), read(&simulated, "line"));
+    assert!(simulated.len() > 150, "{}", simulated.len());
+    for (line, endpoint) in &simulated {
+        assert_eq!(live.get(line), Some(endpoint), "request {line}");
+    }
+    // Every engine that served requests had its events indexed, none lost.
+    let (_, metrics) = http(&router.addr, "GET", "/metrics", "");
+    let served: std::collections::BTreeSet<&String> = live.values().collect();
+    assert!(served.len() > 1, "{served:?}");
+    for name in served {
+        let value = |series: &str| -> f64 {
+            let prefix = format!("{series}{{endpoint=\"{name}\"}} ");
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(&prefix).and_then(|v| v.parse().ok()))
+                .unwrap_or_else(|| panic!("no {prefix} in {metrics}"))
+        };
+        assert!(value("routerlab_kv_event_batches_total") > 0.0, "{name}");
+        assert_eq!(
+            value("routerlab_kv_event_index_resets_total"),
+            0.0,
+            "{name}"
+        );
+        assert_eq!(value("routerlab_kv_event_undecodable_total"), 0.0, "{name}");
+    }
+}

@@ -113,9 +113,115 @@ pub fn encode_batch(ts: f64, events: &[KvEvent], block_size: u32) -> Vec<u8> {
     rmp_serde::to_vec_named(&WireBatch(ts, &events, 0)).expect("a batch always encodes")
 }
 
+/// What a subscriber takes from one event of a batch, on the GPU tier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Blocks were stored.
+    Stored {
+        /// Their hashes, in chain order.
+        hashes: Vec<u64>,
+        /// Tokens a block.
+        block_size: u32,
+    },
+    /// Blocks were evicted.
+    Removed {
+        /// Their hashes.
+        hashes: Vec<u64>,
+    },
+    /// Everything was dropped (vLLM's prefix-cache reset).
+    Cleared,
+}
+
+/// A block hash as vLLM sends it: an integer (`ExternalBlockHash` of the builtin hash), or
+/// bytes (of its sha256 ones, folded to 64 bits here).
+struct InHash(u64);
+
+impl<'de> serde::Deserialize<'de> for InHash {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<InHash, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = InHash;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a block hash (an integer or bytes)")
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<InHash, E> {
+                Ok(InHash(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<InHash, E> {
+                Ok(InHash(v.cast_unsigned()))
+            }
+            fn visit_bytes<E>(self, v: &[u8]) -> Result<InHash, E> {
+                Ok(InHash(routerlab_core::hash::hash64(v, 0)))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct InBatch(
+    #[allow(dead_code)] f64,
+    Vec<InEvent>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    Option<i64>,
+);
+
+#[derive(serde::Deserialize)]
+#[serde(tag = "type")]
+enum InEvent {
+    BlockStored {
+        block_hashes: Vec<InHash>,
+        block_size: u32,
+        #[serde(default)]
+        medium: Option<String>,
+    },
+    BlockRemoved {
+        block_hashes: Vec<InHash>,
+        #[serde(default)]
+        medium: Option<String>,
+    },
+    AllBlocksCleared {},
+    #[serde(other)]
+    Other,
+}
+
+/// Whether an event's `medium` is the GPU cache (absent: vLLM before offloading).
+fn on_gpu(medium: Option<&str>) -> bool {
+    medium.is_none_or(|m| m.eq_ignore_ascii_case("gpu"))
+}
+
+/// The GPU-tier changes in one `KVEventBatch` as vLLM (or `routerlab engine`) sends it;
+/// other tiers' events and unknown event types are skipped.
+pub fn decode_batch(payload: &[u8]) -> Result<Vec<Change>, String> {
+    let batch: InBatch = rmp_serde::from_slice(payload).map_err(|e| e.to_string())?;
+    Ok(batch
+        .1
+        .into_iter()
+        .filter_map(|event| match event {
+            InEvent::BlockStored {
+                block_hashes,
+                block_size,
+                medium,
+            } if on_gpu(medium.as_deref()) => Some(Change::Stored {
+                hashes: block_hashes.into_iter().map(|h| h.0).collect(),
+                block_size,
+            }),
+            InEvent::BlockRemoved {
+                block_hashes,
+                medium,
+            } if on_gpu(medium.as_deref()) => Some(Change::Removed {
+                hashes: block_hashes.into_iter().map(|h| h.0).collect(),
+            }),
+            InEvent::AllBlocksCleared {} => Some(Change::Cleared),
+            _ => None,
+        })
+        .collect())
+}
+
 /// A bound publisher: hand it each step's events with [`Publisher::publish`].
 pub struct Publisher {
-    queue: SyncSender<(f64, Vec<KvEvent>)>,
+    queue: SyncSender<(f64, Vec<KvEvent>, bool)>,
     endpoint: String,
     replay: Option<String>,
     dropped: Arc<AtomicU64>,
@@ -180,9 +286,16 @@ impl Publisher {
         let ts = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        if let Err(TrySendError::Full(_)) = self.queue.try_send((ts, events)) {
+        if let Err(TrySendError::Full(_)) = self.queue.try_send((ts, events, true)) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Numbers and keeps a batch for replay without sending it: what a subscriber that
+    /// lost it sees (tests).
+    #[cfg(test)]
+    pub(crate) fn skip_live(&self, events: Vec<KvEvent>) {
+        self.queue.send((0.0, events, false)).unwrap();
     }
 
     /// Batches dropped because the queue was full.
@@ -217,11 +330,20 @@ struct Outbox {
 }
 
 impl Outbox {
-    fn send(&mut self, publisher: &zmq::Socket, ts: f64, events: &[KvEvent], block_size: u32) {
+    fn send(
+        &mut self,
+        publisher: &zmq::Socket,
+        ts: f64,
+        events: &[KvEvent],
+        block_size: u32,
+        live: bool,
+    ) {
         let payload = encode_batch(ts, events, block_size);
         let frames: [&[u8]; 3] = [b"", &self.seq.to_be_bytes(), &payload];
         // A PUB socket drops what a slow subscriber cannot take; it never blocks.
-        let _ = publisher.send_multipart(frames, zmq::DONTWAIT);
+        if live {
+            let _ = publisher.send_multipart(frames, zmq::DONTWAIT);
+        }
         self.kept_bytes += payload.len();
         self.kept.push_back((self.seq, payload));
         while self.kept.len() > REPLAY_BATCHES || self.kept_bytes > REPLAY_BYTES {
@@ -239,7 +361,7 @@ impl Outbox {
 fn send_loop(
     publisher: &zmq::Socket,
     router: Option<&zmq::Socket>,
-    batches: &Receiver<(f64, Vec<KvEvent>)>,
+    batches: &Receiver<(f64, Vec<KvEvent>, bool)>,
     block_size: u32,
 ) {
     let mut out = Outbox {
@@ -250,10 +372,10 @@ fn send_loop(
     loop {
         // Everything queued goes out before a replay request is answered.
         match batches.recv_timeout(Duration::from_millis(2)) {
-            Ok((ts, events)) => {
-                out.send(publisher, ts, &events, block_size);
-                while let Ok((ts, events)) = batches.try_recv() {
-                    out.send(publisher, ts, &events, block_size);
+            Ok((ts, events, live)) => {
+                out.send(publisher, ts, &events, block_size, live);
+                while let Ok((ts, events, live)) = batches.try_recv() {
+                    out.send(publisher, ts, &events, block_size, live);
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
@@ -384,5 +506,37 @@ mod tests {
             "{replies:?}"
         );
         assert_eq!(publisher.dropped(), 0);
+    }
+
+    #[test]
+    fn what_is_published_decodes_back_and_other_tiers_are_skipped() {
+        let events = [
+            KvEvent::Stored {
+                hash: u64::MAX,
+                parent: None,
+            },
+            KvEvent::Removed { hash: 2 },
+        ];
+        let changes = decode_batch(&encode_batch(0.5, &events, 16)).unwrap();
+        assert_eq!(
+            changes,
+            [
+                Change::Stored {
+                    hashes: vec![u64::MAX],
+                    block_size: 16
+                },
+                Change::Removed { hashes: vec![2] }
+            ]
+        );
+        // vLLM's offloading tier, an event type of a later vLLM, a two-element batch.
+        let other = serde_json::json!([1.0, [
+            {"type": "BlockStored", "block_hashes": [1], "parent_block_hash": null,
+             "token_ids": [], "block_size": 16, "lora_id": null, "medium": "CPU", "lora_name": null},
+            {"type": "SomethingNew", "x": 1},
+            {"type": "AllBlocksCleared"}
+        ]]);
+        let bytes = rmp_serde::to_vec_named(&other).unwrap();
+        assert_eq!(decode_batch(&bytes).unwrap(), [Change::Cleared]);
+        assert!(decode_batch(b"\xc1").is_err());
     }
 }

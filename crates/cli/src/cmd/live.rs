@@ -182,6 +182,14 @@ pub struct ServeArgs {
     /// plugin host is killed and restarted [default: 1000].
     #[arg(long, value_name = "MS")]
     pub plugin_timeout_ms: Option<u64>,
+    /// Follow the engines' KV events (vLLM's, or `engine --kv-events`): ENDPOINT=ZMQ_URL,...
+    /// for endpoints of the fleet; precise policies (`cached_prefix`) then see what each
+    /// holds. Not with a disaggregated fleet.
+    #[arg(long, value_name = "LIST", conflicts_with = "prefill_endpoints")]
+    pub kv_events: Option<String>,
+    /// Their replay sockets, for batches missed: ENDPOINT=ZMQ_URL,...
+    #[arg(long, value_name = "LIST", requires = "kv_events")]
+    pub kv_events_replay: Option<String>,
 }
 
 /// `routerlab plugin-host` (hidden): the plugins of a `serve --plugin-isolation process`,
@@ -338,6 +346,65 @@ pub fn engine(args: EngineArgs) -> Result<(), Failure> {
     runtime()?
         .block_on(routerlab_live::engine::run_on(listener, settings))
         .map_err(Failure::from)
+}
+
+/// `--kv-events` and `--kv-events-replay`: ENDPOINT=URL pairs, each endpoint one of the
+/// fleet's, at most once, every replay one of a followed endpoint.
+fn kv_subscriptions(
+    events: Option<&str>,
+    replays: Option<&str>,
+    fleet: &[String],
+) -> Result<Vec<routerlab_live::serve::kv_index::KvSubscription>, Failure> {
+    let pairs = |flag: &str, text: &str| -> Result<Vec<(String, String)>, Failure> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let Some((name, url)) = item.split_once('=') else {
+                return Err(Failure::input(format!(
+                    "{flag}: `{item}` is not ENDPOINT=ZMQ_URL"
+                )));
+            };
+            let name = endpoint(name.trim())
+                .map_err(|why| Failure::input(format!("{flag}: `{item}`: {why}")))?;
+            if !fleet.contains(&name) {
+                return Err(Failure::input(format!(
+                    "{flag}: `{name}` is not one of the endpoints ({})",
+                    fleet.join(",")
+                )));
+            }
+            if out.iter().any(|(n, _)| *n == name) {
+                return Err(Failure::input(format!("{flag}: `{name}` is given twice")));
+            }
+            out.push((name, url.trim().to_owned()));
+        }
+        Ok(out)
+    };
+    let Some(events) = events else {
+        return Ok(Vec::new());
+    };
+    let events = pairs("--kv-events", events)?;
+    let replays = pairs("--kv-events-replay", replays.unwrap_or_default())?;
+    if let Some((name, _)) = replays
+        .iter()
+        .find(|(n, _)| !events.iter().any(|(e, _)| e == n))
+    {
+        return Err(Failure::input(format!(
+            "--kv-events-replay: `{name}` has no --kv-events"
+        )));
+    }
+    Ok(events
+        .into_iter()
+        .map(|(endpoint, url)| {
+            let replay = replays
+                .iter()
+                .find(|(n, _)| *n == endpoint)
+                .map(|(_, r)| r.clone());
+            routerlab_live::serve::kv_index::KvSubscription {
+                endpoint,
+                url,
+                replay,
+            }
+        })
+        .collect())
 }
 
 /// The engines of `--endpoints`: `host:port` each, distinct.
@@ -538,6 +605,11 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
             Plugins::Isolated(Box::new(Host::start(command, Duration::from_millis(ms))?))
         }
     };
+    let kv_events = kv_subscriptions(
+        args.kv_events.as_deref(),
+        args.kv_events_replay.as_deref(),
+        &endpoints,
+    )?;
     let (listener, _) = bound(args.listen, "serve")?;
     let settings = ServeSettings {
         endpoints,
@@ -555,6 +627,7 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
             PluginErrorArg::RoundRobin => OnPluginError::RoundRobin,
         },
         prefill_endpoints: prefill,
+        kv_events,
     };
     runtime()?
         .block_on(routerlab_live::serve::run_on(

@@ -50,6 +50,19 @@ fn send(stream: &mut UnixStream, reply: &Reply) -> std::io::Result<()> {
     stream.flush()
 }
 
+/// `request` as the plugins take it, lending `lookup` as `cached_prefix` when `serve`
+/// said what the endpoints hold.
+fn with_cached<'a>(
+    request: &'a WireRequest,
+    lookup: &'a dyn Fn(u32) -> Option<u64>,
+) -> routerlab_host::RequestData<'a> {
+    let mut data = request.data();
+    if request.cached.is_some() {
+        data.cached_prefix = Some(lookup);
+    }
+    data
+}
+
 /// One call, made on the router.
 fn answer(router: &mut Router, call: Call) -> Reply {
     let failed = |e: PluginError| Reply::Failed {
@@ -58,7 +71,7 @@ fn answer(router: &mut Router, call: Call) -> Reply {
     let notify = |router: &mut Router, notice, request: WireRequest, index| match by_index::notify(
         router,
         notice,
-        &request.data(),
+        &with_cached(&request, &|i| request.cached_prefix(i)),
         EndpointIndex(index),
     ) {
         Ok(true) => Reply::Done,
@@ -70,7 +83,9 @@ fn answer(router: &mut Router, call: Call) -> Reply {
     match call {
         Call::Decide { request, loads } => {
             let loads = loads.into_iter().map(|(i, load)| (EndpointIndex(i), load));
-            match by_index::decide(router, &request.data(), loads) {
+            let lookup = |i| request.cached_prefix(i);
+            let data = with_cached(&request, &lookup);
+            match by_index::decide(router, &data, loads) {
                 Ok(decided) => Reply::Decided {
                     endpoint: decided.endpoint.map(|i| i.0),
                     constrained: decided.constrained,

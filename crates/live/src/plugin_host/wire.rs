@@ -21,7 +21,8 @@ pub const MAX_REPLY_BYTES: u32 = 4 << 20;
 /// is sent back.
 pub const MAX_MESSAGE_BYTES: usize = 64 << 10;
 
-/// A request, owned, as it crosses the channel (`cached_prefix` does not: `serve` has none).
+/// A request, owned, as it crosses the channel; `cached_prefix` crosses as its answers
+/// (`cached`), asked of every endpoint before the call.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct WireRequest {
     pub id: u64,
@@ -38,10 +39,23 @@ pub struct WireRequest {
     pub now_ns: u64,
     /// `RL_PHASE_*`.
     pub phase: u32,
+    /// What each endpoint (by stable index) holds of its prefix, in its unit, for the
+    /// endpoints `serve` knows it of; `None` when it knows it of none.
+    pub cached: Option<Vec<(u32, u64)>>,
 }
 
 impl WireRequest {
-    /// The request as the plugin handles take it.
+    /// What endpoint `index` holds of this request's prefix, as `serve` said.
+    pub fn cached_prefix(&self, index: u32) -> Option<u64> {
+        let cached = self.cached.as_ref()?;
+        cached
+            .iter()
+            .find(|(i, _)| *i == index)
+            .map(|(_, units)| *units)
+    }
+
+    /// The request as the plugin handles take it (without `cached_prefix`: the caller
+    /// lends [`WireRequest::cached_prefix`] when `cached` is there).
     pub fn data(&self) -> RequestData<'_> {
         RequestData {
             id: self.id,
@@ -410,6 +424,17 @@ impl Out {
         self.u64(r.parent_id);
         self.u64(r.now_ns);
         self.u32(r.phase);
+        match &r.cached {
+            Some(cached) => {
+                self.u8(1);
+                self.len(cached.len());
+                for (index, units) in cached {
+                    self.u32(*index);
+                    self.u64(*units);
+                }
+            }
+            None => self.u8(0),
+        }
     }
 }
 
@@ -496,6 +521,18 @@ impl In<'_> {
             parent_id: self.u64()?,
             now_ns: self.u64()?,
             phase: self.u32()?,
+            cached: match self.u8()? {
+                0 => None,
+                1 => {
+                    let n = self.len(12)?;
+                    Some(
+                        (0..n)
+                            .map(|_| Ok((self.u32()?, self.u64()?)))
+                            .collect::<Result<_, WireError>>()?,
+                    )
+                }
+                _ => return Err(WireError::Malformed("bad option")),
+            },
         })
     }
     fn end(&self) -> Result<(), WireError> {
@@ -526,6 +563,7 @@ mod tests {
             parent_id: 6,
             now_ns: 2_000,
             phase: routerlab_core::abi::RL_PHASE_DECODE,
+            cached: Some(vec![(0, 8), (3, 0)]),
         }
     }
 
@@ -550,6 +588,7 @@ mod tests {
                     block_ids: None,
                     output_tokens: None,
                     tokens: true,
+                    cached: None,
                     ..request()
                 },
                 index: 3,

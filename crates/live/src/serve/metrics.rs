@@ -8,6 +8,8 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
+
+use super::kv_index::KvCounts;
 use prometheus_client::registry::Registry;
 
 use super::state::{State, Upstream};
@@ -74,7 +76,41 @@ struct Counts {
     plugin_errors: u64,
     /// With the plugins in a host: its crashes, missed deadlines and restarts.
     host: Option<[u64; 3]>,
+    /// With `--kv-events`: each followed endpoint's counts.
+    kv: Vec<(String, KvCounts)>,
 }
+
+/// A KV-event counter: its name (without `_total`), help, and its value.
+type KvCounter = (&'static str, &'static str, fn(&KvCounts) -> u64);
+
+/// The KV-event counters, per followed endpoint.
+const KV_COUNTERS: [KvCounter; 5] = [
+    (
+        "routerlab_kv_event_batches",
+        "KV event batches applied to the endpoint's index",
+        |c| c.batches,
+    ),
+    (
+        "routerlab_kv_event_gaps",
+        "gaps in the endpoint's KV event sequence numbers",
+        |c| c.gaps,
+    ),
+    (
+        "routerlab_kv_event_resyncs",
+        "gaps recovered through the endpoint's replay socket",
+        |c| c.resynced,
+    ),
+    (
+        "routerlab_kv_event_index_resets",
+        "times the endpoint's index started over (a gap not recovered, a restart)",
+        |c| c.lost,
+    ),
+    (
+        "routerlab_kv_event_undecodable",
+        "KV event batches that did not decode",
+        |c| c.undecodable,
+    ),
+];
 
 impl Collector for Counts {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
@@ -92,6 +128,17 @@ impl Collector for Counts {
                     ConstCounter::new(values[i]).encode(metric)?;
                 } else {
                     ConstGauge::new(i64::try_from(values[i]).unwrap_or(i64::MAX)).encode(metric)?;
+                }
+            }
+        }
+        if !self.kv.is_empty() {
+            for (name, help, value) in KV_COUNTERS {
+                let kind = ConstCounter::new(0u64).metric_type();
+                let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+                for (endpoint, counts) in &self.kv {
+                    let labels = [("endpoint", endpoint.as_str())];
+                    let metric = family.encode_family(&labels)?;
+                    ConstCounter::new(value(counts)).encode(metric)?;
                 }
             }
         }
@@ -145,6 +192,7 @@ pub(super) fn text(state: &State, matcher: &str, decisions: &Histogram) -> Strin
         host: state
             .host_counts()
             .map(|h| [h.crashes, h.missed_deadlines, h.restarts]),
+        kv: state.kv_counts(),
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(counts));

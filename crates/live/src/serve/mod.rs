@@ -19,6 +19,7 @@
 //! crash or a missed deadline only restarts.
 
 pub mod health;
+pub mod kv_index;
 mod metrics;
 mod pd;
 mod plugins;
@@ -96,6 +97,8 @@ pub struct ServeSettings {
     /// hand the KV on, the rest decode (vLLM's disaggregated-serving proxy protocol); 0 =
     /// aggregated.
     pub prefill_endpoints: usize,
+    /// The engines whose KV events are followed (`cached_prefix` answered from them).
+    pub kv_events: Vec<kv_index::KvSubscription>,
 }
 
 struct Shared {
@@ -282,12 +285,15 @@ pub async fn run_on(
     connector.set_nodelay(true);
     let client = Client::builder(TokioExecutor::new()).build(connector);
     let matcher = plugins.matcher_name().to_owned();
-    let state = State::new(
+    let mut state = State::new(
         plugins,
         decode_plugins.map(|decode| (decode, split)),
         settings.block_size,
         settings.health,
     );
+    if !settings.kv_events.is_empty() {
+        state.set_kv_index(kv_index::KvIndex::start(&settings.kv_events)?);
+    }
     let shared = Arc::new(Shared {
         settings,
         state: Mutex::new(state),

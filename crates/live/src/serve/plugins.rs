@@ -101,7 +101,7 @@ impl Plugins {
             }
             Plugins::Isolated(host) => {
                 let call = Call::Decide {
-                    request: wire_request(request),
+                    request: wire_request(request, host.endpoints()),
                     loads: loads.into_iter().map(|(i, load)| (i.0, load)).collect(),
                 };
                 match host.call(&call) {
@@ -134,7 +134,7 @@ impl Plugins {
                 .map(|_| ())
                 .map_err(|e| e.to_string()),
             Plugins::Isolated(host) => {
-                let (request, index) = (wire_request(request), at.0);
+                let (request, index) = (wire_request(request, host.endpoints()), at.0);
                 let call = match notice {
                     Notice::Learn => Call::Learn { request, index },
                     Notice::FirstToken => Call::FirstToken { request, index },
@@ -182,7 +182,14 @@ impl Plugins {
     }
 }
 
-fn wire_request(r: &RequestData<'_>) -> WireRequest {
+/// `r` for the channel: its `cached_prefix` asked of each of `endpoints` (name, index).
+fn wire_request(r: &RequestData<'_>, endpoints: &[(String, u32)]) -> WireRequest {
+    let cached = r.cached_prefix.map(|lookup| {
+        endpoints
+            .iter()
+            .filter_map(|(_, index)| lookup(*index).map(|units| (*index, units)))
+            .collect()
+    });
     WireRequest {
         id: r.id,
         arrival_ns: r.arrival_ns,
@@ -197,6 +204,7 @@ fn wire_request(r: &RequestData<'_>) -> WireRequest {
         parent_id: r.parent_id,
         now_ns: r.now_ns,
         phase: r.phase.raw(),
+        cached,
     }
 }
 

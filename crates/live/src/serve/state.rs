@@ -119,6 +119,8 @@ pub(super) struct State {
     next_seq: u64,
     turn: usize,
     pub(super) plugin_errors: u64,
+    /// What the engines hold, from their KV events (`serve --kv-events`).
+    kv_index: Option<std::sync::Arc<super::kv_index::KvIndex>>,
 }
 
 impl State {
@@ -167,7 +169,43 @@ impl State {
             next_seq: 1,
             turn: 0,
             plugin_errors: 0,
+            kv_index: None,
         }
+    }
+
+    /// Answers the plugins' `cached_prefix` from `index` from now on.
+    pub(super) fn set_kv_index(&mut self, index: std::sync::Arc<super::kv_index::KvIndex>) {
+        self.kv_index = Some(index);
+    }
+
+    /// Each followed endpoint's KV-event counts (none without `--kv-events`).
+    pub(super) fn kv_counts(&self) -> Vec<(String, super::kv_index::KvCounts)> {
+        let Some(index) = &self.kv_index else {
+            return Vec::new();
+        };
+        index
+            .endpoints()
+            .enumerate()
+            .map(|(slot, name)| (name.to_owned(), index.counts(slot)))
+            .collect()
+    }
+
+    /// The KV index, and (stable index, slot) of each endpoint in the fleet it follows.
+    fn kv_lookup(
+        &self,
+    ) -> (
+        Option<std::sync::Arc<super::kv_index::KvIndex>>,
+        Vec<(u32, usize)>,
+    ) {
+        let Some(index) = &self.kv_index else {
+            return (None, Vec::new());
+        };
+        let slots = self
+            .upstreams
+            .iter()
+            .filter_map(|u| Some((u.index?.0, index.slot_of(&u.name)?)))
+            .collect();
+        (Some(index.clone()), slots)
     }
 
     /// Sessions remembered now.
@@ -263,7 +301,11 @@ impl State {
         self.sync();
         let loads = self.loads();
         let data = routed.data(self.block_size, now_ns);
-        match self.plugins_for(routed.phase).decide(&data, loads) {
+        let (kv, slots) = self.kv_lookup();
+        let decided = super::kv_index::lend(kv.as_deref(), slots, &routed.prompt, data, |data| {
+            self.plugins_for(routed.phase).decide(data, loads)
+        });
+        match decided {
             Ok(decided) => {
                 for index in decided.flagged {
                     if let Some(u) = self.upstream_of(index) {
@@ -351,9 +393,15 @@ impl State {
         self.sync();
         let index = self.upstreams[upstream].index?;
         let data = routed.data(self.block_size, now_ns);
-        let plugins = self.plugins_for(routed.phase);
-        match plugins.notify(Notice::Learn, &data, index) {
-            Ok(()) => Some(plugins.generation()),
+        let (kv, slots) = self.kv_lookup();
+        let learned = super::kv_index::lend(kv.as_deref(), slots, &routed.prompt, data, |data| {
+            let plugins = self.plugins_for(routed.phase);
+            plugins
+                .notify(Notice::Learn, data, index)
+                .map(|()| plugins.generation())
+        });
+        match learned {
+            Ok(generation) => Some(generation),
             Err(_) => {
                 self.plugin_errors += 1;
                 None
@@ -372,11 +420,12 @@ impl State {
     ) {
         if let Some(index) = self.learned_at(upstream, learned, routed.phase) {
             let data = routed.data(self.block_size, now_ns);
-            if self
-                .plugins_for(routed.phase)
-                .notify(Notice::FirstToken, &data, index)
-                .is_err()
-            {
+            let (kv, slots) = self.kv_lookup();
+            let told = super::kv_index::lend(kv.as_deref(), slots, &routed.prompt, data, |data| {
+                self.plugins_for(routed.phase)
+                    .notify(Notice::FirstToken, data, index)
+            });
+            if told.is_err() {
                 self.plugin_errors += 1;
             }
         }
@@ -393,11 +442,12 @@ impl State {
         self.release(upstream, routed);
         if let Some(index) = self.learned_at(upstream, learned, routed.phase) {
             let data = routed.data(self.block_size, now_ns);
-            if self
-                .plugins_for(routed.phase)
-                .notify(Notice::Complete, &data, index)
-                .is_err()
-            {
+            let (kv, slots) = self.kv_lookup();
+            let told = super::kv_index::lend(kv.as_deref(), slots, &routed.prompt, data, |data| {
+                self.plugins_for(routed.phase)
+                    .notify(Notice::Complete, data, index)
+            });
+            if told.is_err() {
                 self.plugin_errors += 1;
             }
         }

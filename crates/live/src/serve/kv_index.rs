@@ -1,0 +1,447 @@
+//! `serve --kv-events`: what each engine holds, from its KV events. One thread per engine
+//! subscribes to its PUB socket ([`crate::kv_events`]) and keeps a set of the block
+//! hashes it stored and did not evict. A batch whose sequence number skips some is a gap:
+//! the missed batches are asked of the engine's replay socket and applied first; when they
+//! cannot all be had (no replay socket, no answer within a second, some no longer kept),
+//! the set is emptied and rebuilt from what comes next: a router then under-counts what
+//! an engine holds, never over-counts it. A sequence number going back (the engine
+//! restarted) empties it too. A subscriber that joins late asks for everything from 0 and
+//! applies it when the engine still keeps it all. A set holds at most [`MAX_BLOCKS`]; past
+//! that it is emptied.
+//!
+//! A request's cached prefix on an engine is its prompt's block chain (the text engine
+//! chain, in the engine's block size as its events say) walked while the set has the
+//! block.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use routerlab_core::Unit;
+use routerlab_trace::blocks::text_engine_chain;
+
+use crate::LiveError;
+use crate::kv_events::{Change, decode_batch};
+
+/// Blocks one engine's set holds at most.
+pub const MAX_BLOCKS: usize = 1 << 24;
+/// The largest message read from a publisher or its replay socket.
+const MAX_MESSAGE_BYTES: i64 = 64 << 20;
+/// How long a replay may take to answer.
+const REPLAY_TIMEOUT_MS: i32 = 1000;
+
+/// One engine's events: where they come from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KvSubscription {
+    /// The engine, as named in `--endpoints`.
+    pub endpoint: String,
+    /// Its PUB socket.
+    pub url: String,
+    /// Its replay socket, if it has one.
+    pub replay: Option<String>,
+}
+
+/// What one engine is known to hold.
+#[derive(Default)]
+struct Held {
+    blocks: HashSet<u64>,
+    block_size: Option<u32>,
+    last_seq: Option<u64>,
+}
+
+impl Held {
+    fn apply(&mut self, changes: Vec<Change>) {
+        for change in changes {
+            match change {
+                Change::Stored { hashes, block_size } => {
+                    self.block_size = Some(block_size);
+                    self.blocks.extend(hashes);
+                    if self.blocks.len() > MAX_BLOCKS {
+                        self.blocks.clear();
+                    }
+                }
+                Change::Removed { hashes } => {
+                    for hash in hashes {
+                        self.blocks.remove(&hash);
+                    }
+                }
+                Change::Cleared => self.blocks.clear(),
+            }
+        }
+    }
+}
+
+/// Counts of what the subscriptions saw, for `/metrics`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct KvCounts {
+    /// Batches applied.
+    pub batches: u64,
+    /// Sequence gaps seen.
+    pub gaps: u64,
+    /// Gaps recovered through the replay socket.
+    pub resynced: u64,
+    /// Times the index started over (a gap not recovered, a restarted engine).
+    pub lost: u64,
+    /// Batches that did not decode.
+    pub undecodable: u64,
+}
+
+struct Slot {
+    endpoint: String,
+    held: Mutex<(Held, KvCounts)>,
+}
+
+/// Every subscribed engine's set.
+pub struct KvIndex {
+    slots: Vec<Slot>,
+}
+
+impl KvIndex {
+    /// Connects to every subscription and starts its thread.
+    pub fn start(subscriptions: &[KvSubscription]) -> Result<Arc<KvIndex>, LiveError> {
+        let index = Arc::new(KvIndex {
+            slots: subscriptions
+                .iter()
+                .map(|s| Slot {
+                    endpoint: s.endpoint.clone(),
+                    held: Mutex::new((Held::default(), KvCounts::default())),
+                })
+                .collect(),
+        });
+        let context = zmq::Context::new();
+        for (slot, subscription) in subscriptions.iter().enumerate() {
+            let error = |e: zmq::Error| {
+                LiveError::Settings(format!(
+                    "--kv-events {}={}: {e}",
+                    subscription.endpoint, subscription.url
+                ))
+            };
+            let sub = context.socket(zmq::SUB).map_err(error)?;
+            sub.set_maxmsgsize(MAX_MESSAGE_BYTES).map_err(error)?;
+            sub.set_subscribe(b"").map_err(error)?;
+            sub.connect(&subscription.url).map_err(error)?;
+            let replay = match &subscription.replay {
+                Some(url) => {
+                    let dealer = context.socket(zmq::DEALER).map_err(error)?;
+                    dealer.set_maxmsgsize(MAX_MESSAGE_BYTES).map_err(error)?;
+                    dealer.set_rcvtimeo(REPLAY_TIMEOUT_MS).map_err(error)?;
+                    dealer.set_linger(0).map_err(error)?;
+                    dealer.connect(url).map_err(|e| {
+                        LiveError::Settings(format!(
+                            "--kv-events-replay {}={url}: {e}",
+                            subscription.endpoint
+                        ))
+                    })?;
+                    Some(dealer)
+                }
+                None => None,
+            };
+            let index = index.clone();
+            std::thread::Builder::new()
+                .name(format!("kv-events {}", subscription.endpoint))
+                .spawn(move || index.follow(slot, &sub, replay.as_ref()))
+                .map_err(|e| LiveError::Settings(format!("--kv-events: cannot start: {e}")))?;
+        }
+        Ok(index)
+    }
+
+    /// The endpoints subscribed, in `--kv-events` order.
+    pub fn endpoints(&self) -> impl Iterator<Item = &str> {
+        self.slots.iter().map(|s| s.endpoint.as_str())
+    }
+
+    /// The slot of `endpoint`, if it is subscribed.
+    pub fn slot_of(&self, endpoint: &str) -> Option<usize> {
+        self.slots.iter().position(|s| s.endpoint == endpoint)
+    }
+
+    /// The counts of slot `slot`.
+    pub fn counts(&self, slot: usize) -> KvCounts {
+        self.slots[slot]
+            .held
+            .lock()
+            .map_or_else(|p| p.into_inner().1, |g| g.1)
+    }
+
+    /// Whether slot `slot` holds `hash` now (tests).
+    #[cfg(test)]
+    fn holds(&self, slot: usize, hash: u64) -> bool {
+        self.slots[slot]
+            .held
+            .lock()
+            .unwrap()
+            .0
+            .blocks
+            .contains(&hash)
+    }
+
+    /// Leading blocks of `chain` slot `slot` holds, and its block size, if it said one.
+    fn held_prefix(&self, slot: usize, chain_for: &dyn Fn(u32) -> Vec<u64>) -> u64 {
+        let guard = self.slots[slot]
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let held = &guard.0;
+        let Some(block) = held.block_size else {
+            return 0;
+        };
+        let chain = chain_for(block);
+        let blocks = chain.iter().take_while(|h| held.blocks.contains(h)).count() as u64;
+        blocks * u64::from(block)
+    }
+
+    /// The subscriber of slot `slot`: applies each batch in order, recovering gaps.
+    fn follow(&self, slot: usize, sub: &zmq::Socket, replay: Option<&zmq::Socket>) {
+        let name = &self.slots[slot].endpoint;
+        loop {
+            let Ok(frames) = sub.recv_multipart(0) else {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            };
+            let Some((seq, payload)) = sequenced(&frames[1..]) else {
+                continue;
+            };
+            let last = self.lock(slot).0.last_seq;
+            let mut missed = Vec::new();
+            let recovered = match last {
+                Some(last) if seq > last + 1 => {
+                    self.lock(slot).1.gaps += 1;
+                    let wanted = last + 1..seq;
+                    missed = replay.map_or_else(Vec::new, |r| fetch(r, wanted.clone()));
+                    let complete = missed.len() as u64 == wanted.end - wanted.start;
+                    if !complete {
+                        eprintln!(
+                            "routerlab serve: KV events of {name}: batches {}..{} missed and not all replayed; its index starts over",
+                            wanted.start, wanted.end
+                        );
+                    }
+                    complete
+                }
+                Some(last) if seq <= last => false,
+                // Joining late: what came before, if the engine still keeps it all.
+                None if seq > 0 => {
+                    missed = replay.map_or_else(Vec::new, |r| fetch(r, 0..seq));
+                    if missed.len() as u64 != seq {
+                        missed.clear();
+                    }
+                    true
+                }
+                _ => true,
+            };
+            let mut guard = self.lock(slot);
+            let (held, counts) = &mut *guard;
+            if !recovered {
+                held.blocks.clear();
+                counts.lost += 1;
+            } else if !missed.is_empty() {
+                counts.resynced += 1;
+            }
+            for (_, payload) in missed {
+                match decode_batch(&payload) {
+                    Ok(changes) => held.apply(changes),
+                    Err(_) => counts.undecodable += 1,
+                }
+            }
+            match decode_batch(payload) {
+                Ok(changes) => held.apply(changes),
+                Err(e) => {
+                    if counts.undecodable == 0 {
+                        eprintln!("routerlab serve: KV events of {name}: batch {seq}: {e}");
+                    }
+                    counts.undecodable += 1;
+                }
+            }
+            counts.batches += 1;
+            held.last_seq = Some(seq);
+        }
+    }
+
+    fn lock(&self, slot: usize) -> std::sync::MutexGuard<'_, (Held, KvCounts)> {
+        self.slots[slot]
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// `[sequence, payload]` of a message, when the sequence is 8 bytes.
+fn sequenced(frames: &[Vec<u8>]) -> Option<(u64, &[u8])> {
+    let [seq, payload] = frames else { return None };
+    let seq = <[u8; 8]>::try_from(seq.as_slice()).ok()?;
+    Some((u64::from_be_bytes(seq), payload))
+}
+
+/// The batches `wanted` asked of a replay socket, in order; fewer when it no longer has
+/// them all or stops answering.
+fn fetch(replay: &zmq::Socket, wanted: std::ops::Range<u64>) -> Vec<(u64, Vec<u8>)> {
+    // Late answers to an earlier request that timed out are not this one's.
+    while replay.recv_multipart(zmq::DONTWAIT).is_ok() {}
+    let frames: [&[u8]; 2] = [b"", &wanted.start.to_be_bytes()];
+    if replay.send_multipart(frames, 0).is_err() {
+        return Vec::new();
+    }
+    let mut got = Vec::new();
+    while let Ok(reply) = replay.recv_multipart(0) {
+        let Some((seq, payload)) = sequenced(reply.get(1..).unwrap_or_default()) else {
+            break;
+        };
+        if payload.is_empty() {
+            break;
+        }
+        if wanted.contains(&seq) && got.last().is_none_or(|(at, _)| *at + 1 == seq) {
+            got.push((seq, payload.to_vec()));
+        }
+    }
+    // Only a run from the first wanted counts.
+    if got.first().is_some_and(|(at, _)| *at != wanted.start) {
+        got.clear();
+    }
+    got
+}
+
+/// `cached_prefix` for a request from the index: by stable endpoint index, in the
+/// request's unit (bytes of a prompt), the chain computed once per block size.
+struct Lookup<'a> {
+    index: &'a KvIndex,
+    /// (stable index, slot).
+    slots: Vec<(u32, usize)>,
+    prompt: &'a [u8],
+    chain: RefCell<Option<(u32, Vec<u64>)>>,
+}
+
+impl<'a> Lookup<'a> {
+    fn new(index: &'a KvIndex, slots: Vec<(u32, usize)>, prompt: &'a [u8]) -> Self {
+        Lookup {
+            index,
+            slots,
+            prompt,
+            chain: RefCell::new(None),
+        }
+    }
+
+    /// What endpoint `stable` holds of the prompt, bytes; `None` when it is not subscribed.
+    fn units(&self, stable: u32) -> Option<u64> {
+        let &(_, slot) = self.slots.iter().find(|(i, _)| *i == stable)?;
+        let chain_for = |block: u32| {
+            let mut cached = self.chain.borrow_mut();
+            match &*cached {
+                Some((size, chain)) if *size == block => chain.clone(),
+                _ => {
+                    let chain = text_engine_chain(self.prompt, block);
+                    *cached = Some((block, chain.clone()));
+                    chain
+                }
+            }
+        };
+        let tokens = self.index.held_prefix(slot, &chain_for);
+        Some(Unit::Bytes.of_tokens(tokens).min(self.prompt.len() as u64))
+    }
+}
+
+/// Calls `f` with `data`, lending it `cached_prefix` from `index` (the endpoints of
+/// `slots`: stable index, slot) when KV events are followed.
+pub(super) fn lend<R>(
+    index: Option<&KvIndex>,
+    slots: Vec<(u32, usize)>,
+    prompt: &[u8],
+    data: routerlab_host::RequestData<'_>,
+    f: impl FnOnce(&routerlab_host::RequestData<'_>) -> R,
+) -> R {
+    let Some(index) = index else {
+        return f(&data);
+    };
+    let lookup = Lookup::new(index, slots, prompt);
+    let answer = |i| lookup.units(i);
+    let mut data: routerlab_host::RequestData<'_> = data;
+    data.cached_prefix = Some(&answer);
+    f(&data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv_events::{KvEventsSettings, Publisher};
+    use routerlab_engine::KvEvent;
+
+    fn wait_for(what: &str, ok: impl Fn() -> bool) {
+        for _ in 0..400 {
+            if ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    #[test]
+    fn the_index_follows_stores_and_evictions_and_recovers_a_gap_by_replay() {
+        let publisher = Publisher::bind(
+            &KvEventsSettings {
+                endpoint: "tcp://127.0.0.1:0".into(),
+                replay: Some("tcp://127.0.0.1:0".into()),
+            },
+            4,
+        )
+        .unwrap();
+        let index = KvIndex::start(&[KvSubscription {
+            endpoint: "e".into(),
+            url: publisher.endpoint().into(),
+            replay: publisher.replay_endpoint().map(str::to_owned),
+        }])
+        .unwrap();
+        let stored = |hash| KvEvent::Stored { hash, parent: None };
+        // A PUB drops what it sends before the subscriber is connected: send until seen.
+        wait_for("the subscription", || {
+            publisher.publish(vec![stored(1)]);
+            std::thread::sleep(Duration::from_millis(20));
+            index.holds(0, 1)
+        });
+        publisher.publish(vec![stored(2), KvEvent::Removed { hash: 1 }]);
+        wait_for("batch 2", || index.holds(0, 2) && !index.holds(0, 1));
+        assert_eq!(index.counts(0).gaps, 0);
+        // Batches the subscriber never sees: sent while it is not connected is what a
+        // slow subscriber loses too. Here: a publish straight into the replay buffer.
+        publisher.skip_live(vec![stored(3)]);
+        publisher.skip_live(vec![KvEvent::Removed { hash: 2 }]);
+        publisher.publish(vec![stored(4)]);
+        wait_for("the gap's recovery", || index.holds(0, 4));
+        assert!(index.holds(0, 3), "the replayed store applied");
+        assert!(!index.holds(0, 2), "the replayed removal applied");
+        let counts = index.counts(0);
+        assert_eq!(
+            (counts.gaps, counts.resynced, counts.lost),
+            (1, 1, 0),
+            "{counts:?}"
+        );
+    }
+
+    #[test]
+    fn a_gap_that_cannot_be_replayed_empties_the_index() {
+        let publisher = Publisher::bind(
+            &KvEventsSettings {
+                endpoint: "tcp://127.0.0.1:0".into(),
+                replay: None,
+            },
+            4,
+        )
+        .unwrap();
+        let index = KvIndex::start(&[KvSubscription {
+            endpoint: "e".into(),
+            url: publisher.endpoint().into(),
+            replay: None,
+        }])
+        .unwrap();
+        let stored = |hash| KvEvent::Stored { hash, parent: None };
+        wait_for("the subscription", || {
+            publisher.publish(vec![stored(1)]);
+            std::thread::sleep(Duration::from_millis(20));
+            index.holds(0, 1)
+        });
+        publisher.skip_live(vec![stored(2)]);
+        publisher.publish(vec![stored(3)]);
+        wait_for("batch 3", || index.holds(0, 3));
+        assert!(!index.holds(0, 1) && !index.holds(0, 2));
+        assert_eq!(index.counts(0).lost, 1);
+    }
+}
