@@ -204,6 +204,7 @@ impl KvIndex {
             };
             let last = self.lock(slot).0.last_seq;
             let mut missed = Vec::new();
+            let gap = last.is_some_and(|last| seq > last + 1);
             let recovered = match last {
                 Some(last) if seq > last + 1 => {
                     self.lock(slot).1.gaps += 1;
@@ -234,7 +235,7 @@ impl KvIndex {
             if !recovered {
                 held.blocks.clear();
                 counts.lost += 1;
-            } else if !missed.is_empty() {
+            } else if gap {
                 counts.resynced += 1;
             }
             for (_, payload) in missed {
