@@ -375,12 +375,16 @@ mod tests {
         panic!("timed out waiting for {what}");
     }
 
-    #[test]
-    fn the_index_follows_stores_and_evictions_and_recovers_a_gap_by_replay() {
+    fn stored(hash: u64) -> KvEvent {
+        KvEvent::Stored { hash, parent: None }
+    }
+
+    /// A publisher (with a replay socket or not) and an index following it, subscribed.
+    fn followed(replay: bool) -> (Publisher, Arc<KvIndex>) {
         let publisher = Publisher::bind(
             &KvEventsSettings {
                 endpoint: "tcp://127.0.0.1:0".into(),
-                replay: Some("tcp://127.0.0.1:0".into()),
+                replay: replay.then(|| "tcp://127.0.0.1:0".into()),
             },
             4,
         )
@@ -391,13 +395,18 @@ mod tests {
             replay: publisher.replay_endpoint().map(str::to_owned),
         }])
         .unwrap();
-        let stored = |hash| KvEvent::Stored { hash, parent: None };
         // A PUB drops what it sends before the subscriber is connected: send until seen.
         wait_for("the subscription", || {
             publisher.publish(vec![stored(1)]);
             std::thread::sleep(Duration::from_millis(20));
             index.holds(0, 1)
         });
+        (publisher, index)
+    }
+
+    #[test]
+    fn the_index_follows_stores_and_evictions_and_recovers_a_gap_by_replay() {
+        let (publisher, index) = followed(true);
         publisher.publish(vec![stored(2), KvEvent::Removed { hash: 1 }]);
         wait_for("batch 2", || index.holds(0, 2) && !index.holds(0, 1));
         assert_eq!(index.counts(0).gaps, 0);
@@ -419,26 +428,7 @@ mod tests {
 
     #[test]
     fn a_gap_that_cannot_be_replayed_empties_the_index() {
-        let publisher = Publisher::bind(
-            &KvEventsSettings {
-                endpoint: "tcp://127.0.0.1:0".into(),
-                replay: None,
-            },
-            4,
-        )
-        .unwrap();
-        let index = KvIndex::start(&[KvSubscription {
-            endpoint: "e".into(),
-            url: publisher.endpoint().into(),
-            replay: None,
-        }])
-        .unwrap();
-        let stored = |hash| KvEvent::Stored { hash, parent: None };
-        wait_for("the subscription", || {
-            publisher.publish(vec![stored(1)]);
-            std::thread::sleep(Duration::from_millis(20));
-            index.holds(0, 1)
-        });
+        let (publisher, index) = followed(false);
         publisher.skip_live(vec![stored(2)]);
         publisher.publish(vec![stored(3)]);
         wait_for("batch 3", || index.holds(0, 3));
