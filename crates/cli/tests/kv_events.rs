@@ -172,7 +172,7 @@ impl Lossy {
         let ready = support::scratch_file(&format!("kv-drop-{tag}.ready"), b"");
         std::fs::remove_file(&ready).unwrap();
         let script = support::workspace_root().join("crates/cli/tests/python/kv_events_drop.py");
-        let child = std::process::Command::new(python())
+        let mut child = std::process::Command::new(python())
             .arg(&script)
             .arg(&ready)
             .arg("2,5,9")
@@ -190,6 +190,8 @@ impl Lossy {
             }
             std::thread::sleep(std::time::Duration::from_millis(25));
         }
+        let _ = child.kill();
+        let _ = child.wait();
         panic!("the forwarder never got ready");
     }
 }
