@@ -15,6 +15,25 @@ fn corpus() -> std::path::PathBuf {
     workspace_root().join("crates/cli/tests/fixtures/weka")
 }
 
+/// `routerlab replay` of the corpus on 2 engines, timed, with `matcher` and `more`.
+fn replay_corpus(matcher: &str, more: &[&str]) -> std::process::Output {
+    let corpus = corpus();
+    let mut args = vec![
+        "replay",
+        "--matcher",
+        matcher,
+        "--trace",
+        corpus.to_str().unwrap(),
+        "--endpoints",
+        "2",
+        "--timing",
+        "trace",
+        "-q",
+    ];
+    args.extend(more);
+    routerlab(&args)
+}
+
 #[test]
 fn every_request_lands_and_reuses_as_in_dynamos_replay_of_the_corpus() {
     let expected: Value = serde_json::from_str(
@@ -26,20 +45,7 @@ fn every_request_lands_and_reuses_as_in_dynamos_replay_of_the_corpus() {
     .unwrap();
     for matcher in ["round-robin", "dynamo-kv"] {
         let out = scratch_file(&format!("weka-{matcher}.jsonl"), b"");
-        let output = routerlab(&[
-            "replay",
-            "--matcher",
-            matcher,
-            "--trace",
-            corpus().to_str().unwrap(),
-            "--endpoints",
-            "2",
-            "--timing",
-            "trace",
-            "--requests-out",
-            out.to_str().unwrap(),
-            "-q",
-        ]);
+        let output = replay_corpus(matcher, &["--requests-out", out.to_str().unwrap()]);
         assert!(output.status.success(), "{}", texts(&output).1);
         let mut ours: Vec<Value> = std::fs::read_to_string(&out)
             .unwrap()
@@ -81,20 +87,7 @@ fn every_request_lands_and_reuses_as_in_dynamos_replay_of_the_corpus() {
 
 #[test]
 fn a_directory_is_detected_and_reported_as_weka_with_its_plays() {
-    let output = routerlab(&[
-        "replay",
-        "--matcher",
-        "round-robin",
-        "--trace",
-        corpus().to_str().unwrap(),
-        "--endpoints",
-        "2",
-        "--timing",
-        "trace",
-        "--format",
-        "json",
-        "-q",
-    ]);
+    let output = replay_corpus("round-robin", &["--format", "json"]);
     let (stdout, stderr) = texts(&output);
     assert!(output.status.success(), "{stderr}");
     let report: Value = serde_json::from_str(&stdout).unwrap();
