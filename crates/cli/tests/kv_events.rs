@@ -135,6 +135,13 @@ fn published_frames_decode_as_vllms_kv_event_batches_and_replay_from_any_sequenc
     assert_eq!(seen["end"], -1);
     // A REQ socket (vLLM's example subscriber's) gets the first reply: [seq, batch].
     assert_eq!(seen["req_first"], 2);
+    let (_, metrics) = http(&engine.addr, "GET", "/metrics", "");
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("routerlab:kv_event_batches_dropped_total") && l.ends_with(" 0")
+        ),
+        "{metrics}"
+    );
 }
 
 /// Where engine `server` publishes its KV events and replays them.

@@ -195,7 +195,7 @@ struct Figures {
     /// (name, help, value) of each gauge.
     gauges: [(&'static str, &'static str, f64); 4],
     /// (name without `_total`, help, value) of each counter.
-    counters: [(&'static str, &'static str, u64); 6],
+    counters: [(&'static str, &'static str, u64); 7],
 }
 
 impl Collector for Figures {
@@ -271,6 +271,15 @@ fn metrics_text(shared: &Shared) -> String {
                 "routerlab:remote_prefills",
                 "requests taken in with their KV computed elsewhere",
                 load(&g.remote_prefills),
+            ),
+            (
+                "routerlab:kv_event_batches_dropped",
+                "KV event batches dropped because the send queue was full",
+                shared
+                    .settings
+                    .kv_events
+                    .as_ref()
+                    .map_or(0, |p| p.dropped()),
             ),
         ],
     };
