@@ -62,6 +62,7 @@ const OWNED: &[(&str, &[&str])] = &[
     ("hyper-util", &["crates/live"]),
     ("zmq", &["crates/live"]),
     ("rmp-serde", &["crates/live"]),
+    ("tokenizers", &["crates/live", "crates/cli"]),
 ];
 
 /// A pair that must never be linked, directly or through other routerlab crates.

@@ -530,14 +530,21 @@ fn prerequisites() -> Result<(), String> {
     Ok(())
 }
 
-/// The Python packages the KV-events wire check decodes with (vLLM's own: msgspec for
-/// its message types, pyzmq for libzmq), pinned.
-const KV_EVENTS_PYTHON_PACKAGES: [&str; 2] = ["msgspec==0.23.0", "pyzmq==27.3.0"];
+/// The Python packages the KV-events checks use, pinned (vLLM's own: msgspec for its
+/// message types, pyzmq for libzmq, cbor2 and xxhash for its block hashes, tokenizers
+/// for its tokenizer). None of them needs another to be imported.
+const KV_EVENTS_PYTHON_PACKAGES: [&str; 5] = [
+    "msgspec==0.23.0",
+    "pyzmq==27.3.0",
+    "cbor2==6.3.0",
+    "xxhash==4.1.0",
+    "tokenizers==0.23.3",
+];
 
-/// A Python that imports msgspec and zmq: `python3` when it does, else a virtual
+/// A Python that imports those packages: `python3` when it does, else a virtual
 /// environment under `target/` made for it (once).
 fn kv_events_python() -> Result<String, String> {
-    let check = ["-c", "import msgspec, zmq"];
+    let check = ["-c", "import msgspec, zmq, cbor2, xxhash, tokenizers"];
     if succeeds("python3", &check) {
         return Ok("python3".into());
     }
@@ -558,7 +565,7 @@ fn kv_events_python() -> Result<String, String> {
     })?;
     let mut install = Command::new(&python);
     install
-        .args(["-m", "pip", "install", "--quiet"])
+        .args(["-m", "pip", "install", "--quiet", "--no-deps"])
         .args(KV_EVENTS_PYTHON_PACKAGES);
     run(install).map_err(|e| {
         format!("could not install {packages} ({e}); run `pip install {packages}` yourself")

@@ -132,8 +132,9 @@ pub enum Change {
     Cleared,
 }
 
-/// A block hash as vLLM sends it: an integer (`ExternalBlockHash` of the builtin hash), or
-/// bytes (of its sha256 ones, folded to 64 bits here).
+/// A block hash as vLLM sends it: an integer (the low 64 bits of its digest, by default),
+/// or the digest's bytes (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`), read here as the same
+/// low 64 bits, so both give one key ([`crate::vllm_keys::event_key`]).
 struct InHash(u64);
 
 impl<'de> serde::Deserialize<'de> for InHash {
@@ -151,7 +152,7 @@ impl<'de> serde::Deserialize<'de> for InHash {
                 Ok(InHash(v.cast_unsigned()))
             }
             fn visit_bytes<E>(self, v: &[u8]) -> Result<InHash, E> {
-                Ok(InHash(routerlab_core::hash::hash64(v, 0)))
+                Ok(InHash(crate::vllm_keys::event_key(v)))
             }
         }
         d.deserialize_any(Visit)

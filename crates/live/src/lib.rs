@@ -16,5 +16,6 @@ pub mod openai;
 pub mod plugin_host;
 pub mod prom;
 pub mod serve;
+pub mod vllm_keys;
 
 pub use error::LiveError;

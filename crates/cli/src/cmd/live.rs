@@ -190,6 +190,27 @@ pub struct ServeArgs {
     /// Their replay sockets, for batches missed: ENDPOINT=ZMQ_URL,...
     #[arg(long, value_name = "LIST", requires = "kv_events")]
     pub kv_events_replay: Option<String>,
+    /// The engines are vLLM: tokenize prompts with their Hugging Face `tokenizer.json` and
+    /// look up vLLM's block keys of the tokens (needs --python-hash-seed).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "kv_events",
+        requires = "python_hash_seed"
+    )]
+    pub tokenizer: Option<PathBuf>,
+    /// The engines' PYTHONHASHSEED, which roots vLLM's block keys (with --tokenizer).
+    #[arg(long, value_name = "SEED", requires = "tokenizer")]
+    pub python_hash_seed: Option<String>,
+    /// The engines' --prefix-caching-hash-algo: sha256, sha256_cbor, xxhash or xxhash_cbor
+    /// (with --tokenizer).
+    #[arg(
+        long,
+        value_name = "ALGO",
+        default_value = "sha256",
+        requires = "tokenizer"
+    )]
+    pub prefix_caching_hash_algo: String,
 }
 
 /// `routerlab plugin-host` (hidden): the plugins of a `serve --plugin-isolation process`,
@@ -610,6 +631,16 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
         args.kv_events_replay.as_deref(),
         &endpoints,
     )?;
+    let kv_keys = match (&args.tokenizer, &args.python_hash_seed) {
+        (Some(file), Some(seed)) => {
+            let algo = args
+                .prefix_caching_hash_algo
+                .parse()
+                .map_err(|e| Failure::input(format!("--prefix-caching-hash-algo: {e}")))?;
+            Some(routerlab_live::vllm_keys::VllmKeys::load(file, algo, seed)?)
+        }
+        _ => None,
+    };
     let (listener, _) = bound(args.listen, "serve")?;
     let settings = ServeSettings {
         endpoints,
@@ -628,6 +659,7 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
         },
         prefill_endpoints: prefill,
         kv_events,
+        kv_keys,
     };
     runtime()?
         .block_on(routerlab_live::serve::run_on(

@@ -1,63 +1,20 @@
 """Decodes what `routerlab engine --kv-events` publishes with vLLM's own message types.
 
-The structs below are vLLM's (`vllm/distributed/kv_events.py`, as of vLLM 0.19: the
-fields NVIDIA Dynamo 1.6.1's compatibility test pins, in order, with their defaults),
-copied field for field: `EventBatch` an array (`array_like`), events maps tagged by
-`type`. It subscribes with pyzmq (libzmq), waits for the events of the requests the test
-sends, asks the replay socket for everything from sequence 0 as vLLM's example subscriber
-does, and prints one JSON object: what it decoded.
+The structs are vLLM's, copied field for field (`vllm_kv_events.py`). It subscribes
+with pyzmq (libzmq), waits for the events of the requests the test sends, asks the
+replay socket for everything from sequence 0 as vLLM's example subscriber does, and
+prints one JSON object: what it decoded.
 
 Usage: kv_events_check.py PUB_URL REPLAY_URL BATCHES_WANTED READY_FILE
 """
 
 import json
 import sys
-from typing import Any, Union
 
 import msgspec
 import zmq
 
-ExternalBlockHash = Union[bytes, int]
-
-
-class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    ts: float
-    events: list[Any]
-    data_parallel_rank: Union[int, None] = None
-
-
-class KVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
-    """Base class for all KV cache-related events"""
-
-
-class BlockStored(KVCacheEvent):
-    block_hashes: list[ExternalBlockHash]
-    parent_block_hash: Union[ExternalBlockHash, None]
-    token_ids: list[int]
-    block_size: int
-    lora_id: Union[int, None]
-    medium: Union[str, None]
-    lora_name: Union[str, None]
-    extra_keys: Union[list[Any], None] = None
-    group_idx: Union[int, None] = None
-    kv_cache_spec_kind: Union[str, None] = None
-    kv_cache_spec_sliding_window: Union[int, None] = None
-
-
-class BlockRemoved(KVCacheEvent):
-    block_hashes: list[ExternalBlockHash]
-    medium: Union[str, None]
-    group_idx: Union[int, None] = None
-    kv_cache_spec_kind: Union[str, None] = None
-    kv_cache_spec_sliding_window: Union[int, None] = None
-
-
-class AllBlocksCleared(KVCacheEvent):
-    pass
-
-
-class KVEventBatch(EventBatch):
-    events: list[Union[BlockStored, BlockRemoved, AllBlocksCleared]]
+from vllm_kv_events import KVEventBatch
 
 
 def summary(seq, batch):

@@ -165,6 +165,13 @@ pub fn within(name: &str, value: &serde_json::Value, dynamo: f64, band: f64) {
 
 /// One HTTP/1.1 exchange over a plain socket: status code and body.
 pub fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let (status, _, body) = exchange(addr, method, path, body);
+    (status, body)
+}
+
+/// One HTTP/1.1 exchange over a plain socket: status code, head (status line and headers)
+/// and body.
+pub fn exchange(addr: &str, method: &str, path: &str, body: &str) -> (u16, String, String) {
     use std::io::{Read as _, Write as _};
     let mut stream = std::net::TcpStream::connect(addr).expect("connect");
     write!(
@@ -180,8 +187,8 @@ pub fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
         .nth(1)
         .and_then(|code| code.parse().ok())
         .unwrap_or(0);
-    let body = response
+    let (head, body) = response
         .split_once("\r\n\r\n")
-        .map_or(String::new(), |(_, b)| b.to_owned());
-    (status, body)
+        .map_or((response.as_str(), ""), |(h, b)| (h, b));
+    (status, head.to_owned(), body.to_owned())
 }

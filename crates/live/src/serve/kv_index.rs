@@ -9,9 +9,11 @@
 //! applies it when the engine still keeps it all. A set holds at most [`MAX_BLOCKS`]; past
 //! that it is emptied.
 //!
-//! A request's cached prefix on an engine is its prompt's block chain (the text engine
-//! chain, in the engine's block size as its events say) walked while the set has the
-//! block.
+//! A request's cached prefix on an engine is its prompt's block chain, in the engine's
+//! block size as its events say, walked while the set has the block. The chain is
+//! `routerlab engine`'s text chain, or with `serve --tokenizer` vLLM's keys of the
+//! prompt's tokens ([`crate::vllm_keys`]); the prefix is then the bytes its held tokens
+//! cover.
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -23,6 +25,7 @@ use routerlab_trace::blocks::text_engine_chain;
 
 use crate::LiveError;
 use crate::kv_events::{Change, decode_batch};
+use crate::vllm_keys::{Tokens, VllmKeys};
 
 /// Blocks one engine's set holds at most.
 pub const MAX_BLOCKS: usize = 1 << 24;
@@ -95,12 +98,20 @@ struct Slot {
 /// Every subscribed engine's set.
 pub struct KvIndex {
     slots: Vec<Slot>,
+    /// How prompts become the engines' block keys, when they are vLLM's (`--tokenizer`);
+    /// else the text engine chain of `routerlab engine`.
+    keys: Option<VllmKeys>,
 }
 
 impl KvIndex {
-    /// Connects to every subscription and starts its thread.
-    pub fn start(subscriptions: &[KvSubscription]) -> Result<Arc<KvIndex>, LiveError> {
+    /// Connects to every subscription and starts its thread; `keys` say how a prompt
+    /// becomes the engines' block keys when they are vLLM's.
+    pub fn start(
+        subscriptions: &[KvSubscription],
+        keys: Option<VllmKeys>,
+    ) -> Result<Arc<KvIndex>, LiveError> {
         let index = Arc::new(KvIndex {
+            keys,
             slots: subscriptions
                 .iter()
                 .map(|s| Slot {
@@ -302,13 +313,15 @@ fn fetch(replay: &zmq::Socket, wanted: std::ops::Range<u64>) -> Vec<(u64, Vec<u8
 }
 
 /// `cached_prefix` for a request from the index: by stable endpoint index, in the
-/// request's unit (bytes of a prompt), the chain computed once per block size.
+/// request's unit (bytes of a prompt), the chain computed once per block size (and the
+/// prompt tokenized once, with `--tokenizer`).
 struct Lookup<'a> {
     index: &'a KvIndex,
     /// (stable index, slot).
     slots: Vec<(u32, usize)>,
     prompt: &'a [u8],
     chain: RefCell<Option<(u32, Vec<u64>)>>,
+    tokens: RefCell<Option<Tokens>>,
 }
 
 impl<'a> Lookup<'a> {
@@ -318,25 +331,49 @@ impl<'a> Lookup<'a> {
             slots,
             prompt,
             chain: RefCell::new(None),
+            tokens: RefCell::new(None),
         }
+    }
+
+    /// The prompt's tokens by the engines' tokenizer (none when it cannot tokenize it).
+    fn tokens(&self, keys: &VllmKeys) -> std::cell::RefMut<'_, Tokens> {
+        std::cell::RefMut::map(self.tokens.borrow_mut(), |tokens| {
+            tokens.get_or_insert_with(|| {
+                keys.tokenize(&String::from_utf8_lossy(self.prompt))
+                    .unwrap_or(Tokens {
+                        ids: Vec::new(),
+                        ends: Vec::new(),
+                    })
+            })
+        })
     }
 
     /// What endpoint `stable` holds of the prompt, bytes; `None` when it is not subscribed.
     fn units(&self, stable: u32) -> Option<u64> {
         let &(_, slot) = self.slots.iter().find(|(i, _)| *i == stable)?;
+        let keys = self.index.keys.as_ref();
         let chain_for = |block: u32| {
             let mut cached = self.chain.borrow_mut();
             match &*cached {
                 Some((size, chain)) if *size == block => chain.clone(),
                 _ => {
-                    let chain = text_engine_chain(self.prompt, block);
+                    let chain = match keys {
+                        Some(keys) => keys.chain(&self.tokens(keys).ids, block),
+                        None => text_engine_chain(self.prompt, block),
+                    };
                     *cached = Some((block, chain.clone()));
                     chain
                 }
             }
         };
         let tokens = self.index.held_prefix(slot, &chain_for);
-        Some(Unit::Bytes.of_tokens(tokens).min(self.prompt.len() as u64))
+        let bytes = match keys {
+            Some(keys) => self
+                .tokens(keys)
+                .bytes_of(usize::try_from(tokens).unwrap_or(usize::MAX)),
+            None => Unit::Bytes.of_tokens(tokens),
+        };
+        Some(bytes.min(self.prompt.len() as u64))
     }
 }
 
@@ -389,11 +426,14 @@ mod tests {
             4,
         )
         .unwrap();
-        let index = KvIndex::start(&[KvSubscription {
-            endpoint: "e".into(),
-            url: publisher.endpoint().into(),
-            replay: publisher.replay_endpoint().map(str::to_owned),
-        }])
+        let index = KvIndex::start(
+            &[KvSubscription {
+                endpoint: "e".into(),
+                url: publisher.endpoint().into(),
+                replay: publisher.replay_endpoint().map(str::to_owned),
+            }],
+            None,
+        )
         .unwrap();
         // A PUB drops what it sends before the subscriber is connected: send until seen.
         wait_for("the subscription", || {

@@ -99,6 +99,9 @@ pub struct ServeSettings {
     pub prefill_endpoints: usize,
     /// The engines whose KV events are followed (`cached_prefix` answered from them).
     pub kv_events: Vec<kv_index::KvSubscription>,
+    /// How a prompt becomes those engines' block keys when they are vLLM's
+    /// (`--tokenizer`); `None`: `routerlab engine`'s text chain.
+    pub kv_keys: Option<crate::vllm_keys::VllmKeys>,
 }
 
 struct Shared {
@@ -263,7 +266,7 @@ impl Drop for StateGuard<'_> {
 /// prefill pool's).
 pub async fn run_on(
     listener: std::net::TcpListener,
-    settings: ServeSettings,
+    mut settings: ServeSettings,
     plugins: Plugins,
     decode_plugins: Option<Plugins>,
 ) -> Result<(), LiveError> {
@@ -292,7 +295,10 @@ pub async fn run_on(
         settings.health,
     );
     if !settings.kv_events.is_empty() {
-        state.set_kv_index(kv_index::KvIndex::start(&settings.kv_events)?);
+        state.set_kv_index(kv_index::KvIndex::start(
+            &settings.kv_events,
+            settings.kv_keys.take(),
+        )?);
     }
     let shared = Arc::new(Shared {
         settings,
