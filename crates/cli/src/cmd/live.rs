@@ -637,7 +637,9 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
                 .prefix_caching_hash_algo
                 .parse()
                 .map_err(|e| Failure::input(format!("--prefix-caching-hash-algo: {e}")))?;
-            Some(routerlab_live::vllm_keys::VllmKeys::load(file, algo, seed)?)
+            Some(Arc::new(routerlab_live::vllm_keys::VllmKeys::load(
+                file, algo, seed,
+            )?))
         }
         _ => None,
     };

@@ -100,7 +100,7 @@ pub struct KvIndex {
     slots: Vec<Slot>,
     /// How prompts become the engines' block keys, when they are vLLM's (`--tokenizer`);
     /// else the text engine chain of `routerlab engine`.
-    keys: Option<VllmKeys>,
+    keys: Option<Arc<VllmKeys>>,
 }
 
 impl KvIndex {
@@ -108,7 +108,7 @@ impl KvIndex {
     /// becomes the engines' block keys when they are vLLM's.
     pub fn start(
         subscriptions: &[KvSubscription],
-        keys: Option<VllmKeys>,
+        keys: Option<Arc<VllmKeys>>,
     ) -> Result<Arc<KvIndex>, LiveError> {
         let index = Arc::new(KvIndex {
             keys,
@@ -313,39 +313,31 @@ fn fetch(replay: &zmq::Socket, wanted: std::ops::Range<u64>) -> Vec<(u64, Vec<u8
 }
 
 /// `cached_prefix` for a request from the index: by stable endpoint index, in the
-/// request's unit (bytes of a prompt), the chain computed once per block size (and the
-/// prompt tokenized once, with `--tokenizer`).
+/// request's unit (bytes of a prompt), the chain computed once per block size: from the
+/// prompt's tokens with `--tokenizer` (tokenized before the plugins' lock was taken).
 struct Lookup<'a> {
     index: &'a KvIndex,
     /// (stable index, slot).
     slots: Vec<(u32, usize)>,
     prompt: &'a [u8],
+    tokens: Option<&'a Tokens>,
     chain: RefCell<Option<(u32, Vec<u64>)>>,
-    tokens: RefCell<Option<Tokens>>,
 }
 
 impl<'a> Lookup<'a> {
-    fn new(index: &'a KvIndex, slots: Vec<(u32, usize)>, prompt: &'a [u8]) -> Self {
+    fn new(
+        index: &'a KvIndex,
+        slots: Vec<(u32, usize)>,
+        prompt: &'a [u8],
+        tokens: Option<&'a Tokens>,
+    ) -> Self {
         Lookup {
             index,
             slots,
             prompt,
+            tokens,
             chain: RefCell::new(None),
-            tokens: RefCell::new(None),
         }
-    }
-
-    /// The prompt's tokens by the engines' tokenizer (none when it cannot tokenize it).
-    fn tokens(&self, keys: &VllmKeys) -> std::cell::RefMut<'_, Tokens> {
-        std::cell::RefMut::map(self.tokens.borrow_mut(), |tokens| {
-            tokens.get_or_insert_with(|| {
-                keys.tokenize(&String::from_utf8_lossy(self.prompt))
-                    .unwrap_or(Tokens {
-                        ids: Vec::new(),
-                        ends: Vec::new(),
-                    })
-            })
-        })
     }
 
     /// What endpoint `stable` holds of the prompt, bytes; `None` when it is not subscribed.
@@ -358,7 +350,9 @@ impl<'a> Lookup<'a> {
                 Some((size, chain)) if *size == block => chain.clone(),
                 _ => {
                     let chain = match keys {
-                        Some(keys) => keys.chain(&self.tokens(keys).ids, block),
+                        Some(keys) => self
+                            .tokens
+                            .map_or_else(Vec::new, |tokens| keys.chain(&tokens.ids, block)),
                         None => text_engine_chain(self.prompt, block),
                     };
                     *cached = Some((block, chain.clone()));
@@ -367,29 +361,30 @@ impl<'a> Lookup<'a> {
             }
         };
         let tokens = self.index.held_prefix(slot, &chain_for);
-        let bytes = match keys {
-            Some(keys) => self
-                .tokens(keys)
-                .bytes_of(usize::try_from(tokens).unwrap_or(usize::MAX)),
-            None => Unit::Bytes.of_tokens(tokens),
+        let bytes = match (keys, self.tokens) {
+            (Some(_), Some(held)) => held.bytes_of(usize::try_from(tokens).unwrap_or(usize::MAX)),
+            (Some(_), None) => 0,
+            (None, _) => Unit::Bytes.of_tokens(tokens),
         };
         Some(bytes.min(self.prompt.len() as u64))
     }
 }
 
 /// Calls `f` with `data`, lending it `cached_prefix` from `index` (the endpoints of
-/// `slots`: stable index, slot) when KV events are followed.
+/// `slots`: stable index, slot) when KV events are followed; `tokens`, the prompt's by the
+/// engines' tokenizer, with `--tokenizer`.
 pub(super) fn lend<R>(
     index: Option<&KvIndex>,
     slots: Vec<(u32, usize)>,
     prompt: &[u8],
+    tokens: Option<&Tokens>,
     data: routerlab_host::RequestData<'_>,
     f: impl FnOnce(&routerlab_host::RequestData<'_>) -> R,
 ) -> R {
     let Some(index) = index else {
         return f(&data);
     };
-    let lookup = Lookup::new(index, slots, prompt);
+    let lookup = Lookup::new(index, slots, prompt, tokens);
     let answer = |i| lookup.units(i);
     let mut data: routerlab_host::RequestData<'_> = data;
     data.cached_prefix = Some(&answer);

@@ -101,7 +101,7 @@ pub struct ServeSettings {
     pub kv_events: Vec<kv_index::KvSubscription>,
     /// How a prompt becomes those engines' block keys when they are vLLM's
     /// (`--tokenizer`); `None`: `routerlab engine`'s text chain.
-    pub kv_keys: Option<crate::vllm_keys::VllmKeys>,
+    pub kv_keys: Option<Arc<crate::vllm_keys::VllmKeys>>,
 }
 
 struct Shared {
@@ -266,7 +266,7 @@ impl Drop for StateGuard<'_> {
 /// prefill pool's).
 pub async fn run_on(
     listener: std::net::TcpListener,
-    mut settings: ServeSettings,
+    settings: ServeSettings,
     plugins: Plugins,
     decode_plugins: Option<Plugins>,
 ) -> Result<(), LiveError> {
@@ -297,7 +297,7 @@ pub async fn run_on(
     if !settings.kv_events.is_empty() {
         state.set_kv_index(kv_index::KvIndex::start(
             &settings.kv_events,
-            settings.kv_keys.take(),
+            settings.kv_keys.clone(),
         )?);
     }
     let shared = Arc::new(Shared {
@@ -434,7 +434,19 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
         Ok(inference) => inference,
         Err(message) => return http::error(StatusCode::BAD_REQUEST, &message),
     };
-    let (routed, disaggregated) = {
+    // Tokenizing a long prompt takes milliseconds: on a blocking thread, before the lock.
+    let tokens = match shared.settings.kv_keys.clone() {
+        Some(keys) => {
+            let prompt = String::from_utf8_lossy(&inference.prompt).into_owned();
+            tokio::task::spawn_blocking(move || keys.tokenize(&prompt).ok())
+                .await
+                .ok()
+                .flatten()
+                .map(Arc::new)
+        }
+        None => None,
+    };
+    let (mut routed, disaggregated) = {
         let mut state = shared.lock_async().await;
         let routed = state.admit(
             inference.prompt,
@@ -444,6 +456,7 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
         );
         (routed, state.disaggregated())
     };
+    routed.tokens = tokens;
     let path = match api {
         Api::Completions => "/v1/completions",
         Api::Chat => "/v1/chat/completions",

@@ -61,6 +61,8 @@ pub(super) struct Routed {
     pub(super) seq: u64,
     pub(super) arrival_ns: u64,
     pub(super) prompt: Vec<u8>,
+    /// Its tokens by the engines' tokenizer (`--tokenizer`), computed outside the lock.
+    pub(super) tokens: Option<std::sync::Arc<crate::vllm_keys::Tokens>>,
     pub(super) hashes: Vec<u64>,
     pub(super) ids: Vec<u32>,
     pub(super) output_tokens: Option<u64>,
@@ -259,6 +261,7 @@ impl State {
             seq,
             arrival_ns,
             prompt,
+            tokens: None,
             hashes,
             ids,
             output_tokens,
@@ -302,9 +305,14 @@ impl State {
         let loads = self.loads();
         let data = routed.data(self.block_size, now_ns);
         let (kv, slots) = self.kv_lookup();
-        let decided = super::kv_index::lend(kv.as_deref(), slots, &routed.prompt, data, |data| {
-            self.plugins_for(routed.phase).decide(data, loads)
-        });
+        let decided = super::kv_index::lend(
+            kv.as_deref(),
+            slots,
+            &routed.prompt,
+            routed.tokens.as_deref(),
+            data,
+            |data| self.plugins_for(routed.phase).decide(data, loads),
+        );
         match decided {
             Ok(decided) => {
                 for index in decided.flagged {
@@ -394,12 +402,19 @@ impl State {
         let index = self.upstreams[upstream].index?;
         let data = routed.data(self.block_size, now_ns);
         let (kv, slots) = self.kv_lookup();
-        let learned = super::kv_index::lend(kv.as_deref(), slots, &routed.prompt, data, |data| {
-            let plugins = self.plugins_for(routed.phase);
-            plugins
-                .notify(Notice::Learn, data, index)
-                .map(|()| plugins.generation())
-        });
+        let learned = super::kv_index::lend(
+            kv.as_deref(),
+            slots,
+            &routed.prompt,
+            routed.tokens.as_deref(),
+            data,
+            |data| {
+                let plugins = self.plugins_for(routed.phase);
+                plugins
+                    .notify(Notice::Learn, data, index)
+                    .map(|()| plugins.generation())
+            },
+        );
         match learned {
             Ok(generation) => Some(generation),
             Err(_) => {
@@ -421,10 +436,17 @@ impl State {
         if let Some(index) = self.learned_at(upstream, learned, routed.phase) {
             let data = routed.data(self.block_size, now_ns);
             let (kv, slots) = self.kv_lookup();
-            let told = super::kv_index::lend(kv.as_deref(), slots, &routed.prompt, data, |data| {
-                self.plugins_for(routed.phase)
-                    .notify(Notice::FirstToken, data, index)
-            });
+            let told = super::kv_index::lend(
+                kv.as_deref(),
+                slots,
+                &routed.prompt,
+                routed.tokens.as_deref(),
+                data,
+                |data| {
+                    self.plugins_for(routed.phase)
+                        .notify(Notice::FirstToken, data, index)
+                },
+            );
             if told.is_err() {
                 self.plugin_errors += 1;
             }
@@ -443,10 +465,17 @@ impl State {
         if let Some(index) = self.learned_at(upstream, learned, routed.phase) {
             let data = routed.data(self.block_size, now_ns);
             let (kv, slots) = self.kv_lookup();
-            let told = super::kv_index::lend(kv.as_deref(), slots, &routed.prompt, data, |data| {
-                self.plugins_for(routed.phase)
-                    .notify(Notice::Complete, data, index)
-            });
+            let told = super::kv_index::lend(
+                kv.as_deref(),
+                slots,
+                &routed.prompt,
+                routed.tokens.as_deref(),
+                data,
+                |data| {
+                    self.plugins_for(routed.phase)
+                        .notify(Notice::Complete, data, index)
+                },
+            );
             if told.is_err() {
                 self.plugin_errors += 1;
             }
