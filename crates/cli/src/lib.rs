@@ -57,6 +57,8 @@ pub enum Command {
     Snapshot(Box<crate::cmd::snapshot::SnapshotArgs>),
     /// Fit the engine model to a measured run and write the engine config.
     Calibrate(Box<crate::cmd::calibrate::CalibrateArgs>),
+    /// Fit the engine model on measured runs, predict others, and report the errors.
+    Validate(Box<crate::cmd::validate::ValidateArgs>),
     /// Route live OpenAI-compatible traffic to engines with the same plugins a replay uses.
     Serve(Box<crate::cmd::live::ServeArgs>),
     /// Run a simulated OpenAI-compatible engine (the replay's engine model, in real time).
@@ -89,6 +91,7 @@ pub fn main() -> ExitCode {
         }
         Command::GenTrace(args) => cmd::gen_trace::run(args),
         Command::Calibrate(args) => cmd::calibrate::run(*args),
+        Command::Validate(args) => cmd::validate::run(*args),
         Command::Snapshot(args) => cmd::snapshot::run(*args),
         Command::Serve(args) => cmd::live::serve(*args),
         Command::Engine(args) => cmd::live::engine(args),

@@ -23,6 +23,7 @@ fn small_engine() -> EngineConfig {
         kv_bytes_per_token: None,
         host_tier: None,
         shared_tier: None,
+        scheduler: Default::default(),
     }
 }
 

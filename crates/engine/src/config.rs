@@ -35,6 +35,31 @@ pub struct EngineConfig {
     /// 0.5; see [`crate::host`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_tier: Option<HostTier>,
+    /// How steps are formed: vLLM V1's (the default) or V0's.
+    #[serde(default, skip_serializing_if = "Scheduler::is_v1")]
+    pub scheduler: Scheduler,
+}
+
+/// How an engine forms its steps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scheduler {
+    /// vLLM V1: running sequences first (decodes and prefill chunks), then admissions, in
+    /// one mixed step; a prompt longer than the step's token budget is chunked.
+    #[default]
+    V1,
+    /// vLLM V0's default scheduler: while requests wait and one can be admitted, a step
+    /// runs only prefills (whole prompts, within the token budget); else it decodes every
+    /// running sequence. No chunked prefill (a prompt longer than the whole budget, which
+    /// vLLM would refuse, is chunked here rather than left waiting forever).
+    V0,
+}
+
+impl Scheduler {
+    /// Whether it is V1 (the default, left out of written configs).
+    pub fn is_v1(&self) -> bool {
+        *self == Scheduler::V1
+    }
 }
 
 impl EngineConfig {
@@ -53,6 +78,7 @@ impl EngineConfig {
             kv_bytes_per_token: None,
             host_tier: None,
             shared_tier: None,
+            scheduler: Default::default(),
         }
     }
 
@@ -169,6 +195,8 @@ pub struct Overrides {
     pub host_tier: Option<HostTier>,
     /// The link to the fleet's shared tier.
     pub shared_tier: Option<HostTier>,
+    /// How steps are formed.
+    pub scheduler: Option<Scheduler>,
 }
 
 impl EngineConfig {
@@ -184,6 +212,7 @@ impl EngineConfig {
             kv_bytes_per_token,
             host_tier,
             shared_tier,
+            scheduler,
         } = overrides;
         if let Some(preset) = preset {
             self = preset.config();
@@ -197,6 +226,7 @@ impl EngineConfig {
             kv_bytes_per_token: kv_bytes,
             host_tier: host,
             shared_tier: shared,
+            scheduler: steps,
         } = &mut self;
         if let Some(v) = num_gpu_blocks {
             *blocks = *v;
@@ -222,6 +252,9 @@ impl EngineConfig {
         if let Some(v) = shared_tier {
             *shared = Some(*v);
         }
+        if let Some(v) = scheduler {
+            *steps = *v;
+        }
         self
     }
 }
@@ -238,6 +271,7 @@ impl From<&EngineConfig> for Overrides {
             kv_bytes_per_token,
             host_tier,
             shared_tier,
+            scheduler,
         } = config;
         Overrides {
             preset: None,
@@ -249,6 +283,7 @@ impl From<&EngineConfig> for Overrides {
             kv_bytes_per_token: *kv_bytes_per_token,
             host_tier: *host_tier,
             shared_tier: *shared_tier,
+            scheduler: Some(*scheduler),
         }
     }
 }
@@ -282,6 +317,7 @@ mod tests {
                 h2d_gbps: 6.0,
                 latency_ms: 2.0,
             }),
+            scheduler: Scheduler::V0,
         };
         assert_eq!(
             EngineConfig::dynamo().with(&Overrides::from(&wanted)),

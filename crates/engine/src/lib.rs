@@ -35,7 +35,7 @@ pub mod step_time;
 mod tiers;
 pub mod transfer;
 
-pub use config::{EngineConfig, Overrides, Preset};
+pub use config::{EngineConfig, Overrides, Preset, Scheduler};
 pub use host::{HostCache, HostTier, SharedStore};
 pub use kv::{KvCache, KvEvent};
 pub use model::{ModelConfigError, ModelKv, kv_from_model_config};

@@ -424,13 +424,27 @@ impl Engine {
 
     /// Plans the next step at `now`; returns its end, or `None` when idle.
     fn start_step(&mut self, now_ns: u64) -> Option<u64> {
+        // vLLM V0: a step of prefills alone while a request waits and may be admitted.
+        let v0 = self.config.scheduler == crate::Scheduler::V0;
+        if v0 && !self.waiting.is_empty() && (self.running.len() as u32) < self.config.max_num_seqs
+        {
+            if let Some(end) = self.plan_step(now_ns, true) {
+                return Some(end);
+            }
+        }
+        self.plan_step(now_ns, false)
+    }
+
+    /// Plans a step: with `prefills_only` (V0), admissions alone, each whole prompt within
+    /// the budget, and nothing planned when none is admitted.
+    fn plan_step(&mut self, now_ns: u64, prefills_only: bool) -> Option<u64> {
         let block_tokens = self.config.engine_block_size;
         let mut budget = self.config.max_num_batched_tokens;
         let (mut prefill, mut decode) = std::mem::take(&mut self.spare);
         let mut prefill_tokens = 0u64;
         // Running sequences first, in admission order.
         let mut pos = 0;
-        while pos < self.running.len() && budget > 0 {
+        while !prefills_only && pos < self.running.len() && budget > 0 {
             if self.running[pos].ready_ns > now_ns {
                 // Its KV is still coming from the host tier.
                 pos += 1;
@@ -490,6 +504,11 @@ impl Engine {
             if new_blocks + self.kv.unheld(&head.hit_ids[..hits]) > self.kv.free() {
                 break;
             }
+            // V0 computes a prompt whole (one longer than any budget is chunked instead).
+            let whole = target - hit_tokens;
+            if prefills_only && whole > budget && whole <= self.config.max_num_batched_tokens {
+                break;
+            }
             let mut seq = self.waiting.pop_front().expect("head exists");
             for &id in &seq.hit_ids[..hits] {
                 self.kv.hold(id);
@@ -537,6 +556,11 @@ impl Engine {
             }
             prefill.push((self.running.len(), tokens));
             self.running.push(seq);
+        }
+        if prefills_only && prefill.is_empty() && !admitted {
+            // Nothing admitted: the step decodes instead.
+            self.spare = (prefill, decode);
+            return None;
         }
         if prefill.is_empty() && decode.is_empty() {
             // Nothing to compute: idle, or waiting for a load to end.

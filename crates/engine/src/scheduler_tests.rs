@@ -18,6 +18,7 @@ fn linear(num_gpu_blocks: u32, max_num_seqs: u32, budget: u32) -> EngineConfig {
         kv_bytes_per_token: None,
         host_tier: None,
         shared_tier: None,
+        scheduler: Default::default(),
     }
 }
 
@@ -105,6 +106,38 @@ fn decode_and_admission_share_the_budget_and_sequence_limit() {
     assert_eq!(plan.prefill, vec![(1, 4)]);
     assert_eq!(engine.status().running, 2);
     assert_eq!(engine.status().waiting, 1);
+}
+
+#[test]
+fn v0_runs_prefills_alone_and_whole_then_decodes() {
+    // The same arrivals as above, budget 9, scheduled as vLLM V0 schedules them.
+    let config = EngineConfig {
+        scheduler: crate::Scheduler::V0,
+        ..linear(100, 3, 9)
+    };
+    let mut engine = Engine::new(config);
+    let end = engine.enqueue(Sequence::new(0, 4, 10, vec![]), 0).unwrap();
+    engine.finish_step(end);
+    engine.enqueue(Sequence::new(1, 8, 3, vec![]), end);
+    engine.enqueue(Sequence::new(2, 8, 3, vec![]), end);
+    engine.finish_step(end + 2_000_000);
+    // Requests wait: the step is request 1's whole prompt and no decode (request 2's
+    // prompt would not fit the 1 token left; V1 would chunk it in).
+    let plan = engine.plan.as_ref().unwrap();
+    assert_eq!(plan.prefill, vec![(1, 8)]);
+    assert!(plan.decode.is_empty());
+    assert_eq!(plan.step_ns, 5_000_000, "1 + 8 × 0.5 ms");
+    let next = engine.step_end().unwrap();
+    engine.finish_step(next);
+    let plan = engine.plan.as_ref().unwrap();
+    assert_eq!(plan.prefill, vec![(2, 8)]);
+    assert!(plan.decode.is_empty());
+    // Nothing waits: every running sequence decodes.
+    let next = engine.step_end().unwrap();
+    engine.finish_step(next);
+    let plan = engine.plan.as_ref().unwrap();
+    assert!(plan.prefill.is_empty());
+    assert_eq!(plan.decode, vec![0, 1, 2]);
 }
 
 #[test]

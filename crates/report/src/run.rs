@@ -213,6 +213,9 @@ pub struct EngineRun {
     /// 0.5; absent without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_tier: Option<HostTierRun>,
+    /// The scheduler, when it is not vLLM V1's (`v0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<String>,
 }
 
 /// A host-memory or shared tier, as run.

@@ -493,6 +493,7 @@ pub mod recorded {
             kv_bytes_per_token,
             host_tier,
             shared_tier,
+            scheduler,
         } = config;
         let tier = |tier: HostTier| {
             let HostTier {
@@ -512,6 +513,7 @@ pub mod recorded {
             kv_bytes_per_token: *kv_bytes_per_token,
             host_tier: host_tier.map(tier),
             shared_tier: shared_tier.map(tier),
+            scheduler: (!scheduler.is_v1()).then(|| "v0".to_owned()),
             num_gpu_blocks: *num_gpu_blocks,
             engine_block_size: *engine_block_size,
             max_num_seqs: *max_num_seqs,

@@ -352,6 +352,28 @@ impl TraceReader {
         Ok(Self::over(path, source, TraceFormat::Weka, options))
     }
 
+    /// A reader over `text`, a trace in `format` made in memory (a measured run's own
+    /// workload, say); `path` names it in errors and in the report.
+    pub fn in_memory(
+        path: &Path,
+        format: TraceFormat,
+        text: Vec<u8>,
+        options: TraceOptions,
+    ) -> TraceReader {
+        let mut tally = Tally::default();
+        tally.bytes = text.len() as u64;
+        tally.hash.update(&text);
+        let source = Source::Stream {
+            reader: Box::new(std::io::Cursor::new(text)),
+            buf: Vec::new(),
+            pending: false,
+            at_start: true,
+            bytes: tally.bytes,
+            tally: Some(std::sync::Arc::new(std::sync::Mutex::new(tally))),
+        };
+        Self::over(path, source, format, options)
+    }
+
     /// A regular file: mapped, or decompressed as it is read when its first bytes say so.
     fn file_source(
         path: &Path,

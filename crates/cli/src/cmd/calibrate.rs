@@ -50,7 +50,7 @@ fn read(dir: &Path, name: &str) -> Result<String, Failure> {
 }
 
 /// Replays `workload` on one engine `engine` and returns what its requests took.
-fn simulate(
+pub(crate) fn simulate(
     workload: &Workload,
     replicas: &mut Replicas,
     engine: &EngineConfig,
@@ -67,11 +67,13 @@ fn simulate(
         ttft_ms: vec![0.0; n],
         tpot_ms: vec![None; n],
         makespan_s: report.timed?.makespan_s,
+        e2e_ms: vec![0.0; n],
     };
     // Records come in the order requests finished: put them back in the workload's.
     for record in &recorder.records {
         let index = record.id as usize - 1;
         samples.ttft_ms[index] = record.ttft_ms;
+        samples.e2e_ms[index] = (record.finish_s - record.arrival_s) * 1e3;
         let output = workload.requests[index]
             .output_tokens
             .unwrap_or(settings.default_output_tokens);
@@ -164,6 +166,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         kv_bytes_per_token: None,
         host_tier: None,
         shared_tier: None,
+        scheduler: Default::default(),
     };
     let measured = run.samples();
     let fitted = fit(&base, &measured, args.seed, args.budget, |engine| {

@@ -13,6 +13,7 @@ pub mod replay;
 pub mod run;
 pub mod snapshot;
 pub mod sweep;
+pub mod validate;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

@@ -18,6 +18,9 @@ use serde::Deserialize;
 
 use routerlab_engine::{EngineConfig, StepTime};
 
+pub mod distserve;
+pub mod validate;
+
 /// One request of a measured run.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct MeasuredRequest {
@@ -76,6 +79,8 @@ pub struct Samples {
     pub tpot_ms: Vec<Option<f64>>,
     /// First arrival to last token, seconds.
     pub makespan_s: f64,
+    /// Arrival to last token of each request, ms.
+    pub e2e_ms: Vec<f64>,
 }
 
 /// The quantiles the fit matches, with their weights.
@@ -174,7 +179,8 @@ impl Figures {
     }
 }
 
-fn quantile(values: &mut [f64], q: f64) -> f64 {
+/// The `q` quantile of `values` (nearest rank; 0 when empty); sorts them.
+pub fn quantile(values: &mut [f64], q: f64) -> f64 {
     if values.is_empty() {
         return 0.0;
     }
@@ -403,6 +409,11 @@ impl MeasuredRun {
                 })
                 .collect(),
             makespan_s: end - start,
+            e2e_ms: self
+                .requests
+                .iter()
+                .map(|r| (r.last_token_ts - r.queued_ts) * 1e3)
+                .collect(),
         }
     }
 

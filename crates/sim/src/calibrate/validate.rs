@@ -1,0 +1,149 @@
+//! `routerlab validate`: what a fitted engine model predicts of measured runs, against what
+//! they measured. Each run is judged by TTFT and end-to-end latency (arrival to last
+//! token), mean and 50th, 90th and 99th percentiles, each with its absolute percentage
+//! error; over the runs the model was not fitted on, the median of each metric's errors.
+
+use super::{Samples, quantile};
+
+/// The metrics each run is judged by, in their order: name as printed, key in JSON and CSV.
+pub const METRICS: [(&str, &str); 8] = [
+    ("TTFT mean (ms)", "ttft_mean_ms"),
+    ("TTFT p50 (ms)", "ttft_p50_ms"),
+    ("TTFT p90 (ms)", "ttft_p90_ms"),
+    ("TTFT p99 (ms)", "ttft_p99_ms"),
+    ("E2E mean (ms)", "e2e_mean_ms"),
+    ("E2E p50 (ms)", "e2e_p50_ms"),
+    ("E2E p90 (ms)", "e2e_p90_ms"),
+    ("E2E p99 (ms)", "e2e_p99_ms"),
+];
+
+fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        0.0
+    } else {
+        values.iter().sum::<f64>() / values.len() as f64
+    }
+}
+
+/// A run's [`METRICS`], in order.
+pub fn metrics(samples: &Samples) -> [f64; 8] {
+    let (mut ttft, mut e2e) = (samples.ttft_ms.clone(), samples.e2e_ms.clone());
+    [
+        mean(&ttft),
+        quantile(&mut ttft, 0.5),
+        quantile(&mut ttft, 0.9),
+        quantile(&mut ttft, 0.99),
+        mean(&e2e),
+        quantile(&mut e2e, 0.5),
+        quantile(&mut e2e, 0.9),
+        quantile(&mut e2e, 0.99),
+    ]
+}
+
+/// Absolute percentage error of `simulated` against `measured` (0 when both are 0).
+pub fn abs_error_pct(measured: f64, simulated: f64) -> f64 {
+    if measured == 0.0 {
+        if simulated == 0.0 { 0.0 } else { f64::INFINITY }
+    } else {
+        ((simulated - measured) / measured).abs() * 100.0
+    }
+}
+
+/// One run, measured and simulated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunCheck {
+    /// The run as given.
+    pub run: String,
+    /// Whether the model was fitted on it.
+    pub fitted: bool,
+    /// Its requests.
+    pub requests: usize,
+    /// [`METRICS`] measured.
+    pub measured: [f64; 8],
+    /// [`METRICS`] simulated.
+    pub simulated: [f64; 8],
+}
+
+impl RunCheck {
+    /// Compares `simulated` with `measured`.
+    pub fn new(run: String, fitted: bool, measured: &Samples, simulated: &Samples) -> RunCheck {
+        RunCheck {
+            run,
+            fitted,
+            requests: measured.ttft_ms.len(),
+            measured: metrics(measured),
+            simulated: metrics(simulated),
+        }
+    }
+
+    /// Each metric's absolute percentage error.
+    pub fn errors(&self) -> [f64; 8] {
+        std::array::from_fn(|i| abs_error_pct(self.measured[i], self.simulated[i]))
+    }
+}
+
+/// Each metric's median absolute percentage error over `runs` (the predicted ones, or all
+/// when every run was fitted), and how many runs that is.
+pub fn median_errors(runs: &[RunCheck]) -> ([f64; 8], usize) {
+    let predicted: Vec<&RunCheck> = runs.iter().filter(|r| !r.fitted).collect();
+    let judged: Vec<&RunCheck> = if predicted.is_empty() {
+        runs.iter().collect()
+    } else {
+        predicted
+    };
+    let medians = std::array::from_fn(|i| {
+        let mut errors: Vec<f64> = judged.iter().map(|r| r.errors()[i]).collect();
+        errors.sort_by(f64::total_cmp);
+        match errors.len() {
+            0 => 0.0,
+            n if n % 2 == 1 => errors[n / 2],
+            n => (errors[n / 2 - 1] + errors[n / 2]) / 2.0,
+        }
+    });
+    (medians, judged.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples(ttft: &[f64], e2e: &[f64]) -> Samples {
+        Samples {
+            ttft_ms: ttft.to_vec(),
+            tpot_ms: vec![None; ttft.len()],
+            makespan_s: 1.0,
+            e2e_ms: e2e.to_vec(),
+        }
+    }
+
+    #[test]
+    fn metrics_are_means_and_nearest_rank_percentiles() {
+        let m = metrics(&samples(
+            &[10.0, 20.0, 30.0, 40.0],
+            &[100.0, 200.0, 300.0, 400.0],
+        ));
+        assert_eq!(m, [25.0, 30.0, 40.0, 40.0, 250.0, 300.0, 400.0, 400.0]);
+    }
+
+    #[test]
+    fn the_median_error_is_over_predicted_runs_only() {
+        let measured = samples(&[100.0], &[1000.0]);
+        let check = |fitted, ttft: f64| {
+            RunCheck::new("r".into(), fitted, &measured, &samples(&[ttft], &[1000.0]))
+        };
+        let runs = [
+            check(true, 500.0),
+            check(false, 110.0),
+            check(false, 80.0),
+            check(false, 104.0),
+        ];
+        let (medians, judged) = median_errors(&runs);
+        assert_eq!(judged, 3);
+        assert!((medians[0] - 10.0).abs() < 1e-9, "{medians:?}");
+        assert_eq!(medians[4], 0.0);
+        // Even count: the mean of the middle two.
+        let (medians, _) = median_errors(&runs[1..3]);
+        assert!((medians[1] - 15.0).abs() < 1e-9, "{medians:?}");
+        assert_eq!(abs_error_pct(0.0, 0.0), 0.0);
+    }
+}
