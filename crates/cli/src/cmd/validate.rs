@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use routerlab_engine::EngineConfig;
 use routerlab_host::SearchPath;
 use routerlab_sim::calibrate::validate::{METRICS, RunCheck, median_errors};
-use routerlab_sim::calibrate::{MeasuredRun, Samples, distserve, fit};
+use routerlab_sim::calibrate::{MeasuredRun, Samples, distserve, fit, vllm_bench};
 use routerlab_sim::scenario::Scenario;
 use routerlab_sim::{Replicas, WhenUnavailable};
 use routerlab_trace::{TraceFormat, TraceOptions, TraceReader, Workload};
@@ -21,12 +21,14 @@ use crate::exit::Failure;
 /// How a measured run is laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RunFormat {
-    /// A directory is LLMServingSim's layout, a file DistServe's.
+    /// A directory is LLMServingSim's layout; a file is told by its first bytes.
     Auto,
     /// LLMServingSim's bench layout: requests.jsonl, meta.json, timeseries.csv.
     Llmservingsim,
     /// DistServe's alignment runs (`vllm-N-RATE.exp`).
     Distserve,
+    /// `vllm bench serve --save-result --save-detailed` JSON.
+    VllmBench,
 }
 
 /// `--scheduler`.
@@ -111,7 +113,7 @@ fn load_run(path: &Path, format: RunFormat, args: &ValidateArgs) -> Result<Measu
     let llmservingsim = match format {
         RunFormat::Auto => directory,
         RunFormat::Llmservingsim => true,
-        RunFormat::Distserve => false,
+        RunFormat::Distserve | RunFormat::VllmBench => false,
     };
     if llmservingsim {
         let file = |name| read(&path.join(name));
@@ -124,24 +126,37 @@ fn load_run(path: &Path, format: RunFormat, args: &ValidateArgs) -> Result<Measu
     }
     if directory {
         return Err(Failure::input(format!(
-            "{}: a directory, not a DistServe run file",
+            "{}: a directory, not a run file (DistServe's or vllm bench serve's)",
             path.display()
         )));
     }
     let text = read(path)?;
-    if format == RunFormat::Auto && !distserve::detect(&text) {
-        return Err(Failure::input(format!(
-            "{}: not a measured run: a directory in LLMServingSim's layout (requests.jsonl, meta.json, timeseries.csv) or a DistServe run file (line 1 a list of dicts starting `[{{'prompt_len':`); or name it with --run-format",
-            path.display()
-        )));
-    }
-    let requests =
-        distserve::parse(&text).map_err(|e| Failure::input(format!("{}:{e}", path.display())))?;
+    let format = match format {
+        RunFormat::Auto if distserve::detect(&text) => RunFormat::Distserve,
+        RunFormat::Auto if vllm_bench::detect(&text) => RunFormat::VllmBench,
+        RunFormat::Auto => {
+            return Err(Failure::input(format!(
+                "{}: not a measured run: a directory in LLMServingSim's layout (requests.jsonl, meta.json, timeseries.csv), a DistServe run file (line 1 a list of dicts starting `[{{'prompt_len':`) or a `vllm bench serve --save-detailed` result (a JSON object with `input_lens` and `ttfts`); or name it with --run-format",
+                path.display()
+            )));
+        }
+        other => other,
+    };
+    let requests = if format == RunFormat::Distserve {
+        distserve::parse(&text).map_err(|e| Failure::input(format!("{}:{e}", path.display())))?
+    } else {
+        let (requests, failed) = vllm_bench::parse(&text)
+            .map_err(|e| Failure::input(format!("{}: {e}", path.display())))?;
+        if failed > 0 {
+            eprintln!("{}: {failed} failed requests left out", path.display());
+        }
+        requests
+    };
     let (Some(max_num_seqs), Some(max_num_batched_tokens)) =
         (args.max_num_seqs, args.max_num_batched_tokens)
     else {
         return Err(Failure::input(format!(
-            "{}: a DistServe run does not record the engine's limits: give --max-num-seqs and --max-num-batched-tokens",
+            "{}: the run does not record the engine's limits: give --max-num-seqs and --max-num-batched-tokens",
             path.display()
         )));
     };

@@ -32,8 +32,9 @@ pub fn detect(text: &str) -> bool {
     head.starts_with("[{'prompt_len':")
 }
 
-/// The requests of a run's text, in issue order; errors name the line, the request (its
-/// 1-based place in the list) and the field.
+/// The requests of a run's text, in issue order; errors start with the line (`1: request
+/// 3: field `issue_time`: ...`), naming the request (its 1-based place in the list) and
+/// the field.
 pub fn parse(text: &str) -> Result<Vec<MeasuredRequest>, String> {
     let first = text.lines().next().unwrap_or_default();
     if let Some(bad) = first
@@ -41,24 +42,23 @@ pub fn parse(text: &str) -> Result<Vec<MeasuredRequest>, String> {
         .find(|c| !(c.is_ascii_alphanumeric() || "[]{}:,.'_-+ \t".contains(*c)))
     {
         return Err(format!(
-            "line 1: `{bad}`: not a list of dicts of numbers (DistServe's first line)"
+            "1: `{bad}`: not a list of dicts of numbers (DistServe's first line)"
         ));
     }
     let json = first.replace('\'', "\"");
     let rows: Vec<Row> = serde_json::from_str(&json).map_err(|e| {
         format!(
-            "line 1: column {}: {} (DistServe's first line is a list of dicts with prompt_len, output_len, issue_time, first_token_time and complete_time)",
+            "1: column {}: {} (DistServe's first line is a list of dicts with prompt_len, output_len, issue_time, first_token_time and complete_time)",
             e.column(),
             e
         )
     })?;
     if rows.is_empty() {
-        return Err("line 1: no requests".into());
+        return Err("1: no requests".into());
     }
     let mut requests = Vec::with_capacity(rows.len());
     for (i, row) in rows.iter().enumerate() {
-        let at =
-            |field: &str, why: &str| format!("line 1: request {}: field `{field}`: {why}", i + 1);
+        let at = |field: &str, why: &str| format!("1: request {}: field `{field}`: {why}", i + 1);
         for (field, value) in [
             ("issue_time", row.issue_time),
             ("first_token_time", row.first_token_time),
@@ -98,7 +98,7 @@ pub fn parse(text: &str) -> Result<Vec<MeasuredRequest>, String> {
         .fold(f64::INFINITY, f64::min);
     let end = requests.iter().map(|r| r.last_token_ts).fold(0.0, f64::max);
     if end - start > MAX_RUN_SPAN_S {
-        return Err("line 1: the requests span more than a week".into());
+        return Err("1: the requests span more than a week".into());
     }
     // The aggregates' count, when it is there, must be the list's.
     for (n, line) in text.lines().enumerate().skip(1) {
@@ -106,10 +106,10 @@ pub fn parse(text: &str) -> Result<Vec<MeasuredRequest>, String> {
             let count: usize = value
                 .trim()
                 .parse()
-                .map_err(|_| format!("line {}: field `num_requests`: not a count", n + 1))?;
+                .map_err(|_| format!("{}: field `num_requests`: not a count", n + 1))?;
             if count != requests.len() {
                 return Err(format!(
-                    "line {}: field `num_requests`: {count}, but line 1 has {} requests",
+                    "{}: field `num_requests`: {count}, but line 1 has {} requests",
                     n + 1,
                     requests.len()
                 ));
@@ -144,12 +144,12 @@ mod tests {
         let backwards = TWO.replace("'first_token_time': 10.6", "'first_token_time': 10.4");
         assert_eq!(
             parse(&backwards).unwrap_err(),
-            "line 1: request 1: field `first_token_time`: is before `issue_time`"
+            "1: request 1: field `first_token_time`: is before `issue_time`"
         );
         let miscounted = TWO.replace("num_requests: 2", "num_requests: 3");
         assert_eq!(
             parse(&miscounted).unwrap_err(),
-            "line 3: field `num_requests`: 3, but line 1 has 2 requests"
+            "3: field `num_requests`: 3, but line 1 has 2 requests"
         );
         let missing = TWO.replace("'output_len': 2, ", "");
         assert!(
@@ -162,7 +162,7 @@ mod tests {
         assert!(
             parse("[{'prompt_len': None}]")
                 .unwrap_err()
-                .starts_with("line 1: column")
+                .starts_with("1: column")
         );
         assert!(
             parse("[{'prompt_len': \"x\"}]")

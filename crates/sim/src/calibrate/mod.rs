@@ -20,6 +20,7 @@ use routerlab_engine::{EngineConfig, StepTime};
 
 pub mod distserve;
 pub mod validate;
+pub mod vllm_bench;
 
 /// One request of a measured run.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
