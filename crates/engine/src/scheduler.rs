@@ -426,11 +426,12 @@ impl Engine {
     fn start_step(&mut self, now_ns: u64) -> Option<u64> {
         // vLLM V0: a step of prefills alone while a request waits and may be admitted.
         let v0 = self.config.scheduler == crate::Scheduler::V0;
-        if v0 && !self.waiting.is_empty() && (self.running.len() as u32) < self.config.max_num_seqs
+        if v0
+            && !self.waiting.is_empty()
+            && (self.running.len() as u32) < self.config.max_num_seqs
+            && let Some(end) = self.plan_step(now_ns, true)
         {
-            if let Some(end) = self.plan_step(now_ns, true) {
-                return Some(end);
-            }
+            return Some(end);
         }
         self.plan_step(now_ns, false)
     }

@@ -360,8 +360,10 @@ impl TraceReader {
         text: Vec<u8>,
         options: TraceOptions,
     ) -> TraceReader {
-        let mut tally = Tally::default();
-        tally.bytes = text.len() as u64;
+        let mut tally = Tally {
+            bytes: text.len() as u64,
+            ..Tally::default()
+        };
         tally.hash.update(&text);
         let source = Source::Stream {
             reader: Box::new(std::io::Cursor::new(text)),

@@ -79,7 +79,7 @@ pub fn parse(text: &str) -> std::result::Result<(Vec<MeasuredRequest>, usize), S
         if !start.is_finite() || start < 0.0 {
             return Err(at("start_times", "must be a finite, non-negative time"));
         }
-        if !ttft.is_finite() || ttft < 0.0 || ttft > MAX_RUN_SPAN_S {
+        if !(0.0..=MAX_RUN_SPAN_S).contains(&ttft) {
             return Err(at(
                 "ttfts",
                 "must be a finite, non-negative number of seconds",
