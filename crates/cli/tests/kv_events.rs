@@ -11,16 +11,7 @@ use support::http;
 use support::server::Server;
 
 fn python() -> String {
-    let python = std::env::var("ROUTERLAB_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = std::process::Command::new(&python)
-        .args(["-c", "import msgspec, zmq"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "`{python}` cannot import msgspec and zmq: run `cargo xtask ci` (it makes a Python with them), or `pip install msgspec==0.23.0 pyzmq==27.3.0`, or set ROUTERLAB_PYTHON"
-    );
-    python
+    support::python("msgspec, zmq")
 }
 
 /// The value after `label` on the engine's stderr, once it is there.

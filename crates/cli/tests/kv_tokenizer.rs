@@ -21,16 +21,7 @@ const SEED: &str = "1234";
 const BLOCK: u32 = 16;
 
 fn python() -> String {
-    let python = std::env::var("ROUTERLAB_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&python)
-        .args(["-c", "import msgspec, zmq, cbor2, xxhash, tokenizers"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "`{python}` cannot import msgspec, zmq, cbor2, xxhash and tokenizers: run `cargo xtask ci` (it makes a Python with them), or set ROUTERLAB_PYTHON"
-    );
-    python
+    support::python("msgspec, zmq, cbor2, xxhash, tokenizers")
 }
 
 /// A word-level tokenizer (`w0`..`w299`, split on whitespace) that puts `[BOS]` first.

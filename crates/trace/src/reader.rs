@@ -341,15 +341,13 @@ impl TraceReader {
             tally.bytes += bytes.len() as u64;
             tally.hash.update(bytes);
         })?;
-        let source = Source::Stream {
-            reader: Box::new(std::io::Cursor::new(text)),
-            buf: Vec::new(),
-            pending: false,
-            at_start: true,
-            bytes: tally.bytes,
-            tally: Some(std::sync::Arc::new(std::sync::Mutex::new(tally))),
-        };
-        Ok(Self::over(path, source, TraceFormat::Weka, options))
+        Ok(Self::over_text(
+            path,
+            text,
+            tally,
+            TraceFormat::Weka,
+            options,
+        ))
     }
 
     /// A reader over `text`, a trace in `format` made in memory (a measured run's own
@@ -365,6 +363,17 @@ impl TraceReader {
             ..Tally::default()
         };
         tally.hash.update(&text);
+        Self::over_text(path, text, tally, format, options)
+    }
+
+    /// A reader over `text` held in memory, `tally` what the report says of its source.
+    fn over_text(
+        path: &Path,
+        text: Vec<u8>,
+        tally: Tally,
+        format: TraceFormat,
+        options: TraceOptions,
+    ) -> TraceReader {
         let source = Source::Stream {
             reader: Box::new(std::io::Cursor::new(text)),
             buf: Vec::new(),

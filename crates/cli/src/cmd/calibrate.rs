@@ -85,6 +85,18 @@ pub(crate) fn simulate(
     Some(samples)
 }
 
+/// The router of a fleet of one engine: any matcher sends everything to it; round robin is
+/// the plainest.
+pub(crate) fn one_engine() -> Result<Replicas, Failure> {
+    let scenario = Scenario {
+        matcher: "round-robin".into(),
+        endpoints: vec!["engine".into()],
+        when_unavailable: WhenUnavailable::Queue,
+        ..Scenario::default()
+    };
+    Ok(scenario.routers(&SearchPath::from_env())?)
+}
+
 /// Runs the command.
 pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
     let run = MeasuredRun::parse(
@@ -139,14 +151,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
             args.workload.display()
         )));
     }
-    // One engine: any matcher sends everything to it; round robin is the plainest.
-    let scenario = Scenario {
-        matcher: "round-robin".into(),
-        endpoints: vec!["engine".into()],
-        when_unavailable: WhenUnavailable::Queue,
-        ..Scenario::default()
-    };
-    let mut replicas = scenario.routers(&SearchPath::from_env())?;
+    let mut replicas = one_engine()?;
     // After the plugin is loaded: its library is an input too.
     if let Some(out) = &args.output {
         let inputs = [

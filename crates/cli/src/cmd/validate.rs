@@ -8,11 +8,9 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use routerlab_engine::EngineConfig;
-use routerlab_host::SearchPath;
+use routerlab_sim::Replicas;
 use routerlab_sim::calibrate::validate::{METRICS, RunCheck, median_errors};
 use routerlab_sim::calibrate::{MeasuredRun, Samples, distserve, fit, vllm_bench};
-use routerlab_sim::scenario::Scenario;
-use routerlab_sim::{Replicas, WhenUnavailable};
 use routerlab_trace::{TraceFormat, TraceOptions, TraceReader, Workload};
 
 use crate::cmd::calibrate::simulate;
@@ -287,13 +285,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
             .collect();
         crate::cmd::refuse_input_as_output("--engine-out", out, &inputs)?;
     }
-    let scenario = Scenario {
-        matcher: "round-robin".into(),
-        endpoints: vec!["engine".into()],
-        when_unavailable: WhenUnavailable::Queue,
-        ..Scenario::default()
-    };
-    let mut replicas = scenario.routers(&SearchPath::from_env())?;
+    let mut replicas = crate::cmd::calibrate::one_engine()?;
     let fit_runs: Vec<&Run> = fitted.iter().collect();
     let measured = joined(fit_runs.iter().map(|r| r.measured.samples()));
     let result = fit(&base, &measured, args.seed, args.budget, |engine| {

@@ -192,3 +192,18 @@ pub fn exchange(addr: &str, method: &str, path: &str, body: &str) -> (u16, Strin
         .map_or((response.as_str(), ""), |(h, b)| (h, b));
     (status, head.to_owned(), body.to_owned())
 }
+
+/// A Python that imports `modules` (comma-separated, as in an `import` line):
+/// `ROUTERLAB_PYTHON`, else `python3`; the test stops saying how to get one.
+pub fn python(modules: &str) -> String {
+    let python = std::env::var("ROUTERLAB_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&python)
+        .args(["-c", &format!("import {modules}")])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "`{python}` cannot import {modules}: run `cargo xtask ci` (it makes a Python with them), or set ROUTERLAB_PYTHON"
+    );
+    python
+}

@@ -370,21 +370,19 @@ impl<'a> Lookup<'a> {
     }
 }
 
-/// Calls `f` with `data`, lending it `cached_prefix` from `index` (the endpoints of
-/// `slots`: stable index, slot) when KV events are followed; `tokens`, the prompt's by the
-/// engines' tokenizer, with `--tokenizer`.
+/// Calls `f` with `data` (of `routed`), lending it `cached_prefix` from `index` (the
+/// endpoints of `slots`: stable index, slot) when KV events are followed.
 pub(super) fn lend<R>(
     index: Option<&KvIndex>,
     slots: Vec<(u32, usize)>,
-    prompt: &[u8],
-    tokens: Option<&Tokens>,
+    routed: &super::state::Routed,
     data: routerlab_host::RequestData<'_>,
     f: impl FnOnce(&routerlab_host::RequestData<'_>) -> R,
 ) -> R {
     let Some(index) = index else {
         return f(&data);
     };
-    let lookup = Lookup::new(index, slots, prompt, tokens);
+    let lookup = Lookup::new(index, slots, &routed.prompt, routed.tokens.as_deref());
     let answer = |i| lookup.units(i);
     let mut data: routerlab_host::RequestData<'_> = data;
     data.cached_prefix = Some(&answer);

@@ -305,14 +305,9 @@ impl State {
         let loads = self.loads();
         let data = routed.data(self.block_size, now_ns);
         let (kv, slots) = self.kv_lookup();
-        let decided = super::kv_index::lend(
-            kv.as_deref(),
-            slots,
-            &routed.prompt,
-            routed.tokens.as_deref(),
-            data,
-            |data| self.plugins_for(routed.phase).decide(data, loads),
-        );
+        let decided = super::kv_index::lend(kv.as_deref(), slots, routed, data, |data| {
+            self.plugins_for(routed.phase).decide(data, loads)
+        });
         match decided {
             Ok(decided) => {
                 for index in decided.flagged {
@@ -402,19 +397,12 @@ impl State {
         let index = self.upstreams[upstream].index?;
         let data = routed.data(self.block_size, now_ns);
         let (kv, slots) = self.kv_lookup();
-        let learned = super::kv_index::lend(
-            kv.as_deref(),
-            slots,
-            &routed.prompt,
-            routed.tokens.as_deref(),
-            data,
-            |data| {
-                let plugins = self.plugins_for(routed.phase);
-                plugins
-                    .notify(Notice::Learn, data, index)
-                    .map(|()| plugins.generation())
-            },
-        );
+        let learned = super::kv_index::lend(kv.as_deref(), slots, routed, data, |data| {
+            let plugins = self.plugins_for(routed.phase);
+            plugins
+                .notify(Notice::Learn, data, index)
+                .map(|()| plugins.generation())
+        });
         match learned {
             Ok(generation) => Some(generation),
             Err(_) => {
@@ -436,17 +424,10 @@ impl State {
         if let Some(index) = self.learned_at(upstream, learned, routed.phase) {
             let data = routed.data(self.block_size, now_ns);
             let (kv, slots) = self.kv_lookup();
-            let told = super::kv_index::lend(
-                kv.as_deref(),
-                slots,
-                &routed.prompt,
-                routed.tokens.as_deref(),
-                data,
-                |data| {
-                    self.plugins_for(routed.phase)
-                        .notify(Notice::FirstToken, data, index)
-                },
-            );
+            let told = super::kv_index::lend(kv.as_deref(), slots, routed, data, |data| {
+                self.plugins_for(routed.phase)
+                    .notify(Notice::FirstToken, data, index)
+            });
             if told.is_err() {
                 self.plugin_errors += 1;
             }
@@ -465,17 +446,10 @@ impl State {
         if let Some(index) = self.learned_at(upstream, learned, routed.phase) {
             let data = routed.data(self.block_size, now_ns);
             let (kv, slots) = self.kv_lookup();
-            let told = super::kv_index::lend(
-                kv.as_deref(),
-                slots,
-                &routed.prompt,
-                routed.tokens.as_deref(),
-                data,
-                |data| {
-                    self.plugins_for(routed.phase)
-                        .notify(Notice::Complete, data, index)
-                },
-            );
+            let told = super::kv_index::lend(kv.as_deref(), slots, routed, data, |data| {
+                self.plugins_for(routed.phase)
+                    .notify(Notice::Complete, data, index)
+            });
             if told.is_err() {
                 self.plugin_errors += 1;
             }
