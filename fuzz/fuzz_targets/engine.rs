@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use routerlab_engine::{EngineConfig, KvTransfer, StepTime, TransferMode};
+use routerlab_engine::{EngineConfig, KvTransfer, Scheduler, StepTime, TransferMode};
 use routerlab_host::SearchPath;
 use routerlab_route::{PdDecision, Pools};
 use routerlab_sim::WhenUnavailable;
@@ -57,6 +57,12 @@ fuzz_target!(|data: &[u8]| {
                 latency_ms: f64::from(byte(head, 23)) / 100.0,
             }
         }),
+        // Sometimes vLLM V0's scheduler.
+        scheduler: if byte(head, 20) % 2 == 1 {
+            Scheduler::V0
+        } else {
+            Scheduler::V1
+        },
     };
     if engine.validate().is_err() {
         return;
