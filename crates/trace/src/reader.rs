@@ -358,11 +358,9 @@ impl TraceReader {
         text: Vec<u8>,
         options: TraceOptions,
     ) -> TraceReader {
-        let mut tally = Tally {
-            bytes: text.len() as u64,
-            ..Tally::default()
-        };
+        let mut tally = Tally::default();
         tally.hash.update(&text);
+        tally.bytes = text.len() as u64;
         Self::over_text(path, text, tally, format, options)
     }
 
