@@ -361,10 +361,11 @@ impl<'a> Lookup<'a> {
             }
         };
         let tokens = self.index.held_prefix(slot, &chain_for);
-        let bytes = match (keys, self.tokens) {
-            (Some(_), Some(held)) => held.bytes_of(usize::try_from(tokens).unwrap_or(usize::MAX)),
-            (Some(_), None) => 0,
-            (None, _) => Unit::Bytes.of_tokens(tokens),
+        let bytes = match keys {
+            Some(_) => self.tokens.map_or(0, |held| {
+                held.bytes_of(usize::try_from(tokens).unwrap_or(usize::MAX))
+            }),
+            None => Unit::Bytes.of_tokens(tokens),
         };
         Some(bytes.min(self.prompt.len() as u64))
     }

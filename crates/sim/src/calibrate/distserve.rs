@@ -10,7 +10,7 @@
 
 use serde::Deserialize;
 
-use super::{MAX_RUN_SPAN_S, MeasuredRequest};
+use super::{MAX_RUN_SPAN_S, MeasuredRequest, in_arrival_order};
 
 #[derive(Deserialize)]
 struct Row {
@@ -92,14 +92,7 @@ pub fn parse(text: &str) -> Result<Vec<MeasuredRequest>, String> {
             last_token_ts: row.complete_time,
         });
     }
-    let start = requests
-        .iter()
-        .map(|r| r.queued_ts)
-        .fold(f64::INFINITY, f64::min);
-    let end = requests.iter().map(|r| r.last_token_ts).fold(0.0, f64::max);
-    if end - start > MAX_RUN_SPAN_S {
-        return Err("1: the requests span more than a week".into());
-    }
+    in_arrival_order(&mut requests).map_err(|why| format!("1: {why}"))?;
     // The aggregates' count, when it is there, must be the list's.
     for (n, line) in text.lines().enumerate().skip(1) {
         if let Some(value) = line.trim().strip_prefix("num_requests:") {
@@ -116,7 +109,6 @@ pub fn parse(text: &str) -> Result<Vec<MeasuredRequest>, String> {
             }
         }
     }
-    requests.sort_by(|a, b| a.queued_ts.total_cmp(&b.queued_ts));
     Ok(requests)
 }
 

@@ -192,6 +192,20 @@ pub fn quantile(values: &mut [f64], q: f64) -> f64 {
 /// The longest a measured run may span, seconds: a week.
 const MAX_RUN_SPAN_S: f64 = 7.0 * 24.0 * 3600.0;
 
+/// Puts `requests` in arrival order, refusing them when they span more than a week.
+fn in_arrival_order(requests: &mut [MeasuredRequest]) -> Result<(), &'static str> {
+    let start = requests
+        .iter()
+        .map(|r| r.queued_ts)
+        .fold(f64::INFINITY, f64::min);
+    let end = requests.iter().map(|r| r.last_token_ts).fold(0.0, f64::max);
+    if end - start > MAX_RUN_SPAN_S {
+        return Err("the requests span more than a week");
+    }
+    requests.sort_by(|a, b| a.queued_ts.total_cmp(&b.queued_ts));
+    Ok(())
+}
+
 /// The 1-based line of `text`'s `index`-th non-blank line.
 fn line_of(text: &str, index: usize) -> usize {
     text.lines()

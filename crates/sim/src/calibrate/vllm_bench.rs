@@ -10,7 +10,7 @@
 
 use serde::Deserialize;
 
-use super::{MAX_RUN_SPAN_S, MeasuredRequest};
+use super::{MAX_RUN_SPAN_S, MeasuredRequest, in_arrival_order};
 
 #[derive(Deserialize)]
 struct Result {
@@ -107,15 +107,7 @@ pub fn parse(text: &str) -> std::result::Result<(Vec<MeasuredRequest>, usize), S
     if requests.is_empty() {
         return Err(format!("no request succeeded ({failed} failed)"));
     }
-    let first = requests
-        .iter()
-        .map(|r| r.queued_ts)
-        .fold(f64::INFINITY, f64::min);
-    let last = requests.iter().map(|r| r.last_token_ts).fold(0.0, f64::max);
-    if last - first > MAX_RUN_SPAN_S {
-        return Err("the requests span more than a week".into());
-    }
-    requests.sort_by(|a, b| a.queued_ts.total_cmp(&b.queued_ts));
+    in_arrival_order(&mut requests)?;
     Ok((requests, failed))
 }
 
