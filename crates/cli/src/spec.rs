@@ -312,14 +312,8 @@ pub(crate) fn arrivals(
 /// Largest model config read (real ones are a few kilobytes).
 const MAX_MODEL_CONFIG_BYTES: u64 = 4 << 20;
 
-/// The KV bytes of one token of `--model-config`'s model, when given.
-fn model_kv_bytes(opts: &ReplayOpts) -> Result<Option<u64>, Failure> {
-    let Some(path) = &opts.model_config else {
-        if opts.kv_cache_dtype.is_some() {
-            return Err(Failure::input("--kv-cache-dtype needs --model-config"));
-        }
-        return Ok(None);
-    };
+/// The text of the model config at `path`, at most [`MAX_MODEL_CONFIG_BYTES`].
+pub(crate) fn read_model_config(path: &std::path::Path) -> Result<String, Failure> {
     let fail = |why: String| Failure::input(format!("{}: {why}", path.display()));
     let file =
         std::fs::File::open(path).map_err(|e| fail(format!("cannot read model config: {e}")))?;
@@ -334,6 +328,19 @@ fn model_kv_bytes(opts: &ReplayOpts) -> Result<Option<u64>, Failure> {
             "a model config is at most {MAX_MODEL_CONFIG_BYTES} bytes"
         )));
     }
+    Ok(text)
+}
+
+/// The KV bytes of one token of `--model-config`'s model, when given.
+fn model_kv_bytes(opts: &ReplayOpts) -> Result<Option<u64>, Failure> {
+    let Some(path) = &opts.model_config else {
+        if opts.kv_cache_dtype.is_some() {
+            return Err(Failure::input("--kv-cache-dtype needs --model-config"));
+        }
+        return Ok(None);
+    };
+    let text = read_model_config(path)?;
+    let fail = |why: String| Failure::input(format!("{}: {why}", path.display()));
     let kv = routerlab_engine::kv_from_model_config(&text, opts.kv_cache_dtype.as_deref())
         .map_err(|e| fail(e.to_string()))?;
     Ok(Some(kv.bytes_per_token))

@@ -276,3 +276,47 @@ fn a_bad_run_or_workload_is_refused_by_name() {
         "{stderr}"
     );
 }
+
+/// A benchmark tool's file is a run too: without `--workload` it is replayed from its own
+/// requests.
+#[test]
+fn a_run_file_is_fitted_from_its_own_requests() {
+    let run = support::project_trace("distserve/vllm-100-1.exp");
+    let limits = [
+        "--max-num-seqs",
+        "1024",
+        "--max-num-batched-tokens",
+        "16384",
+        "--num-gpu-blocks",
+        "3970",
+        "--budget",
+        "30",
+    ];
+    let mut args = vec!["calibrate", run.to_str().unwrap()];
+    args.extend(limits);
+    let output = routerlab(&args);
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.starts_with("KV cache: 3970 blocks of 16 tokens (--num-gpu-blocks)"),
+        "{stderr}"
+    );
+    let engine: serde_json::Value = serde_yaml::from_str(&stdout).unwrap();
+    assert_eq!(engine["num_gpu_blocks"], 3970);
+    assert_eq!(engine["max_num_seqs"], 1024);
+    assert!(engine["step_time"]["decode_ms_per_seq"].as_f64().unwrap() > 0.0);
+    // A report of several load points is one run only when one is named.
+    let sweep =
+        support::workspace_root().join("crates/cli/tests/fixtures/guidellm-benchmarks.json");
+    let mut args = vec!["calibrate", sweep.to_str().unwrap()];
+    args.extend(limits);
+    let output = routerlab(&args);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        texts(&output).1.contains(
+            "guidellm-benchmarks.json: the file holds 2 load points: name one as FILE#K (1 to 2)"
+        ),
+        "{}",
+        texts(&output).1
+    );
+}

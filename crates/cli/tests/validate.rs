@@ -156,45 +156,120 @@ fn runs_that_cannot_be_read_are_refused_by_name() {
     );
 }
 
+/// The same three requests (and a failed one) as each benchmark tool writes them, in the
+/// shape of the tool's own output (its field names from its source): each is read as the
+/// three that completed.
 #[test]
-fn a_vllm_bench_serve_result_is_read_as_its_successful_requests() {
-    let fixture = support::workspace_root().join("crates/cli/tests/fixtures/vllm-bench-serve.json");
-    let mut args = vec![
-        "validate",
-        "--fit",
-        fixture.to_str().unwrap(),
-        "--format",
-        "json",
-    ];
-    args.extend([
+fn every_benchmark_tools_output_is_read_as_its_completed_requests() {
+    for (fixture, left_out) in [
+        ("vllm-bench-serve.json", "1 failed requests left out"),
+        (
+            "aiperf-profile-export.jsonl",
+            "1 failed or cancelled and 1 warm-up requests left out",
+        ),
+        (
+            "guidellm-benchmarks.json#1",
+            "1 errored or incomplete requests left out",
+        ),
+        (
+            "inference-perf-per-request.json",
+            "1 failed requests left out",
+        ),
+        ("lmbench-summary.csv", "1 failed requests left out"),
+    ] {
+        let path = support::workspace_root()
+            .join("crates/cli/tests/fixtures")
+            .join(fixture);
+        let mut args = vec![
+            "validate",
+            "--fit",
+            path.to_str().unwrap(),
+            "--format",
+            "json",
+        ];
+        args.extend([
+            "--max-num-seqs",
+            "8",
+            "--max-num-batched-tokens",
+            "512",
+            "--budget",
+            "20",
+        ]);
+        let output = routerlab(&args);
+        let (stdout, stderr) = texts(&output);
+        assert!(output.status.success(), "{fixture}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{fixture}: {left_out}")),
+            "{fixture}: {stderr}"
+        );
+        let report: Value = serde_json::from_str(&stdout).unwrap();
+        let run = &report["runs"][0];
+        assert_eq!(run["requests"], 3, "{fixture}");
+        let measured = |metric: &str| run["metrics"][metric]["measured"].as_f64().unwrap();
+        // TTFTs 52, 71 and 33 ms; end to end 86, 96 and 43 ms (within a microsecond: some
+        // tools write epoch seconds).
+        for (metric, value) in [
+            ("ttft_mean_ms", 52.0),
+            ("ttft_p50_ms", 52.0),
+            ("e2e_mean_ms", 75.0),
+            ("e2e_p99_ms", 96.0),
+        ] {
+            assert!(
+                (measured(metric) - value).abs() < 1e-3,
+                "{fixture} {metric}: {}",
+                measured(metric)
+            );
+        }
+    }
+}
+
+#[test]
+fn a_guidellm_sweep_is_one_run_per_benchmark_or_the_one_named() {
+    let report =
+        support::workspace_root().join("crates/cli/tests/fixtures/guidellm-benchmarks.json");
+    let report = report.to_str().unwrap();
+    let limits = [
         "--max-num-seqs",
         "8",
         "--max-num-batched-tokens",
         "512",
         "--budget",
         "20",
-    ]);
+    ];
+    let mut args = vec!["validate", "--fit", report, "--format", "json"];
+    args.extend(limits);
     let output = routerlab(&args);
     let (stdout, stderr) = texts(&output);
     assert!(output.status.success(), "{stderr}");
+    let runs: Value = serde_json::from_str::<Value>(&stdout).unwrap()["runs"].clone();
+    assert_eq!(runs.as_array().unwrap().len(), 2);
+    assert_eq!(runs[0]["run"], format!("{report}#1"));
+    assert_eq!(runs[1]["requests"], 1);
+    let second = format!("{report}#2");
+    let mut args = vec!["validate", "--fit", &second, "--format", "json"];
+    args.extend(limits);
+    let output = routerlab(&args);
+    assert!(output.status.success(), "{}", texts(&output).1);
+    let run = serde_json::from_str::<Value>(&texts(&output).0).unwrap()["runs"][0].clone();
+    assert_eq!(run["run"], second);
+    assert!((run["metrics"]["ttft_p50_ms"]["measured"].as_f64().unwrap() - 120.0).abs() < 1e-3);
+    let third = format!("{report}#3");
+    let mut args = vec!["validate", "--fit", &third];
+    args.extend(limits);
+    let output = routerlab(&args);
+    assert_eq!(output.status.code(), Some(2));
     assert!(
-        stderr.contains("vllm-bench-serve.json: 1 failed requests left out"),
-        "{stderr}"
+        texts(&output)
+            .1
+            .contains("#3: the file holds 2 load points: K in FILE#K is 1 to 2"),
+        "{}",
+        texts(&output).1
     );
-    let report: Value = serde_json::from_str(&stdout).unwrap();
-    let run = &report["runs"][0];
-    assert_eq!(run["requests"], 3);
-    let measured = |metric: &str| run["metrics"][metric]["measured"].as_f64().unwrap();
-    // TTFTs 52, 71 and 33 ms; end to end, TTFT plus the gaps: 86, 96 and 43 ms.
-    assert!((measured("ttft_mean_ms") - 52.0).abs() < 1e-6);
-    assert!((measured("ttft_p50_ms") - 52.0).abs() < 1e-6);
-    assert!((measured("e2e_mean_ms") - 75.0).abs() < 1e-6);
-    assert!((measured("e2e_p99_ms") - 96.0).abs() < 1e-6);
 }
 
-/// The same measured run written as `vllm bench serve` writes its results reads the same.
+/// The same measured run written as each benchmark tool writes it reads the same.
 #[test]
-fn a_distserve_run_rewritten_as_a_vllm_bench_result_measures_the_same() {
+fn a_distserve_run_rewritten_as_each_tools_output_measures_the_same() {
     let source = project_trace("distserve/vllm-150-1.5.exp");
     let text = std::fs::read_to_string(&source).unwrap();
     let rows: Vec<Value> =
@@ -206,26 +281,78 @@ fn a_distserve_run_rewritten_as_a_vllm_bench_result_measures_the_same() {
         field("complete_time"),
     );
     let count = |key: &str| -> Vec<u64> { rows.iter().map(|r| r[key].as_u64().unwrap()).collect() };
-    let outputs = count("output_len");
-    let itls: Vec<Vec<f64>> = (0..rows.len())
+    let (inputs, outputs) = (count("prompt_len"), count("output_len"));
+    let n = rows.len();
+    let gaps = |i: usize| -> Vec<f64> {
+        let gaps = outputs[i] as usize - 1;
+        vec![(done[i] - first[i]) / gaps.max(1) as f64; gaps]
+    };
+    let vllm_bench = serde_json::json!({
+        "backend": "vllm",
+        "input_lens": inputs,
+        "output_lens": outputs,
+        "ttfts": (0..n).map(|i| first[i] - issue[i]).collect::<Vec<_>>(),
+        "itls": (0..n).map(gaps).collect::<Vec<_>>(),
+        "start_times": issue,
+        "errors": vec![""; n],
+    })
+    .to_string();
+    // Epoch nanoseconds a day and a bit after the client's clock.
+    let ns = |t: f64| (t * 1e9).round() as u64 + 1_764_580_000_000_000_000;
+    let aiperf: String = (0..n)
         .map(|i| {
-            let gaps = outputs[i] as usize - 1;
-            vec![(done[i] - first[i]) / gaps.max(1) as f64; gaps]
+            serde_json::json!({
+                "metadata": {"session_num": i, "request_start_ns": ns(issue[i]),
+                    "request_end_ns": ns(done[i]), "worker_id": "w", "record_processor_id": "r",
+                    "benchmark_phase": "profiling", "was_cancelled": false},
+                "metrics": {"input_sequence_length": {"value": inputs[i], "unit": "tokens"},
+                    "output_sequence_length": {"value": outputs[i], "unit": "tokens"},
+                    "time_to_first_token": {"value": (first[i] - issue[i]) * 1e3, "unit": "ms"}},
+                "error": null,
+            })
+            .to_string()
+                + "\n"
         })
         .collect();
-    let result = serde_json::json!({
-        "backend": "vllm",
-        "input_lens": count("prompt_len"),
-        "output_lens": outputs,
-        "ttfts": (0..rows.len()).map(|i| first[i] - issue[i]).collect::<Vec<_>>(),
-        "itls": itls,
-        "start_times": issue,
-        "errors": vec![""; rows.len()],
-    });
-    let rewritten = support::scratch_file(
-        "distserve-as-vllm-bench.json",
-        result.to_string().as_bytes(),
+    let guidellm = serde_json::json!({"benchmarks": [{
+        "request_totals": {"successful": n, "errored": 0, "incomplete": 0, "total": n},
+        "requests": {"successful": (0..n).map(|i| serde_json::json!({
+            "prompt_tokens": inputs[i], "output_tokens": outputs[i],
+            "request_start_time": issue[i],
+            "info": {"timings": {"request_start": issue[i], "first_token_iteration": first[i],
+                "last_token_iteration": done[i]}}})).collect::<Vec<_>>(),
+            "errored": [], "incomplete": []}}]})
+    .to_string();
+    let inference_perf = serde_json::Value::Array(
+        (0..n)
+            .map(|i| {
+                let mut times = vec![first[i]];
+                for gap in gaps(i) {
+                    times.push(times.last().unwrap() + gap);
+                }
+                *times.last_mut().unwrap() = done[i];
+                serde_json::json!({"start_time": issue[i], "end_time": done[i], "request": "",
+                    "response": "", "error": null,
+                    "info": {"input_tokens": inputs[i], "output_tokens": outputs[i],
+                        "output_token_times": times}})
+            })
+            .collect(),
+    )
+    .to_string();
+    let mut lmbench = String::from(
+        "prompt_tokens,generation_tokens,ttft,generation_time,user_id,question_id,launch_time,finish_time\n",
     );
+    for i in 0..n {
+        lmbench += &format!(
+            "{},{},{},{},{i},1,{},{}\n",
+            inputs[i],
+            outputs[i],
+            first[i] - issue[i],
+            done[i] - first[i],
+            issue[i],
+            done[i]
+        );
+    }
     let measured = |run: &std::path::Path| -> Value {
         let mut args = vec![
             "validate",
@@ -241,17 +368,103 @@ fn a_distserve_run_rewritten_as_a_vllm_bench_result_measures_the_same() {
         let report: Value = serde_json::from_str(&texts(&output).0).unwrap();
         report["runs"][0]["metrics"].clone()
     };
-    let (a, b) = (measured(&source), measured(&rewritten));
-    for (_, key) in [
-        ("", "ttft_p50_ms"),
-        ("", "ttft_p99_ms"),
-        ("", "e2e_mean_ms"),
-        ("", "e2e_p90_ms"),
+    let a = measured(&source);
+    for (name, text) in [
+        ("distserve-as-vllm-bench.json", vllm_bench),
+        ("distserve-as-aiperf.jsonl", aiperf),
+        ("distserve-as-guidellm.json", guidellm),
+        ("distserve-as-inference-perf.json", inference_perf),
+        ("distserve-as-lmbench.csv", lmbench),
     ] {
-        let (x, y) = (
-            a[key]["measured"].as_f64().unwrap(),
-            b[key]["measured"].as_f64().unwrap(),
-        );
-        assert!((x - y).abs() < 1e-6 * x.max(1.0), "{key}: {x} vs {y}");
+        let b = measured(&support::scratch_file(name, text.as_bytes()));
+        for key in ["ttft_p50_ms", "ttft_p99_ms", "e2e_mean_ms", "e2e_p90_ms"] {
+            let (x, y) = (
+                a[key]["measured"].as_f64().unwrap(),
+                b[key]["measured"].as_f64().unwrap(),
+            );
+            assert!(
+                (x - y).abs() < 1e-6 * x.max(1.0),
+                "{name} {key}: {x} vs {y}"
+            );
+        }
+    }
+}
+
+/// facebook/opt-13b's `config.json`, the keys the KV arithmetic reads (DistServe ran it in
+/// fp16: `--dtype half`).
+const OPT_13B: &str = r#"{"architectures": ["OPTForCausalLM"], "model_type": "opt",
+    "hidden_size": 5120, "ffn_dim": 20480, "num_attention_heads": 40, "num_hidden_layers": 40,
+    "max_position_embeddings": 2048, "vocab_size": 50272, "word_embed_proj_dim": 5120,
+    "torch_dtype": "float16"}"#;
+
+#[test]
+fn the_kv_cache_is_sized_from_the_model_config_unless_the_blocks_are_given() {
+    let config = support::scratch_file("validate-opt-13b.json", OPT_13B.as_bytes());
+    let run = project_trace("distserve/vllm-100-1.exp");
+    let base = [
+        "validate",
+        "--fit",
+        run.to_str().unwrap(),
+        "--max-num-seqs",
+        "1024",
+        "--max-num-batched-tokens",
+        "16384",
+        "--budget",
+        "10",
+    ];
+    let gpu = [
+        "--model-config",
+        config.to_str().unwrap(),
+        "--gpu-memory-gib",
+        "80",
+        "--gpu-memory-utilization",
+        "0.95",
+    ];
+    let run_with = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        routerlab(&args)
+    };
+    // 0.95 × 80 GiB, less 25.7 GB of fp16 weights (12.85 billion parameters) and the
+    // activation estimate, in blocks of 16 × 819,200 bytes (2 × 40 layers × 5,120 × 2).
+    let output = run_with(&gpu);
+    let (_, stderr) = texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.starts_with("KV cache: 4003 blocks of 16 tokens (--model-config: 48.87 GiB for KV of 80.00 GiB at 0.95, less weights 23.94 GiB and an activation estimate 3.19 GiB; 819200 KV bytes a token per GPU)"),
+        "{stderr}"
+    );
+    let mut logged = gpu.to_vec();
+    logged.extend(["--non-kv-memory-gib", "28"]);
+    let (_, stderr) = texts(&run_with(&logged));
+    assert!(
+        stderr.starts_with("KV cache: 3932 blocks of 16 tokens (--model-config: 48.00 GiB"),
+        "{stderr}"
+    );
+    let mut given = gpu.to_vec();
+    given.extend(["--num-gpu-blocks", "3970"]);
+    let (_, stderr) = texts(&run_with(&given));
+    assert!(
+        stderr.starts_with("KV cache: 3970 blocks of 16 tokens (--num-gpu-blocks)"),
+        "{stderr}"
+    );
+    for (extra, error) in [
+        (
+            &["--gpu-memory-gib", "80"][..],
+            "--gpu-memory-gib needs --model-config",
+        ),
+        (&gpu[..2], "--model-config needs --gpu-memory-gib"),
+        (
+            &[&gpu[..4], &["--gpu-memory-utilization", "1.5"][..]].concat()[..],
+            "--gpu-memory-utilization must be above 0 and at most 1",
+        ),
+        (
+            &[&gpu[..2], &["--gpu-memory-gib", "20"][..]].concat()[..],
+            "validate-opt-13b.json: the model does not fit: 18.00 GiB of the GPU may be used",
+        ),
+    ] {
+        let output = run_with(extra);
+        assert_eq!(output.status.code(), Some(2), "{extra:?}");
+        assert!(texts(&output).1.contains(error), "{}", texts(&output).1);
     }
 }

@@ -29,6 +29,7 @@
 pub mod config;
 pub mod host;
 pub mod kv;
+pub mod memory;
 pub mod model;
 pub mod scheduler;
 pub mod step_time;
@@ -38,6 +39,7 @@ pub mod transfer;
 pub use config::{EngineConfig, Overrides, Preset, Scheduler};
 pub use host::{HostCache, HostTier, SharedStore};
 pub use kv::{KvCache, KvEvent};
+pub use memory::{GpuBudget, KvBudget, kv_budget};
 pub use model::{ModelConfigError, ModelKv, kv_from_model_config};
 pub use scheduler::{Engine, EngineStatus, Sequence};
 pub use step_time::{Batch, StepTime};

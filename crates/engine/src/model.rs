@@ -42,6 +42,18 @@ pub enum ModelConfigError {
     /// The product is out of range.
     #[error("the KV bytes of one token come to more than 2^30")]
     TooLarge,
+    /// What is not KV cache takes all the memory vLLM may use.
+    #[error(
+        "the model does not fit: {:.2} GiB of the GPU may be used, {:.2} GiB of it is not KV cache",
+        *requested_mib as f64 / 1024.0,
+        *non_kv_mib as f64 / 1024.0
+    )]
+    DoesNotFit {
+        /// The memory vLLM may use, MiB.
+        requested_mib: u64,
+        /// Weights, activations and the rest, MiB.
+        non_kv_mib: u64,
+    },
 }
 
 /// A model's KV cache per token, and what it was worked out from.

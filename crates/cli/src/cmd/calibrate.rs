@@ -1,6 +1,7 @@
-//! `routerlab calibrate RUN_DIR --workload FILE`: fits the engine model to a measured run
-//! and writes the engine config (YAML, for `--engine-config` or an experiment file's
-//! `engine`), printing how close the fit came.
+//! `routerlab calibrate RUN [--workload FILE]`: fits the engine model to a measured run and
+//! writes the engine config (YAML, for `--engine-config` or an experiment file's `engine`),
+//! printing how close the fit came. The run is any `validate` reads; without `--workload`
+//! it is replayed from its own requests (arrival, prompt and output tokens).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -15,17 +16,23 @@ use routerlab_sim::timed::{TimedSettings, replay_timed};
 use routerlab_sim::{Replicas, WhenUnavailable};
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
 
+use crate::cmd::runs::{self, RunArgs};
 use crate::exit::Failure;
 
 /// `routerlab calibrate`.
 #[derive(Args, Debug)]
 pub struct CalibrateArgs {
-    /// The measured run: a directory with requests.jsonl, timeseries.csv and meta.json.
-    #[arg(value_name = "RUN_DIR")]
+    /// The measured run: a directory with requests.jsonl, timeseries.csv and meta.json, or
+    /// a file a benchmark tool wrote (see --run-format).
+    #[arg(value_name = "RUN")]
     pub run: PathBuf,
-    /// The workload the measured engine was fed (any trace format with arrival times).
+    /// How it is laid out and the engine limits it does not record.
+    #[command(flatten)]
+    pub run_args: RunArgs,
+    /// The workload the measured engine was fed (any trace format with arrival times)
+    /// [default: the run's own requests, each with a prefix of its own].
     #[arg(long, value_name = "PATH")]
-    pub workload: PathBuf,
+    pub workload: Option<PathBuf>,
     /// Its format [default: detected].
     #[arg(long, value_name = "FORMAT")]
     pub trace_format: Option<routerlab_trace::TraceFormat>,
@@ -41,12 +48,6 @@ pub struct CalibrateArgs {
     /// Write the engine config here [default: stdout].
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
-}
-
-fn read(dir: &Path, name: &str) -> Result<String, Failure> {
-    let path = dir.join(name);
-    std::fs::read_to_string(&path)
-        .map_err(|e| Failure::input(format!("{}: cannot read: {e}", path.display())))
 }
 
 /// Replays `workload` on one engine `engine` and returns what its requests took.
@@ -99,67 +100,43 @@ pub(crate) fn one_engine() -> Result<Replicas, Failure> {
 
 /// Runs the command.
 pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
-    let run = MeasuredRun::parse(
-        &read(&args.run, "requests.jsonl")?,
-        &read(&args.run, "meta.json")?,
-        &read(&args.run, "timeseries.csv")?,
-    )
-    .map_err(|e| Failure::input(format!("{}/{e}", args.run.display())))?;
     if args.budget < 10 {
         return Err(Failure::input("--budget must be at least 10 replays"));
     }
-    let (blocks, block_size, how) = run.kv_capacity();
+    let mut loaded = runs::load(&args.run, &args.run_args)?;
+    if loaded.len() != 1 {
+        return Err(Failure::input(format!(
+            "{}: the file holds {} load points: name one as FILE#K (1 to {}), or fit them together with `routerlab validate --fit`",
+            args.run.display(),
+            loaded.len(),
+            loaded.len()
+        )));
+    }
+    let loaded = loaded.remove(0);
+    let mut run = loaded.measured;
+    if let Some(n) = args.run_args.max_num_seqs {
+        run.max_num_seqs = n;
+    }
+    if let Some(n) = args.run_args.max_num_batched_tokens {
+        run.max_num_batched_tokens = n;
+    }
+    let (blocks, block_size, how) = args.run_args.kv_capacity(&run)?;
     eprintln!("KV cache: {blocks} blocks of {block_size} tokens ({how})");
-    let options = TraceOptions {
-        format: args.trace_format,
-        trace_block_size: args.trace_block_size,
-        ..TraceOptions::default()
+    let workload = match &args.workload {
+        Some(path) => fed_workload(path, &args, &run, block_size)?,
+        None => runs::own_workload(&loaded.label, &run, block_size)?,
     };
-    let reader = TraceReader::open(&args.workload, options)?;
-    let workload = Workload::load(reader, &[block_size])?;
-    if workload.requests.len() != run.requests.len() {
-        return Err(Failure::input(format!(
-            "--workload {} has {} requests, the measured run {}: give the workload the run was fed",
-            args.workload.display(),
-            workload.requests.len(),
-            run.requests.len()
-        )));
-    }
-    // The same requests, not just as many: lengths in tokens match request by request.
-    if workload.unit == routerlab_core::Unit::Tokens {
-        for (i, (fed, measured)) in workload.requests.iter().zip(&run.requests).enumerate() {
-            let output_differs = fed.output_tokens.is_some_and(|o| o != measured.output_toks);
-            if u64::from(fed.prompt_tokens) != measured.input_toks || output_differs {
-                return Err(Failure::input(format!(
-                    "--workload {}: request {} (line {}) has {} prompt and {} output tokens, the measured run's request {} {} and {}: give the workload the run was fed",
-                    args.workload.display(),
-                    i + 1,
-                    fed.line,
-                    fed.prompt_tokens,
-                    fed.output_tokens
-                        .map_or("unknown".into(), |o| o.to_string()),
-                    i + 1,
-                    measured.input_toks,
-                    measured.output_toks,
-                )));
-            }
-        }
-    }
-    if workload.requests.iter().any(|r| r.arrival_ns.is_none()) {
-        return Err(Failure::input(format!(
-            "--workload {}: every request needs an arrival time",
-            args.workload.display()
-        )));
-    }
     let mut replicas = one_engine()?;
     // After the plugin is loaded: its library is an input too.
     if let Some(out) = &args.output {
-        let inputs = [
-            args.workload.as_path(),
-            &args.run.join("requests.jsonl"),
-            &args.run.join("meta.json"),
-            &args.run.join("timeseries.csv"),
+        let mut inputs = vec![
+            args.run.clone(),
+            args.run.join("requests.jsonl"),
+            args.run.join("meta.json"),
+            args.run.join("timeseries.csv"),
         ];
+        inputs.extend(args.workload.clone());
+        let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
         crate::cmd::refuse_input_as_output("--output", out, &inputs)?;
     }
     let base = EngineConfig {
@@ -208,4 +185,56 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         Some(path) => crate::cmd::write_output(path, yaml.as_bytes(), "the engine config"),
         None => crate::cmd::print_stdout(&yaml, "the engine config"),
     }
+}
+
+/// The workload of `--workload`, checked to be the run's: as many requests, the same
+/// lengths where the trace has them in tokens, and every one with an arrival time.
+fn fed_workload(
+    path: &Path,
+    args: &CalibrateArgs,
+    run: &MeasuredRun,
+    block_size: u32,
+) -> Result<Workload, Failure> {
+    let options = TraceOptions {
+        format: args.trace_format,
+        trace_block_size: args.trace_block_size,
+        ..TraceOptions::default()
+    };
+    let reader = TraceReader::open(path, options)?;
+    let workload = Workload::load(reader, &[block_size])?;
+    if workload.requests.len() != run.requests.len() {
+        return Err(Failure::input(format!(
+            "--workload {} has {} requests, the measured run {}: give the workload the run was fed",
+            path.display(),
+            workload.requests.len(),
+            run.requests.len()
+        )));
+    }
+    // The same requests, not just as many: lengths in tokens match request by request.
+    if workload.unit == routerlab_core::Unit::Tokens {
+        for (i, (fed, measured)) in workload.requests.iter().zip(&run.requests).enumerate() {
+            let output_differs = fed.output_tokens.is_some_and(|o| o != measured.output_toks);
+            if u64::from(fed.prompt_tokens) != measured.input_toks || output_differs {
+                return Err(Failure::input(format!(
+                    "--workload {}: request {} (line {}) has {} prompt and {} output tokens, the measured run's request {} {} and {}: give the workload the run was fed",
+                    path.display(),
+                    i + 1,
+                    fed.line,
+                    fed.prompt_tokens,
+                    fed.output_tokens
+                        .map_or("unknown".into(), |o| o.to_string()),
+                    i + 1,
+                    measured.input_toks,
+                    measured.output_toks,
+                )));
+            }
+        }
+    }
+    if workload.requests.iter().any(|r| r.arrival_ns.is_none()) {
+        return Err(Failure::input(format!(
+            "--workload {}: every request needs an arrival time",
+            path.display()
+        )));
+    }
+    Ok(workload)
 }

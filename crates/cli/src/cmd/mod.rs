@@ -11,6 +11,7 @@ pub mod plot;
 pub mod plugins;
 pub mod replay;
 pub mod run;
+pub(crate) mod runs;
 pub mod snapshot;
 pub mod sweep;
 pub mod validate;

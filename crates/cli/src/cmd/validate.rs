@@ -10,24 +10,12 @@ use clap::{Args, ValueEnum};
 use routerlab_engine::EngineConfig;
 use routerlab_sim::Replicas;
 use routerlab_sim::calibrate::validate::{METRICS, RunCheck, median_errors};
-use routerlab_sim::calibrate::{MeasuredRun, Samples, distserve, fit, vllm_bench};
-use routerlab_trace::{TraceFormat, TraceOptions, TraceReader, Workload};
+use routerlab_sim::calibrate::{MeasuredRun, Samples, fit};
+use routerlab_trace::Workload;
 
 use crate::cmd::calibrate::simulate;
+use crate::cmd::runs::{self, RunArgs};
 use crate::exit::Failure;
-
-/// How a measured run is laid out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RunFormat {
-    /// A directory is LLMServingSim's layout; a file is told by its first bytes.
-    Auto,
-    /// LLMServingSim's bench layout: requests.jsonl, meta.json, timeseries.csv.
-    Llmservingsim,
-    /// DistServe's alignment runs (`vllm-N-RATE.exp`).
-    Distserve,
-    /// `vllm bench serve --save-result --save-detailed` JSON.
-    VllmBench,
-}
 
 /// `--scheduler`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -58,26 +46,13 @@ pub struct ValidateArgs {
     /// Runs to predict with the fitted model.
     #[arg(value_name = "RUN")]
     pub runs: Vec<PathBuf>,
-    /// How the runs are laid out.
-    #[arg(long, value_name = "FORMAT", default_value = "auto")]
-    pub run_format: RunFormat,
-    /// The engine's max_num_seqs [default: the first fitted run's meta.json].
-    #[arg(long, value_name = "N")]
-    pub max_num_seqs: Option<u32>,
-    /// The engine's max_num_batched_tokens [default: the first fitted run's meta.json].
-    #[arg(long, value_name = "N")]
-    pub max_num_batched_tokens: Option<u32>,
-    /// The engine's KV cache in blocks [default: as the first fitted run records it, or
-    /// estimated from it as `calibrate` does].
-    #[arg(long, value_name = "N")]
-    pub num_gpu_blocks: Option<u32>,
+    /// How the runs are laid out and the engine limits they do not record.
+    #[command(flatten)]
+    pub run: RunArgs,
     /// The engine's scheduler: vLLM V1's (chunked prefill, mixed steps) or V0's
     /// (prefill-first steps, whole prompts).
     #[arg(long, value_name = "V", default_value = "v1")]
     pub scheduler: SchedulerArg,
-    /// Tokens per KV block (with --num-gpu-blocks).
-    #[arg(long, value_name = "N", default_value_t = 16)]
-    pub block_size: u32,
     /// Seed of the search.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub seed: u64,
@@ -94,109 +69,9 @@ pub struct ValidateArgs {
 
 /// A run as read: its requests and its own length-form workload.
 struct Run {
-    path: PathBuf,
+    label: String,
     measured: MeasuredRun,
     workload: Workload,
-}
-
-fn read(path: &Path) -> Result<String, Failure> {
-    std::fs::read_to_string(path)
-        .map_err(|e| Failure::input(format!("{}: cannot read: {e}", path.display())))
-}
-
-fn load_run(path: &Path, format: RunFormat, args: &ValidateArgs) -> Result<MeasuredRun, Failure> {
-    let directory = std::fs::metadata(path)
-        .map_err(|e| Failure::input(format!("{}: cannot read: {e}", path.display())))?
-        .is_dir();
-    let llmservingsim = match format {
-        RunFormat::Auto => directory,
-        RunFormat::Llmservingsim => true,
-        RunFormat::Distserve | RunFormat::VllmBench => false,
-    };
-    if llmservingsim {
-        let file = |name| read(&path.join(name));
-        return MeasuredRun::parse(
-            &file("requests.jsonl")?,
-            &file("meta.json")?,
-            &file("timeseries.csv")?,
-        )
-        .map_err(|e| Failure::input(format!("{}/{e}", path.display())));
-    }
-    if directory {
-        return Err(Failure::input(format!(
-            "{}: a directory, not a run file (DistServe's or vllm bench serve's)",
-            path.display()
-        )));
-    }
-    let text = read(path)?;
-    let format = match format {
-        RunFormat::Auto if distserve::detect(&text) => RunFormat::Distserve,
-        RunFormat::Auto if vllm_bench::detect(&text) => RunFormat::VllmBench,
-        RunFormat::Auto => {
-            return Err(Failure::input(format!(
-                "{}: not a measured run: a directory in LLMServingSim's layout (requests.jsonl, meta.json, timeseries.csv), a DistServe run file (line 1 a list of dicts starting `[{{'prompt_len':`) or a `vllm bench serve --save-detailed` result (a JSON object with `input_lens` and `ttfts`); or name it with --run-format",
-                path.display()
-            )));
-        }
-        other => other,
-    };
-    let requests = if format == RunFormat::Distserve {
-        distserve::parse(&text).map_err(|e| Failure::input(format!("{}:{e}", path.display())))?
-    } else {
-        let (requests, failed) = vllm_bench::parse(&text)
-            .map_err(|e| Failure::input(format!("{}: {e}", path.display())))?;
-        if failed > 0 {
-            eprintln!("{}: {failed} failed requests left out", path.display());
-        }
-        requests
-    };
-    let (Some(max_num_seqs), Some(max_num_batched_tokens)) =
-        (args.max_num_seqs, args.max_num_batched_tokens)
-    else {
-        return Err(Failure::input(format!(
-            "{}: the run does not record the engine's limits: give --max-num-seqs and --max-num-batched-tokens",
-            path.display()
-        )));
-    };
-    Ok(MeasuredRun {
-        requests,
-        samples: Vec::new(),
-        max_num_seqs,
-        max_num_batched_tokens,
-        kv_blocks: None,
-    })
-}
-
-/// The run's own workload: each request's arrival, prompt and output tokens, in Mooncake
-/// form with block ids of its own (no prefix is shared).
-fn own_workload(path: &Path, run: &MeasuredRun, block_size: u32) -> Result<Workload, Failure> {
-    let start = run
-        .requests
-        .iter()
-        .map(|r| r.queued_ts)
-        .fold(f64::INFINITY, f64::min);
-    let mut text = String::new();
-    let mut next_id = 0u64;
-    for r in &run.requests {
-        let blocks = r.input_toks.div_ceil(512);
-        let ids: Vec<String> = (next_id..next_id + blocks).map(|i| i.to_string()).collect();
-        next_id += blocks;
-        let _ = writeln!(
-            text,
-            "{{\"timestamp\": {}, \"input_length\": {}, \"output_length\": {}, \"hash_ids\": [{}]}}",
-            (r.queued_ts - start) * 1e3,
-            r.input_toks,
-            r.output_toks,
-            ids.join(", ")
-        );
-    }
-    let options = TraceOptions {
-        format: Some(TraceFormat::Mooncake),
-        trace_block_size: 512,
-        ..TraceOptions::default()
-    };
-    let reader = TraceReader::in_memory(path, TraceFormat::Mooncake, text.into_bytes(), options);
-    Ok(Workload::load(reader, &[block_size])?)
 }
 
 /// The runs' samples one after another (and their makespans summed): what a fit on several
@@ -225,12 +100,9 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
     if args.budget < 10 {
         return Err(Failure::input("--budget must be at least 10 replays"));
     }
-    if args.block_size == 0 {
-        return Err(Failure::input("--block-size must be at least 1"));
-    }
     let mut fitted = Vec::new();
     let mut predicted = Vec::new();
-    let mut block_size = args.block_size;
+    let mut block_size = args.run.block_size;
     let mut base: Option<EngineConfig> = None;
     for (path, fit_on) in args
         .fit
@@ -238,41 +110,41 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
         .map(|p| (p, true))
         .chain(args.runs.iter().map(|p| (p, false)))
     {
-        let measured = load_run(path, args.run_format, &args)?;
-        if base.is_none() {
-            let (blocks, size, how) = match args.num_gpu_blocks {
-                Some(blocks) => (blocks, args.block_size, "--num-gpu-blocks".to_owned()),
-                None => measured.kv_capacity(),
+        for loaded in runs::load(path, &args.run)? {
+            let measured = loaded.measured;
+            if base.is_none() {
+                let (blocks, size, how) = args.run.kv_capacity(&measured)?;
+                eprintln!("KV cache: {blocks} blocks of {size} tokens ({how})");
+                block_size = size;
+                base = Some(EngineConfig {
+                    num_gpu_blocks: blocks,
+                    engine_block_size: size,
+                    max_num_seqs: args.run.max_num_seqs.unwrap_or(measured.max_num_seqs),
+                    max_num_batched_tokens: args
+                        .run
+                        .max_num_batched_tokens
+                        .unwrap_or(measured.max_num_batched_tokens),
+                    step_time: measured.initial_guess(),
+                    kv_bytes_per_token: None,
+                    host_tier: None,
+                    shared_tier: None,
+                    scheduler: match args.scheduler {
+                        SchedulerArg::V1 => routerlab_engine::Scheduler::V1,
+                        SchedulerArg::V0 => routerlab_engine::Scheduler::V0,
+                    },
+                });
+            }
+            let workload = runs::own_workload(&loaded.label, &measured, block_size)?;
+            let run = Run {
+                label: loaded.label,
+                measured,
+                workload,
             };
-            eprintln!("KV cache: {blocks} blocks of {size} tokens ({how})");
-            block_size = size;
-            base = Some(EngineConfig {
-                num_gpu_blocks: blocks,
-                engine_block_size: size,
-                max_num_seqs: args.max_num_seqs.unwrap_or(measured.max_num_seqs),
-                max_num_batched_tokens: args
-                    .max_num_batched_tokens
-                    .unwrap_or(measured.max_num_batched_tokens),
-                step_time: measured.initial_guess(),
-                kv_bytes_per_token: None,
-                host_tier: None,
-                shared_tier: None,
-                scheduler: match args.scheduler {
-                    SchedulerArg::V1 => routerlab_engine::Scheduler::V1,
-                    SchedulerArg::V0 => routerlab_engine::Scheduler::V0,
-                },
-            });
-        }
-        let workload = own_workload(path, &measured, block_size)?;
-        let run = Run {
-            path: path.clone(),
-            measured,
-            workload,
-        };
-        if fit_on {
-            fitted.push(run);
-        } else {
-            predicted.push(run);
+            if fit_on {
+                fitted.push(run);
+            } else {
+                predicted.push(run);
+            }
         }
     }
     let base = base.expect("--fit is required");
@@ -304,11 +176,11 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
         let simulated = simulate(&run.workload, &mut replicas, &engine).ok_or_else(|| {
             Failure::input(format!(
                 "{}: the fitted engine could not replay every request of this run",
-                run.path.display()
+                run.label
             ))
         })?;
         checks.push(RunCheck::new(
-            run.path.display().to_string(),
+            run.label.clone(),
             fit_on,
             &run.measured.samples(),
             &simulated,

@@ -18,7 +18,12 @@ use serde::Deserialize;
 
 use routerlab_engine::{EngineConfig, StepTime};
 
+pub mod aiperf;
 pub mod distserve;
+pub mod formats;
+pub mod guidellm;
+pub mod inference_perf;
+pub mod lmbench;
 pub mod validate;
 pub mod vllm_bench;
 

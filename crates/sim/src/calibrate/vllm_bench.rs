@@ -26,7 +26,7 @@ struct Result {
 /// Whether `text` looks like a `vllm bench serve` result: a JSON object with `input_lens`
 /// and `ttfts` near its start or anywhere in its first 1 MiB.
 pub fn detect(text: &str) -> bool {
-    let head = &text[..text.len().min(1 << 20)];
+    let head = &text[..text.floor_char_boundary(1 << 20)];
     text.trim_start().starts_with('{')
         && head.contains("\"input_lens\"")
         && head.contains("\"ttfts\"")

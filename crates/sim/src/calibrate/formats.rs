@@ -1,0 +1,206 @@
+//! The measured-run files benchmark tools write, told apart by their first bytes and read
+//! into requests: one reader per tool, each in its own module, and the checks they share.
+//!
+//! A reader's error names where it is: a 1-based line first when the format has lines
+//! that matter (`3: field `ttft`: ...`), else the field's path in the document
+//! (`field `benchmarks[0].requests.successful[2].prompt_tokens`: ...`).
+//! [`located`] puts the file's name in front.
+
+use super::{MAX_RUN_SPAN_S, MeasuredRequest, aiperf, distserve, guidellm, inference_perf};
+use super::{lmbench, vllm_bench};
+
+/// A measured-run file's format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunFileFormat {
+    /// DistServe's alignment runs (`vllm-N-RATE.exp`).
+    Distserve,
+    /// `vllm bench serve --save-result --save-detailed` JSON.
+    VllmBench,
+    /// AIPerf's per-request export (`profile_export.jsonl`).
+    Aiperf,
+    /// GuideLLM's report (`benchmarks.json`).
+    Guidellm,
+    /// inference-perf's per-request lifecycle metrics.
+    InferencePerf,
+    /// LMBench's multi-round QA summary CSV.
+    Lmbench,
+}
+
+impl RunFileFormat {
+    /// Every format, in the order they are tried.
+    pub const ALL: [RunFileFormat; 6] = [
+        RunFileFormat::Distserve,
+        RunFileFormat::VllmBench,
+        RunFileFormat::Aiperf,
+        RunFileFormat::Guidellm,
+        RunFileFormat::InferencePerf,
+        RunFileFormat::Lmbench,
+    ];
+
+    /// What a file of this format looks like, for an error that found none.
+    pub fn looks_like(self) -> &'static str {
+        match self {
+            RunFileFormat::Distserve => {
+                "a DistServe run file (line 1 a list of dicts starting `[{'prompt_len':`)"
+            }
+            RunFileFormat::VllmBench => {
+                "a `vllm bench serve --save-detailed` result (a JSON object with `input_lens` and `ttfts`)"
+            }
+            RunFileFormat::Aiperf => {
+                "an AIPerf `profile_export.jsonl` (lines of objects with `metadata.request_start_ns`)"
+            }
+            RunFileFormat::Guidellm => {
+                "a GuideLLM report (a JSON object whose `benchmarks` hold `requests.successful`)"
+            }
+            RunFileFormat::InferencePerf => {
+                "inference-perf's `per_request_lifecycle_metrics.json` (a JSON list of objects with `start_time` and `info`)"
+            }
+            RunFileFormat::Lmbench => {
+                "an LMBench multi-round QA summary CSV (columns `prompt_tokens`, `generation_tokens`, `ttft`, `generation_time`, `launch_time`)"
+            }
+        }
+    }
+
+    fn detects(self, text: &str) -> bool {
+        match self {
+            RunFileFormat::Distserve => distserve::detect(text),
+            RunFileFormat::VllmBench => vllm_bench::detect(text),
+            RunFileFormat::Aiperf => aiperf::detect(text),
+            RunFileFormat::Guidellm => guidellm::detect(text),
+            RunFileFormat::InferencePerf => inference_perf::detect(text),
+            RunFileFormat::Lmbench => lmbench::detect(text),
+        }
+    }
+}
+
+/// The format `text` is in, if it is one of [`RunFileFormat::ALL`].
+pub fn detect(text: &str) -> Option<RunFileFormat> {
+    RunFileFormat::ALL.into_iter().find(|f| f.detects(text))
+}
+
+/// One load point of a file: most files hold one, a GuideLLM report one per benchmark.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    /// Its requests that completed, in arrival order.
+    pub requests: Vec<MeasuredRequest>,
+    /// Requests the file records but the run is read without (failed, cancelled,
+    /// warm-up), and why, for a note to the user; `None` when there were none.
+    pub left_out: Option<String>,
+}
+
+/// The load points of `text`, read as `format`.
+pub fn parse(format: RunFileFormat, text: &str) -> Result<Vec<Part>, String> {
+    let one = |requests, failed: usize| {
+        vec![Part {
+            requests,
+            left_out: (failed > 0).then(|| format!("{failed} failed requests left out")),
+        }]
+    };
+    match format {
+        RunFileFormat::Distserve => distserve::parse(text).map(|r| one(r, 0)),
+        RunFileFormat::VllmBench => vllm_bench::parse(text).map(|(r, f)| one(r, f)),
+        RunFileFormat::Aiperf => aiperf::parse(text).map(|p| vec![p]),
+        RunFileFormat::Guidellm => guidellm::parse(text),
+        RunFileFormat::InferencePerf => inference_perf::parse(text).map(|(r, f)| one(r, f)),
+        RunFileFormat::Lmbench => lmbench::parse(text).map(|(r, f)| one(r, f)),
+    }
+}
+
+/// `error` of the file `name`: `name:3: ...` when it starts with a line, else `name: ...`.
+pub fn located(name: &str, error: &str) -> String {
+    if error.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("{name}:{error}")
+    } else {
+        format!("{name}: {error}")
+    }
+}
+
+/// A completed request from what a client recorded, in seconds on its clock: sent at
+/// `start`, first token at `first`, last at `last`. The error names the field at fault by
+/// its role (`start`, `first`, `last`, `input`), for the reader to name as its file does.
+pub(super) fn request(
+    input: u64,
+    output: u64,
+    start: f64,
+    first: f64,
+    last: f64,
+) -> Result<MeasuredRequest, (&'static str, &'static str)> {
+    for (role, t) in [("start", start), ("first", first), ("last", last)] {
+        if !t.is_finite() || t < 0.0 {
+            return Err((role, "must be a finite, non-negative time"));
+        }
+    }
+    if input == 0 {
+        return Err(("input", "must be at least 1"));
+    }
+    if first < start {
+        return Err(("first", "is before the request was sent"));
+    }
+    if last < first {
+        return Err(("last", "is before the first token"));
+    }
+    if last - start > MAX_RUN_SPAN_S {
+        return Err(("last", "more than a week after the request was sent"));
+    }
+    Ok(MeasuredRequest {
+        input_toks: input,
+        output_toks: output,
+        queued_ts: start,
+        scheduled_ts: start,
+        first_token_ts: first,
+        last_token_ts: last,
+    })
+}
+
+/// The JSON value at `path` (object keys, `.`-separated) under `value`, if present and not
+/// null.
+pub(super) fn at<'a>(value: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
+    path.split('.')
+        .try_fold(value, |v, key| v.get(key))
+        .filter(|v| !v.is_null())
+}
+
+/// A whole number of tokens, or why not.
+pub(super) fn tokens(value: &serde_json::Value) -> Result<u64, &'static str> {
+    match value.as_u64() {
+        Some(n) => Ok(n),
+        None => match value.as_f64() {
+            Some(f) if f >= 0.0 && f.fract() == 0.0 && f < 9.0e15 => Ok(f as u64),
+            _ => Err("must be a whole, non-negative number of tokens"),
+        },
+    }
+}
+
+/// A number, or why not.
+pub(super) fn number(value: &serde_json::Value) -> Result<f64, &'static str> {
+    value
+        .as_f64()
+        .filter(|f| f.is_finite())
+        .ok_or("must be a finite number")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_located_error_joins_a_line_with_a_colon_and_a_field_with_a_space() {
+        assert_eq!(
+            located("a.csv", "3: field `x`: bad"),
+            "a.csv:3: field `x`: bad"
+        );
+        assert_eq!(
+            located("a.json", "field `x`: bad"),
+            "a.json: field `x`: bad"
+        );
+    }
+
+    #[test]
+    fn a_request_in_the_wrong_order_is_refused_by_its_role() {
+        assert_eq!(request(1, 1, 2.0, 1.0, 3.0).unwrap_err().0, "first");
+        assert_eq!(request(1, 1, 1.0, 2.0, 1.5).unwrap_err().0, "last");
+        assert_eq!(request(0, 1, 1.0, 2.0, 3.0).unwrap_err().0, "input");
+        assert_eq!(request(1, 1, f64::NAN, 2.0, 3.0).unwrap_err().0, "start");
+        assert_eq!(request(1, 1, 1.0, 2.0, 3.0).unwrap().first_token_ts, 2.0);
+    }
+}
