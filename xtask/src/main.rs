@@ -606,7 +606,13 @@ fn words(command: &str) -> Vec<String> {
 }
 
 /// The cargo-fuzz targets under `fuzz/`.
-const FUZZ_TARGETS: [&str; 4] = ["trace_reader", "mooncake_fast_path", "settings", "engine"];
+const FUZZ_TARGETS: [&str; 5] = [
+    "trace_reader",
+    "mooncake_fast_path",
+    "settings",
+    "engine",
+    "run_files",
+];
 
 /// Runs every fuzz target for a fixed time from its committed seed corpus. New inputs go to
 /// a scratch directory, so the committed corpus changes only by hand; a crash fails the

@@ -369,6 +369,46 @@ fn third_party_traces_are_the_published_bytes() {
             "models/Qwen3.8-27B.json",
             "72c59b456c787ac14ac1063d9e065f37a2772f9d8e76f86de7e2c828cdcbc72c",
         ),
+        (
+            "models/Qwen3-30B-A3B-Instruct-2507.json",
+            "0736f3bafb95cc658776c92ab34f5f98d8169634a3a36b84892d71448a1f19d3",
+        ),
+        (
+            "llmservingsim/RTX4090-Llama-3.1-8B-vllm/requests.jsonl",
+            "5a6f2a0b09d5eb84bd75b30ed625d883c22b4bcc0a839cd1128ae42f74ecc90d",
+        ),
+        (
+            "llmservingsim/RTX4090-Llama-3.1-8B-vllm/meta.json",
+            "56cbcb2a08e9fe6f67d60cad8ee545f86c874f82b46ab413da484f331417b2fc",
+        ),
+        (
+            "llmservingsim/RTX4090-Llama-3.1-8B-vllm/timeseries.csv",
+            "f99d474f8d8a2c52f986fb27e46832a1627fc908d7570852b016573b89ab3173",
+        ),
+        (
+            "llmservingsim/RTXPRO6000-Qwen3-32B-vllm/requests.jsonl",
+            "7751686bb9f927f5cd39adf901b2d0755b8f1a1182561c3df5446c927f95342f",
+        ),
+        (
+            "llmservingsim/RTXPRO6000-Qwen3-32B-vllm/meta.json",
+            "9b56098c6e028d17417a392d041af32cf0cfa741dff07fdd1d0ea9ecba5c0236",
+        ),
+        (
+            "llmservingsim/RTXPRO6000-Qwen3-32B-vllm/timeseries.csv",
+            "4f90a78ec503e25ecf08660cb573af403ed10bd2c51a1f6d80adda00ea3ed010",
+        ),
+        (
+            "llmservingsim/RTXPRO6000-Qwen3-30B-A3B-vllm/requests.jsonl",
+            "bde98fa878f59f1b3b8b8f9b3b09f8e1ae36be6a8f56040b9a80a97d00a7dc7b",
+        ),
+        (
+            "llmservingsim/RTXPRO6000-Qwen3-30B-A3B-vllm/meta.json",
+            "ae871638b83fbf81bb8b6ac83b5fca00e1e40e5babd46612c0a9368bbcc05fe8",
+        ),
+        (
+            "llmservingsim/RTXPRO6000-Qwen3-30B-A3B-vllm/timeseries.csv",
+            "320c75df0c57efd4c12c0dae59078c40718e74573974ac3ed286ec3f2e10387f",
+        ),
     ] {
         let bytes = std::fs::read(project_trace(name)).unwrap();
         let digest: String = Sha256::digest(&bytes)

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::host::HostTier;
-use crate::step_time::StepTime;
+use crate::step_time::{Experts, StepTime};
 
 fn linear(num_gpu_blocks: u32, max_num_seqs: u32, budget: u32) -> EngineConfig {
     EngineConfig {
@@ -141,12 +141,58 @@ fn v0_runs_prefills_alone_and_whole_then_decodes() {
 }
 
 #[test]
+fn experts_cost_what_a_steps_tokens_touch() {
+    let experts = Experts {
+        count: 128,
+        per_token: 8,
+        ms: 0.5,
+    };
+    // One token touches its 8; many touch nearly all 128 (1 − (120/128)^64 = 98.4%).
+    assert!((experts.touched(1) - 8.0).abs() < 1e-9);
+    assert!((experts.touched(64) / 128.0 - 0.984).abs() < 1e-3);
+    assert!(experts.touched(10_000) <= 128.0);
+    let model = StepTime::Batched {
+        overhead_ms: 1.0,
+        prefill_ms_per_token: 0.0,
+        decode_ms_per_seq: 0.0,
+        context_ms_per_ktoken: 0.0,
+        experts: Some(experts),
+    };
+    let decoding = |seqs| Batch {
+        decode_seqs: seqs,
+        ..Batch::default()
+    };
+    // 1 + 0.5 × 8 ms for one sequence; a batch of 16 is dearer, but not 16 times.
+    assert_eq!(model.step_ns(&decoding(1)), 5_000_000);
+    let sixteen = model.step_ns(&decoding(16)) as f64;
+    assert!(sixteen > 5e6 && sixteen < 16.0 * 5e6, "{sixteen}");
+    assert!(model.validate(2048, 128, 1 << 20).is_ok());
+    let wrong = StepTime::Batched {
+        overhead_ms: 1.0,
+        prefill_ms_per_token: 0.0,
+        decode_ms_per_seq: 0.0,
+        context_ms_per_ktoken: 0.0,
+        experts: Some(Experts {
+            per_token: 200,
+            ..experts
+        }),
+    };
+    assert!(
+        wrong
+            .validate(2048, 128, 1 << 20)
+            .unwrap_err()
+            .contains("`per_token` (200)")
+    );
+}
+
+#[test]
 fn the_batched_model_charges_overhead_prompt_sequences_and_context() {
     let model = StepTime::Batched {
         overhead_ms: 5.0,
         prefill_ms_per_token: 0.1,
         decode_ms_per_seq: 0.2,
         context_ms_per_ktoken: 2.0,
+        experts: None,
     };
     let batch = Batch {
         prefill_tokens: 100,
@@ -162,6 +208,7 @@ fn the_batched_model_charges_overhead_prompt_sequences_and_context() {
         prefill_ms_per_token: 0.1,
         decode_ms_per_seq,
         context_ms_per_ktoken: 2.0,
+        experts: None,
     };
     let negative = batched(5.0, -0.1).validate(2048, 128, 1 << 20);
     assert!(negative.unwrap_err().contains("decode_ms_per_seq"));
@@ -175,6 +222,7 @@ fn the_batched_model_charges_overhead_prompt_sequences_and_context() {
             prefill_ms_per_token: 0.01,
             decode_ms_per_seq: 0.5,
             context_ms_per_ktoken,
+            experts: None,
         };
         let mut engine = Engine::new(config);
         let mut end = engine

@@ -31,7 +31,8 @@ pub enum StepTime {
     /// the batch's attention reads (each sequence's KV so far). On a GPU: kernel launches,
     /// sampling and scheduling; the weights' matrix multiplies per prompt token; the
     /// per-sequence work of a decode step (its share of reading the weights, sampling);
-    /// reading the KV cache, which grows with every sequence's context.
+    /// reading the KV cache, which grows with every sequence's context. A mixture-of-experts
+    /// model adds the experts its tokens touch ([`Experts`]).
     Batched {
         /// Fixed cost of any step.
         overhead_ms: f64,
@@ -41,7 +42,36 @@ pub enum StepTime {
         decode_ms_per_seq: f64,
         /// Cost per thousand tokens of context in the batch.
         context_ms_per_ktoken: f64,
+        /// A mixture-of-experts model's expert term.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        experts: Option<Experts>,
     },
+}
+
+/// The experts a step's tokens touch, for a mixture-of-experts model: each of the `P + D`
+/// tokens of a step is routed to `per_token` of the `count` experts of every layer, so a
+/// step reads `count × (1 − (1 − per_token / count)^(P + D))` experts a layer on average
+/// (routing taken as uniform), and each costs `ms` (reading its weights, every layer). A
+/// decode batch of one reads few experts; a large batch reads them all, when the step costs
+/// what a dense model's does.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Experts {
+    /// Experts a layer (`num_experts`).
+    pub count: u32,
+    /// Experts each token is routed to (`num_experts_per_tok`).
+    pub per_token: u32,
+    /// Cost of one expert touched, every layer.
+    pub ms: f64,
+}
+
+impl Experts {
+    /// Experts touched a layer by `tokens` tokens, on average.
+    pub fn touched(&self, tokens: u64) -> f64 {
+        let n = f64::from(self.count.max(1));
+        let miss = 1.0 - f64::from(self.per_token.min(self.count)) / n;
+        n * (1.0 - miss.powf(tokens as f64))
+    }
 }
 
 /// What a step's batch holds, as the step-time models read it.
@@ -93,6 +123,7 @@ impl StepTime {
             prefill_ms_per_token,
             decode_ms_per_seq,
             context_ms_per_ktoken,
+            experts,
         } = self
         {
             let terms = [
@@ -100,6 +131,7 @@ impl StepTime {
                 ("prefill_ms_per_token", *prefill_ms_per_token),
                 ("decode_ms_per_seq", *decode_ms_per_seq),
                 ("context_ms_per_ktoken", *context_ms_per_ktoken),
+                ("experts.ms", experts.map_or(0.0, |e| e.ms)),
             ];
             for (name, value) in terms {
                 if !value.is_finite() || value < 0.0 {
@@ -114,10 +146,19 @@ impl StepTime {
                         .into(),
                 );
             }
+            if let Some(e) = experts
+                && (e.count == 0 || e.per_token == 0 || e.per_token > e.count)
+            {
+                return Err(format!(
+                    "engine `step_time.experts`: `per_token` ({}) must be from 1 to `count` ({}), and `count` at least 1",
+                    e.per_token, e.count
+                ));
+            }
             let longest = overhead_ms
                 + prefill_ms_per_token * f64::from(max_batched)
                 + decode_ms_per_seq * f64::from(max_seqs)
-                + context_ms_per_ktoken * max_context as f64 / 1000.0;
+                + context_ms_per_ktoken * max_context as f64 / 1000.0
+                + experts.map_or(0.0, |e| e.ms * f64::from(e.count));
             if longest > MAX_STEP_MS {
                 return Err(format!(
                     "engine `step_time` gives a step of up to {longest:.3e} ms, more than an hour (are the units milliseconds?)"
@@ -222,11 +263,15 @@ impl StepTime {
                 prefill_ms_per_token,
                 decode_ms_per_seq,
                 context_ms_per_ktoken,
+                experts,
             } => {
                 overhead_ms
                     + prefill_ms_per_token * t
                     + decode_ms_per_seq * batch.decode_seqs as f64
                     + context_ms_per_ktoken * batch.context_tokens as f64 / 1000.0
+                    + experts.map_or(0.0, |e| {
+                        e.ms * e.touched(prefill_tokens + batch.decode_seqs)
+                    })
             }
         }
     }

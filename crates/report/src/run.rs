@@ -264,5 +264,20 @@ pub enum StepTimeRun {
         decode_ms_per_seq: f64,
         /// Cost per thousand tokens of context the batch reads.
         context_ms_per_ktoken: f64,
+        /// A mixture-of-experts model's expert term: `count` experts a layer, `per_token`
+        /// of them for each token, `ms` for each expert a step touches.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        experts: Option<ExpertsRun>,
     },
+}
+
+/// The expert term of a batched step-time model, as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ExpertsRun {
+    /// Experts a layer.
+    pub count: u32,
+    /// Experts each token is routed to.
+    pub per_token: u32,
+    /// Cost of one expert touched (ms).
+    pub ms: f64,
 }

@@ -536,11 +536,17 @@ pub mod recorded {
                     prefill_ms_per_token,
                     decode_ms_per_seq,
                     context_ms_per_ktoken,
+                    experts,
                 } => StepTimeRun::Batched {
                     overhead_ms,
                     prefill_ms_per_token,
                     decode_ms_per_seq,
                     context_ms_per_ktoken,
+                    experts: experts.map(|e| routerlab_report::run::ExpertsRun {
+                        count: e.count,
+                        per_token: e.per_token,
+                        ms: e.ms,
+                    }),
                 },
             },
         }
@@ -573,6 +579,18 @@ pub mod recorded {
                     prefill_ms_per_token: 0.5,
                     decode_ms_per_seq: 0.25,
                     context_ms_per_ktoken: 0.125,
+                    experts: None,
+                },
+                StepTime::Batched {
+                    overhead_ms: 1.0,
+                    prefill_ms_per_token: 0.5,
+                    decode_ms_per_seq: 0.25,
+                    context_ms_per_ktoken: 0.125,
+                    experts: Some(routerlab_engine::Experts {
+                        count: 128,
+                        per_token: 8,
+                        ms: 0.01,
+                    }),
                 },
             ];
             for step_time in models {

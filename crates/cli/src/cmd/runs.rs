@@ -59,6 +59,14 @@ pub struct RunArgs {
     /// The engine's max_num_batched_tokens [default: the first run's meta.json].
     #[arg(long, value_name = "N")]
     pub max_num_batched_tokens: Option<u32>,
+    /// Engines the run's requests were balanced over (vLLM's --data-parallel-size)
+    /// [default: the run's meta.json, else 1].
+    #[arg(long, value_name = "N")]
+    pub data_parallel_size: Option<u32>,
+    /// The matcher that spreads the requests over the engines when there are several
+    /// (any plugin on the search path) [default: least-inflight, as vLLM's own balancer].
+    #[arg(long, value_name = "MATCHER")]
+    pub router: Option<String>,
     /// The engine's KV cache in blocks, as vLLM logged it (`# GPU blocks`) [default: as
     /// the run records it, else from --model-config, else estimated from the run].
     #[arg(long, value_name = "N")]
@@ -70,10 +78,15 @@ pub struct RunArgs {
     /// of --gpu-memory-gib (with --tensor-parallel-size, --gpu-memory-utilization).
     #[arg(long, value_name = "FILE")]
     pub model_config: Option<PathBuf>,
-    /// GPUs the model is split over.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub tensor_parallel_size: u32,
-    /// Memory of one GPU, GiB (nvidia-smi's MiB / 1024: 80 for an A100-80GB).
+    /// GPUs each engine's model is split over [default: the run's meta.json, else 1].
+    #[arg(long, value_name = "N")]
+    pub tensor_parallel_size: Option<u32>,
+    /// GPUs a mixture of experts' experts are split over [default: tensor × data parallel
+    /// when the run's meta.json says `enable_expert_parallel`, else 1].
+    #[arg(long, value_name = "N")]
+    pub expert_parallel_size: Option<u32>,
+    /// Memory of one GPU, GiB (nvidia-smi's MiB / 1024: 80 for an A100-80GB) [default:
+    /// the run's meta.json].
     #[arg(long, value_name = "G")]
     pub gpu_memory_gib: Option<f64>,
     /// The fraction of it vLLM may use.
@@ -89,6 +102,41 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// The search's starting step time for `run`: its guess from aggregates, with the
+    /// expert term of a mixture-of-experts --model-config (half the step overhead moved to
+    /// the experts a one-token step touches).
+    pub fn step_time_guess(
+        &self,
+        run: &MeasuredRun,
+    ) -> Result<routerlab_engine::StepTime, Failure> {
+        let mut guess = run.initial_guess();
+        let Some(path) = &self.model_config else {
+            return Ok(guess);
+        };
+        let text = crate::spec::read_model_config(path)?;
+        let shape = routerlab_engine::experts_of(&text)
+            .map_err(|e| Failure::input(format!("{}: {e}", path.display())))?;
+        if let (
+            Some((count, per_token)),
+            routerlab_engine::StepTime::Batched {
+                overhead_ms,
+                experts,
+                ..
+            },
+        ) = (shape, &mut guess)
+        {
+            let mut term = routerlab_engine::Experts {
+                count,
+                per_token,
+                ms: 0.0,
+            };
+            term.ms = *overhead_ms * 0.5 / term.touched(1);
+            *overhead_ms *= 0.5;
+            *experts = Some(term);
+        }
+        Ok(guess)
+    }
+
     /// The KV cache of the engine that ran `run`, in blocks and tokens a block, and how it
     /// was found. Precedence: --num-gpu-blocks, what the run records, --model-config, an
     /// estimate from the run.
@@ -112,6 +160,15 @@ impl RunArgs {
     /// The blocks --model-config gives, with how, when it is given; the flags are checked
     /// whether or not another source wins.
     fn model_budget(&self, run: &MeasuredRun) -> Result<Option<(u32, String)>, Failure> {
+        let gib_bytes = |flag: &str, g: f64| -> Result<u64, Failure> {
+            if g.is_finite() && g > 0.0 && g <= 1e6 {
+                Ok((g * (1u64 << 30) as f64) as u64)
+            } else {
+                Err(Failure::input(format!(
+                    "{flag} must be a positive number of GiB, at most a million"
+                )))
+            }
+        };
         let Some(path) = &self.model_config else {
             for (given, flag) in [
                 (self.gpu_memory_gib.is_some(), "--gpu-memory-gib"),
@@ -124,8 +181,14 @@ impl RunArgs {
             }
             return Ok(None);
         };
-        let Some(gib) = self.gpu_memory_gib else {
-            return Err(Failure::input("--model-config needs --gpu-memory-gib"));
+        let gpu_memory_bytes = match (self.gpu_memory_gib, run.gpu_memory_bytes) {
+            (Some(gib), _) => gib_bytes("--gpu-memory-gib", gib)?,
+            (None, Some(bytes)) => bytes,
+            (None, None) => {
+                return Err(Failure::input(
+                    "--model-config needs --gpu-memory-gib (the run does not record its GPU's memory)",
+                ));
+            }
         };
         let gib_bytes = |flag: &str, g: f64| -> Result<u64, Failure> {
             if g.is_finite() && g > 0.0 && g <= 1e6 {
@@ -142,13 +205,26 @@ impl RunArgs {
                 "--gpu-memory-utilization must be above 0 and at most 1",
             ));
         }
-        if self.tensor_parallel_size == 0 {
-            return Err(Failure::input("--tensor-parallel-size must be at least 1"));
+        let tensor_parallel = self
+            .tensor_parallel_size
+            .or(run.tensor_parallel)
+            .unwrap_or(1);
+        let data_parallel = self.data_parallel_size.unwrap_or(run.data_parallel);
+        let expert_parallel = match self.expert_parallel_size {
+            Some(n) => n,
+            None if run.expert_parallel => tensor_parallel.saturating_mul(data_parallel),
+            None => 1,
+        };
+        if tensor_parallel == 0 || expert_parallel == 0 {
+            return Err(Failure::input(
+                "--tensor-parallel-size and --expert-parallel-size must be at least 1",
+            ));
         }
         let budget = routerlab_engine::GpuBudget {
-            gpu_memory_bytes: gib_bytes("--gpu-memory-gib", gib)?,
+            gpu_memory_bytes,
             utilization,
-            tensor_parallel: self.tensor_parallel_size,
+            tensor_parallel,
+            expert_parallel,
             max_num_batched_tokens: self
                 .max_num_batched_tokens
                 .unwrap_or(run.max_num_batched_tokens),
@@ -306,6 +382,10 @@ pub fn load(path: &Path, args: &RunArgs) -> Result<Vec<LoadedRun>, Failure> {
                     max_num_seqs,
                     max_num_batched_tokens,
                     kv_blocks: None,
+                    data_parallel: 1,
+                    tensor_parallel: None,
+                    expert_parallel: false,
+                    gpu_memory_bytes: None,
                 },
             }
         })

@@ -8,12 +8,11 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use routerlab_engine::EngineConfig;
-use routerlab_sim::Replicas;
 use routerlab_sim::calibrate::validate::{METRICS, RunCheck, median_errors};
 use routerlab_sim::calibrate::{MeasuredRun, Samples, fit};
 use routerlab_trace::Workload;
 
-use crate::cmd::calibrate::simulate;
+use crate::cmd::calibrate::Fleet;
 use crate::cmd::runs::{self, RunArgs};
 use crate::exit::Failure;
 
@@ -87,10 +86,10 @@ fn joined(parts: impl IntoIterator<Item = Samples>) -> Samples {
     all
 }
 
-fn simulate_all(runs: &[&Run], replicas: &mut Replicas, engine: &EngineConfig) -> Option<Samples> {
+fn simulate_all(runs: &[&Run], fleet: &mut Fleet, engine: &EngineConfig) -> Option<Samples> {
     let mut parts = Vec::with_capacity(runs.len());
     for run in runs {
-        parts.push(simulate(&run.workload, replicas, engine)?);
+        parts.push(fleet.simulate(&run.workload, engine)?);
     }
     Some(joined(parts))
 }
@@ -104,6 +103,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
     let mut predicted = Vec::new();
     let mut block_size = args.run.block_size;
     let mut base: Option<EngineConfig> = None;
+    let mut data_parallel = 1;
     for (path, fit_on) in args
         .fit
         .iter()
@@ -113,6 +113,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
         for loaded in runs::load(path, &args.run)? {
             let measured = loaded.measured;
             if base.is_none() {
+                data_parallel = measured.data_parallel;
                 let (blocks, size, how) = args.run.kv_capacity(&measured)?;
                 eprintln!("KV cache: {blocks} blocks of {size} tokens ({how})");
                 block_size = size;
@@ -124,7 +125,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
                         .run
                         .max_num_batched_tokens
                         .unwrap_or(measured.max_num_batched_tokens),
-                    step_time: measured.initial_guess(),
+                    step_time: args.run.step_time_guess(&measured)?,
                     kv_bytes_per_token: None,
                     host_tier: None,
                     shared_tier: None,
@@ -157,11 +158,12 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
             .collect();
         crate::cmd::refuse_input_as_output("--engine-out", out, &inputs)?;
     }
-    let mut replicas = crate::cmd::calibrate::one_engine()?;
+    let engines = args.run.data_parallel_size.unwrap_or(data_parallel);
+    let mut fleet = Fleet::new(engines, args.run.router.as_deref())?;
     let fit_runs: Vec<&Run> = fitted.iter().collect();
     let measured = joined(fit_runs.iter().map(|r| r.measured.samples()));
     let result = fit(&base, &measured, args.seed, args.budget, |engine| {
-        simulate_all(&fit_runs, &mut replicas, engine)
+        simulate_all(&fit_runs, &mut fleet, engine)
     })
     .ok_or_else(|| {
         Failure::input("the engine model could not replay the fitted runs with the starting guess")
@@ -173,7 +175,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
         .map(|r| (r, true))
         .chain(predicted.iter().map(|r| (r, false)))
     {
-        let simulated = simulate(&run.workload, &mut replicas, &engine).ok_or_else(|| {
+        let simulated = fleet.simulate(&run.workload, &engine).ok_or_else(|| {
             Failure::input(format!(
                 "{}: the fitted engine could not replay every request of this run",
                 run.label

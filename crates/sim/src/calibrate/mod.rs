@@ -13,19 +13,21 @@
 //! `meta.json` (`engine_kwargs.max_num_seqs`, `max_num_batched_tokens`, and the KV cache's
 //! blocks where the run recorded them).
 
-use routerlab_core::SeededRng;
 use serde::Deserialize;
 
-use routerlab_engine::{EngineConfig, StepTime};
+use routerlab_engine::StepTime;
 
 pub mod aiperf;
 pub mod distserve;
+mod fit;
 pub mod formats;
 pub mod guidellm;
 pub mod inference_perf;
 pub mod lmbench;
 pub mod validate;
 pub mod vllm_bench;
+
+pub use fit::{Fit, fit};
 
 /// One request of a measured run.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -72,6 +74,16 @@ pub struct MeasuredRun {
     pub max_num_batched_tokens: u32,
     /// KV blocks and their tokens, when the run recorded them.
     pub kv_blocks: Option<(u32, u32)>,
+    /// Engines the requests were balanced over (vLLM's `data_parallel_size`), each with
+    /// these limits and this KV cache.
+    pub data_parallel: u32,
+    /// GPUs each engine's model was split over (`tensor_parallel_size`), when recorded.
+    pub tensor_parallel: Option<u32>,
+    /// Whether a mixture of experts' experts were split over the GPUs
+    /// (`enable_expert_parallel`).
+    pub expert_parallel: bool,
+    /// One GPU's memory, bytes, when recorded (`hardware.device_total_memory_bytes`).
+    pub gpu_memory_bytes: Option<u64>,
 }
 
 /// What a run's requests measured, one value each, in the workload's order: the fit
@@ -313,10 +325,32 @@ impl MeasuredRun {
         };
         let max_num_seqs = number("max_num_seqs")?;
         let max_num_batched_tokens = number("max_num_batched_tokens")?;
-        let blocks = ["num_gpu_blocks", "kv_blocks"]
-            .iter()
-            .find_map(|key| kwargs[*key].as_u64().or(meta[*key].as_u64()));
-        let block_size = kwargs["block_size"].as_u64().unwrap_or(16);
+        let kv_cache = &meta["kv_cache"];
+        let blocks = ["num_gpu_blocks", "kv_blocks"].iter().find_map(|key| {
+            kwargs[*key]
+                .as_u64()
+                .or(meta[*key].as_u64())
+                .or(kv_cache[*key].as_u64())
+        });
+        let block_size = kwargs["block_size"]
+            .as_u64()
+            .or(kv_cache["block_size"].as_u64())
+            .unwrap_or(16);
+        let data_parallel = match &kwargs["data_parallel_size"] {
+            serde_json::Value::Null => 1,
+            value => value
+                .as_u64()
+                .and_then(|v| u32::try_from(v).ok())
+                .filter(|v| (1..=1024).contains(v))
+                .ok_or_else(|| {
+                    bad(
+                        META_FILE,
+                        None,
+                        "`engine_kwargs.data_parallel_size` must be a whole number from 1 to 1024"
+                            .into(),
+                    )
+                })?,
+        };
         let kv_blocks = blocks
             .and_then(|b| u32::try_from(b).ok())
             .zip(u32::try_from(block_size).ok());
@@ -398,6 +432,13 @@ impl MeasuredRun {
             max_num_seqs,
             max_num_batched_tokens,
             kv_blocks,
+            data_parallel,
+            tensor_parallel: kwargs["tensor_parallel_size"]
+                .as_u64()
+                .and_then(|v| u32::try_from(v).ok())
+                .filter(|v| *v > 0),
+            expert_parallel: kwargs["enable_expert_parallel"].as_bool() == Some(true),
+            gpu_memory_bytes: meta["hardware"]["device_total_memory_bytes"].as_u64(),
         })
     }
 
@@ -541,173 +582,9 @@ impl MeasuredRun {
             prefill_ms_per_token: prefill,
             decode_ms_per_seq: (step_ms * 0.5 / seqs).max(1e-4),
             context_ms_per_ktoken: 0.01,
+            experts: None,
         }
     }
-}
-
-/// The four terms of a batched model, as a vector the search moves in log space.
-fn terms(model: &StepTime) -> [f64; 4] {
-    match model {
-        StepTime::Batched {
-            overhead_ms,
-            prefill_ms_per_token,
-            decode_ms_per_seq,
-            context_ms_per_ktoken,
-        } => [
-            *overhead_ms,
-            *prefill_ms_per_token,
-            *decode_ms_per_seq,
-            *context_ms_per_ktoken,
-        ],
-        _ => [1.0, 0.05, 0.1, 0.01],
-    }
-}
-
-fn model(terms: [f64; 4]) -> StepTime {
-    StepTime::Batched {
-        overhead_ms: terms[0],
-        prefill_ms_per_token: terms[1],
-        decode_ms_per_seq: terms[2],
-        context_ms_per_ktoken: terms[3],
-    }
-}
-
-/// The result of a fit.
-#[derive(Debug, Clone)]
-pub struct Fit {
-    /// The engine, its step time fitted.
-    pub engine: EngineConfig,
-    /// What the requests took with it.
-    pub samples: Samples,
-    /// Replays run.
-    pub evaluations: usize,
-}
-
-/// Fits the batched model's terms: from `base` (the engine's other settings, its step time
-/// the starting point), `simulate` replays the workload with a candidate engine and returns
-/// what its requests took (`None` when the candidate cannot run it). A seeded random
-/// search around the start picks where to begin; then Nelder-Mead in log space (the terms
-/// trade off against each other along narrow valleys, which coordinate steps crawl
-/// along), restarted from its best point while the budget of `budget` replays lasts.
-pub fn fit(
-    base: &EngineConfig,
-    measured: &Samples,
-    seed: u64,
-    budget: usize,
-    mut simulate: impl FnMut(&EngineConfig) -> Option<Samples>,
-) -> Option<Fit> {
-    let evaluations = std::cell::Cell::new(0usize);
-    let mut best: Option<(f64, [f64; 4], Samples)> = None;
-    // The distance of log-space point `x`, remembering the best seen.
-    let mut evaluate = |x: [f64; 4], best: &mut Option<(f64, [f64; 4], Samples)>| -> f64 {
-        evaluations.set(evaluations.get() + 1);
-        let engine = EngineConfig {
-            step_time: model(x.map(f64::exp)),
-            ..base.clone()
-        };
-        if engine.validate().is_err() {
-            return f64::INFINITY;
-        }
-        let Some(samples) = simulate(&engine) else {
-            return f64::INFINITY;
-        };
-        let d = samples.distance(measured);
-        if best.as_ref().is_none_or(|(b, _, _)| d < *b) {
-            *best = Some((d, x, samples));
-        }
-        d
-    };
-    let start = terms(&base.step_time).map(|t| t.max(1e-9).ln());
-    if !evaluate(start, &mut best).is_finite() {
-        return None;
-    }
-    let mut rng = SeededRng::new(seed);
-    for _ in 0..budget / 5 {
-        let Some((_, from, _)) = &best else { break };
-        let mut candidate = *from;
-        for value in &mut candidate {
-            *value += (4f64).ln() * (2.0 * rng.unit_f64() - 1.0);
-        }
-        evaluate(candidate, &mut best);
-    }
-    let mut spread = 2f64.ln();
-    while evaluations.get() + 5 < budget && spread > 1e-3 {
-        let from = best.as_ref().map(|(_, x, _)| *x)?;
-        let mut simplex: Vec<([f64; 4], f64)> = Vec::with_capacity(5);
-        simplex.push((from, evaluate(from, &mut best)));
-        for i in 0..4 {
-            let mut vertex = from;
-            vertex[i] += spread;
-            simplex.push((vertex, evaluate(vertex, &mut best)));
-        }
-        let mut moves = 0;
-        while evaluations.get() < budget && moves < 200 {
-            moves += 1;
-            simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
-            let size = simplex[1..]
-                .iter()
-                .flat_map(|(v, _)| v.iter().zip(&simplex[0].0).map(|(a, b)| (a - b).abs()))
-                .fold(0.0, f64::max);
-            if size < 1e-3 {
-                break;
-            }
-            let mut centroid = [0.0; 4];
-            for (vertex, _) in &simplex[..4] {
-                for (c, v) in centroid.iter_mut().zip(vertex) {
-                    *c += v / 4.0;
-                }
-            }
-            let worst = simplex[4];
-            let along = |t: f64| -> [f64; 4] {
-                let mut x = [0.0; 4];
-                for i in 0..4 {
-                    x[i] = centroid[i] + t * (worst.0[i] - centroid[i]);
-                }
-                x
-            };
-            let reflected = along(-1.0);
-            let fr = evaluate(reflected, &mut best);
-            if fr < simplex[0].1 {
-                let expanded = along(-2.0);
-                let fe = evaluate(expanded, &mut best);
-                simplex[4] = if fe < fr {
-                    (expanded, fe)
-                } else {
-                    (reflected, fr)
-                };
-            } else if fr < simplex[3].1 {
-                simplex[4] = (reflected, fr);
-            } else {
-                let contracted = if fr < worst.1 {
-                    along(-0.5)
-                } else {
-                    along(0.5)
-                };
-                let fc = evaluate(contracted, &mut best);
-                if fc < worst.1.min(fr) {
-                    simplex[4] = (contracted, fc);
-                } else {
-                    let anchor = simplex[0].0;
-                    for (vertex, value) in simplex.iter_mut().skip(1) {
-                        for (v, a) in vertex.iter_mut().zip(anchor) {
-                            *v = a + 0.5 * (*v - a);
-                        }
-                        *value = evaluate(*vertex, &mut best);
-                    }
-                }
-            }
-        }
-        spread /= 4.0;
-    }
-    let (_, x, samples) = best?;
-    Some(Fit {
-        engine: EngineConfig {
-            step_time: model(x.map(f64::exp)),
-            ..base.clone()
-        },
-        samples,
-        evaluations: evaluations.get(),
-    })
 }
 
 #[cfg(test)]

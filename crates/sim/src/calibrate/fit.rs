@@ -1,0 +1,190 @@
+//! The search that fits a batched step-time model's terms to what a measured run took.
+
+use routerlab_core::SeededRng;
+use routerlab_engine::{EngineConfig, Experts, StepTime};
+
+use super::Samples;
+
+/// The terms of a batched model (four, and the cost of an expert when it has experts), as
+/// a vector the search moves in log space.
+fn terms(model: &StepTime) -> Vec<f64> {
+    match model {
+        StepTime::Batched {
+            overhead_ms,
+            prefill_ms_per_token,
+            decode_ms_per_seq,
+            context_ms_per_ktoken,
+            experts,
+        } => {
+            let mut terms = vec![
+                *overhead_ms,
+                *prefill_ms_per_token,
+                *decode_ms_per_seq,
+                *context_ms_per_ktoken,
+            ];
+            terms.extend(experts.map(|e| e.ms));
+            terms
+        }
+        _ => vec![1.0, 0.05, 0.1, 0.01],
+    }
+}
+
+/// The model of `terms`, with `shape`'s experts (count and per token) when it has a fifth.
+fn model(terms: &[f64], shape: Option<Experts>) -> StepTime {
+    StepTime::Batched {
+        overhead_ms: terms[0],
+        prefill_ms_per_token: terms[1],
+        decode_ms_per_seq: terms[2],
+        context_ms_per_ktoken: terms[3],
+        experts: shape
+            .zip(terms.get(4))
+            .map(|(e, ms)| Experts { ms: *ms, ..e }),
+    }
+}
+
+/// The result of a fit.
+#[derive(Debug, Clone)]
+pub struct Fit {
+    /// The engine, its step time fitted.
+    pub engine: EngineConfig,
+    /// What the requests took with it.
+    pub samples: Samples,
+    /// Replays run.
+    pub evaluations: usize,
+}
+
+/// Fits the batched model's terms: from `base` (the engine's other settings, its step time
+/// the starting point), `simulate` replays the workload with a candidate engine and returns
+/// what its requests took (`None` when the candidate cannot run it). A seeded random
+/// search around the start picks where to begin; then Nelder-Mead in log space (the terms
+/// trade off against each other along narrow valleys, which coordinate steps crawl
+/// along), restarted from its best point while the budget of `budget` replays lasts.
+pub fn fit(
+    base: &EngineConfig,
+    measured: &Samples,
+    seed: u64,
+    budget: usize,
+    mut simulate: impl FnMut(&EngineConfig) -> Option<Samples>,
+) -> Option<Fit> {
+    let shape = match &base.step_time {
+        StepTime::Batched { experts, .. } => *experts,
+        _ => None,
+    };
+    let exp = |x: &[f64]| -> Vec<f64> { x.iter().map(|v| v.exp()).collect() };
+    let evaluations = std::cell::Cell::new(0usize);
+    let mut best: Option<(f64, Vec<f64>, Samples)> = None;
+    // The distance of log-space point `x`, remembering the best seen.
+    let mut evaluate = |x: &[f64], best: &mut Option<(f64, Vec<f64>, Samples)>| -> f64 {
+        evaluations.set(evaluations.get() + 1);
+        let engine = EngineConfig {
+            step_time: model(&exp(x), shape),
+            ..base.clone()
+        };
+        if engine.validate().is_err() {
+            return f64::INFINITY;
+        }
+        let Some(samples) = simulate(&engine) else {
+            return f64::INFINITY;
+        };
+        let d = samples.distance(measured);
+        if best.as_ref().is_none_or(|(b, _, _)| d < *b) {
+            *best = Some((d, x.to_vec(), samples));
+        }
+        d
+    };
+    let start: Vec<f64> = terms(&base.step_time)
+        .iter()
+        .map(|t| t.max(1e-9).ln())
+        .collect();
+    let dims = start.len();
+    if !evaluate(&start, &mut best).is_finite() {
+        return None;
+    }
+    let mut rng = SeededRng::new(seed);
+    for _ in 0..budget / 5 {
+        let Some((_, from, _)) = &best else { break };
+        let mut candidate = from.clone();
+        for value in &mut candidate {
+            *value += (4f64).ln() * (2.0 * rng.unit_f64() - 1.0);
+        }
+        evaluate(&candidate, &mut best);
+    }
+    let mut spread = 2f64.ln();
+    while evaluations.get() + dims + 1 < budget && spread > 1e-3 {
+        let from = best.as_ref().map(|(_, x, _)| x.clone())?;
+        let mut simplex: Vec<(Vec<f64>, f64)> = Vec::with_capacity(dims + 1);
+        let value = evaluate(&from, &mut best);
+        simplex.push((from.clone(), value));
+        for i in 0..dims {
+            let mut vertex = from.clone();
+            vertex[i] += spread;
+            let value = evaluate(&vertex, &mut best);
+            simplex.push((vertex, value));
+        }
+        let mut moves = 0;
+        while evaluations.get() < budget && moves < 200 {
+            moves += 1;
+            simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
+            let size = simplex[1..]
+                .iter()
+                .flat_map(|(v, _)| v.iter().zip(&simplex[0].0).map(|(a, b)| (a - b).abs()))
+                .fold(0.0, f64::max);
+            if size < 1e-3 {
+                break;
+            }
+            let mut centroid = vec![0.0; dims];
+            for (vertex, _) in &simplex[..dims] {
+                for (c, v) in centroid.iter_mut().zip(vertex) {
+                    *c += v / dims as f64;
+                }
+            }
+            let worst = simplex[dims].clone();
+            let along = |t: f64| -> Vec<f64> {
+                (0..dims)
+                    .map(|i| centroid[i] + t * (worst.0[i] - centroid[i]))
+                    .collect()
+            };
+            let reflected = along(-1.0);
+            let fr = evaluate(&reflected, &mut best);
+            if fr < simplex[0].1 {
+                let expanded = along(-2.0);
+                let fe = evaluate(&expanded, &mut best);
+                simplex[dims] = if fe < fr {
+                    (expanded, fe)
+                } else {
+                    (reflected, fr)
+                };
+            } else if fr < simplex[dims - 1].1 {
+                simplex[dims] = (reflected, fr);
+            } else {
+                let contracted = if fr < worst.1 {
+                    along(-0.5)
+                } else {
+                    along(0.5)
+                };
+                let fc = evaluate(&contracted, &mut best);
+                if fc < worst.1.min(fr) {
+                    simplex[dims] = (contracted, fc);
+                } else {
+                    let anchor = simplex[0].0.clone();
+                    for (vertex, value) in simplex.iter_mut().skip(1) {
+                        for (v, a) in vertex.iter_mut().zip(&anchor) {
+                            *v = a + 0.5 * (*v - a);
+                        }
+                        *value = evaluate(vertex, &mut best);
+                    }
+                }
+            }
+        }
+        spread /= 4.0;
+    }
+    let (_, x, samples) = best?;
+    Some(Fit {
+        engine: EngineConfig {
+            step_time: model(&exp(&x), shape),
+            ..base.clone()
+        },
+        samples,
+        evaluations: evaluations.get(),
+    })
+}

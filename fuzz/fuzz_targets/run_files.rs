@@ -1,0 +1,29 @@
+//! Measured-run files as benchmark tools write them (DistServe, `vllm bench serve`, AIPerf,
+//! GuideLLM, inference-perf, LMBench), each read by every reader: errors are fine, panics
+//! are not, and whatever is read holds completed requests in arrival order.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use routerlab_sim::calibrate::formats::{self, RunFileFormat};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let _ = formats::detect(text);
+    for format in RunFileFormat::ALL {
+        let Ok(parts) = formats::parse(format, text) else {
+            continue;
+        };
+        for part in parts {
+            assert!(!part.requests.is_empty());
+            for pair in part.requests.windows(2) {
+                assert!(pair[0].queued_ts <= pair[1].queued_ts);
+            }
+            for r in &part.requests {
+                assert!(r.queued_ts <= r.first_token_ts && r.first_token_ts <= r.last_token_ts);
+                assert!(r.input_toks > 0);
+            }
+        }
+    }
+});
