@@ -190,15 +190,6 @@ impl RunArgs {
                 ));
             }
         };
-        let gib_bytes = |flag: &str, g: f64| -> Result<u64, Failure> {
-            if g.is_finite() && g > 0.0 && g <= 1e6 {
-                Ok((g * (1u64 << 30) as f64) as u64)
-            } else {
-                Err(Failure::input(format!(
-                    "{flag} must be a positive number of GiB, at most a million"
-                )))
-            }
-        };
         let utilization = self.gpu_memory_utilization;
         if !(utilization > 0.0 && utilization <= 1.0) {
             return Err(Failure::input(
