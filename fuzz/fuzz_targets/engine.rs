@@ -63,6 +63,8 @@ fuzz_target!(|data: &[u8]| {
         } else {
             Scheduler::V1
         },
+        // Sometimes no prefix cache.
+        prefix_caching: byte(head, 20) % 4 < 3,
     };
     if engine.validate().is_err() {
         return;

@@ -305,6 +305,14 @@ fn a_run_file_is_fitted_from_its_own_requests() {
     assert_eq!(engine["num_gpu_blocks"], 3970);
     assert_eq!(engine["max_num_seqs"], 1024);
     assert!(engine["step_time"]["decode_ms_per_seq"].as_f64().unwrap() > 0.0);
+    // Prefix caching is on unless the engine ran without it.
+    assert!(engine.get("prefix_caching").is_none(), "{stdout}");
+    let mut args = vec!["calibrate", run.to_str().unwrap(), "--no-prefix-caching"];
+    args.extend(limits);
+    let output = routerlab(&args);
+    assert!(output.status.success(), "{}", texts(&output).1);
+    let engine: serde_json::Value = serde_yaml::from_str(&texts(&output).0).unwrap();
+    assert_eq!(engine["prefix_caching"], false);
     // A report of several load points is one run only when one is named.
     let sweep =
         support::workspace_root().join("crates/cli/tests/fixtures/guidellm-benchmarks.json");

@@ -24,6 +24,7 @@ fn small_engine() -> EngineConfig {
         host_tier: None,
         shared_tier: None,
         scheduler: Default::default(),
+        prefix_caching: true,
     }
 }
 

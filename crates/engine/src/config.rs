@@ -38,6 +38,19 @@ pub struct EngineConfig {
     /// How steps are formed: vLLM V1's (the default) or V0's.
     #[serde(default, skip_serializing_if = "Scheduler::is_v1")]
     pub scheduler: Scheduler,
+    /// Whether computed prompt blocks are kept for reuse by their hash (vLLM's
+    /// `--enable-prefix-caching`, the default since V1; added in 0.5). Without it no request
+    /// hits a cached prefix and no block is published (no KV event).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub prefix_caching: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
 }
 
 /// How an engine forms its steps.
@@ -79,6 +92,7 @@ impl EngineConfig {
             host_tier: None,
             shared_tier: None,
             scheduler: Default::default(),
+            prefix_caching: true,
         }
     }
 
@@ -197,6 +211,8 @@ pub struct Overrides {
     pub shared_tier: Option<HostTier>,
     /// How steps are formed.
     pub scheduler: Option<Scheduler>,
+    /// Whether prompt blocks are kept for reuse.
+    pub prefix_caching: Option<bool>,
 }
 
 impl EngineConfig {
@@ -213,6 +229,7 @@ impl EngineConfig {
             host_tier,
             shared_tier,
             scheduler,
+            prefix_caching,
         } = overrides;
         if let Some(preset) = preset {
             self = preset.config();
@@ -227,6 +244,7 @@ impl EngineConfig {
             host_tier: host,
             shared_tier: shared,
             scheduler: steps,
+            prefix_caching: caching,
         } = &mut self;
         if let Some(v) = num_gpu_blocks {
             *blocks = *v;
@@ -255,6 +273,9 @@ impl EngineConfig {
         if let Some(v) = scheduler {
             *steps = *v;
         }
+        if let Some(v) = prefix_caching {
+            *caching = *v;
+        }
         self
     }
 }
@@ -272,6 +293,7 @@ impl From<&EngineConfig> for Overrides {
             host_tier,
             shared_tier,
             scheduler,
+            prefix_caching,
         } = config;
         Overrides {
             preset: None,
@@ -284,6 +306,7 @@ impl From<&EngineConfig> for Overrides {
             host_tier: *host_tier,
             shared_tier: *shared_tier,
             scheduler: Some(*scheduler),
+            prefix_caching: Some(*prefix_caching),
         }
     }
 }
@@ -318,6 +341,7 @@ mod tests {
                 latency_ms: 2.0,
             }),
             scheduler: Scheduler::V0,
+            prefix_caching: false,
         };
         assert_eq!(
             EngineConfig::dynamo().with(&Overrides::from(&wanted)),

@@ -184,17 +184,19 @@ fn parameters(keys: &Keys<'_>) -> Result<(u64, u64, u64, u64, u64), ModelConfigE
     ))
 }
 
-/// A mixture-of-experts model's experts a layer and experts a token, from its config
-/// `text`; `None` for a dense model.
-pub fn experts_of(text: &str) -> Result<Option<(u32, u32)>, ModelConfigError> {
-    let root: Value =
-        serde_json::from_str(text).map_err(|e| ModelConfigError::Json(e.to_string()))?;
-    let Value::Object(root) = &root else {
-        return Err(ModelConfigError::Json(
+/// The config `text`'s top-level object.
+fn object(text: &str) -> Result<Map<String, Value>, ModelConfigError> {
+    match serde_json::from_str(text).map_err(|e| ModelConfigError::Json(e.to_string()))? {
+        Value::Object(root) => Ok(root),
+        _ => Err(ModelConfigError::Json(
             "the top level is not an object".into(),
-        ));
-    };
-    let keys = match root.get("text_config") {
+        )),
+    }
+}
+
+/// The language model's keys: a multimodal config's `text_config`, else the top level.
+fn language_keys(root: &Map<String, Value>) -> Keys<'_> {
+    match root.get("text_config") {
         Some(Value::Object(text)) => Keys {
             keys: text,
             prefix: "text_config.",
@@ -203,7 +205,14 @@ pub fn experts_of(text: &str) -> Result<Option<(u32, u32)>, ModelConfigError> {
             keys: root,
             prefix: "",
         },
-    };
+    }
+}
+
+/// A mixture-of-experts model's experts a layer and experts a token, from its config
+/// `text`; `None` for a dense model.
+pub fn experts_of(text: &str) -> Result<Option<(u32, u32)>, ModelConfigError> {
+    let root = object(text)?;
+    let keys = language_keys(&root);
     let Some(count) = keys.first(&["num_experts", "num_local_experts", "n_routed_experts"])? else {
         return Ok(None);
     };
@@ -219,23 +228,9 @@ pub fn experts_of(text: &str) -> Result<Option<(u32, u32)>, ModelConfigError> {
 
 /// The KV blocks of the model config `text` on the GPU `budget` describes.
 pub fn kv_budget(text: &str, budget: &GpuBudget) -> Result<KvBudget, ModelConfigError> {
-    let root: Value =
-        serde_json::from_str(text).map_err(|e| ModelConfigError::Json(e.to_string()))?;
-    let Value::Object(root) = &root else {
-        return Err(ModelConfigError::Json(
-            "the top level is not an object".into(),
-        ));
-    };
-    let keys = match root.get("text_config") {
-        Some(Value::Object(text)) => Keys {
-            keys: text,
-            prefix: "text_config.",
-        },
-        _ => Keys {
-            keys: root,
-            prefix: "",
-        },
-    };
+    let root = object(text)?;
+    let keys = language_keys(&root);
+    let root = &root;
     for (name, why) in [
         (
             "kv_lora_rank",

@@ -378,7 +378,7 @@ impl Engine {
             seq.computed += tokens;
             // Publish the full prompt blocks now computed.
             let full = (seq.computed / block_tokens) as usize;
-            while seq.published < full.min(seq.hashes.len()) {
+            while self.config.prefix_caching && seq.published < full.min(seq.hashes.len()) {
                 let (id, hash) = (seq.blocks[seq.published], seq.hashes[seq.published]);
                 let parent = seq.published.checked_sub(1).map(|p| seq.hashes[p]);
                 self.kv.publish(id, hash, parent);
@@ -489,7 +489,11 @@ impl Engine {
             self.kv.refresh_cached_ids(&head.hashes, &mut head.hit_ids);
             let head = self.waiting.front().expect("head exists");
             let target = head.prompt_tokens + head.generated;
-            let hits = head.hit_ids.len();
+            let hits = if self.config.prefix_caching {
+                head.hit_ids.len()
+            } else {
+                0
+            };
             // As vLLM: the last prompt token is always computed, to sample from it.
             let most = ((target - 1) / block_tokens) as usize;
             let hits = hits.min(most);

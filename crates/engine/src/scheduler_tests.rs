@@ -19,6 +19,7 @@ fn linear(num_gpu_blocks: u32, max_num_seqs: u32, budget: u32) -> EngineConfig {
         host_tier: None,
         shared_tier: None,
         scheduler: Default::default(),
+        prefix_caching: true,
     }
 }
 
@@ -113,6 +114,7 @@ fn v0_runs_prefills_alone_and_whole_then_decodes() {
     // The same arrivals as above, budget 9, scheduled as vLLM V0 schedules them.
     let config = EngineConfig {
         scheduler: crate::Scheduler::V0,
+        prefix_caching: true,
         ..linear(100, 3, 9)
     };
     let mut engine = Engine::new(config);
@@ -236,6 +238,27 @@ fn the_batched_model_charges_overhead_prompt_sequences_and_context() {
         }
     };
     assert!(finish(50.0) > finish(0.0));
+}
+
+#[test]
+fn without_a_prefix_cache_nothing_is_reused_or_published() {
+    let config = EngineConfig {
+        prefix_caching: false,
+        ..linear(100, 4, 100)
+    };
+    let mut engine = Engine::new(config);
+    let end = engine
+        .enqueue(Sequence::new(0, 12, 1, vec![1, 2, 3]), 0)
+        .unwrap();
+    assert_eq!(engine.finish_step(end).len(), 1);
+    assert_eq!(engine.kv.cached_prefix(&[1, 2, 3]), 0);
+    let end = engine
+        .enqueue(Sequence::new(1, 12, 1, vec![1, 2, 3]), end)
+        .unwrap();
+    assert_eq!(engine.running[0].hit_tokens, Some(0));
+    // The whole prompt is computed again: 1 + 0.5 × 12 ms.
+    let done = engine.finish_step(end);
+    assert_eq!(done[0].hit_tokens, Some(0));
 }
 
 #[test]

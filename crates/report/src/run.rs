@@ -216,6 +216,9 @@ pub struct EngineRun {
     /// The scheduler, when it is not vLLM V1's (`v0`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler: Option<String>,
+    /// `false` when the engine kept no prefix cache (added in 0.5; absent when it did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_caching: Option<bool>,
 }
 
 /// A host-memory or shared tier, as run.

@@ -494,6 +494,7 @@ pub mod recorded {
             host_tier,
             shared_tier,
             scheduler,
+            prefix_caching,
         } = config;
         let tier = |tier: HostTier| {
             let HostTier {
@@ -514,6 +515,7 @@ pub mod recorded {
             host_tier: host_tier.map(tier),
             shared_tier: shared_tier.map(tier),
             scheduler: (!scheduler.is_v1()).then(|| "v0".to_owned()),
+            prefix_caching: (!*prefix_caching).then_some(false),
             num_gpu_blocks: *num_gpu_blocks,
             engine_block_size: *engine_block_size,
             max_num_seqs: *max_num_seqs,

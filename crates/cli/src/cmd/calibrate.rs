@@ -184,6 +184,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         host_tier: None,
         shared_tier: None,
         scheduler: Default::default(),
+        prefix_caching: !args.run_args.no_prefix_caching,
     };
     let measured = run.samples();
     let fitted = fit(&base, &measured, args.seed, args.budget, |engine| {

@@ -67,6 +67,10 @@ pub struct RunArgs {
     /// (any plugin on the search path) [default: least-inflight, as vLLM's own balancer].
     #[arg(long, value_name = "MATCHER")]
     pub router: Option<String>,
+    /// The engine kept no prefix cache (vLLM's `--no-enable-prefix-caching`, V0's default):
+    /// a workload's repeated prefixes are computed again.
+    #[arg(long)]
+    pub no_prefix_caching: bool,
     /// The engine's KV cache in blocks, as vLLM logged it (`# GPU blocks`) [default: as
     /// the run records it, else from --model-config, else estimated from the run].
     #[arg(long, value_name = "N")]
@@ -85,8 +89,9 @@ pub struct RunArgs {
     /// when the run's meta.json says `enable_expert_parallel`, else 1].
     #[arg(long, value_name = "N")]
     pub expert_parallel_size: Option<u32>,
-    /// Memory of one GPU, GiB (nvidia-smi's MiB / 1024: 80 for an A100-80GB) [default:
-    /// the run's meta.json].
+    /// Memory of one GPU, GiB, as CUDA reports it (what vLLM reads: deviceQuery's "Total
+    /// amount of global memory", a little under the nominal size, 39.39 GiB for an
+    /// A100-SXM4-40GB) [default: the run's meta.json].
     #[arg(long, value_name = "G")]
     pub gpu_memory_gib: Option<f64>,
     /// The fraction of it vLLM may use.

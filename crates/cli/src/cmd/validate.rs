@@ -133,6 +133,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
                         SchedulerArg::V1 => routerlab_engine::Scheduler::V1,
                         SchedulerArg::V0 => routerlab_engine::Scheduler::V0,
                     },
+                    prefix_caching: !args.run.no_prefix_caching,
                 });
             }
             let workload = runs::own_workload(&loaded.label, &measured, block_size)?;

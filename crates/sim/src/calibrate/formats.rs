@@ -2,8 +2,8 @@
 //! into requests: one reader per tool, each in its own module, and the checks they share.
 //!
 //! A reader's error names where it is: a 1-based line first when the format has lines
-//! that matter (`3: field `ttft`: ...`), else the field's path in the document
-//! (`field `benchmarks[0].requests.successful[2].prompt_tokens`: ...`).
+//! that matter (``3: field `ttft`: ...``), else the field's path in the document
+//! (``field `benchmarks[0].requests.successful[2].prompt_tokens`: ...``).
 //! [`located`] puts the file's name in front.
 
 use super::{MAX_RUN_SPAN_S, MeasuredRequest, aiperf, distserve, guidellm, inference_perf};

@@ -28,7 +28,7 @@ pub fn detect(text: &str) -> bool {
 }
 
 /// The requests that succeeded, in arrival order, and how many failed; errors name the
-/// request's index and field (`field `[3].info.output_token_times`: ...`).
+/// request's index and field (``field `[3].info.output_token_times`: ...``).
 pub fn parse(text: &str) -> Result<(Vec<MeasuredRequest>, usize), String> {
     let rows: Value = serde_json::from_str(text).map_err(|e| format!("{}: {e}", e.line()))?;
     let rows = rows
