@@ -1,0 +1,170 @@
+"""Writes the benchmark-tool fixtures in crates/cli/tests/fixtures/ with the tools' own code,
+so that the readers are checked against what the tools write, not against our reading of
+their schemas:
+
+- aiperf-profile-export.jsonl: AIPerf 0.13.0's metric registry converts each record's base
+  units to display units, `MetricRecordInfo` holds it, and the line is serialised as its
+  JSONL writer serialises (`model_dump(exclude_none=True, mode="json")`, orjson).
+- guidellm-benchmarks.json: each request is GuideLLM 0.8.1's `GenerativeRequestStats`,
+  dumped as its report's `save_file` dumps (`model_dump(mode="json")`, computed fields
+  included); the frame around them (`benchmarks`, `request_totals`, `requests`) carries the
+  keys the reader uses.
+- lmbench-summary.csv: a pandas DataFrame per user with the columns of LMBench's
+  `multi-round-qa.py` summary, in its order, concatenated, `to_csv(index=False)`.
+
+The same requests in each: three that complete (TTFT 52, 71 and 33 ms; end to end 86, 96
+and 43 ms) and one that fails; AIPerf's has a warm-up record too. Not run by the tests (they
+read the files); run it by hand after changing the requests:
+
+    python -m venv v && v/bin/pip install aiperf==0.13.0 guidellm==0.8.1
+    v/bin/python crates/cli/tests/python/make_run_fixtures.py crates/cli/tests/fixtures
+
+inference-perf's fixture is written by hand from its `RequestLifecycleMetric` and report
+generator: its releases need Python 3.12, which the machine that wrote these lacked.
+"""
+
+import json
+import os
+import sys
+
+BASE = 1764580000.0
+# The requests: (start s after BASE, prompt tokens, output tokens, TTFT s, end to end s).
+DONE = [
+    (5021.250, 200, 4, 0.052, 0.086),
+    (5022.466, 280, 3, 0.071, 0.096),
+    (5023.812, 60, 2, 0.033, 0.043),
+]
+FAILED = (5021.731, 130)
+
+
+def aiperf():
+    import orjson
+    from aiperf.common.models.error_models import ErrorDetails
+    from aiperf.common.models.record_models import MetricRecordInfo, MetricRecordMetadata
+    from aiperf.metrics.metric_dicts import MetricRecordDict
+    from aiperf.metrics.metric_registry import MetricRegistry
+
+    def ns(t):
+        return 1_764_580_000_000_000_000 + int(round(t * 1e9))
+
+    rows = [(5019.0, 100, 8, 0.040, 0.200, "warmup")]
+    rows += [(*r, None) for r in DONE[:1]]
+    rows.append((FAILED[0], FAILED[1], 0, None, None, "error"))
+    rows += [(*r, None) for r in DONE[1:]]
+    lines = []
+    for i, (t, isl, osl, ttft, e2e, kind) in enumerate(rows):
+        end = t + (e2e if e2e is not None else 0.0006)
+        metadata = MetricRecordMetadata(
+            session_num=i,
+            x_request_id=f"7609a2e7-aa53-4ab1-98f4-f35ecafefd2{i}",
+            conversation_id=f"77aa5b0e-b305-423f-88d5-c00da189259{i}",
+            turn_index=0,
+            request_start_ns=ns(t),
+            request_ack_ns=None if kind == "error" else ns(t + 0.004),
+            request_end_ns=ns(end),
+            worker_id="worker_1a2b3c4d",
+            record_processor_id="record_processor_5e6f7a8b",
+            benchmark_phase="warmup" if kind == "warmup" else "profiling",
+        )
+        if kind == "error":
+            metrics = MetricRecordDict({"error_isl": isl})
+            error = ErrorDetails(
+                code=500, type="InternalServerError", message="Server encountered an internal error"
+            )
+        else:
+            metrics = MetricRecordDict(
+                {
+                    "input_sequence_length": isl,
+                    "output_sequence_length": osl,
+                    "time_to_first_token": int(round(ttft * 1e9)),
+                    "request_latency": int(round(e2e * 1e9)),
+                }
+            )
+            error = None
+        record = MetricRecordInfo(
+            metadata=metadata,
+            metrics=metrics.to_display_dict(MetricRegistry, False, False),
+            error=error,
+        )
+        lines.append(orjson.dumps(record.model_dump(exclude_none=True, mode="json")).decode())
+    return "\n".join(lines) + "\n"
+
+
+def guidellm():
+    from guidellm.schemas.base.info import RequestInfo, RequestTimings
+    from guidellm.schemas.base.request import UsageMetrics
+    from guidellm.schemas.base.request_stats import GenerativeRequestStats
+
+    def stats(i, start, isl, osl=0, ttft=None, e2e=None):
+        st = BASE + start
+        if ttft is not None:
+            timings = RequestTimings(
+                targeted_start=st, queued=st - 0.001, dequeued=st - 0.0005, scheduled_at=st,
+                resolve_start=st, request_start=st, first_request_iteration=st + ttft,
+                first_token_iteration=st + ttft, last_token_iteration=st + e2e,
+                last_request_iteration=st + e2e, request_iterations=osl,
+                token_iterations=osl, request_end=st + e2e + 0.0004,
+                resolve_end=st + e2e + 0.0005, finalized=st + e2e + 0.001,
+            )
+            status, output, out = "completed", " The sky is", UsageMetrics(text_tokens=osl)
+        else:
+            timings = RequestTimings(request_start=st, resolve_start=st, resolve_end=st + 0.0006)
+            status, output, out = "errored", None, UsageMetrics()
+        info = RequestInfo(request_id=f"req-{i}", status=status, timings=timings)
+        return GenerativeRequestStats(
+            request_id=f"req-{i}", info=info, input_metrics=UsageMetrics(text_tokens=isl),
+            output_metrics=out, output=output,
+        ).model_dump(mode="json")
+
+    def benchmark(rate, successful, errored):
+        return {
+            "type_": "generative_benchmark",
+            "config": {"strategy": {"type_": "constant", "rate": rate}},
+            "request_totals": {"successful": len(successful), "incomplete": 0,
+                               "errored": len(errored),
+                               "total": len(successful) + len(errored)},
+            "requests": {"successful": successful, "incomplete": [], "errored": errored},
+        }
+
+    first = [stats(i, *r) for i, r in enumerate(DONE)]
+    second = [stats(9, 5123.0, 500, 2, 0.120, 0.150)]
+    report = {
+        "metadata": {"guidellm_version": "0.8.1"},
+        "benchmarks": [benchmark(2.0, first, [stats(1, *FAILED)]), benchmark(4.0, second, [])],
+    }
+    return json.dumps(report, indent=2) + "\n"
+
+
+def lmbench():
+    import io
+
+    import pandas as pd
+
+    users = {1: [DONE[1], DONE[2]], 2: [DONE[0], (FAILED[0], FAILED[1], 0, 0.0, 0.0004)]}
+    frames = []
+    for user, rows in users.items():
+        df = pd.DataFrame()
+        df["prompt_tokens"] = [r[1] for r in rows]
+        df["generation_tokens"] = [r[2] for r in rows]
+        df["ttft"] = [r[3] for r in rows]
+        # The script's generation time: first token to last.
+        df["generation_time"] = [round(r[4] - r[3], 6) if r[2] else r[4] for r in rows]
+        df["user_id"] = user
+        df["question_id"] = range(1, len(rows) + 1)
+        df["launch_time"] = [BASE + r[0] for r in rows]
+        df["finish_time"] = [BASE + r[0] + max(r[4], r[3]) + 0.0002 for r in rows]
+        frames.append(df)
+    text = io.StringIO()
+    pd.concat(frames).to_csv(text, index=False)
+    return text.getvalue()
+
+
+if __name__ == "__main__":
+    directory = sys.argv[1]
+    for name, make in [
+        ("aiperf-profile-export.jsonl", aiperf),
+        ("guidellm-benchmarks.json", guidellm),
+        ("lmbench-summary.csv", lmbench),
+    ]:
+        with open(os.path.join(directory, name), "w") as f:
+            f.write(make())
