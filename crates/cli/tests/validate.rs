@@ -157,9 +157,9 @@ fn runs_that_cannot_be_read_are_refused_by_name() {
 }
 
 /// The same three requests (and a failed one) as each benchmark tool writes them: AIPerf's,
-/// GuideLLM's and LMBench's files written by the tools' own code
-/// (`tests/python/make_run_fixtures.py`), `vllm bench serve`'s and inference-perf's by
-/// hand from their sources. Each is read as the three that completed.
+/// GuideLLM's, inference-perf's and LMBench's files written by the tools' own code
+/// (`tests/python/make_run_fixtures.py`), `vllm bench serve`'s by hand from its source.
+/// Each is read as the three that completed.
 #[test]
 fn every_benchmark_tools_output_is_read_as_its_completed_requests() {
     for (fixture, left_out) in [

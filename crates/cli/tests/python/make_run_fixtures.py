@@ -9,6 +9,10 @@ their schemas:
   dumped as its report's `save_file` dumps (`model_dump(mode="json")`, computed fields
   included); the frame around them (`benchmarks`, `request_totals`, `requests`) carries the
   keys the reader uses.
+- inference-perf-per-request.json: inference-perf 0.7.0's `RequestLifecycleMetric`s, each
+  made an entry by its report generator's `build_per_request_lifecycle_entry` (default
+  fields) and the list written as its local storage writes reports (`json.dumps`, indent
+  2), with times on its client's `time.perf_counter()` clock.
 - lmbench-summary.csv: a pandas DataFrame per user with the columns of LMBench's
   `multi-round-qa.py` summary, in its order, concatenated, `to_csv(index=False)`.
 
@@ -17,10 +21,9 @@ and 43 ms) and one that fails; AIPerf's has a warm-up record too. Not run by the
 read the files); run it by hand after changing the requests:
 
     python -m venv v && v/bin/pip install aiperf==0.13.0 guidellm==0.8.1
+    v/bin/pip install inference-perf==0.7.0   # Python 3.12; on 3.11 its wheel's
+                                              # source on PYTHONPATH imports too
     v/bin/python crates/cli/tests/python/make_run_fixtures.py crates/cli/tests/fixtures
-
-inference-perf's fixture is written by hand from its `RequestLifecycleMetric` and report
-generator: its releases need Python 3.12, which the machine that wrote these lacked.
 """
 
 import json
@@ -135,6 +138,49 @@ def guidellm():
     return json.dumps(report, indent=2) + "\n"
 
 
+def inference_perf():
+    from inference_perf.apis.base import (
+        ErrorResponseInfo,
+        InferenceInfo,
+        RequestLifecycleMetric,
+        StreamedResponseMetrics,
+    )
+    from inference_perf.config.reportgen.config import PerRequestFieldsConfig
+    from inference_perf.payloads import RequestMetrics
+    from inference_perf.payloads.text.metrics import Text
+    from inference_perf.reportgen.base import build_per_request_lifecycle_entry
+
+    clock = 812.5 - 5021.0  # the client's perf_counter at BASE + 5021 s was 812.5
+    metrics = []
+    rows = [(*DONE[0], None), (FAILED[0], FAILED[1], 0, None, None, "error"), DONE[1] + (None,)]
+    rows.append(DONE[2] + (None,))
+    for start, isl, osl, ttft, e2e, kind in rows:
+        t = clock + start
+        body = json.dumps({"model": "facebook/opt-125m", "prompt": "...", "max_tokens": 8,
+                           "stream": True})
+        if kind == "error":
+            response = StreamedResponseMetrics(output_tokens=0)
+            error = ErrorResponseInfo(error_type="ClientConnectorError",
+                                      error_msg="Cannot connect to host")
+            end, data = t + 0.0006, None
+        else:
+            gap = (e2e - ttft) / (osl - 1)
+            times = [t + ttft + k * gap for k in range(osl)]
+            response = StreamedResponseMetrics(output_tokens=osl, chunk_times=times,
+                                               output_token_times=times)
+            error, end, data = None, t + e2e + 0.0003, " The sky is"
+        metrics.append(RequestLifecycleMetric(
+            stage_id=0, scheduled_time=t - 0.0001, start_time=t, end_time=end,
+            request_data=body, response_data=data,
+            info=InferenceInfo(request_metrics=RequestMetrics(text=Text(input_tokens=isl)),
+                               response_metrics=response),
+            error=error,
+        ))
+    fields = PerRequestFieldsConfig()
+    entries = [build_per_request_lifecycle_entry(m, fields, None, False) for m in metrics]
+    return json.dumps(entries, indent=2)
+
+
 def lmbench():
     import io
 
@@ -164,6 +210,7 @@ if __name__ == "__main__":
     for name, make in [
         ("aiperf-profile-export.jsonl", aiperf),
         ("guidellm-benchmarks.json", guidellm),
+        ("inference-perf-per-request.json", inference_perf),
         ("lmbench-summary.csv", lmbench),
     ]:
         with open(os.path.join(directory, name), "w") as f:
