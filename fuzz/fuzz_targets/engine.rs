@@ -65,6 +65,9 @@ fuzz_target!(|data: &[u8]| {
         },
         // Sometimes no prefix cache.
         prefix_caching: byte(head, 20) % 4 < 3,
+        // Sometimes V0's padded prompt batches, 0 to 63 tokens of padding.
+        max_paddings: (byte(head, 20) % 2 == 1 && byte(head, 22) > 127)
+            .then(|| byte(head, 23) % 64),
     };
     if engine.validate().is_err() {
         return;

@@ -25,6 +25,7 @@ fn small_engine() -> EngineConfig {
         shared_tier: None,
         scheduler: Default::default(),
         prefix_caching: true,
+        max_paddings: None,
     }
 }
 

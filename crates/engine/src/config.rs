@@ -43,6 +43,13 @@ pub struct EngineConfig {
     /// hits a cached prefix and no block is published (no KV event).
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub prefix_caching: bool,
+    /// vLLM V0 up to 0.3 batched prompts padded to the longest (added in 0.5): with it, a
+    /// prefill step's prompts count `prompts × longest` tokens against
+    /// `max_num_batched_tokens` and are computed at that size, and a prompt is not added
+    /// to the step when the batch's padding would pass this many tokens (vLLM's
+    /// `--max-paddings`, 256 by default). V0 only; without it, prompts batch unpadded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_paddings: Option<u32>,
 }
 
 fn yes() -> bool {
@@ -93,6 +100,7 @@ impl EngineConfig {
             shared_tier: None,
             scheduler: Default::default(),
             prefix_caching: true,
+            max_paddings: None,
         }
     }
 
@@ -124,6 +132,11 @@ impl EngineConfig {
                     "engine `{key}` needs `kv_bytes_per_token` (the KV bytes of one token), as its loads are sized in bytes"
                 ));
             }
+        }
+        if self.max_paddings.is_some() && self.scheduler != Scheduler::V0 {
+            return Err(
+                "engine `max_paddings` needs `scheduler: v0` (V1 never pads a batch)".into(),
+            );
         }
         if self.kv_bytes_per_token.is_some_and(|b| b > 1 << 30) {
             return Err("engine `kv_bytes_per_token` must be at most 2^30".into());
@@ -213,6 +226,8 @@ pub struct Overrides {
     pub scheduler: Option<Scheduler>,
     /// Whether prompt blocks are kept for reuse.
     pub prefix_caching: Option<bool>,
+    /// Padded prompt batches (V0).
+    pub max_paddings: Option<u32>,
 }
 
 impl EngineConfig {
@@ -230,6 +245,7 @@ impl EngineConfig {
             shared_tier,
             scheduler,
             prefix_caching,
+            max_paddings,
         } = overrides;
         if let Some(preset) = preset {
             self = preset.config();
@@ -245,6 +261,7 @@ impl EngineConfig {
             shared_tier: shared,
             scheduler: steps,
             prefix_caching: caching,
+            max_paddings: paddings,
         } = &mut self;
         if let Some(v) = num_gpu_blocks {
             *blocks = *v;
@@ -276,6 +293,9 @@ impl EngineConfig {
         if let Some(v) = prefix_caching {
             *caching = *v;
         }
+        if let Some(v) = max_paddings {
+            *paddings = Some(*v);
+        }
         self
     }
 }
@@ -294,6 +314,7 @@ impl From<&EngineConfig> for Overrides {
             shared_tier,
             scheduler,
             prefix_caching,
+            max_paddings,
         } = config;
         Overrides {
             preset: None,
@@ -307,6 +328,7 @@ impl From<&EngineConfig> for Overrides {
             shared_tier: *shared_tier,
             scheduler: Some(*scheduler),
             prefix_caching: Some(*prefix_caching),
+            max_paddings: *max_paddings,
         }
     }
 }
@@ -342,6 +364,7 @@ mod tests {
             }),
             scheduler: Scheduler::V0,
             prefix_caching: false,
+            max_paddings: Some(256),
         };
         assert_eq!(
             EngineConfig::dynamo().with(&Overrides::from(&wanted)),
@@ -359,6 +382,23 @@ mod tests {
             ..EngineConfig::dynamo()
         };
         assert_eq!(wanted.with(&reset), expected);
+    }
+
+    #[test]
+    fn padded_prompt_batches_are_v0s_alone() {
+        let padded = EngineConfig {
+            max_paddings: Some(256),
+            ..EngineConfig::dynamo()
+        };
+        assert_eq!(
+            padded.validate(),
+            Err("engine `max_paddings` needs `scheduler: v0` (V1 never pads a batch)".into())
+        );
+        let v0 = EngineConfig {
+            scheduler: Scheduler::V0,
+            ..padded
+        };
+        assert_eq!(v0.validate(), Ok(()));
     }
 
     #[test]

@@ -480,6 +480,9 @@ impl Engine {
         }
         // Then admissions, FIFO, while they fit.
         let mut admitted = false;
+        // A padded V0 batch's prompts so far: how many, their longest and their sum.
+        let padding = self.config.max_paddings.filter(|_| prefills_only);
+        let (mut prompts, mut longest, mut unpadded) = (0u64, 0u64, 0u64);
         while budget > 0 && (self.running.len() as u32) < self.config.max_num_seqs {
             let Some(head) = self.waiting.front_mut() else {
                 break;
@@ -513,6 +516,18 @@ impl Engine {
             let whole = target - hit_tokens;
             if prefills_only && whole > budget && whole <= self.config.max_num_batched_tokens {
                 break;
+            }
+            if let Some(most_padding) = padding
+                && prompts > 0
+            {
+                // vLLM ≤ 0.3: the batch is computed padded to its longest prompt.
+                let wide = longest.max(u64::from(whole));
+                let padded = (prompts + 1) * wide;
+                if padded > u64::from(self.config.max_num_batched_tokens)
+                    || padded - (unpadded + u64::from(whole)) > u64::from(most_padding)
+                {
+                    break;
+                }
             }
             let mut seq = self.waiting.pop_front().expect("head exists");
             for &id in &seq.hit_ids[..hits] {
@@ -559,8 +574,17 @@ impl Engine {
             if !seq.kv_transferred {
                 prefill_tokens += u64::from(tokens);
             }
+            if padding.is_some() {
+                prompts += 1;
+                longest = longest.max(u64::from(tokens));
+                unpadded += u64::from(tokens);
+            }
             prefill.push((self.running.len(), tokens));
             self.running.push(seq);
+        }
+        if padding.is_some() {
+            // The step computes the padding too.
+            prefill_tokens += prompts * longest - unpadded;
         }
         if prefills_only && prefill.is_empty() && !admitted {
             // Nothing admitted: the step decodes instead.

@@ -20,6 +20,7 @@ fn linear(num_gpu_blocks: u32, max_num_seqs: u32, budget: u32) -> EngineConfig {
         shared_tier: None,
         scheduler: Default::default(),
         prefix_caching: true,
+        max_paddings: None,
     }
 }
 
@@ -140,6 +141,51 @@ fn v0_runs_prefills_alone_and_whole_then_decodes() {
     let plan = engine.plan.as_ref().unwrap();
     assert!(plan.prefill.is_empty());
     assert_eq!(plan.decode, vec![0, 1, 2]);
+}
+
+#[test]
+fn v0_with_padding_batches_prompts_padded_to_the_longest_within_the_padding_limit() {
+    // Prompts of 10, 12, 20 and 8 tokens queued together, budget 40, at most 4 padding.
+    let steps = |max_paddings: Option<u32>| -> Vec<(Vec<(usize, u32)>, u64)> {
+        let config = EngineConfig {
+            scheduler: crate::Scheduler::V0,
+            max_paddings,
+            ..linear(100, 8, 40)
+        };
+        let mut engine = Engine::new(config);
+        for (i, prompt) in [10, 12, 20, 8].into_iter().enumerate() {
+            engine.enqueue_batched(Sequence::new(i, prompt, 5, vec![]), 0);
+        }
+        let mut end = engine.start_if_idle(0).unwrap();
+        let mut steps = Vec::new();
+        while engine.status().waiting > 0 || steps.is_empty() {
+            let plan = engine.plan.as_ref().unwrap();
+            steps.push((plan.prefill.clone(), plan.step_ns));
+            engine.finish_step(end);
+            end = engine.step_end().unwrap();
+        }
+        let plan = engine.plan.as_ref().unwrap();
+        steps.push((plan.prefill.clone(), plan.step_ns));
+        steps
+    };
+    // Unpadded: 10 + 12 (20 more would pass 40), then 20 + 8.
+    assert_eq!(
+        steps(None),
+        vec![
+            (vec![(0, 10), (1, 12)], 12_000_000),
+            (vec![(2, 20), (3, 8)], 15_000_000),
+        ]
+    );
+    // Padded: 10 and 12 are computed as 2 × 12 tokens (2 of padding; 3 × 20 would pass
+    // 40); 20 and 8 would take 12 of padding, over 4, so each goes alone.
+    assert_eq!(
+        steps(Some(4)),
+        vec![
+            (vec![(0, 10), (1, 12)], 13_000_000),
+            (vec![(2, 20)], 11_000_000),
+            (vec![(3, 8)], 5_000_000),
+        ]
+    );
 }
 
 #[test]

@@ -219,6 +219,10 @@ pub struct EngineRun {
     /// `false` when the engine kept no prefix cache (added in 0.5; absent when it did).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_caching: Option<bool>,
+    /// V0's padded prompt batches: the most padding a batch took (added in 0.5; absent
+    /// when prompts batched unpadded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_paddings: Option<u32>,
 }
 
 /// A host-memory or shared tier, as run.

@@ -495,6 +495,7 @@ pub mod recorded {
             shared_tier,
             scheduler,
             prefix_caching,
+            max_paddings,
         } = config;
         let tier = |tier: HostTier| {
             let HostTier {
@@ -516,6 +517,7 @@ pub mod recorded {
             shared_tier: shared_tier.map(tier),
             scheduler: (!scheduler.is_v1()).then(|| "v0".to_owned()),
             prefix_caching: (!*prefix_caching).then_some(false),
+            max_paddings: *max_paddings,
             num_gpu_blocks: *num_gpu_blocks,
             engine_block_size: *engine_block_size,
             max_num_seqs: *max_num_seqs,

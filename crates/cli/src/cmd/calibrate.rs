@@ -134,6 +134,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
     if args.budget < 10 {
         return Err(Failure::input("--budget must be at least 10 replays"));
     }
+    let scheduler = args.run_args.scheduler()?;
     let mut loaded = runs::load(&args.run, &args.run_args)?;
     if loaded.len() != 1 {
         return Err(Failure::input(format!(
@@ -152,7 +153,12 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         run.max_num_batched_tokens = n;
     }
     let (blocks, block_size, how) = args.run_args.kv_capacity(&run)?;
-    eprintln!("KV cache: {blocks} blocks of {block_size} tokens ({how})");
+    let searched = if args.run_args.fit_num_gpu_blocks {
+        "searched from "
+    } else {
+        ""
+    };
+    eprintln!("KV cache: {searched}{blocks} blocks of {block_size} tokens ({how})");
     let workload = match &args.workload {
         Some(path) => fed_workload(path, &args, &run, block_size)?,
         None => runs::own_workload(&loaded.label, &run, block_size)?,
@@ -183,13 +189,19 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         kv_bytes_per_token: None,
         host_tier: None,
         shared_tier: None,
-        scheduler: Default::default(),
+        scheduler,
         prefix_caching: !args.run_args.no_prefix_caching,
+        max_paddings: args.run_args.max_paddings,
     };
     let measured = run.samples();
-    let fitted = fit(&base, &measured, args.seed, args.budget, |engine| {
-        fleet.simulate(&workload, engine)
-    })
+    let fitted = fit(
+        &base,
+        &measured,
+        args.seed,
+        args.budget,
+        args.run_args.fit_num_gpu_blocks,
+        |engine| fleet.simulate(&workload, engine),
+    )
     .ok_or_else(|| {
         Failure::input("the engine model could not replay the workload with the starting guess")
     })?;
@@ -201,6 +213,13 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
     for ((name, m), (_, s)) in measured.rows().into_iter().zip(simulated.rows()) {
         let error = if m > 0.0 { (s - m) / m * 100.0 } else { 0.0 };
         let _ = writeln!(table, "{name:<16}{m:>12.2}{s:>12.2}{error:>9.1}%");
+    }
+    if args.run_args.fit_num_gpu_blocks {
+        let _ = writeln!(
+            table,
+            "KV cache: {} blocks fitted",
+            fitted.engine.num_gpu_blocks
+        );
     }
     let _ = writeln!(
         table,

@@ -47,6 +47,15 @@ impl RunFormat {
     }
 }
 
+/// `--scheduler`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SchedulerArg {
+    /// vLLM V1.
+    V1,
+    /// vLLM V0.
+    V0,
+}
+
 /// What a measured run needs said about it when its files do not say it.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
@@ -67,6 +76,15 @@ pub struct RunArgs {
     /// (any plugin on the search path) [default: least-inflight, as vLLM's own balancer].
     #[arg(long, value_name = "MATCHER")]
     pub router: Option<String>,
+    /// The engine's scheduler: vLLM V1's (chunked prefill, mixed steps) or V0's
+    /// (prefill-first steps, whole prompts).
+    #[arg(long, value_name = "V", default_value = "v1")]
+    pub scheduler: SchedulerArg,
+    /// V0 as in vLLM up to 0.3: prompts batched padded to the longest, a batch taking at
+    /// most N tokens of padding (vLLM's `--max-paddings`, 256 by default) [default:
+    /// unpadded batches, as since vLLM 0.4].
+    #[arg(long, value_name = "N")]
+    pub max_paddings: Option<u32>,
     /// The engine kept no prefix cache (vLLM's `--no-enable-prefix-caching`, V0's default):
     /// a workload's repeated prefixes are computed again.
     #[arg(long)]
@@ -75,6 +93,11 @@ pub struct RunArgs {
     /// the run records it, else from --model-config, else estimated from the run].
     #[arg(long, value_name = "N")]
     pub num_gpu_blocks: Option<u32>,
+    /// Search the KV cache's size too, from the blocks the run, the flags or the estimate
+    /// give, when the run does not record the engine's: the fit then finds what the
+    /// measured queueing and preemption say the cache held.
+    #[arg(long)]
+    pub fit_num_gpu_blocks: bool,
     /// Tokens per KV block.
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub block_size: u32,
@@ -107,6 +130,17 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// The engine's scheduler, as `--scheduler` and `--max-paddings` say.
+    pub fn scheduler(&self) -> Result<routerlab_engine::Scheduler, Failure> {
+        match self.scheduler {
+            SchedulerArg::V1 if self.max_paddings.is_some() => Err(Failure::input(
+                "--max-paddings needs --scheduler v0: only V0 batched prompts padded",
+            )),
+            SchedulerArg::V1 => Ok(routerlab_engine::Scheduler::V1),
+            SchedulerArg::V0 => Ok(routerlab_engine::Scheduler::V0),
+        }
+    }
+
     /// The search's starting step time for `run`: its guess from aggregates, with the
     /// expert term of a mixture-of-experts --model-config (half the step overhead moved to
     /// the experts a one-token step touches).

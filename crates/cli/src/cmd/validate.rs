@@ -16,15 +16,6 @@ use crate::cmd::calibrate::Fleet;
 use crate::cmd::runs::{self, RunArgs};
 use crate::exit::Failure;
 
-/// `--scheduler`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SchedulerArg {
-    /// vLLM V1.
-    V1,
-    /// vLLM V0.
-    V0,
-}
-
 /// Report formats of `validate`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ValidateFormat {
@@ -48,10 +39,6 @@ pub struct ValidateArgs {
     /// How the runs are laid out and the engine limits they do not record.
     #[command(flatten)]
     pub run: RunArgs,
-    /// The engine's scheduler: vLLM V1's (chunked prefill, mixed steps) or V0's
-    /// (prefill-first steps, whole prompts).
-    #[arg(long, value_name = "V", default_value = "v1")]
-    pub scheduler: SchedulerArg,
     /// Seed of the search.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub seed: u64,
@@ -99,6 +86,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
     if args.budget < 10 {
         return Err(Failure::input("--budget must be at least 10 replays"));
     }
+    let scheduler = args.run.scheduler()?;
     let mut fitted = Vec::new();
     let mut predicted = Vec::new();
     let mut block_size = args.run.block_size;
@@ -115,7 +103,12 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
             if base.is_none() {
                 data_parallel = measured.data_parallel;
                 let (blocks, size, how) = args.run.kv_capacity(&measured)?;
-                eprintln!("KV cache: {blocks} blocks of {size} tokens ({how})");
+                let searched = if args.run.fit_num_gpu_blocks {
+                    "searched from "
+                } else {
+                    ""
+                };
+                eprintln!("KV cache: {searched}{blocks} blocks of {size} tokens ({how})");
                 block_size = size;
                 base = Some(EngineConfig {
                     num_gpu_blocks: blocks,
@@ -129,11 +122,9 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
                     kv_bytes_per_token: None,
                     host_tier: None,
                     shared_tier: None,
-                    scheduler: match args.scheduler {
-                        SchedulerArg::V1 => routerlab_engine::Scheduler::V1,
-                        SchedulerArg::V0 => routerlab_engine::Scheduler::V0,
-                    },
+                    scheduler,
                     prefix_caching: !args.run.no_prefix_caching,
+                    max_paddings: args.run.max_paddings,
                 });
             }
             let workload = runs::own_workload(&loaded.label, &measured, block_size)?;
@@ -163,13 +154,21 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
     let mut fleet = Fleet::new(engines, args.run.router.as_deref())?;
     let fit_runs: Vec<&Run> = fitted.iter().collect();
     let measured = joined(fit_runs.iter().map(|r| r.measured.samples()));
-    let result = fit(&base, &measured, args.seed, args.budget, |engine| {
-        simulate_all(&fit_runs, &mut fleet, engine)
-    })
+    let result = fit(
+        &base,
+        &measured,
+        args.seed,
+        args.budget,
+        args.run.fit_num_gpu_blocks,
+        |engine| simulate_all(&fit_runs, &mut fleet, engine),
+    )
     .ok_or_else(|| {
         Failure::input("the engine model could not replay the fitted runs with the starting guess")
     })?;
     let engine = result.engine;
+    if args.run.fit_num_gpu_blocks {
+        eprintln!("KV cache: {} blocks fitted", engine.num_gpu_blocks);
+    }
     let mut checks = Vec::new();
     for (run, fit_on) in fitted
         .iter()

@@ -6,7 +6,7 @@ use routerlab_engine::{EngineConfig, Experts, StepTime};
 use super::Samples;
 
 /// The terms of a batched model (four, and the cost of an expert when it has experts), as
-/// a vector the search moves in log space.
+/// a vector the search moves in log space (with the KV blocks after them when searched).
 fn terms(model: &StepTime) -> Vec<f64> {
     match model {
         StepTime::Batched {
@@ -51,6 +51,8 @@ pub struct Fit {
     pub samples: Samples,
     /// Replays run.
     pub evaluations: usize,
+    /// How far the fitted replay is from the measured run ([`Samples::distance`]).
+    pub distance: f64,
 }
 
 /// Fits the batched model's terms: from `base` (the engine's other settings, its step time
@@ -59,27 +61,38 @@ pub struct Fit {
 /// search around the start picks where to begin; then Nelder-Mead in log space (the terms
 /// trade off against each other along narrow valleys, which coordinate steps crawl
 /// along), restarted from its best point while the budget of `budget` replays lasts.
+/// With `fit_kv_blocks`, the KV cache's size is searched too, from `base`'s, for a run
+/// that does not record it (a smaller cache makes a loaded run queue and preempt sooner).
 pub fn fit(
     base: &EngineConfig,
     measured: &Samples,
     seed: u64,
     budget: usize,
+    fit_kv_blocks: bool,
     mut simulate: impl FnMut(&EngineConfig) -> Option<Samples>,
 ) -> Option<Fit> {
     let shape = match &base.step_time {
         StepTime::Batched { experts, .. } => *experts,
         _ => None,
     };
-    let exp = |x: &[f64]| -> Vec<f64> { x.iter().map(|v| v.exp()).collect() };
+    // The point's engine: its terms, and its cache when that is searched (the last value).
+    let engine_at = |x: &[f64]| -> EngineConfig {
+        let values: Vec<f64> = x.iter().map(|v| v.exp()).collect();
+        let mut engine = EngineConfig {
+            step_time: model(&values, shape),
+            ..base.clone()
+        };
+        if fit_kv_blocks && let Some(blocks) = values.last() {
+            engine.num_gpu_blocks = blocks.round().clamp(1.0, f64::from(1u32 << 24)) as u32;
+        }
+        engine
+    };
     let evaluations = std::cell::Cell::new(0usize);
     let mut best: Option<(f64, Vec<f64>, Samples)> = None;
     // The distance of log-space point `x`, remembering the best seen.
     let mut evaluate = |x: &[f64], best: &mut Option<(f64, Vec<f64>, Samples)>| -> f64 {
         evaluations.set(evaluations.get() + 1);
-        let engine = EngineConfig {
-            step_time: model(&exp(x), shape),
-            ..base.clone()
-        };
+        let engine = engine_at(x);
         if engine.validate().is_err() {
             return f64::INFINITY;
         }
@@ -92,10 +105,11 @@ pub fn fit(
         }
         d
     };
-    let start: Vec<f64> = terms(&base.step_time)
-        .iter()
-        .map(|t| t.max(1e-9).ln())
-        .collect();
+    let mut start = terms(&base.step_time);
+    if fit_kv_blocks {
+        start.push(f64::from(base.num_gpu_blocks));
+    }
+    let start: Vec<f64> = start.iter().map(|t| t.max(1e-9).ln()).collect();
     let dims = start.len();
     if !evaluate(&start, &mut best).is_finite() {
         return None;
@@ -178,13 +192,11 @@ pub fn fit(
         }
         spread /= 4.0;
     }
-    let (_, x, samples) = best?;
+    let (distance, x, samples) = best?;
     Some(Fit {
-        engine: EngineConfig {
-            step_time: model(&exp(&x), shape),
-            ..base.clone()
-        },
+        engine: engine_at(&x),
         samples,
         evaluations: evaluations.get(),
+        distance,
     })
 }
