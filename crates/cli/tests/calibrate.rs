@@ -313,6 +313,31 @@ fn a_run_file_is_fitted_from_its_own_requests() {
     assert!(output.status.success(), "{}", texts(&output).1);
     let engine: serde_json::Value = serde_yaml::from_str(&texts(&output).0).unwrap();
     assert_eq!(engine["prefix_caching"], false);
+    // The 4 requests/s run, V0 with padded prompt batches, its cache searched from 3,970
+    // blocks: the scheduler settings reach the written engine, and the cache moves.
+    let loaded = support::project_trace("distserve/vllm-400-4.exp");
+    let mut args = vec!["calibrate", loaded.to_str().unwrap()];
+    args.extend(limits);
+    args.extend([
+        "--scheduler",
+        "v0",
+        "--max-paddings",
+        "256",
+        "--fit-num-gpu-blocks",
+    ]);
+    let output = routerlab(&args);
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    let engine: serde_json::Value = serde_yaml::from_str(&stdout).unwrap();
+    assert_eq!(engine["scheduler"], "v0");
+    assert_eq!(engine["max_paddings"], 256);
+    let blocks = engine["num_gpu_blocks"].as_u64().unwrap();
+    assert_ne!(blocks, 3970, "{stderr}");
+    assert!(
+        stderr.starts_with("KV cache: searched from 3970 blocks")
+            && stderr.contains(&format!("KV cache: {blocks} blocks fitted")),
+        "{stderr}"
+    );
     // A report of several load points is one run only when one is named.
     let sweep =
         support::workspace_root().join("crates/cli/tests/fixtures/guidellm-benchmarks.json");
