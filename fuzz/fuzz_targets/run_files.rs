@@ -1,6 +1,8 @@
 //! Measured-run files as benchmark tools write them (DistServe, `vllm bench serve`, AIPerf,
-//! GuideLLM, inference-perf, LMBench), each read by every reader: errors are fine, panics
-//! are not, and whatever is read holds completed requests in arrival order.
+//! GuideLLM, inference-perf, LMBench, fmperf), each read by every reader: errors are fine,
+//! panics are not, and whatever is read holds completed requests in arrival order. fmperf's
+//! results are read with the same bytes as their requests file, and with prompts of one
+//! token for every case a `sample_idx` could draw.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -11,10 +13,15 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let _ = formats::detect(text);
-    for format in RunFileFormat::ALL {
-        let Ok(parts) = formats::parse(format, text) else {
-            continue;
-        };
+    let fmperf = [
+        formats::parse_fmperf(text, text).ok(),
+        routerlab_sim::calibrate::fmperf::parse(text, &[1; 64]).ok(),
+    ];
+    let read = RunFileFormat::ALL
+        .into_iter()
+        .filter_map(|format| formats::parse(format, text).ok())
+        .chain(fmperf.into_iter().flatten());
+    for parts in read {
         for part in parts {
             assert!(!part.requests.is_empty());
             for pair in part.requests.windows(2) {

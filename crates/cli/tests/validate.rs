@@ -199,11 +199,47 @@ fn runs_that_cannot_be_read_are_refused_by_name() {
         ),
         "{stderr}"
     );
+    // fmperf's results need the requests file they drew from; a wrong one is named.
+    let fixtures = support::workspace_root().join("crates/cli/tests/fixtures");
+    let results = fixtures.join("fmperf-results.json");
+    let mut args = vec!["validate", "--fit", results.to_str().unwrap()];
+    args.extend(DISTSERVE_ENGINE);
+    let output = routerlab(&args);
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr.contains("fmperf-results.json: fmperf's results do not record the prompts' lengths: give --fmperf-requests FILE"),
+        "{stderr}"
+    );
+    let short = support::scratch_file(
+        "validate-fmperf-requests.json",
+        br#"[{"config": {"in_tokens": 5}, "request": {"prompt": [1, 2]}}]"#,
+    );
+    args.extend(["--fmperf-requests", short.to_str().unwrap()]);
+    let output = routerlab(&args);
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr.contains("fmperf-results.json: field `results[0].sample_idx`: 4, but the requests file holds 1 requests"),
+        "{stderr}"
+    );
+    let bad = support::scratch_file(
+        "validate-fmperf-bad.json",
+        br#"[{"config": {"in_tokens": "many"}, "request": {}}]"#,
+    );
+    *args.last_mut().unwrap() = bad.to_str().unwrap();
+    let output = routerlab(&args);
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr.contains("validate-fmperf-bad.json: field `[0].config.in_tokens`: must be a whole, non-negative number of tokens"),
+        "{stderr}"
+    );
 }
 
 /// The same three requests (and a failed one) as each benchmark tool writes them: AIPerf's,
-/// GuideLLM's, inference-perf's and LMBench's files written by the tools' own code
-/// (`tests/python/make_run_fixtures.py`), `vllm bench serve`'s by hand from its source.
+/// GuideLLM's, inference-perf's, LMBench's and fmperf's files written by the tools' own
+/// code (`tests/python/make_run_fixtures.py`), `vllm bench serve`'s by hand from its source.
 /// Each is read as the three that completed.
 #[test]
 fn every_benchmark_tools_output_is_read_as_its_completed_requests() {
@@ -222,10 +258,11 @@ fn every_benchmark_tools_output_is_read_as_its_completed_requests() {
             "1 failed requests left out",
         ),
         ("lmbench-summary.csv", "1 failed requests left out"),
+        ("fmperf-results.json", "1 failed requests left out"),
     ] {
-        let path = support::workspace_root()
-            .join("crates/cli/tests/fixtures")
-            .join(fixture);
+        let fixtures = support::workspace_root().join("crates/cli/tests/fixtures");
+        let path = fixtures.join(fixture);
+        let requests = fixtures.join("fmperf-requests.json");
         let mut args = vec![
             "validate",
             "--fit",
@@ -233,6 +270,9 @@ fn every_benchmark_tools_output_is_read_as_its_completed_requests() {
             "--format",
             "json",
         ];
+        if fixture.starts_with("fmperf") {
+            args.extend(["--fmperf-requests", requests.to_str().unwrap()]);
+        }
         args.extend([
             "--max-num-seqs",
             "8",
@@ -399,6 +439,35 @@ fn a_distserve_run_rewritten_as_each_tools_output_measures_the_same() {
             done[i]
         );
     }
+    // fmperf: a record a token, each request drawing its own case of the requests file.
+    let mut records = Vec::new();
+    for i in 0..n {
+        let mut at = vec![first[i]];
+        for gap in gaps(i) {
+            at.push(at.last().unwrap() + gap);
+        }
+        *at.last_mut().unwrap() = done[i];
+        let mut since = issue[i];
+        for (k, t) in at.iter().enumerate() {
+            records.push(
+                serde_json::json!({"response": {}, "ok": true, "error": "None",
+                "timestamp": ns(*t), "exp_num_users": 8, "exp_duration": 100.0,
+                "duration_ms": (ns(*t) - ns(since)) as f64 / 1e6, "exclude": false,
+                "worker_idx": i % 8, "request_idx": i / 8, "sample_idx": i,
+                "response_idx": k, "n_tokens": 1}),
+            );
+            since = *t;
+        }
+    }
+    let fmperf = serde_json::json!({"results": records, "energy": {}}).to_string();
+    let cases: Vec<Value> = inputs
+        .iter()
+        .map(|p| serde_json::json!({"config": {"in_tokens": p}, "request": {"prompt": "text"}}))
+        .collect();
+    let fmperf_requests = support::scratch_file(
+        "distserve-as-fmperf-requests.json",
+        serde_json::to_string(&cases).unwrap().as_bytes(),
+    );
     let measured = |run: &std::path::Path| -> Value {
         let mut args = vec![
             "validate",
@@ -406,6 +475,8 @@ fn a_distserve_run_rewritten_as_each_tools_output_measures_the_same() {
             run.to_str().unwrap(),
             "--format",
             "json",
+            "--fmperf-requests",
+            fmperf_requests.to_str().unwrap(),
         ];
         args.extend(DISTSERVE_ENGINE);
         args.extend(["--budget", "10"]);
@@ -421,6 +492,7 @@ fn a_distserve_run_rewritten_as_each_tools_output_measures_the_same() {
         ("distserve-as-guidellm.json", guidellm),
         ("distserve-as-inference-perf.json", inference_perf),
         ("distserve-as-lmbench.csv", lmbench),
+        ("distserve-as-fmperf.json", fmperf),
     ] {
         let b = measured(&support::scratch_file(name, text.as_bytes()));
         for key in ["ttft_p50_ms", "ttft_p99_ms", "e2e_mean_ms", "e2e_p90_ms"] {

@@ -177,6 +177,8 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
             args.run.join("timeseries.csv"),
         ];
         inputs.extend(args.workload.clone());
+        inputs.extend(args.run_args.fmperf_requests.clone());
+        inputs.extend(args.run_args.model_config.clone());
         let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
         crate::cmd::refuse_input_as_output("--output", out, &inputs)?;
     }

@@ -31,6 +31,8 @@ pub enum RunFormat {
     InferencePerf,
     /// LMBench's multi-round QA summary CSV.
     Lmbench,
+    /// fmperf's load-generator results (with --fmperf-requests).
+    Fmperf,
 }
 
 impl RunFormat {
@@ -43,6 +45,7 @@ impl RunFormat {
             RunFormat::Guidellm => Some(RunFileFormat::Guidellm),
             RunFormat::InferencePerf => Some(RunFileFormat::InferencePerf),
             RunFormat::Lmbench => Some(RunFileFormat::Lmbench),
+            RunFormat::Fmperf => Some(RunFileFormat::Fmperf),
         }
     }
 }
@@ -62,6 +65,10 @@ pub struct RunArgs {
     /// How the runs are laid out.
     #[arg(long, value_name = "FORMAT", default_value = "auto")]
     pub run_format: RunFormat,
+    /// fmperf's requests file the runs drew their prompts from (`REQUESTS_FILENAME`):
+    /// fmperf's results do not record the prompts' lengths.
+    #[arg(long, value_name = "FILE")]
+    pub fmperf_requests: Option<PathBuf>,
     /// The engine's max_num_seqs [default: the first run's meta.json].
     #[arg(long, value_name = "N")]
     pub max_num_seqs: Option<u32>,
@@ -369,8 +376,20 @@ pub fn load(path: &Path, args: &RunArgs) -> Result<Vec<LoadedRun>, Failure> {
             ))
         })?,
     };
-    let parts =
-        formats::parse(format, &text).map_err(|e| Failure::input(formats::located(&name, &e)))?;
+    let parts = if format == RunFileFormat::Fmperf {
+        let Some(requests) = &args.fmperf_requests else {
+            return Err(Failure::input(format!(
+                "{name}: fmperf's results do not record the prompts' lengths: give --fmperf-requests FILE, the requests file the run drew from"
+            )));
+        };
+        let requests_name = requests.display().to_string();
+        formats::parse_fmperf(&text, &read(requests)?).map_err(|e| match e {
+            Ok(e) => Failure::input(formats::located(&name, &e)),
+            Err(e) => Failure::input(formats::located(&requests_name, &e)),
+        })?
+    } else {
+        formats::parse(format, &text).map_err(|e| Failure::input(formats::located(&name, &e)))?
+    };
     let count = parts.len();
     let chosen: Vec<(usize, formats::Part)> = match pick {
         Some(k) if k == 0 || k > count => {

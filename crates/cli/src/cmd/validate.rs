@@ -146,6 +146,8 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
             .fit
             .iter()
             .chain(&args.runs)
+            .chain(&args.run.fmperf_requests)
+            .chain(&args.run.model_config)
             .map(PathBuf::as_path)
             .collect();
         crate::cmd::refuse_input_as_output("--engine-out", out, &inputs)?;

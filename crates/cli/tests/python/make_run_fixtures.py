@@ -15,6 +15,12 @@ their schemas:
   2), with times on its client's `time.perf_counter()` clock.
 - lmbench-summary.csv: a pandas DataFrame per user with the columns of LMBench's
   `multi-round-qa.py` summary, in its order, concatenated, `to_csv(index=False)`.
+- fmperf-results.json and fmperf-requests.json: fmperf's load generator itself
+  (`fmperf/loadgen/run.py` at 8d85bc3, one user), its clock and HTTP client replaced by
+  stand-ins that replay the timings below as a vLLM server streams them (a chunk a token,
+  with `usage`); the requests file is laid out in `generate-input.py`'s shape for the
+  draws its worker makes. fmperf's own `parse_results` is checked to give the TTFT and
+  end-to-end means below.
 
 The same requests in each: three that complete (TTFT 52, 71 and 33 ms; end to end 86, 96
 and 43 ms) and one that fails; AIPerf's has a warm-up record too. Not run by the tests (they
@@ -23,6 +29,9 @@ read the files); run it by hand after changing the requests:
     python -m venv v && v/bin/pip install aiperf==0.13.0 guidellm==0.8.1
     v/bin/pip install inference-perf==0.7.0   # Python 3.12; on 3.11 its wheel's
                                               # source on PYTHONPATH imports too
+    v/bin/pip install durations grpcio protobuf kubernetes==24.2.0 pyyaml requests \
+        pandas "pytest==8.3.5" "setuptools<70"    # fmperf's imports; fmperf itself is
+                                              # not on PyPI: its source on PYTHONPATH
     v/bin/python crates/cli/tests/python/make_run_fixtures.py crates/cli/tests/fixtures
 """
 
@@ -205,6 +214,128 @@ def lmbench():
     return text.getvalue()
 
 
+def fmperf():
+    """fmperf's own `run()` (fmperf/loadgen/run.py) with one user against a stand-in for
+    the server: its clock and `requests.post` are replaced, so the records it writes carry
+    the timings above. Returns the requests file and the results file."""
+    import tempfile
+
+    import numpy as np
+
+    work = tempfile.mkdtemp()
+    os.environ.update(
+        REQUESTS_DIR=work,
+        REQUESTS_FILENAME="fmperf-requests.json",
+        RESULTS_FILENAME="fmperf-results.json",
+        TARGET="vllm",
+        URL="vllm.invalid:8000",
+        NUM_USERS="1",
+        DURATION="60s",
+        BACKOFF="1s",
+        GRACE_PERIOD="10s",
+    )
+    os.environ.pop("PROM_URL", None)
+    import requests as http
+
+    import fmperf.loadgen.run as loadgen
+
+    def ns(t):
+        return 1_764_580_000_000_000_000 + int(round(t * 1e9))
+
+    def chunk(text, done, finish):
+        body = {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "model": "m",
+            "choices": [{"index": 0, "text": text, "logprobs": None,
+                         "finish_reason": finish, "stop_reason": None}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": done, "total_tokens": 1 + done},
+        }
+        return b"data: " + json.dumps(body).encode()
+
+    # The requests in the order the one user sends them; which case each draws is the
+    # worker's RandomState(0), so the file is laid out for those draws.
+    plan = [DONE[0], (FAILED[0], FAILED[1], 0, None, None), DONE[1], DONE[2]]
+    size = 4
+    while len(set(np.random.RandomState(0).randint(0, size, 8)[: len(plan)])) < len(plan):
+        size += 1
+    rs = np.random.RandomState(0)
+    draws = [rs.randint(low=0, high=size) for _ in plan]
+    cases = [None] * size
+    clock = [ns(5020.0)]  # the worker's t_start
+    streams = []
+    for (start, prompt, output, ttft, e2e), draw in zip(plan, draws):
+        clock += [ns(start), ns(start)]  # the loop's check of the time, then t0
+        if ttft is None:
+            clock.append(ns(start + 0.0006))  # the broken stream's error
+            streams.append(None)
+            expected = []
+        else:
+            times = [start + ttft + (e2e - ttft) * i / max(output - 1, 1) for i in range(output)]
+            clock += [ns(t) for t in times] + [ns(times[-1])]
+            lines = [chunk("w%d" % i, i + 1, "length" if i == output - 1 else None)
+                     for i in range(output)]
+            streams.append(lines)
+            expected = [{"index": 0, "text": "w%d" % i, "logprobs": None,
+                         "finish_reason": "length" if i == output - 1 else None,
+                         "stop_reason": None} for i in range(output)]
+        cases[draw] = {
+            "config": {"in_tokens": prompt, "out_tokens": max(output, 1), "is_greedy": True},
+            "request": {"model": "m", "prompt": list(range(1, prompt + 1)), "ignore_eos": True,
+                        "max_tokens": max(output, 1), "stream": True, "temperature": 0.0},
+            "expected": expected,
+        }
+    for i, case in enumerate(cases):
+        if case is None:
+            cases[i] = {"config": {"in_tokens": 10, "out_tokens": 1, "is_greedy": True},
+                        "request": {"model": "m", "prompt": list(range(1, 11)),
+                                    "max_tokens": 1, "stream": True}, "expected": []}
+    clock.append(ns(5090.0))  # past the duration: the user stops
+    with open(os.path.join(work, "fmperf-requests.json"), "w") as f:
+        json.dump(cases, f)
+
+    class Clock:
+        def time_ns(self):
+            return clock.pop(0)
+
+        def sleep(self, seconds):
+            pass
+
+    class Response:
+        def __init__(self, lines):
+            self.lines = lines
+
+        def iter_lines(self, chunk_size, decode_unicode, delimiter):
+            if self.lines is None:
+                raise http.exceptions.ChunkedEncodingError("Connection broken: IncompleteRead")
+            yield from self.lines
+
+    def post(url, headers, json, stream):
+        return Response(streams.pop(0))
+
+    loadgen.time = Clock()
+    http.post = post
+    cwd = os.getcwd()
+    os.chdir(work)
+    try:
+        outputs = loadgen.run()
+    finally:
+        os.chdir(cwd)
+    assert not clock and not streams, (clock, streams)
+    from fmperf.utils import parse_results
+
+    summary = parse_results(outputs)
+    # fmperf's own summary of what it wrote: the same requests as the other fixtures.
+    assert summary["n_requests"].iloc[0] == 4 and summary["n_fail"].iloc[0] == 1, summary
+    assert abs(summary["latency_prefill_ms"].iloc[0] - 52.0) < 1e-6, summary
+    assert abs(summary["latency_e2e_ms"].iloc[0] - 75.0) < 1e-6, summary
+    texts = {}
+    for name in ["fmperf-requests.json", "fmperf-results.json"]:
+        with open(os.path.join(work, name)) as f:
+            texts[name] = f.read()
+    return texts
+
+
 if __name__ == "__main__":
     directory = sys.argv[1]
     for name, make in [
@@ -212,6 +343,10 @@ if __name__ == "__main__":
         ("guidellm-benchmarks.json", guidellm),
         ("inference-perf-per-request.json", inference_perf),
         ("lmbench-summary.csv", lmbench),
+        (None, fmperf),
     ]:
-        with open(os.path.join(directory, name), "w") as f:
-            f.write(make())
+        made = make()
+        files = made if name is None else {name: made}
+        for file, text in files.items():
+            with open(os.path.join(directory, file), "w") as f:
+                f.write(text)

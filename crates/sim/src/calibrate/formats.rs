@@ -7,7 +7,7 @@
 //! [`located`] puts the file's name in front.
 
 use super::{MAX_RUN_SPAN_S, MeasuredRequest, aiperf, distserve, guidellm, inference_perf};
-use super::{lmbench, vllm_bench};
+use super::{fmperf, lmbench, vllm_bench};
 
 /// A measured-run file's format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,17 +24,20 @@ pub enum RunFileFormat {
     InferencePerf,
     /// LMBench's multi-round QA summary CSV.
     Lmbench,
+    /// fmperf's load-generator results (with its requests file: see [`parse_fmperf`]).
+    Fmperf,
 }
 
 impl RunFileFormat {
     /// Every format, in the order they are tried.
-    pub const ALL: [RunFileFormat; 6] = [
+    pub const ALL: [RunFileFormat; 7] = [
         RunFileFormat::Distserve,
         RunFileFormat::VllmBench,
         RunFileFormat::Aiperf,
         RunFileFormat::Guidellm,
         RunFileFormat::InferencePerf,
         RunFileFormat::Lmbench,
+        RunFileFormat::Fmperf,
     ];
 
     /// What a file of this format looks like, for an error that found none.
@@ -58,6 +61,9 @@ impl RunFileFormat {
             RunFileFormat::Lmbench => {
                 "an LMBench multi-round QA summary CSV (columns `prompt_tokens`, `generation_tokens`, `ttft`, `generation_time`, `launch_time`)"
             }
+            RunFileFormat::Fmperf => {
+                "fmperf's results (a JSON object whose `results` hold records with `worker_idx` and `response_idx`)"
+            }
         }
     }
 
@@ -69,6 +75,7 @@ impl RunFileFormat {
             RunFileFormat::Guidellm => guidellm::detect(text),
             RunFileFormat::InferencePerf => inference_perf::detect(text),
             RunFileFormat::Lmbench => lmbench::detect(text),
+            RunFileFormat::Fmperf => fmperf::detect(text),
         }
     }
 }
@@ -103,7 +110,18 @@ pub fn parse(format: RunFileFormat, text: &str) -> Result<Vec<Part>, String> {
         RunFileFormat::Guidellm => guidellm::parse(text),
         RunFileFormat::InferencePerf => inference_perf::parse(text).map(|(r, f)| one(r, f)),
         RunFileFormat::Lmbench => lmbench::parse(text).map(|(r, f)| one(r, f)),
+        RunFileFormat::Fmperf => Err(
+            "field `results`: fmperf's results do not record the prompts' lengths: read them with the requests file the run drew from".into(),
+        ),
     }
+}
+
+/// The load points of fmperf's results `text`, the prompts' lengths from its requests file
+/// `requests`. An error in the requests file is `Err(Err(..))`, one in the results
+/// `Err(Ok(..))`, each for its own file's name.
+pub fn parse_fmperf(text: &str, requests: &str) -> Result<Vec<Part>, Result<String, String>> {
+    let prompts = fmperf::prompts(requests).map_err(Err)?;
+    fmperf::parse(text, &prompts).map_err(Ok)
 }
 
 /// `error` of the file `name`: `name:3: ...` when it starts with a line, else `name: ...`.

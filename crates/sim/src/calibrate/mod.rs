@@ -20,6 +20,7 @@ use routerlab_engine::StepTime;
 pub mod aiperf;
 pub mod distserve;
 mod fit;
+pub mod fmperf;
 pub mod formats;
 pub mod guidellm;
 pub mod inference_perf;
