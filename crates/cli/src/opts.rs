@@ -261,6 +261,14 @@ pub struct ReplayOpts {
     /// as a router fed by KV events [default: 0].
     #[arg(long, value_name = "MS", help_heading = TIMED)]
     pub kv_event_lag_ms: Option<f64>,
+    /// SLO: a request meets it with its TTFT at most MS milliseconds (the report's
+    /// `timed.slo`, and `compare`'s SLO attainment).
+    #[arg(long, value_name = "MS", help_heading = TIMED)]
+    pub slo_ttft_ms: Option<f64>,
+    /// SLO: a request meets it with its time per output token after the first at most MS
+    /// milliseconds.
+    #[arg(long, value_name = "MS", help_heading = TIMED)]
+    pub slo_tpot_ms: Option<f64>,
     /// Plugins see engine statuses refreshed every MS milliseconds; 0 = live [default: 0].
     #[arg(long, value_name = "MS", help_heading = TIMED)]
     pub metrics_interval_ms: Option<f64>,
@@ -351,6 +359,8 @@ impl ReplayOpts {
             engines: file.engines,
             metrics_interval_ms: self.metrics_interval_ms.or(file.metrics_interval_ms),
             kv_event_lag_ms: self.kv_event_lag_ms.or(file.kv_event_lag_ms),
+            slo_ttft_ms: self.slo_ttft_ms.or(file.slo_ttft_ms),
+            slo_tpot_ms: self.slo_tpot_ms.or(file.slo_tpot_ms),
             when_unavailable: self.when_unavailable.or(file.when_unavailable),
             output_tokens: self.output_tokens.or(file.output_tokens),
             requests_out: self.requests_out.or(file.requests_out),
@@ -376,6 +386,8 @@ impl ReplayOpts {
             || self.engines.is_some()
             || self.metrics_interval_ms.is_some()
             || self.kv_event_lag_ms.is_some()
+            || self.slo_ttft_ms.is_some()
+            || self.slo_tpot_ms.is_some()
             || self.when_unavailable == Some(UnavailableArg::Queue)
             || self.output_tokens.is_some()
             || self.kv_transfer_given()

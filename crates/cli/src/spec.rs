@@ -226,6 +226,7 @@ fn resolve_timed(
             "--kv-event-lag-ms must be from 0 to 3600000 (an hour)",
         ));
     }
+    let slo = slo(opts.slo_ttft_ms, opts.slo_tpot_ms)?;
     let arrivals = arrivals(opts.speedup, opts.rate, opts.concurrency)?;
     let model_kv = model_kv_bytes(opts)?;
     let kv_transfer = KvTransfer {
@@ -247,10 +248,28 @@ fn resolve_timed(
         think_time_ns: (opts.think_time_s.unwrap_or(0.0) * 1e9).round() as u64,
         metrics_interval_ns: (opts.metrics_interval_ms.unwrap_or(0.0) * 1e6).round() as u64,
         kv_event_lag_ns: (opts.kv_event_lag_ms.unwrap_or(0.0) * 1e6).round() as u64,
+        slo,
         default_output_tokens: opts.output_tokens.unwrap_or(128),
         seed,
         kv_transfer,
     }))
+}
+
+/// The SLO of `--slo-ttft-ms` and `--slo-tpot-ms`, each checked; `None` without either.
+pub fn slo(
+    ttft_ms: Option<f64>,
+    tpot_ms: Option<f64>,
+) -> Result<Option<routerlab_report::Slo>, Failure> {
+    let most = MAX_CLOCK_NS as f64 / 1e6;
+    for (flag, target) in [("--slo-ttft-ms", ttft_ms), ("--slo-tpot-ms", tpot_ms)] {
+        if target.is_some_and(|t| !(t.is_finite() && (0.0..=most).contains(&t))) {
+            return Err(Failure::input(format!(
+                "{flag} must be from 0 to {most:.3e} ms ({CLOCK_RANGE})"
+            )));
+        }
+    }
+    Ok((ttft_ms.is_some() || tpot_ms.is_some())
+        .then_some(routerlab_report::Slo { ttft_ms, tpot_ms }))
 }
 
 /// The split into pools of `--prefill-endpoints`/`--decode-endpoints` (`prefill`: the

@@ -238,6 +238,85 @@ fn bad_policies_and_settings_are_refused_before_anything_runs() {
     assert!(err.contains("not --matcher"), "{err}");
 }
 
+/// With latency targets, each report judges its requests by them, and `compare` ranks the
+/// policies by the share that met both; the targets are checked.
+#[test]
+fn slo_attainment_is_reported_and_compared() {
+    let trace = project_trace("chat.jsonl").to_string_lossy().into_owned();
+    let common = [
+        "--trace",
+        &trace,
+        "--timing",
+        "trace",
+        "--rate",
+        "40",
+        "--endpoints",
+        "4",
+        "--slo-ttft-ms",
+        "40",
+        "--slo-tpot-ms",
+        "10",
+    ];
+    let mut args = common.to_vec();
+    args.extend([
+        "--policy",
+        "round-robin",
+        "--policy",
+        "lcp",
+        "--format",
+        "json",
+    ]);
+    let json: serde_json::Value = serde_json::from_str(&compare(&args)).unwrap();
+    let policies = json["policies"].as_array().unwrap();
+    let slo = |i: usize| &policies[i]["report"]["timed"]["slo"];
+    for i in 0..2 {
+        let slo = slo(i);
+        assert_eq!(slo["ttft_ms"], 40.0);
+        assert_eq!(slo["tpot_ms"], 10.0);
+        assert_eq!(slo["requests"], 2200);
+        let (met, ttft, tpot) = (
+            slo["met"].as_u64().unwrap(),
+            slo["ttft_met"].as_u64().unwrap(),
+            slo["tpot_met"].as_u64().unwrap(),
+        );
+        assert!(met <= ttft.min(tpot), "{slo}");
+        let share = slo["attainment"].as_f64().unwrap();
+        assert!((share - met as f64 / 2200.0).abs() < 1e-6, "{slo}");
+    }
+    // Spreading the load keeps the time per token low; lcp piles the chat on one engine.
+    assert!(
+        slo(0)["attainment"].as_f64().unwrap() > 0.9
+            && slo(1)["attainment"].as_f64().unwrap() < 0.1,
+        "{} / {}",
+        slo(0),
+        slo(1)
+    );
+    args.truncate(args.len() - 2);
+    let table = compare(&args);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("SLO attainment"))
+        .unwrap_or_else(|| panic!("{table}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert!(cells[cells.len() - 2].ends_with('*'), "{table}");
+    // The human replay report says it in a line.
+    let mut alone = vec!["replay", "--matcher", "round-robin"];
+    alone.extend(common);
+    let output = routerlab(&alone);
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("SLO (TTFT <= 40 ms, TPOT <= 10 ms): ")
+            && stdout.contains("of 2200 requests met it"),
+        "{stdout}"
+    );
+    let mut bad = common[..common.len() - 2].to_vec();
+    bad.push("--slo-tpot-ms=-1");
+    bad.extend(["--policy", "round-robin", "--policy", "lcp"]);
+    let err = refused(&bad);
+    assert!(err.contains("--slo-tpot-ms must be from 0 to"), "{err}");
+}
+
 #[test]
 fn an_experiment_file_lists_policies_in_both_forms() {
     let trace = conversation();

@@ -103,9 +103,22 @@ fn four_engines_a_router_and_a_trace_every_request_answered() {
         "100",
     ]);
     let trace = head("mooncake-conversation.jsonl", 300, "live-300.jsonl");
-    let report = drive(&router.url(), &trace, &["--concurrency", "16"]);
+    let report = drive(
+        &router.url(),
+        &trace,
+        &["--concurrency", "16", "--slo-ttft-ms", "1000000"],
+    );
     assert_eq!(report["requests"], 300);
     assert_eq!(report["rejected"], 0);
+    // Measured requests are judged by the SLO as the replay's are: a TTFT target of
+    // 1,000 s, every one of the 300 meets it.
+    let slo = &report["timed"]["slo"];
+    assert_eq!(
+        (&slo["requests"], &slo["met"], &slo["attainment"]),
+        (&300.into(), &300.into(), &1.0.into()),
+        "{slo}"
+    );
+    assert!(slo.get("tpot_ms").is_none(), "{slo}");
     let counts: Vec<u64> = report["nreq"]["counts"]
         .as_array()
         .expect("counts")

@@ -376,7 +376,11 @@ fn read_events(text: &[u8], outcome: &mut Outcome) {
 /// client; a follow-up (a request with a parent in `workload`) counts as kept with its
 /// parent when both went to the same endpoint. What a client cannot see is left out: no
 /// decision quality, no queue time.
-pub fn report(workload: &Workload, outcomes: &[Outcome]) -> (Report, Vec<String>) {
+pub fn report(
+    workload: &Workload,
+    outcomes: &[Outcome],
+    slo: Option<routerlab_report::Slo>,
+) -> (Report, Vec<String>) {
     let mut endpoints: Vec<String> = Vec::new();
     let mut position: HashMap<String, usize> = HashMap::new();
     for o in outcomes.iter().filter(|o| o.error.is_none()) {
@@ -390,7 +394,7 @@ pub fn report(workload: &Workload, outcomes: &[Outcome]) -> (Report, Vec<String>
         position.insert(name.clone(), at);
     }
     let mut stats = StatsBuilder::new(endpoints.len().max(1), Unit::Tokens);
-    let mut latency = TimedTally::default();
+    let mut latency = TimedTally::with_slo(slo);
     for (index, o) in outcomes.iter().enumerate() {
         let parent = workload.requests.get(index).and_then(|r| r.parent);
         if o.error.is_some() {

@@ -111,6 +111,10 @@ pub const METRICS: &[Metric] = &[
         "running spread, cv",
         Better::Lower,
     ),
+    // SLO attainment (present only when the replay was given targets).
+    metric("timed.slo.attainment", "SLO attainment", Better::Higher),
+    metric("timed.slo.ttft_met", "met the TTFT target", Better::Higher),
+    metric("timed.slo.tpot_met", "met the TPOT target", Better::Higher),
     metric("timed.router_queued", "waited at the router", Better::Lower),
     metric("timed.too_long", "too long for an engine", Better::Lower),
     // KV tiers (present only when an engine has a host or shared tier).

@@ -257,6 +257,42 @@ pub struct TimedReport {
     /// An agentic trace's plays and sessions (added in 0.5; absent for other traces).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agentic: Option<crate::agentic::AgenticReport>,
+    /// How many finished requests met the latency targets given (added in 0.5; absent
+    /// without targets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<SloReport>,
+}
+
+/// Latency targets a request is judged by: it meets them when its TTFT and its time per
+/// output token after the first are each at most the target given (a request of one token
+/// has no TPOT to miss).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Slo {
+    /// TTFT target, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
+    /// TPOT target, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpot_ms: Option<f64>,
+}
+
+/// SLO attainment: the finished requests that met each target and both.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SloReport {
+    /// The targets.
+    #[serde(flatten)]
+    pub targets: Slo,
+    /// Finished requests judged (requests refused as too long are not: see `too_long`).
+    pub requests: u64,
+    /// Of those, with TTFT within its target (all of them without one).
+    pub ttft_met: u64,
+    /// Of those, with TPOT within its target (all of them without one).
+    pub tpot_met: u64,
+    /// Of those, meeting every target.
+    pub met: u64,
+    /// `met / requests` (0 when none finished).
+    pub attainment: f64,
 }
 
 /// Where reused prompt tokens came from, when engines keep KV in host memory too: the
@@ -646,6 +682,25 @@ fn timed_human(out: &mut String, timed: &TimedReport) {
         timed.hit_ratio,
         timed.router_queued
     );
+    if let Some(slo) = &timed.slo {
+        let target = |name: &str, ms: Option<f64>| ms.map(|ms| format!("{name} <= {ms} ms"));
+        let targets: Vec<String> = [
+            target("TTFT", slo.targets.ttft_ms),
+            target("TPOT", slo.targets.tpot_ms),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let _ = writeln!(
+            out,
+            "SLO ({}): {:.1}% of {} requests met it (TTFT {}, TPOT {})",
+            targets.join(", "),
+            slo.attainment * 100.0,
+            slo.requests,
+            slo.ttft_met,
+            slo.tpot_met
+        );
+    }
     if timed.per_endpoint.is_empty() {
         // A client's measurements: no engine figures.
         return;

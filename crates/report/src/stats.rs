@@ -6,8 +6,8 @@ use hdrhistogram::Histogram;
 use routerlab_core::Unit;
 
 use crate::schema::{
-    CacheMiss, Latency, Nreq, Quality, ReplicaReport, Report, SharePrefix, Throughput, TimedReport,
-    round6,
+    CacheMiss, Latency, Nreq, Quality, ReplicaReport, Report, SharePrefix, Slo, SloReport,
+    Throughput, TimedReport, round6,
 };
 
 /// Largest length the histogram tells apart (2^40); longer misses count as this.
@@ -290,9 +290,38 @@ pub struct TimedTally {
     output_tokens: u128,
     start_ns: Option<u64>,
     end_ns: u64,
+    slo: Option<SloTally>,
+}
+
+/// The SLO targets in nanoseconds and the counts of requests meeting them.
+#[derive(Default)]
+struct SloTally {
+    targets: Slo,
+    ttft_ns: Option<u64>,
+    tpot_ns: Option<u64>,
+    requests: u64,
+    ttft_met: u64,
+    tpot_met: u64,
+    met: u64,
 }
 
 impl TimedTally {
+    /// A tally that also judges each finished request by `slo` (its targets finite and
+    /// non-negative, as the caller checked).
+    pub fn with_slo(slo: Option<Slo>) -> TimedTally {
+        let ns =
+            |ms: Option<f64>| ms.map(|ms| (ms * 1e6).round().clamp(0.0, u64::MAX as f64) as u64);
+        TimedTally {
+            slo: slo.map(|targets| SloTally {
+                targets,
+                ttft_ns: ns(targets.ttft_ms),
+                tpot_ns: ns(targets.tpot_ms),
+                ..SloTally::default()
+            }),
+            ..TimedTally::default()
+        }
+    }
+
     /// A request arrived at `at_ns`: the makespan starts at the earliest.
     pub fn arrived(&mut self, at_ns: u64) {
         self.start_ns = Some(self.start_ns.map_or(at_ns, |s| s.min(at_ns)));
@@ -310,6 +339,21 @@ impl TimedTally {
         if r.output_tokens > 1 {
             let per_token = (r.finish_ns - r.first_token_ns) / (r.output_tokens - 1);
             self.tpot.record(us(per_token));
+        }
+        if let Some(slo) = &mut self.slo {
+            let ttft = r.first_token_ns - r.arrival_ns;
+            let ttft_ok = slo.ttft_ns.is_none_or(|t| ttft <= t);
+            // The time after the first token against the target for each token after it,
+            // exactly: no rounding of the per-token time decides a request at the edge.
+            let tpot_ok = r.output_tokens <= 1
+                || slo.tpot_ns.is_none_or(|t| {
+                    u128::from(r.finish_ns - r.first_token_ns)
+                        <= u128::from(t) * u128::from(r.output_tokens - 1)
+                });
+            slo.requests += 1;
+            slo.ttft_met += u64::from(ttft_ok);
+            slo.tpot_met += u64::from(tpot_ok);
+            slo.met += u64::from(ttft_ok && tpot_ok);
         }
         self.e2e.record(us(r.finish_ns - r.arrival_ns));
         if let Some(scheduled) = r.scheduled_ns {
@@ -355,6 +399,14 @@ impl TimedTally {
             pools: None,
             tiers: None,
             agentic: None,
+            slo: self.slo.as_ref().map(|slo| SloReport {
+                targets: slo.targets,
+                requests: slo.requests,
+                ttft_met: slo.ttft_met,
+                tpot_met: slo.tpot_met,
+                met: slo.met,
+                attainment: ratio(slo.met, slo.requests),
+            }),
         }
     }
 }
@@ -406,6 +458,41 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_request_is_judged_by_the_slo_exactly_at_its_edge() {
+        let finished = |ttft_ms: u64, after_first_ms: u64, output_tokens: u64| Finished {
+            arrival_ns: 1_000,
+            scheduled_ns: None,
+            first_token_ns: 1_000 + ttft_ms * 1_000_000,
+            finish_ns: 1_000 + (ttft_ms + after_first_ms) * 1_000_000,
+            output_tokens,
+            prompt_tokens: 10,
+            hit_tokens: 0,
+        };
+        let mut tally = TimedTally::with_slo(Some(Slo {
+            ttft_ms: Some(100.0),
+            tpot_ms: Some(10.0),
+        }));
+        tally.finished(finished(100, 40, 5)); // TTFT at the target, TPOT 10 ms: met
+        tally.finished(finished(101, 40, 5)); // TTFT over
+        tally.finished(finished(50, 41, 5)); // TPOT 10.25 ms: over
+        tally.finished(finished(50, 999, 1)); // one token: no TPOT to miss
+        let slo = tally.report().slo.unwrap();
+        assert_eq!(
+            (slo.requests, slo.ttft_met, slo.tpot_met, slo.met),
+            (4, 3, 3, 2)
+        );
+        assert_eq!(slo.attainment, 0.5);
+        // A TTFT target alone judges by TTFT alone; no targets, no block.
+        let mut ttft_only = TimedTally::with_slo(Some(Slo {
+            ttft_ms: Some(100.0),
+            tpot_ms: None,
+        }));
+        ttft_only.finished(finished(50, 41, 5));
+        assert_eq!(ttft_only.report().slo.unwrap().met, 1);
+        assert_eq!(TimedTally::default().report().slo, None);
+    }
 
     #[test]
     fn percentiles_never_pass_the_exact_maximum() {

@@ -290,6 +290,14 @@ pub struct DriveArgs {
     /// Seconds to wait for one request.
     #[arg(long, value_name = "S", default_value_t = 600.0)]
     pub timeout_s: f64,
+    /// SLO: a request meets it with its TTFT at most MS milliseconds (the report's
+    /// `timed.slo`).
+    #[arg(long, value_name = "MS")]
+    pub slo_ttft_ms: Option<f64>,
+    /// SLO: a request meets it with its time per output token after the first at most MS
+    /// milliseconds.
+    #[arg(long, value_name = "MS")]
+    pub slo_tpot_ms: Option<f64>,
     /// Report format.
     #[arg(long, value_name = "FORMAT", default_value = "human")]
     pub format: OutputFormat,
@@ -714,6 +722,7 @@ pub fn plugin_host(args: PluginHostArgs) -> Result<(), Failure> {
 /// `routerlab drive`.
 pub fn drive(args: DriveArgs) -> Result<(), Failure> {
     let arrivals = crate::spec::arrivals(args.speedup, args.rate, args.concurrency)?;
+    let slo = crate::spec::slo(args.slo_ttft_ms, args.slo_tpot_ms)?;
     if !(args.timeout_s.is_finite() && args.timeout_s > 0.0) {
         return Err(Failure::input("--timeout-s must be a positive number"));
     }
@@ -776,7 +785,7 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
             one_line(first.error.as_deref().unwrap_or_default())
         );
     }
-    let (mut report, endpoints) = routerlab_live::drive::report(&workload, &outcomes);
+    let (mut report, endpoints) = routerlab_live::drive::report(&workload, &outcomes, slo);
     report.measured = Some(MeasuredRun {
         tool_version: env!("CARGO_PKG_VERSION").to_owned(),
         url,

@@ -75,6 +75,8 @@ pub struct TimedSettings {
     /// How late the routers' KV-event index sees the engines' stores and removals, ns
     /// (0: at once; see `lagged`).
     pub kv_event_lag_ns: u64,
+    /// Latency targets each finished request is judged by (the report's `timed.slo`).
+    pub slo: Option<routerlab_report::Slo>,
 }
 
 impl TimedSettings {
@@ -92,6 +94,7 @@ impl TimedSettings {
             seed: 0,
             kv_transfer: KvTransfer::default(),
             kv_event_lag_ns: 0,
+            slo: None,
         }
     }
 
@@ -257,7 +260,7 @@ pub fn replay_timed(
         conversation_of,
         stats: TimedStats {
             base: Tally::new(replicas.len(), n, Unit::Tokens),
-            latency: TimedTally::default(),
+            latency: TimedTally::with_slo(settings.slo),
             per_endpoint: vec![EndpointTally::default(); n],
             router_queued: 0,
             too_long: 0,
