@@ -112,6 +112,13 @@ policy!(
 );
 policy!(dynamo_v01, "dynamo-v01", "dynamo-v01", "seed: 0");
 policy!(vllm_precise, "vllm-precise", "vllm-precise", "seed: 0");
+policy!(vr_ttft_aware, "vr-ttft-aware", "vr-ttft-aware", "seed: 0");
+policy!(
+    vr_sticky_least_loaded,
+    "vr-sticky-least-loaded",
+    "vr-sticky-least-loaded",
+    "seed: 0"
+);
 policy!(
     lcp_concurrency,
     "lcp+concurrency",
