@@ -113,6 +113,7 @@ policy!(
 policy!(dynamo_v01, "dynamo-v01", "dynamo-v01", "seed: 0");
 policy!(vllm_precise, "vllm-precise", "vllm-precise", "seed: 0");
 policy!(vr_ttft_aware, "vr-ttft-aware", "vr-ttft-aware", "seed: 0");
+policy!(vr_smetric, "vr-smetric", "vr-smetric", "seed: 0");
 policy!(
     vr_sticky_least_loaded,
     "vr-sticky-least-loaded",
