@@ -114,6 +114,8 @@ policy!(dynamo_v01, "dynamo-v01", "dynamo-v01", "seed: 0");
 policy!(vllm_precise, "vllm-precise", "vllm-precise", "seed: 0");
 policy!(vr_ttft_aware, "vr-ttft-aware", "vr-ttft-aware", "seed: 0");
 policy!(vr_smetric, "vr-smetric", "vr-smetric", "seed: 0");
+policy!(smg_manual, "smg-manual", "smg-manual", "seed: 0");
+policy!(llmd_session, "llmd-session", "llmd-session", "seed: 0");
 policy!(
     vr_sticky_least_loaded,
     "vr-sticky-least-loaded",
