@@ -116,6 +116,7 @@ policy!(vr_ttft_aware, "vr-ttft-aware", "vr-ttft-aware", "seed: 0");
 policy!(vr_smetric, "vr-smetric", "vr-smetric", "seed: 0");
 policy!(smg_manual, "smg-manual", "smg-manual", "seed: 0");
 policy!(llmd_session, "llmd-session", "llmd-session", "seed: 0");
+policy!(llmd_burst, "llmd-burst", "llmd-burst", "seed: 0");
 policy!(
     vr_sticky_least_loaded,
     "vr-sticky-least-loaded",
