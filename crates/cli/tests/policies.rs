@@ -117,6 +117,13 @@ policy!(vr_smetric, "vr-smetric", "vr-smetric", "seed: 0");
 policy!(smg_manual, "smg-manual", "smg-manual", "seed: 0");
 policy!(llmd_session, "llmd-session", "llmd-session", "seed: 0");
 policy!(llmd_burst, "llmd-burst", "llmd-burst", "seed: 0");
+policy!(llmd_latency, "llmd-latency", "llmd-latency", "seed: 0");
+policy!(
+    llmd_latency_slo,
+    "llmd-latency-slo",
+    "llmd-latency",
+    "{seed: 0, ttft_slo_ms: 2000}"
+);
 policy!(
     vr_sticky_least_loaded,
     "vr-sticky-least-loaded",
