@@ -115,6 +115,12 @@ policy!(vllm_precise, "vllm-precise", "vllm-precise", "seed: 0");
 policy!(vr_ttft_aware, "vr-ttft-aware", "vr-ttft-aware", "seed: 0");
 policy!(vr_smetric, "vr-smetric", "vr-smetric", "seed: 0");
 policy!(smg_manual, "smg-manual", "smg-manual", "seed: 0");
+policy!(
+    vr_least_conn_sticky,
+    "vr-least-conn-sticky",
+    "vr-least-conn-sticky",
+    "seed: 0"
+);
 policy!(llmd_session, "llmd-session", "llmd-session", "seed: 0");
 policy!(llmd_burst, "llmd-burst", "llmd-burst", "seed: 0");
 policy!(llmd_latency, "llmd-latency", "llmd-latency", "seed: 0");
