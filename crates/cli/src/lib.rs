@@ -64,7 +64,7 @@ pub enum Command {
     /// Run a simulated OpenAI-compatible engine (the replay's engine model, in real time).
     Engine(crate::cmd::live::EngineArgs),
     /// Send a trace's requests to an OpenAI-compatible URL and report what a client measured.
-    Drive(Box<crate::cmd::live::DriveArgs>),
+    Drive(Box<crate::cmd::drive::DriveArgs>),
     /// The plugins of `serve --plugin-isolation process`, in a process of their own
     /// (started by `serve`, not by hand).
     #[command(hide = true)]
@@ -95,7 +95,7 @@ pub fn main() -> ExitCode {
         Command::Snapshot(args) => cmd::snapshot::run(*args),
         Command::Serve(args) => cmd::live::serve(*args),
         Command::Engine(args) => cmd::live::engine(args),
-        Command::Drive(args) => cmd::live::drive(*args),
+        Command::Drive(args) => cmd::drive::drive(*args),
         Command::PluginHost(args) => cmd::live::plugin_host(*args),
     };
     match result {

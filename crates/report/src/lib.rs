@@ -12,7 +12,9 @@ pub mod records;
 pub mod redact;
 pub mod run;
 pub mod schema;
+pub mod slo;
 pub mod stats;
 
 pub use run::RunInfo;
 pub use schema::*;
+pub use slo::{Slo, SloReport};

@@ -6,9 +6,10 @@ use hdrhistogram::Histogram;
 use routerlab_core::Unit;
 
 use crate::schema::{
-    CacheMiss, Latency, Nreq, Quality, ReplicaReport, Report, SharePrefix, Slo, SloReport,
-    Throughput, TimedReport, round6,
+    CacheMiss, Latency, Nreq, Quality, ReplicaReport, Report, SharePrefix, Throughput, TimedReport,
+    round6,
 };
+use crate::slo::{Slo, SloReport};
 
 /// Largest length the histogram tells apart (2^40); longer misses count as this.
 const MAX_TRACKED: u64 = 1 << 40;

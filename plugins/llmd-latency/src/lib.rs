@@ -42,6 +42,10 @@ use routerlab_policy_kit::{DenseIds, PrefixTrie, inflight};
 
 /// Signals a prediction reads.
 const FEATURES: usize = 8;
+/// Routed requests awaiting their completion tracked at most (a host that never reports
+/// one, for a failed request, must not grow this without bound): past it, those routed
+/// more than ten minutes ago are forgotten, unlearned.
+const ROUTED_ENTRIES: usize = 1 << 20;
 
 /// A linear model fitted by recursive least squares.
 struct Predictor {
@@ -99,6 +103,7 @@ type Signals = Vec<(EndpointId, [f64; FEATURES])>;
 /// What a routed request was routed with, until it teaches the predictors.
 struct Routed {
     x: [f64; FEATURES],
+    routed_ns: u64,
     first_token_ns: Option<u64>,
 }
 
@@ -328,10 +333,16 @@ impl Matcher for LlmdLatency {
             x[5] = if prompt > 0.0 { held / prompt } else { 0.0 };
             x
         });
+        let now = request.now_ns();
+        if self.routed.len() >= ROUTED_ENTRIES {
+            self.routed
+                .retain(|_, r| now.saturating_sub(r.routed_ns) < 600_000_000_000);
+        }
         self.routed.insert(
             request.id(),
             Routed {
                 x,
+                routed_ns: now,
                 first_token_ns: None,
             },
         );

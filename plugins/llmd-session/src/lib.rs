@@ -10,7 +10,8 @@
 //! - *affinity*: 1 on the endpoint the session's last request went to, 0 elsewhere. llm-d
 //!   keeps it in a cookie naming that endpoint, set on every response, with a `maxAge`
 //!   (0: a browser-session cookie, no expiry); here the router remembers it per session id,
-//!   for `max_age_s` after the session's last request (0: no lifetime).
+//!   for `max_age_s` after the session's last request (0: no lifetime), and for the 2^20
+//!   most recently routed sessions at most.
 //! - *prefix*: matched blocks / the request's blocks (at most 256) from an approximate
 //!   index of routing decisions, 31,250 blocks per endpoint, as `gie-default`.
 //! - *queue*: `(max_q − q) / (max_q − min_q)` over the candidates (1 when all are equal),
@@ -24,18 +25,19 @@
 //! Config keys: `session_weight` (5), `prefix_weight` (3), `queue_weight` (1), `max_age_s`
 //! (0), `seed` (0).
 
-use std::collections::HashMap;
-
 use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request, SeededRng};
-use routerlab_policy_kit::{DenseIds, PodPrefixIndex, Score, pick_min, range_of};
+use routerlab_policy_kit::{DenseIds, LruMap, PodPrefixIndex, Score, pick_min, range_of};
+
+/// Sessions remembered at most, the least recently routed forgotten first.
+const SESSIONS: usize = 1 << 20;
 
 /// llm-d's session-affinity scheduling profile.
 pub struct LlmdSession {
     rng: SeededRng,
     weights: (f64, f64, f64),
     max_age_ns: u64,
-    /// Session id → the endpoint its last request went to, and when.
-    sessions: HashMap<u64, (EndpointId, u64)>,
+    /// Session id → the endpoint its last request went to (its id), and when.
+    sessions: LruMap<(u32, u64)>,
     index: PodPrefixIndex,
     ids: DenseIds,
     counts: Vec<u64>,
@@ -66,15 +68,15 @@ impl Matcher for LlmdSession {
             rng,
             weights: (session, prefix, queue),
             max_age_ns: (max_age_s * 1e9) as u64,
-            sessions: HashMap::new(),
+            sessions: LruMap::default(),
             index: PodPrefixIndex::new(31_250, 256),
             ids: DenseIds::default(),
             counts: Vec::new(),
         })
     }
 
-    fn remove_endpoints(&mut self, ids: &[EndpointId]) -> Result<(), String> {
-        self.sessions.retain(|_, (e, _)| !ids.contains(e));
+    fn remove_endpoints(&mut self, _ids: &[EndpointId]) -> Result<(), String> {
+        // A session whose endpoint left scores no affinity anywhere: it is not a candidate.
         Ok(())
     }
 
@@ -86,9 +88,9 @@ impl Matcher for LlmdSession {
         let now = request.now_ns();
         let held = request
             .session_id()
-            .and_then(|s| self.sessions.get(&s))
+            .and_then(|s| self.sessions.get(s))
             .filter(|(_, at)| self.max_age_ns == 0 || now.saturating_sub(*at) < self.max_age_ns)
-            .map(|(e, _)| *e);
+            .map(|(e, _)| EndpointId(*e));
         let ids = self.ids.of(request)?;
         self.counts.clear();
         self.index.count_matches(&ids, &mut self.counts);
@@ -120,11 +122,11 @@ impl Matcher for LlmdSession {
         self.ids.with(request, |ids| index.insert(ids, endpoint))?;
         if let Some(session) = request.session_id() {
             // The cookie names the endpoint this response came from.
-            self.sessions.insert(session, (endpoint, request.now_ns()));
-            if self.max_age_ns > 0 && self.sessions.len() > 1 << 16 {
-                let (now, age) = (request.now_ns(), self.max_age_ns);
-                self.sessions
-                    .retain(|_, (_, at)| now.saturating_sub(*at) < age);
+            *self
+                .sessions
+                .touch_or_insert_with(session, Default::default) = (endpoint.0, request.now_ns());
+            while self.sessions.len() > SESSIONS {
+                self.sessions.pop_oldest();
             }
         }
         Ok(())

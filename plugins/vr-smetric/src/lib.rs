@@ -40,6 +40,10 @@ const RATE_MIN_SAMPLES: usize = 8;
 const RATE_QUANTILE: f64 = 0.9;
 /// Parents' prompt lengths remembered, most recent first.
 const HISTORY_ENTRIES: usize = 1 << 20;
+/// Routed requests awaiting their first token tracked at most (a host that never reports
+/// one, for a failed request, must not grow this without bound): past it, those routed
+/// more than a minute ago are dropped from their queues.
+const DISPATCHED_ENTRIES: usize = 1 << 20;
 
 /// One endpoint's prefill feedback.
 #[derive(Default)]
@@ -250,6 +254,17 @@ impl Matcher for VrSmetric {
         let cost = self.cost(len as f64, self.hit(&ids, request, endpoint));
         self.trie.insert(&ids, endpoint, request.now_ns());
         self.ids.recycle(ids);
+        if self.dispatched.len() >= DISPATCHED_ENTRIES {
+            let now = request.now_ns();
+            let prefill = &mut self.prefill;
+            self.dispatched.retain(|_, d| {
+                let keep = now.saturating_sub(d.at_ns) < 60_000_000_000;
+                if !keep && let Some(p) = prefill.get_mut(&d.endpoint) {
+                    p.dequeue(d.cost);
+                }
+                keep
+            });
+        }
         let prefill = self.prefill.entry(endpoint).or_default();
         prefill.queued_cost += cost;
         prefill.queued_requests += 1;

@@ -9,20 +9,17 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use routerlab_host::SearchPath;
 use routerlab_live::LiveError;
-use routerlab_live::drive::DriveSettings;
 use routerlab_live::engine::EngineSettings;
 use routerlab_live::plugin_host::{Host, HostCommand};
 use routerlab_live::serve::health::HealthRule;
 use routerlab_live::serve::{OnPluginError, Plugins, ServeSettings};
-use routerlab_report::run::MeasuredRun;
 use routerlab_route::{PdDecision, Pools};
 use routerlab_sim::WhenUnavailable;
-use routerlab_sim::scenario::{Scenario, recorded};
-use routerlab_trace::{TraceOptions, TraceReader, Workload};
+use routerlab_sim::scenario::Scenario;
 
 use crate::exit::Failure;
-use crate::opts::{OutputFormat, TextOrValue};
-use crate::spec::{engine_config, one_line, plugin_config};
+use crate::opts::TextOrValue;
+use crate::spec::{engine_config, plugin_config};
 
 /// `routerlab engine`.
 #[derive(Args, Debug)]
@@ -243,73 +240,7 @@ pub struct PluginHostArgs {
 /// The plugin-call deadline of `serve --plugin-isolation process` unless given.
 const DEFAULT_PLUGIN_TIMEOUT_MS: u64 = 1000;
 
-/// `routerlab drive`.
-#[derive(Args, Debug)]
-pub struct DriveArgs {
-    /// Base URL of the router or engine, e.g. http://127.0.0.1:8080.
-    #[arg(long, value_name = "URL")]
-    pub url: String,
-    /// The trace.
-    #[arg(long, value_name = "PATH")]
-    pub trace: PathBuf,
-    /// Trace format [default: detected].
-    #[arg(long, value_name = "FORMAT")]
-    pub trace_format: Option<routerlab_trace::TraceFormat>,
-    /// Tokens per block id of Mooncake traces.
-    #[arg(long, value_name = "N", default_value_t = 512)]
-    pub trace_block_size: u32,
-    /// Send at the trace's timestamps, compressed by F (the default pace, F = 1).
-    #[arg(long, value_name = "F")]
-    pub speedup: Option<f64>,
-    /// Poisson arrivals at R requests/s instead (seeded).
-    #[arg(long, value_name = "R")]
-    pub rate: Option<f64>,
-    /// Closed loop: N requests outstanding instead.
-    #[arg(long, value_name = "N")]
-    pub concurrency: Option<usize>,
-    /// Seed of the Poisson arrivals.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub seed: u64,
-    /// Deprecated (kept until 0.4; hidden): bytes of text per block id for traces without
-    /// text. The default, and the rule a replay counts by, is 4 bytes a token of
-    /// `--trace-block-size`.
-    #[arg(long, value_name = "BYTES", hide = true)]
-    pub block_bytes: Option<usize>,
-    /// Output tokens (`max_tokens`) of requests whose trace line gives none
-    /// (`--max-tokens` is the old name).
-    #[arg(
-        long = "output-tokens",
-        alias = "max-tokens",
-        value_name = "N",
-        default_value_t = 128
-    )]
-    pub output_tokens: u64,
-    /// The `model` field sent.
-    #[arg(long, value_name = "NAME", default_value = "routerlab-sim")]
-    pub model: String,
-    /// Seconds to wait for one request.
-    #[arg(long, value_name = "S", default_value_t = 600.0)]
-    pub timeout_s: f64,
-    /// SLO: a request meets it with its TTFT at most MS milliseconds (the report's
-    /// `timed.slo`).
-    #[arg(long, value_name = "MS")]
-    pub slo_ttft_ms: Option<f64>,
-    /// SLO: a request meets it with its time per output token after the first at most MS
-    /// milliseconds.
-    #[arg(long, value_name = "MS")]
-    pub slo_tpot_ms: Option<f64>,
-    /// Report format.
-    #[arg(long, value_name = "FORMAT", default_value = "human")]
-    pub format: OutputFormat,
-    /// Ask for whole answers instead of server-sent events (TTFT is then the whole time).
-    #[arg(long)]
-    pub no_stream: bool,
-    /// Write one JSON line per request: id, endpoint, error, ttft_ms, e2e_ms.
-    #[arg(long, value_name = "FILE")]
-    pub requests_out: Option<PathBuf>,
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -717,91 +648,4 @@ pub fn plugin_host(args: PluginHostArgs) -> Result<(), Failure> {
     );
     let router = scenario.router(&SearchPath::from_env())?;
     routerlab_live::plugin_host::run(router, &args.connect).map_err(Failure::from)
-}
-
-/// `routerlab drive`.
-pub fn drive(args: DriveArgs) -> Result<(), Failure> {
-    let arrivals = crate::spec::arrivals(args.speedup, args.rate, args.concurrency)?;
-    let slo = crate::spec::slo(args.slo_ttft_ms, args.slo_tpot_ms)?;
-    if !(args.timeout_s.is_finite() && args.timeout_s > 0.0) {
-        return Err(Failure::input("--timeout-s must be a positive number"));
-    }
-    let options = TraceOptions {
-        format: args.trace_format,
-        trace_block_size: args.trace_block_size,
-        ..TraceOptions::default()
-    };
-    let reader = TraceReader::open(&args.trace, options)?;
-    if let Some(out) = &args.requests_out {
-        crate::cmd::refuse_input_as_output("--requests-out", out, &[&args.trace])?;
-    }
-    let source = reader.source();
-    let workload = Arc::new(Workload::load(reader, &[])?);
-    let measured_arrivals = recorded::arrivals(&arrivals);
-    let url = args.url.clone();
-    let settings = DriveSettings {
-        url: args.url,
-        arrivals,
-        seed: args.seed,
-        block_bytes: args
-            .block_bytes
-            .unwrap_or(args.trace_block_size as usize * routerlab_core::BYTES_PER_TOKEN as usize)
-            .max(1),
-        default_max_tokens: args.output_tokens,
-        model: args.model,
-        timeout: Duration::from_secs_f64(args.timeout_s),
-        stream: !args.no_stream,
-    };
-    let outcomes = runtime()?
-        .block_on(routerlab_live::drive::drive(workload.clone(), settings))
-        .map_err(Failure::from)?;
-    if let Some(path) = &args.requests_out {
-        let mut lines = String::new();
-        for o in &outcomes {
-            let mut line = serde_json::json!({
-                "id": o.id,
-                "endpoint": o.endpoint,
-                "error": o.error,
-                "sent_ms": o.sent.as_secs_f64() * 1e3,
-                "ttft_ms": o.ttft.as_secs_f64() * 1e3,
-                "e2e_ms": o.e2e.as_secs_f64() * 1e3,
-            });
-            if let Some(prefill) = &o.prefill_endpoint {
-                line["prefill_endpoint"] = prefill.clone().into();
-            }
-            lines.push_str(&line.to_string());
-            lines.push('\n');
-        }
-        crate::cmd::write_output(path, lines.as_bytes(), "per-request records")?;
-    }
-    let failed: Vec<&routerlab_live::drive::Outcome> =
-        outcomes.iter().filter(|o| o.error.is_some()).collect();
-    if let Some(first) = failed.first() {
-        eprintln!(
-            "warning: {} of {} requests failed (counted as rejected); request {}: {}",
-            failed.len(),
-            outcomes.len(),
-            first.id,
-            one_line(first.error.as_deref().unwrap_or_default())
-        );
-    }
-    let (mut report, endpoints) = routerlab_live::drive::report(&workload, &outcomes, slo);
-    report.measured = Some(MeasuredRun {
-        tool_version: env!("CARGO_PKG_VERSION").to_owned(),
-        url,
-        trace: recorded::trace(source, &Default::default()),
-        arrivals: measured_arrivals,
-        endpoints: endpoints.clone(),
-    });
-    let text = match args.format {
-        OutputFormat::Json => {
-            serde_json::to_string_pretty(&report).expect("a report serialises") + "\n"
-        }
-        OutputFormat::Yaml => serde_yaml::to_string(&report).expect("a report serialises"),
-        OutputFormat::Csv => {
-            return Err(Failure::input("drive prints human, json or yaml"));
-        }
-        OutputFormat::Human => report.to_human(&endpoints),
-    };
-    crate::cmd::print_stdout(&text, "the report")
 }

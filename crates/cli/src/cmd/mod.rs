@@ -3,6 +3,7 @@
 
 pub mod calibrate;
 pub mod compare;
+pub mod drive;
 pub mod gen_trace;
 pub mod inspect;
 pub mod live;

@@ -80,9 +80,8 @@ pub struct TimedSettings {
 }
 
 impl TimedSettings {
-    /// `engines` (one per endpoint) fed at the trace's own times: no speedup, live
-    /// metrics, children not held for parents, 128 output tokens where the trace has none,
-    /// seed 0. What a calibration or a snapshot replays.
+    /// `engines` (one per endpoint) at the trace's own times, live metrics, no parent held,
+    /// 128 output tokens where none are given, seed 0: what calibrations and snapshots use.
     pub fn at_trace_times(engines: Vec<EngineConfig>) -> TimedSettings {
         TimedSettings {
             engines,
@@ -189,9 +188,8 @@ pub fn replay_timed(
             name(other)
         )));
     }
-    // Engine chains are derived when the trace is loaded (`Scenario::workload` loads the
-    // sizes its engines need); a workload loaded for other engines is refused here rather
-    // than failing mid-run.
+    // Engine chains are derived when the trace is loaded (`Scenario::workload` loads the sizes
+    // its engines need); a workload loaded for other engines is refused, not failed mid-run.
     if let Some(missing) = settings
         .engine_block_sizes()
         .into_iter()
