@@ -8,6 +8,7 @@
 //! taking in anything of the host.
 
 pub mod block_masks;
+pub mod duration;
 pub mod endpoint_set;
 pub mod ids;
 pub mod load;
@@ -20,6 +21,7 @@ pub mod threshold;
 pub mod trie;
 
 pub use block_masks::BlockMasks;
+pub use duration::seconds_ns;
 pub use endpoint_set::EndpointSet;
 pub use ids::DenseIds;
 pub use load::{Score, inflight, prefix_key, range_of, within_bound};

@@ -26,7 +26,9 @@
 //! (0), `seed` (0).
 
 use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request, SeededRng};
-use routerlab_policy_kit::{DenseIds, LruMap, PodPrefixIndex, Score, pick_min, range_of};
+use routerlab_policy_kit::{
+    DenseIds, LruMap, PodPrefixIndex, Score, pick_min, range_of, seconds_ns,
+};
 
 /// Sessions remembered at most, the least recently routed forgotten first.
 const SESSIONS: usize = 1 << 20;
@@ -49,7 +51,7 @@ impl Matcher for LlmdSession {
         let session = config.f64("session_weight", 5.0)?;
         let prefix = config.f64("prefix_weight", 3.0)?;
         let queue = config.f64("queue_weight", 1.0)?;
-        let max_age_s = config.f64("max_age_s", 0.0)?;
+        let max_age_ns = seconds_ns(config, "max_age_s", 0.0, true)?;
         for (key, value) in [
             ("session_weight", session),
             ("prefix_weight", prefix),
@@ -61,13 +63,10 @@ impl Matcher for LlmdSession {
                 ));
             }
         }
-        if !(0.0..=7.0 * 86_400.0).contains(&max_age_s) {
-            return Err("config key `max_age_s`: must be from 0 to a week (604800)".into());
-        }
         Ok(LlmdSession {
             rng,
             weights: (session, prefix, queue),
-            max_age_ns: (max_age_s * 1e9) as u64,
+            max_age_ns,
             sessions: LruMap::default(),
             index: PodPrefixIndex::new(31_250, 256),
             ids: DenseIds::default(),

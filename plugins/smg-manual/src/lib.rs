@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 
 use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request, SeededRng};
-use routerlab_policy_kit::{EndpointSet, inflight, pick_min, pick_uniform};
+use routerlab_policy_kit::{EndpointSet, inflight, pick_min, pick_uniform, seconds_ns};
 
 /// Candidates a key keeps.
 const CANDIDATES: usize = 2;
@@ -81,20 +81,13 @@ impl Matcher for SmgManual {
             "min-load" => Assignment::MinLoad,
             _ => Assignment::Random,
         };
-        let max_idle_s = config.f64("max_idle_s", 4.0 * 3600.0)?;
-        let eviction_s = config.f64("eviction_interval_s", 60.0)?;
-        let week = 7.0 * 86_400.0;
-        if !(max_idle_s > 0.0 && max_idle_s <= week && (0.0..=week).contains(&eviction_s)) {
-            return Err(
-                "config: max_idle_s must be above 0 and eviction_interval_s at least 0, each at most a week (604800)"
-                    .into(),
-            );
-        }
+        let max_idle_ns = seconds_ns(config, "max_idle_s", 4.0 * 3600.0, false)?;
+        let eviction_ns = seconds_ns(config, "eviction_interval_s", 60.0, true)?;
         Ok(SmgManual {
             rng,
             assignment,
-            max_idle_ns: (max_idle_s * 1e9) as u64,
-            eviction_ns: (eviction_s * 1e9) as u64,
+            max_idle_ns,
+            eviction_ns,
             last_eviction_ns: 0,
             pins: HashMap::new(),
             available: EndpointSet::default(),

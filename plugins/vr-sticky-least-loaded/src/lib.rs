@@ -19,6 +19,7 @@ use std::collections::HashMap;
 
 use routerlab_core::hash::hash64;
 use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request};
+use routerlab_policy_kit::seconds_ns;
 
 /// Where a session went and when it was last routed.
 struct Session {
@@ -87,19 +88,11 @@ impl VrStickyLeastLoaded {
 impl Matcher for VrStickyLeastLoaded {
     fn create(_name: &str, config: &mut PluginConfig) -> Result<Self, String> {
         let _ = config.seed()?;
-        let ttl_s = config.f64("session_ttl_s", 7200.0)?;
-        let sweep_s = config.f64("sweep_interval_s", 60.0)?;
-        // A week at most: the clock is in nanoseconds.
-        let week = 7.0 * 86_400.0;
-        if !(ttl_s > 0.0 && ttl_s <= week && (0.0..=week).contains(&sweep_s)) {
-            return Err(
-                "config: session_ttl_s must be above 0 and sweep_interval_s at least 0, each at most a week (604800)"
-                    .into(),
-            );
-        }
+        let ttl_ns = seconds_ns(config, "session_ttl_s", 7200.0, false)?;
+        let sweep_ns = seconds_ns(config, "sweep_interval_s", 60.0, true)?;
         Ok(VrStickyLeastLoaded {
-            ttl_ns: (ttl_s * 1e9) as u64,
-            sweep_ns: (sweep_s * 1e9) as u64,
+            ttl_ns,
+            sweep_ns,
             last_sweep_ns: 0,
             sessions: HashMap::new(),
             counts: HashMap::new(),
