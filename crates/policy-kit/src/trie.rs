@@ -12,8 +12,8 @@
 //! Idle-time expiry (SGLang's and AIBrix's trees age entries) drops nodes not touched for
 //! `ttl` nanoseconds of the caller's clock; it needs no timer, only the time of each call.
 
-use routerlab_core::EndpointId;
 use routerlab_core::hash::U64Map;
+use routerlab_core::{EndpointId, Request};
 
 use crate::block_masks::BlockMasks;
 use crate::endpoint_set::{EndpointSet, EndpointSetRef};
@@ -143,6 +143,14 @@ impl PrefixTrie {
             .count()
     }
 
+    /// How much of `request`'s prompt (its blocks `ids`) `endpoint` holds, in the request's
+    /// unit: the leading blocks it holds times the block size, at most the prompt's length.
+    #[inline]
+    pub fn held_len(&self, ids: &[u32], request: &Request<'_>, endpoint: EndpointId) -> u64 {
+        let blocks = self.held_prefix(ids, endpoint) as u64;
+        (blocks * u64::from(request.block_size())).min(request.prompt_len())
+    }
+
     /// Records that `endpoint` was sent the prefixes `ids`, at time `now_ns` (used only by
     /// a trie with an idle-time bound).
     pub fn insert(&mut self, ids: &[u32], endpoint: EndpointId, now_ns: u64) {
@@ -249,6 +257,22 @@ mod tests {
 
     fn set(ids: &[u32]) -> EndpointSet {
         EndpointSet::of(&ids.iter().map(|i| EndpointId(*i)).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn the_held_length_is_whole_blocks_at_most_the_prompt() {
+        let mut trie = PrefixTrie::unbounded();
+        trie.insert(&[0, 1, 2], EndpointId(3), 0);
+        let request = routerlab_core::testing::RequestBuilder::new(1)
+            .block_size(16)
+            .prompt_len(40);
+        // Three blocks of 16 held, a 40-unit prompt: 40; one held of two asked: 16.
+        assert_eq!(
+            trie.held_len(&[0, 1, 2], &request.view(), EndpointId(3)),
+            40
+        );
+        assert_eq!(trie.held_len(&[0, 9], &request.view(), EndpointId(3)), 16);
+        assert_eq!(trie.held_len(&[0, 1], &request.view(), EndpointId(4)), 0);
     }
 
     #[test]

@@ -46,14 +46,12 @@ impl Matcher for DynamoV01 {
             .unwrap_or(0);
         let ids = self.ids.of(request)?;
         let prompt = request.prompt_len().max(1) as f64;
-        let block = u64::from(request.block_size());
         let scored: Vec<(EndpointId, Score)> = endpoints
             .available()
             .map(|e| {
-                let overlap = request.cached_prefix(e.id()).unwrap_or_else(|| {
-                    let held = self.index.held_prefix(&ids, e.id()) as u64;
-                    (held * block).min(request.prompt_len())
-                });
+                let overlap = request
+                    .cached_prefix(e.id())
+                    .unwrap_or_else(|| self.index.held_len(&ids, request, e.id()));
                 let kv = if e.kv_blocks_total() == 0 {
                     0.0
                 } else {

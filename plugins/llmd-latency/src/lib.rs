@@ -142,10 +142,8 @@ impl LlmdLatency {
     }
 
     fn held(&self, ids: &[u32], request: &Request<'_>, endpoint: EndpointId) -> f64 {
-        let blocks = self.trie.held_prefix(ids, endpoint) as u64;
-        let unit = request.unit();
-        unit.tokens(blocks * u64::from(request.block_size()))
-            .min(unit.tokens(request.prompt_len())) as f64
+        let held = self.trie.held_len(ids, request, endpoint);
+        request.unit().tokens(held) as f64
     }
 
     /// One of `candidates` at random, weighted by score (uniformly when no score is

@@ -49,12 +49,10 @@ impl Matcher for PsLoadAware {
         let mean = endpoints.available().map(|e| inflight(&e)).sum::<u64>() as f64 / n as f64;
         let ids = self.ids.of(request)?;
         let prompt = request.prompt_len().max(1) as f64;
-        let block = u64::from(request.block_size());
         let scored: Vec<(EndpointId, Score)> = endpoints
             .available()
             .map(|e| {
-                let held = self.trie.held_prefix(&ids, e.id()) as u64;
-                let matched = (held * block).min(request.prompt_len()) as f64;
+                let matched = self.trie.held_len(&ids, request, e.id()) as f64;
                 let load = inflight(&e) as f64;
                 let score = matched / prompt - self.beta * (load - mean) / mean.max(1.0);
                 (e.id(), Score(-score))

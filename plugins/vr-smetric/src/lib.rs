@@ -129,11 +129,8 @@ impl VrSmetric {
 
     /// Prompt tokens `endpoint` was sent of `request`'s blocks, at most its length.
     fn hit(&self, ids: &[u32], request: &Request<'_>, endpoint: EndpointId) -> f64 {
-        let blocks = self.trie.held_prefix(ids, endpoint) as u64;
-        let unit = request.unit();
-        let prompt = unit.tokens(request.prompt_len());
-        unit.tokens(blocks * u64::from(request.block_size()))
-            .min(prompt) as f64
+        let held = self.trie.held_len(ids, request, endpoint);
+        request.unit().tokens(held) as f64
     }
 }
 
