@@ -32,7 +32,7 @@
 /**
  * Minor version: minors only append fields and constants.
  */
-#define RL_ABI_MINOR 3
+#define RL_ABI_MINOR 4
 
 /**
  * Plugin kind: picks an endpoint for each request.
@@ -105,6 +105,11 @@
  * `RlRequest::struct_size` of an ABI 1.2 host (adds `now_ns` and `cached_prefix`).
  */
 #define RL_REQUEST_SIZE_V1_2 128
+
+/**
+ * `RlRequest::struct_size` of an ABI 1.3 host (adds `phase` and `cached_tiers`).
+ */
+#define RL_REQUEST_SIZE_V1_3 152
 
 /**
  * `RlEndpointStatus::struct_size` of an ABI 1.2 host (adds `inflight_requests` and
@@ -197,6 +202,43 @@ typedef struct RlCachedTiers {
 typedef RlStatus (*RlCachedTiersFn)(const void *ctx,
                                     uint32_t endpoint_index,
                                     struct RlCachedTiers *out);
+
+/**
+ * What `adapter_state` writes: the request's adapter on one endpoint. For a base-model
+ * request `resident` is 1 and `requests` counts the endpoint's base-model requests.
+ */
+typedef struct RlAdapterState {
+  /**
+   * 1 when the adapter's weights are loaded on the endpoint's GPU, 0 when serving it
+   * there would first load it.
+   */
+  uint32_t resident;
+  /**
+   * The endpoint's requests, running or waiting, that name this adapter.
+   */
+  uint32_t requests;
+  /**
+   * Adapters loaded on the endpoint now.
+   */
+  uint32_t slots_used;
+  /**
+   * Adapters the endpoint can hold at once (vLLM's `--max-loras`); 0 = it serves no
+   * adapters.
+   */
+  uint32_t slots_total;
+} RlAdapterState;
+
+/**
+ * `adapter_state(ctx, endpoint_index, out)`: see `RlRequest::adapter_state`.
+ */
+typedef RlStatus (*RlAdapterStateFn)(const void *ctx,
+                                     uint32_t endpoint_index,
+                                     struct RlAdapterState *out);
+
+/**
+ * `predict_ttft(ctx, endpoint_index, out_ns)`: see `RlRequest::predict_ttft`.
+ */
+typedef RlStatus (*RlPredictTtftFn)(const void *ctx, uint32_t endpoint_index, uint64_t *out_ns);
 
 /**
  * One request, as the host presents it to matchers. Borrowed for the duration of one call.
@@ -304,6 +346,38 @@ typedef struct RlRequest {
    * Host context to pass back to `cached_tiers`.
    */
   const void *cached_tiers_ctx;
+  /**
+   * The LoRA adapter the request names, numbered from 1 in order of first appearance
+   * (in the trace, or since `serve` started); 0 = the base model.
+   */
+  uint64_t adapter_id;
+  /**
+   * The adapter's name as the trace or the client wrote it (the OpenAI `model` field);
+   * empty for the base model. Stable across replicas and runs, unlike `adapter_id`.
+   */
+  struct RlStr adapter;
+  /**
+   * Asks the host about this request's adapter on an endpoint (see [`RlAdapterState`]),
+   * or NULL when the host cannot say. As `cached_prefix`: computed only when called,
+   * valid for this call only, `RL_ERR_INVALID_ARGUMENT` for an unknown endpoint.
+   */
+  RlAdapterStateFn adapter_state;
+  /**
+   * Host context to pass back to `adapter_state`.
+   */
+  const void *adapter_state_ctx;
+  /**
+   * Asks the host for the engine model's prediction of this request's time to first
+   * token on an endpoint, in nanoseconds from `now_ns`, given that endpoint's queue,
+   * batch and cache now; NULL when the host has no engine model. As `cached_prefix`:
+   * computed only when called (each call costs the host a short simulation), valid for
+   * this call only, `RL_ERR_INVALID_ARGUMENT` for an unknown endpoint.
+   */
+  RlPredictTtftFn predict_ttft;
+  /**
+   * Host context to pass back to `predict_ttft`.
+   */
+  const void *predict_ttft_ctx;
 } RlRequest;
 
 /**

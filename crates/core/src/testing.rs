@@ -70,6 +70,71 @@ struct Spec {
     cached: Vec<u64>,
     /// Likewise per tier: a count, then (endpoint id, gpu, host, shared) quadruples.
     tiers: Vec<u64>,
+    adapter_id: u64,
+    adapter: Vec<u8>,
+    /// Likewise the adapter's state: a count, then (endpoint id, resident, requests,
+    /// slots used, slots total) quintuples.
+    adapter_states: Vec<u64>,
+    /// Likewise predicted TTFTs: a count, then (endpoint id, nanoseconds) pairs.
+    predicted: Vec<u64>,
+}
+
+/// The rows of a builder's table at `ctx`: a count, then that many rows of `N` values.
+///
+/// # Safety
+/// `ctx` must be the heap buffer of one of the builder's tables, borrowed by the view.
+unsafe fn rows<'a, const N: usize>(ctx: *const std::ffi::c_void) -> &'a [[u64; N]] {
+    let table = ctx.cast::<u64>();
+    // SAFETY: as the caller guarantees: a count, then that many rows.
+    let flat = unsafe {
+        let count = *table as usize;
+        std::slice::from_raw_parts(table.add(1), N * count)
+    };
+    flat.as_chunks::<N>().0
+}
+
+/// The `adapter_state` callback of a built request.
+unsafe extern "C" fn adapter_state_of(
+    ctx: *const std::ffi::c_void,
+    endpoint_index: u32,
+    out: *mut RlAdapterState,
+) -> RlStatus {
+    // SAFETY: `ctx` is the builder's `adapter_states` table, borrowed by the view.
+    let rows = unsafe { rows::<5>(ctx) };
+    match rows.iter().find(|r| r[0] == u64::from(endpoint_index)) {
+        Some([_, resident, requests, used, total]) => {
+            let narrow = |v: &u64| u32::try_from(*v).unwrap_or(u32::MAX);
+            // SAFETY: the SDK passes a valid out slot.
+            unsafe {
+                *out = RlAdapterState {
+                    resident: narrow(resident),
+                    requests: narrow(requests),
+                    slots_used: narrow(used),
+                    slots_total: narrow(total),
+                }
+            };
+            RL_OK
+        }
+        None => RL_ERR_INVALID_ARGUMENT,
+    }
+}
+
+/// The `predict_ttft` callback of a built request.
+unsafe extern "C" fn predicted_ttft_of(
+    ctx: *const std::ffi::c_void,
+    endpoint_index: u32,
+    out_ns: *mut u64,
+) -> RlStatus {
+    // SAFETY: `ctx` is the builder's `predicted` table, borrowed by the view.
+    let rows = unsafe { rows::<2>(ctx) };
+    match rows.iter().find(|r| r[0] == u64::from(endpoint_index)) {
+        Some([_, ns]) => {
+            // SAFETY: the SDK passes a valid out slot.
+            unsafe { *out_ns = *ns };
+            RL_OK
+        }
+        None => RL_ERR_INVALID_ARGUMENT,
+    }
 }
 
 /// The `cached_prefix` callback of a built request: looks the endpoint up in its pairs.
@@ -163,6 +228,10 @@ impl RequestBuilder {
                 phase: Phase::Whole,
                 cached: vec![0],
                 tiers: vec![0],
+                adapter_id: 0,
+                adapter: Vec::new(),
+                adapter_states: vec![0],
+                predicted: vec![0],
             },
             raw: zeroed_request(),
         }
@@ -233,6 +302,40 @@ impl RequestBuilder {
         self.spec.parent_id = parent;
         self.synced()
     }
+    /// The LoRA adapter it names (ABI 1.4): number `id` (non-zero) called `name`.
+    pub fn adapter(mut self, id: u64, name: &str) -> Self {
+        self.spec.adapter_id = id;
+        self.spec.adapter = name.as_bytes().to_vec();
+        self.synced()
+    }
+    /// The host reports the request's adapter on endpoint `id` (ABI 1.4; without any such
+    /// call it says nothing): loaded or not, the endpoint's requests naming it, and its
+    /// slots used of `slots_total`.
+    pub fn adapter_state(
+        mut self,
+        id: u32,
+        resident: bool,
+        requests: u32,
+        slots_used: u32,
+        slots_total: u32,
+    ) -> Self {
+        self.spec.adapter_states.extend([
+            u64::from(id),
+            u64::from(resident),
+            u64::from(requests),
+            u64::from(slots_used),
+            u64::from(slots_total),
+        ]);
+        self.spec.adapter_states[0] += 1;
+        self.synced()
+    }
+    /// The host's engine model predicts a TTFT of `ns` nanoseconds on endpoint `id` (ABI
+    /// 1.4; without any such call the host has no engine model).
+    pub fn predicted_ttft(mut self, id: u32, ns: u64) -> Self {
+        self.spec.predicted.extend([u64::from(id), ns]);
+        self.spec.predicted[0] += 1;
+        self.synced()
+    }
     /// The phase it is routed for (ABI 1.3; by default [`Phase::Whole`]).
     pub fn phase(mut self, phase: Phase) -> Self {
         self.spec.phase = phase;
@@ -292,6 +395,23 @@ impl RequestBuilder {
                 Some(cached_tiers_of)
             },
             cached_tiers_ctx: spec.tiers.as_ptr().cast(),
+            adapter_id: spec.adapter_id,
+            adapter: RlStr {
+                ptr: spec.adapter.as_ptr(),
+                len: spec.adapter.len() as u64,
+            },
+            adapter_state: if spec.adapter_states[0] == 0 {
+                None
+            } else {
+                Some(adapter_state_of)
+            },
+            adapter_state_ctx: spec.adapter_states.as_ptr().cast(),
+            predict_ttft: if spec.predicted[0] == 0 {
+                None
+            } else {
+                Some(predicted_ttft_of)
+            },
+            predict_ttft_ctx: spec.predicted.as_ptr().cast(),
         };
         self
     }

@@ -330,6 +330,10 @@ impl Sim<'_> {
             cached_prefix,
             phase: self.phase_of(index),
             cached_tiers: None,
+            adapter_id: 0,
+            adapter: &[],
+            adapter_state: None,
+            predict_ttft: None,
         }
     }
 
@@ -605,6 +609,10 @@ impl Sim<'_> {
         let tiers = |endpoint: u32| self.cached_tiers(index, endpoint);
         let data = RequestData {
             cached_tiers: Some(&tiers),
+            adapter_id: 0,
+            adapter: &[],
+            adapter_state: None,
+            predict_ttft: None,
             ..self.data(index, now, Some(&ask))
         };
         router.decide(&data, sure).map_err(self.plugin_error(index))
