@@ -204,41 +204,24 @@ typedef RlStatus (*RlCachedTiersFn)(const void *ctx,
                                     struct RlCachedTiers *out);
 
 /**
- * What `adapter_state` writes: the request's adapter on one endpoint. For a base-model
- * request `resident` is 1 and `requests` counts the endpoint's base-model requests.
+ * What `predict` writes: the host's engine model's forecast for the request were it sent
+ * to the endpoint now.
  */
-typedef struct RlAdapterState {
+typedef struct RlPrediction {
   /**
-   * 1 when the adapter's weights are loaded on the endpoint's GPU, 0 when serving it
-   * there would first load it.
+   * Nanoseconds from `now_ns` to its first token.
    */
-  uint32_t resident;
+  uint64_t ttft_ns;
   /**
-   * The endpoint's requests, running or waiting, that name this adapter.
+   * Nanoseconds per output token after the first.
    */
-  uint32_t requests;
-  /**
-   * Adapters loaded on the endpoint now.
-   */
-  uint32_t slots_used;
-  /**
-   * Adapters the endpoint can hold at once (vLLM's `--max-loras`); 0 = it serves no
-   * adapters.
-   */
-  uint32_t slots_total;
-} RlAdapterState;
+  uint64_t tpot_ns;
+} RlPrediction;
 
 /**
- * `adapter_state(ctx, endpoint_index, out)`: see `RlRequest::adapter_state`.
+ * `predict(ctx, endpoint_index, out)`: see `RlRequest::predict`.
  */
-typedef RlStatus (*RlAdapterStateFn)(const void *ctx,
-                                     uint32_t endpoint_index,
-                                     struct RlAdapterState *out);
-
-/**
- * `predict_ttft(ctx, endpoint_index, out_ns)`: see `RlRequest::predict_ttft`.
- */
-typedef RlStatus (*RlPredictTtftFn)(const void *ctx, uint32_t endpoint_index, uint64_t *out_ns);
+typedef RlStatus (*RlPredictFn)(const void *ctx, uint32_t endpoint_index, struct RlPrediction *out);
 
 /**
  * One request, as the host presents it to matchers. Borrowed for the duration of one call.
@@ -347,37 +330,17 @@ typedef struct RlRequest {
    */
   const void *cached_tiers_ctx;
   /**
-   * The LoRA adapter the request names, numbered from 1 in order of first appearance
-   * (in the trace, or since `serve` started); 0 = the base model.
+   * Asks the host for its engine model's forecast of this request on an endpoint (see
+   * [`RlPrediction`]), given that endpoint's queue, batch and cache now; NULL when the
+   * host has no engine model. As `cached_prefix`: computed only when called (each call
+   * costs the host a short simulation), valid for this call only,
+   * `RL_ERR_INVALID_ARGUMENT` for an unknown endpoint.
    */
-  uint64_t adapter_id;
+  RlPredictFn predict;
   /**
-   * The adapter's name as the trace or the client wrote it (the OpenAI `model` field);
-   * empty for the base model. Stable across replicas and runs, unlike `adapter_id`.
+   * Host context to pass back to `predict`.
    */
-  struct RlStr adapter;
-  /**
-   * Asks the host about this request's adapter on an endpoint (see [`RlAdapterState`]),
-   * or NULL when the host cannot say. As `cached_prefix`: computed only when called,
-   * valid for this call only, `RL_ERR_INVALID_ARGUMENT` for an unknown endpoint.
-   */
-  RlAdapterStateFn adapter_state;
-  /**
-   * Host context to pass back to `adapter_state`.
-   */
-  const void *adapter_state_ctx;
-  /**
-   * Asks the host for the engine model's prediction of this request's time to first
-   * token on an endpoint, in nanoseconds from `now_ns`, given that endpoint's queue,
-   * batch and cache now; NULL when the host has no engine model. As `cached_prefix`:
-   * computed only when called (each call costs the host a short simulation), valid for
-   * this call only, `RL_ERR_INVALID_ARGUMENT` for an unknown endpoint.
-   */
-  RlPredictTtftFn predict_ttft;
-  /**
-   * Host context to pass back to `predict_ttft`.
-   */
-  const void *predict_ttft_ctx;
+  const void *predict_ctx;
 } RlRequest;
 
 /**

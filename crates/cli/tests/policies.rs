@@ -123,6 +123,7 @@ policy!(
 );
 policy!(llmd_session, "llmd-session", "llmd-session", "seed: 0");
 policy!(llmd_burst, "llmd-burst", "llmd-burst", "seed: 0");
+policy!(sim_latency, "sim-latency", "sim-latency", "seed: 0");
 policy!(llmd_latency, "llmd-latency", "llmd-latency", "seed: 0");
 policy!(
     llmd_latency_slo,

@@ -163,57 +163,34 @@ pub struct RlRequest {
     /// Host context to pass back to `cached_tiers`.
     pub cached_tiers_ctx: *const c_void,
     // ---- appended in ABI 1.4: read only when `struct_size` covers them ----
-    /// The LoRA adapter the request names, numbered from 1 in order of first appearance
-    /// (in the trace, or since `serve` started); 0 = the base model.
-    pub adapter_id: u64,
-    /// The adapter's name as the trace or the client wrote it (the OpenAI `model` field);
-    /// empty for the base model. Stable across replicas and runs, unlike `adapter_id`.
-    pub adapter: RlStr,
-    /// Asks the host about this request's adapter on an endpoint (see [`RlAdapterState`]),
-    /// or NULL when the host cannot say. As `cached_prefix`: computed only when called,
-    /// valid for this call only, `RL_ERR_INVALID_ARGUMENT` for an unknown endpoint.
-    pub adapter_state: RlAdapterStateFn,
-    /// Host context to pass back to `adapter_state`.
-    pub adapter_state_ctx: *const c_void,
-    /// Asks the host for the engine model's prediction of this request's time to first
-    /// token on an endpoint, in nanoseconds from `now_ns`, given that endpoint's queue,
-    /// batch and cache now; NULL when the host has no engine model. As `cached_prefix`:
-    /// computed only when called (each call costs the host a short simulation), valid for
-    /// this call only, `RL_ERR_INVALID_ARGUMENT` for an unknown endpoint.
-    pub predict_ttft: RlPredictTtftFn,
-    /// Host context to pass back to `predict_ttft`.
-    pub predict_ttft_ctx: *const c_void,
+    /// Asks the host for its engine model's forecast of this request on an endpoint (see
+    /// [`RlPrediction`]), given that endpoint's queue, batch and cache now; NULL when the
+    /// host has no engine model. As `cached_prefix`: computed only when called (each call
+    /// costs the host a short simulation), valid for this call only,
+    /// `RL_ERR_INVALID_ARGUMENT` for an unknown endpoint.
+    pub predict: RlPredictFn,
+    /// Host context to pass back to `predict`.
+    pub predict_ctx: *const c_void,
 }
 
-/// What `adapter_state` writes: the request's adapter on one endpoint. For a base-model
-/// request `resident` is 1 and `requests` counts the endpoint's base-model requests.
+/// What `predict` writes: the host's engine model's forecast for the request were it sent
+/// to the endpoint now.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RlAdapterState {
-    /// 1 when the adapter's weights are loaded on the endpoint's GPU, 0 when serving it
-    /// there would first load it.
-    pub resident: u32,
-    /// The endpoint's requests, running or waiting, that name this adapter.
-    pub requests: u32,
-    /// Adapters loaded on the endpoint now.
-    pub slots_used: u32,
-    /// Adapters the endpoint can hold at once (vLLM's `--max-loras`); 0 = it serves no
-    /// adapters.
-    pub slots_total: u32,
+pub struct RlPrediction {
+    /// Nanoseconds from `now_ns` to its first token.
+    pub ttft_ns: u64,
+    /// Nanoseconds per output token after the first.
+    pub tpot_ns: u64,
 }
 
-/// `adapter_state(ctx, endpoint_index, out)`: see `RlRequest::adapter_state`.
-pub type RlAdapterStateFn = Option<
+/// `predict(ctx, endpoint_index, out)`: see `RlRequest::predict`.
+pub type RlPredictFn = Option<
     unsafe extern "C" fn(
         ctx: *const c_void,
         endpoint_index: u32,
-        out: *mut RlAdapterState,
+        out: *mut RlPrediction,
     ) -> RlStatus,
->;
-
-/// `predict_ttft(ctx, endpoint_index, out_ns)`: see `RlRequest::predict_ttft`.
-pub type RlPredictTtftFn = Option<
-    unsafe extern "C" fn(ctx: *const c_void, endpoint_index: u32, out_ns: *mut u64) -> RlStatus,
 >;
 
 /// What `cached_tiers` writes, in the request's `unit`: `gpu` is the leading run the
@@ -526,10 +503,9 @@ const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<RlStr>() == 16);
     assert!(size_of::<RlErrorSink>() == 16);
-    assert!(size_of::<RlRequest>() == 208);
-    assert!(offset_of!(RlRequest, adapter_id) == RL_REQUEST_SIZE_V1_3 as usize);
-    assert!(offset_of!(RlRequest, predict_ttft) == 192);
-    assert!(size_of::<RlAdapterState>() == 16);
+    assert!(size_of::<RlRequest>() == 168);
+    assert!(offset_of!(RlRequest, predict) == RL_REQUEST_SIZE_V1_3 as usize);
+    assert!(size_of::<RlPrediction>() == 16);
     assert!(offset_of!(RlRequest, cached_tiers) == 136);
     assert!(size_of::<RlCachedTiers>() == 24);
     assert!(offset_of!(RlRequest, phase) == RL_REQUEST_SIZE_V1_2 as usize);

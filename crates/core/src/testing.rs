@@ -70,12 +70,7 @@ struct Spec {
     cached: Vec<u64>,
     /// Likewise per tier: a count, then (endpoint id, gpu, host, shared) quadruples.
     tiers: Vec<u64>,
-    adapter_id: u64,
-    adapter: Vec<u8>,
-    /// Likewise the adapter's state: a count, then (endpoint id, resident, requests,
-    /// slots used, slots total) quintuples.
-    adapter_states: Vec<u64>,
-    /// Likewise predicted TTFTs: a count, then (endpoint id, nanoseconds) pairs.
+    /// Likewise forecasts: a count, then (endpoint id, TTFT ns, TPOT ns) triples.
     predicted: Vec<u64>,
 }
 
@@ -93,44 +88,23 @@ unsafe fn rows<'a, const N: usize>(ctx: *const std::ffi::c_void) -> &'a [[u64; N
     flat.as_chunks::<N>().0
 }
 
-/// The `adapter_state` callback of a built request.
-unsafe extern "C" fn adapter_state_of(
+/// The `predict` callback of a built request.
+unsafe extern "C" fn predicted_of(
     ctx: *const std::ffi::c_void,
     endpoint_index: u32,
-    out: *mut RlAdapterState,
-) -> RlStatus {
-    // SAFETY: `ctx` is the builder's `adapter_states` table, borrowed by the view.
-    let rows = unsafe { rows::<5>(ctx) };
-    match rows.iter().find(|r| r[0] == u64::from(endpoint_index)) {
-        Some([_, resident, requests, used, total]) => {
-            let narrow = |v: &u64| u32::try_from(*v).unwrap_or(u32::MAX);
-            // SAFETY: the SDK passes a valid out slot.
-            unsafe {
-                *out = RlAdapterState {
-                    resident: narrow(resident),
-                    requests: narrow(requests),
-                    slots_used: narrow(used),
-                    slots_total: narrow(total),
-                }
-            };
-            RL_OK
-        }
-        None => RL_ERR_INVALID_ARGUMENT,
-    }
-}
-
-/// The `predict_ttft` callback of a built request.
-unsafe extern "C" fn predicted_ttft_of(
-    ctx: *const std::ffi::c_void,
-    endpoint_index: u32,
-    out_ns: *mut u64,
+    out: *mut RlPrediction,
 ) -> RlStatus {
     // SAFETY: `ctx` is the builder's `predicted` table, borrowed by the view.
-    let rows = unsafe { rows::<2>(ctx) };
+    let rows = unsafe { rows::<3>(ctx) };
     match rows.iter().find(|r| r[0] == u64::from(endpoint_index)) {
-        Some([_, ns]) => {
+        Some([_, ttft_ns, tpot_ns]) => {
             // SAFETY: the SDK passes a valid out slot.
-            unsafe { *out_ns = *ns };
+            unsafe {
+                *out = RlPrediction {
+                    ttft_ns: *ttft_ns,
+                    tpot_ns: *tpot_ns,
+                }
+            };
             RL_OK
         }
         None => RL_ERR_INVALID_ARGUMENT,
@@ -228,9 +202,6 @@ impl RequestBuilder {
                 phase: Phase::Whole,
                 cached: vec![0],
                 tiers: vec![0],
-                adapter_id: 0,
-                adapter: Vec::new(),
-                adapter_states: vec![0],
                 predicted: vec![0],
             },
             raw: zeroed_request(),
@@ -302,37 +273,13 @@ impl RequestBuilder {
         self.spec.parent_id = parent;
         self.synced()
     }
-    /// The LoRA adapter it names (ABI 1.4): number `id` (non-zero) called `name`.
-    pub fn adapter(mut self, id: u64, name: &str) -> Self {
-        self.spec.adapter_id = id;
-        self.spec.adapter = name.as_bytes().to_vec();
-        self.synced()
-    }
-    /// The host reports the request's adapter on endpoint `id` (ABI 1.4; without any such
-    /// call it says nothing): loaded or not, the endpoint's requests naming it, and its
-    /// slots used of `slots_total`.
-    pub fn adapter_state(
-        mut self,
-        id: u32,
-        resident: bool,
-        requests: u32,
-        slots_used: u32,
-        slots_total: u32,
-    ) -> Self {
-        self.spec.adapter_states.extend([
-            u64::from(id),
-            u64::from(resident),
-            u64::from(requests),
-            u64::from(slots_used),
-            u64::from(slots_total),
-        ]);
-        self.spec.adapter_states[0] += 1;
-        self.synced()
-    }
-    /// The host's engine model predicts a TTFT of `ns` nanoseconds on endpoint `id` (ABI
-    /// 1.4; without any such call the host has no engine model).
-    pub fn predicted_ttft(mut self, id: u32, ns: u64) -> Self {
-        self.spec.predicted.extend([u64::from(id), ns]);
+    /// The host's engine model forecasts a TTFT of `ttft_ns` and a TPOT of `tpot_ns`
+    /// nanoseconds on endpoint `id` (ABI 1.4; without any such call the host has no
+    /// engine model).
+    pub fn predicted(mut self, id: u32, ttft_ns: u64, tpot_ns: u64) -> Self {
+        self.spec
+            .predicted
+            .extend([u64::from(id), ttft_ns, tpot_ns]);
         self.spec.predicted[0] += 1;
         self.synced()
     }
@@ -395,23 +342,12 @@ impl RequestBuilder {
                 Some(cached_tiers_of)
             },
             cached_tiers_ctx: spec.tiers.as_ptr().cast(),
-            adapter_id: spec.adapter_id,
-            adapter: RlStr {
-                ptr: spec.adapter.as_ptr(),
-                len: spec.adapter.len() as u64,
-            },
-            adapter_state: if spec.adapter_states[0] == 0 {
+            predict: if spec.predicted[0] == 0 {
                 None
             } else {
-                Some(adapter_state_of)
+                Some(predicted_of)
             },
-            adapter_state_ctx: spec.adapter_states.as_ptr().cast(),
-            predict_ttft: if spec.predicted[0] == 0 {
-                None
-            } else {
-                Some(predicted_ttft_of)
-            },
-            predict_ttft_ctx: spec.predicted.as_ptr().cast(),
+            predict_ctx: spec.predicted.as_ptr().cast(),
         };
         self
     }

@@ -736,6 +736,9 @@ impl Engine {
     }
 }
 
+#[path = "predict.rs"]
+mod predict;
+
 #[cfg(test)]
 #[path = "scheduler_tests.rs"]
 mod tests;

@@ -573,3 +573,55 @@ fn requests_queued_together_on_an_idle_engine_share_its_first_step() {
     assert_eq!(batched.start_if_idle(0), None, "one step at a time");
     assert_eq!(batched.finish_step(end).len(), 2);
 }
+
+#[test]
+fn the_predicted_ttft_is_what_the_scheduler_then_does() {
+    // Budget 8: A's 20 tokens prefill as 8, 8, 4; B (12 tokens, enqueued 1 ms in) shares
+    // the third step (10 to 15 ms, 4 of its tokens), then its 7 tokens beside A's
+    // decode (1 + 3.5 + 2 ms, to 21.5 ms), then its last (1 + 0.5 ms): first token at 23.
+    let mut engine = Engine::new(linear(100, 4, 8));
+    let mut end = engine.enqueue(Sequence::new(0, 20, 2, vec![]), 0).unwrap();
+    let predicted = engine.predict_ttft_ns(12, &[], 1_000_000);
+    assert_eq!(
+        predicted, 22_000_000,
+        "4 ms left, then 5 + 5 + 6.5 + 1.5 ms"
+    );
+    engine.enqueue(Sequence::new(1, 12, 2, vec![]), 1_000_000);
+    let mut firsts = Vec::new();
+    while firsts.iter().all(|r| *r != 1) {
+        engine.finish_step(end);
+        engine.take_first_tokens(&mut firsts);
+        if firsts.contains(&1) {
+            break;
+        }
+        end = engine.step_end().expect("still working");
+    }
+    assert_eq!(end - 1_000_000, predicted, "B's first token came out then");
+}
+
+#[test]
+fn a_cached_prefix_shortens_the_predicted_ttft() {
+    let mut engine = Engine::new(linear(100, 4, 64));
+    let chain = [11, 12, 13, 14];
+    let end = engine
+        .enqueue(Sequence::new(0, 16, 1, chain.to_vec()), 0)
+        .unwrap();
+    assert_eq!(engine.predict_ttft_ns(16, &chain, 0), end + 9_000_000);
+    engine.finish_step(end);
+    let idle = engine.step_end().map_or(end, |e| {
+        engine.finish_step(e);
+        e
+    });
+    // Idle, with the prompt's first 3 blocks cached (the last token is always computed).
+    assert_eq!(
+        engine.predict_ttft_ns(16, &chain, idle),
+        3_000_000,
+        "1 + 4 × 0.5 ms"
+    );
+    assert_eq!(
+        engine.predict_ttft_ns(16, &[99], idle),
+        9_000_000,
+        "1 + 16 × 0.5 ms"
+    );
+    assert_eq!(engine.predict_tpot_ns(16), 2_000_000, "a decode step: 2 ms");
+}

@@ -93,10 +93,7 @@ fn through_abi(chains: &[Vec<u64>], ids: &[Vec<u32>], decisions: &mut Vec<usize>
             cached_prefix: None,
             phase: routerlab_core::Phase::Whole,
             cached_tiers: None,
-            adapter_id: 0,
-            adapter: &[],
-            adapter_state: None,
-            predict_ttft: None,
+            predict: None,
         };
         // One crossing: the SDK's `match_update` slot (ABI 1.2).
         let pos = matcher
@@ -140,12 +137,8 @@ fn linked_statically(chains: &[Vec<u64>], ids: &[Vec<u32>], decisions: &mut Vec<
             _reserved_1_3: 0,
             cached_tiers: None,
             cached_tiers_ctx: std::ptr::null(),
-            adapter_id: 0,
-            adapter: RlStr::from_str(""),
-            adapter_state: None,
-            adapter_state_ctx: std::ptr::null(),
-            predict_ttft: None,
-            predict_ttft_ctx: std::ptr::null(),
+            predict: None,
+            predict_ctx: std::ptr::null(),
         };
         // SAFETY: `raw` borrows `chain` and `block_ids`, alive for this iteration.
         let request = unsafe { Request::from_raw(&raw) }.unwrap();

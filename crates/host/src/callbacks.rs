@@ -1,13 +1,12 @@
-//! The host's side of the request callbacks (`cached_prefix`, `cached_tiers`,
-//! `adapter_state`, `predict_ttft`): C functions
-//! that call back into the closure a [`crate::RequestData`] carries, never unwinding into
-//! the plugin's frames.
+//! The host's side of the request callbacks (`cached_prefix`, `cached_tiers`, `predict`):
+//! C functions that call back into the closure a [`crate::RequestData`] carries, never
+//! unwinding into the plugin's frames.
 
 use std::ffi::c_void;
 
 use routerlab_core::abi::*;
 
-use crate::instance::{AdapterStateOf, CachedPrefix, CachedTiers, PredictTtft};
+use crate::instance::{CachedPrefix, CachedTiers, Predict};
 
 /// The `cached_prefix` callback: asks the host closure at `ctx`.
 pub(crate) unsafe extern "C" fn cached_prefix_trampoline(
@@ -56,45 +55,22 @@ pub(crate) unsafe extern "C" fn cached_tiers_trampoline(
     }
 }
 
-/// The `adapter_state` callback: asks the host closure at `ctx`.
-pub(crate) unsafe extern "C" fn adapter_state_trampoline(
+/// The `predict` callback: asks the host closure at `ctx`.
+pub(crate) unsafe extern "C" fn predict_trampoline(
     ctx: *const c_void,
     endpoint_index: u32,
-    out: *mut RlAdapterState,
+    out: *mut RlPrediction,
 ) -> RlStatus {
     if ctx.is_null() || out.is_null() {
         return RL_ERR_INVALID_ARGUMENT;
     }
-    // SAFETY: `ctx` is the `AdapterStateOf` of the `RequestData` the host is calling with,
+    // SAFETY: `ctx` is the `Predict` of the `RequestData` the host is calling with,
     // alive for the whole call (`raw_view` borrows it).
-    let ask = unsafe { &*ctx.cast::<AdapterStateOf<'_>>() };
+    let ask = unsafe { &*ctx.cast::<Predict<'_>>() };
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ask(endpoint_index))) {
-        Ok(Some(state)) => {
+        Ok(Some(forecast)) => {
             // SAFETY: checked non-null; the plugin passes a writable slot.
-            unsafe { *out = state };
-            RL_OK
-        }
-        Ok(None) => RL_ERR_INVALID_ARGUMENT,
-        Err(_) => RL_ERR_INTERNAL,
-    }
-}
-
-/// The `predict_ttft` callback: asks the host closure at `ctx`.
-pub(crate) unsafe extern "C" fn predict_ttft_trampoline(
-    ctx: *const c_void,
-    endpoint_index: u32,
-    out_ns: *mut u64,
-) -> RlStatus {
-    if ctx.is_null() || out_ns.is_null() {
-        return RL_ERR_INVALID_ARGUMENT;
-    }
-    // SAFETY: `ctx` is the `PredictTtft` of the `RequestData` the host is calling with,
-    // alive for the whole call (`raw_view` borrows it).
-    let ask = unsafe { &*ctx.cast::<PredictTtft<'_>>() };
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ask(endpoint_index))) {
-        Ok(Some(ns)) => {
-            // SAFETY: checked non-null; the plugin passes a writable slot.
-            unsafe { *out_ns = ns };
+            unsafe { *out = forecast };
             RL_OK
         }
         Ok(None) => RL_ERR_INVALID_ARGUMENT,

@@ -141,10 +141,7 @@ mod tests {
             cached_prefix: None,
             phase: routerlab_core::Phase::Whole,
             cached_tiers: None,
-            adapter_id: 0,
-            adapter: &[],
-            adapter_state: None,
-            predict_ttft: None,
+            predict: None,
         }
     }
 

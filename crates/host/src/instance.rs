@@ -12,10 +12,7 @@ use std::mem::size_of;
 use routerlab_core::abi::*;
 use routerlab_core::{Phase, Unit};
 
-use crate::callbacks::{
-    adapter_state_trampoline, cached_prefix_trampoline, cached_tiers_trampoline,
-    predict_ttft_trampoline,
-};
+use crate::callbacks::{cached_prefix_trampoline, cached_tiers_trampoline, predict_trampoline};
 use crate::loader::{Library, PluginInfo, Vtable};
 use crate::{CallFailure, PluginError};
 
@@ -28,13 +25,9 @@ pub type CachedPrefix<'a> = &'a dyn Fn(u32) -> Option<u64>;
 /// shared), for the ABI 1.3 `cached_tiers` callback.
 pub type CachedTiers<'a> = &'a dyn Fn(u32) -> Option<[u64; 3]>;
 
-/// The request's adapter on an endpoint (by stable index), for the ABI 1.4 `adapter_state`
-/// callback; `None` for an unknown endpoint.
-pub type AdapterStateOf<'a> = &'a dyn Fn(u32) -> Option<RlAdapterState>;
-
-/// The engine model's predicted time to first token of the request on an endpoint, in
-/// nanoseconds from the decision, for the ABI 1.4 `predict_ttft` callback.
-pub type PredictTtft<'a> = &'a dyn Fn(u32) -> Option<u64>;
+/// The engine model's forecast for the request on an endpoint (time to first token from
+/// the decision, time per output token), for the ABI 1.4 `predict` callback.
+pub type Predict<'a> = &'a dyn Fn(u32) -> Option<RlPrediction>;
 
 /// A request as the host hands it to a matcher; converted to the ABI view per call.
 #[derive(Clone, Copy)]
@@ -71,14 +64,8 @@ pub struct RequestData<'a> {
     /// What each endpoint holds of this request's prefix per KV tier (ABI 1.3), if the
     /// host can say.
     pub cached_tiers: Option<CachedTiers<'a>>,
-    /// The LoRA adapter it names (ABI 1.4): number from 1, 0 = the base model.
-    pub adapter_id: u64,
-    /// The adapter's name; empty for the base model.
-    pub adapter: &'a [u8],
-    /// What each endpoint has of the request's adapter (ABI 1.4), if the host can say.
-    pub adapter_state: Option<AdapterStateOf<'a>>,
-    /// The engine model's predicted TTFT on each endpoint (ABI 1.4), if the host has one.
-    pub predict_ttft: Option<PredictTtft<'a>>,
+    /// The engine model's forecast on each endpoint (ABI 1.4), if the host has one.
+    pub predict: Option<Predict<'a>>,
 }
 
 impl std::fmt::Debug for RequestData<'_> {
@@ -140,25 +127,9 @@ impl RequestData<'_> {
                 Some(ask) => (ask as *const CachedTiers<'_>).cast(),
                 None => std::ptr::null(),
             },
-            adapter_id: self.adapter_id,
-            adapter: RlStr {
-                ptr: self.adapter.as_ptr(),
-                len: self.adapter.len() as u64,
-            },
-            adapter_state: self
-                .adapter_state
-                .is_some()
-                .then_some(adapter_state_trampoline),
-            adapter_state_ctx: match &self.adapter_state {
-                Some(ask) => (ask as *const AdapterStateOf<'_>).cast(),
-                None => std::ptr::null(),
-            },
-            predict_ttft: self
-                .predict_ttft
-                .is_some()
-                .then_some(predict_ttft_trampoline),
-            predict_ttft_ctx: match &self.predict_ttft {
-                Some(ask) => (ask as *const PredictTtft<'_>).cast(),
+            predict: self.predict.is_some().then_some(predict_trampoline),
+            predict_ctx: match &self.predict {
+                Some(ask) => (ask as *const Predict<'_>).cast(),
                 None => std::ptr::null(),
             },
         }

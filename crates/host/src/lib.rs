@@ -24,8 +24,8 @@ mod loader;
 pub use discovery::{PLUGIN_PATH_ENV, PluginSpec, SearchPath, is_valid_name, library_file_name};
 pub use error::{CallFailure, LibraryFault, PluginError};
 pub use instance::{
-    AdapterStateOf, CachedPrefix, CachedTiers, DetectorInstance, EndpointLoad, EndpointTable,
-    MatcherInstance, PredictTtft, RequestData,
+    CachedPrefix, CachedTiers, DetectorInstance, EndpointLoad, EndpointTable, MatcherInstance,
+    Predict, RequestData,
 };
 pub use loader::{Library, PluginInfo, PluginKind, load_library, loaded_library_paths};
 

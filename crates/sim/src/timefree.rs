@@ -436,10 +436,7 @@ impl TimeFree {
             cached_prefix: Some(&cached_prefix),
             phase,
             cached_tiers: None,
-            adapter_id: 0,
-            adapter: &[],
-            adapter_state: None,
-            predict_ttft: None,
+            predict: None,
         };
         let plugin_error =
             |e| SimError::plugin(request_location(RequestSeq(request.seq), request.line), e);

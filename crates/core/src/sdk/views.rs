@@ -320,51 +320,27 @@ impl<'a> Request<'a> {
         let status = unsafe { ask(self.raw.cached_tiers_ctx, id.get(), &mut tiers) };
         (status == RL_OK).then_some(tiers)
     }
-    /// The LoRA adapter the request names (ABI 1.4): its number (from 1, in order of first
-    /// appearance) and its name. `None` for the base model and from older hosts.
+    /// The host's engine model's forecast for this request on the endpoint `id` (ABI 1.4):
+    /// its time to first token from [`Request::now_ns`] and its time per output token,
+    /// given that endpoint's queue, batch and cache now. `None` from a host without an
+    /// engine model (a time-free replay) or an older one. Each call costs the host a short
+    /// simulation.
     #[inline]
-    pub fn adapter(&self) -> Option<(u64, &'a [u8])> {
-        if self.raw.struct_size < RL_REQUEST_SIZE_V1_4 || self.raw.adapter_id == 0 {
-            return None;
-        }
-        // SAFETY: a host whose struct covers `adapter` guarantees its bytes for this call.
-        Some((self.raw.adapter_id, unsafe { raw_bytes(self.raw.adapter) }))
-    }
-    /// This request's adapter on the endpoint `id` (ABI 1.4): loaded or not, how many of
-    /// the endpoint's requests name it, and its adapter slots. `None` from a host that
-    /// cannot say. Computed on each call.
-    #[inline]
-    pub fn adapter_state(&self, id: EndpointId) -> Option<RlAdapterState> {
+    pub fn predict(&self, id: EndpointId) -> Option<RlPrediction> {
         if self.raw.struct_size < RL_REQUEST_SIZE_V1_4 {
             return None;
         }
-        let ask = self.raw.adapter_state?;
-        let mut state = RlAdapterState::default();
+        let ask = self.raw.predict?;
+        let mut forecast = RlPrediction::default();
         // SAFETY: a non-null callback was written by a host whose struct covers it, which
-        // guarantees it and its context for this call; `state` is a valid out slot.
-        let status = unsafe { ask(self.raw.adapter_state_ctx, id.get(), &mut state) };
-        (status == RL_OK).then_some(state)
-    }
-    /// The host's engine model's prediction of this request's time to first token on the
-    /// endpoint `id`, in nanoseconds from [`Request::now_ns`] (ABI 1.4), given that
-    /// endpoint's queue, batch and cache now. `None` from a host without an engine model
-    /// (a time-free replay) or an older one. Each call costs the host a short simulation.
-    #[inline]
-    pub fn predict_ttft_ns(&self, id: EndpointId) -> Option<u64> {
-        if self.raw.struct_size < RL_REQUEST_SIZE_V1_4 {
-            return None;
-        }
-        let ask = self.raw.predict_ttft?;
-        let mut ns = 0u64;
-        // SAFETY: as `adapter_state`: written by a host whose struct covers it, valid for
-        // this call; `ns` is a valid out slot.
-        let status = unsafe { ask(self.raw.predict_ttft_ctx, id.get(), &mut ns) };
-        (status == RL_OK).then_some(ns)
+        // guarantees it and its context for this call; `forecast` is a valid out slot.
+        let status = unsafe { ask(self.raw.predict_ctx, id.get(), &mut forecast) };
+        (status == RL_OK).then_some(forecast)
     }
 }
 
-/// `RlRequest::struct_size` of an ABI 1.4 host (adds the adapter and `predict_ttft`).
-const RL_REQUEST_SIZE_V1_4: u32 = 208;
+/// `RlRequest::struct_size` of an ABI 1.4 host (adds `predict`).
+const RL_REQUEST_SIZE_V1_4: u32 = 168;
 
 /// `RlRequest::struct_size` from which `phase` is there (an ABI 1.3 host's is larger).
 const RL_REQUEST_SIZE_WITH_PHASE: u32 = 136;
@@ -639,15 +615,8 @@ pub(crate) const fn zeroed_request() -> RlRequest {
         _reserved_1_3: 0,
         cached_tiers: None,
         cached_tiers_ctx: std::ptr::null(),
-        adapter_id: 0,
-        adapter: RlStr {
-            ptr: std::ptr::null(),
-            len: 0,
-        },
-        adapter_state: None,
-        adapter_state_ctx: std::ptr::null(),
-        predict_ttft: None,
-        predict_ttft_ctx: std::ptr::null(),
+        predict: None,
+        predict_ctx: std::ptr::null(),
     }
 }
 

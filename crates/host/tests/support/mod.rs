@@ -86,10 +86,7 @@ pub fn request(id: u64, hashes: &[u64]) -> RequestData<'_> {
         cached_prefix: None,
         phase: routerlab_core::Phase::Whole,
         cached_tiers: None,
-        adapter_id: 0,
-        adapter: &[],
-        adapter_state: None,
-        predict_ttft: None,
+        predict: None,
     }
 }
 

@@ -77,10 +77,7 @@ impl WireRequest {
             cached_prefix: None,
             phase: routerlab_core::Phase::from_raw(self.phase),
             cached_tiers: None,
-            adapter_id: 0,
-            adapter: &[],
-            adapter_state: None,
-            predict_ttft: None,
+            predict: None,
         }
     }
 }

@@ -90,10 +90,7 @@ impl Routed {
             cached_prefix: None,
             phase: self.phase,
             cached_tiers: None,
-            adapter_id: 0,
-            adapter: &[],
-            adapter_state: None,
-            predict_ttft: None,
+            predict: None,
         }
     }
 

@@ -21,7 +21,7 @@
 use std::collections::VecDeque;
 
 use routerlab_core::Unit;
-use routerlab_host::{CachedPrefix, RequestData};
+use routerlab_host::RequestData;
 use routerlab_trace::Workload;
 
 use crate::SimError;
@@ -303,40 +303,6 @@ pub fn replay_timed(
 }
 
 impl Sim<'_> {
-    /// What plugins see of request `index` at time `now`.
-    fn data<'s>(
-        &'s self,
-        index: usize,
-        now: u64,
-        cached_prefix: Option<CachedPrefix<'s>>,
-    ) -> RequestData<'s> {
-        let request = &self.workload.requests[index];
-        // Whatever plugin call follows is about this request: name its line if it crashes.
-        routerlab_os::crash::set_trace_line(request.line as u64);
-        let state = &self.requests[index];
-        RequestData {
-            id: RequestSeq::of_index(index).0,
-            arrival_ns: state.arrival_ns,
-            prompt: &request.prompt,
-            block_hashes: &request.blocks,
-            block_ids: Some(&request.block_ids),
-            block_size: self.workload.block_size,
-            unit: self.workload.unit,
-            prompt_len: request.prompt_len,
-            output_tokens: Some(u64::from(state.output_tokens)),
-            session_id: request.session,
-            parent_id: request.parent.map_or(0, |p| RequestSeq::of_index(p).0),
-            now_ns: now,
-            cached_prefix,
-            phase: self.phase_of(index),
-            cached_tiers: None,
-            adapter_id: 0,
-            adapter: &[],
-            adapter_state: None,
-            predict_ttft: None,
-        }
-    }
-
     /// Records how good the pick of list position `pos` was, against the endpoints the
     /// matcher could choose, in blocks of the trace's block size.
     fn judge(&mut self, index: usize, pos: usize, decision: &Decision, flags: &[bool]) {
@@ -607,12 +573,10 @@ impl Sim<'_> {
             .all(|e| e.can_ever_fit(prompt_tokens, output_tokens));
         let ask = |endpoint: u32| self.cached_prefix(index, endpoint);
         let tiers = |endpoint: u32| self.cached_tiers(index, endpoint);
+        let predict = |endpoint: u32| self.predict(index, endpoint, now);
         let data = RequestData {
             cached_tiers: Some(&tiers),
-            adapter_id: 0,
-            adapter: &[],
-            adapter_state: None,
-            predict_ttft: None,
+            predict: Some(&predict),
             ..self.data(index, now, Some(&ask))
         };
         router.decide(&data, sure).map_err(self.plugin_error(index))

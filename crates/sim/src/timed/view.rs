@@ -1,9 +1,44 @@
-//! What the timed replay's routers may ask of the engines: how much of a request's prompt
-//! each one holds, per tier.
+//! What the timed replay's routers see of a request and may ask of the engines: how much
+//! of its prompt each one holds, per tier, and each one's forecast of its first token.
+
+use routerlab_core::abi::RlPrediction;
+use routerlab_host::{CachedPrefix, RequestData};
+use routerlab_route::RequestSeq;
 
 use super::Sim;
 
 impl Sim<'_> {
+    /// What plugins see of request `index` at time `now`.
+    pub(super) fn data<'s>(
+        &'s self,
+        index: usize,
+        now: u64,
+        cached_prefix: Option<CachedPrefix<'s>>,
+    ) -> RequestData<'s> {
+        let request = &self.workload.requests[index];
+        // Whatever plugin call follows is about this request: name its line if it crashes.
+        routerlab_os::crash::set_trace_line(request.line as u64);
+        let state = &self.requests[index];
+        RequestData {
+            id: RequestSeq::of_index(index).0,
+            arrival_ns: state.arrival_ns,
+            prompt: &request.prompt,
+            block_hashes: &request.blocks,
+            block_ids: Some(&request.block_ids),
+            block_size: self.workload.block_size,
+            unit: self.workload.unit,
+            prompt_len: request.prompt_len,
+            output_tokens: Some(u64::from(state.output_tokens)),
+            session_id: request.session,
+            parent_id: request.parent.map_or(0, |p| RequestSeq::of_index(p).0),
+            now_ns: now,
+            cached_prefix,
+            phase: self.phase_of(index),
+            cached_tiers: None,
+            predict: None,
+        }
+    }
+
     /// How much of request `index`'s prompt the engine of endpoint `endpoint_index` holds
     /// now, in the workload's unit (text: 4 bytes a token).
     pub(super) fn cached_prefix(&self, index: usize, endpoint_index: u32) -> Option<u64> {
@@ -42,6 +77,25 @@ impl Sim<'_> {
             tiers[0] = self.indexed_units(index, pos);
         }
         Some(tiers)
+    }
+
+    /// The engine of endpoint `endpoint_index`'s forecast for request `index` were it
+    /// enqueued at `now` (ABI 1.4 `predict`).
+    pub(super) fn predict(
+        &self,
+        index: usize,
+        endpoint_index: u32,
+        now: u64,
+    ) -> Option<RlPrediction> {
+        let pos = (*self.position_of.get(endpoint_index as usize)?)?;
+        let block = self.settings.engines[pos].engine_block_size;
+        let chain = self.workload.engine_chain(index, block);
+        let prompt_tokens = self.workload.requests[index].prompt_tokens;
+        let engine = &self.fleet.engines[pos];
+        Some(RlPrediction {
+            ttft_ns: engine.predict_ttft_ns(prompt_tokens, chain, now),
+            tpot_ns: engine.predict_tpot_ns(prompt_tokens),
+        })
     }
 
     /// As [`Sim::cached_prefix`], by list position.

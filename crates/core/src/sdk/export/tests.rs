@@ -81,12 +81,8 @@ fn raw_request(struct_size: u32) -> RlRequest {
         _reserved_1_3: 0,
         cached_tiers: None,
         cached_tiers_ctx: std::ptr::null(),
-        adapter_id: 3,
-        adapter: RlStr::from_str("sql-lora"),
-        adapter_state: None,
-        adapter_state_ctx: std::ptr::null(),
-        predict_ttft: None,
-        predict_ttft_ctx: std::ptr::null(),
+        predict: None,
+        predict_ctx: std::ptr::null(),
     }
 }
 
@@ -273,44 +269,43 @@ fn the_phase_and_role_are_read_only_from_hosts_that_wrote_them() {
 unsafe extern "C" fn predicts_by_index(
     _: *const c_void,
     endpoint_index: u32,
-    out_ns: *mut u64,
+    out: *mut RlPrediction,
 ) -> RlStatus {
     if endpoint_index > 1 {
         return RL_ERR_INVALID_ARGUMENT;
     }
+    let ttft_ns = 1_000 * u64::from(endpoint_index + 1);
     // SAFETY: the SDK passes a valid out slot.
-    unsafe { *out_ns = 1_000 * u64::from(endpoint_index + 1) };
+    unsafe {
+        *out = RlPrediction {
+            ttft_ns,
+            tpot_ns: 7,
+        }
+    };
     RL_OK
 }
 
 #[test]
-fn the_adapter_and_predictions_are_read_only_from_hosts_that_wrote_them() {
+fn forecasts_are_read_only_from_hosts_that_wrote_them() {
     let whole = RlRequest {
-        predict_ttft: Some(predicts_by_index),
+        predict: Some(predicts_by_index),
         ..raw_request(size_of::<RlRequest>() as u32)
     };
     // SAFETY: `whole` borrows statics.
     let view = unsafe { Request::from_raw(&whole) }.unwrap();
-    assert_eq!(view.adapter(), Some((3, &b"sql-lora"[..])));
     let id = EndpointId;
-    assert_eq!(view.predict_ttft_ns(id(1)), Some(2_000));
-    assert_eq!(view.predict_ttft_ns(id(2)), None, "an unknown endpoint");
-    assert_eq!(view.adapter_state(id(0)), None, "the host cannot say");
-    let base = RlRequest {
-        adapter_id: 0,
-        ..whole
-    };
-    // SAFETY: as above.
-    let view = unsafe { Request::from_raw(&base) }.unwrap();
-    assert_eq!(view.adapter(), None, "adapter 0 is the base model");
+    assert_eq!(
+        view.predict(id(1)).map(|p| (p.ttft_ns, p.tpot_ns)),
+        Some((2_000, 7))
+    );
+    assert_eq!(view.predict(id(2)), None, "an unknown endpoint");
     let older = RlRequest {
         struct_size: RL_REQUEST_SIZE_V1_3,
         ..whole
     };
     // SAFETY: as above.
     let view = unsafe { Request::from_raw(&older) }.unwrap();
-    assert_eq!(view.adapter(), None, "a 1.3 host names no adapter");
-    assert_eq!(view.predict_ttft_ns(id(1)), None, "nor predicts");
+    assert_eq!(view.predict(id(1)), None, "a 1.3 host does not forecast");
 }
 
 #[test]
