@@ -58,7 +58,7 @@ fn main() {
         "matcher", "requests", "seconds", "peak MB"
     );
     let exe = std::env::current_exe().expect("own path");
-    for matcher in ["round-robin", "lcp", "simhash"] {
+    for matcher in ["round-robin", "lcp", "simhash", "dynamo-kv", "sim-latency"] {
         let mut best: Option<(f64, String)> = None;
         for _ in 0..5 {
             let start = Instant::now();
