@@ -404,3 +404,55 @@ fn kinds_are_checked() {
         "{err}"
     );
 }
+
+#[test]
+fn the_hosts_forecasts_reach_sim_latency_and_a_failing_forecast_falls_back() {
+    use routerlab_core::abi::RlPrediction;
+    let search = built_plugins();
+    let mut table = endpoints(3);
+    // Without forecasts it takes the fewest prompt tokens in flight: endpoint 1.
+    for (pos, tokens) in [(0, 900), (1, 100), (2, 500)] {
+        table.set_load(
+            pos,
+            EndpointLoad {
+                inflight_prompt_tokens: tokens,
+                ..EndpointLoad::default()
+            },
+        );
+    }
+    let mut matcher = load_matcher("sim-latency", "", &search).unwrap();
+    matcher.add_endpoints(&table).unwrap();
+    let none = vec![false; 3];
+    let forecast = |index: u32| {
+        (index < 3).then(|| RlPrediction {
+            ttft_ns: [30, 20, 10][index as usize] * 1_000_000,
+            tpot_ns: 5_000_000,
+        })
+    };
+    let data = RequestData {
+        predict: Some(&forecast),
+        ..request(1, &[1, 2])
+    };
+    assert_eq!(
+        matcher.match_request(&data, &table, &none).unwrap(),
+        Some(2),
+        "the lowest forecast TTFT"
+    );
+    assert_eq!(
+        matcher
+            .match_request(&request(2, &[1, 2]), &table, &none)
+            .unwrap(),
+        Some(1),
+        "no forecasts: the fewest prompt tokens in flight"
+    );
+    let panics = |_: u32| -> Option<RlPrediction> { panic!("the engine model failed") };
+    let data = RequestData {
+        predict: Some(&panics),
+        ..request(3, &[1, 2])
+    };
+    assert_eq!(
+        matcher.match_request(&data, &table, &none).unwrap(),
+        Some(1),
+        "a forecast that panics is no forecast, not a crash"
+    );
+}
