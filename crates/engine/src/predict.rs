@@ -1,5 +1,5 @@
-//! The engine's own forecast of a request's time to first token, were it enqueued now: what
-//! a simulating router asks each candidate (ABI 1.4 `predict_ttft`).
+//! The engine's own forecast of a request's time to first token and time per output token,
+//! were it enqueued now: what a simulating router asks each candidate (ABI 1.4 `predict`).
 //!
 //! It forecasts, without changing anything, the steps the scheduler would run from here:
 //! the rest of the step in flight, then chunked prefills in FIFO order of everything queued
