@@ -3,7 +3,9 @@
 //! through `routerlab serve --matcher lcp` in front of the same engine, and through the same
 //! router with `--plugin-isolation process`. The engine answers at once, so the difference
 //! between the latency distributions is the router's decision and proxying, and between the
-//! two routers what the plugin host's channel costs. Everything (client, routers, engine)
+//! two routers what the plugin host's channel costs; a fourth side routes in process with
+//! `--matcher sim-latency`, which asks the engine model's forecast (ABI 1.4 `predict`) of
+//! the router's mirror of the engine for each decision. Everything (client, routers, engine)
 //! shares this machine's cores, as it would on one host.
 //!
 //! Each rate sends `SECONDS` seconds of requests to each side in turn, `ROUNDS` times; the
@@ -86,10 +88,18 @@ fn main() {
     let serve = ["serve", "--endpoints", &engine.addr, "--matcher", "lcp"];
     let in_process = Server::start(&serve);
     let isolated = Server::start(&[&serve[..], &["--plugin-isolation", "process"]].concat());
+    let simulating = Server::start(&[
+        "serve",
+        "--endpoints",
+        &engine.addr,
+        "--matcher",
+        "sim-latency",
+    ]);
     let sides = [
         ("direct", format!("http://{}", engine.addr)),
         ("in-process", format!("http://{}", in_process.addr)),
         ("process", format!("http://{}", isolated.addr)),
+        ("sim-latency", format!("http://{}", simulating.addr)),
     ];
     println!(
         "{:>6} {:>10} {:>8} {:>8} {:>10} {:>10}",

@@ -502,6 +502,33 @@ fn endpoints_the_router_could_never_reach_are_refused_at_start() {
     );
 }
 
+#[test]
+fn an_engine_model_serve_cannot_forecast_with_is_refused_at_start() {
+    for (bad, why) in [
+        (
+            "{max_num_seqs: 0}",
+            "--engine-config: engine `max_num_seqs` must be at least 1",
+        ),
+        ("{bogus: 1}", "--engine-config: unknown field `bogus`"),
+    ] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_routerlab"))
+            .args([
+                "serve",
+                "--matcher",
+                "sim-latency",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--endpoints", "127.0.0.1:9", "--engine-config", bad])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "`{bad}`: {stderr}");
+        assert!(stderr.contains(why), "`{bad}`: {stderr}");
+        assert!(!stderr.contains("listening"), "`{bad}`: {stderr}");
+    }
+}
+
 /// A hostile engine on a free port: `/metrics` answers as a healthy vLLM would, and every
 /// completion gets `answer` (raw HTTP, written as is, then the connection closed).
 fn hostile_engine(answer: &'static str) -> String {

@@ -19,9 +19,9 @@
 //! the step-time model that `calibrate` fits and the timed replay runs, forecasting the
 //! scheduler's steps (the engine crate's `predict` module says what the forecast covers
 //! and what it does not). In a timed replay the host forecasts from the engines
-//! themselves. A host without an engine model (a time-free replay, or `serve`, whose
-//! endpoint mirror is not built yet) gives no forecast: the policy then picks the fewest
-//! prompt tokens in flight.
+//! themselves, in `serve` from its mirror of what it sent each endpoint. A host without an
+//! engine model (a time-free replay, `serve --plugin-isolation process`) gives no
+//! forecast: the policy then picks the fewest prompt tokens in flight.
 //!
 //! Config keys: `ttft_slo_ms` and `tpot_slo_ms` (0 = no target; give both or neither);
 //! `seed` unused.

@@ -208,6 +208,12 @@ pub struct ServeArgs {
         requires = "tokenizer"
     )]
     pub prefix_caching_hash_algo: String,
+    /// Engine settings over the `dynamo` preset, YAML (as `engine --engine-config`; the
+    /// config `calibrate` fits, for one): the engine model whose forecasts, over the
+    /// router's mirror of each engine, answer a simulating matcher's `predict` (in process
+    /// only; with --plugin-isolation process the plugins get no forecasts).
+    #[arg(long, value_name = "YAML")]
+    pub engine_config: Option<String>,
 }
 
 /// `routerlab plugin-host` (hidden): the plugins of a `serve --plugin-isolation process`,
@@ -582,6 +588,7 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
         }
         _ => None,
     };
+    let engine_model = engine_config(args.engine_config.as_deref())?;
     let (listener, _) = bound(args.listen, "serve")?;
     let settings = ServeSettings {
         endpoints,
@@ -601,6 +608,7 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
         prefill_endpoints: prefill,
         kv_events,
         kv_keys,
+        engine_model,
     };
     runtime()?
         .block_on(routerlab_live::serve::run_on(

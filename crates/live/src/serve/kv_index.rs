@@ -390,6 +390,18 @@ pub(super) fn lend<R>(
     f(&data)
 }
 
+/// What endpoint `slot` of `index` holds of `routed`'s prompt, bytes.
+pub(super) fn held_units(index: &KvIndex, slot: usize, routed: &super::state::Routed) -> u64 {
+    Lookup::new(
+        index,
+        vec![(0, slot)],
+        &routed.prompt,
+        routed.tokens.as_deref(),
+    )
+    .units(0)
+    .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

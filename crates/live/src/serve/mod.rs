@@ -21,6 +21,7 @@
 pub mod health;
 pub mod kv_index;
 mod metrics;
+mod mirror;
 mod pd;
 mod plugins;
 mod state;
@@ -102,6 +103,9 @@ pub struct ServeSettings {
     /// How a prompt becomes those engines' block keys when they are vLLM's
     /// (`--tokenizer`); `None`: `routerlab engine`'s text chain.
     pub kv_keys: Option<Arc<crate::vllm_keys::VllmKeys>>,
+    /// The engine model whose forecasts answer a simulating matcher's `predict` (ABI 1.4),
+    /// run over the router's mirror of each engine (`serve --engine-config`).
+    pub engine_model: routerlab_engine::EngineConfig,
 }
 
 struct Shared {
@@ -294,6 +298,7 @@ pub async fn run_on(
         settings.block_size,
         settings.health,
     );
+    state.set_engine_model(settings.engine_model.clone());
     if !settings.kv_events.is_empty() {
         state.set_kv_index(kv_index::KvIndex::start(
             &settings.kv_events,

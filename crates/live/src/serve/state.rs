@@ -13,6 +13,7 @@ use routerlab_trace::blocks::{hash_text_blocks, prompt_tokens};
 
 use super::OnPluginError;
 use super::health::{Health, HealthRule};
+use super::mirror::Mirror;
 use super::plugins::{HostCounts, Notice, Plugins};
 use crate::prom::Scraped;
 
@@ -95,7 +96,7 @@ impl Routed {
     }
 
     /// Prompt tokens, by the one estimate replays use.
-    fn tokens(&self) -> u64 {
+    pub(super) fn tokens(&self) -> u64 {
         prompt_tokens(Unit::Bytes, self.prompt.len() as u64)
     }
 }
@@ -124,6 +125,8 @@ pub(super) struct State {
     pub(super) plugin_errors: u64,
     /// What the engines hold, from their KV events (`serve --kv-events`).
     kv_index: Option<std::sync::Arc<super::kv_index::KvIndex>>,
+    /// What each engine is doing, as the forecasts of `predict` need it.
+    mirror: Mirror,
 }
 
 impl State {
@@ -159,7 +162,8 @@ impl State {
                 retries: 0,
                 unavailable: 0,
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let mirror = Mirror::new(routerlab_engine::Preset::Dynamo.config(), upstreams.len());
         State {
             plugins,
             decode: decode.map(|(plugins, _)| plugins),
@@ -173,7 +177,14 @@ impl State {
             turn: 0,
             plugin_errors: 0,
             kv_index: None,
+            mirror,
         }
+    }
+
+    /// Forecasts `predict` with the engine model of `config` from now on (the `dynamo`
+    /// preset until then).
+    pub(super) fn set_engine_model(&mut self, config: routerlab_engine::EngineConfig) {
+        self.mirror = Mirror::new(config, self.upstreams.len());
     }
 
     /// Answers the plugins' `cached_prefix` from `index` from now on.
@@ -279,10 +290,7 @@ impl State {
 
     /// The plugins that route `phase`.
     fn plugins_for(&mut self, phase: Phase) -> &mut Plugins {
-        match (phase, &mut self.decode) {
-            (Phase::Decode, Some(decode)) => decode,
-            _ => &mut self.plugins,
-        }
+        pools(&mut self.plugins, &mut self.decode, phase)
     }
 
     /// Whether upstream `u` serves `phase`.
@@ -306,8 +314,27 @@ impl State {
         let loads = self.loads();
         let data = routed.data(self.block_size, now_ns);
         let (kv, slots) = self.kv_lookup();
+        let (mirror, upstreams) = (&self.mirror, &self.upstreams);
+        let (plugins, decode) = (&mut self.plugins, &mut self.decode);
+        let prompt = routed.tokens();
         let decided = super::kv_index::lend(kv.as_deref(), slots, routed, data, |data| {
-            self.plugins_for(routed.phase).decide(data, loads)
+            // The engine model's forecast on each endpoint, from the mirror of its state.
+            let cached = data.cached_prefix;
+            let predict = |index: u32| {
+                let u = upstreams
+                    .iter()
+                    .position(|u| u.index == Some(EndpointIndex(index)))?;
+                let held = cached
+                    .and_then(|cached| cached(index))
+                    .map_or(0, |units| prompt_tokens(Unit::Bytes, units));
+                let kv_usage = upstreams[u].scraped.kv_usage;
+                Some(mirror.predict(u, prompt, held, kv_usage, now_ns))
+            };
+            let data = RequestData {
+                predict: Some(&predict),
+                ..*data
+            };
+            pools(plugins, decode, routed.phase).decide(&data, loads)
         });
         match decided {
             Ok(decided) => {
@@ -377,6 +404,19 @@ impl State {
     /// `routed` is being sent to `upstream`: it counts as in flight there. Returns the
     /// upstream's name.
     pub(super) fn send(&mut self, upstream: usize, routed: &Routed) -> String {
+        let held = match &self.kv_index {
+            Some(index) => index
+                .slot_of(&self.upstreams[upstream].name)
+                .map_or(0, |slot| super::kv_index::held_units(index, slot, routed)),
+            None => 0,
+        };
+        self.mirror.sent(
+            upstream,
+            routed.seq,
+            routed.tokens(),
+            prompt_tokens(Unit::Bytes, held),
+            routed.output_tokens,
+        );
         let u = &mut self.upstreams[upstream];
         u.inflight += 1;
         u.inflight_tokens += routed.tokens();
@@ -386,6 +426,7 @@ impl State {
 
     /// The request no longer occupies `upstream`.
     pub(super) fn release(&mut self, upstream: usize, routed: &Routed) {
+        self.mirror.left(upstream, routed.seq);
         let u = &mut self.upstreams[upstream];
         u.inflight = u.inflight.saturating_sub(1);
         u.inflight_tokens = u.inflight_tokens.saturating_sub(routed.tokens());
@@ -422,6 +463,7 @@ impl State {
         learned: Option<u64>,
         now_ns: u64,
     ) {
+        self.mirror.first_token(upstream, routed.seq, now_ns);
         if let Some(index) = self.learned_at(upstream, learned, routed.phase) {
             let data = routed.data(self.block_size, now_ns);
             let (kv, slots) = self.kv_lookup();
@@ -585,5 +627,17 @@ impl State {
                 Some((index, load))
             })
             .collect()
+    }
+}
+
+/// The plugins of `decode` when it routes a decode leg of a split fleet, else `plugins`.
+fn pools<'a>(
+    plugins: &'a mut Plugins,
+    decode: &'a mut Option<Plugins>,
+    phase: Phase,
+) -> &'a mut Plugins {
+    match (phase, decode) {
+        (Phase::Decode, Some(decode)) => decode,
+        _ => plugins,
     }
 }

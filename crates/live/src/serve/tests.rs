@@ -1,7 +1,7 @@
 //! `serve`'s routing and health rules in process: the router's state with Rust plugins
 //! driven through the real export shims (`routerlab_host::in_process`), no sockets.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::Cell;
 
 use routerlab_core::{Detector, EndpointId, Endpoints, Matcher, PluginConfig, Request};
 use routerlab_host::{EndpointTable, in_process};
@@ -17,8 +17,12 @@ use crate::prom::Scraped;
 /// own counts say; counts what it is told of the fleet.
 struct FewestTokens;
 
-static ADDED: AtomicU64 = AtomicU64::new(0);
-static REMOVED: AtomicU64 = AtomicU64::new(0);
+// Per test thread: in process, the plugins run on the thread that calls them, and tests
+// run side by side.
+thread_local! {
+    static ADDED: Cell<u64> = const { Cell::new(0) };
+    static REMOVED: Cell<u64> = const { Cell::new(0) };
+}
 
 impl Matcher for FewestTokens {
     fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
@@ -35,11 +39,11 @@ impl Matcher for FewestTokens {
             .map(|e| e.id()))
     }
     fn add_endpoints(&mut self, endpoints: &Endpoints<'_>) -> Result<(), String> {
-        ADDED.fetch_add(endpoints.len() as u64, Ordering::Relaxed);
+        ADDED.set(ADDED.get() + endpoints.len() as u64);
         Ok(())
     }
     fn remove_endpoints(&mut self, ids: &[EndpointId]) -> Result<(), String> {
-        REMOVED.fetch_add(ids.len() as u64, Ordering::Relaxed);
+        REMOVED.set(REMOVED.get() + ids.len() as u64);
         Ok(())
     }
 }
@@ -76,6 +80,27 @@ impl Detector for HalfFull {
             *flag = endpoints.get(pos).kv_usage() >= 0.5;
         }
         Ok(())
+    }
+}
+
+/// The endpoint forecast to give the first token soonest (ties: the first); no forecast,
+/// no endpoint.
+struct Soonest;
+
+impl Matcher for Soonest {
+    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
+        Ok(Soonest)
+    }
+    fn match_request(
+        &mut self,
+        request: &Request<'_>,
+        endpoints: &Endpoints<'_>,
+    ) -> Result<Option<EndpointId>, String> {
+        Ok(endpoints
+            .available()
+            .filter_map(|e| Some((request.predict(e.id())?.ttft_ns, e.id())))
+            .min_by_key(|(ttft, id)| (*ttft, id.0))
+            .map(|(_, id)| id))
     }
 }
 
@@ -184,10 +209,7 @@ fn a_failing_plugin_is_refused_or_routed_round_robin_as_told() {
 #[test]
 fn an_engine_leaves_only_after_failures_in_a_row_and_returns_after_passes() {
     let mut s = state::<FewestTokens>("fewest-tokens", false);
-    let (added, removed) = (
-        ADDED.load(Ordering::Relaxed),
-        REMOVED.load(Ordering::Relaxed),
-    );
+    let (added, removed) = (ADDED.get(), REMOVED.get());
     // One lost scrape: still in the fleet, the matcher told nothing.
     s.scraped(1, None, 0);
     s.scraped(1, usage(0.1), 0);
@@ -198,7 +220,7 @@ fn an_engine_leaves_only_after_failures_in_a_row_and_returns_after_passes() {
     s.scraped(1, None, 0);
     assert_eq!(s.upstreams[1].index, None);
     assert_eq!(s.plugins.fleet_len(), 2);
-    assert_eq!(REMOVED.load(Ordering::Relaxed), removed + 1);
+    assert_eq!(REMOVED.get(), removed + 1);
     let r = s.admit(b"hello".to_vec(), None, None, 0);
     for t in 0..6 {
         let u = s.decide(&r, t, OnPluginError::Reject).unwrap();
@@ -215,7 +237,7 @@ fn an_engine_leaves_only_after_failures_in_a_row_and_returns_after_passes() {
         Some(routerlab_route::EndpointIndex(3)),
         "back with a new stable index"
     );
-    assert_eq!(ADDED.load(Ordering::Relaxed), added + 1);
+    assert_eq!(ADDED.get(), added + 1);
     assert!(s.healthy());
 }
 
@@ -275,4 +297,33 @@ fn failed_answers_take_an_engine_out_until_the_cooldown_has_passed() {
     assert_eq!(s.upstreams[2].index, None);
     s.scraped(2, usage(0.1), 4_000 + ANSWER_COOLDOWN_NS);
     assert!(s.upstreams[2].index.is_some(), "back after the cooldown");
+}
+
+#[test]
+fn forecasts_follow_what_the_router_sent_each_engine_until_it_finishes() {
+    let mut s = state::<Soonest>("soonest", false);
+    // 4,000 bytes: 1,000 prompt tokens, a 4-step prefill at the preset's budget.
+    let long = s.admit(vec![b'x'; 4000], None, Some(100), 0);
+    assert_eq!(
+        s.decide(&long, 0, OnPluginError::Reject),
+        Ok(0),
+        "all idle: the first"
+    );
+    s.send(0, &long);
+    let next = s.admit(vec![b'y'; 400], None, None, 1);
+    assert_eq!(
+        s.decide(&next, 1, OnPluginError::Reject),
+        Ok(1),
+        "a is busy"
+    );
+    s.send(1, &next);
+    let third = s.admit(vec![b'z'; 400], None, None, 2);
+    assert_eq!(s.decide(&third, 2, OnPluginError::Reject), Ok(2), "so is b");
+    // Their first tokens came and the long one finished: a is the soonest again.
+    let learned = s.learn(&long, 0, 3);
+    s.first_token(&long, 0, learned, 3);
+    s.first_token(&next, 1, None, 3);
+    s.complete(&long, 0, learned, 4);
+    let fourth = s.admit(vec![b'w'; 400], None, None, 5);
+    assert_eq!(s.decide(&fourth, 5, OnPluginError::Reject), Ok(0));
 }
