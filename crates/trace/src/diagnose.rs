@@ -43,6 +43,7 @@ pub(crate) fn diagnose(
             ("session", Check::Id, false),
             ("arrival_s", Check::Number, false),
             ("output_tokens", Check::Count, false),
+            ("adapter", Check::Text, false),
         ],
         // CSV lines are checked by their own parser; agentic lines word their own errors.
         TraceFormat::AzureCsv
@@ -63,6 +64,7 @@ pub(crate) fn diagnose(
             ("session_id", Check::Id, false),
             ("chat_id", Check::Int, false),
             ("parent_chat_id", Check::Int, false),
+            ("adapter", Check::Text, false),
         ],
     };
     for (field, check, required) in checks {

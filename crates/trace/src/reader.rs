@@ -16,7 +16,7 @@ use routerlab_core::hash::BlockInterner;
 use routerlab_os::MappedFile;
 
 use crate::error::{Fault, TraceError};
-use crate::ids::{IdKey, IdTable, MAX_REQUESTS};
+use crate::ids::{IdTable, MAX_REQUESTS};
 
 pub use crate::trace_format::TraceFormat;
 
@@ -91,6 +91,8 @@ pub struct TraceRequest {
     pub output_tokens: Option<u64>,
     /// Prompt token ids (token-id traces only).
     pub token_ids: Vec<u32>,
+    /// The LoRA adapter it names (1-based, see [`TraceReader::adapters`]); 0 = none.
+    pub adapter: u32,
 }
 
 /// Where a trace's bytes come from: the file mapped, or a decompressor reading it.
@@ -205,7 +207,9 @@ pub(crate) struct Linker {
     /// Azure CSV: the first request's time, from which arrivals count.
     pub(crate) csv_start_ns: Option<u64>,
     /// Session id to (session number, last `seq`).
-    sessions: IdTable<(u64, u64)>,
+    pub(crate) sessions: IdTable<(u64, u64)>,
+    /// The adapters named so far.
+    pub(crate) adapters: crate::adapters::Adapters,
     /// Agentic play id to its number.
     pub(crate) plays: IdTable<u64>,
 }
@@ -315,6 +319,7 @@ impl TraceReader {
                 ids: IdTable::default(),
                 csv_start_ns: None,
                 sessions: IdTable::default(),
+                adapters: Default::default(),
                 plays: IdTable::default(),
             },
             skipped: BTreeMap::new(),
@@ -480,6 +485,11 @@ impl TraceReader {
         &self.skipped
     }
 
+    /// The adapters the requests read so far named.
+    pub fn adapters(&self) -> &crate::adapters::Adapters {
+        &self.linker.adapters
+    }
+
     /// Reads the next request into `out`. `Ok(false)` at the end of the trace.
     pub fn next_into(&mut self, out: &mut TraceRequest) -> Result<bool, TraceError> {
         loop {
@@ -523,6 +533,7 @@ impl TraceReader {
                 self.header_done = true;
                 continue;
             }
+            out.adapter = 0;
             let parsed = self.linker.parse_line(self.line, bytes, out);
             match parsed {
                 Ok(()) => {
@@ -773,24 +784,6 @@ impl Linker {
         }
         self.seq += 1;
         Ok(self.seq)
-    }
-
-    /// Numbers the session and, with no explicit parent, links to its previous request.
-    pub(crate) fn session(
-        &mut self,
-        key: Option<IdKey<'_>>,
-        seq: u64,
-        parent_seq: &mut Option<u64>,
-    ) -> u64 {
-        let Some(key) = key else { return 0 };
-        let entry = self
-            .sessions
-            .get_or_insert_with(key, |len| (len as u64 + 1, 0));
-        if parent_seq.is_none() && entry.1 != 0 {
-            *parent_seq = Some(entry.1);
-        }
-        entry.1 = seq;
-        entry.0
     }
 }
 

@@ -46,6 +46,8 @@ pub struct WorkloadRequest {
     pub play: u64,
     /// Agentic traces: what it waits for (positions in the workload, all earlier).
     pub dependencies: Vec<crate::graph::Dependency>,
+    /// The LoRA adapter it names (1-based, see [`Workload::adapters`]); 0 = none.
+    pub adapter: u32,
 }
 
 /// Where a workload came from, for the report's `run` block.
@@ -76,6 +78,8 @@ pub struct Workload {
     pub requests: Vec<WorkloadRequest>,
     /// Lines skipped (with `skip_invalid`), by reason.
     pub skipped: BTreeMap<&'static str, u64>,
+    /// The LoRA adapters the requests name, by number.
+    pub adapters: crate::adapters::Adapters,
 }
 
 impl Workload {
@@ -116,6 +120,7 @@ impl Workload {
                 engine_chains,
                 play: request.play,
                 dependencies: Vec::new(),
+                adapter: request.adapter,
             });
             if format.is_agentic() {
                 ids.push(std::mem::take(&mut request.request_id));
@@ -134,6 +139,7 @@ impl Workload {
             engine_block_sizes: sizes,
             requests,
             skipped: reader.skipped().clone(),
+            adapters: reader.adapters().clone(),
         })
     }
 

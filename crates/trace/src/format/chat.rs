@@ -1,5 +1,5 @@
 //! Chat JSONL: one request per line, a `prompt` string or OpenAI-style `messages`, with
-//! optional `id`, `parent`, `session`, `arrival_s` and `output_tokens`.
+//! optional `id`, `parent`, `session`, `arrival_s`, `output_tokens` and `adapter`.
 
 use std::borrow::Cow;
 
@@ -87,6 +87,7 @@ impl Linker {
                 ));
             }
         }
+        let adapter = self.adapter(parsed.adapter.as_deref(), line_no)?;
         let seq = self.take_seq(line_no)?;
         self.ids.insert_new(id, seq);
         out.session = self.session(
@@ -100,6 +101,7 @@ impl Linker {
         out.prompt_len = out.prompt.len() as u64;
         out.arrival_ns = parsed.arrival_s.map(|s| (s * 1e9).round() as u64);
         out.output_tokens = parsed.output_tokens;
+        out.adapter = adapter;
         hash_text_blocks(
             &out.prompt,
             self.options.block_size as usize,
@@ -147,4 +149,6 @@ struct ChatLine<'a> {
     arrival_s: Option<f64>,
     #[serde(default)]
     output_tokens: Option<u64>,
+    #[serde(borrow, default)]
+    adapter: Option<Cow<'a, str>>,
 }

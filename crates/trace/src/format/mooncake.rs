@@ -92,6 +92,7 @@ impl Linker {
         }
         // Every check is done: only now does the line become request `seq` (skipped lines
         // must leave no gap, since positions index per-request tables).
+        let adapter = self.adapter(parsed.adapter.as_deref(), line_no)?;
         let seq = self.take_seq(line_no)?;
         if let Some(chat) = parsed.chat_id {
             self.ids.insert_new(IdKey::Int(chat), seq);
@@ -108,6 +109,7 @@ impl Linker {
         out.prompt_len = parsed.input_length;
         out.arrival_ns = parsed.timestamp.map(|ms| (ms * 1e6).round() as u64);
         out.output_tokens = parsed.output_length;
+        out.adapter = adapter;
         Ok(())
     }
 }
@@ -320,6 +322,7 @@ struct MooncakeLine<'a> {
     session_id: Option<IdValue<'a>>,
     chat_id: Option<i64>,
     parent_chat_id: Option<i64>,
+    adapter: Option<Cow<'a, str>>,
 }
 
 struct MooncakeSeed<'b> {
@@ -364,7 +367,7 @@ impl<'de> serde::de::Visitor<'de> for MooncakeSeed<'_> {
         use serde::de::Error;
         let mut line = MooncakeLine::default();
         let (mut has_input, mut has_ids) = (false, false);
-        const KNOWN: [&str; 7] = [
+        const KNOWN: [&str; 8] = [
             "timestamp",
             "input_length",
             "output_length",
@@ -372,6 +375,7 @@ impl<'de> serde::de::Visitor<'de> for MooncakeSeed<'_> {
             "session_id",
             "chat_id",
             "parent_chat_id",
+            "adapter",
         ];
         let mut seen = [false; KNOWN.len()];
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
@@ -396,6 +400,7 @@ impl<'de> serde::de::Visitor<'de> for MooncakeSeed<'_> {
                 "session_id" => line.session_id = map.next_value()?,
                 "chat_id" => line.chat_id = map.next_value()?,
                 "parent_chat_id" => line.parent_chat_id = map.next_value()?,
+                "adapter" => line.adapter = map.next_value()?,
                 _ => {
                     map.next_value::<serde::de::IgnoredAny>()?;
                 }
