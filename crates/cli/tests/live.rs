@@ -4,6 +4,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use support::server::Server;
 use support::{http, project_trace, routerlab, scratch_file, texts};
@@ -532,11 +533,19 @@ fn an_engine_model_serve_cannot_forecast_with_is_refused_at_start() {
 /// A hostile engine on a free port: `/metrics` answers as a healthy vLLM would, and every
 /// completion gets `answer` (raw HTTP, written as is, then the connection closed).
 fn hostile_engine(answer: &'static str) -> String {
+    recording_engine(answer).0
+}
+
+/// [`hostile_engine`], and the bodies of the completions it was sent.
+fn recording_engine(answer: &'static str) -> (String, Arc<Mutex<Vec<String>>>) {
     use std::io::{BufRead as _, Write as _};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let recorded = bodies.clone();
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
+            let recorded = recorded.clone();
             std::thread::spawn(move || {
                 let mut reader = std::io::BufReader::new(&stream);
                 let mut request_line = String::new();
@@ -562,13 +571,40 @@ fn hostile_engine(answer: &'static str) -> String {
                         metrics.len()
                     )
                 } else {
+                    recorded
+                        .lock()
+                        .unwrap()
+                        .push(String::from_utf8_lossy(&body).into_owned());
                     answer.to_owned()
                 };
                 let _ = (&stream).write_all(reply.as_bytes());
             });
         }
     });
-    addr
+    (addr, bodies)
+}
+
+#[test]
+fn drive_asks_for_a_requests_adapter_by_its_name_as_the_model() {
+    const ANSWER: &str = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 29\r\nconnection: close\r\n\r\n{\"choices\": [{\"text\": \"ok\"}]}";
+    let (engine, bodies) = recording_engine(ANSWER);
+    let trace = scratch_file(
+        "adapters.jsonl",
+        b"{\"prompt\": \"a\", \"adapter\": \"sql-lora\"}\n{\"prompt\": \"b\"}\n",
+    );
+    drive(
+        &format!("http://{engine}"),
+        &trace,
+        &["--concurrency", "1", "--no-stream", "--model", "base"],
+    );
+    let mut models: Vec<String> = bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|b| serde_json::from_str::<serde_json::Value>(b).unwrap()["model"].to_string())
+        .collect();
+    models.sort();
+    assert_eq!(models, ["\"base\"", "\"sql-lora\""]);
 }
 
 #[test]

@@ -45,7 +45,8 @@ pub struct DriveSettings {
     pub block_bytes: usize,
     /// `max_tokens` when the trace gives no output length.
     pub default_max_tokens: u64,
-    /// The `model` field sent.
+    /// The `model` field sent for a request that names no LoRA adapter (one that does is
+    /// sent with `model` the adapter's name, as vLLM serves adapters).
     pub model: String,
     /// Give up on a request after this long.
     pub timeout: Duration,
@@ -246,8 +247,12 @@ async fn send_one(
         .output_tokens
         .unwrap_or(settings.default_max_tokens)
         .max(1);
+    let model = workload
+        .adapters
+        .name(request.adapter)
+        .unwrap_or(&settings.model);
     let body = serde_json::json!({
-        "model": settings.model,
+        "model": model,
         "prompt": String::from_utf8_lossy(&prompt),
         "max_tokens": max_tokens,
         "stream": settings.stream,

@@ -44,6 +44,7 @@ fn generated(requests: u64, sessions: bool) -> PathBuf {
             continue_chat_probability: 0.3,
             seed: 7,
             sessions,
+            adapters: 0,
         };
         write_mooncake(&workload, &mut out).expect("write trace");
     }

@@ -5,6 +5,10 @@
 //! a uniformly chosen earlier request (its whole prompt, a newline, a new user turn);
 //! otherwise it starts a conversation (the fixed system prompt, a newline, a user turn). A
 //! user turn is the request number followed by `tokens_typed_by_user_per_request` words.
+//!
+//! With `adapters` N > 0, each conversation asks for one of N LoRA adapters
+//! (`adapter-1` ... `adapter-N`, Zipf-distributed: adapter k drawn with weight 1/k, as a
+//! few popular adapters and a long tail), and its continuations ask for the same one.
 
 use std::io::{self, Write};
 
@@ -22,6 +26,8 @@ pub struct ChatWorkload {
     pub tokens_typed_by_user_per_request: u64,
     /// Seed of the generator.
     pub seed: u64,
+    /// LoRA adapters the conversations ask for (0: none, the base model).
+    pub adapters: u64,
 }
 
 impl Default for ChatWorkload {
@@ -31,6 +37,7 @@ impl Default for ChatWorkload {
             continue_chat_probability: 0.2,
             tokens_typed_by_user_per_request: 100,
             seed: 0,
+            adapters: 0,
         }
     }
 }
@@ -75,26 +82,78 @@ struct ChatLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     parent: Option<u64>,
     session: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    adapter: Option<&'a str>,
 }
+
+/// Adapter names `adapter-1` ... `adapter-N`, drawn with weight 1/k.
+struct AdapterDraw {
+    names: Vec<String>,
+    /// Cumulative weights, the last 1.
+    cumulative: Vec<f64>,
+}
+
+impl AdapterDraw {
+    fn new(n: u64) -> AdapterDraw {
+        let weights: Vec<f64> = (1..=n).map(|k| 1.0 / k as f64).collect();
+        let total: f64 = weights.iter().sum();
+        let mut sum = 0.0;
+        let cumulative = weights
+            .iter()
+            .map(|w| {
+                sum += w / total;
+                sum
+            })
+            .collect();
+        AdapterDraw {
+            names: (1..=n).map(|k| format!("adapter-{k}")).collect(),
+            cumulative,
+        }
+    }
+
+    /// The next adapter's position (`None` without adapters, drawing nothing then).
+    fn draw(&self, rng: &mut SeededRng) -> Option<usize> {
+        if self.names.is_empty() {
+            return None;
+        }
+        let u = rng.unit_f64();
+        Some(
+            self.cumulative
+                .partition_point(|c| *c <= u)
+                .min(self.names.len() - 1),
+        )
+    }
+}
+
+/// The most adapters a synthetic trace may ask for.
+pub const MAX_SYNTH_ADAPTERS: u64 = crate::adapters::MAX_ADAPTERS as u64;
 
 /// Writes the chat workload as chat JSONL.
 pub fn write_chat(workload: &ChatWorkload, out: &mut impl Write) -> io::Result<()> {
     let mut rng = SeededRng::new(workload.seed);
     let system = system_prompt();
-    // (prompt, session) of every request so far: continuations copy a whole prompt.
-    let mut history: Vec<(String, u64)> = Vec::with_capacity(workload.requests as usize);
+    let draw = AdapterDraw::new(workload.adapters.min(MAX_SYNTH_ADAPTERS));
+    // (prompt, session, adapter) of every request so far: continuations copy a whole
+    // prompt.
+    let mut history: Vec<(String, u64, Option<usize>)> =
+        Vec::with_capacity(workload.requests as usize);
     for id in 0..workload.requests {
         let mut turn = id.to_string();
         for _ in 0..workload.tokens_typed_by_user_per_request {
             turn.push_str(" hello");
         }
         let continues = !history.is_empty() && rng.unit_f64() < workload.continue_chat_probability;
-        let (prompt, parent, session) = if continues {
+        let (prompt, parent, session, adapter) = if continues {
             let parent = rng.below(history.len() as u64);
-            let (earlier, session) = &history[parent as usize];
-            (format!("{earlier}\n{turn}"), Some(parent), *session)
+            let (earlier, session, adapter) = &history[parent as usize];
+            (
+                format!("{earlier}\n{turn}"),
+                Some(parent),
+                *session,
+                *adapter,
+            )
         } else {
-            (format!("{system}\n{turn}"), None, id)
+            (format!("{system}\n{turn}"), None, id, draw.draw(&mut rng))
         };
         serde_json::to_writer(
             &mut *out,
@@ -103,10 +162,11 @@ pub fn write_chat(workload: &ChatWorkload, out: &mut impl Write) -> io::Result<(
                 prompt: &prompt,
                 parent,
                 session,
+                adapter: adapter.map(|a| draw.names[a].as_str()),
             },
         )?;
         out.write_all(b"\n")?;
-        history.push((prompt, session));
+        history.push((prompt, session, adapter));
     }
     Ok(())
 }
@@ -123,6 +183,8 @@ pub struct MooncakeWorkload {
     /// Write `session_id` (continuations share their conversation's); without it, lines
     /// have only Mooncake's four canonical fields.
     pub sessions: bool,
+    /// LoRA adapters the conversations ask for (0: none, the base model).
+    pub adapters: u64,
 }
 
 /// Tokens per hash id in the generated stream (Mooncake's block size).
@@ -137,9 +199,10 @@ pub fn write_mooncake(workload: &MooncakeWorkload, out: &mut impl Write) -> io::
     const SYSTEMS: u64 = 8;
     const SYSTEM_BLOCKS: u64 = 4;
     let mut rng = SeededRng::new(workload.seed);
+    let draw = AdapterDraw::new(workload.adapters.min(MAX_SYNTH_ADAPTERS));
     let mut next_id = SYSTEMS * SYSTEM_BLOCKS;
-    // (hash ids, session) of recent conversations.
-    let mut recent: Vec<(Vec<u64>, u64)> = Vec::with_capacity(RECENT);
+    // (hash ids, session, adapter) of recent conversations.
+    let mut recent: Vec<(Vec<u64>, u64, Option<usize>)> = Vec::with_capacity(RECENT);
     let mut clock_ms = 0.0f64;
     let mut line = String::new();
     for n in 0..workload.requests {
@@ -147,16 +210,14 @@ pub fn write_mooncake(workload: &MooncakeWorkload, out: &mut impl Write) -> io::
             && rng.unit_f64() < workload.continue_chat_probability)
             .then(|| rng.below(recent.len() as u64) as usize)
             .filter(|i| recent[*i].0.len() < 62);
-        let (mut ids, session) = match continue_from {
+        let (mut ids, session, adapter) = match continue_from {
             Some(i) => recent[i].clone(),
             None => {
                 let system = rng.below(SYSTEMS);
-                (
-                    (0..SYSTEM_BLOCKS)
-                        .map(|b| system * SYSTEM_BLOCKS + b)
-                        .collect(),
-                    n,
-                )
+                let ids = (0..SYSTEM_BLOCKS)
+                    .map(|b| system * SYSTEM_BLOCKS + b)
+                    .collect();
+                (ids, n, draw.draw(&mut rng))
             }
         };
         for _ in 0..1 + rng.below(2) {
@@ -171,6 +232,9 @@ pub fn write_mooncake(workload: &MooncakeWorkload, out: &mut impl Write) -> io::
         if workload.sessions {
             line.push_str(&format!("\"session_id\": {session}, "));
         }
+        if let Some(a) = adapter {
+            line.push_str(&format!("\"adapter\": \"{}\", ", draw.names[a]));
+        }
         line.push_str(&format!(
             "\"input_length\": {input_length}, \"output_length\": {output_length}, \"hash_ids\": ["
         ));
@@ -183,9 +247,9 @@ pub fn write_mooncake(workload: &MooncakeWorkload, out: &mut impl Write) -> io::
         line.push_str("]}\n");
         out.write_all(line.as_bytes())?;
         match continue_from {
-            Some(i) => recent[i] = (ids, session),
-            None if recent.len() < RECENT => recent.push((ids, session)),
-            None => recent[(n % RECENT as u64) as usize] = (ids, session),
+            Some(i) => recent[i] = (ids, session, adapter),
+            None if recent.len() < RECENT => recent.push((ids, session, adapter)),
+            None => recent[(n % RECENT as u64) as usize] = (ids, session, adapter),
         }
     }
     Ok(())
@@ -229,5 +293,55 @@ mod tests {
                 assert_eq!(line["session"], parent["session"]);
             }
         }
+    }
+
+    #[test]
+    fn conversations_keep_their_adapter_and_popular_ones_come_first() {
+        let lines = |workload: &ChatWorkload| -> Vec<serde_json::Value> {
+            let mut out = Vec::new();
+            write_chat(workload, &mut out).unwrap();
+            String::from_utf8(out)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect()
+        };
+        let base = ChatWorkload {
+            requests: 400,
+            tokens_typed_by_user_per_request: 2,
+            ..ChatWorkload::default()
+        };
+        assert!(lines(&base).iter().all(|l| l.get("adapter").is_none()));
+        let lora = lines(&ChatWorkload {
+            adapters: 4,
+            ..base
+        });
+        let mut counts = [0usize; 4];
+        for line in &lora {
+            let name = line["adapter"].as_str().expect("every request names one");
+            let k: usize = name.strip_prefix("adapter-").unwrap().parse().unwrap();
+            counts[k - 1] += 1;
+            if let Some(parent) = line.get("parent") {
+                let parent = &lora[parent.as_u64().unwrap() as usize];
+                assert_eq!(line["adapter"], parent["adapter"]);
+            }
+        }
+        assert!(counts[0] > counts[1] && counts[1] > counts[3], "{counts:?}");
+        let mut mooncake = Vec::new();
+        let workload = MooncakeWorkload {
+            requests: 200,
+            continue_chat_probability: 0.5,
+            seed: 3,
+            sessions: true,
+            adapters: 3,
+        };
+        write_mooncake(&workload, &mut mooncake).unwrap();
+        let text = String::from_utf8(mooncake).unwrap();
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.contains("\"adapter\": \"adapter-"))
+                .count(),
+            200
+        );
     }
 }

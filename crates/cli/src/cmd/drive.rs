@@ -57,7 +57,8 @@ pub struct DriveArgs {
         default_value_t = 128
     )]
     pub output_tokens: u64,
-    /// The `model` field sent.
+    /// The `model` field sent; a request whose trace line names an `adapter` is sent with
+    /// `model` the adapter's name instead, as vLLM serves LoRA adapters.
     #[arg(long, value_name = "NAME", default_value = "routerlab-sim")]
     pub model: String,
     /// Seconds to wait for one request.

@@ -3,7 +3,9 @@
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
-use routerlab_trace::synth::{ChatWorkload, MooncakeWorkload, write_chat, write_mooncake};
+use routerlab_trace::synth::{
+    ChatWorkload, MAX_SYNTH_ADAPTERS, MooncakeWorkload, write_chat, write_mooncake,
+};
 use routerlab_trace::synth_agentic::{AgenticWorkload, write_agentic};
 
 use crate::cmd::OutputFile;
@@ -45,6 +47,11 @@ pub struct GenTraceArgs {
     /// Mooncake format: omit `session_id`, writing only the four canonical fields.
     #[arg(long)]
     pub plain: bool,
+    /// Chat and Mooncake formats: each conversation asks for one of N LoRA adapters
+    /// (`adapter`: `adapter-1` ... `adapter-N`, adapter k with weight 1/k), its
+    /// continuations for the same one; 0 = none, the base model.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub adapters: u64,
     /// The agentic format's knobs.
     #[command(flatten)]
     pub agentic: AgenticArgs,
@@ -142,6 +149,17 @@ pub fn run(args: GenTraceArgs) -> Result<(), Failure> {
             "--continue-chat-probability must be within 0..=1",
         ));
     }
+    if args.adapters > MAX_SYNTH_ADAPTERS {
+        return Err(Failure::input(format!(
+            "--adapters {}: a trace may name at most {MAX_SYNTH_ADAPTERS} adapters",
+            args.adapters
+        )));
+    }
+    if args.adapters > 0 && matches!(args.format, GenFormat::Agentic) {
+        return Err(Failure::input(
+            "--adapters needs --format chat or mooncake (agentic lines name a `model` of their own)",
+        ));
+    }
     let agentic = args.agentic.workload(args.seed);
     match args.format {
         GenFormat::Agentic => agentic.validate().map_err(Failure::input)?,
@@ -173,6 +191,7 @@ pub fn run(args: GenTraceArgs) -> Result<(), Failure> {
                 continue_chat_probability: args.continue_chat_probability,
                 tokens_typed_by_user_per_request: args.tokens_typed_by_user_per_request,
                 seed: args.seed,
+                adapters: args.adapters,
             },
             &mut sink,
         ),
@@ -182,6 +201,7 @@ pub fn run(args: GenTraceArgs) -> Result<(), Failure> {
                 continue_chat_probability: args.continue_chat_probability,
                 seed: args.seed,
                 sessions: !args.plain,
+                adapters: args.adapters,
             },
             &mut sink,
         ),
