@@ -68,6 +68,12 @@ fuzz_target!(|data: &[u8]| {
         // Sometimes V0's padded prompt batches, 0 to 63 tokens of padding.
         max_paddings: (byte(head, 20) % 2 == 1 && byte(head, 22) > 127)
             .then(|| byte(head, 23) % 64),
+        // Sometimes 1 to 3 LoRA slots, loads up to 25.5 ms, up to 25% a step an adapter.
+        lora: (byte(head, 16) % 2 == 1).then(|| routerlab_engine::LoraConfig {
+            slots: 1 + byte(head, 16) / 2 % 3,
+            load_ms: f64::from(byte(head, 13)) / 10.0,
+            step_overhead: f64::from(byte(head, 15) % 26) / 100.0,
+        }),
     };
     if engine.validate().is_err() {
         return;
@@ -84,8 +90,13 @@ fuzz_target!(|data: &[u8]| {
         let ids: Vec<String> = (0..blocks)
             .map(|b| (u32::from(chunk[4] % 4) * 1000 + b).to_string())
             .collect();
+        // Half the requests name one of four adapters.
+        let adapter = match chunk[3] % 8 {
+            a @ 0..4 => format!("\"adapter\": \"a{a}\", "),
+            _ => String::new(),
+        };
         trace.push_str(&format!(
-            "{{\"timestamp\": {at}, \"input_length\": {input}, \"output_length\": {output}, \"hash_ids\": [{}]}}\n",
+            "{{\"timestamp\": {at}, {adapter}\"input_length\": {input}, \"output_length\": {output}, \"hash_ids\": [{}]}}\n",
             ids.join(", ")
         ));
     }

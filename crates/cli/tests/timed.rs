@@ -26,6 +26,7 @@ fn small_engine() -> EngineConfig {
         scheduler: Default::default(),
         prefix_caching: true,
         max_paddings: None,
+        lora: None,
     }
 }
 

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::host::HostTier;
+use crate::lora::LoraConfig;
 use crate::step_time::StepTime;
 
 /// One engine's settings.
@@ -50,6 +51,10 @@ pub struct EngineConfig {
     /// `--max-paddings`, 256 by default). V0 only; without it, prompts batch unpadded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_paddings: Option<u32>,
+    /// LoRA adapter slots (added in 0.5; see [`crate::lora`]); without, requests that name
+    /// an adapter run as the base model's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraConfig>,
 }
 
 fn yes() -> bool {
@@ -101,6 +106,7 @@ impl EngineConfig {
             scheduler: Default::default(),
             prefix_caching: true,
             max_paddings: None,
+            lora: None,
         }
     }
 
@@ -132,6 +138,9 @@ impl EngineConfig {
                     "engine `{key}` needs `kv_bytes_per_token` (the KV bytes of one token), as its loads are sized in bytes"
                 ));
             }
+        }
+        if let Some(lora) = &self.lora {
+            lora.validate()?;
         }
         if self.max_paddings.is_some() && self.scheduler != Scheduler::V0 {
             return Err(
@@ -228,6 +237,8 @@ pub struct Overrides {
     pub prefix_caching: Option<bool>,
     /// Padded prompt batches (V0).
     pub max_paddings: Option<u32>,
+    /// LoRA adapter slots.
+    pub lora: Option<LoraConfig>,
 }
 
 impl EngineConfig {
@@ -246,6 +257,7 @@ impl EngineConfig {
             scheduler,
             prefix_caching,
             max_paddings,
+            lora,
         } = overrides;
         if let Some(preset) = preset {
             self = preset.config();
@@ -262,6 +274,7 @@ impl EngineConfig {
             scheduler: steps,
             prefix_caching: caching,
             max_paddings: paddings,
+            lora: adapters,
         } = &mut self;
         if let Some(v) = num_gpu_blocks {
             *blocks = *v;
@@ -296,6 +309,9 @@ impl EngineConfig {
         if let Some(v) = max_paddings {
             *paddings = Some(*v);
         }
+        if let Some(v) = lora {
+            *adapters = Some(*v);
+        }
         self
     }
 }
@@ -315,6 +331,7 @@ impl From<&EngineConfig> for Overrides {
             scheduler,
             prefix_caching,
             max_paddings,
+            lora,
         } = config;
         Overrides {
             preset: None,
@@ -329,6 +346,7 @@ impl From<&EngineConfig> for Overrides {
             scheduler: Some(*scheduler),
             prefix_caching: Some(*prefix_caching),
             max_paddings: *max_paddings,
+            lora: *lora,
         }
     }
 }
@@ -365,6 +383,11 @@ mod tests {
             scheduler: Scheduler::V0,
             prefix_caching: false,
             max_paddings: Some(256),
+            lora: Some(LoraConfig {
+                slots: 4,
+                load_ms: 30.0,
+                step_overhead: 0.05,
+            }),
         };
         assert_eq!(
             EngineConfig::dynamo().with(&Overrides::from(&wanted)),

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use crate::config::EngineConfig;
 use crate::host::{HostCache, SharedStore};
 use crate::kv::KvCache;
+use crate::lora::Residency;
 use crate::step_time::Batch;
 use crate::tiers::Tiers;
 
@@ -50,6 +51,8 @@ pub struct Sequence {
     pub load_ns: u64,
     /// It waits for a host-tier load until then.
     ready_ns: u64,
+    /// The LoRA adapter it runs with (0: the base model; see [`crate::lora`]).
+    pub adapter: u32,
 }
 
 impl Sequence {
@@ -79,6 +82,7 @@ impl Sequence {
             shared_hit_tokens: None,
             load_ns: 0,
             ready_ns: 0,
+            adapter: 0,
         }
     }
 
@@ -150,6 +154,8 @@ pub struct Engine {
     first_tokens: Vec<usize>,
     /// No step computes before then: the stores reading blocks it writes end (0: none).
     compute_after_ns: u64,
+    /// The LoRA adapters resident, when the config has slots for them.
+    pub(crate) lora: Option<Residency>,
 }
 
 impl Engine {
@@ -157,6 +163,7 @@ impl Engine {
     pub fn new(config: EngineConfig) -> Engine {
         let kv = KvCache::new(config.num_gpu_blocks);
         let tiers = Tiers::new(&config);
+        let lora = config.lora.map(Residency::new);
         Engine {
             config,
             kv,
@@ -172,6 +179,7 @@ impl Engine {
             first_ns: None,
             first_tokens: Vec::new(),
             compute_after_ns: 0,
+            lora,
         }
     }
 
@@ -299,6 +307,15 @@ impl Engine {
         }
     }
 
+    /// A running sequence of `adapter` left: it no longer pins its slot.
+    fn unpin(&mut self, adapter: u32) {
+        if let Some(lora) = &mut self.lora
+            && adapter != 0
+        {
+            lora.release(adapter);
+        }
+    }
+
     /// Accounts usage up to `now` before it changes.
     fn account(&mut self, now_ns: u64) {
         if self.first_ns.is_none() {
@@ -413,6 +430,7 @@ impl Engine {
             {
                 let seq = self.running.remove(pos);
                 self.kv.release(&seq.blocks);
+                self.unpin(seq.adapter);
                 finished.push(seq);
             } else {
                 pos += 1;
@@ -483,14 +501,16 @@ impl Engine {
         // A padded V0 batch's prompts so far: how many, their longest and their sum.
         let padding = self.config.max_paddings.filter(|_| prefills_only);
         let (mut prompts, mut longest, mut unpadded) = (0u64, 0u64, 0u64);
+        // Requests passed over because their adapter has no slot (vLLM V1 skips them).
+        let mut at = 0;
         while budget > 0 && (self.running.len() as u32) < self.config.max_num_seqs {
-            let Some(head) = self.waiting.front_mut() else {
+            let Some(head) = self.waiting.get_mut(at) else {
                 break;
             };
             // A head that keeps waiting is not looked up from scratch every step: its known
             // hits are re-checked in place (a block still holding its hash) and extended.
             self.kv.refresh_cached_ids(&head.hashes, &mut head.hit_ids);
-            let head = self.waiting.front().expect("head exists");
+            let head = &self.waiting[at];
             let target = head.prompt_tokens + head.generated;
             let hits = if self.config.prefix_caching {
                 head.hit_ids.len()
@@ -529,7 +549,18 @@ impl Engine {
                     break;
                 }
             }
-            let mut seq = self.waiting.pop_front().expect("head exists");
+            // Its adapter needs a slot: loaded, loading, or one to load it into.
+            let adapter_ready = match (&mut self.lora, head.adapter) {
+                (Some(lora), adapter) if adapter != 0 => match lora.admit(adapter, now_ns) {
+                    Some(ready) => ready,
+                    None => {
+                        at += 1;
+                        continue;
+                    }
+                },
+                _ => 0,
+            };
+            let mut seq = self.waiting.remove(at).expect("head exists");
             for &id in &seq.hit_ids[..hits] {
                 self.kv.hold(id);
                 seq.blocks.push(id);
@@ -563,6 +594,7 @@ impl Engine {
             seq.hit_tokens.get_or_insert(seq.computed);
             seq.host_hit_tokens.get_or_insert(0);
             seq.shared_hit_tokens.get_or_insert(0);
+            seq.ready_ns = seq.ready_ns.max(adapter_ready);
             admitted = true;
             if seq.ready_ns > now_ns {
                 // It waits for its load; the others go on.
@@ -644,12 +676,15 @@ impl Engine {
                 seq.kv_transferred && seq.computed + tokens >= seq.prefill_target
             })
             .count() as u64;
-        let step_ns = self.config.step_time.step_ns(&Batch {
+        let mut step_ns = self.config.step_time.step_ns(&Batch {
             prefill_tokens,
             decode_seqs: decode.len() as u64 + arrived_kv,
             context_tokens: context,
             kv_usage: usage,
         });
+        if let Some(lora) = &self.lora {
+            step_ns = lora.step_ns(step_ns);
+        }
         // The step starts once the stores reading the blocks it writes end.
         let start_ns = now_ns.max(self.compute_after_ns);
         self.plan = Some(Plan {
@@ -727,6 +762,7 @@ impl Engine {
             seq.prefill_target = 0;
             seq.published = 0;
             seq.ready_ns = 0;
+            self.unpin(seq.adapter);
             self.waiting.push_front(seq);
             self.preemptions += 1;
             if victim == pos {

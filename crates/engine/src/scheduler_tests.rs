@@ -21,6 +21,7 @@ fn linear(num_gpu_blocks: u32, max_num_seqs: u32, budget: u32) -> EngineConfig {
         scheduler: Default::default(),
         prefix_caching: true,
         max_paddings: None,
+        lora: None,
     }
 }
 
@@ -624,4 +625,90 @@ fn a_cached_prefix_shortens_the_predicted_ttft() {
         "1 + 16 × 0.5 ms"
     );
     assert_eq!(engine.predict_tpot_ns(16), 2_000_000, "a decode step: 2 ms");
+}
+
+/// Runs `arrivals` (time, sequence) to the end: each request's (first token, finish), ns.
+fn run_all(engine: &mut Engine, mut arrivals: Vec<(u64, Sequence)>) -> Vec<(u64, u64)> {
+    arrivals.reverse();
+    let mut done = vec![(0, 0); arrivals.len()];
+    loop {
+        let arrival = arrivals.last().map(|(at, _)| *at);
+        match (arrival, engine.step_end()) {
+            (Some(at), end) if end.is_none_or(|end| at < end) => {
+                let (at, seq) = arrivals.pop().expect("an arrival");
+                engine.enqueue(seq, at);
+            }
+            (_, Some(end)) => {
+                for seq in engine.finish_step(end) {
+                    done[seq.request] = (seq.first_token_ns.expect("a first token"), end);
+                }
+            }
+            (None, None) => return done,
+            (Some(_), None) => unreachable!("handled by the first arm"),
+        }
+    }
+}
+
+fn with_lora(slots: u32, load_ms: f64, step_overhead: f64) -> EngineConfig {
+    EngineConfig {
+        lora: Some(crate::LoraConfig {
+            slots,
+            load_ms,
+            step_overhead,
+        }),
+        ..linear(100, 4, 64)
+    }
+}
+
+fn of_adapter(request: usize, adapter: u32, prompt: u32, output: u32) -> Sequence {
+    Sequence {
+        adapter,
+        ..Sequence::new(request, prompt, output, vec![])
+    }
+}
+
+#[test]
+fn a_cold_adapter_waits_for_its_load_a_warm_one_does_not() {
+    let mut engine = Engine::new(with_lora(1, 10.0, 0.0));
+    let done = run_all(
+        &mut engine,
+        vec![
+            (0, of_adapter(0, 1, 4, 1)),
+            (20_000_000, of_adapter(1, 1, 4, 1)),
+            (30_000_000, of_adapter(2, 2, 4, 1)),
+        ],
+    );
+    // A prefill of 4 tokens is 1 + 2 ms; a load 10 ms.
+    assert_eq!(done[0].0, 13_000_000, "loaded, then prefilled");
+    assert_eq!(done[1].0, 23_000_000, "warm");
+    assert_eq!(done[2].0, 43_000_000, "adapter 2 evicts 1 and loads");
+    let status = engine.lora_status().unwrap();
+    assert_eq!((status.loads, status.evictions, status.active), (2, 1, 0));
+    assert!(engine.adapter_resident(2) && !engine.adapter_resident(1));
+}
+
+#[test]
+fn a_request_whose_adapter_has_no_slot_is_passed_over_until_one_frees() {
+    let mut engine = Engine::new(with_lora(1, 0.0, 0.0));
+    let done = run_all(
+        &mut engine,
+        vec![
+            (0, of_adapter(0, 1, 4, 10)),
+            (1_000_000, of_adapter(1, 2, 4, 1)),
+            (1_000_000, of_adapter(2, 0, 4, 1)),
+        ],
+    );
+    let (a, b, base) = (done[0], done[1], done[2]);
+    assert!(base.0 < a.1, "the base-model request went ahead: {done:?}");
+    assert!(b.0 > a.1, "adapter 2 waited for adapter 1's slot: {done:?}");
+}
+
+#[test]
+fn each_adapter_in_a_batch_slows_its_step() {
+    let mut engine = Engine::new(with_lora(2, 0.0, 0.5));
+    let done = run_all(&mut engine, vec![(0, of_adapter(0, 1, 4, 1))]);
+    assert_eq!(done[0].0, 4_500_000, "3 ms × (1 + 0.5)");
+    let mut base = Engine::new(with_lora(2, 0.0, 0.5));
+    let done = run_all(&mut base, vec![(0, of_adapter(0, 0, 4, 1))]);
+    assert_eq!(done[0].0, 3_000_000, "the base model pays nothing");
 }

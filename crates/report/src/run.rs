@@ -223,6 +223,20 @@ pub struct EngineRun {
     /// when prompts batched unpadded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_paddings: Option<u32>,
+    /// LoRA adapter slots (added in 0.5; absent when adapters were not modelled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraRun>,
+}
+
+/// An engine's LoRA adapter slots, as run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LoraRun {
+    /// Adapters resident at once.
+    pub slots: u32,
+    /// Milliseconds to load one.
+    pub load_ms: f64,
+    /// Step time added per distinct adapter in a batch, as a fraction.
+    pub step_overhead: f64,
 }
 
 /// A host-memory or shared tier, as run.

@@ -419,8 +419,8 @@ pub mod recorded {
 
     use routerlab_engine::{EngineConfig, HostTier, KvTransfer, StepTime};
     use routerlab_report::run::{
-        ArrivalsRun, AssignRun, EngineRun, HostTierRun, KvTransferRun, StepTimeRun, TraceRun,
-        UnavailableRun,
+        ArrivalsRun, AssignRun, EngineRun, HostTierRun, KvTransferRun, LoraRun, StepTimeRun,
+        TraceRun, UnavailableRun,
     };
     use routerlab_route::{ReplicaAssign, WhenUnavailable};
     use routerlab_trace::arrivals::Arrivals;
@@ -496,6 +496,7 @@ pub mod recorded {
             scheduler,
             prefix_caching,
             max_paddings,
+            lora,
         } = config;
         let tier = |tier: HostTier| {
             let HostTier {
@@ -518,6 +519,11 @@ pub mod recorded {
             scheduler: (!scheduler.is_v1()).then(|| "v0".to_owned()),
             prefix_caching: (!*prefix_caching).then_some(false),
             max_paddings: *max_paddings,
+            lora: lora.map(|l| LoraRun {
+                slots: l.slots,
+                load_ms: l.load_ms,
+                step_overhead: l.step_overhead,
+            }),
             num_gpu_blocks: *num_gpu_blocks,
             engine_block_size: *engine_block_size,
             max_num_seqs: *max_num_seqs,

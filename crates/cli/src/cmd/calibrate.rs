@@ -194,6 +194,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         scheduler,
         prefix_caching: !args.run_args.no_prefix_caching,
         max_paddings: args.run_args.max_paddings,
+        lora: None,
     };
     let measured = run.samples();
     let fitted = fit(

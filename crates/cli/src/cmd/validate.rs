@@ -125,6 +125,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
                     scheduler,
                     prefix_caching: !args.run.no_prefix_caching,
                     max_paddings: args.run.max_paddings,
+                    lora: None,
                 });
             }
             let workload = runs::own_workload(&loaded.label, &measured, block_size)?;
