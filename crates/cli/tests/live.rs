@@ -1019,6 +1019,38 @@ fn the_engine_counts_generated_tokens() {
     }
 }
 
+#[test]
+fn an_engine_with_lora_slots_serves_an_adapter_named_as_the_model_after_loading_it() {
+    let engine = Server::start(&[
+        "engine",
+        "--engine-config",
+        "{lora: {slots: 1, load_ms: 400}}",
+    ]);
+    let ask = |model: &str| {
+        let body = format!(r#"{{"model": "{model}", "prompt": "hello there", "max_tokens": 1}}"#);
+        let started = std::time::Instant::now();
+        let (status, answer) = http(&engine.addr, "POST", "/v1/completions", &body);
+        assert_eq!(status, 200, "{answer}");
+        let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        (
+            answer["model"].as_str().unwrap().to_owned(),
+            started.elapsed(),
+        )
+    };
+    let (model, cold) = ask("sql-lora");
+    assert_eq!(model, "sql-lora", "the answer names the adapter");
+    assert!(
+        cold.as_millis() >= 400,
+        "a cold adapter waits for its load: {cold:?}"
+    );
+    let (model, _) = ask("routerlab-sim");
+    assert_eq!(model, "routerlab-sim", "the served model is the base model");
+    let long = format!(r#"{{"model": "{}", "prompt": "x"}}"#, "n".repeat(300));
+    let (status, answer) = http(&engine.addr, "POST", "/v1/completions", &long);
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("at most 256 bytes"), "{answer}");
+}
+
 /// `routerlab engine --role` prefill and decode engines: two of each behind `serve
 /// --prefill-endpoints ... --decode-endpoints ...` (vLLM's disaggregated-serving proxy
 /// protocol), 300 conversation requests driven through: every one answered, each

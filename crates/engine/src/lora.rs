@@ -169,6 +169,14 @@ pub struct LoraStatus {
     pub evictions: u64,
 }
 
+impl crate::Sequence {
+    /// The sequence, run with LoRA adapter `adapter` (0: the base model).
+    pub fn with_adapter(mut self, adapter: u32) -> crate::Sequence {
+        self.adapter = adapter;
+        self
+    }
+}
+
 impl crate::Engine {
     /// Whether `adapter` holds one of this engine's LoRA slots (loaded or loading);
     /// `false` without slots.

@@ -90,6 +90,8 @@ struct Submit {
     chain: Vec<u64>,
     /// Its KV was computed by a prefill engine.
     moved_in: bool,
+    /// The LoRA adapter its `model` names (0: the base model).
+    adapter: u32,
     tokens: mpsc::UnboundedSender<Tokens>,
 }
 
@@ -119,6 +121,8 @@ struct Shared {
     submit: mpsc::UnboundedSender<Submit>,
     gauges: Gauges,
     next_id: AtomicU64,
+    /// The LoRA adapters requests have named, by `model` (with the config's `lora` slots).
+    adapters: std::sync::Mutex<routerlab_trace::adapters::Adapters>,
 }
 
 /// Whether `config` can be a live engine's: valid, and without a tier only a fleet in one
@@ -155,6 +159,7 @@ pub async fn run_on(
         submit,
         gauges: Gauges::default(),
         next_id: AtomicU64::new(1),
+        adapters: Default::default(),
     });
     shared.gauges.kv_total.store(
         u64::from(shared.settings.config.num_gpu_blocks),
@@ -301,7 +306,43 @@ async fn complete(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> 
         Err(message) => return http::error(StatusCode::BAD_REQUEST, &message),
     };
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-    let model = shared.settings.model.clone();
+    // With LoRA slots, a `model` other than the one served names an adapter (as vLLM
+    // serves its `--lora-modules` by name), and the answer names it back.
+    let lora = shared.settings.config.lora.is_some();
+    let adapter = if lora && !inference.model.is_empty() && inference.model != shared.settings.model
+    {
+        let long = inference.model.len() > routerlab_trace::adapters::MAX_ADAPTER_NAME;
+        let named = (!long)
+            .then(|| {
+                shared
+                    .adapters
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .number(&inference.model)
+            })
+            .flatten();
+        match named {
+            Some(n) => n,
+            None => {
+                return http::error(
+                    StatusCode::BAD_REQUEST,
+                    &format!(
+                        "model `{}`: this engine serves at most {} adapters, named in at most {} bytes",
+                        inference.model.chars().take(64).collect::<String>(),
+                        routerlab_trace::adapters::MAX_ADAPTERS,
+                        routerlab_trace::adapters::MAX_ADAPTER_NAME
+                    ),
+                );
+            }
+        }
+    } else {
+        0
+    };
+    let model = if adapter == 0 {
+        shared.settings.model.clone()
+    } else {
+        inference.model.clone()
+    };
     let prompt_tokens =
         u32::try_from(routerlab_core::Unit::Bytes.tokens(inference.prompt.len() as u64))
             .unwrap_or(u32::MAX);
@@ -355,6 +396,7 @@ async fn complete(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> 
         output_tokens,
         chain,
         moved_in: leg == Leg::MovedIn,
+        adapter,
         tokens,
     });
     if submitted.is_err() {
@@ -603,6 +645,7 @@ impl Model {
                 submit.chain,
             )
         };
+        let sequence = sequence.with_adapter(submit.adapter);
         self.engine.enqueue(sequence, now);
     }
 

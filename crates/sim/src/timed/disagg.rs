@@ -264,7 +264,8 @@ impl Sim<'_> {
         let engine_block = self.settings.engines[pos].engine_block_size;
         let chain = self.workload.engine_chain(index, engine_block).to_vec();
         let prompt = self.workload.requests[index].prompt_tokens;
-        let sequence = Sequence::new(index, prompt, 1, chain);
+        let adapter = self.workload.requests[index].adapter;
+        let sequence = Sequence::new(index, prompt, 1, chain).with_adapter(adapter);
         self.fleet.submit(pos, sequence, now, &mut self.events);
     }
 
@@ -280,6 +281,7 @@ impl Sim<'_> {
         } else {
             Sequence::new(index, prompt, output, chain)
         };
+        let sequence = sequence.with_adapter(self.workload.requests[index].adapter);
         self.fleet.submit(pos, sequence, now, &mut self.events);
     }
 

@@ -542,7 +542,9 @@ impl Sim<'_> {
         self.fleet.inflight_requests[r][pos] += 1;
         let engine_block = self.settings.engines[pos].engine_block_size;
         let chain = self.workload.engine_chain(index, engine_block).to_vec();
-        let sequence = Sequence::new(index, prompt_tokens, output_tokens, chain);
+        let adapter = self.workload.requests[index].adapter;
+        let sequence =
+            Sequence::new(index, prompt_tokens, output_tokens, chain).with_adapter(adapter);
         self.fleet.submit(pos, sequence, now, &mut self.events);
         Ok(true)
     }
