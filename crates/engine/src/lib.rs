@@ -23,7 +23,7 @@
 //!
 //! [`config`] owns the settings (one declaration, the preset, one `validate`),
 //! [`step_time`] the step-time models, [`kv`] the KV cache, [`host`] the host and shared
-//! tiers below it, [`forecast`] the forecast a simulating router asks for, [`model`] a model's KV bytes per token, [`scheduler`] the engine, and
+//! tiers below it, [`forecast`] the forecast a simulating router asks for, [`lora`] the LoRA adapter slots, [`model`] a model's KV bytes per token, [`scheduler`] the engine, and
 //! [`transfer`] the KV's move between the pools of a disaggregated fleet.
 
 pub mod config;
