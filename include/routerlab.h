@@ -32,7 +32,7 @@
 /**
  * Minor version: minors only append fields and constants.
  */
-#define RL_ABI_MINOR 4
+#define RL_ABI_MINOR 5
 
 /**
  * Plugin kind: picks an endpoint for each request.
@@ -110,6 +110,11 @@
  * `RlRequest::struct_size` of an ABI 1.3 host (adds `phase` and `cached_tiers`).
  */
 #define RL_REQUEST_SIZE_V1_3 152
+
+/**
+ * `RlRequest::struct_size` of an ABI 1.4 host (adds `predict`).
+ */
+#define RL_REQUEST_SIZE_V1_4 168
 
 /**
  * `RlEndpointStatus::struct_size` of an ABI 1.2 host (adds `inflight_requests` and
@@ -222,6 +227,53 @@ typedef struct RlPrediction {
  * `predict(ctx, endpoint_index, out)`: see `RlRequest::predict`.
  */
 typedef RlStatus (*RlPredictFn)(const void *ctx, uint32_t endpoint_index, struct RlPrediction *out);
+
+/**
+ * What `adapter_state` writes: an endpoint's LoRA slots, and the request's adapter there.
+ */
+typedef struct RlAdapterState {
+  /**
+   * 1 when the request's adapter holds one of the endpoint's slots (loaded or
+   * loading), else 0.
+   */
+  uint32_t resident;
+  /**
+   * Requests of the request's adapter running on the endpoint.
+   */
+  uint32_t running;
+  /**
+   * Requests of the request's adapter waiting there.
+   */
+  uint32_t waiting;
+  /**
+   * Distinct adapters the endpoint's running requests use.
+   */
+  uint32_t active;
+  /**
+   * Slots holding an adapter.
+   */
+  uint32_t slots_used;
+  /**
+   * Slots in all (vLLM's `--max-loras`).
+   */
+  uint32_t slots_total;
+  /**
+   * Distinct adapters of the endpoint's waiting requests that no running request uses
+   * (vLLM's `waiting_lora_adapters`; `active` is its `running_lora_adapters`).
+   */
+  uint32_t waiting_adapters;
+  /**
+   * Reserved, zero.
+   */
+  uint32_t _reserved;
+} RlAdapterState;
+
+/**
+ * `adapter_state(ctx, endpoint_index, out)`: see `RlRequest::adapter_state`.
+ */
+typedef RlStatus (*RlAdapterStateFn)(const void *ctx,
+                                     uint32_t endpoint_index,
+                                     struct RlAdapterState *out);
 
 /**
  * One request, as the host presents it to matchers. Borrowed for the duration of one call.
@@ -341,6 +393,27 @@ typedef struct RlRequest {
    * Host context to pass back to `predict`.
    */
   const void *predict_ctx;
+  /**
+   * The LoRA adapter the request asks for, numbered by the host from 1 in order of
+   * first appearance (the same number for the same name all run); 0 = none, the base
+   * model.
+   */
+  uint64_t adapter_id;
+  /**
+   * Its name (an OpenAI request's `model`); empty for the base model.
+   */
+  struct RlStr adapter;
+  /**
+   * Asks the host what an endpoint holds of LoRA adapters for this request (see
+   * [`RlAdapterState`]), or NULL when the host cannot say (no adapter slots modelled,
+   * or a request without an adapter). As `cached_prefix`: computed only when called,
+   * valid for this call only, `RL_ERR_INVALID_ARGUMENT` for an unknown endpoint.
+   */
+  RlAdapterStateFn adapter_state;
+  /**
+   * Host context to pass back to `adapter_state`.
+   */
+  const void *adapter_state_ctx;
 } RlRequest;
 
 /**

@@ -193,6 +193,31 @@ fn committed_sessions_trace_is_the_generators_mooncake_output() {
 }
 
 #[test]
+fn committed_lora_trace_is_the_generators_output_with_adapters() {
+    let committed = project_trace("lora-mooncake.jsonl");
+    let generated = scratch_file("lora-mooncake.jsonl", b"");
+    let output = routerlab(&[
+        "gen-trace",
+        "--format",
+        "mooncake",
+        "--requests",
+        "1000",
+        "--adapters",
+        "8",
+        "--seed",
+        "0",
+        "-o",
+        &generated.to_string_lossy(),
+    ]);
+    assert!(output.status.success(), "{}", texts(&output).1);
+    assert!(
+        std::fs::read(&generated).unwrap() == std::fs::read(&committed).unwrap(),
+        "traces/lora-mooncake.jsonl differs from `routerlab gen-trace`: regenerate it with \
+         `cargo xtask gen-trace --format mooncake --requests 1000 --adapters 8 --seed 0 -o traces/lora-mooncake.jsonl`"
+    );
+}
+
+#[test]
 fn mooncake_conversation_trace_in_tokens_shows_the_hot_spot() {
     let trace = project_trace("mooncake-conversation.jsonl");
     let report = Replay::new("lcp", &trace)

@@ -26,7 +26,7 @@ pub const RL_MAGIC: u32 = 0x524C_4142;
 /// Major version: a different major is a different entry symbol and is never loaded.
 pub const RL_ABI_MAJOR: u32 = 1;
 /// Minor version: minors only append fields and constants.
-pub const RL_ABI_MINOR: u32 = 4;
+pub const RL_ABI_MINOR: u32 = 5;
 /// The symbol every plugin library exports (NUL-terminated for `dlsym`).
 pub const RL_ENTRY_SYMBOL: &[u8] = b"routerlab_plugin_entry_v1\0";
 
@@ -171,7 +171,54 @@ pub struct RlRequest {
     pub predict: RlPredictFn,
     /// Host context to pass back to `predict`.
     pub predict_ctx: *const c_void,
+    // ---- appended in ABI 1.5: read only when `struct_size` covers them ----
+    /// The LoRA adapter the request asks for, numbered by the host from 1 in order of
+    /// first appearance (the same number for the same name all run); 0 = none, the base
+    /// model.
+    pub adapter_id: u64,
+    /// Its name (an OpenAI request's `model`); empty for the base model.
+    pub adapter: RlStr,
+    /// Asks the host what an endpoint holds of LoRA adapters for this request (see
+    /// [`RlAdapterState`]), or NULL when the host cannot say (no adapter slots modelled,
+    /// or a request without an adapter). As `cached_prefix`: computed only when called,
+    /// valid for this call only, `RL_ERR_INVALID_ARGUMENT` for an unknown endpoint.
+    pub adapter_state: RlAdapterStateFn,
+    /// Host context to pass back to `adapter_state`.
+    pub adapter_state_ctx: *const c_void,
 }
+
+/// What `adapter_state` writes: an endpoint's LoRA slots, and the request's adapter there.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RlAdapterState {
+    /// 1 when the request's adapter holds one of the endpoint's slots (loaded or
+    /// loading), else 0.
+    pub resident: u32,
+    /// Requests of the request's adapter running on the endpoint.
+    pub running: u32,
+    /// Requests of the request's adapter waiting there.
+    pub waiting: u32,
+    /// Distinct adapters the endpoint's running requests use.
+    pub active: u32,
+    /// Slots holding an adapter.
+    pub slots_used: u32,
+    /// Slots in all (vLLM's `--max-loras`).
+    pub slots_total: u32,
+    /// Distinct adapters of the endpoint's waiting requests that no running request uses
+    /// (vLLM's `waiting_lora_adapters`; `active` is its `running_lora_adapters`).
+    pub waiting_adapters: u32,
+    /// Reserved, zero.
+    pub _reserved: u32,
+}
+
+/// `adapter_state(ctx, endpoint_index, out)`: see `RlRequest::adapter_state`.
+pub type RlAdapterStateFn = Option<
+    unsafe extern "C" fn(
+        ctx: *const c_void,
+        endpoint_index: u32,
+        out: *mut RlAdapterState,
+    ) -> RlStatus,
+>;
 
 /// What `predict` writes: the host's engine model's forecast for the request were it sent
 /// to the endpoint now.
@@ -226,6 +273,8 @@ pub const RL_REQUEST_SIZE_V1_1: u32 = 104;
 pub const RL_REQUEST_SIZE_V1_2: u32 = 128;
 /// `RlRequest::struct_size` of an ABI 1.3 host (adds `phase` and `cached_tiers`).
 pub const RL_REQUEST_SIZE_V1_3: u32 = 152;
+/// `RlRequest::struct_size` of an ABI 1.4 host (adds `predict`).
+pub const RL_REQUEST_SIZE_V1_4: u32 = 168;
 /// `RlEndpointStatus::struct_size` of an ABI 1.2 host (adds `inflight_requests` and
 /// `kv_block_tokens`).
 pub const RL_ENDPOINT_STATUS_SIZE_V1_2: u32 = 88;
@@ -503,7 +552,9 @@ const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<RlStr>() == 16);
     assert!(size_of::<RlErrorSink>() == 16);
-    assert!(size_of::<RlRequest>() == 168);
+    assert!(size_of::<RlRequest>() == 208);
+    assert!(offset_of!(RlRequest, adapter_id) == RL_REQUEST_SIZE_V1_4 as usize);
+    assert!(size_of::<RlAdapterState>() == 32);
     assert!(offset_of!(RlRequest, predict) == RL_REQUEST_SIZE_V1_3 as usize);
     assert!(size_of::<RlPrediction>() == 16);
     assert!(offset_of!(RlRequest, cached_tiers) == 136);

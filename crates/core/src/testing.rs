@@ -72,6 +72,11 @@ struct Spec {
     tiers: Vec<u64>,
     /// Likewise forecasts: a count, then (endpoint id, TTFT ns, TPOT ns) triples.
     predicted: Vec<u64>,
+    /// The adapter asked for: (number, name); number 0 = none.
+    adapter: (u64, Vec<u8>),
+    /// Likewise adapter states: a count, then (endpoint id, resident, running, waiting,
+    /// active, slots used, slots total, waiting adapters) rows.
+    adapters: Vec<u64>,
 }
 
 /// The rows of a builder's table at `ctx`: a count, then that many rows of `N` values.
@@ -103,6 +108,36 @@ unsafe extern "C" fn predicted_of(
                 *out = RlPrediction {
                     ttft_ns: *ttft_ns,
                     tpot_ns: *tpot_ns,
+                }
+            };
+            RL_OK
+        }
+        None => RL_ERR_INVALID_ARGUMENT,
+    }
+}
+
+/// The `adapter_state` callback of a built request.
+unsafe extern "C" fn adapter_state_of(
+    ctx: *const std::ffi::c_void,
+    endpoint_index: u32,
+    out: *mut RlAdapterState,
+) -> RlStatus {
+    // SAFETY: `ctx` is the builder's `adapters` table, borrowed by the view.
+    let rows = unsafe { rows::<8>(ctx) };
+    match rows.iter().find(|r| r[0] == u64::from(endpoint_index)) {
+        Some(row) => {
+            let field = |i: usize| u32::try_from(row[i]).unwrap_or(u32::MAX);
+            // SAFETY: the SDK passes a valid out slot.
+            unsafe {
+                *out = RlAdapterState {
+                    resident: field(1),
+                    running: field(2),
+                    waiting: field(3),
+                    active: field(4),
+                    slots_used: field(5),
+                    slots_total: field(6),
+                    waiting_adapters: field(7),
+                    _reserved: 0,
                 }
             };
             RL_OK
@@ -203,6 +238,8 @@ impl RequestBuilder {
                 cached: vec![0],
                 tiers: vec![0],
                 predicted: vec![0],
+                adapter: (0, Vec::new()),
+                adapters: vec![0],
             },
             raw: zeroed_request(),
         }
@@ -283,6 +320,38 @@ impl RequestBuilder {
         self.spec.predicted[0] += 1;
         self.synced()
     }
+    /// The request asks for LoRA adapter number `id` (non-zero), named `name` (ABI 1.5).
+    pub fn adapter(mut self, id: u64, name: &str) -> Self {
+        self.spec.adapter = (id, name.as_bytes().to_vec());
+        self.synced()
+    }
+    /// The host reports endpoint `id`'s LoRA slots for this request (ABI 1.5; without any
+    /// such call it says nothing).
+    pub fn adapter_state(mut self, id: u32, state: RlAdapterState) -> Self {
+        let RlAdapterState {
+            resident,
+            running,
+            waiting,
+            active,
+            slots_used,
+            slots_total,
+            waiting_adapters,
+            _reserved,
+        } = state;
+        self.spec.adapters.push(u64::from(id));
+        let row = [
+            resident,
+            running,
+            waiting,
+            active,
+            slots_used,
+            slots_total,
+            waiting_adapters,
+        ];
+        self.spec.adapters.extend(row.map(u64::from));
+        self.spec.adapters[0] += 1;
+        self.synced()
+    }
     /// The phase it is routed for (ABI 1.3; by default [`Phase::Whole`]).
     pub fn phase(mut self, phase: Phase) -> Self {
         self.spec.phase = phase;
@@ -348,6 +417,17 @@ impl RequestBuilder {
                 Some(predicted_of)
             },
             predict_ctx: spec.predicted.as_ptr().cast(),
+            adapter_id: spec.adapter.0,
+            adapter: RlStr {
+                ptr: spec.adapter.1.as_ptr(),
+                len: spec.adapter.1.len() as u64,
+            },
+            adapter_state: if spec.adapters[0] == 0 {
+                None
+            } else {
+                Some(adapter_state_of)
+            },
+            adapter_state_ctx: spec.adapters.as_ptr().cast(),
         };
         self
     }

@@ -167,6 +167,8 @@ pub struct LoraStatus {
     pub loads: u64,
     /// Adapters evicted so far to make room.
     pub evictions: u64,
+    /// Distinct adapters of the waiting requests that no running request uses.
+    pub waiting_adapters: u64,
 }
 
 impl crate::Sequence {
@@ -184,6 +186,17 @@ impl crate::Engine {
         self.lora.as_ref().is_some_and(|l| l.resident(adapter))
     }
 
+    /// Requests of `adapter` (non-zero) running and waiting here.
+    pub fn adapter_requests(&self, adapter: u32) -> (u64, u64) {
+        let count = |seqs: &mut dyn Iterator<Item = &crate::Sequence>| {
+            seqs.filter(|s| s.adapter == adapter).count() as u64
+        };
+        (
+            count(&mut self.running().iter()),
+            count(&mut self.waiting.iter()),
+        )
+    }
+
     /// Its LoRA slots now; `None` when the config has none.
     pub fn lora_status(&self) -> Option<LoraStatus> {
         self.lora.as_ref().map(|l| LoraStatus {
@@ -192,6 +205,15 @@ impl crate::Engine {
             active: l.active(),
             loads: l.loads,
             evictions: l.evictions,
+            waiting_adapters: {
+                let mut waiting: Vec<u32> = (self.waiting.iter())
+                    .map(|s| s.adapter)
+                    .filter(|&a| a != 0 && !self.running().iter().any(|r| r.adapter == a))
+                    .collect();
+                waiting.sort_unstable();
+                waiting.dedup();
+                waiting.len() as u64
+            },
         })
     }
 }

@@ -138,7 +138,7 @@ pub struct Engine {
     kv: KvCache,
     /// The host and shared tiers below the GPU cache, when configured.
     tiers: Tiers,
-    waiting: VecDeque<Sequence>,
+    pub(crate) waiting: VecDeque<Sequence>,
     running: Vec<Sequence>,
     plan: Option<Plan>,
     /// The last plan's lists, cleared, to reuse their allocations.

@@ -94,6 +94,7 @@ fn through_abi(chains: &[Vec<u64>], ids: &[Vec<u32>], decisions: &mut Vec<usize>
             phase: routerlab_core::Phase::Whole,
             cached_tiers: None,
             predict: None,
+            lora: None,
         };
         // One crossing: the SDK's `match_update` slot (ABI 1.2).
         let pos = matcher
@@ -139,6 +140,13 @@ fn linked_statically(chains: &[Vec<u64>], ids: &[Vec<u32>], decisions: &mut Vec<
             cached_tiers_ctx: std::ptr::null(),
             predict: None,
             predict_ctx: std::ptr::null(),
+            adapter_id: 0,
+            adapter: RlStr {
+                ptr: std::ptr::null(),
+                len: 0,
+            },
+            adapter_state: None,
+            adapter_state_ctx: std::ptr::null(),
         };
         // SAFETY: `raw` borrows `chain` and `block_ids`, alive for this iteration.
         let request = unsafe { Request::from_raw(&raw) }.unwrap();

@@ -1,4 +1,5 @@
-//! The host's side of the request callbacks (`cached_prefix`, `cached_tiers`, `predict`):
+//! The host's side of the request callbacks (`cached_prefix`, `cached_tiers`, `predict`,
+//! `adapter_state`):
 //! C functions that call back into the closure a [`crate::RequestData`] carries, never
 //! unwinding into the plugin's frames.
 
@@ -70,4 +71,14 @@ pub(crate) unsafe extern "C" fn predict_trampoline(
 ) -> RlStatus {
     // SAFETY: the host passes its `Predict` as `ctx` (`raw_view`).
     unsafe { answer::<RlPrediction, RlPrediction>(ctx, endpoint_index, out, |f| f) }
+}
+
+/// The `adapter_state` callback: asks the host closure at `ctx`.
+pub(crate) unsafe extern "C" fn adapter_state_trampoline(
+    ctx: *const c_void,
+    endpoint_index: u32,
+    out: *mut RlAdapterState,
+) -> RlStatus {
+    // SAFETY: the host passes its `AdapterState` as `ctx` (`raw_view`).
+    unsafe { answer::<RlAdapterState, RlAdapterState>(ctx, endpoint_index, out, |s| s) }
 }

@@ -142,6 +142,7 @@ mod tests {
             phase: routerlab_core::Phase::Whole,
             cached_tiers: None,
             predict: None,
+            lora: None,
         }
     }
 

@@ -20,14 +20,13 @@ mod error;
 pub mod in_process;
 mod instance;
 mod loader;
+mod request;
 
 pub use discovery::{PLUGIN_PATH_ENV, PluginSpec, SearchPath, is_valid_name, library_file_name};
 pub use error::{CallFailure, LibraryFault, PluginError};
-pub use instance::{
-    CachedPrefix, CachedTiers, DetectorInstance, EndpointLoad, EndpointTable, MatcherInstance,
-    Predict, RequestData,
-};
+pub use instance::{DetectorInstance, EndpointLoad, EndpointTable, MatcherInstance};
 pub use loader::{Library, PluginInfo, PluginKind, load_library, loaded_library_paths};
+pub use request::{AdapterState, CachedPrefix, CachedTiers, Lora, Predict, RequestData};
 
 /// Finds and loads the plugin named by `spec` (a name or `PATH[#NAME]`), of kind `kind`.
 pub fn find_plugin(

@@ -456,3 +456,44 @@ fn the_hosts_forecasts_reach_sim_latency_and_a_failing_forecast_falls_back() {
         "a forecast that panics is no forecast, not a crash"
     );
 }
+
+#[test]
+fn the_hosts_adapter_state_reaches_gie_lora_affinity_through_the_loader() {
+    use routerlab_core::abi::RlAdapterState;
+    use routerlab_host::Lora;
+    let search = built_plugins();
+    let table = endpoints(3);
+    let mut matcher = load_matcher("gie-lora-affinity", "", &search).unwrap();
+    matcher.add_endpoints(&table).unwrap();
+    let none = vec![false; 3];
+    // Only endpoint 2 runs the adapter; the others are full of other adapters.
+    let state = |index: u32| {
+        (index < 3).then(|| RlAdapterState {
+            resident: u32::from(index == 2),
+            running: u32::from(index == 2),
+            active: 2,
+            slots_used: 2,
+            slots_total: 2,
+            ..RlAdapterState::default()
+        })
+    };
+    let data = RequestData {
+        lora: Some(Lora {
+            id: 1,
+            name: b"sql-lora",
+            state: Some(&state),
+        }),
+        ..request(1, &[1, 2])
+    };
+    assert_eq!(
+        matcher.match_request(&data, &table, &none).unwrap(),
+        Some(2)
+    );
+    // The base model: every endpoint alike, the first of the least loaded.
+    assert_eq!(
+        matcher
+            .match_request(&request(2, &[1, 2]), &table, &none)
+            .unwrap(),
+        Some(0)
+    );
+}

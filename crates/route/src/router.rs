@@ -362,6 +362,7 @@ pub(crate) mod tests {
             phase: routerlab_core::Phase::Whole,
             cached_tiers: None,
             predict: None,
+            lora: None,
         }
     }
 

@@ -222,6 +222,8 @@ struct Step<'a> {
     output_tokens: Option<u64>,
     session: u64,
     parent_seq: Option<u64>,
+    /// The LoRA adapter it names: (number, name).
+    adapter: Option<(u64, &'a [u8])>,
 }
 
 /// The time-free replay's state between requests.
@@ -437,6 +439,11 @@ impl TimeFree {
             phase,
             cached_tiers: None,
             predict: None,
+            lora: request.adapter.map(|(id, name)| routerlab_host::Lora {
+                id,
+                name,
+                state: None,
+            }),
         };
         let plugin_error =
             |e| SimError::plugin(request_location(RequestSeq(request.seq), request.line), e);
@@ -500,6 +507,10 @@ pub fn replay(
                 output_tokens: request.output_tokens,
                 session: request.session,
                 parent_seq: request.parent_seq,
+                adapter: reader
+                    .adapters()
+                    .name(request.adapter)
+                    .map(|name| (u64::from(request.adapter), name.as_bytes())),
             },
         )?;
         tell_routed(observer, replicas, (request.seq, request.line), routed)?;
@@ -534,6 +545,10 @@ pub fn replay_workload(
                 output_tokens: request.output_tokens,
                 session: request.session,
                 parent_seq: request.parent.map(|p| RequestSeq::of_index(p).0),
+                adapter: workload
+                    .adapters
+                    .name(request.adapter)
+                    .map(|name| (u64::from(request.adapter), name.as_bytes())),
             },
         )?;
         tell_routed(observer, replicas, (seq, request.line), routed)?;

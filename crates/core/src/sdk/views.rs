@@ -337,10 +337,36 @@ impl<'a> Request<'a> {
         let status = unsafe { ask(self.raw.predict_ctx, id.get(), &mut forecast) };
         (status == RL_OK).then_some(forecast)
     }
+    /// The LoRA adapter the request asks for (ABI 1.5): the host's number for it (from 1,
+    /// the same all run) and its name; `None` for the base model or from an older host.
+    #[inline]
+    pub fn adapter(&self) -> Option<(u64, &'a [u8])> {
+        if self.raw.struct_size < RL_REQUEST_SIZE_V1_5 || self.raw.adapter_id == 0 {
+            return None;
+        }
+        // SAFETY: the host guarantees `adapter` points at `len` readable bytes for this
+        // call; `raw_bytes` handles the null/empty case.
+        Some((self.raw.adapter_id, unsafe { raw_bytes(self.raw.adapter) }))
+    }
+    /// What the endpoint `id` holds of LoRA adapters, and of this request's (ABI 1.5):
+    /// `None` from a host that models no adapter slots, for a request without an adapter,
+    /// or from an older host. Computed on each call.
+    #[inline]
+    pub fn adapter_state(&self, id: EndpointId) -> Option<RlAdapterState> {
+        if self.raw.struct_size < RL_REQUEST_SIZE_V1_5 {
+            return None;
+        }
+        let ask = self.raw.adapter_state?;
+        let mut state = RlAdapterState::default();
+        // SAFETY: a non-null callback was written by a host whose struct covers it, which
+        // guarantees it and its context for this call; `state` is a valid out slot.
+        let status = unsafe { ask(self.raw.adapter_state_ctx, id.get(), &mut state) };
+        (status == RL_OK).then_some(state)
+    }
 }
 
-/// `RlRequest::struct_size` of an ABI 1.4 host (adds `predict`).
-const RL_REQUEST_SIZE_V1_4: u32 = 168;
+/// `RlRequest::struct_size` of an ABI 1.5 host (adds the adapter and `adapter_state`).
+const RL_REQUEST_SIZE_V1_5: u32 = 208;
 
 /// `RlRequest::struct_size` from which `phase` is there (an ABI 1.3 host's is larger).
 const RL_REQUEST_SIZE_WITH_PHASE: u32 = 136;
@@ -617,6 +643,13 @@ pub(crate) const fn zeroed_request() -> RlRequest {
         cached_tiers_ctx: std::ptr::null(),
         predict: None,
         predict_ctx: std::ptr::null(),
+        adapter_id: 0,
+        adapter: RlStr {
+            ptr: std::ptr::null(),
+            len: 0,
+        },
+        adapter_state: None,
+        adapter_state_ctx: std::ptr::null(),
     }
 }
 

@@ -87,6 +87,7 @@ pub fn request(id: u64, hashes: &[u64]) -> RequestData<'_> {
         phase: routerlab_core::Phase::Whole,
         cached_tiers: None,
         predict: None,
+        lora: None,
     }
 }
 

@@ -78,6 +78,7 @@ impl WireRequest {
             phase: routerlab_core::Phase::from_raw(self.phase),
             cached_tiers: None,
             predict: None,
+            lora: None,
         }
     }
 }

@@ -92,6 +92,7 @@ impl Routed {
             phase: self.phase,
             cached_tiers: None,
             predict: None,
+            lora: None,
         }
     }
 

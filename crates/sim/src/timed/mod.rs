@@ -576,11 +576,17 @@ impl Sim<'_> {
         let ask = |endpoint: u32| self.cached_prefix(index, endpoint);
         let tiers = |endpoint: u32| self.cached_tiers(index, endpoint);
         let predict = |endpoint: u32| self.predict(index, endpoint, now);
-        let data = RequestData {
+        let adapters = |endpoint: u32| self.adapter_state(index, endpoint);
+        let mut data = RequestData {
             cached_tiers: Some(&tiers),
             predict: Some(&predict),
             ..self.data(index, now, Some(&ask))
         };
+        if let Some(lora) = &mut data.lora
+            && self.settings.engines.iter().any(|e| e.lora.is_some())
+        {
+            lora.state = Some(&adapters);
+        }
         router.decide(&data, sure).map_err(self.plugin_error(index))
     }
 

@@ -1,8 +1,8 @@
 //! What the timed replay's routers see of a request and may ask of the engines: how much
 //! of its prompt each one holds, per tier, and each one's forecast of its first token.
 
-use routerlab_core::abi::RlPrediction;
-use routerlab_host::{CachedPrefix, RequestData};
+use routerlab_core::abi::{RlAdapterState, RlPrediction};
+use routerlab_host::{CachedPrefix, Lora, RequestData};
 use routerlab_route::RequestSeq;
 
 use super::Sim;
@@ -36,7 +36,41 @@ impl Sim<'_> {
             phase: self.phase_of(index),
             cached_tiers: None,
             predict: None,
+            lora: self
+                .workload
+                .adapters
+                .name(request.adapter)
+                .map(|name| Lora {
+                    id: u64::from(request.adapter),
+                    name: name.as_bytes(),
+                    state: None,
+                }),
         }
+    }
+
+    /// What the engine of endpoint `endpoint_index` holds of LoRA adapters, and of
+    /// request `index`'s (ABI 1.5 `adapter_state`); `None` for an engine without slots.
+    pub(super) fn adapter_state(
+        &self,
+        index: usize,
+        endpoint_index: u32,
+    ) -> Option<RlAdapterState> {
+        let pos = (*self.position_of.get(endpoint_index as usize)?)?;
+        let engine = &self.fleet.engines[pos];
+        let status = engine.lora_status()?;
+        let adapter = self.workload.requests[index].adapter;
+        let (running, waiting) = engine.adapter_requests(adapter);
+        let small = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        Some(RlAdapterState {
+            resident: u32::from(engine.adapter_resident(adapter)),
+            running: small(running),
+            waiting: small(waiting),
+            active: small(status.active),
+            slots_used: small(status.slots_used),
+            slots_total: small(status.slots_total),
+            waiting_adapters: small(status.waiting_adapters),
+            _reserved: 0,
+        })
     }
 
     /// How much of request `index`'s prompt the engine of endpoint `endpoint_index` holds

@@ -83,6 +83,10 @@ fn raw_request(struct_size: u32) -> RlRequest {
         cached_tiers_ctx: std::ptr::null(),
         predict: None,
         predict_ctx: std::ptr::null(),
+        adapter_id: 0,
+        adapter: RlStr::from_str(""),
+        adapter_state: None,
+        adapter_state_ctx: std::ptr::null(),
     }
 }
 
@@ -306,6 +310,64 @@ fn forecasts_are_read_only_from_hosts_that_wrote_them() {
     // SAFETY: as above.
     let view = unsafe { Request::from_raw(&older) }.unwrap();
     assert_eq!(view.predict(id(1)), None, "a 1.3 host does not forecast");
+}
+
+unsafe extern "C" fn two_slots(
+    _: *const c_void,
+    endpoint_index: u32,
+    out: *mut RlAdapterState,
+) -> RlStatus {
+    if endpoint_index > 1 {
+        return RL_ERR_INVALID_ARGUMENT;
+    }
+    // SAFETY: the SDK passes a valid out slot.
+    unsafe {
+        *out = RlAdapterState {
+            resident: endpoint_index,
+            running: 3,
+            waiting: 1,
+            active: 2,
+            slots_used: 2,
+            slots_total: 2,
+            waiting_adapters: 1,
+            _reserved: 0,
+        }
+    };
+    RL_OK
+}
+
+#[test]
+fn adapters_are_read_only_from_hosts_that_wrote_them() {
+    let whole = RlRequest {
+        adapter_id: 4,
+        adapter: RlStr::from_str("sql-lora"),
+        adapter_state: Some(two_slots),
+        ..raw_request(size_of::<RlRequest>() as u32)
+    };
+    // SAFETY: `whole` borrows statics.
+    let view = unsafe { Request::from_raw(&whole) }.unwrap();
+    let id = EndpointId;
+    assert_eq!(view.adapter(), Some((4, &b"sql-lora"[..])));
+    let state = view.adapter_state(id(1)).unwrap();
+    assert_eq!(
+        (state.resident, state.running, state.slots_total),
+        (1, 3, 2)
+    );
+    assert_eq!(view.adapter_state(id(2)), None, "an unknown endpoint");
+    let base = RlRequest {
+        adapter_id: 0,
+        ..whole
+    };
+    // SAFETY: as above.
+    assert_eq!(unsafe { Request::from_raw(&base) }.unwrap().adapter(), None);
+    let older = RlRequest {
+        struct_size: RL_REQUEST_SIZE_V1_4,
+        ..whole
+    };
+    // SAFETY: as above.
+    let view = unsafe { Request::from_raw(&older) }.unwrap();
+    assert_eq!(view.adapter(), None, "a 1.4 host names no adapter");
+    assert_eq!(view.adapter_state(id(1)), None);
 }
 
 #[test]
