@@ -117,6 +117,11 @@
 #define RL_REQUEST_SIZE_V1_4 168
 
 /**
+ * `RlEndpointStatus::struct_size` of an ABI 1.3 or 1.4 host (adds `role`).
+ */
+#define RL_ENDPOINT_STATUS_SIZE_V1_3 96
+
+/**
  * `RlEndpointStatus::struct_size` of an ABI 1.2 host (adds `inflight_requests` and
  * `kv_block_tokens`).
  */
@@ -479,6 +484,24 @@ typedef struct RlEndpointStatus {
    * Reserved, zero.
    */
   uint32_t _reserved_1_3;
+  /**
+   * LoRA adapter slots holding an adapter (0 with `lora_slots_total` 0: the host models
+   * no slots).
+   */
+  uint32_t lora_slots_used;
+  /**
+   * LoRA adapter slots in all (vLLM's `--max-loras`); 0 when the host models none.
+   */
+  uint32_t lora_slots_total;
+  /**
+   * Distinct adapters the endpoint's running requests use (vLLM's
+   * `running_lora_adapters`).
+   */
+  uint32_t lora_active;
+  /**
+   * Distinct adapters only its waiting requests use (vLLM's `waiting_lora_adapters`).
+   */
+  uint32_t lora_waiting;
 } RlEndpointStatus;
 
 /**

@@ -13,7 +13,7 @@ use routerlab_sim::scenario::Scenario;
 use routerlab_sim::timed::TimedSettings;
 use support::project_trace;
 
-fn run(matcher: &str) -> Report {
+fn run(matcher: &str, detector: Option<&str>) -> Report {
     let engine = EngineConfig {
         lora: Some(LoraConfig {
             slots: 2,
@@ -25,8 +25,12 @@ fn run(matcher: &str) -> Report {
     let scenario = Scenario::new(matcher, project_trace("lora-mooncake.jsonl"))
         .endpoints(4)
         .matcher_config("seed: 0")
-        .expect("matcher config")
-        .timed(TimedSettings::at_trace_times(vec![engine; 4]));
+        .expect("matcher config");
+    let scenario = match detector {
+        Some(name) => scenario.detector(name, "").expect("detector config"),
+        None => scenario,
+    }
+    .timed(TimedSettings::at_trace_times(vec![engine; 4]));
     let mut replicas = scenario
         .routers(&SearchPath::from_env())
         .expect("plugins load");
@@ -44,8 +48,8 @@ fn ttft_p50(report: &Report) -> f64 {
 
 #[test]
 fn lora_affinity_beats_round_robin_when_slots_are_scarce() {
-    let round_robin = run("round-robin");
-    let affinity = run("gie-lora-affinity");
+    let round_robin = run("round-robin", None);
+    let affinity = run("gie-lora-affinity", None);
     assert!(
         ttft_p50(&affinity) < ttft_p50(&round_robin) / 2.0,
         "gie-lora-affinity TTFT p50 {} ms, round-robin {} ms",
@@ -54,4 +58,15 @@ fn lora_affinity_beats_round_robin_when_slots_are_scarce() {
     );
     insta::assert_yaml_snapshot!("round-robin", round_robin);
     insta::assert_yaml_snapshot!("gie-lora-affinity", affinity);
+}
+
+#[test]
+fn aibrix_lora_affinity_and_the_saturation_detector() {
+    let aibrix = run("aibrix-lora-affinity", None);
+    assert!(ttft_p50(&aibrix) < 100.0, "{} ms", ttft_p50(&aibrix));
+    insta::assert_yaml_snapshot!("aibrix-lora-affinity", aibrix);
+    let flagged = run("round-robin", Some("lora-saturation"));
+    let constrained = flagged.constrained_decisions;
+    assert!(constrained > 0, "the detector flagged saturated endpoints");
+    insta::assert_yaml_snapshot!("round-robin+lora-saturation", flagged);
 }

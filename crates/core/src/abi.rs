@@ -275,6 +275,8 @@ pub const RL_REQUEST_SIZE_V1_2: u32 = 128;
 pub const RL_REQUEST_SIZE_V1_3: u32 = 152;
 /// `RlRequest::struct_size` of an ABI 1.4 host (adds `predict`).
 pub const RL_REQUEST_SIZE_V1_4: u32 = 168;
+/// `RlEndpointStatus::struct_size` of an ABI 1.3 or 1.4 host (adds `role`).
+pub const RL_ENDPOINT_STATUS_SIZE_V1_3: u32 = 96;
 /// `RlEndpointStatus::struct_size` of an ABI 1.2 host (adds `inflight_requests` and
 /// `kv_block_tokens`).
 pub const RL_ENDPOINT_STATUS_SIZE_V1_2: u32 = 88;
@@ -333,6 +335,17 @@ pub struct RlEndpointStatus {
     pub role: u32,
     /// Reserved, zero.
     pub _reserved_1_3: u32,
+    // ---- appended in ABI 1.5: read only when `struct_size` covers it ----
+    /// LoRA adapter slots holding an adapter (0 with `lora_slots_total` 0: the host models
+    /// no slots).
+    pub lora_slots_used: u32,
+    /// LoRA adapter slots in all (vLLM's `--max-loras`); 0 when the host models none.
+    pub lora_slots_total: u32,
+    /// Distinct adapters the endpoint's running requests use (vLLM's
+    /// `running_lora_adapters`).
+    pub lora_active: u32,
+    /// Distinct adapters only its waiting requests use (vLLM's `waiting_lora_adapters`).
+    pub lora_waiting: u32,
 }
 
 /// A borrowed list of endpoint statuses; element `i` is at `items + i * stride` bytes.
@@ -563,7 +576,8 @@ const _: () = {
     assert!(offset_of!(RlRequest, block_ids) == RL_REQUEST_SIZE_V1_0 as usize);
     assert!(offset_of!(RlRequest, now_ns) == RL_REQUEST_SIZE_V1_1 as usize);
     assert!(offset_of!(RlRequest, prompt_len) == 64);
-    assert!(size_of::<RlEndpointStatus>() == 96);
+    assert!(size_of::<RlEndpointStatus>() == 112);
+    assert!(offset_of!(RlEndpointStatus, lora_slots_used) == RL_ENDPOINT_STATUS_SIZE_V1_3 as usize);
     assert!(offset_of!(RlEndpointStatus, role) == RL_ENDPOINT_STATUS_SIZE_V1_2 as usize);
     assert!(
         offset_of!(RlEndpointStatus, inflight_requests) == RL_ENDPOINT_STATUS_SIZE_V1_0 as usize
@@ -608,6 +622,10 @@ impl RlEndpointStatus {
             kv_block_tokens: 0,
             role: RL_ROLE_AGGREGATED,
             _reserved_1_3: 0,
+            lora_slots_used: 0,
+            lora_slots_total: 0,
+            lora_active: 0,
+            lora_waiting: 0,
         }
     }
 }

@@ -22,6 +22,6 @@ pub mod testing;
 pub use config::PluginConfig;
 pub use rng::SeededRng;
 pub use sdk::{
-    BYTES_PER_TOKEN, Detector, EndpointId, EndpointStatus, Endpoints, Matcher, Phase, Request,
-    Role, Unit,
+    BYTES_PER_TOKEN, Detector, EndpointId, EndpointStatus, Endpoints, LoraSlots, Matcher, Phase,
+    Request, Role, Unit,
 };

@@ -506,6 +506,15 @@ impl EndpointsBuilder {
         self.raw[pos].role = role.raw();
         self
     }
+    /// The LoRA slots of list position `pos` (ABI 1.5; `total` 0: none).
+    pub fn lora(mut self, pos: usize, slots: crate::LoraSlots) -> Self {
+        let s = &mut self.raw[pos];
+        s.lora_slots_used = slots.used;
+        s.lora_slots_total = slots.total;
+        s.lora_active = slots.active;
+        s.lora_waiting = slots.waiting;
+        self
+    }
     /// Flags list position `pos` unavailable.
     pub fn unavailable(mut self, pos: usize) -> Self {
         self.unavailable[pos] = 1;

@@ -116,6 +116,8 @@ pub struct EngineStatus {
     pub kv_blocks_used: u64,
     /// KV blocks in total.
     pub kv_blocks_total: u64,
+    /// Its LoRA slots (all zero without them).
+    pub lora: crate::LoraStatus,
 }
 
 /// The work of the step (or macro step) in flight.
@@ -268,6 +270,7 @@ impl Engine {
             waiting: self.waiting.len() as u64,
             kv_blocks_used: u64::from(self.kv.used()),
             kv_blocks_total: u64::from(self.kv.capacity()),
+            lora: self.lora_status().unwrap_or_default(),
         }
     }
 

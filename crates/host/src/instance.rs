@@ -32,6 +32,8 @@ pub struct EndpointLoad {
     pub inflight_requests: u64,
     /// Tokens per KV block (timed: the engine's block size; 0 time-free).
     pub kv_block_tokens: u64,
+    /// Its LoRA adapter slots (ABI 1.5; `total` 0: none modelled).
+    pub lora: routerlab_core::LoraSlots,
 }
 
 /// The fleet's endpoints in the exact layout plugins read, kept up to date in place so that
@@ -121,6 +123,12 @@ impl EndpointTable {
             inflight_prompt_tokens: s.inflight_prompt_tokens,
             inflight_requests: s.inflight_requests,
             kv_block_tokens: s.kv_block_tokens,
+            lora: routerlab_core::LoraSlots {
+                used: s.lora_slots_used,
+                total: s.lora_slots_total,
+                active: s.lora_active,
+                waiting: s.lora_waiting,
+            },
         }
     }
 
@@ -149,6 +157,10 @@ impl EndpointTable {
         s.inflight_prompt_tokens = load.inflight_prompt_tokens;
         s.inflight_requests = load.inflight_requests;
         s.kv_block_tokens = load.kv_block_tokens;
+        s.lora_slots_used = load.lora.used;
+        s.lora_slots_total = load.lora.total;
+        s.lora_active = load.lora.active;
+        s.lora_waiting = load.lora.waiting;
     }
 
     #[inline]

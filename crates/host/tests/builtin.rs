@@ -497,3 +497,37 @@ fn the_hosts_adapter_state_reaches_gie_lora_affinity_through_the_loader() {
         Some(0)
     );
 }
+
+#[test]
+fn lora_saturation_reads_the_endpoints_lora_slots_through_the_loader() {
+    use routerlab_core::LoraSlots;
+    let search = built_plugins();
+    let mut table = endpoints(3);
+    let mut flags = Vec::new();
+    let mut detector = load_detector("lora-saturation", "", &search).unwrap();
+    let slots = |active, waiting| LoraSlots {
+        used: active,
+        total: 2,
+        active,
+        waiting,
+    };
+    for (pos, lora) in [slots(2, 1), slots(1, 4), LoraSlots::default()]
+        .into_iter()
+        .enumerate()
+    {
+        table.set_load(
+            pos,
+            EndpointLoad {
+                lora,
+                ..Default::default()
+            },
+        );
+    }
+    assert_eq!(
+        table.load(0).lora,
+        slots(2, 1),
+        "the table keeps what it was given"
+    );
+    detector.detect(&table, &mut flags).unwrap();
+    assert_eq!(flags, vec![true, false, false]);
+}

@@ -25,7 +25,7 @@ pub(crate) mod views;
 pub use export::{DetectorExport, MatcherExport};
 pub use traits::{Detector, Matcher};
 pub use views::{
-    BYTES_PER_TOKEN, EndpointId, EndpointStatus, Endpoints, Phase, Request, Role, Unit,
+    BYTES_PER_TOKEN, EndpointId, EndpointStatus, Endpoints, LoraSlots, Phase, Request, Role, Unit,
 };
 
 pub(crate) use views::raw_bytes;

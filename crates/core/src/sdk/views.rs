@@ -533,7 +533,44 @@ impl<'a> EndpointStatus<'a> {
         // SAFETY: `struct_size` says the host wrote this field.
         Role::from_raw(unsafe { std::ptr::addr_of!((*self.raw).role).read_unaligned() })
     }
+    /// The endpoint's LoRA adapter slots (ABI 1.5); `None` from a host that models none, or
+    /// an older one.
+    #[inline]
+    pub fn lora(&self) -> Option<LoraSlots> {
+        if field!(self.raw, struct_size) < ENDPOINT_STATUS_SIZE_V1_5 {
+            return None;
+        }
+        // SAFETY: `struct_size` says the host wrote these fields.
+        let read = |f: *const u32| unsafe { f.read_unaligned() };
+        let raw = self.raw;
+        // SAFETY: `raw` points at a status whose `struct_size` covers these fields.
+        let slots = unsafe {
+            LoraSlots {
+                used: read(std::ptr::addr_of!((*raw).lora_slots_used)),
+                total: read(std::ptr::addr_of!((*raw).lora_slots_total)),
+                active: read(std::ptr::addr_of!((*raw).lora_active)),
+                waiting: read(std::ptr::addr_of!((*raw).lora_waiting)),
+            }
+        };
+        (slots.total > 0).then_some(slots)
+    }
 }
+
+/// An endpoint's LoRA adapter slots, as [`EndpointStatus::lora`] reads them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoraSlots {
+    /// Slots holding an adapter.
+    pub used: u32,
+    /// Slots in all (vLLM's `--max-loras`).
+    pub total: u32,
+    /// Distinct adapters its running requests use.
+    pub active: u32,
+    /// Distinct adapters only its waiting requests use.
+    pub waiting: u32,
+}
+
+/// `RlEndpointStatus::struct_size` of an ABI 1.5 host (adds the LoRA slots).
+const ENDPOINT_STATUS_SIZE_V1_5: u32 = 112;
 
 /// `RlEndpointStatus::struct_size` of an ABI 1.2 host.
 const ENDPOINT_STATUS_SIZE_WITH_INFLIGHT: u32 = 80;

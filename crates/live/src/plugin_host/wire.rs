@@ -249,6 +249,8 @@ pub fn read_call(from: &mut impl Read, buf: &mut Vec<u8>) -> Result<Call, WireEr
                     inflight_prompt_tokens: input.u64()?,
                     inflight_requests: input.u64()?,
                     kv_block_tokens: input.u64()?,
+                    // `serve` follows no engine's adapters: nothing to carry.
+                    lora: Default::default(),
                 };
                 loads.push((index, load));
             }
@@ -579,6 +581,7 @@ mod tests {
             inflight_prompt_tokens: 5,
             inflight_requests: 6,
             kv_block_tokens: 7,
+            lora: Default::default(),
         };
         let calls = [
             Call::Decide {

@@ -624,6 +624,7 @@ impl State {
                     inflight_prompt_tokens: upstream.inflight_tokens,
                     inflight_requests: upstream.inflight,
                     kv_block_tokens: 0,
+                    lora: Default::default(),
                 };
                 Some((index, load))
             })

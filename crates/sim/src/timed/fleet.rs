@@ -67,6 +67,15 @@ impl Fleet {
             inflight_prompt_tokens: self.inflight_tokens[r][pos],
             inflight_requests: self.inflight_requests[r][pos],
             kv_block_tokens: u64::from(self.engines[pos].block_tokens()),
+            lora: {
+                let small = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+                routerlab_core::LoraSlots {
+                    used: small(status.lora.slots_used),
+                    total: small(status.lora.slots_total),
+                    active: small(status.lora.active),
+                    waiting: small(status.lora.waiting_adapters),
+                }
+            },
         }
     }
 
