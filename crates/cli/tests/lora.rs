@@ -61,10 +61,13 @@ fn lora_affinity_beats_round_robin_when_slots_are_scarce() {
 }
 
 #[test]
-fn aibrix_lora_affinity_and_the_saturation_detector() {
+fn aibrix_and_dynamo_placement_and_the_saturation_detector() {
     let aibrix = run("aibrix-lora-affinity", None);
     assert!(ttft_p50(&aibrix) < 100.0, "{} ms", ttft_p50(&aibrix));
     insta::assert_yaml_snapshot!("aibrix-lora-affinity", aibrix);
+    let hrw = run("dynamo-lora-hrw", None);
+    assert!(ttft_p50(&hrw) < 100.0, "{} ms", ttft_p50(&hrw));
+    insta::assert_yaml_snapshot!("dynamo-lora-hrw", hrw);
     let flagged = run("round-robin", Some("lora-saturation"));
     let constrained = flagged.constrained_decisions;
     assert!(constrained > 0, "the detector flagged saturated endpoints");
