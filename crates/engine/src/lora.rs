@@ -122,6 +122,15 @@ impl Residency {
         Some(slot.ready_ns)
     }
 
+    /// Whether [`Residency::admit`] of `adapter` would find a slot now.
+    pub(crate) fn can_admit(&self, adapter: u32) -> bool {
+        self.slots.len() < self.config.slots as usize
+            || self
+                .slots
+                .iter()
+                .any(|s| s.adapter == adapter || s.pins == 0)
+    }
+
     /// A running request of `adapter` left (finished or preempted).
     pub(crate) fn release(&mut self, adapter: u32) {
         if let Some(slot) = self.slots.iter_mut().find(|s| s.adapter == adapter) {
@@ -244,6 +253,7 @@ mod tests {
         let mut r = two_slots();
         r.admit(1, 0);
         r.admit(2, 0);
+        assert!(!r.can_admit(3) && r.can_admit(1));
         assert_eq!(r.admit(3, 0), None, "both pinned");
         assert_eq!(r.loads, 2, "nothing changed");
         r.release(1);

@@ -510,6 +510,15 @@ impl Engine {
             let Some(head) = self.waiting.get_mut(at) else {
                 break;
             };
+            // As vLLM V1: a request whose adapter cannot have a slot is passed over before
+            // anything else is checked.
+            if head.adapter != 0
+                && let Some(lora) = &self.lora
+                && !lora.can_admit(head.adapter)
+            {
+                at += 1;
+                continue;
+            }
             // A head that keeps waiting is not looked up from scratch every step: its known
             // hits are re-checked in place (a block still holding its hash) and extended.
             self.kv.refresh_cached_ids(&head.hashes, &mut head.hit_ids);
