@@ -143,6 +143,13 @@ impl Residency {
         self.slots.iter().any(|s| s.adapter == adapter)
     }
 
+    /// Whether running requests use `adapter` (they pin its slot).
+    pub(crate) fn running(&self, adapter: u32) -> bool {
+        self.slots
+            .iter()
+            .any(|s| s.adapter == adapter && s.pins > 0)
+    }
+
     /// The distinct adapters running requests use.
     pub(crate) fn active(&self) -> u64 {
         self.slots.iter().filter(|s| s.pins > 0).count() as u64
@@ -215,9 +222,10 @@ impl crate::Engine {
             loads: l.loads,
             evictions: l.evictions,
             waiting_adapters: {
+                // A running request pins its adapter's slot: a pinned slot is a running one.
                 let mut waiting: Vec<u32> = (self.waiting.iter())
                     .map(|s| s.adapter)
-                    .filter(|&a| a != 0 && !self.running().iter().any(|r| r.adapter == a))
+                    .filter(|&a| a != 0 && !l.running(a))
                     .collect();
                 waiting.sort_unstable();
                 waiting.dedup();

@@ -563,13 +563,9 @@ impl Engine {
             }
             // Its adapter needs a slot: loaded, loading, or one to load it into.
             let adapter_ready = match (&mut self.lora, head.adapter) {
-                (Some(lora), adapter) if adapter != 0 => match lora.admit(adapter, now_ns) {
-                    Some(ready) => ready,
-                    None => {
-                        at += 1;
-                        continue;
-                    }
-                },
+                (Some(lora), adapter) if adapter != 0 => lora
+                    .admit(adapter, now_ns)
+                    .expect("can_admit found it a slot above"),
                 _ => 0,
             };
             let mut seq = self.waiting.remove(at).expect("head exists");
