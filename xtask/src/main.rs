@@ -530,21 +530,26 @@ fn prerequisites() -> Result<(), String> {
     Ok(())
 }
 
-/// The Python packages the KV-events checks use, pinned (vLLM's own: msgspec for its
-/// message types, pyzmq for libzmq, cbor2 and xxhash for its block hashes, tokenizers
-/// for its tokenizer). None of them needs another to be imported.
-const KV_EVENTS_PYTHON_PACKAGES: [&str; 5] = [
+/// The Python packages the wire-format checks use, pinned (vLLM's own: msgspec for its
+/// KV events' message types, pyzmq for libzmq, cbor2 and xxhash for its block hashes,
+/// tokenizers for its tokenizer, prometheus-client for its metrics). None of them needs
+/// another to be imported.
+const KV_EVENTS_PYTHON_PACKAGES: [&str; 6] = [
     "msgspec==0.23.0",
     "pyzmq==27.3.0",
     "cbor2==6.3.0",
     "xxhash==4.1.0",
     "tokenizers==0.23.3",
+    "prometheus-client==0.21.1",
 ];
 
 /// A Python that imports those packages: `python3` when it does, else a virtual
 /// environment under `target/` made for it (once).
 fn kv_events_python() -> Result<String, String> {
-    let check = ["-c", "import msgspec, zmq, cbor2, xxhash, tokenizers"];
+    let check = [
+        "-c",
+        "import msgspec, zmq, cbor2, xxhash, tokenizers, prometheus_client",
+    ];
     if succeeds("python3", &check) {
         return Ok("python3".into());
     }

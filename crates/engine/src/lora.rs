@@ -233,6 +233,23 @@ impl crate::Engine {
             },
         })
     }
+
+    /// The distinct adapters of its running requests and of its waiting ones, each in
+    /// ascending order (an adapter with requests of both kinds is in both, as in vLLM's
+    /// `running_lora_adapters` and `waiting_lora_adapters`); `None` without slots.
+    pub fn lora_adapters(&self) -> Option<(Vec<u32>, Vec<u32>)> {
+        self.lora.as_ref()?;
+        let distinct = |seqs: &mut dyn Iterator<Item = &crate::Sequence>| {
+            let mut adapters: Vec<u32> = seqs.map(|s| s.adapter).filter(|&a| a != 0).collect();
+            adapters.sort_unstable();
+            adapters.dedup();
+            adapters
+        };
+        Some((
+            distinct(&mut self.running().iter()),
+            distinct(&mut self.waiting.iter()),
+        ))
+    }
 }
 
 #[cfg(test)]

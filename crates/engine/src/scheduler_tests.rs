@@ -712,3 +712,26 @@ fn each_adapter_in_a_batch_slows_its_step() {
     let done = run_all(&mut base, vec![(0, of_adapter(0, 0, 4, 1))]);
     assert_eq!(done[0].0, 3_000_000, "the base model pays nothing");
 }
+
+#[test]
+fn the_adapters_in_use_are_told_apart_as_running_and_waiting() {
+    let mut engine = Engine::new(with_lora(1, 0.0, 0.0));
+    assert_eq!(engine.lora_adapters(), Some((vec![], vec![])));
+    engine.enqueue(of_adapter(0, 1, 4, 10), 0);
+    engine.enqueue(of_adapter(1, 2, 4, 1), 0);
+    engine.enqueue(of_adapter(2, 1, 4, 1), 0);
+    engine.enqueue(of_adapter(3, 0, 4, 1), 0);
+    assert_eq!(
+        engine.lora_adapters(),
+        Some((vec![1], vec![1, 2])),
+        "adapter 1 runs and waits; the base model is no adapter"
+    );
+    let end = engine.step_end().expect("a step in flight");
+    engine.finish_step(end);
+    assert_eq!(
+        engine.lora_adapters(),
+        Some((vec![1], vec![2])),
+        "the second request of adapter 1 joined the batch; adapter 2 has no slot"
+    );
+    assert_eq!(Engine::new(linear(100, 4, 64)).lora_adapters(), None);
+}

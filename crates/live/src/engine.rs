@@ -112,6 +112,8 @@ struct Gauges {
     remote_decodes: AtomicU64,
     /// Requests taken in with their KV computed elsewhere (decode role).
     remote_prefills: AtomicU64,
+    /// The adapters of the running and of the waiting requests (with LoRA slots).
+    lora: std::sync::Mutex<(Vec<u32>, Vec<u32>)>,
 }
 
 struct Shared {
@@ -201,6 +203,9 @@ struct Figures {
     gauges: [(&'static str, &'static str, f64); 4],
     /// (name without `_total`, help, value) of each counter.
     counters: [(&'static str, &'static str, u64); 7],
+    /// vLLM's `lora_requests_info` labels (slots, running and waiting adapters' names,
+    /// comma-separated) and its value, the time now (Unix seconds); with LoRA slots.
+    lora: Option<([(&'static str, String); 3], f64)>,
 }
 
 impl Collector for Figures {
@@ -215,6 +220,13 @@ impl Collector for Figures {
             let counter = ConstCounter::new(value);
             let mut family = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
             counter.encode(family.encode_family(&labels)?)?;
+        }
+        if let Some((labels, now)) = &self.lora {
+            let gauge = ConstGauge::new(*now);
+            let help = "Running stats on lora requests.";
+            let name = "vllm:lora_requests_info";
+            let mut family = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+            gauge.encode(family.encode_family(labels)?)?;
         }
         Ok(())
     }
@@ -287,6 +299,7 @@ fn metrics_text(shared: &Shared) -> String {
                     .map_or(0, |p| p.dropped()),
             ),
         ],
+        lora: lora_info(shared),
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(figures));
@@ -294,6 +307,29 @@ fn metrics_text(shared: &Shared) -> String {
     prometheus_client::encoding::text::encode(&mut out, &registry)
         .expect("writing to a String cannot fail");
     out
+}
+
+/// The labels and value of `vllm:lora_requests_info`, as vLLM sets them after each step
+/// (its label order; no value is a count: routers read the labels of the latest series).
+fn lora_info(shared: &Shared) -> Option<([(&'static str, String); 3], f64)> {
+    let slots = shared.settings.config.lora.as_ref()?.slots;
+    let (running, waiting) = shared.gauges.lora.lock().map(|l| l.clone()).ok()?;
+    let adapters = shared.adapters.lock().ok()?;
+    let names = |ids: &[u32]| {
+        let names: Vec<&str> = ids.iter().filter_map(|&id| adapters.name(id)).collect();
+        names.join(",")
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    Some((
+        [
+            ("max_lora", slots.to_string()),
+            ("waiting_lora_adapters", names(&waiting)),
+            ("running_lora_adapters", names(&running)),
+        ],
+        now,
+    ))
 }
 
 async fn complete(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Response<Body> {
@@ -597,6 +633,11 @@ async fn model_task(shared: Arc<Shared>, mut requests: mpsc::UnboundedReceiver<S
         g.running.store(status.running, Ordering::Relaxed);
         g.waiting.store(status.waiting, Ordering::Relaxed);
         g.kv_used.store(status.kv_blocks_used, Ordering::Relaxed);
+        if let Some(adapters) = model.engine.lora_adapters()
+            && let Ok(mut lora) = g.lora.lock()
+        {
+            *lora = adapters;
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! vLLM (current and older) and SGLang export them.
 
 /// What a scrape says about an engine.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Scraped {
     /// Requests running.
     pub running: u64,
@@ -10,7 +10,26 @@ pub struct Scraped {
     pub waiting: u64,
     /// KV-cache usage, 0 to 1.
     pub kv_usage: f64,
+    /// Its LoRA adapters, when it says (vLLM's `vllm:lora_requests_info`).
+    pub lora: Option<LoraInfo>,
 }
+
+/// What vLLM's `vllm:lora_requests_info` says: a gauge whose labels carry the figures and
+/// whose value is the time they were set. vLLM sets a new label set after every step and
+/// never removes the old ones, so the series with the latest time is the one that holds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoraInfo {
+    /// `max_lora`: adapters the engine can hold at once (`--max-loras`).
+    pub slots: u32,
+    /// `running_lora_adapters`: the adapters of its running requests.
+    pub running: Vec<String>,
+    /// `waiting_lora_adapters`: the adapters of its waiting requests (an adapter with
+    /// requests running too is in both).
+    pub waiting: Vec<String>,
+}
+
+/// The metric vLLM reports its LoRA adapters in.
+const LORA_INFO: &str = "vllm:lora_requests_info";
 
 /// Running requests: vLLM, then SGLang.
 const RUNNING: &[&str] = &["vllm:num_requests_running", "sglang:num_running_reqs"];
@@ -29,14 +48,27 @@ const KV_USAGE: &[&str] = &[
 pub fn parse(text: &str) -> Scraped {
     let mut scraped = Scraped::default();
     let mut seen_usage: Option<usize> = None;
+    let mut latest_lora = f64::NEG_INFINITY;
     for line in text.lines() {
-        let Some(Sample { name, value }) = sample(line) else {
+        let Some(Sample {
+            name,
+            labels,
+            value,
+        }) = sample(line)
+        else {
             continue;
         };
         if !value.is_finite() || value < 0.0 {
             continue;
         }
-        if RUNNING.contains(&name) {
+        if name == LORA_INFO {
+            if value >= latest_lora
+                && let Some(info) = lora_info(labels)
+            {
+                latest_lora = value;
+                scraped.lora = Some(info);
+            }
+        } else if RUNNING.contains(&name) {
             // `as` saturates at u64::MAX; the sum saturates too.
             scraped.running = scraped.running.saturating_add(value as u64);
         } else if WAITING.contains(&name) {
@@ -55,10 +87,52 @@ pub fn parse(text: &str) -> Scraped {
     scraped
 }
 
-/// One sample line: the metric's name and its value (labels and timestamp read past).
+/// The figures of one `vllm:lora_requests_info` series from its labels (as
+/// [`Sample::labels`] holds them); `None` when `max_lora` is missing or not a count.
+fn lora_info(labels: &str) -> Option<LoraInfo> {
+    let mut info = LoraInfo::default();
+    let mut slots = None;
+    let names = |value: String| -> Vec<String> {
+        value
+            .split(',')
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    walk_labels(labels, &mut |label, value| match label {
+        "max_lora" => slots = unescape(value).parse::<u32>().ok(),
+        "running_lora_adapters" => info.running = names(unescape(value)),
+        "waiting_lora_adapters" => info.waiting = names(unescape(value)),
+        _ => {}
+    })?;
+    info.slots = slots?;
+    Some(info)
+}
+
+/// A label value as written (between its quotes) with its escapes undone.
+fn unescape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let mut chars = value.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some(other) => out.push(other),
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+/// One sample line: the metric's name, its labels as written (from after the `{` through
+/// the `}`; empty without) and its value (a timestamp read past).
 #[derive(Debug, PartialEq)]
 struct Sample<'a> {
     name: &'a str,
+    labels: &'a str,
     value: f64,
 }
 
@@ -83,8 +157,10 @@ fn sample(line: &str) -> Option<Sample<'_>> {
         return None;
     }
     let mut rest = &line[name_end..];
-    if let Some(labels) = rest.strip_prefix('{') {
-        rest = after_labels(labels)?;
+    let mut labels = "";
+    if let Some(inside) = rest.strip_prefix('{') {
+        rest = walk_labels(inside, &mut |_, _| {})?;
+        labels = &inside[..inside.len() - rest.len()];
     }
     // Whitespace, the value, and optionally whitespace and an integer timestamp.
     if !rest.starts_with([' ', '\t']) {
@@ -98,11 +174,17 @@ fn sample(line: &str) -> Option<Sample<'_>> {
     if fields.next().is_some() {
         return None;
     }
-    Some(Sample { name, value })
+    Some(Sample {
+        name,
+        labels,
+        value,
+    })
 }
 
-/// What follows a label set whose opening `{` has been read, or `None` if it never closes.
-fn after_labels(mut text: &str) -> Option<&str> {
+/// Reads a label set whose opening `{` has been read, showing `visit` each label and its
+/// value as written (escapes kept); returns what follows the closing `}`, or `None` if it
+/// never closes or is malformed.
+fn walk_labels<'a>(mut text: &'a str, visit: &mut dyn FnMut(&'a str, &'a str)) -> Option<&'a str> {
     loop {
         text = text.trim_start();
         if let Some(rest) = text.strip_prefix('}') {
@@ -132,6 +214,7 @@ fn after_labels(mut text: &str) -> Option<&str> {
             (false, '"') => Some(i),
             _ => None,
         })?;
+        visit(label, &text[..close]);
         text = text[close + 1..].trim_start();
         if let Some(rest) = text.strip_prefix(',') {
             text = rest;
@@ -167,7 +250,8 @@ mod tests {
             Scraped {
                 running: 3,
                 waiting: 2,
-                kv_usage: 0.25
+                kv_usage: 0.25,
+                lora: None
             }
         );
         let sglang =
@@ -177,7 +261,8 @@ mod tests {
             Scraped {
                 running: 7,
                 waiting: 1,
-                kv_usage: 0.5
+                kv_usage: 0.5,
+                lora: None
             }
         );
         assert_eq!(
@@ -196,7 +281,8 @@ mod tests {
             Scraped {
                 running: 3,
                 waiting: 2,
-                kv_usage: 0.5
+                kv_usage: 0.5,
+                lora: None
             }
         );
     }
@@ -223,5 +309,33 @@ mod tests {
         assert_eq!(scraped.running, u64::MAX);
         assert_eq!(scraped.waiting, u64::MAX);
         assert_eq!(scraped.kv_usage, 1.0);
+    }
+
+    #[test]
+    fn the_latest_lora_series_holds() {
+        // As vLLM's `prometheus-client` writes it after two steps: the older label set
+        // stays, with the older time.
+        let text = "# HELP vllm:lora_requests_info Running stats on lora requests.\n\
+            # TYPE vllm:lora_requests_info gauge\n\
+            vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"sql,chat\",waiting_lora_adapters=\"\"} 1.7e9\n\
+            vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"sql\",waiting_lora_adapters=\"chat,a\\\"b\"} 1.700000001e9\n\
+            vllm:lora_requests_info{running_lora_adapters=\"x\"} 1.8e9\n";
+        assert_eq!(
+            parse(text).lora,
+            Some(LoraInfo {
+                slots: 2,
+                running: vec!["sql".into()],
+                waiting: vec!["chat".into(), "a\"b".into()],
+            }),
+            "the latest series with a `max_lora`"
+        );
+        assert_eq!(parse("vllm:num_requests_running 1\n").lora, None);
+        let bad = "vllm:lora_requests_info{max_lora=\"-1\",running_lora_adapters=\"\"} 1\n";
+        assert_eq!(parse(bad).lora, None, "a slot count is a count");
+    }
+
+    #[test]
+    fn escapes_in_label_values_are_undone() {
+        assert_eq!(unescape(r#"a\"b\\c\nd\"#), "a\"b\\c\nd\\");
     }
 }

@@ -214,6 +214,12 @@ pub struct ServeArgs {
     /// only; with --plugin-isolation process the plugins get no forecasts).
     #[arg(long, value_name = "YAML")]
     pub engine_config: Option<String>,
+    /// The model the engines serve as their base, repeatable: a request whose `model` is
+    /// another names a LoRA adapter, which LoRA-aware plugins then see, with what each
+    /// engine holds of it (from vLLM's `vllm:lora_requests_info`). Without it, requests
+    /// name no adapter.
+    #[arg(long, value_name = "NAME")]
+    pub base_model: Vec<String>,
 }
 
 /// `routerlab plugin-host` (hidden): the plugins of a `serve --plugin-isolation process`,
@@ -609,6 +615,7 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
         kv_events,
         kv_keys,
         engine_model,
+        base_models: args.base_model,
     };
     runtime()?
         .block_on(routerlab_live::serve::run_on(

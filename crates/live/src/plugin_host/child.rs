@@ -50,15 +50,21 @@ fn send(stream: &mut UnixStream, reply: &Reply) -> std::io::Result<()> {
     stream.flush()
 }
 
-/// `request` as the plugins take it, lending `lookup` as `cached_prefix` when `serve`
-/// said what the endpoints hold.
+/// `request` as the plugins take it, lending `lookup` as `cached_prefix` and `adapters` as
+/// `adapter_state` when `serve` said what the endpoints hold.
 fn with_cached<'a>(
     request: &'a WireRequest,
     lookup: &'a dyn Fn(u32) -> Option<u64>,
+    adapters: &'a dyn Fn(u32) -> Option<routerlab_core::abi::RlAdapterState>,
 ) -> routerlab_host::RequestData<'a> {
     let mut data = request.data();
     if request.cached.is_some() {
         data.cached_prefix = Some(lookup);
+    }
+    if let Some(lora) = &mut data.lora
+        && request.adapter.as_ref().is_some_and(|a| a.states.is_some())
+    {
+        lora.state = Some(adapters);
     }
     data
 }
@@ -71,7 +77,9 @@ fn answer(router: &mut Router, call: Call) -> Reply {
     let notify = |router: &mut Router, notice, request: WireRequest, index| match by_index::notify(
         router,
         notice,
-        &with_cached(&request, &|i| request.cached_prefix(i)),
+        &with_cached(&request, &|i| request.cached_prefix(i), &|i| {
+            request.adapter_state(i)
+        }),
         EndpointIndex(index),
     ) {
         Ok(true) => Reply::Done,
@@ -84,7 +92,8 @@ fn answer(router: &mut Router, call: Call) -> Reply {
         Call::Decide { request, loads } => {
             let loads = loads.into_iter().map(|(i, load)| (EndpointIndex(i), load));
             let lookup = |i| request.cached_prefix(i);
-            let data = with_cached(&request, &lookup);
+            let adapters = |i| request.adapter_state(i);
+            let data = with_cached(&request, &lookup, &adapters);
             match by_index::decide(router, &data, loads) {
                 Ok(decided) => Reply::Decided {
                     endpoint: decided.endpoint.map(|i| i.0),

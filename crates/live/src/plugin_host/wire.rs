@@ -10,6 +10,7 @@
 use std::io::{self, Read, Write};
 
 use routerlab_core::Unit;
+use routerlab_core::abi::RlAdapterState;
 use routerlab_host::{EndpointLoad, RequestData};
 
 /// The largest call frame (`serve` → host): a 4 MiB prompt at a 1-byte block size is
@@ -42,6 +43,19 @@ pub struct WireRequest {
     /// What each endpoint (by stable index) holds of its prefix, in its unit, for the
     /// endpoints `serve` knows it of; `None` when it knows it of none.
     pub cached: Option<Vec<(u32, u64)>>,
+    /// The LoRA adapter it asks for; `None`: the base model.
+    pub adapter: Option<WireAdapter>,
+}
+
+/// A request's LoRA adapter as it crosses the channel; `adapter_state` crosses as its
+/// answers, asked of every endpoint before the call.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct WireAdapter {
+    pub id: u64,
+    pub name: Vec<u8>,
+    /// What each endpoint (by stable index) holds, for the endpoints `serve` knows it
+    /// of; `None` when it knows it of none.
+    pub states: Option<Vec<(u32, RlAdapterState)>>,
 }
 
 impl WireRequest {
@@ -54,8 +68,15 @@ impl WireRequest {
             .map(|(_, units)| *units)
     }
 
-    /// The request as the plugin handles take it (without `cached_prefix`: the caller
-    /// lends [`WireRequest::cached_prefix`] when `cached` is there).
+    /// What endpoint `index` holds of this request's adapter, as `serve` said.
+    pub fn adapter_state(&self, index: u32) -> Option<RlAdapterState> {
+        let states = self.adapter.as_ref()?.states.as_ref()?;
+        states.iter().find(|(i, _)| *i == index).map(|(_, s)| *s)
+    }
+
+    /// The request as the plugin handles take it (without `cached_prefix` and
+    /// `adapter_state`: the caller lends [`WireRequest::cached_prefix`] and
+    /// [`WireRequest::adapter_state`] when they are there).
     pub fn data(&self) -> RequestData<'_> {
         RequestData {
             id: self.id,
@@ -78,7 +99,11 @@ impl WireRequest {
             phase: routerlab_core::Phase::from_raw(self.phase),
             cached_tiers: None,
             predict: None,
-            lora: None,
+            lora: self.adapter.as_ref().map(|a| routerlab_host::Lora {
+                id: a.id,
+                name: &a.name,
+                state: None,
+            }),
         }
     }
 }
@@ -201,6 +226,10 @@ pub fn write_call(to: &mut impl Write, call: &Call) -> io::Result<()> {
                 ] {
                     out.u64(value);
                 }
+                let lora = load.lora;
+                for value in [lora.used, lora.total, lora.active, lora.waiting] {
+                    out.u32(value);
+                }
             }
         }
         Call::Learn { request, index } => {
@@ -237,7 +266,7 @@ pub fn read_call(from: &mut impl Read, buf: &mut Vec<u8>) -> Result<Call, WireEr
     let call = match input.u8()? {
         1 => {
             let request = input.request()?;
-            let n = input.len(4 + 7 * 8)?;
+            let n = input.len(4 + 7 * 8 + 4 * 4)?;
             let mut loads = Vec::with_capacity(n);
             for _ in 0..n {
                 let index = input.u32()?;
@@ -249,8 +278,12 @@ pub fn read_call(from: &mut impl Read, buf: &mut Vec<u8>) -> Result<Call, WireEr
                     inflight_prompt_tokens: input.u64()?,
                     inflight_requests: input.u64()?,
                     kv_block_tokens: input.u64()?,
-                    // `serve` follows no engine's adapters: nothing to carry.
-                    lora: Default::default(),
+                    lora: routerlab_core::LoraSlots {
+                        used: input.u32()?,
+                        total: input.u32()?,
+                        active: input.u32()?,
+                        waiting: input.u32()?,
+                    },
                 };
                 loads.push((index, load));
             }
@@ -439,6 +472,35 @@ impl Out {
             }
             None => self.u8(0),
         }
+        match &r.adapter {
+            Some(adapter) => {
+                self.u8(1);
+                self.u64(adapter.id);
+                self.bytes(&adapter.name);
+                match &adapter.states {
+                    Some(states) => {
+                        self.u8(1);
+                        self.len(states.len());
+                        for (index, s) in states {
+                            self.u32(*index);
+                            for value in [
+                                s.resident,
+                                s.running,
+                                s.waiting,
+                                s.active,
+                                s.slots_used,
+                                s.slots_total,
+                                s.waiting_adapters,
+                            ] {
+                                self.u32(value);
+                            }
+                        }
+                    }
+                    None => self.u8(0),
+                }
+            }
+            None => self.u8(0),
+        }
     }
 }
 
@@ -537,7 +599,40 @@ impl In<'_> {
                 }
                 _ => return Err(WireError::Malformed("bad option")),
             },
+            adapter: match self.u8()? {
+                0 => None,
+                1 => Some(self.adapter()?),
+                _ => return Err(WireError::Malformed("bad option")),
+            },
         })
+    }
+    fn adapter(&mut self) -> Result<WireAdapter, WireError> {
+        let id = self.u64()?;
+        let name = self.bytes()?;
+        let states = match self.u8()? {
+            0 => None,
+            1 => {
+                let n = self.len(4 * 8)?;
+                let mut states = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let index = self.u32()?;
+                    let state = RlAdapterState {
+                        resident: self.u32()?,
+                        running: self.u32()?,
+                        waiting: self.u32()?,
+                        active: self.u32()?,
+                        slots_used: self.u32()?,
+                        slots_total: self.u32()?,
+                        waiting_adapters: self.u32()?,
+                        _reserved: 0,
+                    };
+                    states.push((index, state));
+                }
+                Some(states)
+            }
+            _ => return Err(WireError::Malformed("bad option")),
+        };
+        Ok(WireAdapter { id, name, states })
     }
     fn end(&self) -> Result<(), WireError> {
         if self.0.is_empty() {
@@ -549,164 +644,5 @@ impl In<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn request() -> WireRequest {
-        WireRequest {
-            id: 7,
-            arrival_ns: 1_000,
-            prompt: b"hello world".to_vec(),
-            block_hashes: vec![u64::MAX, 3],
-            block_ids: Some(vec![0, 1]),
-            block_size: 4,
-            tokens: false,
-            prompt_len: 11,
-            output_tokens: Some(16),
-            session_id: 2,
-            parent_id: 6,
-            now_ns: 2_000,
-            phase: routerlab_core::abi::RL_PHASE_DECODE,
-            cached: Some(vec![(0, 8), (3, 0)]),
-        }
-    }
-
-    #[test]
-    fn every_call_and_reply_reads_back_as_written() {
-        let load = EndpointLoad {
-            running: 1,
-            waiting: 2,
-            kv_blocks_used: 3,
-            kv_blocks_total: 4,
-            inflight_prompt_tokens: 5,
-            inflight_requests: 6,
-            kv_block_tokens: 7,
-            lora: Default::default(),
-        };
-        let calls = [
-            Call::Decide {
-                request: request(),
-                loads: vec![(0, load), (9, EndpointLoad::default())],
-            },
-            Call::Learn {
-                request: WireRequest {
-                    block_ids: None,
-                    output_tokens: None,
-                    tokens: true,
-                    cached: None,
-                    ..request()
-                },
-                index: 3,
-            },
-            Call::FirstToken {
-                request: request(),
-                index: 1,
-            },
-            Call::Complete {
-                request: request(),
-                index: u32::MAX,
-            },
-            Call::Add {
-                name: "host:80".into(),
-            },
-            Call::Remove { index: 4 },
-        ];
-        let mut buf = Vec::new();
-        for call in calls {
-            let mut bytes = Vec::new();
-            write_call(&mut bytes, &call).unwrap();
-            assert_eq!(read_call(&mut bytes.as_slice(), &mut buf).unwrap(), call);
-        }
-        let replies = [
-            Reply::Hello {
-                matcher: "lcp".into(),
-                endpoints: vec![("a:1".into(), 0), ("b:2".into(), 1)],
-            },
-            Reply::Done,
-            Reply::Decided {
-                endpoint: Some(2),
-                constrained: true,
-                flagged: vec![0, 1],
-            },
-            Reply::Decided {
-                endpoint: None,
-                constrained: false,
-                flagged: vec![],
-            },
-            Reply::Added { index: 5 },
-            Reply::Failed {
-                message: "boom".into(),
-            },
-        ];
-        for reply in replies {
-            let mut bytes = Vec::new();
-            write_reply(&mut bytes, &reply).unwrap();
-            assert_eq!(read_reply(&mut bytes.as_slice(), &mut buf).unwrap(), reply);
-        }
-    }
-
-    #[test]
-    fn a_long_message_is_cut_at_a_character_boundary() {
-        let message = "é".repeat(MAX_MESSAGE_BYTES);
-        let mut bytes = Vec::new();
-        write_reply(&mut bytes, &Reply::Failed { message }).unwrap();
-        let Reply::Failed { message } = read_reply(&mut bytes.as_slice(), &mut Vec::new()).unwrap()
-        else {
-            panic!("not a failure")
-        };
-        assert_eq!(message.len(), MAX_MESSAGE_BYTES);
-        assert!(message.chars().all(|c| c == 'é'));
-    }
-
-    #[test]
-    fn malformed_and_oversized_frames_are_refused_without_allocating_for_them() {
-        let mut buf = Vec::new();
-        // A length over the limit: refused before any byte of it is read.
-        let huge = (MAX_REPLY_BYTES + 1).to_le_bytes();
-        assert!(matches!(
-            read_reply(&mut huge.as_slice(), &mut buf),
-            Err(WireError::TooLong(..))
-        ));
-        // A list claiming 4 Gi items in a 9-byte frame.
-        let mut forged = vec![3, 0];
-        forged.push(0);
-        forged.extend_from_slice(&u32::MAX.to_le_bytes());
-        let mut framed = (forged.len() as u32).to_le_bytes().to_vec();
-        framed.extend_from_slice(&forged);
-        assert!(matches!(
-            read_reply(&mut framed.as_slice(), &mut buf),
-            Err(WireError::Malformed(_))
-        ));
-        // Every proper prefix of a good frame is an error, never a call.
-        let mut bytes = Vec::new();
-        write_call(
-            &mut bytes,
-            &Call::Decide {
-                request: request(),
-                loads: vec![(0, EndpointLoad::default())],
-            },
-        )
-        .unwrap();
-        for cut in 0..bytes.len() {
-            assert!(
-                read_call(&mut &bytes[..cut], &mut buf).is_err(),
-                "cut {cut}"
-            );
-        }
-        // A frame shortened inside while its length still says the whole: malformed.
-        let mut short = bytes.clone();
-        short.truncate(bytes.len() - 1);
-        let len = (short.len() - 4) as u32;
-        short[..4].copy_from_slice(&len.to_le_bytes());
-        assert!(matches!(
-            read_call(&mut short.as_slice(), &mut buf),
-            Err(WireError::Malformed(_))
-        ));
-        // Trailing bytes and an unknown tag.
-        for payload in [vec![2u8, 0], vec![99]] {
-            let mut framed = (payload.len() as u32).to_le_bytes().to_vec();
-            framed.extend_from_slice(&payload);
-            assert!(read_reply(&mut framed.as_slice(), &mut buf).is_err());
-        }
-    }
-}
+#[path = "wire_tests.rs"]
+mod tests;

@@ -28,7 +28,7 @@ pub(super) fn decision_histogram() -> Histogram {
 /// help text, whether it is a counter, and its value for one endpoint.
 type PerEndpoint = (&'static str, &'static str, bool, fn(&Upstream) -> u64);
 
-const PER_ENDPOINT: [PerEndpoint; 6] = [
+const PER_ENDPOINT: [PerEndpoint; 7] = [
     (
         "routerlab_requests",
         "requests proxied to the endpoint",
@@ -64,6 +64,17 @@ const PER_ENDPOINT: [PerEndpoint; 6] = [
         "1 while the endpoint is in the fleet",
         false,
         |u| u64::from(u.index.is_some()),
+    ),
+    (
+        "routerlab_lora_running_adapters",
+        "adapters the endpoint's running requests use, as its last scrape said",
+        false,
+        |u| {
+            u.scraped
+                .lora
+                .as_ref()
+                .map_or(0, |l| l.running.len() as u64)
+        },
     ),
 ];
 

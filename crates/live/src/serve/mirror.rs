@@ -26,6 +26,8 @@ struct Sent {
     output_tokens: Option<u64>,
     /// When its first token came, ns; `None` while it waits for it.
     first_token_ns: Option<u64>,
+    /// The LoRA adapter it asked for (0: the base model, or adapters not followed).
+    adapter: u32,
 }
 
 /// The mirror of the fleet: one book per upstream, by request number.
@@ -50,6 +52,7 @@ impl Mirror {
         prompt_tokens: u64,
         cached_tokens: u64,
         output_tokens: Option<u64>,
+        adapter: u32,
     ) {
         self.books[upstream].insert(
             seq,
@@ -58,8 +61,17 @@ impl Mirror {
                 cached_tokens: cached_tokens.min(prompt_tokens),
                 output_tokens,
                 first_token_ns: None,
+                adapter,
             },
         );
+    }
+
+    /// The LoRA adapters of the requests `upstream` was sent and has not finished, as
+    /// (adapter, decoding: its first token came) pairs, adapters other than 0 only.
+    pub(super) fn adapters(&self, upstream: usize) -> impl Iterator<Item = (u32, bool)> + '_ {
+        (self.books[upstream].values())
+            .filter(|s| s.adapter != 0)
+            .map(|s| (s.adapter, s.first_token_ns.is_some()))
     }
 
     /// Request `seq`'s first token came from `upstream`.
@@ -182,7 +194,7 @@ mod tests {
     #[test]
     fn requests_sent_and_not_started_queue_ahead_and_leave_when_done() {
         let mut m = mirror();
-        m.sent(0, 1, 250, 50, Some(10));
+        m.sent(0, 1, 250, 50, Some(10), 0);
         // 200 tokens ahead: two full steps, then its own 99 tokens beside their decode.
         let busy = m.predict(0, 99, 0, 0.0, 0).ttft_ns;
         assert_eq!(busy, 2 * 2_000_000 + 3_990_000);
@@ -203,7 +215,7 @@ mod tests {
     fn a_decoder_of_known_length_is_taken_to_finish() {
         let mut m = mirror();
         for seq in 1..=4 {
-            m.sent(0, seq, 10, 0, Some(3));
+            m.sent(0, seq, 10, 0, Some(3), 0);
             m.first_token(0, seq, 0);
         }
         // All four seats decode; each has 2 tokens left at a 2 ms pace: the seats free
@@ -213,7 +225,7 @@ mod tests {
         // Without a length they decode through the forecast: it runs to its cap.
         let mut through = mirror();
         for seq in 1..=4 {
-            through.sent(0, seq, 10, 0, None);
+            through.sent(0, seq, 10, 0, None, 0);
             through.first_token(0, seq, 0);
         }
         assert!(through.predict(0, 100, 0, 0.0, 0).ttft_ns > 1_000 * 2_000_000);

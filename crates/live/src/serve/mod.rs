@@ -20,6 +20,7 @@
 
 pub mod health;
 pub mod kv_index;
+mod lora;
 mod metrics;
 mod mirror;
 mod pd;
@@ -106,6 +107,9 @@ pub struct ServeSettings {
     /// The engine model whose forecasts answer a simulating matcher's `predict` (ABI 1.4),
     /// run over the router's mirror of each engine (`serve --engine-config`).
     pub engine_model: routerlab_engine::EngineConfig,
+    /// The models the engines serve as their base (`serve --base-model`): a request whose
+    /// `model` is another names a LoRA adapter (ABI 1.5); empty, adapters are not followed.
+    pub base_models: Vec<String>,
 }
 
 struct Shared {
@@ -299,6 +303,7 @@ pub async fn run_on(
         settings.health,
     );
     state.set_engine_model(settings.engine_model.clone());
+    state.set_base_models(settings.base_models.clone());
     if !settings.kv_events.is_empty() {
         state.set_kv_index(kv_index::KvIndex::start(
             &settings.kv_events,
@@ -453,12 +458,20 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
     };
     let (mut routed, disaggregated) = {
         let mut state = shared.lock_async().await;
-        let routed = state.admit(
+        let adapter = match state.adapter(&inference.model) {
+            Ok(adapter) => adapter,
+            Err(Refusal(status, message)) => {
+                let status = StatusCode::from_u16(status).expect("a refusal's status is valid");
+                return http::error(status, &message);
+            }
+        };
+        let mut routed = state.admit(
             inference.prompt,
             session_key.or(inference.user),
             inference.max_tokens.map(u64::from),
             shared.now_ns(),
         );
+        routed.adapter = adapter;
         (routed, state.disaggregated())
     };
     routed.tokens = tokens;

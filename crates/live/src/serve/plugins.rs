@@ -7,7 +7,7 @@ use routerlab_route::{EndpointIndex, Router};
 
 use crate::plugin_host::by_index;
 pub(super) use crate::plugin_host::by_index::{Decided, Notice};
-use crate::plugin_host::wire::{Call, Reply, WireRequest};
+use crate::plugin_host::wire::{Call, Reply, WireAdapter, WireRequest};
 use crate::plugin_host::{Host, HostFailure};
 
 /// The plugins, in process or in a host.
@@ -182,13 +182,24 @@ impl Plugins {
     }
 }
 
-/// `r` for the channel: its `cached_prefix` asked of each of `endpoints` (name, index).
+/// `r` for the channel: its `cached_prefix` and `adapter_state` asked of each of
+/// `endpoints` (name, index).
 fn wire_request(r: &RequestData<'_>, endpoints: &[(String, u32)]) -> WireRequest {
     let cached = r.cached_prefix.map(|lookup| {
         endpoints
             .iter()
             .filter_map(|(_, index)| lookup(*index).map(|units| (*index, units)))
             .collect()
+    });
+    let adapter = r.lora.map(|lora| WireAdapter {
+        id: lora.id,
+        name: lora.name.to_vec(),
+        states: lora.state.map(|ask| {
+            endpoints
+                .iter()
+                .filter_map(|(_, index)| ask(*index).map(|state| (*index, state)))
+                .collect()
+        }),
     });
     WireRequest {
         id: r.id,
@@ -205,6 +216,7 @@ fn wire_request(r: &RequestData<'_>, endpoints: &[(String, u32)]) -> WireRequest
         now_ns: r.now_ns,
         phase: r.phase.raw(),
         cached,
+        adapter,
     }
 }
 

@@ -13,6 +13,7 @@ use routerlab_trace::blocks::{hash_text_blocks, prompt_tokens};
 
 use super::OnPluginError;
 use super::health::{Health, HealthRule};
+use super::lora::{Held, LoraNames};
 use super::mirror::Mirror;
 use super::plugins::{HostCounts, Notice, Plugins};
 use crate::prom::Scraped;
@@ -71,6 +72,8 @@ pub(super) struct Routed {
     pub(super) parent: u64,
     /// What it is being routed for now: whole, or one leg of a disaggregated request.
     pub(super) phase: Phase,
+    /// The LoRA adapter it asks for, numbered and named (`None`: the base model).
+    pub(super) adapter: Option<(u32, Box<str>)>,
 }
 
 impl Routed {
@@ -92,8 +95,20 @@ impl Routed {
             phase: self.phase,
             cached_tiers: None,
             predict: None,
-            lora: None,
+            lora: self
+                .adapter
+                .as_ref()
+                .map(|(id, name)| routerlab_host::Lora {
+                    id: u64::from(*id),
+                    name: name.as_bytes(),
+                    state: None,
+                }),
         }
+    }
+
+    /// Its adapter's number (0: the base model).
+    pub(super) fn adapter_id(&self) -> u32 {
+        self.adapter.as_ref().map_or(0, |(id, _)| *id)
     }
 
     /// Prompt tokens, by the one estimate replays use.
@@ -128,6 +143,8 @@ pub(super) struct State {
     kv_index: Option<std::sync::Arc<super::kv_index::KvIndex>>,
     /// What each engine is doing, as the forecasts of `predict` need it.
     mirror: Mirror,
+    /// The base models, and the adapters requests named.
+    lora: LoraNames,
 }
 
 impl State {
@@ -179,7 +196,24 @@ impl State {
             plugin_errors: 0,
             kv_index: None,
             mirror,
+            lora: LoraNames::default(),
         }
+    }
+
+    /// From now on, a request whose `model` is none of `base` names a LoRA adapter.
+    pub(super) fn set_base_models(&mut self, base: Vec<String>) {
+        self.lora = LoraNames::new(base);
+    }
+
+    /// The LoRA adapter a request whose `model` is `model` asks for, numbered and named.
+    pub(super) fn adapter(&mut self, model: &str) -> Result<Option<(u32, Box<str>)>, Refusal> {
+        let id = self.lora.number(model)?;
+        Ok((id != 0).then(|| (id, model.into())))
+    }
+
+    /// What upstream `u` holds of adapters, when its scrape says.
+    fn held(&self, u: usize) -> Option<Held<'_>> {
+        held(&self.upstreams[u], &self.mirror, &self.lora, u)
     }
 
     /// Forecasts `predict` with the engine model of `config` from now on (the `dynamo`
@@ -281,6 +315,7 @@ impl State {
             session,
             parent,
             phase: Phase::Whole,
+            adapter: None,
         }
     }
 
@@ -315,6 +350,12 @@ impl State {
         let loads = self.loads();
         let data = routed.data(self.block_size, now_ns);
         let (kv, slots) = self.kv_lookup();
+        let held: Vec<Option<Held<'_>>> = match routed.adapter {
+            Some(_) => (self.upstreams.iter().enumerate())
+                .map(|(u, upstream)| held(upstream, &self.mirror, &self.lora, u))
+                .collect(),
+            None => Vec::new(),
+        };
         let (mirror, upstreams) = (&self.mirror, &self.upstreams);
         let (plugins, decode) = (&mut self.plugins, &mut self.decode);
         let prompt = routed.tokens();
@@ -331,8 +372,20 @@ impl State {
                 let kv_usage = upstreams[u].scraped.kv_usage;
                 Some(mirror.predict(u, prompt, held, kv_usage, now_ns))
             };
+            // What each endpoint holds of the request's adapter.
+            let adapter_state = |index: u32| {
+                let (_, name) = routed.adapter.as_ref()?;
+                let u = upstreams
+                    .iter()
+                    .position(|u| u.index == Some(EndpointIndex(index)))?;
+                Some(held.get(u)?.as_ref()?.state(name))
+            };
             let data = RequestData {
                 predict: Some(&predict),
+                lora: data.lora.map(|lora| routerlab_host::Lora {
+                    state: Some(&adapter_state),
+                    ..lora
+                }),
                 ..*data
             };
             pools(plugins, decode, routed.phase).decide(&data, loads)
@@ -417,6 +470,7 @@ impl State {
             routed.tokens(),
             prompt_tokens(Unit::Bytes, held),
             routed.output_tokens,
+            routed.adapter_id(),
         );
         let u = &mut self.upstreams[upstream];
         u.inflight += 1;
@@ -613,7 +667,8 @@ impl State {
     fn loads(&self) -> Vec<(EndpointIndex, EndpointLoad)> {
         self.upstreams
             .iter()
-            .filter_map(|upstream| {
+            .enumerate()
+            .filter_map(|(u, upstream)| {
                 let index = upstream.index?;
                 let load = EndpointLoad {
                     running: upstream.scraped.running,
@@ -624,12 +679,26 @@ impl State {
                     inflight_prompt_tokens: upstream.inflight_tokens,
                     inflight_requests: upstream.inflight,
                     kv_block_tokens: 0,
-                    lora: Default::default(),
+                    lora: self.held(u).map(|held| held.slots()).unwrap_or_default(),
                 };
                 Some((index, load))
             })
             .collect()
     }
+}
+
+/// What `upstream` (number `u`) holds of adapters, when its scrape says.
+fn held<'a>(
+    upstream: &'a Upstream,
+    mirror: &'a Mirror,
+    names: &'a LoraNames,
+    u: usize,
+) -> Option<Held<'a>> {
+    let scraped = upstream.scraped.lora.as_ref()?;
+    let sent = (mirror.adapters(u))
+        .filter_map(|(id, decoding)| Some((names.name(id)?, decoding)))
+        .collect();
+    Some(Held { scraped, sent })
 }
 
 /// The plugins of `decode` when it routes a decode leg of a split fleet, else `plugins`.

@@ -104,6 +104,46 @@ impl Matcher for Soonest {
     }
 }
 
+/// The endpoint running most of the request's adapter, then the one with the fewest active
+/// adapters, then the first; for a request without an adapter (or where no endpoint says
+/// what it holds), none. Fails on an adapter whose name does not match its number.
+struct Holder;
+
+impl Matcher for Holder {
+    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
+        Ok(Holder)
+    }
+    fn match_request(
+        &mut self,
+        request: &Request<'_>,
+        endpoints: &Endpoints<'_>,
+    ) -> Result<Option<EndpointId>, String> {
+        let Some((id, name)) = request.adapter() else {
+            return Ok(None);
+        };
+        let expected: &[u8] = match id {
+            1 => b"sql",
+            2 => b"chat",
+            _ => b"",
+        };
+        if name != expected {
+            return Err(format!("adapter {id} is {name:?}"));
+        }
+        Ok(endpoints
+            .available()
+            .filter_map(|e| {
+                let state = request.adapter_state(e.id())?;
+                let active = e.lora().map_or(u32::MAX, |l| l.active);
+                Some((
+                    (state.running, std::cmp::Reverse((active, e.id().0))),
+                    e.id(),
+                ))
+            })
+            .max_by_key(|(key, _)| *key)
+            .map(|(_, id)| id))
+    }
+}
+
 const RULE: HealthRule = HealthRule {
     fails: 2,
     passes: 2,
@@ -326,4 +366,52 @@ fn forecasts_follow_what_the_router_sent_each_engine_until_it_finishes() {
     s.complete(&long, 0, learned, 4);
     let fourth = s.admit(vec![b'w'; 400], None, None, 5);
     assert_eq!(s.decide(&fourth, 5, OnPluginError::Reject), Ok(0));
+}
+
+#[test]
+fn a_request_naming_an_adapter_goes_where_the_scrapes_and_the_books_say_it_runs() {
+    let mut s = state::<Holder>("holder", false);
+    s.set_base_models(vec!["base".into()]);
+    let lora = |running: &[&str]| {
+        Some(Scraped {
+            lora: Some(crate::prom::LoraInfo {
+                slots: 2,
+                running: running.iter().map(|n| n.to_string()).collect(),
+                waiting: vec![],
+            }),
+            ..Scraped::default()
+        })
+    };
+    // `a` runs `sql` (another router's requests), `b` runs nothing, `c` says nothing.
+    s.scraped(0, lora(&["sql"]), 0);
+    s.scraped(1, lora(&[]), 0);
+    s.scraped(2, usage(0.0), 0);
+    let ask = |s: &mut State, model: &str, at: u64| {
+        let mut routed = s.admit(b"hello".to_vec(), None, None, at);
+        routed.adapter = s.adapter(model).unwrap();
+        let decided = s.decide(&routed, at, OnPluginError::Reject);
+        (routed, decided)
+    };
+    let (_, sql) = ask(&mut s, "sql", 1);
+    assert_eq!(sql, Ok(0), "the scrape says `a` runs it");
+    let (chat, to) = ask(&mut s, "chat", 2);
+    assert_eq!(to, Ok(1), "no one runs it: the fewest active adapters");
+    s.send(1, &chat);
+    s.first_token(&chat, 1, None, 3);
+    // Its next request follows it to `b` though no scrape has said so yet.
+    s.scraped(0, lora(&["sql", "chat"]), 4);
+    let (_, again) = ask(&mut s, "chat", 5);
+    assert_eq!(again, Ok(1), "`b` runs it by the router's own books");
+    s.release(1, &chat);
+    let (_, later) = ask(&mut s, "chat", 6);
+    assert_eq!(later, Ok(0), "finished on `b`; the scrape says `a` runs it");
+    let (_, base) = ask(&mut s, "base", 7);
+    assert!(
+        matches!(&base, Err(Refusal(503, m)) if m.contains("chose no endpoint")),
+        "the base model names no adapter: {base:?}"
+    );
+    assert_eq!(
+        s.plugin_errors, 0,
+        "every adapter's name matched its number"
+    );
 }
