@@ -129,17 +129,29 @@ fn serve_sends_a_request_to_the_engine_its_adapter_runs_on_as_the_engines_report
     assert_eq!(idle["running_lora_adapters"], "", "{idle}");
 
     let endpoints = [a.addr.as_str(), b.addr.as_str(), vllm.addr.as_str()].join(",");
-    let router = Server::start(&[
-        "serve",
-        "--endpoints",
-        &endpoints,
-        "--matcher",
-        "gie-lora-affinity",
-        "--base-model",
-        "routerlab-sim",
-        "--metrics-interval-ms",
-        "50",
-    ]);
+    // The plugins in process, and in a plugin host (adapters cross its channel).
+    for isolation in ["in-process", "process"] {
+        let router = Server::start(&[
+            "serve",
+            "--endpoints",
+            &endpoints,
+            "--matcher",
+            "gie-lora-affinity",
+            "--base-model",
+            "routerlab-sim",
+            "--metrics-interval-ms",
+            "50",
+            "--plugin-isolation",
+            isolation,
+        ]);
+        routes_by_adapter(&router, &a, &b, &vllm);
+    }
+    drop(direct);
+}
+
+/// `router` (over `a`, `b` and `vllm`, with `b` running `sql-lora`) sends each request
+/// where `gie-lora-affinity` should.
+fn routes_by_adapter(router: &Server, a: &Server, b: &Server, vllm: &VllmMetrics) {
     let running = |addr: &str| {
         metric(
             &router.addr,
@@ -167,5 +179,4 @@ fn serve_sends_a_request_to_the_engine_its_adapter_runs_on_as_the_engines_report
     let (status, answer) = http(&router.addr, "POST", "/v1/completions", &long);
     assert_eq!(status, 400, "{answer}");
     assert!(answer.contains("at most 256 bytes"), "{answer}");
-    drop(direct);
 }
