@@ -122,6 +122,13 @@ impl Residency {
         Some(slot.ready_ns)
     }
 
+    /// When `adapter`'s load ends (or ended), if it holds a slot.
+    pub(crate) fn ready_ns(&self, adapter: u32) -> Option<u64> {
+        (self.slots.iter())
+            .find(|s| s.adapter == adapter)
+            .map(|s| s.ready_ns)
+    }
+
     /// Whether [`Residency::admit`] of `adapter` would find a slot now.
     pub(crate) fn can_admit(&self, adapter: u32) -> bool {
         self.slots.len() < self.config.slots as usize
@@ -200,6 +207,36 @@ impl crate::Engine {
     /// `false` without slots.
     pub fn adapter_resident(&self, adapter: u32) -> bool {
         self.lora.as_ref().is_some_and(|l| l.resident(adapter))
+    }
+
+    /// How long from `now_ns` a request of `adapter` would wait for its adapter alone: the
+    /// rest of its load when it is loading, 0 when it is loaded, for the base model (0) or
+    /// without slots; a whole load (`load_ms`) when it holds no slot, after the first slot
+    /// to free does when every slot is pinned (its adapter's running requests all
+    /// finished, each decoding at the pace of a step of the batch now).
+    pub fn adapter_wait_ns(&self, adapter: u32, now_ns: u64) -> u64 {
+        let Some(l) = self.lora.as_ref().filter(|_| adapter != 0) else {
+            return 0;
+        };
+        if let Some(ready) = l.ready_ns(adapter) {
+            return ready.saturating_sub(now_ns);
+        }
+        let load_ns = (l.config.load_ms * 1e6).round() as u64;
+        if l.can_admit(adapter) {
+            return load_ns;
+        }
+        let step_ns = self.predict_tpot_ns(1);
+        let mut last_done: Vec<(u32, u64)> = Vec::new();
+        for seq in self.running().iter().filter(|s| s.adapter != 0) {
+            let left = u64::from(seq.output_tokens.saturating_sub(seq.generated));
+            let done = left.saturating_mul(step_ns);
+            match last_done.iter_mut().find(|(a, _)| *a == seq.adapter) {
+                Some((_, at)) => *at = (*at).max(done),
+                None => last_done.push((seq.adapter, done)),
+            }
+        }
+        let frees = last_done.iter().map(|(_, at)| *at).min().unwrap_or(0);
+        frees.saturating_add(load_ns)
     }
 
     /// Requests of `adapter` (non-zero) running and waiting here.

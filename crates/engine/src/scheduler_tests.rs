@@ -735,3 +735,34 @@ fn the_adapters_in_use_are_told_apart_as_running_and_waiting() {
     );
     assert_eq!(Engine::new(linear(100, 4, 64)).lora_adapters(), None);
 }
+
+#[test]
+fn a_forecast_waits_for_the_adapter_to_load() {
+    let mut engine = Engine::new(with_lora(1, 10.0, 0.0));
+    assert_eq!(
+        engine.adapter_wait_ns(1, 0),
+        10_000_000,
+        "cold: a whole load"
+    );
+    assert_eq!(
+        engine.adapter_wait_ns(0, 0),
+        0,
+        "the base model loads nothing"
+    );
+    engine.enqueue(of_adapter(0, 1, 4, 1), 0);
+    assert_eq!(engine.adapter_wait_ns(1, 4_000_000), 6_000_000, "loading");
+    assert_eq!(engine.adapter_wait_ns(1, 12_000_000), 0, "loaded");
+    assert_eq!(Engine::new(linear(100, 4, 64)).adapter_wait_ns(1, 0), 0);
+}
+
+#[test]
+fn a_forecast_waits_for_a_pinned_slot_to_free() {
+    let mut engine = Engine::new(with_lora(1, 10.0, 0.0));
+    engine.enqueue(of_adapter(0, 1, 4, 5), 0);
+    let step = engine.predict_tpot_ns(1);
+    assert_eq!(
+        engine.adapter_wait_ns(2, 0),
+        5 * step + 10_000_000,
+        "adapter 1's request decodes its 5 tokens, then adapter 2 loads"
+    );
+}

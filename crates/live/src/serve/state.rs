@@ -350,7 +350,7 @@ impl State {
         let loads = self.loads();
         let data = routed.data(self.block_size, now_ns);
         let (kv, slots) = self.kv_lookup();
-        let held: Vec<Option<Held<'_>>> = match routed.adapter {
+        let adapters: Vec<Option<Held<'_>>> = match routed.adapter {
             Some(_) => (self.upstreams.iter().enumerate())
                 .map(|(u, upstream)| held(upstream, &self.mirror, &self.lora, u))
                 .collect(),
@@ -370,7 +370,15 @@ impl State {
                     .and_then(|cached| cached(index))
                     .map_or(0, |units| prompt_tokens(Unit::Bytes, units));
                 let kv_usage = upstreams[u].scraped.kv_usage;
-                Some(mirror.predict(u, prompt, held, kv_usage, now_ns))
+                let mut forecast = mirror.predict(u, prompt, held, kv_usage, now_ns);
+                // An adapter the engine is not running loads first, as far as its scrape
+                // and the router's books say.
+                if let (Some((_, name)), Some(Some(engine))) = (&routed.adapter, adapters.get(u))
+                    && engine.state(name).resident == 0
+                {
+                    forecast.ttft_ns = forecast.ttft_ns.saturating_add(mirror.adapter_load_ns());
+                }
+                Some(forecast)
             };
             // What each endpoint holds of the request's adapter.
             let adapter_state = |index: u32| {
@@ -378,7 +386,7 @@ impl State {
                 let u = upstreams
                     .iter()
                     .position(|u| u.index == Some(EndpointIndex(index)))?;
-                Some(held.get(u)?.as_ref()?.state(name))
+                Some(adapters.get(u)?.as_ref()?.state(name))
             };
             let data = RequestData {
                 predict: Some(&predict),

@@ -415,3 +415,42 @@ fn a_request_naming_an_adapter_goes_where_the_scrapes_and_the_books_say_it_runs(
         "every adapter's name matched its number"
     );
 }
+
+#[test]
+fn a_forecast_adds_the_load_of_an_adapter_the_engine_is_not_running() {
+    let mut s = state::<Soonest>("soonest", false);
+    s.set_base_models(vec!["base".into()]);
+    let mut config = routerlab_engine::Preset::Dynamo.config();
+    config.lora = Some(routerlab_engine::LoraConfig {
+        slots: 4,
+        load_ms: 100.0,
+        step_overhead: 0.0,
+    });
+    s.set_engine_model(config);
+    let lora = |running: &[&str]| {
+        Some(Scraped {
+            lora: Some(crate::prom::LoraInfo {
+                slots: 4,
+                running: running.iter().map(|n| n.to_string()).collect(),
+                waiting: vec![],
+            }),
+            ..Scraped::default()
+        })
+    };
+    s.scraped(0, lora(&[]), 0);
+    s.scraped(1, lora(&["sql"]), 0);
+    s.scraped(2, lora(&[]), 0);
+    let mut routed = s.admit(b"hello".to_vec(), None, None, 1);
+    routed.adapter = s.adapter("sql").unwrap();
+    assert_eq!(
+        s.decide(&routed, 1, OnPluginError::Reject),
+        Ok(1),
+        "elsewhere sql loads first"
+    );
+    let base = s.admit(b"hello".to_vec(), None, None, 2);
+    assert_eq!(
+        s.decide(&base, 2, OnPluginError::Reject),
+        Ok(0),
+        "the base model loads nothing: a tie, the first"
+    );
+}

@@ -126,8 +126,10 @@ impl Sim<'_> {
         let chain = self.workload.engine_chain(index, block);
         let prompt_tokens = self.workload.requests[index].prompt_tokens;
         let engine = &self.fleet.engines[pos];
+        let adapter = self.workload.requests[index].adapter;
         Some(RlPrediction {
-            ttft_ns: engine.predict_ttft_ns(prompt_tokens, chain, now),
+            ttft_ns: (engine.predict_ttft_ns(prompt_tokens, chain, now))
+                .saturating_add(engine.adapter_wait_ns(adapter, now)),
             tpot_ns: engine.predict_tpot_ns(prompt_tokens),
         })
     }
