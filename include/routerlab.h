@@ -30,9 +30,10 @@
 #define RL_ABI_MAJOR 1
 
 /**
- * Minor version: minors only append fields and constants.
+ * Minor version: minors only append fields and constants, or give a meaning to a field
+ * reserved as zero (which older hosts then still write).
  */
-#define RL_ABI_MINOR 5
+#define RL_ABI_MINOR 6
 
 /**
  * Plugin kind: picks an endpoint for each request.
@@ -90,6 +91,13 @@
  * `RlEndpointStatus::role`: the endpoint decodes (and prefills what is sent to it whole).
  */
 #define RL_ROLE_DECODE 2
+
+/**
+ * `RlRequest::flags`: the request is the last of its session, whose client ends the
+ * session once it completes (vllm-router's `/finish_session`): a matcher may forget the
+ * session at `on_complete` instead of waiting for it to expire (ABI 1.6).
+ */
+#define RL_REQUEST_ENDS_SESSION 1
 
 /**
  * `RlRequest::struct_size` of an ABI 1.0 host, the smallest a plugin may receive.
@@ -322,9 +330,10 @@ typedef struct RlRequest {
    */
   uint32_t block_size;
   /**
-   * Reserved, zero.
+   * `RL_REQUEST_*` bits (ABI 1.6; reserved and zero before, so an older host sets none):
+   * `RL_REQUEST_ENDS_SESSION`, the request is its session's last.
    */
-  uint32_t _reserved;
+  uint32_t flags;
   /**
    * Prompt length in `unit`s.
    */

@@ -25,8 +25,9 @@ compile_error!("routerlab ABI v1 supports 64-bit targets only");
 pub const RL_MAGIC: u32 = 0x524C_4142;
 /// Major version: a different major is a different entry symbol and is never loaded.
 pub const RL_ABI_MAJOR: u32 = 1;
-/// Minor version: minors only append fields and constants.
-pub const RL_ABI_MINOR: u32 = 5;
+/// Minor version: minors only append fields and constants, or give a meaning to a field
+/// reserved as zero (which older hosts then still write).
+pub const RL_ABI_MINOR: u32 = 6;
 /// The symbol every plugin library exports (NUL-terminated for `dlsym`).
 pub const RL_ENTRY_SYMBOL: &[u8] = b"routerlab_plugin_entry_v1\0";
 
@@ -120,8 +121,9 @@ pub struct RlRequest {
     pub block_count: u64,
     /// Size of one block in `unit`s (the last block may be partial).
     pub block_size: u32,
-    /// Reserved, zero.
-    pub _reserved: u32,
+    /// `RL_REQUEST_*` bits (ABI 1.6; reserved and zero before, so an older host sets none):
+    /// `RL_REQUEST_ENDS_SESSION`, the request is its session's last.
+    pub flags: u32,
     /// Prompt length in `unit`s.
     pub prompt_len: u64,
     /// Expected output tokens, or `RL_UNKNOWN`.
@@ -264,6 +266,11 @@ pub type RlCachedTiersFn = Option<
         out: *mut RlCachedTiers,
     ) -> RlStatus,
 >;
+
+/// `RlRequest::flags`: the request is the last of its session, whose client ends the
+/// session once it completes (vllm-router's `/finish_session`): a matcher may forget the
+/// session at `on_complete` instead of waiting for it to expire (ABI 1.6).
+pub const RL_REQUEST_ENDS_SESSION: u32 = 1;
 
 /// `RlRequest::struct_size` of an ABI 1.0 host, the smallest a plugin may receive.
 pub const RL_REQUEST_SIZE_V1_0: u32 = 96;

@@ -77,6 +77,8 @@ struct Spec {
     /// Likewise adapter states: a count, then (endpoint id, resident, running, waiting,
     /// active, slots used, slots total, waiting adapters) rows.
     adapters: Vec<u64>,
+    /// `RL_REQUEST_*` bits.
+    flags: u32,
 }
 
 /// The rows of a builder's table at `ctx`: a count, then that many rows of `N` values.
@@ -239,6 +241,7 @@ impl RequestBuilder {
                 tiers: vec![0],
                 predicted: vec![0],
                 adapter: (0, Vec::new()),
+                flags: 0,
                 adapters: vec![0],
             },
             raw: zeroed_request(),
@@ -325,6 +328,11 @@ impl RequestBuilder {
         self.spec.adapter = (id, name.as_bytes().to_vec());
         self.synced()
     }
+    /// The request is its session's last (ABI 1.6 `RL_REQUEST_ENDS_SESSION`).
+    pub fn ends_session(mut self) -> Self {
+        self.spec.flags |= crate::abi::RL_REQUEST_ENDS_SESSION;
+        self.synced()
+    }
     /// The host reports endpoint `id`'s LoRA slots for this request (ABI 1.5; without any
     /// such call it says nothing).
     pub fn adapter_state(mut self, id: u32, state: RlAdapterState) -> Self {
@@ -390,7 +398,7 @@ impl RequestBuilder {
             block_hashes: spec.hashes.as_ptr(),
             block_count: spec.hashes.len() as u64,
             block_size: spec.block_size,
-            _reserved: 0,
+            flags: spec.flags,
             prompt_len,
             output_tokens: spec.output_tokens.unwrap_or(RL_UNKNOWN),
             session_id: spec.session_id,

@@ -137,6 +137,7 @@ mod tests {
             output_tokens: None,
             session_id: 0,
             parent_id: 0,
+            ends_session: false,
             now_ns: 0,
             cached_prefix: None,
             phase: routerlab_core::Phase::Whole,

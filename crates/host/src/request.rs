@@ -64,6 +64,8 @@ pub struct RequestData<'a> {
     pub session_id: u64,
     /// Parent request id, 0 = none.
     pub parent_id: u64,
+    /// It is its session's last: the client ends the session once it completes (ABI 1.6).
+    pub ends_session: bool,
     /// Time of the decision (ABI 1.2): the arrival, or later after waiting at the router.
     pub now_ns: u64,
     /// What each endpoint holds of this request's prefix (ABI 1.2), if the host can say.
@@ -110,7 +112,11 @@ impl RequestData<'_> {
             block_hashes: self.block_hashes.as_ptr(),
             block_count: self.block_hashes.len() as u64,
             block_size: self.block_size,
-            _reserved: 0,
+            flags: if self.ends_session {
+                routerlab_core::abi::RL_REQUEST_ENDS_SESSION
+            } else {
+                0
+            },
             prompt_len: self.prompt_len,
             output_tokens: self.output_tokens.unwrap_or(RL_UNKNOWN),
             session_id: self.session_id,

@@ -30,7 +30,7 @@ use routerlab_trace::arrivals::{ArrivalError, Arrivals};
 use tokio::sync::{Semaphore, watch};
 
 use crate::LiveError;
-use crate::serve::{ENDPOINT_HEADER, PREFILL_ENDPOINT_HEADER, SESSION_HEADER};
+use crate::serve::{ENDPOINT_HEADER, PREFILL_ENDPOINT_HEADER, SESSION_END_HEADER, SESSION_HEADER};
 
 /// How to drive.
 #[derive(Debug, Clone)]
@@ -264,6 +264,9 @@ async fn send_one(
     .header("content-type", "application/json");
     if request.session != 0 {
         outgoing = outgoing.header(SESSION_HEADER, request.session.to_string());
+    }
+    if request.session_end {
+        outgoing = outgoing.header(SESSION_END_HEADER, "true");
     }
     let outgoing = outgoing
         .body(http_body_util::Full::new(Bytes::from(body.to_string())))

@@ -224,6 +224,8 @@ struct Step<'a> {
     parent_seq: Option<u64>,
     /// The LoRA adapter it names: (number, name).
     adapter: Option<(u64, &'a [u8])>,
+    /// It is its session's last.
+    session_end: bool,
 }
 
 /// The time-free replay's state between requests.
@@ -433,6 +435,7 @@ impl TimeFree {
             output_tokens: request.output_tokens,
             session_id: request.session,
             parent_id: request.parent_seq.unwrap_or(0),
+            ends_session: request.session_end,
             // No clock: every decision happens at its request's arrival.
             now_ns: request.arrival_ns.unwrap_or(0),
             cached_prefix: Some(&cached_prefix),
@@ -511,6 +514,7 @@ pub fn replay(
                     .adapters()
                     .name(request.adapter)
                     .map(|name| (u64::from(request.adapter), name.as_bytes())),
+                session_end: request.session_end,
             },
         )?;
         tell_routed(observer, replicas, (request.seq, request.line), routed)?;
@@ -549,6 +553,7 @@ pub fn replay_workload(
                     .adapters
                     .name(request.adapter)
                     .map(|name| (u64::from(request.adapter), name.as_bytes())),
+                session_end: request.session_end,
             },
         )?;
         tell_routed(observer, replicas, (seq, request.line), routed)?;

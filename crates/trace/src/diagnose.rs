@@ -44,6 +44,7 @@ pub(crate) fn diagnose(
             ("arrival_s", Check::Number, false),
             ("output_tokens", Check::Count, false),
             ("adapter", Check::Text, false),
+            ("session_end", Check::Bool, false),
         ],
         // CSV lines are checked by their own parser; agentic lines word their own errors.
         TraceFormat::AzureCsv
@@ -65,6 +66,7 @@ pub(crate) fn diagnose(
             ("chat_id", Check::Int, false),
             ("parent_chat_id", Check::Int, false),
             ("adapter", Check::Text, false),
+            ("session_end", Check::Bool, false),
         ],
     };
     for (field, check, required) in checks {
@@ -101,6 +103,7 @@ pub(crate) enum Check {
     Int,
     Ids,
     TokenIds,
+    Bool,
 }
 
 impl Check {
@@ -124,6 +127,7 @@ impl Check {
                 ids.iter()
                     .all(|id| id.as_u64().is_some_and(|n| n <= u64::from(u32::MAX)))
             }),
+            Check::Bool => value.is_boolean(),
         };
         if ok {
             return Ok(());
@@ -137,6 +141,7 @@ impl Check {
             Check::Int => "an integer",
             Check::Ids => "a list of non-negative integers",
             Check::TokenIds => "a list of 32-bit token ids",
+            Check::Bool => "true or false",
         })
     }
 }

@@ -93,6 +93,8 @@ pub struct TraceRequest {
     pub token_ids: Vec<u32>,
     /// The LoRA adapter it names (1-based, see [`TraceReader::adapters`]); 0 = none.
     pub adapter: u32,
+    /// It is its session's last (`session_end`): the client ends the session after it.
+    pub session_end: bool,
 }
 
 /// Where a trace's bytes come from: the file mapped, or a decompressor reading it.
@@ -534,6 +536,7 @@ impl TraceReader {
                 continue;
             }
             out.adapter = 0;
+            out.session_end = false;
             let parsed = self.linker.parse_line(self.line, bytes, out);
             match parsed {
                 Ok(()) => {

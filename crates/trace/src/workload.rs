@@ -48,6 +48,8 @@ pub struct WorkloadRequest {
     pub dependencies: Vec<crate::graph::Dependency>,
     /// The LoRA adapter it names (1-based, see [`Workload::adapters`]); 0 = none.
     pub adapter: u32,
+    /// It is its session's last: the client ends the session after it.
+    pub session_end: bool,
 }
 
 /// Where a workload came from, for the report's `run` block.
@@ -121,6 +123,7 @@ impl Workload {
                 play: request.play,
                 dependencies: Vec::new(),
                 adapter: request.adapter,
+                session_end: request.session_end,
             });
             if format.is_agentic() {
                 ids.push(std::mem::take(&mut request.request_id));

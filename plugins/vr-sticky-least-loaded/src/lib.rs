@@ -8,9 +8,12 @@
 //! `sweep_interval_s` (the peer's 2 hours and 60 s); a session whose endpoint is no longer
 //! available is given a new one.
 //!
-//! Where the lab differs: the peer also ends a session on an explicit `/finish_session`
-//! call; traces say nothing of a session's end, so here sessions end by their lifetime
-//! only. The hash is the lab's xxh3, not the peer's FNV-style `fbi_hash`: which endpoint
+//! A session also ends explicitly, as the peer's `/finish_session` call ends it: when its
+//! last request completes (the host's ABI 1.6 `ends_session`: a trace line's
+//! `session_end`, `serve`'s `x-session-end` header), its endpoint holds one session fewer.
+//!
+//! Where the lab differs: the time-free replay has no completions, so there sessions end
+//! by their lifetime only. The hash is the lab's xxh3, not the peer's FNV-style `fbi_hash`: which endpoint
 //! wins a tie differs, not how often ties fall on each.
 //!
 //! Config keys: `session_ttl_s` (7200), `sweep_interval_s` (60); `seed` unused.
@@ -152,6 +155,16 @@ impl Matcher for VrStickyLeastLoaded {
         *self.counts.entry(endpoint).or_insert(0) += 1;
         Ok(())
     }
+
+    fn on_complete(&mut self, request: &Request<'_>, _endpoint: EndpointId) -> Result<(), String> {
+        if request.ends_session()
+            && let Some(session) = request.session_id()
+            && let Some(ended) = self.sessions.remove(&session)
+        {
+            self.release(ended.endpoint);
+        }
+        Ok(())
+    }
 }
 
 routerlab_core::export_plugins! {
@@ -218,6 +231,28 @@ mod tests {
         let moved = route(&mut m, &without, 2, 210);
         assert_ne!(moved, first[1]);
         assert_eq!(m.counts.get(&first[1]), None);
+    }
+
+    #[test]
+    fn a_session_whose_last_request_completes_ends_at_once() {
+        let mut m: VrStickyLeastLoaded = create_matcher("").unwrap();
+        let fleet = EndpointsBuilder::new(2);
+        let one = route(&mut m, &fleet, 1, 0);
+        let two = route(&mut m, &fleet, 2, 0);
+        assert_ne!(one, two);
+        // Session 1's next request completes without ending it; then its last one does.
+        let next = RequestBuilder::new(3).session_id(1);
+        m.on_complete(&next.view(), one).unwrap();
+        assert_eq!(m.sessions.len(), 2, "not its last");
+        let last = RequestBuilder::new(4).session_id(1).ends_session();
+        m.on_complete(&last.view(), one).unwrap();
+        assert_eq!(m.sessions.len(), 1, "ended");
+        assert_eq!(m.counts.get(&one), None, "its endpoint holds no session");
+        // Two new sessions: the first goes to the endpoint left without one.
+        assert_eq!(route(&mut m, &fleet, 5, 1), one);
+        // Ending a session twice, or one never seen, changes nothing.
+        m.on_complete(&last.view(), one).unwrap();
+        assert_eq!(m.sessions.len(), 2);
     }
 
     #[test]

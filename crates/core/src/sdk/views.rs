@@ -337,6 +337,12 @@ impl<'a> Request<'a> {
         let status = unsafe { ask(self.raw.predict_ctx, id.get(), &mut forecast) };
         (status == RL_OK).then_some(forecast)
     }
+    /// Whether the request is the last of its session, whose client ends the session once
+    /// it completes (ABI 1.6); `false` from an older host.
+    #[inline]
+    pub fn ends_session(&self) -> bool {
+        self.raw.flags & crate::abi::RL_REQUEST_ENDS_SESSION != 0
+    }
     /// The LoRA adapter the request asks for (ABI 1.5): the host's number for it (from 1,
     /// the same all run) and its name; `None` for the base model or from an older host.
     #[inline]
@@ -665,7 +671,7 @@ pub(crate) const fn zeroed_request() -> RlRequest {
         block_hashes: std::ptr::null(),
         block_count: 0,
         block_size: 0,
-        _reserved: 0,
+        flags: 0,
         prompt_len: 0,
         output_tokens: 0,
         session_id: 0,

@@ -82,6 +82,7 @@ pub fn request(id: u64, hashes: &[u64]) -> RequestData<'_> {
         output_tokens: None,
         session_id: 0,
         parent_id: 0,
+        ends_session: false,
         now_ns: id * 1_000,
         cached_prefix: None,
         phase: routerlab_core::Phase::Whole,

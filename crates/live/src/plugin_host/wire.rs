@@ -37,6 +37,7 @@ pub struct WireRequest {
     pub output_tokens: Option<u64>,
     pub session_id: u64,
     pub parent_id: u64,
+    pub ends_session: bool,
     pub now_ns: u64,
     /// `RL_PHASE_*`.
     pub phase: u32,
@@ -94,6 +95,7 @@ impl WireRequest {
             output_tokens: self.output_tokens,
             session_id: self.session_id,
             parent_id: self.parent_id,
+            ends_session: self.ends_session,
             now_ns: self.now_ns,
             cached_prefix: None,
             phase: routerlab_core::Phase::from_raw(self.phase),
@@ -459,6 +461,7 @@ impl Out {
         self.option(r.output_tokens);
         self.u64(r.session_id);
         self.u64(r.parent_id);
+        self.u8(u8::from(r.ends_session));
         self.u64(r.now_ns);
         self.u32(r.phase);
         match &r.cached {
@@ -585,6 +588,7 @@ impl In<'_> {
             output_tokens: self.option()?,
             session_id: self.u64()?,
             parent_id: self.u64()?,
+            ends_session: self.flag()?,
             now_ns: self.u64()?,
             phase: self.u32()?,
             cached: match self.u8()? {

@@ -15,6 +15,7 @@ fn request() -> WireRequest {
         output_tokens: Some(16),
         session_id: 2,
         parent_id: 6,
+        ends_session: true,
         now_ns: 2_000,
         phase: routerlab_core::abi::RL_PHASE_DECODE,
         cached: Some(vec![(0, 8), (3, 0)]),

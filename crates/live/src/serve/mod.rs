@@ -53,6 +53,10 @@ use state::{Refusal, Routed, State};
 
 /// The header a client names its session with (else the body's `user`).
 pub const SESSION_HEADER: &str = "x-session-id";
+/// The header that marks a request as its session's last (`true` or `false`): the client
+/// ends the session once it completes (ABI 1.6 `ends_session`, vllm-router's
+/// `/finish_session`).
+pub const SESSION_END_HEADER: &str = "x-session-end";
 /// How long `/health` and `/metrics` wait for the plugins' lock before answering without it.
 const STATUS_WAIT: Duration = Duration::from_millis(200);
 
@@ -435,6 +439,21 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let ends_session = match request
+        .headers()
+        .get(SESSION_END_HEADER)
+        .map(|v| v.to_str())
+    {
+        None => false,
+        Some(Ok(v)) if v.eq_ignore_ascii_case("true") || v == "1" => true,
+        Some(Ok(v)) if v.eq_ignore_ascii_case("false") || v == "0" => false,
+        Some(_) => {
+            return http::error(
+                StatusCode::BAD_REQUEST,
+                &format!("{SESSION_END_HEADER}: give true or false"),
+            );
+        }
+    };
     let authorization = request.headers().get("authorization").cloned();
     let body = match http::read_body(request).await {
         Ok(body) => body,
@@ -472,6 +491,7 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
             shared.now_ns(),
         );
         routed.adapter = adapter;
+        routed.ends_session = ends_session;
         (routed, state.disaggregated())
     };
     routed.tokens = tokens;

@@ -213,6 +213,7 @@ fn wire_request(r: &RequestData<'_>, endpoints: &[(String, u32)]) -> WireRequest
         output_tokens: r.output_tokens,
         session_id: r.session_id,
         parent_id: r.parent_id,
+        ends_session: r.ends_session,
         now_ns: r.now_ns,
         phase: r.phase.raw(),
         cached,

@@ -74,6 +74,8 @@ pub(super) struct Routed {
     pub(super) phase: Phase,
     /// The LoRA adapter it asks for, numbered and named (`None`: the base model).
     pub(super) adapter: Option<(u32, Box<str>)>,
+    /// It is its session's last (`x-session-end`).
+    pub(super) ends_session: bool,
 }
 
 impl Routed {
@@ -90,6 +92,7 @@ impl Routed {
             output_tokens: self.output_tokens,
             session_id: self.session,
             parent_id: self.parent,
+            ends_session: self.ends_session,
             now_ns,
             cached_prefix: None,
             phase: self.phase,
@@ -316,6 +319,7 @@ impl State {
             parent,
             phase: Phase::Whole,
             adapter: None,
+            ends_session: false,
         }
     }
 

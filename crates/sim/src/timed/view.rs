@@ -31,6 +31,7 @@ impl Sim<'_> {
             output_tokens: Some(u64::from(state.output_tokens)),
             session_id: request.session,
             parent_id: request.parent.map_or(0, |p| RequestSeq::of_index(p).0),
+            ends_session: request.session_end,
             now_ns: now,
             cached_prefix,
             phase: self.phase_of(index),

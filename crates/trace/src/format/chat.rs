@@ -1,5 +1,6 @@
 //! Chat JSONL: one request per line, a `prompt` string or OpenAI-style `messages`, with
-//! optional `id`, `parent`, `session`, `arrival_s`, `output_tokens` and `adapter`.
+//! optional `id`, `parent`, `session`, `arrival_s`, `output_tokens`, `adapter` and
+//! `session_end`.
 
 use std::borrow::Cow;
 
@@ -102,6 +103,7 @@ impl Linker {
         out.arrival_ns = parsed.arrival_s.map(|s| (s * 1e9).round() as u64);
         out.output_tokens = parsed.output_tokens;
         out.adapter = adapter;
+        out.session_end = parsed.session_end.unwrap_or(false);
         hash_text_blocks(
             &out.prompt,
             self.options.block_size as usize,
@@ -151,4 +153,6 @@ struct ChatLine<'a> {
     output_tokens: Option<u64>,
     #[serde(borrow, default)]
     adapter: Option<Cow<'a, str>>,
+    #[serde(default)]
+    session_end: Option<bool>,
 }

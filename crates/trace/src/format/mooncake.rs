@@ -110,6 +110,7 @@ impl Linker {
         out.arrival_ns = parsed.timestamp.map(|ms| (ms * 1e6).round() as u64);
         out.output_tokens = parsed.output_length;
         out.adapter = adapter;
+        out.session_end = parsed.session_end.unwrap_or(false);
         Ok(())
     }
 }
@@ -323,6 +324,7 @@ struct MooncakeLine<'a> {
     chat_id: Option<i64>,
     parent_chat_id: Option<i64>,
     adapter: Option<Cow<'a, str>>,
+    session_end: Option<bool>,
 }
 
 struct MooncakeSeed<'b> {
@@ -367,7 +369,7 @@ impl<'de> serde::de::Visitor<'de> for MooncakeSeed<'_> {
         use serde::de::Error;
         let mut line = MooncakeLine::default();
         let (mut has_input, mut has_ids) = (false, false);
-        const KNOWN: [&str; 8] = [
+        const KNOWN: [&str; 9] = [
             "timestamp",
             "input_length",
             "output_length",
@@ -376,6 +378,7 @@ impl<'de> serde::de::Visitor<'de> for MooncakeSeed<'_> {
             "chat_id",
             "parent_chat_id",
             "adapter",
+            "session_end",
         ];
         let mut seen = [false; KNOWN.len()];
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
@@ -401,6 +404,7 @@ impl<'de> serde::de::Visitor<'de> for MooncakeSeed<'_> {
                 "chat_id" => line.chat_id = map.next_value()?,
                 "parent_chat_id" => line.parent_chat_id = map.next_value()?,
                 "adapter" => line.adapter = map.next_value()?,
+                "session_end" => line.session_end = map.next_value()?,
                 _ => {
                     map.next_value::<serde::de::IgnoredAny>()?;
                 }

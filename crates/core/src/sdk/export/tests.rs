@@ -68,7 +68,7 @@ fn raw_request(struct_size: u32) -> RlRequest {
         block_hashes: HASHES.as_ptr(),
         block_count: HASHES.len() as u64,
         block_size: 16,
-        _reserved: 0,
+        flags: 0,
         prompt_len: 48,
         output_tokens: RL_UNKNOWN,
         session_id: 0,
