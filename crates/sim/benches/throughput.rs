@@ -45,6 +45,7 @@ fn generated(requests: u64, sessions: bool) -> PathBuf {
             seed: 7,
             sessions,
             adapters: 0,
+            samples: 1,
         };
         write_mooncake(&workload, &mut out).expect("write trace");
     }

@@ -185,7 +185,13 @@ pub struct MooncakeWorkload {
     pub sessions: bool,
     /// LoRA adapters the conversations ask for (0: none, the base model).
     pub adapters: u64,
+    /// Requests sent at once for each prompt (1: one): the samples of an RL rollout step
+    /// or of best-of-N, the same line but for its output length.
+    pub samples: u64,
 }
+
+/// The most samples a generated prompt may have.
+pub const MAX_SYNTH_SAMPLES: u64 = 1024;
 
 /// Tokens per hash id in the generated stream (Mooncake's block size).
 pub const MOONCAKE_BLOCK: u64 = 512;
@@ -193,7 +199,9 @@ pub const MOONCAKE_BLOCK: u64 = 512;
 /// Writes a Mooncake-format stream: 8 shared system prefixes of 4 blocks; conversations grow
 /// by 1–2 blocks a turn up to 64 blocks; continuations pick one of the 1,024 most recent
 /// conversations (and share its `session_id`), so memory stays bounded however long the
-/// stream. Arrivals are Poisson at 20 requests/s.
+/// stream. Arrivals are Poisson at 20 prompts/s; with `samples` N, each prompt is N
+/// requests arriving together (each with an output length of its own), `requests` of them
+/// in all.
 pub fn write_mooncake(workload: &MooncakeWorkload, out: &mut impl Write) -> io::Result<()> {
     const RECENT: usize = 1024;
     const SYSTEMS: u64 = 8;
@@ -205,7 +213,12 @@ pub fn write_mooncake(workload: &MooncakeWorkload, out: &mut impl Write) -> io::
     let mut recent: Vec<(Vec<u64>, u64, Option<usize>)> = Vec::with_capacity(RECENT);
     let mut clock_ms = 0.0f64;
     let mut line = String::new();
-    for n in 0..workload.requests {
+    let samples = workload.samples.clamp(1, MAX_SYNTH_SAMPLES);
+    let mut written = 0;
+    for n in 0.. {
+        if written >= workload.requests {
+            break;
+        }
         let continue_from = (!recent.is_empty()
             && rng.unit_f64() < workload.continue_chat_probability)
             .then(|| rng.below(recent.len() as u64) as usize)
@@ -225,27 +238,33 @@ pub fn write_mooncake(workload: &MooncakeWorkload, out: &mut impl Write) -> io::
             next_id += 1;
         }
         let input_length = ids.len() as u64 * MOONCAKE_BLOCK - rng.below(MOONCAKE_BLOCK);
-        let output_length = 50 + rng.below(450);
+        let mut output_length = 50 + rng.below(450);
         clock_ms += -(1.0 - rng.unit_f64()).ln() * 50.0;
-        line.clear();
-        line.push_str(&format!("{{\"timestamp\": {}, ", clock_ms as u64));
-        if workload.sessions {
-            line.push_str(&format!("\"session_id\": {session}, "));
-        }
-        if let Some(a) = adapter {
-            line.push_str(&format!("\"adapter\": \"{}\", ", draw.names[a]));
-        }
-        line.push_str(&format!(
-            "\"input_length\": {input_length}, \"output_length\": {output_length}, \"hash_ids\": ["
-        ));
-        for (i, id) in ids.iter().enumerate() {
-            if i > 0 {
-                line.push_str(", ");
+        for sample in 0..samples.min(workload.requests - written) {
+            if sample > 0 {
+                output_length = 50 + rng.below(450);
             }
-            line.push_str(&id.to_string());
+            line.clear();
+            line.push_str(&format!("{{\"timestamp\": {}, ", clock_ms as u64));
+            if workload.sessions {
+                line.push_str(&format!("\"session_id\": {session}, "));
+            }
+            if let Some(a) = adapter {
+                line.push_str(&format!("\"adapter\": \"{}\", ", draw.names[a]));
+            }
+            line.push_str(&format!(
+                "\"input_length\": {input_length}, \"output_length\": {output_length}, \"hash_ids\": ["
+            ));
+            for (i, id) in ids.iter().enumerate() {
+                if i > 0 {
+                    line.push_str(", ");
+                }
+                line.push_str(&id.to_string());
+            }
+            line.push_str("]}\n");
+            out.write_all(line.as_bytes())?;
+            written += 1;
         }
-        line.push_str("]}\n");
-        out.write_all(line.as_bytes())?;
         match continue_from {
             Some(i) => recent[i] = (ids, session, adapter),
             None if recent.len() < RECENT => recent.push((ids, session, adapter)),
@@ -334,6 +353,7 @@ mod tests {
             seed: 3,
             sessions: true,
             adapters: 3,
+            samples: 1,
         };
         write_mooncake(&workload, &mut mooncake).unwrap();
         let text = String::from_utf8(mooncake).unwrap();
@@ -343,5 +363,48 @@ mod tests {
                 .count(),
             200
         );
+    }
+
+    #[test]
+    fn samples_of_a_prompt_arrive_together_and_differ_only_in_length() {
+        let lines = |samples: u64| {
+            let mut out = Vec::new();
+            let workload = MooncakeWorkload {
+                requests: 100,
+                continue_chat_probability: 0.3,
+                seed: 5,
+                sessions: true,
+                adapters: 0,
+                samples,
+            };
+            write_mooncake(&workload, &mut out).unwrap();
+            String::from_utf8(out)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        };
+        let grouped = lines(8);
+        assert_eq!(grouped.len(), 100, "--requests counts requests");
+        let without_length = |l: &serde_json::Value| {
+            let mut l = l.clone();
+            l.as_object_mut().unwrap().remove("output_length");
+            l
+        };
+        for group in grouped.chunks(8) {
+            assert!(
+                group
+                    .iter()
+                    .all(|l| without_length(l) == without_length(&group[0]))
+            );
+        }
+        let lengths: std::collections::BTreeSet<u64> = grouped[..8]
+            .iter()
+            .map(|l| l["output_length"].as_u64().unwrap())
+            .collect();
+        assert!(lengths.len() > 1, "each sample has a length of its own");
+        assert_ne!(grouped[8]["timestamp"], grouped[0]["timestamp"]);
+        // The first line is the stream's without samples (later ones draw more lengths).
+        assert_eq!(lines(1)[0], grouped[0]);
     }
 }

@@ -4,7 +4,8 @@ use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
 use routerlab_trace::synth::{
-    ChatWorkload, MAX_SYNTH_ADAPTERS, MooncakeWorkload, write_chat, write_mooncake,
+    ChatWorkload, MAX_SYNTH_ADAPTERS, MAX_SYNTH_SAMPLES, MooncakeWorkload, write_chat,
+    write_mooncake,
 };
 use routerlab_trace::synth_agentic::{AgenticWorkload, write_agentic};
 
@@ -52,6 +53,11 @@ pub struct GenTraceArgs {
     /// continuations for the same one; 0 = none, the base model.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub adapters: u64,
+    /// Mooncake format: each prompt is N requests arriving together, the same line but for
+    /// each one's output length (an RL rollout step's samples, best-of-N); --requests
+    /// counts the requests [default: 1].
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub samples: u64,
     /// The agentic format's knobs.
     #[command(flatten)]
     pub agentic: AgenticArgs,
@@ -160,6 +166,15 @@ pub fn run(args: GenTraceArgs) -> Result<(), Failure> {
             "--adapters needs --format chat or mooncake (agentic lines name a `model` of their own)",
         ));
     }
+    if !(1..=MAX_SYNTH_SAMPLES).contains(&args.samples) {
+        return Err(Failure::input(format!(
+            "--samples {}: give 1 to {MAX_SYNTH_SAMPLES}",
+            args.samples
+        )));
+    }
+    if args.samples > 1 && !matches!(args.format, GenFormat::Mooncake) {
+        return Err(Failure::input("--samples needs --format mooncake"));
+    }
     let agentic = args.agentic.workload(args.seed);
     match args.format {
         GenFormat::Agentic => agentic.validate().map_err(Failure::input)?,
@@ -202,6 +217,7 @@ pub fn run(args: GenTraceArgs) -> Result<(), Failure> {
                 seed: args.seed,
                 sessions: !args.plain,
                 adapters: args.adapters,
+                samples: args.samples,
             },
             &mut sink,
         ),
