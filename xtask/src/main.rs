@@ -504,6 +504,16 @@ fn prerequisites() -> Result<(), String> {
             words("rustup toolchain install nightly --profile minimal --component miri,rust-src --no-self-update")
         },
     ));
+    // The Slurm test starts a single-node cluster of Debian's packages.
+    needs.push((
+        "Slurm and munge (Debian's slurm-wlm and munge)".into(),
+        succeeds("sbatch", &["--version"]) && has_program("munged") && has_program("slurmctld"),
+        vec![
+            "sh".into(),
+            "-c".into(),
+            "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurm-wlm munge".into(),
+        ],
+    ));
     needs.push((
         "cargo-fuzz".into(),
         succeeds("cargo", &["fuzz", "--version"]),
@@ -528,6 +538,15 @@ fn prerequisites() -> Result<(), String> {
             .map_err(|e| format!("could not install {what} ({e}); run `{command}` yourself"))?;
     }
     Ok(())
+}
+
+/// Whether `name` is an executable on `PATH` or in an `sbin` directory (where Debian puts
+/// daemons, often off a user's `PATH`).
+fn has_program(name: &str) -> bool {
+    let path = std::env::var("PATH").unwrap_or_default();
+    path.split(':')
+        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"])
+        .any(|dir| std::path::Path::new(dir).join(name).is_file())
 }
 
 /// The Python packages the wire-format checks use, pinned (vLLM's own: msgspec for its

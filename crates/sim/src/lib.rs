@@ -12,6 +12,7 @@
 pub mod calibrate;
 pub mod error;
 pub mod observer;
+mod read_ahead;
 pub mod scenario;
 pub mod snapshot;
 #[cfg(test)]

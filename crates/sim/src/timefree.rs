@@ -11,6 +11,7 @@
 
 use routerlab_host::{EndpointLoad, RequestData};
 use routerlab_policy_kit::{BlockMasks, LruMap};
+use routerlab_trace::adapters::Adapters;
 use routerlab_trace::blocks::prompt_tokens;
 use routerlab_trace::{TraceReader, TraceRequest, Workload};
 
@@ -487,16 +488,28 @@ fn tell_routed(
 }
 
 /// Replays the whole trace through the router `replicas`, each endpoint with a prefix
-/// cache of `cache_blocks` blocks (`None` = unbounded), reading it as it goes.
+/// cache of `cache_blocks` blocks (`None` = unbounded), reading it as it goes (on a
+/// second thread when there is a second core: the same decisions either way).
 pub fn replay(
     reader: &mut TraceReader,
     replicas: &mut Replicas,
     cache_blocks: Option<u64>,
     observer: &mut dyn Observer,
 ) -> Result<Report, SimError> {
+    let ahead = crate::read_ahead::worth_it();
+    replay_reading(reader, replicas, cache_blocks, observer, ahead)
+}
+
+/// [`replay`], reading the trace on a second thread when `ahead`.
+fn replay_reading(
+    reader: &mut TraceReader,
+    replicas: &mut Replicas,
+    cache_blocks: Option<u64>,
+    observer: &mut dyn Observer,
+    ahead: bool,
+) -> Result<Report, SimError> {
     let mut state = TimeFree::new(replicas, reader.unit(), reader.block_size(), cache_blocks);
-    let mut request = TraceRequest::default();
-    while reader.next_into(&mut request)? {
+    let mut route = |request: &TraceRequest, adapters: &Adapters| -> Result<(), SimError> {
         let routed = state.step(
             replicas,
             Step {
@@ -510,8 +523,7 @@ pub fn replay(
                 output_tokens: request.output_tokens,
                 session: request.session,
                 parent_seq: request.parent_seq,
-                adapter: reader
-                    .adapters()
+                adapter: adapters
                     .name(request.adapter)
                     .map(|name| (u64::from(request.adapter), name.as_bytes())),
                 session_end: request.session_end,
@@ -520,6 +532,15 @@ pub fn replay(
         tell_routed(observer, replicas, (request.seq, request.line), routed)?;
         if request.seq.is_multiple_of(PROGRESS_EVERY) {
             observer.progress(request.seq);
+        }
+        Ok(())
+    };
+    if ahead {
+        crate::read_ahead::for_each(reader, route)?;
+    } else {
+        let mut request = TraceRequest::default();
+        while reader.next_into(&mut request)? {
+            route(&request, reader.adapters())?;
         }
     }
     Ok(routerlab_report::checked(state.stats.finish()))
@@ -688,5 +709,55 @@ mod tests {
             serde_json::to_string(&streamed).unwrap(),
             serde_json::to_string(&loaded).unwrap()
         );
+    }
+
+    /// A time-free replay of `trace` through `Turns`, reading ahead or not: the report
+    /// (JSON) or the error's text.
+    fn read_both_ways(trace: &std::path::Path, ahead: bool) -> Result<String, String> {
+        use crate::test_plugins::{Turns, routers};
+        let scenario = crate::scenario::Scenario::new("in-process", trace.to_owned()).endpoints(3);
+        let mut reader = scenario.reader().map_err(|e| e.to_string())?;
+        replay_reading(
+            &mut reader,
+            &mut routers::<Turns>(&scenario, "turns"),
+            None,
+            &mut crate::observer::NoObserver,
+            ahead,
+        )
+        .map(|report| serde_json::to_string(&report).unwrap())
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn reading_ahead_on_a_second_thread_changes_nothing() {
+        let ahead = read_both_ways(&chat(), true).unwrap();
+        assert_eq!(ahead, read_both_ways(&chat(), false).unwrap());
+        // Past several batches, with adapters first named late, and a bad line after them:
+        // the same error, after the same requests.
+        let dir = std::env::temp_dir().join(format!("routerlab-ahead-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut text = String::new();
+        for i in 0..3000 {
+            let adapter = if i > 2000 {
+                format!(r#", "adapter": "a{}""#, i % 7)
+            } else {
+                String::new()
+            };
+            text.push_str(&format!(r#"{{"prompt": "p{} {}"{adapter}}}"#, i % 50, i));
+            text.push('\n');
+        }
+        let good = dir.join("good.jsonl");
+        std::fs::write(&good, &text).unwrap();
+        assert_eq!(
+            read_both_ways(&good, true).unwrap(),
+            read_both_ways(&good, false).unwrap()
+        );
+        text.push_str("{\"prompt\": 7}\n");
+        let bad = dir.join("bad.jsonl");
+        std::fs::write(&bad, &text).unwrap();
+        let err = read_both_ways(&bad, true).unwrap_err();
+        assert!(err.contains(":3001:"), "{err}");
+        assert_eq!(err, read_both_ways(&bad, false).unwrap_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

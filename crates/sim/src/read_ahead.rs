@@ -1,0 +1,171 @@
+//! Reading a trace on a thread of its own: parsing, block hashing and interning run ahead
+//! of the routing, in batches handed over through a bounded queue, so a replay uses two
+//! cores. The requests reach the caller one at a time in file order, and a read error
+//! reaches it where the sequential loop would have met it (after every request before
+//! it), so the decisions, and every report, are the sequential loop's. Batches go back to
+//! the reader to be refilled: the queue allocates nothing once it is warm.
+
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
+
+use routerlab_trace::adapters::Adapters;
+use routerlab_trace::{TraceError, TraceReader, TraceRequest};
+
+/// Requests in a batch: enough that the hand-over costs nothing beside a decision, few
+/// enough that the reader is never far ahead (what is queued is at most
+/// `QUEUED × BATCH` requests).
+const BATCH: usize = 512;
+/// Batches queued between the threads.
+const QUEUED: usize = 4;
+
+/// What the reader hands over: a batch (`len` of its buffers filled), the adapter names
+/// first seen in it, and the error the read stopped at, if it did.
+struct Batch {
+    requests: Vec<TraceRequest>,
+    len: usize,
+    new_adapters: Vec<String>,
+    error: Option<TraceError>,
+}
+
+/// Whether a replay should read ahead: when a second core is there to run the reader.
+pub(crate) fn worth_it() -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
+}
+
+/// Calls `each` with every request of `reader` in file order, and the adapter names known
+/// so far, reading on a second thread; stops at the first error, `each`'s or the read's.
+pub(crate) fn for_each<E: From<TraceError>>(
+    reader: &mut TraceReader,
+    mut each: impl FnMut(&TraceRequest, &Adapters) -> Result<(), E>,
+) -> Result<(), E> {
+    let (full_tx, full_rx) = sync_channel::<Batch>(QUEUED);
+    let (empty_tx, empty_rx) = sync_channel::<Batch>(QUEUED + 1);
+    std::thread::scope(|scope| {
+        scope.spawn(move || read(reader, full_tx, empty_rx));
+        let mut adapters = Adapters::default();
+        // The reader stops when the receiver goes: an error of `each` ends it too.
+        let outcome = (|| {
+            for batch in full_rx.iter() {
+                for name in &batch.new_adapters {
+                    adapters.number(name);
+                }
+                for request in &batch.requests[..batch.len] {
+                    each(request, &adapters)?;
+                }
+                if let Some(error) = batch.error {
+                    return Err(E::from(error));
+                }
+                // The reader may have finished: a batch it will not refill is dropped.
+                let _ = empty_tx.try_send(batch);
+            }
+            Ok(())
+        })();
+        drop(full_rx);
+        outcome
+    })
+}
+
+/// The reader's thread: fills batches (new, or handed back) until the trace ends, an
+/// error stops it, or the other side hangs up.
+fn read(reader: &mut TraceReader, full: SyncSender<Batch>, empty: Receiver<Batch>) {
+    let mut known = reader.adapters().len();
+    loop {
+        let mut batch = match empty.try_recv() {
+            Ok(batch) => batch,
+            Err(TryRecvError::Empty | TryRecvError::Disconnected) => Batch {
+                requests: Vec::new(),
+                len: 0,
+                new_adapters: Vec::new(),
+                error: None,
+            },
+        };
+        batch.len = 0;
+        batch.new_adapters.clear();
+        batch.error = None;
+        let mut ended = false;
+        while batch.len < BATCH {
+            if batch.requests.len() == batch.len {
+                batch.requests.push(TraceRequest::default());
+            }
+            match reader.next_into(&mut batch.requests[batch.len]) {
+                Ok(true) => batch.len += 1,
+                Ok(false) => {
+                    ended = true;
+                    break;
+                }
+                Err(error) => {
+                    batch.error = Some(error);
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        let names = reader.adapters();
+        for id in known..names.len() {
+            // Adapters are numbered from 1: the one at position `id` is number `id + 1`.
+            if let Some(name) = names.name(id as u32 + 1) {
+                batch.new_adapters.push(name.to_owned());
+            }
+        }
+        known = names.len();
+        if full.send(batch).is_err() || ended {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_request_arrives_in_order_with_its_adapter_named() {
+        let path =
+            std::env::temp_dir().join(format!("routerlab-ahead-{}.jsonl", std::process::id()));
+        let text: String = (0..2000)
+            .map(|i| match i % 3 {
+                0 => format!("{{\"prompt\": \"p{i}\"}}\n"),
+                _ => format!("{{\"prompt\": \"p{i}\", \"adapter\": \"a{}\"}}\n", i / 300),
+            })
+            .collect();
+        std::fs::write(&path, text).unwrap();
+        let open = || TraceReader::open(&path, routerlab_trace::TraceOptions::default()).unwrap();
+        let mut sequential = Vec::new();
+        let mut reader = open();
+        let mut request = TraceRequest::default();
+        while reader.next_into(&mut request).unwrap() {
+            let name = reader.adapters().name(request.adapter).map(str::to_owned);
+            sequential.push((request.seq, request.line, request.adapter, name));
+        }
+        let mut ahead = Vec::new();
+        for_each::<TraceError>(&mut open(), |request, adapters| {
+            let name = adapters.name(request.adapter).map(str::to_owned);
+            ahead.push((request.seq, request.line, request.adapter, name));
+            Ok(())
+        })
+        .unwrap();
+        // The caller stopping early stops the reader (no hang on a full queue).
+        let mut seen = 0;
+        #[derive(Debug, PartialEq)]
+        enum Stop {
+            Here,
+            Read,
+        }
+        impl From<TraceError> for Stop {
+            fn from(_: TraceError) -> Stop {
+                Stop::Read
+            }
+        }
+        let stopped = for_each::<Stop>(&mut open(), |request, _| {
+            seen += 1;
+            match request.seq {
+                10 => Err(Stop::Here),
+                _ => Ok(()),
+            }
+        });
+        assert_eq!((stopped, seen), (Err(Stop::Here), 10));
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(ahead.len(), 2000);
+        assert_eq!(ahead, sequential);
+        assert_eq!(ahead[1].3.as_deref(), Some("a0"));
+    }
+}
