@@ -30,6 +30,34 @@ pub fn engine_block_hashes(
     prompt_tokens: u32,
     engine_block: u32,
 ) -> Vec<u64> {
+    let parts = RequestParts {
+        blocks: &request.blocks,
+        prompt: &request.prompt,
+        token_ids: &request.token_ids,
+    };
+    engine_chain_of(format, parts, trace_block, prompt_tokens, engine_block)
+}
+
+/// What [`engine_chain_of`] derives a chain from: the trace's chain, the prompt text, the
+/// prompt's token ids (only a token-id trace has them).
+#[derive(Debug, Clone, Copy)]
+pub struct RequestParts<'a> {
+    /// The trace's chain.
+    pub blocks: &'a [u64],
+    /// The prompt text (chat traces).
+    pub prompt: &'a [u8],
+    /// The prompt's token ids (token-id traces).
+    pub token_ids: &'a [u32],
+}
+
+/// [`engine_block_hashes`] from a request's parts.
+pub fn engine_chain_of(
+    format: TraceFormat,
+    request: RequestParts<'_>,
+    trace_block: u32,
+    prompt_tokens: u32,
+    engine_block: u32,
+) -> Vec<u64> {
     let full = (prompt_tokens / engine_block) as usize;
     match format {
         TraceFormat::Mooncake | TraceFormat::AgenticMooncake | TraceFormat::Weka => (0..full)
@@ -39,7 +67,7 @@ pub fn engine_block_hashes(
                 hash64(&id.to_le_bytes(), j as u64 + 1)
             })
             .collect(),
-        TraceFormat::Chat => text_engine_chain(&request.prompt, engine_block)
+        TraceFormat::Chat => text_engine_chain(request.prompt, engine_block)
             .into_iter()
             .take(full)
             .collect(),

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use routerlab_core::Unit;
 use routerlab_core::hash::hash64;
 
-use crate::blocks::{engine_block_hashes, prompt_tokens};
+use crate::blocks::{RequestParts, engine_block_hashes, engine_chain_of, prompt_tokens};
 use crate::error::TraceError;
 use crate::reader::{TraceFormat, TraceReader, TraceRequest};
 
@@ -104,10 +104,13 @@ impl Workload {
             let block_size = reader.block_size();
             let tokens =
                 u32::try_from(prompt_tokens(unit, request.prompt_len).max(1)).unwrap_or(u32::MAX);
-            let engine_chains = sizes
-                .iter()
-                .map(|size| engine_block_hashes(format, &request, block_size, tokens, *size))
-                .collect();
+            // Only a token-id trace's chains cannot be derived again from what is kept.
+            let engine_chains = match format {
+                TraceFormat::TokenIds => (sizes.iter())
+                    .map(|size| engine_block_hashes(format, &request, block_size, tokens, *size))
+                    .collect(),
+                _ => Vec::new(),
+            };
             requests.push(WorkloadRequest {
                 line: request.line,
                 prompt: std::mem::take(&mut request.prompt),
@@ -146,16 +149,36 @@ impl Workload {
         })
     }
 
-    /// The chain of request `index` for engine blocks of `engine_block_size` tokens.
+    /// The position of `engine_block_size` in [`Workload::engine_block_sizes`] (and in
+    /// what [`Workload::engine_chains_of`] returns).
     ///
     /// # Panics
-    /// When chains for that size were not derived at load.
-    pub fn engine_chain(&self, index: usize, engine_block_size: u32) -> &[u64] {
-        let class = self
-            .engine_block_sizes
+    /// When chains for that size were not asked for at load.
+    pub fn engine_class(&self, engine_block_size: u32) -> usize {
+        self.engine_block_sizes
             .binary_search(&engine_block_size)
-            .expect("engine block size given at load");
-        &self.requests[index].engine_chains[class]
+            .expect("engine block size given at load")
+    }
+
+    /// The chains of request `index`, one per [`Workload::engine_block_sizes`] entry:
+    /// derived from its trace chain or text each time (a token-id trace's, which cannot be,
+    /// are kept from the load), so a run holds them only for the requests in flight.
+    pub fn engine_chains_of(&self, index: usize) -> Vec<Vec<u64>> {
+        let request = &self.requests[index];
+        let format = self.source.format;
+        if format == TraceFormat::TokenIds {
+            return request.engine_chains.clone();
+        }
+        let parts = RequestParts {
+            blocks: &request.blocks,
+            prompt: &request.prompt,
+            token_ids: &[],
+        };
+        (self.engine_block_sizes.iter())
+            .map(|size| {
+                engine_chain_of(format, parts, self.block_size, request.prompt_tokens, *size)
+            })
+            .collect()
     }
 }
 

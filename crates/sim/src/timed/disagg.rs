@@ -252,7 +252,7 @@ impl Sim<'_> {
     /// What engine `pos` holds of request `index`'s prompt, in tokens.
     fn engine_cached_tokens(&self, index: usize, pos: usize) -> u64 {
         let block = self.settings.engines[pos].engine_block_size;
-        let chain = self.workload.engine_chain(index, block);
+        let chain = self.chain(index, block);
         self.fleet.engines[pos].cached_prefix_tokens(chain)
     }
 
@@ -262,7 +262,7 @@ impl Sim<'_> {
         pd.disaggregated += 1;
         // The prefill endpoint computes the prompt and samples one token.
         let engine_block = self.settings.engines[pos].engine_block_size;
-        let chain = self.workload.engine_chain(index, engine_block).to_vec();
+        let chain = self.chain(index, engine_block).to_vec();
         let prompt = self.workload.requests[index].prompt_tokens;
         let adapter = self.workload.requests[index].adapter;
         let sequence = Sequence::new(index, prompt, 1, chain).with_adapter(adapter);
@@ -273,7 +273,7 @@ impl Sim<'_> {
     fn enqueue_at(&mut self, index: usize, pos: usize, now: u64, moved: bool) {
         self.requests[index].endpoint = Some(pos);
         let engine_block = self.settings.engines[pos].engine_block_size;
-        let chain = self.workload.engine_chain(index, engine_block).to_vec();
+        let chain = self.chain(index, engine_block).to_vec();
         let prompt = self.workload.requests[index].prompt_tokens;
         let output = self.requests[index].output_tokens;
         let sequence = if moved {

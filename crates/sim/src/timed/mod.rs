@@ -38,6 +38,7 @@ use routerlab_trace::arrivals::ArrivalError;
 pub use routerlab_trace::arrivals::{Arrivals, CLOCK_RANGE, MAX_CLOCK_NS};
 
 mod agentic;
+mod chains;
 mod disagg;
 mod events;
 mod fleet;
@@ -146,6 +147,8 @@ struct Sim<'a> {
     released: Vec<(u64, usize)>,
     /// The routers' KV-event index, when it sees the engines late.
     lagged: Option<lagged::Lagged>,
+    /// The engine chains of the requests in hand.
+    chains: chains::Chains,
 }
 
 /// Runs a timed replay of `workload` through the router `replicas`; `observer` sees each
@@ -293,6 +296,7 @@ pub fn replay_timed(
         agentic,
         released: Vec::new(),
         lagged: None,
+        chains: chains::Chains::new(workload.requests.len()),
     };
     if settings.kv_event_lag_ns > 0 {
         let lag = settings.kv_event_lag_ns;
@@ -541,7 +545,7 @@ impl Sim<'_> {
         self.fleet.inflight_tokens[r][pos] += u64::from(prompt_tokens);
         self.fleet.inflight_requests[r][pos] += 1;
         let engine_block = self.settings.engines[pos].engine_block_size;
-        let chain = self.workload.engine_chain(index, engine_block).to_vec();
+        let chain = self.chain(index, engine_block).to_vec();
         let adapter = self.workload.requests[index].adapter;
         let sequence =
             Sequence::new(index, prompt_tokens, output_tokens, chain).with_adapter(adapter);
@@ -692,6 +696,7 @@ impl Sim<'_> {
 
     /// A request is done (finished or rejected): release its children, or the next one.
     fn after_done(&mut self, index: usize, now: u64) {
+        self.chains.forget(index);
         self.done += 1;
         if self.done.is_multiple_of(crate::observer::PROGRESS_EVERY) {
             self.observer.progress(self.done);

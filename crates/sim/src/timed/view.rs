@@ -8,6 +8,11 @@ use routerlab_route::RequestSeq;
 use super::Sim;
 
 impl Sim<'_> {
+    /// Request `index`'s chain for engine blocks of `engine_block` tokens.
+    pub(super) fn chain(&self, index: usize, engine_block: u32) -> &[u64] {
+        self.chains.get(self.workload, index, engine_block)
+    }
+
     /// What plugins see of request `index` at time `now`.
     pub(super) fn data<'s>(
         &'s self,
@@ -98,7 +103,7 @@ impl Sim<'_> {
     pub(super) fn cached_tiers(&self, index: usize, endpoint_index: u32) -> Option<[u64; 3]> {
         let pos = (*self.position_of.get(endpoint_index as usize)?)?;
         let block = self.settings.engines[pos].engine_block_size;
-        let chain = self.workload.engine_chain(index, block);
+        let chain = self.chain(index, block);
         let mut left = self.workload.requests[index].prompt_len;
         let mut tiers = self.fleet.engines[pos]
             .tier_prefix_tokens(chain)
@@ -124,7 +129,7 @@ impl Sim<'_> {
     ) -> Option<RlPrediction> {
         let pos = (*self.position_of.get(endpoint_index as usize)?)?;
         let block = self.settings.engines[pos].engine_block_size;
-        let chain = self.workload.engine_chain(index, block);
+        let chain = self.chain(index, block);
         let prompt_tokens = self.workload.requests[index].prompt_tokens;
         let engine = &self.fleet.engines[pos];
         let adapter = self.workload.requests[index].adapter;
@@ -145,7 +150,7 @@ impl Sim<'_> {
     /// chain and the engine's block size), in the workload's unit, at most the prompt.
     fn prefix_units(&self, index: usize, pos: usize, held: impl Fn(&[u64], u32) -> u64) -> u64 {
         let block = self.settings.engines[pos].engine_block_size;
-        let chain = self.workload.engine_chain(index, block);
+        let chain = self.chain(index, block);
         let tokens = held(chain, block);
         let len = self.workload.unit.of_tokens(tokens);
         len.min(self.workload.requests[index].prompt_len)
@@ -162,7 +167,7 @@ impl Sim<'_> {
         let tokens = self.workload.unit.tokens(units);
         let block = self.settings.engines[pos].engine_block_size;
         let needed = tokens.div_ceil(u64::from(block.max(1)));
-        let chain = self.workload.engine_chain(index, block);
+        let chain = self.chain(index, block);
         match needed.checked_sub(1) {
             None => true,
             Some(last) => chain
