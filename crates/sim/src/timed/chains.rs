@@ -20,8 +20,8 @@ impl Chains {
 
     /// Request `index`'s chain for engine blocks of `engine_block` tokens.
     pub(super) fn get(&self, workload: &Workload, index: usize, engine_block: u32) -> &[u64] {
-        let chains = self.cells[index]
-            .get_or_init(|| workload.engine_chains_of(index).into_boxed_slice());
+        let chains =
+            self.cells[index].get_or_init(|| workload.engine_chains_of(index).into_boxed_slice());
         &chains[workload.engine_class(engine_block)]
     }
 
