@@ -32,6 +32,29 @@ impl MappedFile {
     }
 }
 
+impl MappedFile {
+    /// Lets the pages wholly before byte `end` go from memory: a reader that goes front to
+    /// back then keeps resident only what is ahead of it, not the whole file. They stay
+    /// mapped: touched again, they are read in again from the file. Only a hint to the
+    /// kernel; where it is refused, they stay resident.
+    pub fn release_before(&mut self, end: usize) {
+        const PAGE: usize = 4096;
+        let Some(map) = &self.map else { return };
+        let len = end.min(map.len()) / PAGE * PAGE;
+        if len == 0 {
+            return;
+        }
+        #[cfg(unix)]
+        // SAFETY: `&mut self` means no borrow of the mapped bytes is alive across this
+        // call. The map is read-only and private, so its pages are never written and hold
+        // no copy of their own: dropping them loses nothing, and a later read faults them
+        // in from the file again (the same bytes, as long as nobody rewrites the file, the
+        // caveat every map has; see `open`). The range starts at the map's page-aligned
+        // start and lies within it.
+        let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, 0, len) };
+    }
+}
+
 impl Deref for MappedFile {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

@@ -18,6 +18,7 @@ pub mod graph;
 pub mod ids;
 pub mod inspect;
 pub mod reader;
+mod source;
 pub mod synth;
 pub mod synth_agentic;
 mod trace_format;

@@ -17,6 +17,8 @@ use routerlab_os::MappedFile;
 
 use crate::error::{Fault, TraceError};
 use crate::ids::{IdTable, MAX_REQUESTS};
+use crate::source::{Compression, Source, Tallied, Tally, UTF8_BOM, decompressing, too_long};
+pub(crate) use crate::source::{is_blank, trim_line};
 
 pub use crate::trace_format::TraceFormat;
 
@@ -95,96 +97,6 @@ pub struct TraceRequest {
     pub adapter: u32,
     /// It is its session's last (`session_end`): the client ends the session after it.
     pub session_end: bool,
-}
-
-/// Where a trace's bytes come from: the file mapped, or a decompressor reading it.
-enum Source {
-    Mapped {
-        map: MappedFile,
-        offset: usize,
-    },
-    /// A gzip or zstd file, decompressed as it is read; one line at a time in `buf`.
-    Stream {
-        reader: Box<dyn BufRead + Send>,
-        buf: Vec<u8>,
-        /// `buf` holds a line read ahead (to detect the format) and not yet handed out.
-        pending: bool,
-        /// No line has been read yet (a byte-order mark may start the first).
-        at_start: bool,
-        /// Bytes of the file on disk.
-        bytes: u64,
-        /// For a pipe, FIFO or stdin, which cannot be read twice: the bytes read and
-        /// their running hash, for the report's `run` block.
-        tally: Option<std::sync::Arc<std::sync::Mutex<Tally>>>,
-    },
-}
-
-/// What has been read from a source that cannot be read again.
-#[derive(Default)]
-pub(crate) struct Tally {
-    bytes: u64,
-    hash: xxhash_rust::xxh3::Xxh3Default,
-}
-
-/// A reader that counts and hashes what passes through it.
-struct Tallied<R> {
-    inner: R,
-    tally: std::sync::Arc<std::sync::Mutex<Tally>>,
-}
-
-impl<R: std::io::Read> std::io::Read for Tallied<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        let mut tally = self
-            .tally
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        tally.bytes += n as u64;
-        tally.hash.update(&buf[..n]);
-        Ok(n)
-    }
-}
-
-/// The UTF-8 byte-order mark.
-const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
-
-/// How a file is compressed, by its first bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Compression {
-    Gzip,
-    Zstd,
-}
-
-impl Compression {
-    fn of(head: &[u8]) -> Option<Compression> {
-        if head.starts_with(&[0x1f, 0x8b]) {
-            Some(Compression::Gzip)
-        } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-            Some(Compression::Zstd)
-        } else {
-            None
-        }
-    }
-}
-
-/// `input`, decompressed when `kind` says it is compressed.
-fn decompressing(
-    kind: Option<Compression>,
-    input: impl BufRead + Send + 'static,
-    whole: &impl Fn(String) -> TraceError,
-) -> Result<Box<dyn BufRead + Send>, TraceError> {
-    Ok(match kind {
-        None => Box::new(input),
-        Some(Compression::Gzip) => Box::new(std::io::BufReader::with_capacity(
-            1 << 16,
-            flate2::bufread::MultiGzDecoder::new(input),
-        )),
-        Some(Compression::Zstd) => Box::new(std::io::BufReader::with_capacity(
-            1 << 16,
-            crate::zstd::Frames::new(input)
-                .map_err(|e| whole(format!("not a valid zstd file: {e}")))?,
-        )),
-    })
 }
 
 /// A streaming reader over a trace file: mapped, or decompressed as it goes.
@@ -401,14 +313,14 @@ impl TraceReader {
         }
         Ok(match Compression::of(&map) {
             // A UTF-8 byte-order mark (Windows editors write one) is not part of line 1.
-            None => Source::Mapped {
-                offset: if map.starts_with(UTF8_BOM) {
+            None => {
+                let offset = if map.starts_with(UTF8_BOM) {
                     UTF8_BOM.len()
                 } else {
                     0
-                },
-                map,
-            },
+                };
+                Source::mapped(map, offset)
+            }
             Some(kind) => {
                 let bytes = map.len() as u64;
                 drop(map);
@@ -449,10 +361,12 @@ impl TraceReader {
     }
 
     /// Where the trace came from: path, format, size and a hash of its content as stored
-    /// (for the report's `run` block). Hashing reads the whole file once more.
+    /// (for the report's `run` block). A mapped file is hashed as it is read, so only what
+    /// was not read yet is read for it; a compressed one that can be opened again is read
+    /// once more.
     pub fn source(&self) -> crate::workload::TraceSource {
         let content_hash = match &self.source {
-            Source::Mapped { map, .. } => crate::workload::content_hash(map),
+            Source::Mapped { .. } => self.source.mapped_hash().unwrap_or_default(),
             Source::Stream { tally: Some(t), .. } => {
                 let t = t.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 format!("{:016x}", t.hash.digest())
@@ -559,168 +473,6 @@ impl TraceReader {
     }
 }
 
-impl Source {
-    /// The next non-blank line without its line ending, and how many lines (blank ones
-    /// included) were consumed to reach it.
-    fn next_line(&mut self, cap: usize) -> std::io::Result<Option<(usize, &[u8])>> {
-        let mut consumed = 0;
-        match self {
-            Source::Mapped { map, offset } => {
-                while *offset < map.len() {
-                    let rest = &map[*offset..];
-                    let end = memchr_newline(rest).unwrap_or(rest.len());
-                    if trim_line(&rest[..end]).len() > cap {
-                        return Err(LineTooLong::error(consumed));
-                    }
-                    let start = *offset;
-                    *offset += end + 1;
-                    consumed += 1;
-                    let line = trim_line(&map[start..start + end]);
-                    if !is_blank(line) {
-                        let len = line.len();
-                        return Ok(Some((consumed, &map[start..start + len])));
-                    }
-                }
-                Ok(None)
-            }
-            Source::Stream {
-                reader,
-                buf,
-                pending,
-                at_start,
-                ..
-            } => loop {
-                if !std::mem::take(pending) {
-                    buf.clear();
-                    if read_line_capped(reader, buf, cap, consumed)? == 0 {
-                        return Ok(None);
-                    }
-                    if std::mem::take(at_start) && buf.starts_with(UTF8_BOM) {
-                        buf.drain(..UTF8_BOM.len());
-                    }
-                }
-                consumed += 1;
-                let len = trim_line(buf).len();
-                if !is_blank(&buf[..len]) {
-                    return Ok(Some((consumed, &buf[..len])));
-                }
-            },
-        }
-    }
-
-    /// The first non-blank line, without consuming it (for format detection).
-    fn first_content_line(&mut self, cap: usize) -> std::io::Result<&[u8]> {
-        match self {
-            Source::Mapped { map, offset } => Ok(map[*offset..]
-                .split(|b| *b == b'\n')
-                .find(|line| !is_blank(line))
-                .unwrap_or(&[])),
-            Source::Stream {
-                reader,
-                buf,
-                pending,
-                at_start,
-                ..
-            } => {
-                // Blank leading lines are read past here and not counted; they carry nothing.
-                let mut blanks = 0;
-                loop {
-                    buf.clear();
-                    if read_line_capped(reader, buf, cap, blanks)? == 0 {
-                        return Ok(&[]);
-                    }
-                    blanks += 1;
-                    if std::mem::take(at_start) && buf.starts_with(UTF8_BOM) {
-                        buf.drain(..UTF8_BOM.len());
-                    }
-                    if !is_blank(buf) {
-                        *pending = true;
-                        return Ok(buf);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// A line past the cap ([`TraceOptions::max_line_bytes`]), with the blank lines read past
-/// before it in the same call (for its line number).
-#[derive(Debug)]
-struct LineTooLong {
-    blank_before: usize,
-}
-
-impl LineTooLong {
-    fn error(blank_before: usize) -> std::io::Error {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            LineTooLong { blank_before },
-        )
-    }
-
-    fn message(&self, cap: usize) -> String {
-        format!("the line is longer than {cap} bytes (--max-line-bytes raises the cap)")
-    }
-}
-
-impl std::fmt::Display for LineTooLong {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a line longer than the cap")
-    }
-}
-
-impl std::error::Error for LineTooLong {}
-
-/// The [`LineTooLong`] inside `e`, if that is what it is.
-fn too_long(e: &std::io::Error) -> Option<&LineTooLong> {
-    e.get_ref()
-        .and_then(|inner| inner.downcast_ref::<LineTooLong>())
-}
-
-/// `read_until(b'\n')` that stops with [`LineTooLong`] once the line (its ending aside)
-/// passes `cap` bytes, holding at most `cap` plus one buffer's worth in `buf`.
-fn read_line_capped(
-    reader: &mut dyn BufRead,
-    buf: &mut Vec<u8>,
-    cap: usize,
-    blank_before: usize,
-) -> std::io::Result<usize> {
-    let start = buf.len();
-    loop {
-        let available = match reader.fill_buf() {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if available.is_empty() {
-            return Ok(buf.len() - start);
-        }
-        let (used, done) = match memchr::memchr(b'\n', available) {
-            Some(i) => (i + 1, true),
-            None => (available.len(), false),
-        };
-        buf.extend_from_slice(&available[..used]);
-        reader.consume(used);
-        // `\r\n` is two bytes of ending, not content.
-        if trim_line(&buf[start..]).len() > cap && (done || buf.len() - start > cap + 1) {
-            return Err(LineTooLong::error(blank_before));
-        }
-        if done {
-            return Ok(buf.len() - start);
-        }
-    }
-}
-
-/// A line without its `\n` or `\r\n`.
-pub(crate) fn trim_line(line: &[u8]) -> &[u8] {
-    let line = line.strip_suffix(b"\n").unwrap_or(line);
-    line.strip_suffix(b"\r").unwrap_or(line)
-}
-
-pub(crate) fn is_blank(line: &[u8]) -> bool {
-    line.iter().all(u8::is_ascii_whitespace)
-}
-
 impl Linker {
     pub(crate) fn error_at(
         &self,
@@ -788,8 +540,4 @@ impl Linker {
         self.seq += 1;
         Ok(self.seq)
     }
-}
-
-pub(crate) fn memchr_newline(bytes: &[u8]) -> Option<usize> {
-    memchr::memchr(b'\n', bytes)
 }
