@@ -159,6 +159,18 @@ fn state<M: Matcher>(name: &str, detector: bool) -> State {
     State::new(Plugins::InProcess(Box::new(router)), None, 16, RULE)
 }
 
+/// A scrape that says the engine has `slots` LoRA slots and runs the adapters `running`.
+fn lora(slots: u32, running: &[&str]) -> Option<Scraped> {
+    Some(Scraped {
+        lora: Some(crate::prom::LoraInfo {
+            slots,
+            running: running.iter().map(|n| n.to_string()).collect(),
+            waiting: vec![],
+        }),
+        ..Scraped::default()
+    })
+}
+
 fn usage(kv_usage: f64) -> Option<Scraped> {
     Some(Scraped {
         kv_usage,
@@ -372,16 +384,7 @@ fn forecasts_follow_what_the_router_sent_each_engine_until_it_finishes() {
 fn a_request_naming_an_adapter_goes_where_the_scrapes_and_the_books_say_it_runs() {
     let mut s = state::<Holder>("holder", false);
     s.set_base_models(vec!["base".into()]);
-    let lora = |running: &[&str]| {
-        Some(Scraped {
-            lora: Some(crate::prom::LoraInfo {
-                slots: 2,
-                running: running.iter().map(|n| n.to_string()).collect(),
-                waiting: vec![],
-            }),
-            ..Scraped::default()
-        })
-    };
+    let lora = |running: &[&str]| lora(2, running);
     // `a` runs `sql` (another router's requests), `b` runs nothing, `c` says nothing.
     s.scraped(0, lora(&["sql"]), 0);
     s.scraped(1, lora(&[]), 0);
@@ -427,16 +430,7 @@ fn a_forecast_adds_the_load_of_an_adapter_the_engine_is_not_running() {
         step_overhead: 0.0,
     });
     s.set_engine_model(config);
-    let lora = |running: &[&str]| {
-        Some(Scraped {
-            lora: Some(crate::prom::LoraInfo {
-                slots: 4,
-                running: running.iter().map(|n| n.to_string()).collect(),
-                waiting: vec![],
-            }),
-            ..Scraped::default()
-        })
-    };
+    let lora = |running: &[&str]| lora(4, running);
     s.scraped(0, lora(&[]), 0);
     s.scraped(1, lora(&["sql"]), 0);
     s.scraped(2, lora(&[]), 0);
