@@ -30,6 +30,11 @@ pub struct LoraConfig {
 }
 
 impl LoraConfig {
+    /// How long a load takes, nanoseconds.
+    pub fn load_ns(&self) -> u64 {
+        (self.load_ms * 1e6).round() as u64
+    }
+
     /// Checks the settings; the message names the key.
     pub fn validate(&self) -> Result<(), String> {
         if self.slots == 0 {
@@ -100,7 +105,7 @@ impl Residency {
             slot.used = self.clock;
             return Some(slot.ready_ns);
         }
-        let load_ns = (self.config.load_ms * 1e6).round() as u64;
+        let load_ns = self.config.load_ns();
         let slot = Slot {
             adapter,
             pins: 1,
@@ -221,7 +226,7 @@ impl crate::Engine {
         if let Some(ready) = l.ready_ns(adapter) {
             return ready.saturating_sub(now_ns);
         }
-        let load_ns = (l.config.load_ms * 1e6).round() as u64;
+        let load_ns = l.config.load_ns();
         if l.can_admit(adapter) {
             return load_ns;
         }

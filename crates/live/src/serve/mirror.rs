@@ -88,7 +88,7 @@ impl Mirror {
 
     /// How long the engine model takes to load a LoRA adapter (0 without `lora`).
     pub(super) fn adapter_load_ns(&self) -> u64 {
-        (self.config.lora.as_ref()).map_or(0, |l| (l.load_ms * 1e6).round() as u64)
+        self.config.lora.as_ref().map_or(0, |l| l.load_ns())
     }
 
     /// Requests the mirror holds for `upstream`.
