@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use routerlab_report::Report;
 use routerlab_report::compare::{Comparison, Entry};
-use routerlab_sim::observer::{JsonLines, Recorder, Tee};
+use routerlab_sim::observer::{JsonLines, NoObserver, Observer, Recorder, Tee};
 use routerlab_sim::timed::replay_timed;
 use routerlab_sim::timefree;
 use routerlab_trace::{TraceReader, Workload};
@@ -73,7 +73,13 @@ pub(crate) fn replay(flags: ReplayOpts) -> Result<Replayed, Failure> {
     let mut reader = TraceReader::open(&spec.trace, spec.trace_options.clone())?;
     crate::cmd::note_load_only(&spec.trace, reader.format());
     let bars = Bars::new(quiet);
+    // Only a plot needs every finished request kept to the end.
     let mut recorder = Recorder::default();
+    let mut nothing = NoObserver;
+    let keep: &mut dyn Observer = match plot {
+        Some(_) => &mut recorder,
+        None => &mut nothing,
+    };
     let (mut report, skipped, source, block_size) = match &spec.timed {
         // An agentic trace's dependencies are resolved over the whole file: loaded, then
         // replayed in dependency order.
@@ -103,7 +109,7 @@ pub(crate) fn replay(flags: ReplayOpts) -> Result<Replayed, Failure> {
         Some(timed) => {
             let workload = Workload::load(reader, &timed.engine_block_sizes())?;
             let mut bar = bars.bar(&spec.matcher, Some(workload.requests.len() as u64));
-            let mut watchers = Tee(&mut bar, &mut recorder);
+            let mut watchers = Tee(&mut bar, keep);
             let report = with_records(spec.requests_out.as_deref(), &mut watchers, |watchers| {
                 replay_timed(&workload, &mut replicas, timed, watchers)
             })?;
