@@ -7,6 +7,7 @@
 
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 
+
 use routerlab_trace::adapters::Adapters;
 use routerlab_trace::{TraceError, TraceReader, TraceRequest};
 
@@ -37,31 +38,116 @@ pub(crate) fn for_each<E: From<TraceError>>(
     reader: &mut TraceReader,
     mut each: impl FnMut(&TraceRequest, &Adapters) -> Result<(), E>,
 ) -> Result<(), E> {
-    let (full_tx, full_rx) = sync_channel::<Batch>(QUEUED);
-    let (empty_tx, empty_rx) = sync_channel::<Batch>(QUEUED + 1);
     std::thread::scope(|scope| {
-        scope.spawn(move || read(reader, full_tx, empty_rx));
-        let mut adapters = Adapters::default();
-        // The reader stops when the receiver goes: an error of `each` ends it too.
-        let outcome = (|| {
-            for batch in full_rx.iter() {
-                for name in &batch.new_adapters {
-                    adapters.number(name);
-                }
-                for request in &batch.requests[..batch.len] {
-                    each(request, &adapters)?;
-                }
-                if let Some(error) = batch.error {
-                    return Err(E::from(error));
-                }
-                // The reader may have finished: a batch it will not refill is dropped.
-                let _ = empty_tx.try_send(batch);
-            }
-            Ok(())
-        })();
-        drop(full_rx);
-        outcome
+        // The reader stops when `pull` goes: an error of `each` ends it too.
+        let mut pull = Pull::ahead(scope, reader);
+        while let Some((request, adapters)) = pull.next()? {
+            each(request, adapters)?;
+        }
+        Ok(())
     })
+}
+
+/// The requests of a trace one at a time, in file order, for a loop that asks for them as
+/// it goes (the timed replay's): read on a second thread ([`Pull::ahead`]) or in place.
+pub(crate) struct Pull<'r> {
+    from: Source<'r>,
+    /// The adapter names of what was handed out (read ahead, the reader knows more).
+    adapters: Adapters,
+}
+
+enum Source<'r> {
+    Here {
+        reader: &'r mut TraceReader,
+        request: TraceRequest,
+    },
+    Ahead {
+        full: Receiver<Batch>,
+        empty: SyncSender<Batch>,
+        batch: Option<Batch>,
+        next: usize,
+    },
+}
+
+impl<'r> Pull<'r> {
+    /// Reads `reader` on the caller's thread.
+    pub(crate) fn here(reader: &'r mut TraceReader) -> Pull<'r> {
+        Pull {
+            adapters: reader.adapters().clone(),
+            from: Source::Here {
+                reader,
+                request: TraceRequest::default(),
+            },
+        }
+    }
+
+    /// Reads `reader` on a thread of `scope`, which ends when the `Pull` is dropped (drop
+    /// it inside the scope, or the scope waits for a reader blocked on a full queue).
+    pub(crate) fn ahead<'scope, 'env>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        reader: &'env mut TraceReader,
+    ) -> Pull<'r> {
+        let (full_tx, full_rx) = sync_channel::<Batch>(QUEUED);
+        let (empty_tx, empty_rx) = sync_channel::<Batch>(QUEUED + 1);
+        let adapters = reader.adapters().clone();
+        scope.spawn(move || read(reader, full_tx, empty_rx));
+        Pull {
+            adapters,
+            from: Source::Ahead {
+                full: full_rx,
+                empty: empty_tx,
+                batch: None,
+                next: 0,
+            },
+        }
+    }
+
+    /// The next request, with the adapter names known so far (its own among them); `None`
+    /// at the end of the trace. A read error comes after every request before it.
+    pub(crate) fn next(&mut self) -> Result<Option<(&mut TraceRequest, &Adapters)>, TraceError> {
+        match &mut self.from {
+            Source::Here { reader, request } => {
+                if !reader.next_into(request)? {
+                    return Ok(None);
+                }
+                let names = reader.adapters();
+                for id in self.adapters.len()..names.len() {
+                    if let Some(name) = names.name(id as u32 + 1) {
+                        self.adapters.number(name);
+                    }
+                }
+                Ok(Some((request, &self.adapters)))
+            }
+            Source::Ahead {
+                full,
+                empty,
+                batch,
+                next,
+            } => {
+                while batch.as_ref().is_none_or(|b| *next == b.len) {
+                    if let Some(mut done) = batch.take() {
+                        if let Some(error) = done.error.take() {
+                            return Err(error);
+                        }
+                        // The reader may have finished: a batch it will not refill is dropped.
+                        let _ = empty.try_send(done);
+                    }
+                    // The reader hung up: the trace is over.
+                    let Ok(arrived) = full.recv() else {
+                        return Ok(None);
+                    };
+                    for name in &arrived.new_adapters {
+                        self.adapters.number(name);
+                    }
+                    *batch = Some(arrived);
+                    *next = 0;
+                }
+                let batch = batch.as_mut().expect("a batch with requests left");
+                *next += 1;
+                Ok(Some((&mut batch.requests[*next - 1], &self.adapters)))
+            }
+        }
+    }
 }
 
 /// The reader's thread: fills batches (new, or handed back) until the trace ends, an

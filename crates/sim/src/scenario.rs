@@ -35,7 +35,7 @@ use serde_yaml::{Mapping, Value};
 
 use crate::SimError;
 use crate::observer::Observer;
-use crate::timed::{TimedSettings, replay_timed};
+use crate::timed::{TimedSettings, replay_timed, replay_timed_streamed, streams};
 use crate::timefree;
 
 /// Endpoints of a fleet by default.
@@ -323,6 +323,13 @@ impl Scenario {
             None => {
                 let report = timefree::replay(&mut reader, replicas, self.cache_blocks, observer)?;
                 (report, reader.skipped().clone(), reader.source())
+            }
+            // Read as it goes, unless a request may wait for others further down the file.
+            Some(timed) if streams(reader.format(), timed) => {
+                drop(reader);
+                let open = || self.reader();
+                let (report, read) = replay_timed_streamed(&open, replicas, timed, observer)?;
+                (report, read.skipped, read.source)
             }
             Some(timed) => {
                 let workload = self.workload(reader)?;

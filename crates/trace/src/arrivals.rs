@@ -72,45 +72,83 @@ impl Arrivals {
         requests: &[WorkloadRequest],
         seed: u64,
     ) -> Result<Option<Vec<u64>>, ArrivalError> {
-        let mut times = Vec::with_capacity(requests.len());
+        let Some(mut clock) = self.clock(seed) else {
+            return Ok(None);
+        };
+        (requests.iter())
+            .map(|request| clock.next(request.line, request.arrival_ns))
+            .collect::<Result<Vec<u64>, ArrivalError>>()
+            .map(Some)
+    }
+
+    /// The same times one request at a time, for a replay that reads the trace as it goes:
+    /// `None` for a closed loop.
+    pub fn clock(&self, seed: u64) -> Option<ArrivalClock> {
+        match *self {
+            Arrivals::Closed { .. } => None,
+            Arrivals::Trace { speedup } => Some(ArrivalClock::Trace { speedup }),
+            Arrivals::Poisson { rate } => Some(ArrivalClock::Poisson {
+                rate,
+                rng: routerlab_core::SeededRng::new(seed),
+                clock: 0.0,
+            }),
+        }
+    }
+}
+
+/// [`Arrivals::schedule`] one request at a time, in workload order.
+#[derive(Debug, Clone)]
+pub enum ArrivalClock {
+    /// The trace's own times, divided by `speedup`.
+    Trace {
+        /// Time compression.
+        speedup: f64,
+    },
+    /// A seeded Poisson draw.
+    Poisson {
+        /// Requests per second.
+        rate: f64,
+        /// The draw.
+        rng: routerlab_core::SeededRng,
+        /// The last arrival, seconds.
+        clock: f64,
+    },
+}
+
+impl ArrivalClock {
+    /// When the next request of the workload (at `line`, with the trace's `arrival_ns`)
+    /// is sent, ns from the start.
+    pub fn next(&mut self, line: usize, arrival_ns: Option<u64>) -> Result<u64, ArrivalError> {
         match self {
-            Arrivals::Closed { .. } => return Ok(None),
-            Arrivals::Trace { speedup } => {
-                for request in requests {
-                    let Some(ns) = request.arrival_ns else {
-                        return Err(ArrivalError::NoArrivalTimes { line: request.line });
+            ArrivalClock::Trace { speedup } => {
+                let Some(ns) = arrival_ns else {
+                    return Err(ArrivalError::NoArrivalTimes { line });
+                };
+                let at = (ns as f64 / *speedup).round();
+                if at.is_nan() || at > MAX_CLOCK_NS as f64 {
+                    let after = if *speedup == 1.0 {
+                        ""
+                    } else {
+                        " after the speedup"
                     };
-                    let at = (ns as f64 / speedup).round();
-                    if at.is_nan() || at > MAX_CLOCK_NS as f64 {
-                        let after = if *speedup == 1.0 {
-                            ""
-                        } else {
-                            " after the speedup"
-                        };
-                        return Err(ArrivalError::BeyondClock {
-                            line: request.line,
-                            what: format!("arrival {} ms{after}", ns as f64 / 1e6),
-                        });
-                    }
-                    times.push(at as u64);
+                    return Err(ArrivalError::BeyondClock {
+                        line,
+                        what: format!("arrival {} ms{after}", ns as f64 / 1e6),
+                    });
                 }
+                Ok(at as u64)
             }
-            Arrivals::Poisson { rate } => {
-                let mut rng = routerlab_core::SeededRng::new(seed);
-                let mut clock = 0.0f64;
-                for request in requests {
-                    clock += -(1.0 - rng.unit_f64()).ln() / rate;
-                    let at = (clock * 1e9).round();
-                    if at.is_nan() || at > MAX_CLOCK_NS as f64 {
-                        return Err(ArrivalError::BeyondClock {
-                            line: request.line,
-                            what: format!("at {rate} requests/s, its arrival ({clock:.3e} s)"),
-                        });
-                    }
-                    times.push(at as u64);
+            ArrivalClock::Poisson { rate, rng, clock } => {
+                *clock += -(1.0 - rng.unit_f64()).ln() / *rate;
+                let at = (*clock * 1e9).round();
+                if at.is_nan() || at > MAX_CLOCK_NS as f64 {
+                    return Err(ArrivalError::BeyondClock {
+                        line,
+                        what: format!("at {rate} requests/s, its arrival ({clock:.3e} s)"),
+                    });
                 }
+                Ok(at as u64)
             }
         }
-        Ok(Some(times))
     }
 }

@@ -27,4 +27,4 @@ mod zstd;
 
 pub use error::{Fault, TraceError};
 pub use reader::{TraceFormat, TraceOptions, TraceReader, TraceRequest};
-pub use workload::Workload;
+pub use workload::{TraceSource, Workload, WorkloadRequest};

@@ -339,6 +339,11 @@ impl TraceReader {
         })
     }
 
+    /// The trace file, as given.
+    pub fn source_path(&self) -> &Path {
+        &self.linker.path
+    }
+
     /// The trace's format.
     pub fn format(&self) -> TraceFormat {
         self.linker.format
@@ -346,10 +351,7 @@ impl TraceReader {
 
     /// The unit of lengths and blocks in this trace.
     pub fn unit(&self) -> Unit {
-        match self.linker.format {
-            TraceFormat::Chat => Unit::Bytes,
-            _ => Unit::Tokens,
-        }
+        self.linker.format.unit()
     }
 
     /// The block size of this trace's hash chains, in [`TraceReader::unit`]s.

@@ -30,6 +30,14 @@ pub enum TraceFormat {
 }
 
 impl TraceFormat {
+    /// The unit of lengths and blocks in traces of this format.
+    pub fn unit(self) -> routerlab_core::Unit {
+        match self {
+            TraceFormat::Chat => routerlab_core::Unit::Bytes,
+            _ => routerlab_core::Unit::Tokens,
+        }
+    }
+
     /// Every format, in the order help texts list them.
     pub const ALL: [TraceFormat; 7] = [
         TraceFormat::Chat,

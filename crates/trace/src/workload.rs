@@ -52,6 +52,47 @@ pub struct WorkloadRequest {
     pub session_end: bool,
 }
 
+impl WorkloadRequest {
+    /// The workload's record of the request `reader` just read into `request` (its prompt
+    /// text is taken, the rest copied), in a trace of `format` whose chains have blocks of
+    /// `block_size`; a token-id trace's engine chains are derived here for each of
+    /// `engine_block_sizes` (ascending, no duplicates), since they cannot be later.
+    pub fn of(
+        request: &mut TraceRequest,
+        format: TraceFormat,
+        block_size: u32,
+        engine_block_sizes: &[u32],
+    ) -> WorkloadRequest {
+        let unit = format.unit();
+        let tokens =
+            u32::try_from(prompt_tokens(unit, request.prompt_len).max(1)).unwrap_or(u32::MAX);
+        // Only a token-id trace's chains cannot be derived again from what is kept.
+        let engine_chains = match format {
+            TraceFormat::TokenIds => (engine_block_sizes.iter())
+                .map(|size| engine_block_hashes(format, request, block_size, tokens, *size))
+                .collect(),
+            _ => Vec::new(),
+        };
+        WorkloadRequest {
+            line: request.line,
+            prompt: std::mem::take(&mut request.prompt),
+            blocks: request.blocks.clone(),
+            block_ids: request.block_ids.clone(),
+            prompt_len: request.prompt_len,
+            prompt_tokens: tokens,
+            output_tokens: request.output_tokens,
+            session: request.session,
+            parent: request.parent_seq.map(|p| p as usize - 1),
+            arrival_ns: request.arrival_ns,
+            engine_chains,
+            play: request.play,
+            dependencies: Vec::new(),
+            adapter: request.adapter,
+            session_end: request.session_end,
+        }
+    }
+}
+
 /// Where a workload came from, for the report's `run` block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceSource {
@@ -94,7 +135,8 @@ impl Workload {
         let mut sizes = engine_block_sizes.to_vec();
         sizes.sort_unstable();
         sizes.dedup();
-        let (format, unit) = (reader.format(), reader.unit());
+        let format = reader.format();
+        let unit = reader.unit();
         let mut requests = Vec::new();
         let mut request = TraceRequest::default();
         // Agentic traces: each request's id and dependencies as written, resolved at the end.
@@ -102,32 +144,7 @@ impl Workload {
         while reader.next_into(&mut request)? {
             // An agentic trace's header sets its block size: read it after the first line.
             let block_size = reader.block_size();
-            let tokens =
-                u32::try_from(prompt_tokens(unit, request.prompt_len).max(1)).unwrap_or(u32::MAX);
-            // Only a token-id trace's chains cannot be derived again from what is kept.
-            let engine_chains = match format {
-                TraceFormat::TokenIds => (sizes.iter())
-                    .map(|size| engine_block_hashes(format, &request, block_size, tokens, *size))
-                    .collect(),
-                _ => Vec::new(),
-            };
-            requests.push(WorkloadRequest {
-                line: request.line,
-                prompt: std::mem::take(&mut request.prompt),
-                blocks: request.blocks.clone(),
-                block_ids: request.block_ids.clone(),
-                prompt_len: request.prompt_len,
-                prompt_tokens: tokens,
-                output_tokens: request.output_tokens,
-                session: request.session,
-                parent: request.parent_seq.map(|p| p as usize - 1),
-                arrival_ns: request.arrival_ns,
-                engine_chains,
-                play: request.play,
-                dependencies: Vec::new(),
-                adapter: request.adapter,
-                session_end: request.session_end,
-            });
+            requests.push(WorkloadRequest::of(&mut request, format, block_size, &sizes));
             if format.is_agentic() {
                 ids.push(std::mem::take(&mut request.request_id));
                 raw.push(std::mem::take(&mut request.dependencies));
@@ -164,7 +181,12 @@ impl Workload {
     /// derived from its trace chain or text each time (a token-id trace's, which cannot be,
     /// are kept from the load), so a run holds them only for the requests in flight.
     pub fn engine_chains_of(&self, index: usize) -> Vec<Vec<u64>> {
-        let request = &self.requests[index];
+        self.engine_chains_for(&self.requests[index])
+    }
+
+    /// As [`Workload::engine_chains_of`], of a request of this trace held elsewhere (a
+    /// streamed replay keeps only its header here, with no requests).
+    pub fn engine_chains_for(&self, request: &WorkloadRequest) -> Vec<Vec<u64>> {
         let format = self.source.format;
         if format == TraceFormat::TokenIds {
             return request.engine_chains.clone();

@@ -9,7 +9,7 @@ use std::time::Instant;
 use routerlab_report::Report;
 use routerlab_report::compare::{Comparison, Entry};
 use routerlab_sim::observer::{JsonLines, NoObserver, Observer, Recorder, Tee};
-use routerlab_sim::timed::replay_timed;
+use routerlab_sim::timed::{replay_timed, replay_timed_streamed, streams};
 use routerlab_sim::timefree;
 use routerlab_trace::{TraceReader, Workload};
 
@@ -105,6 +105,23 @@ pub(crate) fn replay(flags: ReplayOpts) -> Result<Replayed, Failure> {
                 reader.source(),
                 reader.block_size(),
             )
+        }
+        // A timed replay reads the trace as it goes, unless a request may wait for others
+        // further down the file.
+        Some(timed) if streams(reader.format(), timed) => {
+            drop(reader);
+            let open = || Ok(TraceReader::open(&spec.trace, spec.trace_options.clone())?);
+            let mut bar = bars.bar(&spec.matcher, None);
+            let mut watchers = Tee(&mut bar, keep);
+            let mut read = None;
+            let report = with_records(spec.requests_out.as_deref(), &mut watchers, |watchers| {
+                let (report, trace) = replay_timed_streamed(&open, &mut replicas, timed, watchers)?;
+                read = Some(trace);
+                Ok(report)
+            })?;
+            bar.finish();
+            let read = read.expect("a finished replay says what it read");
+            (report, read.skipped, read.source, read.block_size)
         }
         Some(timed) => {
             let workload = Workload::load(reader, &timed.engine_block_sizes())?;

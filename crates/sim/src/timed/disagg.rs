@@ -160,11 +160,11 @@ impl Sim<'_> {
         replicas: &mut Replicas,
     ) -> Result<bool, SimError> {
         let decision = self.pd().pools.decision;
-        let prompt = self.workload.requests[index].prompt_tokens;
+        let prompt = self.feed.request(index).prompt_tokens;
         if !decision.decode_first() {
             match self.pick(index, now, replicas, Phase::Prefill)? {
                 Pick::Nothing => return Ok(false),
-                Pick::TooLong => self.reject(index, now),
+                Pick::TooLong => self.reject(index, now)?,
                 Pick::At(pos) => self.start_prefill(index, pos, now),
             }
             return Ok(true);
@@ -175,7 +175,7 @@ impl Sim<'_> {
                 Pick::At(pos) => pos,
                 Pick::Nothing => return Ok(false),
                 Pick::TooLong => {
-                    self.reject(index, now);
+                    self.reject(index, now)?;
                     return Ok(true);
                 }
             },
@@ -213,7 +213,7 @@ impl Sim<'_> {
     ) -> Result<Pick, SimError> {
         self.pd().requests[index].phase = Some(phase);
         let r = self.requests[index].replica;
-        let prompt_tokens = self.workload.requests[index].prompt_tokens;
+        let prompt_tokens = self.feed.request(index).prompt_tokens;
         let output_tokens = self.requests[index].output_tokens;
         let router = match phase {
             Phase::Decode => replicas.decode_router_mut(r),
@@ -263,8 +263,8 @@ impl Sim<'_> {
         // The prefill endpoint computes the prompt and samples one token.
         let engine_block = self.settings.engines[pos].engine_block_size;
         let chain = self.chain(index, engine_block).to_vec();
-        let prompt = self.workload.requests[index].prompt_tokens;
-        let adapter = self.workload.requests[index].adapter;
+        let prompt = self.feed.request(index).prompt_tokens;
+        let adapter = self.feed.request(index).adapter;
         let sequence = Sequence::new(index, prompt, 1, chain).with_adapter(adapter);
         self.fleet.submit(pos, sequence, now, &mut self.events);
     }
@@ -274,14 +274,14 @@ impl Sim<'_> {
         self.requests[index].endpoint = Some(pos);
         let engine_block = self.settings.engines[pos].engine_block_size;
         let chain = self.chain(index, engine_block).to_vec();
-        let prompt = self.workload.requests[index].prompt_tokens;
+        let prompt = self.feed.request(index).prompt_tokens;
         let output = self.requests[index].output_tokens;
         let sequence = if moved {
             Sequence::transferred(index, prompt, output, chain)
         } else {
             Sequence::new(index, prompt, output, chain)
         };
-        let sequence = sequence.with_adapter(self.workload.requests[index].adapter);
+        let sequence = sequence.with_adapter(self.feed.request(index).adapter);
         self.fleet.submit(pos, sequence, now, &mut self.events);
     }
 
@@ -303,7 +303,7 @@ impl Sim<'_> {
         if let Some(tiers) = &mut self.stats.tiers {
             tiers.add(&sequence);
         }
-        let prompt = self.workload.requests[index].prompt_tokens;
+        let prompt = self.feed.request(index).prompt_tokens;
         self.fleet.inflight_tokens[r][pos] -= u64::from(prompt);
         self.fleet.inflight_requests[r][pos] -= 1;
         let hit = sequence.hit_tokens.unwrap_or(0);
@@ -339,7 +339,7 @@ impl Sim<'_> {
                 Ok(true)
             }
             Pick::TooLong => {
-                self.reject(index, now);
+                self.reject(index, now)?;
                 Ok(true)
             }
             // Its KV is computed: whatever the unavailable policy, it waits for a decode
@@ -370,7 +370,7 @@ impl Sim<'_> {
     /// Starts moving request `index`'s KV to its decode endpoint.
     fn start_transfer(&mut self, index: usize, now: u64) -> Result<(), SimError> {
         let decode = self.pd().requests[index].decode.expect("a decode endpoint");
-        let prompt = u64::from(self.workload.requests[index].prompt_tokens);
+        let prompt = u64::from(self.feed.request(index).prompt_tokens);
         let cached = self.engine_cached_tokens(index, decode);
         let transfer = self.pd().link;
         let tokens = transfer.tokens(prompt, cached);
@@ -403,7 +403,7 @@ impl Sim<'_> {
         sequence: &Sequence,
         pos: usize,
     ) -> (usize, u32) {
-        let prompt = self.workload.requests[index].prompt_tokens;
+        let prompt = self.feed.request(index).prompt_tokens;
         let pd = self.pd();
         let hit = sequence.hit_tokens.unwrap_or(0);
         pd.decode.add(prompt, hit);

@@ -34,7 +34,38 @@ pub(super) struct Events {
     pub(super) scheduled: u64,
 }
 
+/// Where the order of scheduling starts for the events of a streamed run that are not
+/// arrivals: after every arrival's, which is its request's position (as when all arrivals
+/// were scheduled first, in file order).
+const AFTER_ARRIVALS: u64 = 1 << 62;
+
 impl Events {
+    /// The queue of a streamed run, whose arrivals are scheduled as they come near with
+    /// [`Events::push_arrival`].
+    pub(super) fn streamed() -> Events {
+        Events {
+            scheduled: AFTER_ARRIVALS,
+            ..Events::default()
+        }
+    }
+
+    /// Request `index` arrives at `time`, ordered among events of the same instant as if
+    /// scheduled before all others, after the arrivals of earlier requests.
+    pub(super) fn push_arrival(&mut self, time: u64, index: usize) {
+        let order = index as u64 + 1;
+        self.heap.push(Reverse((time, order, Event::Arrival(index))));
+    }
+
+    /// The time of the next event, if any.
+    pub(super) fn next_time(&self) -> Option<u64> {
+        let refresh = self.refreshes.peek().map(|Reverse((t, _, _))| *t);
+        let other = self.heap.peek().map(|Reverse((t, _, _))| *t);
+        match (refresh, other) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     pub(super) fn push(&mut self, time: u64, event: Event) {
         self.scheduled += 1;
         match event {

@@ -38,9 +38,9 @@ use routerlab_trace::arrivals::ArrivalError;
 pub use routerlab_trace::arrivals::{Arrivals, CLOCK_RANGE, MAX_CLOCK_NS};
 
 mod agentic;
-mod chains;
 mod disagg;
 mod events;
+mod feed;
 mod fleet;
 mod lagged;
 mod tally;
@@ -50,6 +50,7 @@ mod view;
 
 use disagg::PdRun;
 use events::{Event, Events};
+use feed::Feed;
 use fleet::Fleet;
 use tally::{EndpointTally, SpreadTally, TiersTally, TimedStats};
 
@@ -114,17 +115,21 @@ struct RequestState {
     endpoint: Option<usize>,
     constrained: bool,
     queued_at_router: bool,
-    /// Requests waiting for this one to finish (with `respect_parents`).
-    children: Vec<usize>,
 }
 
 struct Sim<'a> {
     settings: &'a TimedSettings,
-    workload: &'a Workload,
+    /// The requests: the workload, or the trace as it is read.
+    feed: Feed<'a>,
     observer: &'a mut dyn Observer,
-    /// Arrival times before parents and closed loops move them.
+    /// Arrival times before parents and closed loops move them (loaded).
     base_arrival: Vec<u64>,
+    /// Per request: what it did, for the requests read so far.
     requests: Vec<RequestState>,
+    /// Per request (with `respect_parents`): the requests waiting for it to finish.
+    children: Vec<Vec<usize>>,
+    /// Streamed: the next request read, not yet sent, and when it is to be.
+    pending: Option<(usize, u64)>,
     fleet: Fleet,
     events: Events,
     /// Per replica: requests waiting at it for an available endpoint.
@@ -147,8 +152,6 @@ struct Sim<'a> {
     released: Vec<(u64, usize)>,
     /// The routers' KV-event index, when it sees the engines late.
     lagged: Option<lagged::Lagged>,
-    /// The engine chains of the requests in hand.
-    chains: chains::Chains,
 }
 
 /// Runs a timed replay of `workload` through the router `replicas`; `observer` sees each
@@ -161,6 +164,181 @@ pub fn replay_timed(
     settings: &TimedSettings,
     observer: &mut dyn Observer,
 ) -> Result<Report, SimError> {
+    validate(replicas, settings)?;
+    // Engine chains are derived when the trace is loaded (`Scenario::workload` loads the sizes
+    // its engines need); a workload loaded for other engines is refused, not failed mid-run.
+    if let Some(missing) = settings
+        .engine_block_sizes()
+        .into_iter()
+        .find(|size| workload.engine_block_sizes.binary_search(size).is_err())
+    {
+        return Err(SimError::Input(format!(
+            "the workload was loaded without chains for engine blocks of {missing} tokens \
+             (load it with the run's TimedSettings::engine_block_sizes)"
+        )));
+    }
+    let scheduled = settings
+        .arrivals
+        .schedule(&workload.requests, settings.seed)
+        .map_err(|e| arrival_error(&workload.source.path, e))?;
+    // A closed loop's requests are released as earlier ones finish, from time 0.
+    let base_arrival = scheduled.unwrap_or_else(|| vec![0; workload.requests.len()]);
+    // An agentic trace's requests go when their dependencies allow, on the trace's clock.
+    let agentic = match settings.arrivals {
+        Arrivals::Trace { speedup } => agentic::Agentic::of(workload, &base_arrival, speedup),
+        _ if workload.requests.iter().any(|r| r.play != 0) => {
+            return Err(SimError::Input(
+                "an agentic trace's requests go when their dependencies allow, at its own times: a rate or concurrency does not apply".into(),
+            ));
+        }
+        _ => None,
+    };
+    let mut sim = Sim::new(Feed::loaded(workload), replicas, settings, observer);
+    sim.requests = (workload.requests.iter())
+        .zip(&base_arrival)
+        .map(|(request, &base)| sim.state_of(request, base))
+        .collect();
+    for (index, request) in workload.requests.iter().enumerate() {
+        // Parents come before their children in a workload.
+        let root = request
+            .parent
+            .map_or(RequestSeq::of_index(index).0, |p| sim.conversation_of[p]);
+        sim.conversation_of.push(root);
+    }
+    if settings.respect_parents {
+        sim.children = vec![Vec::new(); workload.requests.len()];
+    }
+    if let Some(pd) = &mut sim.pd {
+        pd.requests = vec![Default::default(); workload.requests.len()];
+    }
+    sim.base_arrival = base_arrival;
+    sim.agentic = agentic;
+    sim.run(replicas)?;
+    Ok(routerlab_report::checked(sim.report(replicas)))
+}
+
+/// Whether [`replay_timed_streamed`] can replay a trace of `format` with `settings`: not
+/// when a request may wait for others by more than its place in the file (an agentic
+/// trace's dependencies, parents held with `respect_parents`), which needs the whole trace.
+pub fn streams(format: routerlab_trace::TraceFormat, settings: &TimedSettings) -> bool {
+    !format.is_agentic() && !settings.respect_parents
+}
+
+/// What a streamed replay read: the trace's source (path, size, hash), the lines it
+/// skipped, and its block size, for the report's `run` block.
+#[derive(Debug, Clone)]
+pub struct StreamedTrace {
+    /// The trace file.
+    pub source: routerlab_trace::TraceSource,
+    /// Lines skipped (with `skip_invalid`), by reason.
+    pub skipped: std::collections::BTreeMap<&'static str, u64>,
+    /// The block size of its chains.
+    pub block_size: u32,
+}
+
+/// Runs a timed replay reading the trace as it goes, the same replay as [`replay_timed`]
+/// of the trace loaded whole (the same report, byte for byte) in memory that follows the
+/// requests in flight, not the trace. `open` opens the trace (twice, when its own times
+/// are used: a first pass checks that they never go back, as reading ahead by time
+/// needs; a trace whose times do is loaded whole and replayed as [`replay_timed`]).
+/// With a second core the trace is parsed on it. Only for what [`streams`] allows.
+pub fn replay_timed_streamed(
+    open: &dyn Fn() -> Result<routerlab_trace::TraceReader, SimError>,
+    replicas: &mut Replicas,
+    settings: &TimedSettings,
+    observer: &mut dyn Observer,
+) -> Result<(Report, StreamedTrace), SimError> {
+    validate(replicas, settings)?;
+    let mut reader = open()?;
+    if !streams(reader.format(), settings) {
+        return Err(SimError::Input(
+            "this replay needs the whole trace: an agentic trace's dependencies, or parents held with respect_parents (use replay_timed)".into(),
+        ));
+    }
+    let mut sizes = settings.engine_block_sizes();
+    sizes.sort_unstable();
+    sizes.dedup();
+    if let Arrivals::Trace { speedup } = settings.arrivals
+        && !in_time_order(&mut open()?, speedup)?
+    {
+        let workload = Workload::load(reader, &sizes)?;
+        let report = replay_timed(&workload, replicas, settings, observer)?;
+        let read = StreamedTrace {
+            source: workload.source,
+            skipped: workload.skipped,
+            block_size: workload.block_size,
+        };
+        return Ok((report, read));
+    }
+    let header = Workload {
+        source: routerlab_trace::TraceSource {
+            path: reader.source_path().to_owned(),
+            format: reader.format(),
+            bytes: 0,
+            content_hash: String::new(),
+        },
+        unit: reader.unit(),
+        block_size: reader.block_size(),
+        engine_block_sizes: sizes,
+        requests: Vec::new(),
+        skipped: Default::default(),
+        adapters: reader.adapters().clone(),
+    };
+    let clock = settings.arrivals.clock(settings.seed);
+    let report = std::thread::scope(|scope| {
+        let pull = match crate::read_ahead::worth_it() {
+            true => crate::read_ahead::Pull::ahead(scope, &mut reader),
+            false => crate::read_ahead::Pull::here(&mut reader),
+        };
+        let mut sim = Sim::new(Feed::streamed(header, pull, clock), replicas, settings, observer);
+        sim.events = Events::streamed();
+        sim.run(replicas)?;
+        Ok::<Report, SimError>(routerlab_report::checked(sim.report(replicas)))
+    })?;
+    let read = StreamedTrace {
+        source: reader.source(),
+        skipped: reader.skipped().clone(),
+        block_size: reader.block_size(),
+    };
+    Ok((report, read))
+}
+
+/// Whether the trace `reader` reads sends its requests in file order at its own times
+/// divided by `speedup` (no request before the one above it); a request without a time,
+/// or one past the clock, fails as the replay would.
+fn in_time_order(
+    reader: &mut routerlab_trace::TraceReader,
+    speedup: f64,
+) -> Result<bool, SimError> {
+    let mut clock = Arrivals::Trace { speedup }
+        .clock(0)
+        .expect("the trace's times are a clock");
+    let mut request = routerlab_trace::TraceRequest::default();
+    let mut last = 0;
+    let mut sorted = true;
+    while reader.next_into(&mut request)? {
+        let at = (clock.next(request.line, request.arrival_ns))
+            .map_err(|e| arrival_error(reader.source_path(), e))?;
+        sorted &= at >= last;
+        last = at;
+    }
+    Ok(sorted)
+}
+
+/// The one message for a schedule that cannot be worked out.
+fn arrival_error(path: &std::path::Path, error: ArrivalError) -> SimError {
+    match error {
+        ArrivalError::NoArrivalTimes { line } => SimError::NoArrivalTimes {
+            path: path.to_owned(),
+            line,
+        },
+        other => SimError::Input(other.to_string()),
+    }
+}
+
+/// Refuses settings that do not fit the routers: one engine per endpoint, each valid, one
+/// capacity for the fleet's shared store.
+fn validate(replicas: &Replicas, settings: &TimedSettings) -> Result<(), SimError> {
     let router = replicas.router(0);
     let n = router.table().len();
     if settings.engines.len() != n {
@@ -191,119 +369,132 @@ pub fn replay_timed(
             name(other)
         )));
     }
-    // Engine chains are derived when the trace is loaded (`Scenario::workload` loads the sizes
-    // its engines need); a workload loaded for other engines is refused, not failed mid-run.
-    if let Some(missing) = settings
-        .engine_block_sizes()
-        .into_iter()
-        .find(|size| workload.engine_block_sizes.binary_search(size).is_err())
-    {
-        return Err(SimError::Input(format!(
-            "the workload was loaded without chains for engine blocks of {missing} tokens \
-             (load it with the run's TimedSettings::engine_block_sizes)"
-        )));
-    }
-    let scheduled = settings
-        .arrivals
-        .schedule(&workload.requests, settings.seed)
-        .map_err(|e| match e {
-            ArrivalError::NoArrivalTimes { line } => SimError::NoArrivalTimes {
-                path: workload.source.path.clone(),
-                line,
+    Ok(())
+}
+
+impl<'a> Sim<'a> {
+    /// A run of `feed` with nothing read or scheduled yet.
+    fn new(
+        feed: Feed<'a>,
+        replicas: &Replicas,
+        settings: &'a TimedSettings,
+        observer: &'a mut dyn Observer,
+    ) -> Sim<'a> {
+        let router = replicas.router(0);
+        let n = router.table().len();
+        let mut sim = Sim {
+            settings,
+            feed,
+            observer,
+            base_arrival: Vec::new(),
+            requests: Vec::new(),
+            children: Vec::new(),
+            pending: None,
+            fleet: Fleet::new(&settings.engines, replicas.len()),
+            events: Events::default(),
+            router_queues: vec![VecDeque::new(); replicas.len()],
+            conversation_of: Vec::new(),
+            stats: TimedStats {
+                base: Tally::new(replicas.len(), n, Unit::Tokens),
+                latency: TimedTally::with_slo(settings.slo),
+                per_endpoint: vec![EndpointTally::default(); n],
+                router_queued: 0,
+                too_long: 0,
+                spread: SpreadTally::default(),
+                tiers: settings
+                    .engines
+                    .iter()
+                    .any(|e| e.host_tier.is_some() || e.shared_tier.is_some())
+                    .then(TiersTally::default),
             },
-            other => SimError::Input(other.to_string()),
-        })?;
-    // A closed loop's requests are released as earlier ones finish, from time 0.
-    let base_arrival = scheduled.unwrap_or_else(|| vec![0; workload.requests.len()]);
-    // An agentic trace's requests go when their dependencies allow, on the trace's clock.
-    let agentic = match settings.arrivals {
-        Arrivals::Trace { speedup } => agentic::Agentic::of(workload, &base_arrival, speedup),
-        _ if workload.requests.iter().any(|r| r.play != 0) => {
-            return Err(SimError::Input(
-                "an agentic trace's requests go when their dependencies allow, at its own times: a rate or concurrency does not apply".into(),
-            ));
-        }
-        _ => None,
-    };
-    let requests = workload
-        .requests
-        .iter()
-        .zip(&base_arrival)
-        .map(|(request, &base)| {
-            let output = request
-                .output_tokens
-                .unwrap_or(settings.default_output_tokens)
-                .max(1);
-            RequestState {
-                arrival_ns: base,
-                output_tokens: u32::try_from(output).unwrap_or(u32::MAX),
-                ..RequestState::default()
-            }
-        })
-        .collect();
-    let mut conversation_of: Vec<u64> = Vec::with_capacity(workload.requests.len());
-    for (index, request) in workload.requests.iter().enumerate() {
-        // Parents come before their children in a workload.
-        let root = request
-            .parent
-            .map_or(RequestSeq::of_index(index).0, |p| conversation_of[p]);
-        conversation_of.push(root);
-    }
-    let mut sim = Sim {
-        settings,
-        workload,
-        observer,
-        base_arrival,
-        requests,
-        fleet: Fleet::new(&settings.engines, replicas.len()),
-        events: Events::default(),
-        router_queues: vec![VecDeque::new(); replicas.len()],
-        conversation_of,
-        stats: TimedStats {
-            base: Tally::new(replicas.len(), n, Unit::Tokens),
-            latency: TimedTally::with_slo(settings.slo),
-            per_endpoint: vec![EndpointTally::default(); n],
-            router_queued: 0,
-            too_long: 0,
-            spread: SpreadTally::default(),
-            tiers: settings
-                .engines
-                .iter()
-                .any(|e| e.host_tier.is_some() || e.shared_tier.is_some())
-                .then(TiersTally::default),
-        },
-        next_closed: 0,
-        position_of: {
-            let table = router.table();
-            let mut position_of = vec![None; n];
-            for pos in 0..n {
-                if let Some(slot) = position_of.get_mut(table.index(pos) as usize) {
-                    *slot = Some(pos);
+            next_closed: 0,
+            position_of: {
+                let table = router.table();
+                let mut position_of = vec![None; n];
+                for pos in 0..n {
+                    if let Some(slot) = position_of.get_mut(table.index(pos) as usize) {
+                        *slot = Some(pos);
+                    }
                 }
-            }
-            position_of
-        },
-        first_tokens: Vec::new(),
-        done: 0,
-        pd: replicas.pools().map(|pools| {
-            PdRun::new(
-                pools,
-                settings.kv_transfer,
-                workload.requests.len(),
-                replicas.len(),
-            )
-        }),
-        agentic,
-        released: Vec::new(),
-        lagged: None,
-        chains: chains::Chains::new(workload.requests.len()),
-    };
-    if settings.kv_event_lag_ns > 0 {
-        let lag = settings.kv_event_lag_ns;
-        sim.lagged = Some(lagged::Lagged::new(lag, &mut sim.fleet.engines));
+                position_of
+            },
+            first_tokens: Vec::new(),
+            done: 0,
+            pd: (replicas.pools())
+                .map(|pools| PdRun::new(pools, settings.kv_transfer, 0, replicas.len())),
+            agentic: None,
+            released: Vec::new(),
+            lagged: None,
+        };
+        if settings.kv_event_lag_ns > 0 {
+            let lag = settings.kv_event_lag_ns;
+            sim.lagged = Some(lagged::Lagged::new(lag, &mut sim.fleet.engines));
+        }
+        sim
     }
-    sim.run(replicas)?;
-    Ok(routerlab_report::checked(sim.report(replicas)))
+
+    /// A request's state before it arrives: sent at `base`, with its output length.
+    fn state_of(&self, request: &routerlab_trace::WorkloadRequest, base: u64) -> RequestState {
+        let output = request
+            .output_tokens
+            .unwrap_or(self.settings.default_output_tokens)
+            .max(1);
+        RequestState {
+            arrival_ns: base,
+            output_tokens: u32::try_from(output).unwrap_or(u32::MAX),
+            ..RequestState::default()
+        }
+    }
+
+    /// The next request of the trace, read ahead (streamed) and given its state, its
+    /// conversation and, disaggregated, its pools' state; or, loaded, the next in a closed
+    /// loop. `None` when there is no more.
+    fn next_request(&mut self) -> Result<Option<(usize, u64)>, SimError> {
+        if let Feed::Loaded { workload, .. } = &self.feed {
+            let index = self.next_closed;
+            return Ok((index < workload.requests.len()).then(|| {
+                self.next_closed += 1;
+                (index, self.base_arrival[index])
+            }));
+        }
+        let Some((index, at)) = self.feed.read()? else {
+            return Ok(None);
+        };
+        let request = self.feed.request(index);
+        let root = (request.parent)
+            .map_or(RequestSeq::of_index(index).0, |p| self.conversation_of[p]);
+        let state = self.state_of(request, at);
+        self.requests.push(state);
+        self.conversation_of.push(root);
+        if let Some(pd) = &mut self.pd {
+            pd.requests.push(Default::default());
+        }
+        Ok(Some((index, at)))
+    }
+
+    /// Streamed, with arrival times: schedules the arrivals due by the next event (an
+    /// arrival goes before whatever else happens at its instant, as when all were
+    /// scheduled at the start), reading ahead one request past them.
+    fn admit(&mut self) -> Result<(), SimError> {
+        if matches!(self.feed, Feed::Loaded { .. })
+            || matches!(self.settings.arrivals, Arrivals::Closed { .. })
+        {
+            return Ok(());
+        }
+        loop {
+            if self.pending.is_none() {
+                self.pending = self.next_request()?;
+            }
+            let Some((index, at)) = self.pending else {
+                return Ok(());
+            };
+            if self.events.next_time().is_some_and(|next| next < at) {
+                return Ok(());
+            }
+            self.events.push_arrival(at, index);
+            self.pending = None;
+        }
+    }
 }
 
 impl Sim<'_> {
@@ -311,7 +502,7 @@ impl Sim<'_> {
     /// matcher could choose, in blocks of the trace's block size.
     fn judge(&mut self, index: usize, pos: usize, decision: &Decision, flags: &[bool]) {
         let r = self.requests[index].replica;
-        let block = u64::from(self.workload.block_size.max(1));
+        let block = u64::from(self.feed.workload().block_size.max(1));
         let achieved = if decision.allowed(flags, ListPos(pos)) {
             self.cached_units(index, pos) / block
         } else {
@@ -335,7 +526,7 @@ impl Sim<'_> {
     fn plugin_error(&self, index: usize) -> impl FnOnce(routerlab_host::PluginError) -> SimError {
         let location = request_location(
             RequestSeq::of_index(index),
-            self.workload.requests[index].line,
+            self.feed.request(index).line,
         );
         move |source| SimError::plugin(location, source)
     }
@@ -344,15 +535,16 @@ impl Sim<'_> {
         // Schedule the first arrivals.
         match self.settings.arrivals {
             Arrivals::Closed { concurrency } => {
-                for _ in 0..concurrency.min(self.requests.len()) {
-                    self.release_next_closed(0);
+                for _ in 0..concurrency {
+                    self.release_next_closed(0)?;
                 }
             }
             _ => {
-                for index in 0..self.requests.len() {
-                    match self.workload.requests[index].parent {
+                // Streamed, arrivals are scheduled as their time comes near (`admit`).
+                for index in 0..self.base_arrival.len() {
+                    match self.feed.request(index).parent {
                         Some(parent) if self.settings.respect_parents => {
-                            self.requests[parent].children.push(index)
+                            self.children[parent].push(index)
                         }
                         // A request that depends on others goes when they allow.
                         _ if self.agentic.as_ref().is_some_and(|a| !a.is_root(index)) => {}
@@ -372,7 +564,11 @@ impl Sim<'_> {
                 self.events.push(phase, Event::Refresh(r));
             }
         }
-        while let Some((now, event)) = self.events.pop() {
+        loop {
+            self.admit()?;
+            let Some((now, event)) = self.events.pop() else {
+                break;
+            };
             if now > MAX_CLOCK_NS {
                 return Err(SimError::Input(format!(
                     "the simulated time passed {CLOCK_RANGE}: an engine's steps are too slow for this workload"
@@ -399,24 +595,25 @@ impl Sim<'_> {
                             .pd
                             .as_ref()
                             .is_some_and(|pd| !pd.decode_queues[r].is_empty());
-                    if self.events.has_work() || (changed && waiting) {
+                    let more = self.events.has_work() || self.pending.is_some();
+                    if more || (changed && waiting) {
                         let next = now + self.settings.metrics_interval_ns;
                         self.events.push(next, Event::Refresh(r));
                     }
                 }
                 Event::Arrival(index) => {
                     let r = replicas.place(Placement {
-                        session: self.workload.requests[index].session,
+                        session: self.feed.request(index).session,
                         conversation: self.conversation_of[index],
                     });
                     self.requests[index].replica = r;
                     self.requests[index].arrival_ns = now;
                     self.stats.latency.arrived(now);
                     if let Some(graph) = &mut self.agentic {
-                        graph.dispatched(self.workload, index, now, &mut self.released);
+                        graph.dispatched(self.feed.workload(), index, now, &mut self.released);
                         self.release(now);
                     }
-                    let prompt = self.workload.requests[index].prompt_tokens;
+                    let prompt = self.feed.request(index).prompt_tokens;
                     let output = self.requests[index].output_tokens;
                     if !self
                         .fleet
@@ -426,14 +623,14 @@ impl Sim<'_> {
                     {
                         // Longer than any engine's whole KV cache: it could only wait forever.
                         self.stats.too_long += 1;
-                        self.reject(index, now);
+                        self.reject(index, now)?;
                     } else if !self.router_queues[r].is_empty() {
                         self.enter_router_queue(index);
                     } else if !self.try_route(index, now, replicas)? {
                         match replicas.router(r).when_unavailable() {
                             WhenUnavailable::Queue => self.enter_router_queue(index),
                             WhenUnavailable::Reject | WhenUnavailable::FailOpen => {
-                                self.reject(index, now)
+                                self.reject(index, now)?
                             }
                         }
                     }
@@ -479,7 +676,7 @@ impl Sim<'_> {
         // waits at a router (its detector never clears): reject it rather than hang.
         for r in 0..self.router_queues.len() {
             while let Some(index) = self.router_queues[r].pop_front() {
-                self.reject(index, self.stats.latency.end_ns());
+                self.reject(index, self.stats.latency.end_ns())?;
             }
         }
         Ok(())
@@ -522,7 +719,7 @@ impl Sim<'_> {
         }
         let r = self.requests[index].replica;
         let router = replicas.router_mut(r);
-        let prompt_tokens = self.workload.requests[index].prompt_tokens;
+        let prompt_tokens = self.feed.request(index).prompt_tokens;
         let output_tokens = self.requests[index].output_tokens;
         let decision = self.decide_with(router, index, now)?;
         self.requests[index].constrained = decision.constrained;
@@ -532,7 +729,7 @@ impl Sim<'_> {
         if !self.fleet.engines[pos].can_ever_fit(prompt_tokens, output_tokens) {
             // The matcher chose an engine too small for it (possible in mixed fleets).
             self.stats.too_long += 1;
-            self.reject(index, now);
+            self.reject(index, now)?;
             return Ok(true);
         }
         if !decision.learned {
@@ -546,7 +743,7 @@ impl Sim<'_> {
         self.fleet.inflight_requests[r][pos] += 1;
         let engine_block = self.settings.engines[pos].engine_block_size;
         let chain = self.chain(index, engine_block).to_vec();
-        let adapter = self.workload.requests[index].adapter;
+        let adapter = self.feed.request(index).adapter;
         let sequence =
             Sequence::new(index, prompt_tokens, output_tokens, chain).with_adapter(adapter);
         self.fleet.submit(pos, sequence, now, &mut self.events);
@@ -570,7 +767,7 @@ impl Sim<'_> {
                 .table_mut()
                 .set_load(pos, self.fleet.load(pos, live, r));
         }
-        let prompt_tokens = self.workload.requests[index].prompt_tokens;
+        let prompt_tokens = self.feed.request(index).prompt_tokens;
         let output_tokens = self.requests[index].output_tokens;
         let sure = self
             .fleet
@@ -594,14 +791,14 @@ impl Sim<'_> {
         router.decide(&data, sure).map_err(self.plugin_error(index))
     }
 
-    fn reject(&mut self, index: usize, now: u64) {
-        let has_parent = self.workload.requests[index].parent.is_some();
+    fn reject(&mut self, index: usize, now: u64) -> Result<(), SimError> {
+        let has_parent = self.feed.request(index).parent.is_some();
         let state = &self.requests[index];
         let constrained = state.constrained;
         self.stats
             .base
             .each(state.replica, |s| s.reject(constrained, has_parent));
-        self.after_done(index, now);
+        self.after_done(index, now)
     }
 
     fn complete(
@@ -637,7 +834,7 @@ impl Sim<'_> {
                 sequence.first_scheduled_ns.unwrap_or(now),
             ),
         };
-        let request = &self.workload.requests[index];
+        let request = &self.feed.request(index);
         let state = &self.requests[index];
         let arrival = state.arrival_ns;
         let first_token = sequence.first_token_ns.unwrap_or(now);
@@ -670,7 +867,7 @@ impl Sim<'_> {
         self.fleet.inflight_tokens[r][pos] -= u64::from(prompt_tokens);
         self.fleet.inflight_requests[r][pos] -= 1;
         if let Some(graph) = &mut self.agentic {
-            graph.finished(self.workload, index, prompt_tokens.into(), hit.into());
+            graph.finished(self.feed.workload(), index, prompt_tokens.into(), hit.into());
         }
         debug_assert!(
             arrival <= scheduled && scheduled <= first_token && first_token <= now,
@@ -690,30 +887,30 @@ impl Sim<'_> {
             ttft_ms: round6((first_token - arrival) as f64 / 1e6),
             finish_s: round6(now as f64 / 1e9),
         })?;
-        self.after_done(index, now);
-        Ok(())
+        self.after_done(index, now)
     }
 
     /// A request is done (finished or rejected): release its children, or the next one.
-    fn after_done(&mut self, index: usize, now: u64) {
-        self.chains.forget(index);
+    fn after_done(&mut self, index: usize, now: u64) -> Result<(), SimError> {
+        self.feed.done(index);
         self.done += 1;
         if self.done.is_multiple_of(crate::observer::PROGRESS_EVERY) {
             self.observer.progress(self.done);
         }
         if let Arrivals::Closed { .. } = self.settings.arrivals {
-            self.release_next_closed(now);
-            return;
+            return self.release_next_closed(now);
         }
         if let Some(graph) = &mut self.agentic {
-            graph.done(self.workload, index, now, &mut self.released);
+            graph.done(self.feed.workload(), index, now, &mut self.released);
             self.release(now);
         }
-        let children = std::mem::take(&mut self.requests[index].children);
-        for child in children {
-            let at = self.base_arrival[child].max(now + self.settings.think_time_ns);
-            self.events.push(at, Event::Arrival(child));
+        if let Some(children) = self.children.get_mut(index) {
+            for child in std::mem::take(children) {
+                let at = self.base_arrival[child].max(now + self.settings.think_time_ns);
+                self.events.push(at, Event::Arrival(child));
+            }
         }
+        Ok(())
     }
 
     /// Schedules the requests an agentic dependency released (never before `now`).
@@ -723,12 +920,11 @@ impl Sim<'_> {
         }
     }
 
-    fn release_next_closed(&mut self, now: u64) {
-        if self.next_closed < self.requests.len() {
-            let index = self.next_closed;
-            self.next_closed += 1;
+    fn release_next_closed(&mut self, now: u64) -> Result<(), SimError> {
+        if let Some((index, _)) = self.next_request()? {
             self.events.push(now, Event::Arrival(index));
         }
+        Ok(())
     }
 
     fn report(self, replicas: &Replicas) -> Report {

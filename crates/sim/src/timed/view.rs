@@ -10,7 +10,7 @@ use super::Sim;
 impl Sim<'_> {
     /// Request `index`'s chain for engine blocks of `engine_block` tokens.
     pub(super) fn chain(&self, index: usize, engine_block: u32) -> &[u64] {
-        self.chains.get(self.workload, index, engine_block)
+        self.feed.chain(index, engine_block)
     }
 
     /// What plugins see of request `index` at time `now`.
@@ -20,7 +20,7 @@ impl Sim<'_> {
         now: u64,
         cached_prefix: Option<CachedPrefix<'s>>,
     ) -> RequestData<'s> {
-        let request = &self.workload.requests[index];
+        let request = &self.feed.request(index);
         // Whatever plugin call follows is about this request: name its line if it crashes.
         routerlab_os::crash::set_trace_line(request.line as u64);
         let state = &self.requests[index];
@@ -30,8 +30,8 @@ impl Sim<'_> {
             prompt: &request.prompt,
             block_hashes: &request.blocks,
             block_ids: Some(&request.block_ids),
-            block_size: self.workload.block_size,
-            unit: self.workload.unit,
+            block_size: self.feed.workload().block_size,
+            unit: self.feed.workload().unit,
             prompt_len: request.prompt_len,
             output_tokens: Some(u64::from(state.output_tokens)),
             session_id: request.session,
@@ -42,9 +42,7 @@ impl Sim<'_> {
             phase: self.phase_of(index),
             cached_tiers: None,
             predict: None,
-            lora: self
-                .workload
-                .adapters
+            lora: (self.feed.workload().adapters)
                 .name(request.adapter)
                 .map(|name| Lora {
                     id: u64::from(request.adapter),
@@ -64,7 +62,7 @@ impl Sim<'_> {
         let pos = (*self.position_of.get(endpoint_index as usize)?)?;
         let engine = &self.fleet.engines[pos];
         let status = engine.lora_status()?;
-        let adapter = self.workload.requests[index].adapter;
+        let adapter = self.feed.request(index).adapter;
         let (running, waiting) = engine.adapter_requests(adapter);
         let small = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
         Some(RlAdapterState {
@@ -104,11 +102,11 @@ impl Sim<'_> {
         let pos = (*self.position_of.get(endpoint_index as usize)?)?;
         let block = self.settings.engines[pos].engine_block_size;
         let chain = self.chain(index, block);
-        let mut left = self.workload.requests[index].prompt_len;
+        let mut left = self.feed.request(index).prompt_len;
         let mut tiers = self.fleet.engines[pos]
             .tier_prefix_tokens(chain)
             .map(|tokens| {
-                let units = self.workload.unit.of_tokens(tokens).min(left);
+                let units = self.feed.workload().unit.of_tokens(tokens).min(left);
                 left -= units;
                 units
             });
@@ -130,9 +128,9 @@ impl Sim<'_> {
         let pos = (*self.position_of.get(endpoint_index as usize)?)?;
         let block = self.settings.engines[pos].engine_block_size;
         let chain = self.chain(index, block);
-        let prompt_tokens = self.workload.requests[index].prompt_tokens;
+        let prompt_tokens = self.feed.request(index).prompt_tokens;
         let engine = &self.fleet.engines[pos];
-        let adapter = self.workload.requests[index].adapter;
+        let adapter = self.feed.request(index).adapter;
         Some(RlPrediction {
             ttft_ns: (engine.predict_ttft_ns(prompt_tokens, chain, now))
                 .saturating_add(engine.adapter_wait_ns(adapter, now)),
@@ -152,8 +150,8 @@ impl Sim<'_> {
         let block = self.settings.engines[pos].engine_block_size;
         let chain = self.chain(index, block);
         let tokens = held(chain, block);
-        let len = self.workload.unit.of_tokens(tokens);
-        len.min(self.workload.requests[index].prompt_len)
+        let len = self.feed.workload().unit.of_tokens(tokens);
+        len.min(self.feed.request(index).prompt_len)
     }
 
     /// Whether [`Sim::cached_units`] of request `index` at list position `pos` can reach
@@ -161,10 +159,10 @@ impl Sim<'_> {
     /// far (a run of leading blocks cannot pass a block that is missing). One lookup where
     /// walking the run would take one a block, for each endpoint judged a decision.
     pub(super) fn may_hold_more(&self, index: usize, pos: usize, units: u64) -> bool {
-        if units > self.workload.requests[index].prompt_len {
+        if units > self.feed.request(index).prompt_len {
             return false;
         }
-        let tokens = self.workload.unit.tokens(units);
+        let tokens = self.feed.workload().unit.tokens(units);
         let block = self.settings.engines[pos].engine_block_size;
         let needed = tokens.div_ceil(u64::from(block.max(1)));
         let chain = self.chain(index, block);
