@@ -7,7 +7,6 @@
 
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 
-
 use routerlab_trace::adapters::Adapters;
 use routerlab_trace::{TraceError, TraceReader, TraceRequest};
 

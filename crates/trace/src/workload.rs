@@ -144,7 +144,12 @@ impl Workload {
         while reader.next_into(&mut request)? {
             // An agentic trace's header sets its block size: read it after the first line.
             let block_size = reader.block_size();
-            requests.push(WorkloadRequest::of(&mut request, format, block_size, &sizes));
+            requests.push(WorkloadRequest::of(
+                &mut request,
+                format,
+                block_size,
+                &sizes,
+            ));
             if format.is_agentic() {
                 ids.push(std::mem::take(&mut request.request_id));
                 raw.push(std::mem::take(&mut request.dependencies));

@@ -53,7 +53,8 @@ impl Events {
     /// scheduled before all others, after the arrivals of earlier requests.
     pub(super) fn push_arrival(&mut self, time: u64, index: usize) {
         let order = index as u64 + 1;
-        self.heap.push(Reverse((time, order, Event::Arrival(index))));
+        self.heap
+            .push(Reverse((time, order, Event::Arrival(index))));
     }
 
     /// The time of the next event, if any.

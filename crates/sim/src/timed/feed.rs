@@ -55,7 +55,9 @@ impl<'a> Feed<'a> {
     pub(super) fn loaded(workload: &'a Workload) -> Feed<'a> {
         Feed::Loaded {
             workload,
-            chains: (0..workload.requests.len()).map(|_| Chains::new()).collect(),
+            chains: (0..workload.requests.len())
+                .map(|_| Chains::new())
+                .collect(),
         }
     }
 

@@ -13,10 +13,11 @@
 //! `on_complete` is called. When no endpoint is available, the request waits at the router
 //! (default) until a completion or refresh frees one, or is rejected, or is routed anyway.
 //!
-//! The run reads a [`Workload`] loaded once (parent links may delay a request past later
-//! ones, so the whole trace is needed) and keeps its own state beside it: arrival times,
-//! where each request went, the engines (`Fleet`), the event queue, the statistics. So
-//! one workload can feed many runs.
+//! The run reads its requests from a [`Workload`] loaded once, which many runs share
+//! ([`replay_timed`]), or from the trace as it goes ([`replay_timed_streamed`]: requests
+//! enter as their arrival comes near and leave when done, so memory follows what is in
+//! flight), and keeps its own state beside them: arrival times, where each request went,
+//! the engines (`Fleet`), the event queue, the statistics. Both give the same report.
 
 use std::collections::VecDeque;
 
@@ -27,7 +28,7 @@ use routerlab_trace::Workload;
 use crate::SimError;
 use crate::error::request_location;
 use crate::observer::{Observer, RequestRecord};
-use routerlab_engine::{EngineConfig, HostCache, KvTransfer, Sequence};
+use routerlab_engine::{HostCache, Sequence};
 use routerlab_report::stats::Tally;
 use routerlab_report::stats::{Finished, TimedTally};
 use routerlab_report::{EndpointTimed, HostTierTimed, Report, TimedReport, round6};
@@ -43,6 +44,8 @@ mod events;
 mod feed;
 mod fleet;
 mod lagged;
+mod settings;
+mod streamed;
 mod tally;
 #[cfg(test)]
 mod tests;
@@ -52,58 +55,10 @@ use disagg::PdRun;
 use events::{Event, Events};
 use feed::Feed;
 use fleet::Fleet;
+pub use settings::TimedSettings;
+use settings::validate;
+pub use streamed::{StreamedTrace, replay_timed_streamed, streams};
 use tally::{EndpointTally, SpreadTally, TiersTally, TimedStats};
-
-/// Settings of a timed replay (the endpoints and the unavailable policy are the router's).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TimedSettings {
-    /// One engine per endpoint.
-    pub engines: Vec<EngineConfig>,
-    /// Arrival process.
-    pub arrivals: Arrivals,
-    /// A request is not sent before its parent finished plus `think_time_ns`.
-    pub respect_parents: bool,
-    /// Pause between a parent's finish and its child's arrival.
-    pub think_time_ns: u64,
-    /// Status refresh period for plugins; 0 = live.
-    pub metrics_interval_ns: u64,
-    /// Output length when the trace has none.
-    pub default_output_tokens: u64,
-    /// Seed of the arrival process.
-    pub seed: u64,
-    /// The KV's move between the pools of a disaggregated fleet (the split itself is the
-    /// routers': [`Replicas::pools`]).
-    pub kv_transfer: KvTransfer,
-    /// How late the routers' KV-event index sees the engines' stores and removals, ns
-    /// (0: at once; see `lagged`).
-    pub kv_event_lag_ns: u64,
-    /// Latency targets each finished request is judged by (the report's `timed.slo`).
-    pub slo: Option<routerlab_report::Slo>,
-}
-
-impl TimedSettings {
-    /// `engines` (one per endpoint) at the trace's own times, live metrics, no parent held,
-    /// 128 output tokens where none are given, seed 0: what calibrations and snapshots use.
-    pub fn at_trace_times(engines: Vec<EngineConfig>) -> TimedSettings {
-        TimedSettings {
-            engines,
-            arrivals: Arrivals::Trace { speedup: 1.0 },
-            respect_parents: false,
-            think_time_ns: 0,
-            metrics_interval_ns: 0,
-            default_output_tokens: 128,
-            seed: 0,
-            kv_transfer: KvTransfer::default(),
-            kv_event_lag_ns: 0,
-            slo: None,
-        }
-    }
-
-    /// The engine block sizes a workload must be loaded with for these engines.
-    pub fn engine_block_sizes(&self) -> Vec<u32> {
-        self.engines.iter().map(|e| e.engine_block_size).collect()
-    }
-}
 
 /// What one request of the workload did in this run.
 #[derive(Debug, Default)]
@@ -217,114 +172,6 @@ pub fn replay_timed(
     Ok(routerlab_report::checked(sim.report(replicas)))
 }
 
-/// Whether [`replay_timed_streamed`] can replay a trace of `format` with `settings`: not
-/// when a request may wait for others by more than its place in the file (an agentic
-/// trace's dependencies, parents held with `respect_parents`), which needs the whole trace.
-pub fn streams(format: routerlab_trace::TraceFormat, settings: &TimedSettings) -> bool {
-    !format.is_agentic() && !settings.respect_parents
-}
-
-/// What a streamed replay read: the trace's source (path, size, hash), the lines it
-/// skipped, and its block size, for the report's `run` block.
-#[derive(Debug, Clone)]
-pub struct StreamedTrace {
-    /// The trace file.
-    pub source: routerlab_trace::TraceSource,
-    /// Lines skipped (with `skip_invalid`), by reason.
-    pub skipped: std::collections::BTreeMap<&'static str, u64>,
-    /// The block size of its chains.
-    pub block_size: u32,
-}
-
-/// Runs a timed replay reading the trace as it goes, the same replay as [`replay_timed`]
-/// of the trace loaded whole (the same report, byte for byte) in memory that follows the
-/// requests in flight, not the trace. `open` opens the trace (twice, when its own times
-/// are used: a first pass checks that they never go back, as reading ahead by time
-/// needs; a trace whose times do is loaded whole and replayed as [`replay_timed`]).
-/// With a second core the trace is parsed on it. Only for what [`streams`] allows.
-pub fn replay_timed_streamed(
-    open: &dyn Fn() -> Result<routerlab_trace::TraceReader, SimError>,
-    replicas: &mut Replicas,
-    settings: &TimedSettings,
-    observer: &mut dyn Observer,
-) -> Result<(Report, StreamedTrace), SimError> {
-    validate(replicas, settings)?;
-    let mut reader = open()?;
-    if !streams(reader.format(), settings) {
-        return Err(SimError::Input(
-            "this replay needs the whole trace: an agentic trace's dependencies, or parents held with respect_parents (use replay_timed)".into(),
-        ));
-    }
-    let mut sizes = settings.engine_block_sizes();
-    sizes.sort_unstable();
-    sizes.dedup();
-    if let Arrivals::Trace { speedup } = settings.arrivals
-        && !in_time_order(&mut open()?, speedup)?
-    {
-        let workload = Workload::load(reader, &sizes)?;
-        let report = replay_timed(&workload, replicas, settings, observer)?;
-        let read = StreamedTrace {
-            source: workload.source,
-            skipped: workload.skipped,
-            block_size: workload.block_size,
-        };
-        return Ok((report, read));
-    }
-    let header = Workload {
-        source: routerlab_trace::TraceSource {
-            path: reader.source_path().to_owned(),
-            format: reader.format(),
-            bytes: 0,
-            content_hash: String::new(),
-        },
-        unit: reader.unit(),
-        block_size: reader.block_size(),
-        engine_block_sizes: sizes,
-        requests: Vec::new(),
-        skipped: Default::default(),
-        adapters: reader.adapters().clone(),
-    };
-    let clock = settings.arrivals.clock(settings.seed);
-    let report = std::thread::scope(|scope| {
-        let pull = match crate::read_ahead::worth_it() {
-            true => crate::read_ahead::Pull::ahead(scope, &mut reader),
-            false => crate::read_ahead::Pull::here(&mut reader),
-        };
-        let mut sim = Sim::new(Feed::streamed(header, pull, clock), replicas, settings, observer);
-        sim.events = Events::streamed();
-        sim.run(replicas)?;
-        Ok::<Report, SimError>(routerlab_report::checked(sim.report(replicas)))
-    })?;
-    let read = StreamedTrace {
-        source: reader.source(),
-        skipped: reader.skipped().clone(),
-        block_size: reader.block_size(),
-    };
-    Ok((report, read))
-}
-
-/// Whether the trace `reader` reads sends its requests in file order at its own times
-/// divided by `speedup` (no request before the one above it); a request without a time,
-/// or one past the clock, fails as the replay would.
-fn in_time_order(
-    reader: &mut routerlab_trace::TraceReader,
-    speedup: f64,
-) -> Result<bool, SimError> {
-    let mut clock = Arrivals::Trace { speedup }
-        .clock(0)
-        .expect("the trace's times are a clock");
-    let mut request = routerlab_trace::TraceRequest::default();
-    let mut last = 0;
-    let mut sorted = true;
-    while reader.next_into(&mut request)? {
-        let at = (clock.next(request.line, request.arrival_ns))
-            .map_err(|e| arrival_error(reader.source_path(), e))?;
-        sorted &= at >= last;
-        last = at;
-    }
-    Ok(sorted)
-}
-
 /// The one message for a schedule that cannot be worked out.
 fn arrival_error(path: &std::path::Path, error: ArrivalError) -> SimError {
     match error {
@@ -334,42 +181,6 @@ fn arrival_error(path: &std::path::Path, error: ArrivalError) -> SimError {
         },
         other => SimError::Input(other.to_string()),
     }
-}
-
-/// Refuses settings that do not fit the routers: one engine per endpoint, each valid, one
-/// capacity for the fleet's shared store.
-fn validate(replicas: &Replicas, settings: &TimedSettings) -> Result<(), SimError> {
-    let router = replicas.router(0);
-    let n = router.table().len();
-    if settings.engines.len() != n {
-        return Err(SimError::Input(format!(
-            "{} engines for {n} endpoints (give one per endpoint)",
-            settings.engines.len()
-        )));
-    }
-    settings
-        .kv_transfer
-        .validate()
-        .map_err(|e| SimError::Input(e.to_string()))?;
-    for (pos, engine) in settings.engines.iter().enumerate() {
-        engine.validate().map_err(|e| {
-            SimError::Input(format!("endpoint `{}`: {e}", router.table().name(pos)))
-        })?;
-    }
-    // One shared store for the fleet: its capacity is the same wherever it is named.
-    let mut shared = (settings.engines.iter().enumerate())
-        .filter_map(|(pos, e)| Some((pos, e.shared_tier?.blocks)));
-    if let Some((first, blocks)) = shared.next()
-        && let Some((other, theirs)) = shared.find(|(_, b)| *b != blocks)
-    {
-        let name = |pos| router.table().name(pos).to_owned();
-        return Err(SimError::Input(format!(
-            "engine `shared_tier.blocks` is the capacity of the fleet's one shared store, the same on every endpoint: `{}` has {blocks}, `{}` has {theirs}",
-            name(first),
-            name(other)
-        )));
-    }
-    Ok(())
 }
 
 impl<'a> Sim<'a> {
@@ -445,56 +256,6 @@ impl<'a> Sim<'a> {
             ..RequestState::default()
         }
     }
-
-    /// The next request of the trace, read ahead (streamed) and given its state, its
-    /// conversation and, disaggregated, its pools' state; or, loaded, the next in a closed
-    /// loop. `None` when there is no more.
-    fn next_request(&mut self) -> Result<Option<(usize, u64)>, SimError> {
-        if let Feed::Loaded { workload, .. } = &self.feed {
-            let index = self.next_closed;
-            return Ok((index < workload.requests.len()).then(|| {
-                self.next_closed += 1;
-                (index, self.base_arrival[index])
-            }));
-        }
-        let Some((index, at)) = self.feed.read()? else {
-            return Ok(None);
-        };
-        let request = self.feed.request(index);
-        let root = (request.parent)
-            .map_or(RequestSeq::of_index(index).0, |p| self.conversation_of[p]);
-        let state = self.state_of(request, at);
-        self.requests.push(state);
-        self.conversation_of.push(root);
-        if let Some(pd) = &mut self.pd {
-            pd.requests.push(Default::default());
-        }
-        Ok(Some((index, at)))
-    }
-
-    /// Streamed, with arrival times: schedules the arrivals due by the next event (an
-    /// arrival goes before whatever else happens at its instant, as when all were
-    /// scheduled at the start), reading ahead one request past them.
-    fn admit(&mut self) -> Result<(), SimError> {
-        if matches!(self.feed, Feed::Loaded { .. })
-            || matches!(self.settings.arrivals, Arrivals::Closed { .. })
-        {
-            return Ok(());
-        }
-        loop {
-            if self.pending.is_none() {
-                self.pending = self.next_request()?;
-            }
-            let Some((index, at)) = self.pending else {
-                return Ok(());
-            };
-            if self.events.next_time().is_some_and(|next| next < at) {
-                return Ok(());
-            }
-            self.events.push_arrival(at, index);
-            self.pending = None;
-        }
-    }
 }
 
 impl Sim<'_> {
@@ -524,10 +285,7 @@ impl Sim<'_> {
     }
 
     fn plugin_error(&self, index: usize) -> impl FnOnce(routerlab_host::PluginError) -> SimError {
-        let location = request_location(
-            RequestSeq::of_index(index),
-            self.feed.request(index).line,
-        );
+        let location = request_location(RequestSeq::of_index(index), self.feed.request(index).line);
         move |source| SimError::plugin(location, source)
     }
 
@@ -867,7 +625,12 @@ impl Sim<'_> {
         self.fleet.inflight_tokens[r][pos] -= u64::from(prompt_tokens);
         self.fleet.inflight_requests[r][pos] -= 1;
         if let Some(graph) = &mut self.agentic {
-            graph.finished(self.feed.workload(), index, prompt_tokens.into(), hit.into());
+            graph.finished(
+                self.feed.workload(),
+                index,
+                prompt_tokens.into(),
+                hit.into(),
+            );
         }
         debug_assert!(
             arrival <= scheduled && scheduled <= first_token && first_token <= now,

@@ -1,0 +1,94 @@
+//! What a timed replay is run with, and the checks that the settings fit the routers.
+
+use routerlab_engine::{EngineConfig, KvTransfer};
+use routerlab_route::Replicas;
+
+use super::Arrivals;
+use crate::SimError;
+
+/// Settings of a timed replay (the endpoints and the unavailable policy are the router's).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimedSettings {
+    /// One engine per endpoint.
+    pub engines: Vec<EngineConfig>,
+    /// Arrival process.
+    pub arrivals: Arrivals,
+    /// A request is not sent before its parent finished plus `think_time_ns`.
+    pub respect_parents: bool,
+    /// Pause between a parent's finish and its child's arrival.
+    pub think_time_ns: u64,
+    /// Status refresh period for plugins; 0 = live.
+    pub metrics_interval_ns: u64,
+    /// Output length when the trace has none.
+    pub default_output_tokens: u64,
+    /// Seed of the arrival process.
+    pub seed: u64,
+    /// The KV's move between the pools of a disaggregated fleet (the split itself is the
+    /// routers': [`Replicas::pools`]).
+    pub kv_transfer: KvTransfer,
+    /// How late the routers' KV-event index sees the engines' stores and removals, ns
+    /// (0: at once; see `lagged`).
+    pub kv_event_lag_ns: u64,
+    /// Latency targets each finished request is judged by (the report's `timed.slo`).
+    pub slo: Option<routerlab_report::Slo>,
+}
+
+impl TimedSettings {
+    /// `engines` (one per endpoint) at the trace's own times, live metrics, no parent held,
+    /// 128 output tokens where none are given, seed 0: what calibrations and snapshots use.
+    pub fn at_trace_times(engines: Vec<EngineConfig>) -> TimedSettings {
+        TimedSettings {
+            engines,
+            arrivals: Arrivals::Trace { speedup: 1.0 },
+            respect_parents: false,
+            think_time_ns: 0,
+            metrics_interval_ns: 0,
+            default_output_tokens: 128,
+            seed: 0,
+            kv_transfer: KvTransfer::default(),
+            kv_event_lag_ns: 0,
+            slo: None,
+        }
+    }
+
+    /// The engine block sizes a workload must be loaded with for these engines.
+    pub fn engine_block_sizes(&self) -> Vec<u32> {
+        self.engines.iter().map(|e| e.engine_block_size).collect()
+    }
+}
+
+/// Refuses settings that do not fit the routers: one engine per endpoint, each valid, one
+/// capacity for the fleet's shared store.
+pub(super) fn validate(replicas: &Replicas, settings: &TimedSettings) -> Result<(), SimError> {
+    let router = replicas.router(0);
+    let n = router.table().len();
+    if settings.engines.len() != n {
+        return Err(SimError::Input(format!(
+            "{} engines for {n} endpoints (give one per endpoint)",
+            settings.engines.len()
+        )));
+    }
+    settings
+        .kv_transfer
+        .validate()
+        .map_err(|e| SimError::Input(e.to_string()))?;
+    for (pos, engine) in settings.engines.iter().enumerate() {
+        engine.validate().map_err(|e| {
+            SimError::Input(format!("endpoint `{}`: {e}", router.table().name(pos)))
+        })?;
+    }
+    // One shared store for the fleet: its capacity is the same wherever it is named.
+    let mut shared = (settings.engines.iter().enumerate())
+        .filter_map(|(pos, e)| Some((pos, e.shared_tier?.blocks)));
+    if let Some((first, blocks)) = shared.next()
+        && let Some((other, theirs)) = shared.find(|(_, b)| *b != blocks)
+    {
+        let name = |pos| router.table().name(pos).to_owned();
+        return Err(SimError::Input(format!(
+            "engine `shared_tier.blocks` is the capacity of the fleet's one shared store, the same on every endpoint: `{}` has {blocks}, `{}` has {theirs}",
+            name(first),
+            name(other)
+        )));
+    }
+    Ok(())
+}

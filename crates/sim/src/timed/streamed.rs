@@ -1,0 +1,177 @@
+//! The timed replay reading the trace as it goes: requests are read a little ahead of the
+//! clock, their arrivals scheduled as their time comes near, in the order they would have
+//! had all scheduled at the start, so the replay is [`replay_timed`]'s of the whole trace.
+
+use routerlab_report::Report;
+use routerlab_route::{Replicas, RequestSeq};
+use routerlab_trace::Workload;
+
+use super::feed::Feed;
+use super::{Arrivals, Events, Sim, TimedSettings, arrival_error, replay_timed, validate};
+use crate::SimError;
+use crate::observer::Observer;
+
+/// Whether [`replay_timed_streamed`] can replay a trace of `format` with `settings`: not
+/// when a request may wait for others by more than its place in the file (an agentic
+/// trace's dependencies, parents held with `respect_parents`), which needs the whole trace.
+pub fn streams(format: routerlab_trace::TraceFormat, settings: &TimedSettings) -> bool {
+    !format.is_agentic() && !settings.respect_parents
+}
+
+/// What a streamed replay read: the trace's source (path, size, hash), the lines it
+/// skipped, and its block size, for the report's `run` block.
+#[derive(Debug, Clone)]
+pub struct StreamedTrace {
+    /// The trace file.
+    pub source: routerlab_trace::TraceSource,
+    /// Lines skipped (with `skip_invalid`), by reason.
+    pub skipped: std::collections::BTreeMap<&'static str, u64>,
+    /// The block size of its chains.
+    pub block_size: u32,
+}
+
+/// Runs a timed replay reading the trace as it goes, the same replay as [`replay_timed`]
+/// of the trace loaded whole (the same report, byte for byte) in memory that follows the
+/// requests in flight, not the trace. `open` opens the trace (twice, when its own times
+/// are used: a first pass checks that they never go back, as reading ahead by time
+/// needs; a trace whose times do is loaded whole and replayed as [`replay_timed`]).
+/// With a second core the trace is parsed on it. Only for what [`streams`] allows.
+pub fn replay_timed_streamed(
+    open: &dyn Fn() -> Result<routerlab_trace::TraceReader, SimError>,
+    replicas: &mut Replicas,
+    settings: &TimedSettings,
+    observer: &mut dyn Observer,
+) -> Result<(Report, StreamedTrace), SimError> {
+    validate(replicas, settings)?;
+    let mut reader = open()?;
+    if !streams(reader.format(), settings) {
+        return Err(SimError::Input(
+            "this replay needs the whole trace: an agentic trace's dependencies, or parents held with respect_parents (use replay_timed)".into(),
+        ));
+    }
+    let mut sizes = settings.engine_block_sizes();
+    sizes.sort_unstable();
+    sizes.dedup();
+    if let Arrivals::Trace { speedup } = settings.arrivals
+        && !in_time_order(&mut open()?, speedup)?
+    {
+        let workload = Workload::load(reader, &sizes)?;
+        let report = replay_timed(&workload, replicas, settings, observer)?;
+        let read = StreamedTrace {
+            source: workload.source,
+            skipped: workload.skipped,
+            block_size: workload.block_size,
+        };
+        return Ok((report, read));
+    }
+    let header = Workload {
+        source: routerlab_trace::TraceSource {
+            path: reader.source_path().to_owned(),
+            format: reader.format(),
+            bytes: 0,
+            content_hash: String::new(),
+        },
+        unit: reader.unit(),
+        block_size: reader.block_size(),
+        engine_block_sizes: sizes,
+        requests: Vec::new(),
+        skipped: Default::default(),
+        adapters: reader.adapters().clone(),
+    };
+    let clock = settings.arrivals.clock(settings.seed);
+    let report = std::thread::scope(|scope| {
+        let pull = match crate::read_ahead::worth_it() {
+            true => crate::read_ahead::Pull::ahead(scope, &mut reader),
+            false => crate::read_ahead::Pull::here(&mut reader),
+        };
+        let mut sim = Sim::new(
+            Feed::streamed(header, pull, clock),
+            replicas,
+            settings,
+            observer,
+        );
+        sim.events = Events::streamed();
+        sim.run(replicas)?;
+        Ok::<Report, SimError>(routerlab_report::checked(sim.report(replicas)))
+    })?;
+    let read = StreamedTrace {
+        source: reader.source(),
+        skipped: reader.skipped().clone(),
+        block_size: reader.block_size(),
+    };
+    Ok((report, read))
+}
+
+/// Whether the trace `reader` reads sends its requests in file order at its own times
+/// divided by `speedup` (no request before the one above it); a request without a time,
+/// or one past the clock, fails as the replay would.
+fn in_time_order(
+    reader: &mut routerlab_trace::TraceReader,
+    speedup: f64,
+) -> Result<bool, SimError> {
+    let mut clock = Arrivals::Trace { speedup }
+        .clock(0)
+        .expect("the trace's times are a clock");
+    let mut request = routerlab_trace::TraceRequest::default();
+    let mut last = 0;
+    let mut sorted = true;
+    while reader.next_into(&mut request)? {
+        let at = (clock.next(request.line, request.arrival_ns))
+            .map_err(|e| arrival_error(reader.source_path(), e))?;
+        sorted &= at >= last;
+        last = at;
+    }
+    Ok(sorted)
+}
+
+impl Sim<'_> {
+    /// The next request of the trace, read ahead (streamed) and given its state, its
+    /// conversation and, disaggregated, its pools' state; or, loaded, the next in a closed
+    /// loop. `None` when there is no more.
+    pub(super) fn next_request(&mut self) -> Result<Option<(usize, u64)>, SimError> {
+        if let Feed::Loaded { workload, .. } = &self.feed {
+            let index = self.next_closed;
+            return Ok((index < workload.requests.len()).then(|| {
+                self.next_closed += 1;
+                (index, self.base_arrival[index])
+            }));
+        }
+        let Some((index, at)) = self.feed.read()? else {
+            return Ok(None);
+        };
+        let request = self.feed.request(index);
+        let root =
+            (request.parent).map_or(RequestSeq::of_index(index).0, |p| self.conversation_of[p]);
+        let state = self.state_of(request, at);
+        self.requests.push(state);
+        self.conversation_of.push(root);
+        if let Some(pd) = &mut self.pd {
+            pd.requests.push(Default::default());
+        }
+        Ok(Some((index, at)))
+    }
+
+    /// Streamed, with arrival times: schedules the arrivals due by the next event (an
+    /// arrival goes before whatever else happens at its instant, as when all were
+    /// scheduled at the start), reading ahead one request past them.
+    pub(super) fn admit(&mut self) -> Result<(), SimError> {
+        if matches!(self.feed, Feed::Loaded { .. })
+            || matches!(self.settings.arrivals, Arrivals::Closed { .. })
+        {
+            return Ok(());
+        }
+        loop {
+            if self.pending.is_none() {
+                self.pending = self.next_request()?;
+            }
+            let Some((index, at)) = self.pending else {
+                return Ok(());
+            };
+            if self.events.next_time().is_some_and(|next| next < at) {
+                return Ok(());
+            }
+            self.events.push_arrival(at, index);
+            self.pending = None;
+        }
+    }
+}
