@@ -36,26 +36,14 @@ impl Bars {
     /// (a trace read as it goes): then it counts up without a bar.
     pub fn bar(&self, label: &str, total: Option<u64>) -> Bar<'_> {
         let bar = self.multi.as_ref().map(|multi| {
-            let (bar, template) = match total {
-                Some(total) => (
-                    ProgressBar::new(total),
-                    "{prefix} [{bar:30}] {pos}/{len} requests, {rate}, {eta} left",
-                ),
-                None => (
-                    ProgressBar::no_length(),
-                    "{prefix} {pos} requests, {rate}, {elapsed}",
-                ),
+            let bar = match total {
+                Some(total) => ProgressBar::new(total),
+                None => ProgressBar::no_length(),
             };
-            let style = ProgressStyle::with_template(template)
-                .expect("a valid template")
-                .with_key(
-                    "rate",
-                    |state: &ProgressState, w: &mut dyn std::fmt::Write| {
-                        let _ = write!(w, "{:.0}/s", state.per_sec());
-                    },
-                )
-                .progress_chars("=> ");
-            multi.add(bar.with_style(style).with_prefix(label.to_owned()))
+            multi.add(
+                bar.with_style(style(total.is_some()))
+                    .with_prefix(label.to_owned()),
+            )
         });
         Bar { bars: self, bar }
     }
@@ -69,6 +57,23 @@ impl Bars {
             multi.set_draw_target(ProgressDrawTarget::stderr());
         }
     }
+}
+
+/// A bar's look: with its length, or counting up when the length is not known.
+fn style(with_length: bool) -> ProgressStyle {
+    let template = match with_length {
+        true => "{prefix} [{bar:30}] {pos}/{len} requests, {rate}, {eta} left",
+        false => "{prefix} {pos} requests, {rate}, {elapsed}",
+    };
+    ProgressStyle::with_template(template)
+        .expect("a valid template")
+        .with_key(
+            "rate",
+            |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0}/s", state.per_sec());
+            },
+        )
+        .progress_chars("=> ")
 }
 
 /// One run's bar; an [`Observer`] that only watches progress.
@@ -95,6 +100,13 @@ impl Observer for Bar<'_> {
         if let Some(bar) = &self.bar {
             self.bars.reveal();
             bar.set_position(done);
+        }
+    }
+
+    fn expected(&mut self, requests: u64) {
+        if let Some(bar) = &self.bar {
+            bar.set_length(requests);
+            bar.set_style(style(true));
         }
     }
 }

@@ -199,3 +199,39 @@ fn a_bad_line_past_the_start_fails_the_same_way_streamed_or_loaded() {
     );
     assert_eq!((streamed.0, &streamed.2), (loaded.0, &loaded.2));
 }
+
+#[test]
+fn a_piped_trace_is_replayed_at_its_own_times_as_the_file_is() {
+    // A pipe cannot be read twice: it is loaded whole, to the report of the file.
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let file = project_trace("mooncake-small.jsonl");
+    let flags = ["--matcher", "lcp", "--timing", "trace", "--endpoints", "3"];
+    let args = [&["replay", "-q", "--format", "json"], &flags[..]].concat();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_routerlab"))
+        .args(&args)
+        .args(["--trace", "/dev/stdin"])
+        .env_remove("ROUTERLAB_PLUGIN_PATH")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run routerlab");
+    let text = std::fs::read(&file).expect("trace");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let writer = std::thread::spawn(move || stdin.write_all(&text));
+    let piped = child.wait_with_output().expect("routerlab ends");
+    writer
+        .join()
+        .expect("writer")
+        .expect("the trace is written");
+    assert_eq!(piped.status.code(), Some(0), "{}", texts(&piped).1);
+    let from_file = routerlab(&[&args[..], &["--trace", &file.to_string_lossy()]].concat());
+    let report = |bytes: &[u8]| {
+        let mut report: serde_json::Value = serde_json::from_slice(bytes).expect("JSON");
+        report["run"]["trace"]["path"] = serde_json::Value::Null;
+        report
+    };
+    assert_eq!(report(&piped.stdout), report(&from_file.stdout));
+    assert!(report(&piped.stdout)["timed"]["ttft"].is_object());
+}

@@ -32,6 +32,10 @@ pub trait Observer {
     /// `done` requests of the workload are through (decided in the time-free replay,
     /// finished in the timed one); told every so often, for a progress bar.
     fn progress(&mut self, _done: u64) {}
+
+    /// The run will see `requests` requests in all: told once, when a run that reads the
+    /// trace as it goes learns it (a first pass over the file), for a progress bar's length.
+    fn expected(&mut self, _requests: u64) {}
 }
 
 /// Observes nothing.
@@ -108,6 +112,11 @@ impl Observer for Tee<'_> {
     fn progress(&mut self, done: u64) {
         self.0.progress(done);
         self.1.progress(done);
+    }
+
+    fn expected(&mut self, requests: u64) {
+        self.0.expected(requests);
+        self.1.expected(requests);
     }
 
     fn routed(&mut self, record: &RoutedRecord) -> Result<(), SimError> {

@@ -326,9 +326,9 @@ impl Scenario {
             }
             // Read as it goes, unless a request may wait for others further down the file.
             Some(timed) if streams(reader.format(), timed) => {
-                drop(reader);
-                let open = || self.reader();
-                let (report, read) = replay_timed_streamed(&open, replicas, timed, observer)?;
+                let reopen = || self.reader();
+                let (report, read) =
+                    replay_timed_streamed(reader, &reopen, replicas, timed, observer)?;
                 (report, read.skipped, read.source)
             }
             Some(timed) => {

@@ -109,13 +109,13 @@ pub(crate) fn replay(flags: ReplayOpts) -> Result<Replayed, Failure> {
         // A timed replay reads the trace as it goes, unless a request may wait for others
         // further down the file.
         Some(timed) if streams(reader.format(), timed) => {
-            drop(reader);
-            let open = || Ok(TraceReader::open(&spec.trace, spec.trace_options.clone())?);
+            let reopen = || Ok(TraceReader::open(&spec.trace, spec.trace_options.clone())?);
             let mut bar = bars.bar(&spec.matcher, None);
             let mut watchers = Tee(&mut bar, keep);
             let mut read = None;
             let report = with_records(spec.requests_out.as_deref(), &mut watchers, |watchers| {
-                let (report, trace) = replay_timed_streamed(&open, &mut replicas, timed, watchers)?;
+                let (report, trace) =
+                    replay_timed_streamed(reader, &reopen, &mut replicas, timed, watchers)?;
                 read = Some(trace);
                 Ok(report)
             })?;

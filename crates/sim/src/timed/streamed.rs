@@ -32,18 +32,19 @@ pub struct StreamedTrace {
 
 /// Runs a timed replay reading the trace as it goes, the same replay as [`replay_timed`]
 /// of the trace loaded whole (the same report, byte for byte) in memory that follows the
-/// requests in flight, not the trace. `open` opens the trace (twice, when its own times
-/// are used: a first pass checks that they never go back, as reading ahead by time
-/// needs; a trace whose times do is loaded whole and replayed as [`replay_timed`]).
+/// requests in flight, not the trace. `reader` reads the trace; with its own times,
+/// `reopen` opens it again for a first pass that checks they never go back, as reading
+/// ahead by time needs (a trace whose times do, or that is not a file to read twice, a
+/// pipe, is loaded whole and replayed as [`replay_timed`]).
 /// With a second core the trace is parsed on it. Only for what [`streams`] allows.
 pub fn replay_timed_streamed(
-    open: &dyn Fn() -> Result<routerlab_trace::TraceReader, SimError>,
+    mut reader: routerlab_trace::TraceReader,
+    reopen: &dyn Fn() -> Result<routerlab_trace::TraceReader, SimError>,
     replicas: &mut Replicas,
     settings: &TimedSettings,
     observer: &mut dyn Observer,
 ) -> Result<(Report, StreamedTrace), SimError> {
     validate(replicas, settings)?;
-    let mut reader = open()?;
     if !streams(reader.format(), settings) {
         return Err(SimError::Input(
             "this replay needs the whole trace: an agentic trace's dependencies, or parents held with respect_parents (use replay_timed)".into(),
@@ -52,17 +53,16 @@ pub fn replay_timed_streamed(
     let mut sizes = settings.engine_block_sizes();
     sizes.sort_unstable();
     sizes.dedup();
-    if let Arrivals::Trace { speedup } = settings.arrivals
-        && !in_time_order(&mut open()?, speedup)?
-    {
-        let workload = Workload::load(reader, &sizes)?;
-        let report = replay_timed(&workload, replicas, settings, observer)?;
-        let read = StreamedTrace {
-            source: workload.source,
-            skipped: workload.skipped,
-            block_size: workload.block_size,
-        };
-        return Ok((report, read));
+    if let Arrivals::Trace { speedup } = settings.arrivals {
+        // The first pass needs a file that can be read again (not a pipe).
+        let path = reader.source_path();
+        if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+            return replay_loaded(reader, &sizes, replicas, settings, observer);
+        }
+        match in_time_order(&mut reopen()?, speedup)? {
+            Some(requests) => observer.expected(requests),
+            None => return replay_loaded(reader, &sizes, replicas, settings, observer),
+        }
     }
     let header = Workload {
         source: routerlab_trace::TraceSource {
@@ -102,26 +102,48 @@ pub fn replay_timed_streamed(
     Ok((report, read))
 }
 
+/// The fallback for a trace whose times go back, or that cannot be read twice at its own
+/// times (a pipe): loaded whole, replayed as [`replay_timed`].
+fn replay_loaded(
+    reader: routerlab_trace::TraceReader,
+    sizes: &[u32],
+    replicas: &mut Replicas,
+    settings: &TimedSettings,
+    observer: &mut dyn Observer,
+) -> Result<(Report, StreamedTrace), SimError> {
+    let workload = Workload::load(reader, sizes)?;
+    observer.expected(workload.requests.len() as u64);
+    let report = replay_timed(&workload, replicas, settings, observer)?;
+    let read = StreamedTrace {
+        source: workload.source,
+        skipped: workload.skipped,
+        block_size: workload.block_size,
+    };
+    Ok((report, read))
+}
+
 /// Whether the trace `reader` reads sends its requests in file order at its own times
 /// divided by `speedup` (no request before the one above it); a request without a time,
-/// or one past the clock, fails as the replay would.
+/// or one past the clock, fails as the replay would. `Some` with the number of requests when
+/// they are in order, `None` when not.
 fn in_time_order(
     reader: &mut routerlab_trace::TraceReader,
     speedup: f64,
-) -> Result<bool, SimError> {
+) -> Result<Option<u64>, SimError> {
     let mut clock = Arrivals::Trace { speedup }
         .clock(0)
         .expect("the trace's times are a clock");
     let mut request = routerlab_trace::TraceRequest::default();
     let mut last = 0;
-    let mut sorted = true;
+    let (mut sorted, mut requests) = (true, 0u64);
     while reader.next_into(&mut request)? {
+        requests += 1;
         let at = (clock.next(request.line, request.arrival_ns))
             .map_err(|e| arrival_error(reader.source_path(), e))?;
         sorted &= at >= last;
         last = at;
     }
-    Ok(sorted)
+    Ok(sorted.then_some(requests))
 }
 
 impl Sim<'_> {
