@@ -1,5 +1,7 @@
 //! The paged KV cache with prefix caching (vLLM's rules; see the crate docs).
 
+use std::collections::hash_map::Entry;
+
 use routerlab_core::hash::U64Map;
 
 const NONE: u32 = u32::MAX;
@@ -195,10 +197,14 @@ impl KvCache {
     /// is the hash of the block before it in its request's chain (none for the first).
     #[inline]
     pub(crate) fn publish(&mut self, id: u32, hash: u64, parent: Option<u64>) {
-        if !self.blocks[id as usize].hashed && !self.by_hash.contains_key(&hash) {
+        if self.blocks[id as usize].hashed {
+            return;
+        }
+        // One probe: the slot is found, and filled when vacant.
+        if let Entry::Vacant(slot) = self.by_hash.entry(hash) {
+            slot.insert(id);
             self.blocks[id as usize].hash = hash;
             self.blocks[id as usize].hashed = true;
-            self.by_hash.insert(hash, id);
             if let Some(events) = &mut self.events {
                 events.push(KvEvent::Stored { hash, parent });
             }

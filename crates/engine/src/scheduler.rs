@@ -569,6 +569,7 @@ impl Engine {
                 _ => 0,
             };
             let mut seq = self.waiting.remove(at).expect("head exists");
+            seq.blocks.reserve(total_blocks);
             for &id in &seq.hit_ids[..hits] {
                 self.kv.hold(id);
                 seq.blocks.push(id);

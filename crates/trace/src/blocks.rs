@@ -3,7 +3,7 @@
 //! `--trace-block-size` tokens) feeds the plugins; the engine model needs chains in its own
 //! block size, which [`engine_block_hashes`] derives from the same request.
 
-use routerlab_core::hash::{chain, hash64};
+use routerlab_core::hash::chain;
 use routerlab_core::{BYTES_PER_TOKEN, Unit};
 
 use crate::reader::{TraceFormat, TraceRequest};
@@ -60,13 +60,9 @@ pub fn engine_chain_of(
 ) -> Vec<u64> {
     let full = (prompt_tokens / engine_block) as usize;
     match format {
-        TraceFormat::Mooncake | TraceFormat::AgenticMooncake | TraceFormat::Weka => (0..full)
-            .map(|j| {
-                let last_token = (j as u64 + 1) * u64::from(engine_block) - 1;
-                let id = request.blocks[(last_token / u64::from(trace_block)) as usize];
-                hash64(&id.to_le_bytes(), j as u64 + 1)
-            })
-            .collect(),
+        TraceFormat::Mooncake | TraceFormat::AgenticMooncake | TraceFormat::Weka => {
+            mooncake_engine_chain(request.blocks, trace_block, engine_block, full)
+        }
         TraceFormat::Chat => text_engine_chain(request.prompt, engine_block)
             .into_iter()
             .take(full)
@@ -87,6 +83,46 @@ pub fn engine_chain_of(
                 .collect()
         }
     }
+}
+
+/// The first `full` engine-block keys of a Mooncake request with trace chain `ids` (one
+/// id per `trace_block` tokens): engine block `j` is keyed by the id of the trace block
+/// holding its last token, mixed with `j`. Engine keys never leave the engine model, so
+/// they need only be distinct (and spread, for the maps keyed by them): a bijective mix of
+/// the id, offset by a bijective function of `j`, so two blocks share a key only by a
+/// 64-bit coincidence of the mixed ids (blocks of one request never do). A long prompt has hundreds of engine
+/// blocks: each id is mixed once, and no block divides.
+fn mooncake_engine_chain(
+    ids: &[u64],
+    trace_block: u32,
+    engine_block: u32,
+    full: usize,
+) -> Vec<u64> {
+    const ODD: u64 = 0x9e37_79b9_7f4a_7c15;
+    let (engine, trace) = (u64::from(engine_block), u64::from(trace_block).max(1));
+    let mut chain = Vec::with_capacity(full);
+    // The trace block holding the current engine block's last token, where it ends, and
+    // its id mixed.
+    let (mut end, mut mixed) = (0u64, 0u64);
+    for j in 0..full as u64 {
+        let last_token = (j + 1) * engine - 1;
+        if last_token >= end {
+            let at = last_token / trace;
+            end = (at + 1) * trace;
+            mixed = fmix64(ids[at as usize]);
+        }
+        chain.push(mixed ^ (j + 1).wrapping_mul(ODD));
+    }
+    chain
+}
+
+/// MurmurHash3's 64-bit finaliser: a bijection of `u64` that spreads every input bit.
+fn fmix64(mut k: u64) -> u64 {
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    k ^ (k >> 33)
 }
 
 /// Engine-block hashes of a text prompt (4 bytes a token, full blocks only): what the

@@ -109,6 +109,20 @@ impl<'a> Feed<'a> {
         &chains[workload.engine_class(engine_block)]
     }
 
+    /// Request `index`'s chain for engine blocks of `engine_block` tokens, to keep: taken
+    /// out (asked for again, the chains are derived again, the same).
+    pub(super) fn take_chain(&mut self, index: usize, engine_block: u32) -> Vec<u64> {
+        let class = self.workload().engine_class(engine_block);
+        let cell = match self {
+            Feed::Loaded { chains, .. } => chains[index].take(),
+            Feed::Streamed(stream) => stream.slot_mut(index).chains.take(),
+        };
+        match cell {
+            Some(mut chains) => std::mem::take(&mut chains[class]),
+            None => self.chain(index, engine_block).to_vec(),
+        }
+    }
+
     /// Request `index` is done: its chains go and, streamed, the request too.
     pub(super) fn done(&mut self, index: usize) {
         match self {
@@ -167,6 +181,13 @@ impl Stream<'_> {
         (index.checked_sub(self.first))
             .and_then(|at| self.window.get(at))
             .and_then(Option::as_deref)
+            .expect("a streamed request is in hand until it is done")
+    }
+
+    fn slot_mut(&mut self, index: usize) -> &mut Slot {
+        (index.checked_sub(self.first))
+            .and_then(|at| self.window.get_mut(at))
+            .and_then(Option::as_deref_mut)
             .expect("a streamed request is in hand until it is done")
     }
 }

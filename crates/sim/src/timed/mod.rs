@@ -285,8 +285,9 @@ impl Sim<'_> {
     }
 
     fn plugin_error(&self, index: usize) -> impl FnOnce(routerlab_host::PluginError) -> SimError {
-        let location = request_location(RequestSeq::of_index(index), self.feed.request(index).line);
-        move |source| SimError::plugin(location, source)
+        // Worked out only on an error: a plugin call's result passes through here each time.
+        let line = self.feed.request(index).line;
+        move |source| SimError::plugin(request_location(RequestSeq::of_index(index), line), source)
     }
 
     fn run(&mut self, replicas: &mut Replicas) -> Result<(), SimError> {
@@ -500,7 +501,8 @@ impl Sim<'_> {
         self.fleet.inflight_tokens[r][pos] += u64::from(prompt_tokens);
         self.fleet.inflight_requests[r][pos] += 1;
         let engine_block = self.settings.engines[pos].engine_block_size;
-        let chain = self.chain(index, engine_block).to_vec();
+        // The engine keeps the chain; the request is not asked about again.
+        let chain = self.feed.take_chain(index, engine_block);
         let adapter = self.feed.request(index).adapter;
         let sequence =
             Sequence::new(index, prompt_tokens, output_tokens, chain).with_adapter(adapter);
