@@ -398,13 +398,18 @@ impl Engine {
             seq.computed += tokens;
             // Publish the full prompt blocks now computed.
             let full = (seq.computed / block_tokens) as usize;
-            while self.config.prefix_caching && seq.published < full.min(seq.hashes.len()) {
-                let (id, hash) = (seq.blocks[seq.published], seq.hashes[seq.published]);
-                let parent = seq.published.checked_sub(1).map(|p| seq.hashes[p]);
+            let start = seq.published;
+            let end = match self.config.prefix_caching {
+                true => full.min(seq.hashes.len()).max(start),
+                false => start,
+            };
+            let mut parent = start.checked_sub(1).map(|p| seq.hashes[p]);
+            for (&id, &hash) in seq.blocks[start..end].iter().zip(&seq.hashes[start..end]) {
                 self.kv.publish(id, hash, parent);
                 self.tiers.computed(id, hash);
-                seq.published += 1;
+                parent = Some(hash);
             }
+            seq.published = end;
             self.tiers.store_computed(now_ns);
             if !seq.prefilling() {
                 // The step that completes a prefill samples a token.

@@ -339,7 +339,7 @@ impl Sim<'_> {
             let engines = &self.fleet.engines;
             self.stats
                 .spread
-                .advance(now, engines.iter().map(|e| e.status().running));
+                .advance(now, engines.iter().map(|e| e.running().len() as u64));
             match event {
                 Event::Handoff(index) => self.handoff(index, now),
                 Event::Start(pos) => self.fleet.start(pos, now, &mut self.events),
