@@ -1,8 +1,9 @@
 //! The timed replay reads the trace as it goes (`replay`), or has it loaded whole (`compare`,
 //! which shares one workload between its policies). Both must give the same report, byte
 //! for byte, whatever the trace and the settings: every arrival process, stale metrics,
-//! router replicas, disaggregated pools, a host tier, late KV events, a trace whose times go
-//! back (read whole), and the same error where the trace is bad.
+//! router replicas, disaggregated pools, a host tier, late KV events, parents held, a trace
+//! whose times go back or that comes through a pipe (read whole), and the same error where
+//! the trace is bad.
 
 mod support;
 
@@ -45,7 +46,7 @@ fn streamed_and_loaded(trace: &Path, detector: Option<&str>, flags: &[&str]) -> 
 fn every_setting_streams_to_the_report_of_the_whole_trace() {
     let conversation = project_trace("mooncake-conversation.jsonl");
     let small = project_trace("mooncake-small.jsonl");
-    let cases: [(&Path, &[&str]); 9] = [
+    let cases: [(&Path, &[&str]); 11] = [
         (&conversation, &["--endpoints", "4", "--engine", "dynamo"]),
         (
             &small,
@@ -108,6 +109,22 @@ fn every_setting_streams_to_the_report_of_the_whole_trace() {
         (
             &conversation,
             &["--endpoints", "4", "--kv-event-lag-ms", "40"],
+        ),
+        (
+            &project_trace("chat.jsonl"),
+            &[
+                "--endpoints",
+                "2",
+                "--rate",
+                "30",
+                "--respect-parents",
+                "--think-time-s",
+                "0.5",
+            ],
+        ),
+        (
+            &project_trace("mooncake-sessions.jsonl"),
+            &["--endpoints", "3", "--respect-parents", "--speedup", "20"],
         ),
         (
             &project_trace("azure-llm-inference-code-2023.csv"),

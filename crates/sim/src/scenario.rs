@@ -324,8 +324,8 @@ impl Scenario {
                 let report = timefree::replay(&mut reader, replicas, self.cache_blocks, observer)?;
                 (report, reader.skipped().clone(), reader.source())
             }
-            // Read as it goes, unless a request may wait for others further down the file.
-            Some(timed) if streams(reader.format(), timed) => {
+            // Read as it goes, unless an agentic trace's requests may wait for later ones.
+            Some(timed) if streams(reader.format()) => {
                 let reopen = || self.reader();
                 let (report, read) =
                     replay_timed_streamed(reader, &reopen, replicas, timed, observer)?;

@@ -106,9 +106,9 @@ pub(crate) fn replay(flags: ReplayOpts) -> Result<Replayed, Failure> {
                 reader.block_size(),
             )
         }
-        // A timed replay reads the trace as it goes, unless a request may wait for others
-        // further down the file.
-        Some(timed) if streams(reader.format(), timed) => {
+        // A timed replay reads the trace as it goes, unless it is an agentic trace (its
+        // requests may wait for others further down the file).
+        Some(timed) if streams(reader.format()) => {
             let reopen = || Ok(TraceReader::open(&spec.trace, spec.trace_options.clone())?);
             let mut bar = bars.bar(&spec.matcher, None);
             let mut watchers = Tee(&mut bar, keep);

@@ -57,6 +57,23 @@ impl Events {
             .push(Reverse((time, order, Event::Arrival(index))));
     }
 
+    /// A place in the order of scheduling, for events pushed later with
+    /// [`Events::push_ordered`] as if pushed now.
+    pub(super) fn reserve(&mut self) -> u64 {
+        self.scheduled += 1;
+        self.scheduled
+    }
+
+    /// `event` at `time`, at the place `order` from [`Events::reserve`]: events sharing a
+    /// place keep the order of the variants' fields (a request's arrivals, file order).
+    pub(super) fn push_ordered(&mut self, time: u64, order: u64, event: Event) {
+        debug_assert!(
+            !matches!(event, Event::Refresh(_)),
+            "refreshes have a heap of their own"
+        );
+        self.heap.push(Reverse((time, order, event)));
+    }
+
     /// The time of the next event, if any.
     pub(super) fn next_time(&self) -> Option<u64> {
         let refresh = self.refreshes.peek().map(|Reverse((t, _, _))| *t);

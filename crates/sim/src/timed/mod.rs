@@ -83,6 +83,9 @@ struct Sim<'a> {
     requests: Vec<RequestState>,
     /// Per request (with `respect_parents`): the requests waiting for it to finish.
     children: Vec<Vec<usize>>,
+    /// Streamed, per request (with `respect_parents`): when it finished and its children's
+    /// place in the order of scheduling (0: not yet), for children read after.
+    parent_done: Vec<(u64, u64)>,
     /// Streamed: the next request read, not yet sent, and when it is to be.
     pending: Option<(usize, u64)>,
     fleet: Fleet,
@@ -200,6 +203,7 @@ impl<'a> Sim<'a> {
             base_arrival: Vec::new(),
             requests: Vec::new(),
             children: Vec::new(),
+            parent_done: Vec::new(),
             pending: None,
             fleet: Fleet::new(&settings.engines, replicas.len()),
             events: Events::default(),
@@ -669,13 +673,29 @@ impl Sim<'_> {
             graph.done(self.feed.workload(), index, now, &mut self.released);
             self.release(now);
         }
-        if let Some(children) = self.children.get_mut(index) {
-            for child in std::mem::take(children) {
-                let at = self.base_arrival[child].max(now + self.settings.think_time_ns);
-                self.events.push(at, Event::Arrival(child));
+        if self.settings.respect_parents {
+            // Its children go at one place in the order of scheduling, in file order among
+            // themselves: the place is kept for those still to be read (streamed).
+            let order = self.events.reserve();
+            if let Some(done) = self.parent_done.get_mut(index) {
+                *done = (now, order);
+            }
+            for child in std::mem::take(&mut self.children[index]) {
+                self.release_child(child, now, order);
             }
         }
         Ok(())
+    }
+
+    /// Schedules `child`, whose parent finished at `done`, at the place `order` in the
+    /// order of scheduling: not before its own time, nor before the parent's finish plus
+    /// the think time.
+    fn release_child(&mut self, child: usize, done: u64, order: u64) {
+        // Not arrived yet, its arrival time is still its time in the schedule.
+        let at = self.requests[child]
+            .arrival_ns
+            .max(done + self.settings.think_time_ns);
+        self.events.push_ordered(at, order, Event::Arrival(child));
     }
 
     /// Schedules the requests an agentic dependency released (never before `now`).

@@ -11,11 +11,10 @@ use super::{Arrivals, Events, Sim, TimedSettings, arrival_error, replay_timed, v
 use crate::SimError;
 use crate::observer::Observer;
 
-/// Whether [`replay_timed_streamed`] can replay a trace of `format` with `settings`: not
-/// when a request may wait for others by more than its place in the file (an agentic
-/// trace's dependencies, parents held with `respect_parents`), which needs the whole trace.
-pub fn streams(format: routerlab_trace::TraceFormat, settings: &TimedSettings) -> bool {
-    !format.is_agentic() && !settings.respect_parents
+/// Whether [`replay_timed_streamed`] can replay a trace of `format`: not an agentic one,
+/// whose requests wait for others further down the file (its graph needs the whole trace).
+pub fn streams(format: routerlab_trace::TraceFormat) -> bool {
+    !format.is_agentic()
 }
 
 /// What a streamed replay read: the trace's source (path, size, hash), the lines it
@@ -45,9 +44,10 @@ pub fn replay_timed_streamed(
     observer: &mut dyn Observer,
 ) -> Result<(Report, StreamedTrace), SimError> {
     validate(replicas, settings)?;
-    if !streams(reader.format(), settings) {
+    if !streams(reader.format()) {
         return Err(SimError::Input(
-            "this replay needs the whole trace: an agentic trace's dependencies, or parents held with respect_parents (use replay_timed)".into(),
+            "an agentic trace's dependencies need the whole trace: replay it with replay_timed"
+                .into(),
         ));
     }
     let mut sizes = settings.engine_block_sizes();
@@ -170,6 +170,10 @@ impl Sim<'_> {
         if let Some(pd) = &mut self.pd {
             pd.requests.push(Default::default());
         }
+        if self.settings.respect_parents {
+            self.children.push(Vec::new());
+            self.parent_done.push((0, 0));
+        }
         Ok(Some((index, at)))
     }
 
@@ -192,8 +196,17 @@ impl Sim<'_> {
             if self.events.next_time().is_some_and(|next| next < at) {
                 return Ok(());
             }
-            self.events.push_arrival(at, index);
             self.pending = None;
+            // A request held for its parent waits for it, or goes now if it is done.
+            let parent = self.feed.request(index).parent;
+            if let Some(parent) = parent.filter(|_| self.settings.respect_parents) {
+                match self.parent_done[parent] {
+                    (_, 0) => self.children[parent].push(index),
+                    (done, order) => self.release_child(index, done, order),
+                }
+                continue;
+            }
+            self.events.push_arrival(at, index);
         }
     }
 }
