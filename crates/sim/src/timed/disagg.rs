@@ -100,16 +100,12 @@ fn us(ns: u64) -> u64 {
 }
 
 impl PdRun {
-    pub(super) fn new(
-        pools: Pools,
-        transfer: KvTransfer,
-        requests: usize,
-        replicas: usize,
-    ) -> PdRun {
+    /// The pools' state before any request is read (each gets its own as it is).
+    pub(super) fn new(pools: Pools, transfer: KvTransfer, replicas: usize) -> PdRun {
         PdRun {
             pools,
             link: transfer,
-            requests: vec![PdRequest::default(); requests],
+            requests: Vec::new(),
             decode_queues: vec![VecDeque::new(); replicas],
             prefill: PoolTally::default(),
             decode: PoolTally::default(),

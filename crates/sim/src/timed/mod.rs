@@ -236,7 +236,7 @@ impl<'a> Sim<'a> {
             first_tokens: Vec::new(),
             done: 0,
             pd: (replicas.pools())
-                .map(|pools| PdRun::new(pools, settings.kv_transfer, 0, replicas.len())),
+                .map(|pools| PdRun::new(pools, settings.kv_transfer, replicas.len())),
             agentic: None,
             released: Vec::new(),
             lagged: None,
@@ -598,7 +598,7 @@ impl Sim<'_> {
                 sequence.first_scheduled_ns.unwrap_or(now),
             ),
         };
-        let request = &self.feed.request(index);
+        let request = self.feed.request(index);
         let state = &self.requests[index];
         let arrival = state.arrival_ns;
         let first_token = sequence.first_token_ns.unwrap_or(now);
