@@ -109,12 +109,7 @@ impl<'r> Pull<'r> {
                 if !reader.next_into(request)? {
                     return Ok(None);
                 }
-                let names = reader.adapters();
-                for id in self.adapters.len()..names.len() {
-                    if let Some(name) = names.name(id as u32 + 1) {
-                        self.adapters.number(name);
-                    }
-                }
+                self.adapters.catch_up(reader.adapters());
                 Ok(Some((request, &self.adapters)))
             }
             Source::Ahead {

@@ -49,6 +49,13 @@ impl Adapters {
     pub fn is_empty(&self) -> bool {
         self.names.is_empty()
     }
+
+    /// Numbers the adapters `ahead` has past these (`ahead` grew from the same names).
+    pub fn catch_up(&mut self, ahead: &Adapters) {
+        for name in ahead.names.iter().skip(self.names.len()) {
+            self.number(name);
+        }
+    }
 }
 
 impl Linker {

@@ -52,9 +52,7 @@ impl Events {
     /// Request `index` arrives at `time`, ordered among events of the same instant as if
     /// scheduled before all others, after the arrivals of earlier requests.
     pub(super) fn push_arrival(&mut self, time: u64, index: usize) {
-        let order = index as u64 + 1;
-        self.heap
-            .push(Reverse((time, order, Event::Arrival(index))));
+        self.push_ordered(time, index as u64 + 1, Event::Arrival(index));
     }
 
     /// A place in the order of scheduling, for events pushed later with
@@ -78,10 +76,7 @@ impl Events {
     pub(super) fn next_time(&self) -> Option<u64> {
         let refresh = self.refreshes.peek().map(|Reverse((t, _, _))| *t);
         let other = self.heap.peek().map(|Reverse((t, _, _))| *t);
-        match (refresh, other) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        refresh.into_iter().chain(other).min()
     }
 
     pub(super) fn push(&mut self, time: u64, event: Event) {

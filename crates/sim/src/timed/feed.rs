@@ -41,8 +41,6 @@ pub(super) struct Stream<'a> {
     /// The requests read and not yet done, from request `first` on (`None`: done).
     window: VecDeque<Option<Box<Slot>>>,
     first: usize,
-    /// Requests read so far.
-    read: usize,
 }
 
 struct Slot {
@@ -74,7 +72,6 @@ impl<'a> Feed<'a> {
             clock,
             window: VecDeque::new(),
             first: 0,
-            read: 0,
         }))
     }
 
@@ -152,9 +149,7 @@ impl<'a> Feed<'a> {
             return Ok(None);
         };
         let header = &mut stream.header;
-        if adapters.len() > header.adapters.len() {
-            header.adapters = adapters.clone();
-        }
+        header.adapters.catch_up(adapters);
         let request = WorkloadRequest::of(
             request,
             header.source.format,
@@ -166,8 +161,7 @@ impl<'a> Feed<'a> {
                 .map_err(|e| super::arrival_error(&header.source.path, e))?,
             None => 0,
         };
-        let index = stream.read;
-        stream.read += 1;
+        let index = stream.first + stream.window.len();
         stream.window.push_back(Some(Box::new(Slot {
             request,
             chains: Chains::new(),

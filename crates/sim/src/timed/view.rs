@@ -20,7 +20,7 @@ impl Sim<'_> {
         now: u64,
         cached_prefix: Option<CachedPrefix<'s>>,
     ) -> RequestData<'s> {
-        let request = &self.feed.request(index);
+        let request = self.feed.request(index);
         // Whatever plugin call follows is about this request: name its line if it crashes.
         routerlab_os::crash::set_trace_line(request.line as u64);
         let state = &self.requests[index];
