@@ -163,7 +163,7 @@ pub async fn drive(
         let permit = permits.clone().acquire_owned().await.expect("never closed");
         let (client, workload, settings) = (client.clone(), workload.clone(), settings.clone());
         tasks.push(tokio::spawn(async move {
-            let outcome = send_one(&client, &workload, index, &settings, started).await;
+            let outcome = send_one(&client, &workload, index, &settings, started, |_| ()).await;
             drop(permit);
             outcome
         }));
@@ -225,9 +225,18 @@ async fn drive_graph(
                 ready = ready.max(fired.expect("waited for it") + delay);
             }
             tokio::time::sleep_until(ready.into()).await;
-            signals[index][0].send_replace(Some(Instant::now()));
-            let outcome = send_one(&client, &workload, index, &settings, started).await;
-            signals[index][1].send_replace(Some(Instant::now()));
+            // Both signals are the outcome's own clock readings, so a dependent's delay
+            // counts from exactly the `sent_ms` and `sent_ms + e2e_ms` it reports (a
+            // failed request is answered when it failed).
+            let on_sent = |at: Instant| {
+                signals[index][0].send_replace(Some(at));
+            };
+            let outcome = send_one(&client, &workload, index, &settings, started, on_sent).await;
+            let answered = match outcome.error {
+                None => started + outcome.sent + outcome.e2e,
+                Some(_) => Instant::now(),
+            };
+            signals[index][1].send_replace(Some(answered));
             outcome
         }));
     }
@@ -240,6 +249,7 @@ async fn send_one(
     index: usize,
     settings: &DriveSettings,
     started: Instant,
+    on_sent: impl FnOnce(Instant),
 ) -> Outcome {
     let request = &workload.requests[index];
     let prompt = prompt_of(workload, index, settings.block_bytes);
@@ -271,8 +281,9 @@ async fn send_one(
     let outgoing = outgoing
         .body(http_body_util::Full::new(Bytes::from(body.to_string())))
         .expect("a valid request");
-    let sent = started.elapsed();
     let t0 = Instant::now();
+    let sent = t0.duration_since(started);
+    on_sent(t0);
     let mut outcome = Outcome {
         id: index as u64 + 1,
         endpoint: None,
