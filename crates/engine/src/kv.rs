@@ -169,6 +169,47 @@ impl KvCache {
         Some(id)
     }
 
+    /// Takes the `n` oldest free blocks into `into`, as `n` calls of [`KvCache::allocate`]
+    /// would, in one walk of the free list (unlinked once, at its end). `n` must not
+    /// exceed [`KvCache::free`].
+    #[inline]
+    pub(crate) fn allocate_into(&mut self, n: u32, into: &mut Vec<u32>) {
+        assert!(n <= self.free, "{n} blocks asked for, {} free", self.free);
+        if n == 0 {
+            return;
+        }
+        let KvCache {
+            blocks,
+            by_hash,
+            evictions,
+            events,
+            ..
+        } = self;
+        let mut id = self.free_head;
+        // A range mapped has an exact length: `extend` reserves once and checks no more.
+        into.extend((0..n).map(|_| {
+            let taken = id;
+            let block = &mut blocks[taken as usize];
+            block.refs = 1;
+            id = block.newer;
+            if block.hashed {
+                block.hashed = false;
+                by_hash.remove(&block.hash);
+                *evictions += 1;
+                if let Some(events) = events {
+                    events.push(KvEvent::Removed { hash: block.hash });
+                }
+            }
+            taken
+        }));
+        self.free_head = id;
+        match id {
+            NONE => self.free_tail = NONE,
+            next => self.blocks[next as usize].older = NONE,
+        }
+        self.free -= n;
+    }
+
     /// Records stores and removals from now on (see [`KvCache::take_events`]).
     pub fn record_events(&mut self) {
         self.events.get_or_insert_with(Vec::new);
@@ -195,19 +236,36 @@ impl KvCache {
 
     /// Publishes a computed full block under its prefix hash (first writer wins); `parent`
     /// is the hash of the block before it in its request's chain (none for the first).
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn publish(&mut self, id: u32, hash: u64, parent: Option<u64>) {
-        if self.blocks[id as usize].hashed {
-            return;
-        }
-        // One probe: the slot is found, and filled when vacant.
-        if let Entry::Vacant(slot) = self.by_hash.entry(hash) {
-            slot.insert(id);
-            self.blocks[id as usize].hash = hash;
-            self.blocks[id as usize].hashed = true;
-            if let Some(events) = &mut self.events {
-                events.push(KvEvent::Stored { hash, parent });
+        self.publish_run(&[id], &[hash], parent);
+    }
+
+    /// Publishes a request's computed full blocks `ids` under `hashes`, each under its
+    /// prefix hash (first writer wins, a block already published keeps its own); `parent`
+    /// is the hash of the block before the first in its request's chain.
+    #[inline]
+    pub(crate) fn publish_run(&mut self, ids: &[u32], hashes: &[u64], mut parent: Option<u64>) {
+        let KvCache {
+            blocks,
+            by_hash,
+            events,
+            ..
+        } = self;
+        for (&id, &hash) in ids.iter().zip(hashes) {
+            let block = &mut blocks[id as usize];
+            // One probe: the slot is found, and filled when vacant.
+            if !block.hashed
+                && let Entry::Vacant(slot) = by_hash.entry(hash)
+            {
+                slot.insert(id);
+                block.hash = hash;
+                block.hashed = true;
+                if let Some(events) = events {
+                    events.push(KvEvent::Stored { hash, parent });
+                }
             }
+            parent = Some(hash);
         }
     }
 
@@ -251,5 +309,43 @@ impl KvCache {
             n => self.blocks[n as usize].older = older,
         }
         self.free -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cache where some free blocks hold hashes and some of them are held again.
+    fn used_cache() -> KvCache {
+        let mut kv = KvCache::new(8);
+        kv.record_events();
+        let mut ids = Vec::new();
+        kv.allocate_into(6, &mut ids);
+        for (i, id) in ids.iter().enumerate() {
+            kv.publish(*id, 100 + i as u64, None);
+        }
+        kv.release(&ids);
+        kv.hold(ids[2]);
+        kv
+    }
+
+    #[test]
+    fn allocate_into_takes_what_allocate_would_in_order() {
+        let (mut one_by_one, mut at_once) = (used_cache(), used_cache());
+        let singles: Vec<u32> = (0..6).map(|_| one_by_one.allocate().unwrap()).collect();
+        let mut batch = Vec::new();
+        at_once.allocate_into(6, &mut batch);
+        assert_eq!(batch, singles);
+        assert_eq!(at_once.free(), one_by_one.free());
+        assert_eq!(at_once.evictions, one_by_one.evictions);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        at_once.take_events(&mut a);
+        one_by_one.take_events(&mut b);
+        assert_eq!(a, b);
+        // What is left is the same list: the last free block, then nothing.
+        assert_eq!(at_once.allocate(), one_by_one.allocate());
+        assert_eq!(at_once.allocate(), None);
+        assert_eq!(one_by_one.allocate(), None);
     }
 }

@@ -403,12 +403,10 @@ impl Engine {
                 true => full.min(seq.hashes.len()).max(start),
                 false => start,
             };
-            let mut parent = start.checked_sub(1).map(|p| seq.hashes[p]);
-            for (&id, &hash) in seq.blocks[start..end].iter().zip(&seq.hashes[start..end]) {
-                self.kv.publish(id, hash, parent);
-                self.tiers.computed(id, hash);
-                parent = Some(hash);
-            }
+            let parent = start.checked_sub(1).map(|p| seq.hashes[p]);
+            let (ids, hashes) = (&seq.blocks[start..end], &seq.hashes[start..end]);
+            self.kv.publish_run(ids, hashes, parent);
+            self.tiers.computed(ids, hashes);
             seq.published = end;
             self.tiers.store_computed(now_ns);
             if !seq.prefilling() {
@@ -579,10 +577,7 @@ impl Engine {
                 self.kv.hold(id);
                 seq.blocks.push(id);
             }
-            for _ in hits..total_blocks {
-                let id = self.kv.allocate().expect("checked free blocks");
-                seq.blocks.push(id);
-            }
+            self.kv.allocate_into(new_blocks, &mut seq.blocks);
             seq.published = hits;
             seq.computed = hit_tokens;
             seq.prefill_target = target;
@@ -735,10 +730,8 @@ impl Engine {
             return self.decode_run();
         }
         for pos in 0..self.running.len() {
-            for _ in 0..extra(&self.running[pos]) {
-                let id = self.kv.allocate().expect("checked free blocks");
-                self.running[pos].blocks.push(id);
-            }
+            let n = extra(&self.running[pos]);
+            self.kv.allocate_into(n, &mut self.running[pos].blocks);
         }
         u64::from(until_finish)
     }

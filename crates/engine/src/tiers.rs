@@ -110,10 +110,11 @@ impl Tiers {
         self.cohort.clear();
     }
 
-    /// Adds a computed block to the request's cohort (see [`Tiers::store_computed`]).
-    pub(crate) fn computed(&mut self, id: u32, hash: u64) {
+    /// Adds a request's computed blocks to its cohort (see [`Tiers::store_computed`]).
+    pub(crate) fn computed(&mut self, ids: &[u32], hashes: &[u64]) {
         if self.any() {
-            self.cohort.push((id, hash));
+            self.cohort
+                .extend(ids.iter().copied().zip(hashes.iter().copied()));
         }
     }
 
