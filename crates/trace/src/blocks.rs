@@ -90,8 +90,9 @@ pub fn engine_chain_of(
 /// holding its last token, mixed with `j`. Engine keys never leave the engine model, so
 /// they need only be distinct (and spread, for the maps keyed by them): a bijective mix of
 /// the id, offset by a bijective function of `j`, so two blocks share a key only by a
-/// 64-bit coincidence of the mixed ids (blocks of one request never do). A long prompt has hundreds of engine
-/// blocks: each id is mixed once, and no block divides.
+/// 64-bit coincidence of the mixed ids (blocks of one request never do). A long prompt has
+/// hundreds of engine blocks: each id is mixed once, and the engine blocks it covers are
+/// written in one run.
 fn mooncake_engine_chain(
     ids: &[u64],
     trace_block: u32,
@@ -99,19 +100,32 @@ fn mooncake_engine_chain(
     full: usize,
 ) -> Vec<u64> {
     const ODD: u64 = 0x9e37_79b9_7f4a_7c15;
-    let (engine, trace) = (u64::from(engine_block), u64::from(trace_block).max(1));
-    let mut chain = Vec::with_capacity(full);
-    // The trace block holding the current engine block's last token, where it ends, and
-    // its id mixed.
-    let (mut end, mut mixed) = (0u64, 0u64);
-    for j in 0..full as u64 {
-        let last_token = (j + 1) * engine - 1;
-        if last_token >= end {
-            let at = last_token / trace;
-            end = (at + 1) * trace;
-            mixed = fmix64(ids[at as usize]);
+    let (engine, trace) = (
+        u64::from(engine_block).max(1),
+        u64::from(trace_block).max(1),
+    );
+    let full = full as u64;
+    let mut chain = Vec::with_capacity(full as usize);
+    // Engine blocks keyed so far: blocks `0 .. done`.
+    let mut done = 0u64;
+    for (at, id) in (1u64..).zip(ids) {
+        if done == full {
+            break;
         }
-        chain.push(mixed ^ (j + 1).wrapping_mul(ODD));
+        // The engine blocks whose last token comes before this trace block's end, `at *
+        // trace`: `j` with `(j + 1) * engine <= at * trace`.
+        let upto = (at * trace / engine).min(full);
+        if upto > done {
+            let mixed = fmix64(*id);
+            // Block `j`'s offset `(j + 1) × ODD`, kept by adding (a range has an exact
+            // length: `extend` writes without checking the capacity).
+            let mut offset = done.wrapping_mul(ODD);
+            chain.extend((done..upto).map(|_| {
+                offset = offset.wrapping_add(ODD);
+                mixed ^ offset
+            }));
+            done = upto;
+        }
     }
     chain
 }
@@ -143,4 +157,37 @@ pub fn text_engine_chain(prompt: &[u8], engine_block: u32) -> Vec<u64> {
 /// both replays and every report use.
 pub fn prompt_tokens(unit: Unit, prompt_len: u64) -> u64 {
     unit.tokens(prompt_len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Engine block `j` keyed from the trace block holding its last token, one at a time.
+    fn one_by_one(ids: &[u64], trace: u64, engine: u64, full: u64) -> Vec<u64> {
+        (0..full)
+            .map(|j| {
+                let at = ((j + 1) * engine - 1) / trace;
+                fmix64(ids[at as usize]) ^ (j + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn mooncake_keys_in_runs_are_the_keys_block_by_block() {
+        let ids: Vec<u64> = (0..40).map(|i| i * 7 + 3).collect();
+        for trace in [1u32, 16, 64, 100, 512] {
+            for engine in [1u32, 16, 32, 64, 100, 512, 1024] {
+                let most = ids.len() as u64 * u64::from(trace) / u64::from(engine);
+                let fulls = [0, 1, most / 2, most.saturating_sub(1), most];
+                for full in fulls.into_iter().filter(|full| *full <= most) {
+                    assert_eq!(
+                        mooncake_engine_chain(&ids, trace, engine, full as usize),
+                        one_by_one(&ids, trace.into(), engine.into(), full),
+                        "trace {trace}, engine {engine}, full {full}"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -126,6 +126,8 @@ pub(crate) struct Linker {
     pub(crate) adapters: crate::adapters::Adapters,
     /// Agentic play id to its number.
     pub(crate) plays: IdTable<u64>,
+    /// Reading for the arrival times alone (see [`TraceReader::times_only`]).
+    pub(crate) times_only: bool,
 }
 
 impl TraceReader {
@@ -235,6 +237,7 @@ impl TraceReader {
                 sessions: IdTable::default(),
                 adapters: Default::default(),
                 plays: IdTable::default(),
+                times_only: false,
             },
             skipped: BTreeMap::new(),
             interner: BlockInterner::default(),
@@ -408,6 +411,16 @@ impl TraceReader {
         &self.linker.adapters
     }
 
+    /// From now on, reads what gives each request its place and time (its line, arrival,
+    /// ids, session, parent), not its blocks: `blocks` and `block_ids` stay empty, and a
+    /// Mooncake line's `hash_ids` are passed over, so a fault there (too few ids, a bad
+    /// one) is not seen. For a pass over a trace's times ahead of reading it whole. Lines
+    /// skipped with `skip_invalid` are the same only in a full read: then this does
+    /// nothing.
+    pub fn times_only(&mut self) {
+        self.linker.times_only = !self.linker.options.skip_invalid;
+    }
+
     /// Reads the next request into `out`. `Ok(false)` at the end of the trace.
     pub fn next_into(&mut self, out: &mut TraceRequest) -> Result<bool, TraceError> {
         loop {
@@ -455,6 +468,11 @@ impl TraceReader {
             out.session_end = false;
             let parsed = self.linker.parse_line(self.line, bytes, out);
             match parsed {
+                Ok(()) if self.linker.times_only => {
+                    out.blocks.clear();
+                    out.block_ids.clear();
+                    return Ok(true);
+                }
                 Ok(()) => {
                     if !self.interner.intern_all(&out.blocks, &mut out.block_ids) {
                         return Err(self.linker.error_at(

@@ -59,7 +59,9 @@ pub fn replay_timed_streamed(
         if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
             return replay_loaded(reader, &sizes, replicas, settings, observer);
         }
-        match in_time_order(&mut reopen()?, speedup)? {
+        let mut times = reopen()?;
+        times.times_only();
+        match in_time_order(&mut times, speedup)? {
             Some(requests) => observer.expected(requests),
             None => return replay_loaded(reader, &sizes, replicas, settings, observer),
         }

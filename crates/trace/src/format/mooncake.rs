@@ -19,7 +19,7 @@ impl Linker {
     ) -> Result<(), TraceError> {
         out.blocks.clear();
         // The fast path accepts only ASCII, so a line it takes needs no UTF-8 check.
-        let fast = fast_mooncake(bytes, &mut out.blocks);
+        let fast = fast_mooncake(bytes, &mut out.blocks, self.times_only);
         let parsed: MooncakeLine<'_> = if let Some(line) = fast {
             line
         } else {
@@ -35,7 +35,7 @@ impl Linker {
         };
         let block = u64::from(self.options.trace_block_size);
         let needed = parsed.input_length.div_ceil(block);
-        if (out.blocks.len() as u64) < needed {
+        if (out.blocks.len() as u64) < needed && !self.times_only {
             return Err(self.error_at(
                 line_no,
                 Some("hash_ids"),
@@ -121,7 +121,13 @@ impl Linker {
 /// floats, strings, escapes, malformed text) returns `None`, and the line goes through
 /// serde, which also produces the error messages. Lines are the same either way; the
 /// snapshots and bad-input tests hold both paths to that.
-fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<'a>> {
+///
+/// With `times_only`, `hash_ids` is passed over to its closing bracket, unread.
+fn fast_mooncake<'a>(
+    text: &[u8],
+    blocks: &mut Vec<u64>,
+    times_only: bool,
+) -> Option<MooncakeLine<'a>> {
     #[inline(always)]
     fn number(text: &[u8], at: &mut usize) -> Option<u64> {
         if let Some((value, len)) = short_number(text, *at) {
@@ -244,7 +250,9 @@ fn fast_mooncake<'a>(text: &[u8], blocks: &mut Vec<u64>) -> Option<MooncakeLine<
                 }
                 at += 1;
                 skip_ws(&mut at);
-                if text.get(at) == Some(&b']') {
+                if times_only {
+                    at += memchr::memchr(b']', &text[at..])? + 1;
+                } else if text.get(at) == Some(&b']') {
                     at += 1;
                 } else {
                     loop {
@@ -426,7 +434,8 @@ impl<'de> serde::de::Visitor<'de> for MooncakeSeed<'_> {
 #[doc(hidden)]
 pub fn both_paths(bytes: &[u8]) -> (Option<String>, Option<String>) {
     let mut fast_blocks = Vec::new();
-    let fast = fast_mooncake(bytes, &mut fast_blocks).map(|l| format!("{l:?} {fast_blocks:?}"));
+    let fast =
+        fast_mooncake(bytes, &mut fast_blocks, false).map(|l| format!("{l:?} {fast_blocks:?}"));
     let mut blocks = Vec::new();
     let slow = std::str::from_utf8(bytes).ok().and_then(|text| {
         let mut de = serde_json::Deserializer::from_str(text);
@@ -489,10 +498,15 @@ mod tests {
         ];
         for text in taken {
             let (mut fast_blocks, mut slow_blocks) = (Vec::new(), Vec::new());
-            let fast = fast_mooncake(text.as_bytes(), &mut fast_blocks).map(|l| format!("{l:?}"));
+            let fast =
+                fast_mooncake(text.as_bytes(), &mut fast_blocks, false).map(|l| format!("{l:?}"));
             assert!(fast.is_some(), "fast path should take {text}");
             assert_eq!(fast, slow(text, &mut slow_blocks), "{text}");
             assert_eq!(fast_blocks, slow_blocks, "{text}");
+            // Read for its times only, the line is the same, without its blocks.
+            let mut none = Vec::new();
+            let times = fast_mooncake(text.as_bytes(), &mut none, true).map(|l| format!("{l:?}"));
+            assert_eq!((times, none), (fast, Vec::new()), "{text}");
         }
         let declined = [
             r#"{"timestamp": 1.5, "input_length": 1, "hash_ids": [1]}"#,
@@ -515,7 +529,7 @@ mod tests {
         ];
         for text in declined {
             assert!(
-                fast_mooncake(text.as_bytes(), &mut Vec::new()).is_none(),
+                fast_mooncake(text.as_bytes(), &mut Vec::new(), false).is_none(),
                 "fast path must decline {text}"
             );
         }
