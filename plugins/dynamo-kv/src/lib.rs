@@ -43,7 +43,9 @@
 //! `dynamo` engine preset's), `ttl_s` (120), `max_tree_size` (1,048,576).
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 
+use routerlab_core::hash::{U64Hasher, U64Map};
 use routerlab_core::{EndpointId, Endpoints, Matcher, Phase, PluginConfig, Request, SeededRng};
 use routerlab_policy_kit::{DenseIds, PrefixTrie, Score, pick_min};
 
@@ -53,7 +55,7 @@ struct Worker {
     /// Prefill tokens of its requests that have not produced a first token.
     active_tokens: u64,
     /// Trace block id -> (requests holding it, its size in router blocks).
-    blocks: HashMap<u32, (u32, u64)>,
+    blocks: HashMap<u32, (u32, u64), BuildHasherDefault<U64Hasher>>,
     /// Σ router blocks over `blocks`.
     unique_blocks: u64,
     /// Σ router blocks of its active requests, each counted whole (shared ones too).
@@ -80,7 +82,7 @@ pub struct DynamoKv {
     index: PrefixTrie,
     ids: DenseIds,
     workers: Vec<Worker>,
-    active: HashMap<u64, Active>,
+    active: U64Map<Active>,
     /// Overlap blocks per worker of the request last matched: (request id, by worker index).
     last_overlap: (u64, Vec<u64>),
 }
@@ -154,7 +156,7 @@ impl Matcher for DynamoKv {
             index,
             ids: DenseIds::default(),
             workers: Vec::new(),
-            active: HashMap::new(),
+            active: U64Map::default(),
             last_overlap: (0, Vec::new()),
         })
     }
@@ -175,10 +177,14 @@ impl Matcher for DynamoKv {
         let own_blocks: u64 = blocks.iter().map(|(_, n)| n).sum();
         for endpoint in endpoints.available() {
             let id = endpoint.id();
-            let overlap = match request.cached_prefix(id).filter(|_| self.precise) {
+            let overlap = match self.precise.then(|| request.cached_prefix(id)).flatten() {
                 Some(units) => {
                     // A block in the host tier saves its prefill too, at a load's price.
-                    let host = match request.cached_tiers(id).filter(|_| self.host_weight > 0.0) {
+                    // Asked only when it counts: each answer costs the host a walk.
+                    let tiers = (self.host_weight > 0.0)
+                        .then(|| request.cached_tiers(id))
+                        .flatten();
+                    let host = match tiers {
                         Some(tiers) => {
                             tokens(request, tiers.host + tiers.shared) as f64 * self.host_weight
                         }
