@@ -123,6 +123,9 @@ impl KvCache {
             })
             .count();
         ids.truncate(valid);
+        // The run's length is not known before the walk: room for the whole chain, so the
+        // walk does not grow the list a doubling at a time.
+        ids.reserve(chain.len() - valid);
         ids.extend(
             chain[valid..]
                 .iter()
