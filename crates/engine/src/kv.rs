@@ -1,8 +1,7 @@
 //! The paged KV cache with prefix caching (vLLM's rules; see the crate docs).
 
-use std::collections::hash_map::Entry;
-
-use routerlab_core::hash::U64Map;
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 
 const NONE: u32 = u32::MAX;
 
@@ -36,10 +35,21 @@ pub enum KvEvent {
     },
 }
 
+/// Where the index looks a prefix hash up: the hash mixed with one multiplication (as the
+/// shared `U64Hasher` does).
+#[inline]
+fn spread(hash: u64) -> u64 {
+    let product = u128::from(hash) * 0x9E37_79B9_7F4A_7C15_u128;
+    (product as u64) ^ ((product >> 64) as u64)
+}
+
 /// A paged KV cache with prefix caching.
 pub struct KvCache {
     blocks: Vec<Block>,
-    pub(crate) by_hash: U64Map<u32>,
+    /// The ids of the blocks that hold a hash, found by it. Each entry is 4 bytes: the
+    /// hash itself is the block's, read to confirm a match (the table's tag bytes rule
+    /// out nearly all others first). A block leaves when it stops holding its hash.
+    by_hash: HashTable<u32>,
     /// Free blocks (no holder), oldest at `free_head`; cached ones keep their hash.
     free_head: u32,
     free_tail: u32,
@@ -59,10 +69,7 @@ impl KvCache {
             blocks: Vec::with_capacity(capacity as usize),
             // Room for every block up front, up to a bound: growing the index while the
             // cache fills costs rehashes in every engine that gets traffic.
-            by_hash: U64Map::with_capacity_and_hasher(
-                capacity.min(1 << 14) as usize,
-                Default::default(),
-            ),
+            by_hash: HashTable::with_capacity(capacity.min(1 << 14) as usize),
             free_head: NONE,
             free_tail: NONE,
             free: 0,
@@ -100,12 +107,21 @@ impl KvCache {
         self.capacity() - self.free
     }
 
+    /// The block cached under `hash`.
+    #[inline]
+    pub(crate) fn cached(&self, hash: u64) -> Option<u32> {
+        let blocks = &self.blocks;
+        (self.by_hash)
+            .find(spread(hash), |id| blocks[*id as usize].hash == hash)
+            .copied()
+    }
+
     /// How many leading hashes of `chain` are cached.
     #[inline]
     pub fn cached_prefix(&self, chain: &[u64]) -> usize {
         chain
             .iter()
-            .take_while(|h| self.by_hash.contains_key(*h))
+            .take_while(|h| self.cached(**h).is_some())
             .count()
     }
 
@@ -126,11 +142,7 @@ impl KvCache {
         // The run's length is not known before the walk: room for the whole chain, so the
         // walk does not grow the list a doubling at a time.
         ids.reserve(chain.len() - valid);
-        ids.extend(
-            chain[valid..]
-                .iter()
-                .map_while(|h| self.by_hash.get(h).copied()),
-        );
+        ids.extend(chain[valid..].iter().map_while(|h| self.cached(*h)));
     }
 
     /// How many of these blocks nobody holds (taking them uses up free blocks).
@@ -162,7 +174,7 @@ impl KvCache {
         if block.hashed {
             block.hashed = false;
             let hash = block.hash;
-            self.by_hash.remove(&hash);
+            unindex(&mut self.by_hash, hash, id);
             self.evictions += 1;
             if let Some(events) = &mut self.events {
                 events.push(KvEvent::Removed { hash });
@@ -197,7 +209,7 @@ impl KvCache {
             id = block.newer;
             if block.hashed {
                 block.hashed = false;
-                by_hash.remove(&block.hash);
+                unindex(by_hash, block.hash, taken);
                 *evictions += 1;
                 if let Some(events) = events {
                     events.push(KvEvent::Removed { hash: block.hash });
@@ -256,12 +268,20 @@ impl KvCache {
             ..
         } = self;
         for (&id, &hash) in ids.iter().zip(hashes) {
-            let block = &mut blocks[id as usize];
-            // One probe: the slot is found, and filled when vacant.
-            if !block.hashed
-                && let Entry::Vacant(slot) = by_hash.entry(hash)
-            {
+            if blocks[id as usize].hashed {
+                parent = Some(hash);
+                continue;
+            }
+            // One probe: the slot is found, and filled when vacant. (Growing the table
+            // places each entry by its block's hash: all of them hold theirs.)
+            let entry = by_hash.entry(
+                spread(hash),
+                |other| blocks[*other as usize].hash == hash,
+                |other| spread(blocks[*other as usize].hash),
+            );
+            if let Entry::Vacant(slot) = entry {
                 slot.insert(id);
+                let block = &mut blocks[id as usize];
                 block.hash = hash;
                 block.hashed = true;
                 if let Some(events) = events {
@@ -315,6 +335,16 @@ impl KvCache {
     }
 }
 
+/// Takes block `id`, which holds `hash`, out of the index: found by its id, so no block is
+/// read.
+#[inline]
+fn unindex(by_hash: &mut HashTable<u32>, hash: u64, id: u32) {
+    match by_hash.find_entry(spread(hash), |other| *other == id) {
+        Ok(entry) => drop(entry.remove()),
+        Err(_) => debug_assert!(false, "block {id} holds a hash but is not indexed"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,5 +380,38 @@ mod tests {
         assert_eq!(at_once.allocate(), one_by_one.allocate());
         assert_eq!(at_once.allocate(), None);
         assert_eq!(one_by_one.allocate(), None);
+    }
+
+    /// The index follows the blocks through eviction and reuse: a hash is found at the
+    /// block that holds it now, an evicted one is gone, and a block that takes a new hash
+    /// answers only to that one. Cycled many times over a small cache, so that every
+    /// block is reused again and again.
+    #[test]
+    fn the_index_finds_each_hash_at_the_block_that_holds_it_now() {
+        let mut kv = KvCache::new(64);
+        let mut ids = Vec::new();
+        for round in 0..200u64 {
+            let hashes: Vec<u64> = (0..48).map(|i| round * 1_000 + i).collect();
+            ids.clear();
+            kv.allocate_into(48, &mut ids);
+            kv.publish_run(&ids, &hashes, None);
+            for (id, hash) in ids.iter().zip(&hashes) {
+                assert_eq!(kv.cached(*hash), Some(*id), "round {round}");
+            }
+            assert_eq!(kv.cached_prefix(&hashes), 48);
+            kv.release(&ids);
+            if round > 0 {
+                // 64 blocks: the 48 of this round and 16 of the last; the last round's
+                // deepest were released first, so evicted first, and its first 16 remain.
+                let last: Vec<u64> = (0..48).map(|i| (round - 1) * 1_000 + i).collect();
+                assert_eq!(kv.cached_prefix(&last), 16, "round {round}");
+                assert_eq!(kv.cached(last[16]), None);
+            }
+        }
+        assert_eq!(
+            kv.cached(7),
+            None,
+            "the first round's blocks were all evicted"
+        );
     }
 }

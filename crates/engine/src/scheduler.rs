@@ -200,7 +200,7 @@ impl Engine {
     /// Whether this engine's KV cache holds the block of hash `hash` now (wherever it is in
     /// a chain).
     pub fn holds_block(&self, hash: u64) -> bool {
-        self.kv.by_hash.contains_key(&hash)
+        self.kv.cached(hash).is_some()
     }
 
     /// Its settings.
