@@ -19,7 +19,15 @@ pub fn chain(previous: u64, block: &[u8]) -> u64 {
     hash64(block, previous)
 }
 
-/// A hasher for `u64` keys: a multiply-and-fold mix.
+/// The multiply-and-fold mix of [`U64Hasher`]: one 128-bit product, its halves folded.
+/// For tables that take a key's hash directly (hashbrown's `HashTable`).
+#[inline]
+pub fn mix64(key: u64) -> u64 {
+    let product = u128::from(key) * 0x9E37_79B9_7F4A_7C15_u128;
+    (product as u64) ^ ((product >> 64) as u64)
+}
+
+/// A hasher for `u64` keys: a multiply-and-fold mix ([`mix64`]).
 #[derive(Default, Clone, Copy)]
 pub struct U64Hasher(u64);
 
@@ -35,8 +43,7 @@ impl Hasher for U64Hasher {
         }
     }
     fn write_u64(&mut self, key: u64) {
-        let product = u128::from(self.0 ^ key) * 0x9E37_79B9_7F4A_7C15_u128;
-        self.0 = (product as u64) ^ ((product >> 64) as u64);
+        self.0 = mix64(self.0 ^ key);
     }
     fn write_u32(&mut self, key: u32) {
         self.write_u64(u64::from(key));

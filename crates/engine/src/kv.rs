@@ -2,6 +2,7 @@
 
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
+use routerlab_core::hash::mix64;
 
 const NONE: u32 = u32::MAX;
 
@@ -33,14 +34,6 @@ pub enum KvEvent {
         /// The block's prefix hash.
         hash: u64,
     },
-}
-
-/// Where the index looks a prefix hash up: the hash mixed with one multiplication (as the
-/// shared `U64Hasher` does).
-#[inline]
-fn spread(hash: u64) -> u64 {
-    let product = u128::from(hash) * 0x9E37_79B9_7F4A_7C15_u128;
-    (product as u64) ^ ((product >> 64) as u64)
 }
 
 /// A paged KV cache with prefix caching.
@@ -112,7 +105,7 @@ impl KvCache {
     pub(crate) fn cached(&self, hash: u64) -> Option<u32> {
         let blocks = &self.blocks;
         (self.by_hash)
-            .find(spread(hash), |id| blocks[*id as usize].hash == hash)
+            .find(mix64(hash), |id| blocks[*id as usize].hash == hash)
             .copied()
     }
 
@@ -268,18 +261,15 @@ impl KvCache {
             ..
         } = self;
         for (&id, &hash) in ids.iter().zip(hashes) {
-            if blocks[id as usize].hashed {
-                parent = Some(hash);
-                continue;
-            }
             // One probe: the slot is found, and filled when vacant. (Growing the table
             // places each entry by its block's hash: all of them hold theirs.)
-            let entry = by_hash.entry(
-                spread(hash),
-                |other| blocks[*other as usize].hash == hash,
-                |other| spread(blocks[*other as usize].hash),
-            );
-            if let Entry::Vacant(slot) = entry {
+            if !blocks[id as usize].hashed
+                && let Entry::Vacant(slot) = by_hash.entry(
+                    mix64(hash),
+                    |other| blocks[*other as usize].hash == hash,
+                    |other| mix64(blocks[*other as usize].hash),
+                )
+            {
                 slot.insert(id);
                 let block = &mut blocks[id as usize];
                 block.hash = hash;
@@ -339,7 +329,7 @@ impl KvCache {
 /// read.
 #[inline]
 fn unindex(by_hash: &mut HashTable<u32>, hash: u64, id: u32) {
-    match by_hash.find_entry(spread(hash), |other| *other == id) {
+    match by_hash.find_entry(mix64(hash), |other| *other == id) {
         Ok(entry) => drop(entry.remove()),
         Err(_) => debug_assert!(false, "block {id} holds a hash but is not indexed"),
     }
