@@ -41,12 +41,17 @@ pub struct KvCache {
     blocks: Vec<Block>,
     /// The ids of the blocks that hold a hash, found by it. Each entry is 4 bytes: the
     /// hash itself is the block's, read to confirm a match (the table's tag bytes rule
-    /// out nearly all others first). A block leaves when it stops holding its hash.
+    /// out nearly all others first). An evicted block's entry stays behind: taking it out
+    /// at each eviction costs a probe at a random place of the table, where a lookup that
+    /// checks the block costs nothing more; the index is rebuilt from the blocks before
+    /// such entries would make it more than one and a half times the cache (`sweep`).
     by_hash: HashTable<u32>,
     /// Free blocks (no holder), oldest at `free_head`; cached ones keep their hash.
     free_head: u32,
     free_tail: u32,
     free: u32,
+    /// The index is rebuilt before it would hold more entries than this (1.5 per block).
+    index_limit: usize,
     /// Cached blocks evicted to make room.
     pub evictions: u64,
     /// When recording: what became cached (`true`) and what left (`false`), by hash, in
@@ -63,6 +68,7 @@ impl KvCache {
             // Room for every block up front, up to a bound: growing the index while the
             // cache fills costs rehashes in every engine that gets traffic.
             by_hash: HashTable::with_capacity(capacity.min(1 << 14) as usize),
+            index_limit: (capacity as usize * 3 / 2).max(64),
             free_head: NONE,
             free_tail: NONE,
             free: 0,
@@ -105,7 +111,7 @@ impl KvCache {
     pub(crate) fn cached(&self, hash: u64) -> Option<u32> {
         let blocks = &self.blocks;
         (self.by_hash)
-            .find(mix64(hash), |id| blocks[*id as usize].hash == hash)
+            .find(mix64(hash), |id| holds(blocks, *id, hash))
             .copied()
     }
 
@@ -167,7 +173,6 @@ impl KvCache {
         if block.hashed {
             block.hashed = false;
             let hash = block.hash;
-            unindex(&mut self.by_hash, hash, id);
             self.evictions += 1;
             if let Some(events) = &mut self.events {
                 events.push(KvEvent::Removed { hash });
@@ -188,7 +193,6 @@ impl KvCache {
         }
         let KvCache {
             blocks,
-            by_hash,
             evictions,
             events,
             ..
@@ -202,7 +206,6 @@ impl KvCache {
             id = block.newer;
             if block.hashed {
                 block.hashed = false;
-                unindex(by_hash, block.hash, taken);
                 *evictions += 1;
                 if let Some(events) = events {
                     events.push(KvEvent::Removed { hash: block.hash });
@@ -254,6 +257,9 @@ impl KvCache {
     /// is the hash of the block before the first in its request's chain.
     #[inline]
     pub(crate) fn publish_run(&mut self, ids: &[u32], hashes: &[u64], mut parent: Option<u64>) {
+        if self.by_hash.len() + ids.len() > self.index_limit {
+            self.sweep();
+        }
         let KvCache {
             blocks,
             by_hash,
@@ -266,7 +272,7 @@ impl KvCache {
             if !blocks[id as usize].hashed
                 && let Entry::Vacant(slot) = by_hash.entry(
                     mix64(hash),
-                    |other| blocks[*other as usize].hash == hash,
+                    |other| holds(blocks, *other, hash),
                     |other| mix64(blocks[*other as usize].hash),
                 )
             {
@@ -279,6 +285,22 @@ impl KvCache {
                 }
             }
             parent = Some(hash);
+        }
+    }
+
+    /// Rebuilds the index from the blocks that hold a hash: the entries of evicted blocks
+    /// are left in place when they go (a lookup checks the block), and dropped here.
+    #[cold]
+    fn sweep(&mut self) {
+        let blocks = &self.blocks;
+        self.by_hash.clear();
+        for (id, block) in blocks.iter().enumerate() {
+            if block.hashed {
+                self.by_hash
+                    .insert_unique(mix64(block.hash), id as u32, |other| {
+                        mix64(blocks[*other as usize].hash)
+                    });
+            }
         }
     }
 
@@ -325,14 +347,11 @@ impl KvCache {
     }
 }
 
-/// Takes block `id`, which holds `hash`, out of the index: found by its id, so no block is
-/// read.
+/// Whether block `id` holds `hash` now (an index entry may be stale).
 #[inline]
-fn unindex(by_hash: &mut HashTable<u32>, hash: u64, id: u32) {
-    match by_hash.find_entry(mix64(hash), |other| *other == id) {
-        Ok(entry) => drop(entry.remove()),
-        Err(_) => debug_assert!(false, "block {id} holds a hash but is not indexed"),
-    }
+fn holds(blocks: &[Block], id: u32, hash: u64) -> bool {
+    let block = &blocks[id as usize];
+    block.hashed && block.hash == hash
 }
 
 #[cfg(test)]
@@ -403,5 +422,39 @@ mod tests {
             None,
             "the first round's blocks were all evicted"
         );
+    }
+
+    /// Evicted blocks' entries stay in the index until it is rebuilt, so it never holds
+    /// more than one and a half times the cache, whatever has passed through it; a block
+    /// evicted and then given its old hash again is found once more, and only under it.
+    #[test]
+    fn the_index_stays_within_one_and_a_half_times_the_cache() {
+        let mut kv = KvCache::new(64);
+        let mut ids = Vec::new();
+        let mut most = 0;
+        for round in 0..500u64 {
+            ids.clear();
+            kv.allocate_into(40, &mut ids);
+            // Every third round brings back the hashes of the round before the last.
+            let base = if round % 3 == 2 { round - 2 } else { round };
+            let hashes: Vec<u64> = (0..40).map(|i| base * 1_000 + i).collect();
+            kv.publish_run(&ids, &hashes, None);
+            kv.release(&ids);
+            most = most.max(kv.by_hash.len());
+            for (id, hash) in ids.iter().zip(&hashes) {
+                assert_eq!(kv.cached(*hash), Some(*id), "round {round}");
+            }
+        }
+        assert!(most <= 96, "the index held {most} entries for 64 blocks");
+        assert!(most > 64, "entries of evicted blocks were kept: {most}");
+        // Every block holds a hash of the last two rounds; those of earlier ones are gone.
+        let held = (0..1_000)
+            .filter(|i| kv.cached(498_000 + i).is_some())
+            .count()
+            + (0..1_000)
+                .filter(|i| kv.cached(499_000 + i).is_some())
+                .count();
+        assert_eq!(held, 64);
+        assert_eq!(kv.cached(496_000), None);
     }
 }
