@@ -268,7 +268,8 @@ impl KvCache {
         } = self;
         for (&id, &hash) in ids.iter().zip(hashes) {
             // One probe: the slot is found, and filled when vacant. (Growing the table
-            // places each entry by its block's hash: all of them hold theirs.)
+            // places each entry by its block's hash: a left-behind entry goes where that
+            // hash is looked up, and matches only if its block holds the hash again.)
             if !blocks[id as usize].hashed
                 && let Entry::Vacant(slot) = by_hash.entry(
                     mix64(hash),
