@@ -50,8 +50,6 @@ pub struct KvCache {
     free_head: u32,
     free_tail: u32,
     free: u32,
-    /// The index is rebuilt before it would hold more entries than this (3 per block).
-    index_limit: usize,
     /// Cached blocks evicted to make room.
     pub evictions: u64,
     /// When recording: what became cached (`true`) and what left (`false`), by hash, in
@@ -68,7 +66,6 @@ impl KvCache {
             // Room for every block up front, up to a bound: growing the index while the
             // cache fills costs rehashes in every engine that gets traffic.
             by_hash: HashTable::with_capacity(capacity.min(1 << 14) as usize),
-            index_limit: (capacity as usize * 3).max(64),
             free_head: NONE,
             free_tail: NONE,
             free: 0,
@@ -257,7 +254,7 @@ impl KvCache {
     /// is the hash of the block before the first in its request's chain.
     #[inline]
     pub(crate) fn publish_run(&mut self, ids: &[u32], hashes: &[u64], mut parent: Option<u64>) {
-        if self.by_hash.len() + ids.len() > self.index_limit {
+        if self.by_hash.len() + ids.len() > self.index_limit() {
             self.sweep();
         }
         let KvCache {
@@ -287,6 +284,12 @@ impl KvCache {
             }
             parent = Some(hash);
         }
+    }
+
+    /// The index is rebuilt before it would hold more entries than this: 3 a block.
+    #[inline]
+    fn index_limit(&self) -> usize {
+        (self.blocks.len() * 3).max(64)
     }
 
     /// Rebuilds the index from the blocks that hold a hash: the entries of evicted blocks
