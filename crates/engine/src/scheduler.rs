@@ -428,19 +428,13 @@ impl Engine {
         decode.clear();
         self.spare = (prefill, decode);
         self.account(now_ns);
-        let mut finished = Vec::new();
-        let mut pos = 0;
-        while pos < self.running.len() {
-            if !self.running[pos].prefilling()
-                && self.running[pos].generated >= self.running[pos].output_tokens
-            {
-                let seq = self.running.remove(pos);
-                self.kv.release(&seq.blocks);
-                self.unpin(seq.adapter);
-                finished.push(seq);
-            } else {
-                pos += 1;
-            }
+        // The finished leave in one pass (the others keep their order), then give back
+        // their blocks and adapters in that order.
+        let done = |seq: &mut Sequence| !seq.prefilling() && seq.generated >= seq.output_tokens;
+        let finished: Vec<Sequence> = self.running.extract_if(.., done).collect();
+        for seq in &finished {
+            self.kv.release(&seq.blocks);
+            self.unpin(seq.adapter);
         }
         self.start_step(now_ns);
         finished
