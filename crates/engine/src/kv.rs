@@ -63,9 +63,10 @@ impl KvCache {
     pub fn new(capacity: u32) -> KvCache {
         let mut cache = KvCache {
             blocks: Vec::with_capacity(capacity as usize),
-            // Room for every block up front, up to a bound: growing the index while the
-            // cache fills costs rehashes in every engine that gets traffic.
-            by_hash: HashTable::with_capacity(capacity.min(1 << 14) as usize),
+            // Room up front for as many entries as the index keeps before it is rebuilt (3 a
+            // block, see `index_limit`), up to a bound (49,152 entries: 65,536 buckets, 320
+            // KB): growing it on the way costs a rehash in every engine that gets traffic.
+            by_hash: HashTable::with_capacity((capacity as usize).min(1 << 14) * 3),
             free_head: NONE,
             free_tail: NONE,
             free: 0,
