@@ -63,10 +63,9 @@ impl KvCache {
     pub fn new(capacity: u32) -> KvCache {
         let mut cache = KvCache {
             blocks: Vec::with_capacity(capacity as usize),
-            // Room up front for as many entries as the index keeps before it is rebuilt (3 a
-            // block, see `index_limit`), up to a bound (49,152 entries: 65,536 buckets, 320
-            // KB): growing it on the way costs a rehash in every engine that gets traffic.
-            by_hash: HashTable::with_capacity((capacity as usize).min(1 << 14) * 3),
+            // Room for every block up front, up to a bound; a cache that fills it is given
+            // its full room at its first rebuild (`sweep`).
+            by_hash: HashTable::with_capacity(capacity.min(1 << 14) as usize),
             free_head: NONE,
             free_tail: NONE,
             free: 0,
@@ -255,7 +254,10 @@ impl KvCache {
     /// is the hash of the block before the first in its request's chain.
     #[inline]
     pub(crate) fn publish_run(&mut self, ids: &[u32], hashes: &[u64], mut parent: Option<u64>) {
-        if self.by_hash.len() + ids.len() > self.index_limit() {
+        // Rebuilt before it would hold more than its limit, or outgrow its table: a rebuild
+        // into a larger table reads the blocks in order, where growing the table would read
+        // each entry's block, at random, for its hash.
+        if self.by_hash.len() + ids.len() > self.index_limit().min(self.by_hash.capacity()) {
             self.sweep();
         }
         let KvCache {
@@ -294,11 +296,19 @@ impl KvCache {
     }
 
     /// Rebuilds the index from the blocks that hold a hash: the entries of evicted blocks
-    /// are left in place when they go (a lookup checks the block), and dropped here.
+    /// are left in place when they go (a lookup checks the block), and dropped here. The
+    /// first rebuild of a table smaller than the limit gives it room for the limit.
     #[cold]
     fn sweep(&mut self) {
         let blocks = &self.blocks;
-        self.by_hash.clear();
+        match self.index_limit() {
+            limit if self.by_hash.capacity() < limit => {
+                // The old table goes first, so the two are never held at once.
+                self.by_hash = HashTable::new();
+                self.by_hash = HashTable::with_capacity(limit);
+            }
+            _ => self.by_hash.clear(),
+        }
         for (id, block) in blocks.iter().enumerate() {
             if block.hashed {
                 self.by_hash
@@ -429,6 +439,30 @@ mod tests {
         );
     }
 
+    /// An index starts with room for one entry a block, and gets room for its limit (three a
+    /// block) only when it fills: a lightly used cache keeps a small table.
+    #[test]
+    fn the_index_gets_room_for_its_limit_only_once_full() {
+        let mut kv = KvCache::new(4_096);
+        let start = kv.by_hash.capacity();
+        assert!((4_096..12_288).contains(&start), "{start}");
+        let mut ids = Vec::new();
+        kv.allocate_into(100, &mut ids);
+        kv.publish_run(&ids, &(0..100).collect::<Vec<u64>>(), None);
+        assert_eq!(kv.by_hash.capacity(), start);
+        // Rounds of 1,000 fresh blocks until the table has been filled once.
+        for round in 1..=20u64 {
+            kv.release(&ids);
+            ids.clear();
+            kv.allocate_into(1_000, &mut ids);
+            let hashes: Vec<u64> = (0..1_000).map(|i| round * 10_000 + i).collect();
+            kv.publish_run(&ids, &hashes, None);
+            assert_eq!(kv.cached_prefix(&hashes), 1_000, "round {round}");
+        }
+        assert!(kv.by_hash.capacity() >= 12_288, "{}", kv.by_hash.capacity());
+        assert!(kv.by_hash.len() <= 12_288);
+    }
+
     /// Evicted blocks' entries stay in the index until it is rebuilt, so it never holds
     /// more than three times the cache, whatever has passed through it; a block
     /// evicted and then given its old hash again is found once more, and only under it.
@@ -452,6 +486,10 @@ mod tests {
         }
         assert!(most <= 192, "the index held {most} entries for 64 blocks");
         assert!(most > 64, "entries of evicted blocks were kept: {most}");
+        assert!(
+            kv.by_hash.capacity() >= 192,
+            "a filled index is given room for its limit at a rebuild"
+        );
         // Every block holds a hash of the last two rounds; those of earlier ones are gone.
         let held = (0..1_000)
             .filter(|i| kv.cached(498_000 + i).is_some())
