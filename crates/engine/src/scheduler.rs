@@ -566,7 +566,12 @@ impl Engine {
                 _ => 0,
             };
             let mut seq = self.waiting.remove(at).expect("head exists");
-            seq.blocks.reserve(total_blocks);
+            // Room for every block it will hold, its output's too (it fits the cache: no
+            // more than that), so the decode steps never grow the list.
+            let all = (u64::from(seq.prompt_tokens) + u64::from(seq.output_tokens))
+                .div_ceil(u64::from(block_tokens))
+                .min(u64::from(self.kv.capacity())) as usize;
+            seq.blocks.reserve(all.max(total_blocks));
             for &id in &seq.hit_ids[..hits] {
                 self.kv.hold(id);
                 seq.blocks.push(id);
