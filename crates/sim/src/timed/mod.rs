@@ -59,6 +59,7 @@ pub use settings::TimedSettings;
 use settings::validate;
 pub use streamed::{StreamedTrace, replay_timed_streamed, streams};
 use tally::{EndpointTally, SpreadTally, TiersTally, TimedStats};
+use view::Reach;
 
 /// What one request of the workload did in this run.
 #[derive(Debug, Default)]
@@ -108,6 +109,8 @@ struct Sim<'a> {
     agentic: Option<agentic::Agentic>,
     /// Scratch: requests an agentic dependency released, with their times.
     released: Vec<(u64, usize)>,
+    /// Scratch: the list positions the judge looks at twice (`judge`).
+    rivals: Vec<usize>,
     /// The routers' KV-event index, when it sees the engines late.
     lagged: Option<lagged::Lagged>,
 }
@@ -239,6 +242,7 @@ impl<'a> Sim<'a> {
                 .map(|pools| PdRun::new(pools, settings.kv_transfer, replicas.len())),
             agentic: None,
             released: Vec::new(),
+            rivals: Vec::new(),
             lagged: None,
         };
         if settings.kv_event_lag_ns > 0 {
@@ -273,15 +277,39 @@ impl Sim<'_> {
         } else {
             0
         };
-        let mut best = achieved;
+        // First, which other endpoints could beat the pick at all: each must hold the
+        // block that would carry its run past `achieved`. With many engines each such
+        // lookup is likely a cache miss; asked of all in a row, with little else between
+        // them, the CPU overlaps their reads. The block asked for is the same for engines
+        // of one block size, so it is found once for a run of them.
+        let mut rivals = std::mem::take(&mut self.rivals);
+        rivals.clear();
+        let past = (achieved + 1) * block;
+        // The engine block size `reach` was found for.
+        let (mut asked, mut reach) = (None, Reach::Never);
         for p in 0..self.fleet.engines.len() {
-            if p != pos
-                && decision.allowed(flags, ListPos(p))
-                && self.may_hold_more(index, p, (best + 1) * block)
-            {
+            if p == pos || !decision.allowed(flags, ListPos(p)) {
+                continue;
+            }
+            let engine_block = self.settings.engines[p].engine_block_size;
+            if asked != Some(engine_block) {
+                asked = Some(engine_block);
+                reach = self.reach(index, engine_block, past);
+            }
+            if reach.held_by(&self.fleet.engines[p]) {
+                rivals.push(p);
+            }
+        }
+        // Then the rivals in list order, each looked at in full when it may hold more than
+        // the best so far. An endpoint left out holds no more than `achieved`, so no more
+        // than any best.
+        let mut best = achieved;
+        for &p in &rivals {
+            if self.may_hold_more(index, p, (best + 1) * block) {
                 best = best.max(self.cached_units(index, p) / block);
             }
         }
+        self.rivals = rivals;
         self.stats.base.each(r, |s| s.judge(best, achieved));
         if let Some(graph) = &mut self.agentic {
             graph.routed(index, achieved == best && achieved > 0);

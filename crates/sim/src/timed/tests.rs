@@ -245,3 +245,42 @@ fn a_lagged_kv_event_index_misses_a_store_made_just_before_the_decision() {
     // both stores are seen, the tie goes to endpoint 1 too.
     assert_eq!(run(451), [1, 2]);
 }
+
+/// The first request to the last endpoint, every other to endpoint 0.
+struct LastThenFirst;
+
+impl Matcher for LastThenFirst {
+    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
+        Ok(LastThenFirst)
+    }
+    fn match_request(
+        &mut self,
+        request: &Request<'_>,
+        _endpoints: &Endpoints<'_>,
+    ) -> Result<Option<EndpointId>, String> {
+        Ok(Some(EndpointId(if request.id() == 1 { 2 } else { 0 })))
+    }
+}
+
+#[test]
+fn a_decision_is_judged_against_engines_of_every_block_size() {
+    // Three requests of the same 2,048 tokens (four 512-token trace blocks), a second
+    // apart, on engines of 16-, 16- and 64-token blocks. The first goes to the 64-token
+    // engine, which then holds all four; the second to an empty 16-token engine, while the
+    // other 16-token engine is empty too: its best was the 64-token engine's four blocks,
+    // found only if that engine is asked for its own block of the chain. The third goes
+    // where the second did, which now holds all four: the best.
+    let mut engines = vec![routerlab_engine::EngineConfig::dynamo(); 3];
+    for (engine, block) in engines.iter_mut().zip([16, 16, 64]) {
+        engine.engine_block_size = block;
+    }
+    let scenario = Scenario::new("in-process", trace("judge", 3, 1000, true))
+        .endpoints(3)
+        .timed(super::TimedSettings::at_trace_times(engines));
+    let report = replay::<LastThenFirst>(&scenario, "last-then-first").unwrap();
+    assert_eq!(requests_per_endpoint(&report), [2, 0, 1]);
+    let quality = report.quality.expect("judged decisions");
+    assert_eq!(quality.best_hit_blocks, 4 + 4);
+    assert_eq!(quality.achieved_hit_blocks, 4);
+    assert!((quality.kv_optimal_share - 2.0 / 3.0).abs() < 1e-6);
+}

@@ -159,18 +159,47 @@ impl Sim<'_> {
     /// far (a run of leading blocks cannot pass a block that is missing). One lookup where
     /// walking the run would take one a block, for each endpoint judged a decision.
     pub(super) fn may_hold_more(&self, index: usize, pos: usize, units: u64) -> bool {
+        let block = self.settings.engines[pos].engine_block_size;
+        self.reach(index, block, units)
+            .held_by(&self.fleet.engines[pos])
+    }
+
+    /// What an engine of `engine_block`-token blocks must hold for request `index`'s
+    /// cached run there to reach `units` (see [`Sim::may_hold_more`]).
+    pub(super) fn reach(&self, index: usize, engine_block: u32, units: u64) -> Reach {
         if units > self.feed.request(index).prompt_len {
-            return false;
+            return Reach::Never;
         }
         let tokens = self.feed.workload().unit.tokens(units);
-        let block = self.settings.engines[pos].engine_block_size;
-        let needed = tokens.div_ceil(u64::from(block.max(1)));
-        let chain = self.chain(index, block);
+        let needed = tokens.div_ceil(u64::from(engine_block.max(1)));
         match needed.checked_sub(1) {
-            None => true,
-            Some(last) => chain
-                .get(last as usize)
-                .is_some_and(|hash| self.fleet.engines[pos].holds_block(*hash)),
+            None => Reach::Always,
+            Some(last) => match self.chain(index, engine_block).get(last as usize) {
+                Some(hash) => Reach::Holds(*hash),
+                None => Reach::Never,
+            },
+        }
+    }
+}
+
+/// What an engine must hold for a cached run to reach a length ([`Sim::reach`]).
+#[derive(Clone, Copy)]
+pub(super) enum Reach {
+    /// Nothing: any run reaches it.
+    Always,
+    /// The block of this hash.
+    Holds(u64),
+    /// No run can reach it.
+    Never,
+}
+
+impl Reach {
+    /// Whether `engine` holds what it takes.
+    pub(super) fn held_by(self, engine: &routerlab_engine::Engine) -> bool {
+        match self {
+            Reach::Always => true,
+            Reach::Holds(hash) => engine.holds_block(hash),
+            Reach::Never => false,
         }
     }
 }
