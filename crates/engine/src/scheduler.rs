@@ -211,8 +211,19 @@ impl Engine {
     /// Whether a request of this size can ever run here: prompt and output together fit in
     /// the whole KV cache (otherwise it would wait, or preempt itself, forever).
     pub fn can_ever_fit(&self, prompt_tokens: u32, output_tokens: u32) -> bool {
-        let tokens = u64::from(prompt_tokens.max(1)) + u64::from(output_tokens.max(1));
-        tokens.div_ceil(u64::from(self.config.engine_block_size)) <= u64::from(self.kv.capacity())
+        Engine::tokens_held(prompt_tokens, output_tokens) <= self.room_tokens()
+    }
+
+    /// The tokens a request of this size holds at its end, prompt and output (each at
+    /// least 1): what [`Engine::can_ever_fit`] compares with [`Engine::room_tokens`].
+    pub fn tokens_held(prompt_tokens: u32, output_tokens: u32) -> u64 {
+        u64::from(prompt_tokens.max(1)) + u64::from(output_tokens.max(1))
+    }
+
+    /// The whole KV cache in tokens: a request fits if its tokens take no more blocks than
+    /// the cache has, that is, no more tokens than this.
+    pub fn room_tokens(&self) -> u64 {
+        u64::from(self.kv.capacity()) * u64::from(self.config.engine_block_size)
     }
 
     /// Records its KV cache's stores and removals from now on, for [`Engine::take_kv_events`].

@@ -766,3 +766,21 @@ fn a_forecast_waits_for_a_pinned_slot_to_free() {
         "adapter 1's request decodes its 5 tokens, then adapter 2 loads"
     );
 }
+
+#[test]
+fn a_request_fits_when_its_tokens_take_no_more_blocks_than_the_cache_has() {
+    // 5 blocks of 4 tokens: 20 tokens of room.
+    let engine = Engine::new(linear(5, 8, 64));
+    assert_eq!(engine.room_tokens(), 20);
+    assert!(engine.can_ever_fit(16, 4), "20 tokens, 5 blocks");
+    assert!(!engine.can_ever_fit(16, 5), "21 tokens, 6 blocks");
+    assert!(
+        !engine.can_ever_fit(20, 0),
+        "the output counts as a token at least"
+    );
+    assert!(
+        engine.can_ever_fit(0, 19),
+        "the prompt counts as a token at least"
+    );
+    assert!(!engine.can_ever_fit(u32::MAX, u32::MAX), "no overflow");
+}

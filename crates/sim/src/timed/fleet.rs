@@ -19,6 +19,9 @@ pub(super) struct Fleet {
     pub(super) inflight_tokens: Vec<Vec<u64>>,
     /// Per replica: requests it routed to each endpoint and not finished.
     pub(super) inflight_requests: Vec<Vec<u64>>,
+    /// The smallest engine's KV cache in tokens: a request holding no more fits in every
+    /// engine (asked at each decision, where asking each engine costs a division each).
+    room_everywhere: u64,
 }
 
 impl Fleet {
@@ -32,6 +35,11 @@ impl Fleet {
             }
         }
         Fleet {
+            room_everywhere: engines
+                .iter()
+                .map(Engine::room_tokens)
+                .min()
+                .unwrap_or(u64::MAX),
             engines,
             generation: vec![0; n],
             starting: vec![false; n],
@@ -39,6 +47,11 @@ impl Fleet {
             inflight_tokens: vec![vec![0; n]; replicas],
             inflight_requests: vec![vec![0; n]; replicas],
         }
+    }
+
+    /// Whether a request of this size can run in every engine ([`Engine::can_ever_fit`]).
+    pub(super) fn fits_everywhere(&self, prompt_tokens: u32, output_tokens: u32) -> bool {
+        Engine::tokens_held(prompt_tokens, output_tokens) <= self.room_everywhere
     }
 
     /// Takes a new snapshot for replica `r`; whether it differs from its last.

@@ -561,11 +561,7 @@ impl Sim<'_> {
         }
         let prompt_tokens = self.feed.request(index).prompt_tokens;
         let output_tokens = self.requests[index].output_tokens;
-        let sure = self
-            .fleet
-            .engines
-            .iter()
-            .all(|e| e.can_ever_fit(prompt_tokens, output_tokens));
+        let sure = self.fleet.fits_everywhere(prompt_tokens, output_tokens);
         let ask = |endpoint: u32| self.cached_prefix(index, endpoint);
         let tiers = |endpoint: u32| self.cached_tiers(index, endpoint);
         let predict = |endpoint: u32| self.predict(index, endpoint, now);
