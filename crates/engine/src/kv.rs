@@ -300,15 +300,15 @@ impl KvCache {
     /// first rebuild of a table smaller than the limit gives it room for the limit.
     #[cold]
     fn sweep(&mut self) {
-        let blocks = &self.blocks;
-        match self.index_limit() {
-            limit if self.by_hash.capacity() < limit => {
-                // The old table goes first, so the two are never held at once.
-                self.by_hash = HashTable::new();
-                self.by_hash = HashTable::with_capacity(limit);
-            }
-            _ => self.by_hash.clear(),
+        let limit = self.index_limit();
+        if self.by_hash.capacity() < limit {
+            // The old table goes first, so the two are never held at once.
+            self.by_hash = HashTable::new();
+            self.by_hash = HashTable::with_capacity(limit);
+        } else {
+            self.by_hash.clear();
         }
+        let blocks = &self.blocks;
         for (id, block) in blocks.iter().enumerate() {
             if block.hashed {
                 self.by_hash
