@@ -13,6 +13,8 @@ struct Block {
     /// The prefix hash the block holds, when `hashed`.
     hash: u64,
     hashed: bool,
+    /// Whether the index finds it under `hash` (see [`KvCache::publish_run`]).
+    indexed: bool,
     refs: u32,
     newer: u32,
     older: u32,
@@ -76,6 +78,7 @@ impl KvCache {
             cache.blocks.push(Block {
                 hash: 0,
                 hashed: false,
+                indexed: false,
                 refs: 0,
                 newer: NONE,
                 older: NONE,
@@ -246,18 +249,28 @@ impl KvCache {
     /// is the hash of the block before it in its request's chain (none for the first).
     #[cfg(test)]
     pub(crate) fn publish(&mut self, id: u32, hash: u64, parent: Option<u64>) {
-        self.publish_run(&[id], &[hash], parent);
+        self.publish_run(&[id], &[hash], parent, 1);
     }
 
     /// Publishes a request's computed full blocks `ids` under `hashes`, each under its
     /// prefix hash (first writer wins, a block already published keeps its own); `parent`
-    /// is the hash of the block before the first in its request's chain.
+    /// is the hash of the block before the first in its request's chain. Only the first
+    /// `shared` may be asked for by other requests: the blocks after them hold hashes no
+    /// other request's chain has, and are published without an index entry, which only
+    /// their own request could look them up by (see [`KvCache::index_alone`]).
     #[inline]
-    pub(crate) fn publish_run(&mut self, ids: &[u32], hashes: &[u64], mut parent: Option<u64>) {
+    pub(crate) fn publish_run(
+        &mut self,
+        ids: &[u32],
+        hashes: &[u64],
+        mut parent: Option<u64>,
+        shared: usize,
+    ) {
+        let shared = shared.min(ids.len());
         // Rebuilt before it would hold more than its limit, or outgrow its table: a rebuild
         // into a larger table reads the blocks in order, where growing the table would read
         // each entry's block, at random, for its hash.
-        if self.by_hash.len() + ids.len() > self.index_limit().min(self.by_hash.capacity()) {
+        if self.by_hash.len() + shared > self.index_limit().min(self.by_hash.capacity()) {
             self.sweep();
         }
         let KvCache {
@@ -266,7 +279,7 @@ impl KvCache {
             events,
             ..
         } = self;
-        for (&id, &hash) in ids.iter().zip(hashes) {
+        for (&id, &hash) in ids[..shared].iter().zip(hashes) {
             // One probe: the slot is found, and filled when vacant. (Growing the table
             // places each entry by its block's hash: a left-behind entry goes where that
             // hash is looked up, and matches only if its block holds the hash again.)
@@ -281,11 +294,48 @@ impl KvCache {
                 let block = &mut blocks[id as usize];
                 block.hash = hash;
                 block.hashed = true;
+                block.indexed = true;
                 if let Some(events) = events {
                     events.push(KvEvent::Stored { hash, parent });
                 }
             }
             parent = Some(hash);
+        }
+        // No other block can hold these hashes: each block takes its own, no probe asked.
+        for (&id, &hash) in ids[shared..].iter().zip(&hashes[shared..]) {
+            let block = &mut blocks[id as usize];
+            if !block.hashed {
+                block.hash = hash;
+                block.hashed = true;
+                block.indexed = false;
+                if let Some(events) = events {
+                    events.push(KvEvent::Stored { hash, parent });
+                }
+            }
+            parent = Some(hash);
+        }
+    }
+
+    /// Gives the blocks of `ids` published without an index entry ([`KvCache::publish_run`])
+    /// one, so that their request, preempted, finds them again.
+    pub(crate) fn index_alone(&mut self, ids: &[u32]) {
+        for &id in ids {
+            let Block {
+                hash,
+                hashed,
+                indexed,
+                ..
+            } = self.blocks[id as usize];
+            if !hashed || indexed {
+                continue;
+            }
+            if self.by_hash.len() >= self.index_limit().min(self.by_hash.capacity()) {
+                self.sweep();
+            }
+            let blocks = &self.blocks;
+            self.by_hash
+                .insert_unique(mix64(hash), id, |other| mix64(blocks[*other as usize].hash));
+            self.blocks[id as usize].indexed = true;
         }
     }
 
@@ -310,7 +360,7 @@ impl KvCache {
         }
         let blocks = &self.blocks;
         for (id, block) in blocks.iter().enumerate() {
-            if block.hashed {
+            if block.hashed && block.indexed {
                 self.by_hash
                     .insert_unique(mix64(block.hash), id as u32, |other| {
                         mix64(blocks[*other as usize].hash)
@@ -418,7 +468,7 @@ mod tests {
             let hashes: Vec<u64> = (0..48).map(|i| round * 1_000 + i).collect();
             ids.clear();
             kv.allocate_into(48, &mut ids);
-            kv.publish_run(&ids, &hashes, None);
+            kv.publish_run(&ids, &hashes, None, usize::MAX);
             for (id, hash) in ids.iter().zip(&hashes) {
                 assert_eq!(kv.cached(*hash), Some(*id), "round {round}");
             }
@@ -448,7 +498,7 @@ mod tests {
         assert!((4_096..12_288).contains(&start), "{start}");
         let mut ids = Vec::new();
         kv.allocate_into(100, &mut ids);
-        kv.publish_run(&ids, &(0..100).collect::<Vec<u64>>(), None);
+        kv.publish_run(&ids, &(0..100).collect::<Vec<u64>>(), None, usize::MAX);
         assert_eq!(kv.by_hash.capacity(), start);
         // Rounds of 1,000 fresh blocks until the table has been filled once.
         for round in 1..=20u64 {
@@ -456,11 +506,52 @@ mod tests {
             ids.clear();
             kv.allocate_into(1_000, &mut ids);
             let hashes: Vec<u64> = (0..1_000).map(|i| round * 10_000 + i).collect();
-            kv.publish_run(&ids, &hashes, None);
+            kv.publish_run(&ids, &hashes, None, usize::MAX);
             assert_eq!(kv.cached_prefix(&hashes), 1_000, "round {round}");
         }
         assert!(kv.by_hash.capacity() >= 12_288, "{}", kv.by_hash.capacity());
         assert!(kv.by_hash.len() <= 12_288);
+    }
+
+    /// Blocks published as their request's alone hold their hashes, count as evicted and
+    /// report their events as others do, but are not found by hash until indexed, even
+    /// through a rebuild of the index.
+    #[test]
+    fn blocks_alone_are_found_only_once_indexed() {
+        let mut kv = KvCache::new(16);
+        kv.record_events();
+        let mut ids = Vec::new();
+        kv.allocate_into(4, &mut ids);
+        kv.publish_run(&ids, &[10, 11, 12, 13], None, 2);
+        assert_eq!(kv.cached_prefix(&[10, 11, 12, 13]), 2);
+        assert_eq!(kv.cached(12), None);
+        kv.sweep();
+        assert_eq!(kv.cached(12), None, "a rebuild leaves them out");
+        let mut events = Vec::new();
+        kv.take_events(&mut events);
+        let stored = |hash, parent| KvEvent::Stored { hash, parent };
+        let expected = [
+            stored(10, None),
+            stored(11, Some(10)),
+            stored(12, Some(11)),
+            stored(13, Some(12)),
+        ];
+        assert_eq!(events, expected);
+        kv.index_alone(&ids);
+        assert_eq!(kv.cached_prefix(&[10, 11, 12, 13]), 4);
+        assert_eq!(kv.cached(13), Some(ids[3]));
+        kv.sweep();
+        assert_eq!(
+            kv.cached(13),
+            Some(ids[3]),
+            "indexed, they stay through a rebuild"
+        );
+        // Evicted all the same: all 16 blocks taken, the 4 published among them.
+        kv.release(&ids);
+        let mut all = Vec::new();
+        kv.allocate_into(16, &mut all);
+        assert_eq!(kv.evictions, 4);
+        assert_eq!(kv.cached(11), None);
     }
 
     /// Evicted blocks' entries stay in the index until it is rebuilt, so it never holds
@@ -477,7 +568,7 @@ mod tests {
             // Every third round brings back the hashes of the round before the last.
             let base = if round % 3 == 2 { round - 2 } else { round };
             let hashes: Vec<u64> = (0..40).map(|i| base * 1_000 + i).collect();
-            kv.publish_run(&ids, &hashes, None);
+            kv.publish_run(&ids, &hashes, None, usize::MAX);
             kv.release(&ids);
             most = most.max(kv.by_hash.len());
             for (id, hash) in ids.iter().zip(&hashes) {

@@ -31,6 +31,9 @@ pub struct Sequence {
     pub generated: u32,
     /// Blocks already published under their hash.
     published: usize,
+    /// Leading blocks of `hashes` other requests' chains may have too; the hashes after
+    /// them are this request's alone (see [`Sequence::shared_blocks`]).
+    shared: usize,
     /// Prompt tokens found cached at the first admission.
     pub hit_tokens: Option<u32>,
     /// Blocks of the cached prefix as last looked up.
@@ -73,6 +76,7 @@ impl Sequence {
             prefill_target: 0,
             generated: 0,
             published: 0,
+            shared: usize::MAX,
             hit_tokens: None,
             hit_ids: Vec::new(),
             first_scheduled_ns: None,
@@ -98,6 +102,15 @@ impl Sequence {
             kv_transferred: true,
             ..Sequence::new(request, prompt_tokens, output_tokens, hashes)
         }
+    }
+
+    /// Says that only the first `shared` of its blocks' hashes are in other requests'
+    /// chains (the rest none will ask for): the engine then publishes the rest without
+    /// looking them up, and indexes them only if this request is preempted. Without it,
+    /// every block may be shared. A hint that is wrong changes what the cache finds.
+    pub fn shared_blocks(mut self, shared: usize) -> Sequence {
+        self.shared = shared;
+        self
     }
 
     fn prefilling(&self) -> bool {
@@ -416,7 +429,8 @@ impl Engine {
             };
             let parent = start.checked_sub(1).map(|p| seq.hashes[p]);
             let (ids, hashes) = (&seq.blocks[start..end], &seq.hashes[start..end]);
-            self.kv.publish_run(ids, hashes, parent);
+            let shared = seq.shared.saturating_sub(start);
+            self.kv.publish_run(ids, hashes, parent, shared);
             self.tiers.computed(ids, hashes);
             seq.published = end;
             self.tiers.store_computed(now_ns);
@@ -773,6 +787,11 @@ impl Engine {
             let mut seq = self.running.pop()?;
             // Its blocks go back once the stores reading them end (vLLM flushes them first).
             self.compute_after_ns = self.compute_after_ns.max(self.tiers.fence(&seq.blocks));
+            // Back in the queue, it looks its blocks up again: all of them are indexed now.
+            if seq.shared < seq.published {
+                self.kv.index_alone(&seq.blocks[seq.shared..seq.published]);
+            }
+            seq.shared = usize::MAX;
             self.kv.release(&seq.blocks);
             seq.blocks.clear();
             seq.computed = 0;

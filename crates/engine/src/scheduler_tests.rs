@@ -784,3 +784,27 @@ fn a_request_fits_when_its_tokens_take_no_more_blocks_than_the_cache_has() {
     );
     assert!(!engine.can_ever_fit(u32::MAX, u32::MAX), "no overflow");
 }
+
+/// Requests whose first two blocks are one shared prefix and whose other two are their own,
+/// told so or not, through a cache that preempts: the same steps, events and evictions.
+#[test]
+fn a_sequence_told_which_blocks_are_its_own_runs_as_one_not_told() {
+    let run = |told: bool| {
+        let mut engine = Engine::new(linear(14, 4, 100));
+        engine.record_kv_events();
+        let arrivals = (0..6u64)
+            .map(|r| {
+                let hashes = vec![100, 101, 1_000 + r * 10, 1_001 + r * 10];
+                let seq = Sequence::new(r as usize, 16, 14, hashes);
+                (r * 3_000_000, if told { seq.shared_blocks(2) } else { seq })
+            })
+            .collect();
+        let done = run_all(&mut engine, arrivals);
+        let mut events = Vec::new();
+        engine.take_kv_events(&mut events);
+        (done, events, engine.preemptions, engine.evictions())
+    };
+    let (told, not_told) = (run(true), run(false));
+    assert!(told.2 > 0, "the cache preempts");
+    assert_eq!(told, not_told);
+}

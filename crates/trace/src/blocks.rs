@@ -85,6 +85,36 @@ pub fn engine_chain_of(
     }
 }
 
+/// Whether the engine chains of a trace of `format` are keyed by its trace blocks and their
+/// places (Mooncake's ids: see [`mooncake_engine_chain`]), so that a block of the trace
+/// that no other request has at its place makes engine blocks no other request has.
+pub fn keyed_by_trace_blocks(format: TraceFormat) -> bool {
+    matches!(
+        format,
+        TraceFormat::Mooncake | TraceFormat::AgenticMooncake | TraceFormat::Weka
+    )
+}
+
+/// Of a request's engine chain for `engine_block`-token blocks, how many leading blocks may
+/// be in other requests' engine chains, given that no other request's trace chain has its
+/// trace blocks from `shared` on (of `trace_block` tokens) at their place; `None` when
+/// the trace's chains do not say ([`keyed_by_trace_blocks`]). See
+/// [`crate::sharing::Sharing`].
+pub fn shared_engine_blocks(
+    format: TraceFormat,
+    shared: usize,
+    trace_block: u32,
+    engine_block: u32,
+) -> Option<usize> {
+    // Engine block `j` is keyed by the trace block holding its last token, and by `j`: it
+    // may be shared only when that trace block is one of the first `shared`, that is when
+    // `(j + 1) * engine_block <= shared * trace_block`.
+    keyed_by_trace_blocks(format).then(|| {
+        let tokens = (shared as u64).saturating_mul(u64::from(trace_block.max(1)));
+        usize::try_from(tokens / u64::from(engine_block.max(1))).unwrap_or(usize::MAX)
+    })
+}
+
 /// The first `full` engine-block keys of a Mooncake request with trace chain `ids` (one
 /// id per `trace_block` tokens): engine block `j` is keyed by the id of the trace block
 /// holding its last token, mixed with `j`. Engine keys never leave the engine model, so
@@ -162,6 +192,42 @@ pub fn prompt_tokens(unit: Unit, prompt_len: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Requests whose trace chains share a lead of `r % 5` ids and then go their own ways:
+    /// for every engine block size, the engine blocks past `shared_engine_blocks` of the
+    /// lead are in no other request's engine chain, and the ones before it all are.
+    #[test]
+    fn engine_blocks_past_the_shared_ones_are_in_no_other_chain() {
+        let trace = 512u32;
+        let chains: Vec<Vec<u64>> = (0..40u64)
+            .map(|r| {
+                (0..8)
+                    .map(|i| if i < r % 5 { i } else { 1_000 + r * 10 + i })
+                    .collect()
+            })
+            .collect();
+        for engine in [16u32, 64, 100, 512, 700, 1_024] {
+            let full = (8 * trace / engine) as usize;
+            let engine_chain = |ids: &[u64]| mooncake_engine_chain(ids, trace, engine, full);
+            let all: Vec<Vec<u64>> = chains.iter().map(|ids| engine_chain(ids)).collect();
+            for (r, keys) in all.iter().enumerate() {
+                let lead = r % 5;
+                let shared = shared_engine_blocks(TraceFormat::Mooncake, lead, trace, engine)
+                    .expect("Mooncake chains say");
+                let elsewhere =
+                    |key: &u64| (all.iter().enumerate()).any(|(o, k)| o != r && k.contains(key));
+                assert!(
+                    keys[shared.min(full)..].iter().all(|k| !elsewhere(k)),
+                    "engine {engine}, request {r}"
+                );
+                assert!(
+                    keys[..shared.min(full)].iter().all(elsewhere),
+                    "engine {engine}, request {r}"
+                );
+            }
+        }
+        assert_eq!(shared_engine_blocks(TraceFormat::Chat, 3, trace, 16), None);
+    }
 
     /// Engine block `j` keyed from the trace block holding its last token, one at a time.
     fn one_by_one(ids: &[u64], trace: u64, engine: u64, full: u64) -> Vec<u64> {

@@ -5,7 +5,8 @@
 //! parent and session links in [`ids`], the adapters named in [`adapters`], the field-by-field diagnosis of bad lines in
 //! [`diagnose`], an agentic trace's dependency graph in [`graph`]); [`blocks`] computes prefix-block hash chains; [`synth`] and [`synth_agentic`]
 //! write synthetic traces; [`workload`] loads a whole trace once into an immutable [`Workload`] that many
-//! runs can share; [`inspect`] summarises a trace, up to the reuse any router could win.
+//! runs can share; [`inspect`] summarises a trace, up to the reuse any router could win;
+//! [`sharing`] finds the blocks only one request has.
 //! Nothing here knows about plugins or the simulator.
 
 pub mod adapters;
@@ -18,6 +19,7 @@ pub mod graph;
 pub mod ids;
 pub mod inspect;
 pub mod reader;
+pub mod sharing;
 mod source;
 pub mod synth;
 pub mod synth_agentic;

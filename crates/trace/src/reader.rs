@@ -108,6 +108,8 @@ pub struct TraceReader {
     linker: Linker,
     skipped: BTreeMap<&'static str, u64>,
     interner: BlockInterner,
+    /// Whether chains' blocks get dense ids (see [`TraceReader::chains_only`]).
+    intern: bool,
 }
 
 /// Turns lines into requests and links them to their parents.
@@ -241,6 +243,7 @@ impl TraceReader {
             },
             skipped: BTreeMap::new(),
             interner: BlockInterner::default(),
+            intern: true,
         }
     }
 
@@ -421,6 +424,12 @@ impl TraceReader {
         self.linker.times_only = !self.linker.options.skip_invalid;
     }
 
+    /// Reads each request's chain without giving its blocks dense ids (`block_ids` stays
+    /// empty): for a pass over the trace that needs the chains alone.
+    pub fn chains_only(&mut self) {
+        self.intern = false;
+    }
+
     /// Reads the next request into `out`. `Ok(false)` at the end of the trace.
     pub fn next_into(&mut self, out: &mut TraceRequest) -> Result<bool, TraceError> {
         loop {
@@ -470,6 +479,10 @@ impl TraceReader {
             match parsed {
                 Ok(()) if self.linker.times_only => {
                     out.blocks.clear();
+                    out.block_ids.clear();
+                    return Ok(true);
+                }
+                Ok(()) if !self.intern => {
                     out.block_ids.clear();
                     return Ok(true);
                 }

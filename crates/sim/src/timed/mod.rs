@@ -20,10 +20,12 @@
 //! the engines (`Fleet`), the event queue, the statistics. Both give the same report.
 
 use std::collections::VecDeque;
+use std::sync::OnceLock;
 
 use routerlab_core::Unit;
 use routerlab_host::RequestData;
 use routerlab_trace::Workload;
+use routerlab_trace::sharing::{Sharing, SharingCount};
 
 use crate::SimError;
 use crate::error::request_location;
@@ -113,6 +115,9 @@ struct Sim<'a> {
     rivals: Vec<usize>,
     /// The routers' KV-event index, when it sees the engines late.
     lagged: Option<lagged::Lagged>,
+    /// The blocks more than one request of the trace has, once known (see
+    /// [`Sim::shared_blocks`]).
+    sharing: Option<&'a OnceLock<Sharing>>,
 }
 
 /// Runs a timed replay of `workload` through the router `replicas`; `observer` sees each
@@ -154,7 +159,17 @@ pub fn replay_timed(
         }
         _ => None,
     };
+    let sharing = OnceLock::new();
+    if routerlab_trace::blocks::keyed_by_trace_blocks(workload.source.format) {
+        let blocks = workload.requests.iter().map(|r| r.blocks.len() as u64);
+        let mut count = SharingCount::for_blocks(blocks.sum());
+        for request in &workload.requests {
+            count.add(&request.blocks);
+        }
+        let _ = sharing.set(count.done());
+    }
     let mut sim = Sim::new(Feed::loaded(workload), replicas, settings, observer);
+    sim.sharing = Some(&sharing);
     sim.requests = (workload.requests.iter())
         .zip(&base_arrival)
         .map(|(request, &base)| sim.state_of(request, base))
@@ -244,6 +259,7 @@ impl<'a> Sim<'a> {
             released: Vec::new(),
             rivals: Vec::new(),
             lagged: None,
+            sharing: None,
         };
         if settings.kv_event_lag_ns > 0 {
             let lag = settings.kv_event_lag_ns;
@@ -314,6 +330,17 @@ impl Sim<'_> {
         if let Some(graph) = &mut self.agentic {
             graph.routed(index, achieved == best && achieved > 0);
         }
+    }
+
+    /// How many leading blocks of request `index`'s chain for `engine_block`-token blocks
+    /// other requests' chains may have, once the trace's sharing is known: the engine
+    /// indexes only those (the rest only this request could look up, and it does so only
+    /// when preempted, when the engine indexes them). The same report either way; fewer
+    /// index entries to write and to miss the caches on.
+    fn shared_blocks(&self, index: usize, engine_block: u32) -> Option<usize> {
+        let sharing = self.sharing?.get()?;
+        let request = self.feed.request(index);
+        (self.feed.workload()).shared_engine_blocks(request, sharing, engine_block)
     }
 
     fn plugin_error(&self, index: usize) -> impl FnOnce(routerlab_host::PluginError) -> SimError {
@@ -536,8 +563,11 @@ impl Sim<'_> {
         // The engine keeps the chain; the request is not asked about again.
         let chain = self.feed.take_chain(index, engine_block);
         let adapter = self.feed.request(index).adapter;
-        let sequence =
+        let mut sequence =
             Sequence::new(index, prompt_tokens, output_tokens, chain).with_adapter(adapter);
+        if let Some(shared) = self.shared_blocks(index, engine_block) {
+            sequence = sequence.shared_blocks(shared);
+        }
         self.fleet.submit(pos, sequence, now, &mut self.events);
         Ok(true)
     }

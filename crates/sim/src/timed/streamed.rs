@@ -6,6 +6,11 @@ use routerlab_report::Report;
 use routerlab_route::{Replicas, RequestSeq};
 use routerlab_trace::Workload;
 
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use routerlab_trace::sharing::{Sharing, SharingCount};
+
 use super::feed::Feed;
 use super::{Arrivals, Events, Sim, TimedSettings, arrival_error, replay_timed, validate};
 use crate::SimError;
@@ -81,8 +86,24 @@ pub fn replay_timed_streamed(
         adapters: reader.adapters().clone(),
     };
     let clock = settings.arrivals.clock(settings.seed);
+    let ahead = crate::read_ahead::worth_it();
+    // With a second core, the trace is also read through once more, alongside the replay,
+    // for the blocks only one request has (not when it cannot be opened again).
+    let counted = match routerlab_trace::blocks::keyed_by_trace_blocks(reader.format()) {
+        true if ahead => reopen().ok().map(|again| {
+            let bytes = std::fs::metadata(reader.source_path()).map_or(0, |m| m.len());
+            (again, SharingCount::for_bytes(bytes))
+        }),
+        _ => None,
+    };
+    let sharing = OnceLock::new();
+    let stop = AtomicBool::new(false);
     let report = std::thread::scope(|scope| {
-        let pull = match crate::read_ahead::worth_it() {
+        if let Some((again, count)) = counted {
+            let (sharing, stop) = (&sharing, &stop);
+            scope.spawn(move || count_sharing(again, count, sharing, stop));
+        }
+        let pull = match ahead {
             true => crate::read_ahead::Pull::ahead(scope, &mut reader),
             false => crate::read_ahead::Pull::here(&mut reader),
         };
@@ -93,7 +114,10 @@ pub fn replay_timed_streamed(
             observer,
         );
         sim.events = Events::streamed();
-        sim.run(replicas)?;
+        sim.sharing = Some(&sharing);
+        let run = sim.run(replicas);
+        stop.store(true, Ordering::Relaxed);
+        run?;
         Ok::<Report, SimError>(routerlab_report::checked(sim.report(replicas)))
     })?;
     let read = StreamedTrace {
@@ -102,6 +126,27 @@ pub fn replay_timed_streamed(
         block_size: reader.block_size(),
     };
     Ok((report, read))
+}
+
+/// Counts the chains `reader` reads into `count`, and sets `sharing` from it at the end;
+/// gives up, setting nothing, at a line it cannot read (the replay reports that line) or
+/// once `stop` is set.
+fn count_sharing(
+    mut reader: routerlab_trace::TraceReader,
+    mut count: SharingCount,
+    sharing: &OnceLock<Sharing>,
+    stop: &AtomicBool,
+) {
+    reader.chains_only();
+    let mut request = routerlab_trace::TraceRequest::default();
+    loop {
+        match reader.next_into(&mut request) {
+            Ok(true) if !stop.load(Ordering::Relaxed) => count.add(&request.blocks),
+            Ok(false) => break,
+            _ => return,
+        }
+    }
+    let _ = sharing.set(count.done());
 }
 
 /// The fallback for a trace whose times go back, or that cannot be read twice at its own
