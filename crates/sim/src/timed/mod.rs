@@ -118,6 +118,9 @@ struct Sim<'a> {
     /// The blocks more than one request of the trace has, once known (see
     /// [`Sim::shared_blocks`]).
     sharing: Option<&'a OnceLock<Sharing>>,
+    /// The request being routed, and how many leading blocks of its trace chain other
+    /// requests may have (`None`: not known), from `sharing` (`Sim::note_sharing`).
+    sharing_of: (usize, Option<usize>),
 }
 
 /// Runs a timed replay of `workload` through the router `replicas`; `observer` sees each
@@ -260,6 +263,7 @@ impl<'a> Sim<'a> {
             rivals: Vec::new(),
             lagged: None,
             sharing: None,
+            sharing_of: (usize::MAX, None),
         };
         if settings.kv_event_lag_ns > 0 {
             let lag = settings.kv_event_lag_ns;
@@ -287,6 +291,7 @@ impl Sim<'_> {
     /// matcher could choose, in blocks of the trace's block size.
     fn judge(&mut self, index: usize, pos: usize, decision: &Decision, flags: &[bool]) {
         let r = self.requests[index].replica;
+        self.note_sharing(index);
         let block = u64::from(self.feed.workload().block_size.max(1));
         let achieved = if decision.allowed(flags, ListPos(pos)) {
             self.cached_units(index, pos) / block
@@ -332,15 +337,35 @@ impl Sim<'_> {
         }
     }
 
+    /// Looks up, once, how many leading blocks of request `index`'s trace chain other
+    /// requests' chains may have, when the trace's sharing is known (see
+    /// [`Sim::shared_blocks`]).
+    fn note_sharing(&mut self, index: usize) {
+        if self.sharing_of.0 != index {
+            let shared = (self.sharing.and_then(OnceLock::get))
+                .map(|sharing| sharing.shared_len(&self.feed.request(index).blocks));
+            self.sharing_of = (index, shared);
+        }
+    }
+
     /// How many leading blocks of request `index`'s chain for `engine_block`-token blocks
-    /// other requests' chains may have, once the trace's sharing is known: the engine
-    /// indexes only those (the rest only this request could look up, and it does so only
-    /// when preempted, when the engine indexes them). The same report either way; fewer
-    /// index entries to write and to miss the caches on.
-    fn shared_blocks(&self, index: usize, engine_block: u32) -> Option<usize> {
-        let sharing = self.sharing?.get()?;
-        let request = self.feed.request(index);
-        (self.feed.workload()).shared_engine_blocks(request, sharing, engine_block)
+    /// other requests' chains may have, as noted when it was routed (`Sim::note_sharing`).
+    /// None of the blocks after them is in any engine before the request runs: the judge
+    /// does not look for them ([`Sim::reach`]), and its engine does not index them (the rest
+    /// only this request could look up, and it does so only when preempted, when the
+    /// engine indexes them). The same report either way; fewer index entries to write and
+    /// to miss the caches on.
+    pub(super) fn shared_blocks(&self, index: usize, engine_block: u32) -> Option<usize> {
+        let (noted, shared) = self.sharing_of;
+        let shared = shared.filter(|_| noted == index)?;
+        let workload = self.feed.workload();
+        let format = workload.source.format;
+        routerlab_trace::blocks::shared_engine_blocks(
+            format,
+            shared,
+            workload.block_size,
+            engine_block,
+        )
     }
 
     fn plugin_error(&self, index: usize) -> impl FnOnce(routerlab_host::PluginError) -> SimError {

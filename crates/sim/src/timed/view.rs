@@ -165,7 +165,8 @@ impl Sim<'_> {
     }
 
     /// What an engine of `engine_block`-token blocks must hold for request `index`'s
-    /// cached run there to reach `units` (see [`Sim::may_hold_more`]).
+    /// cached run there to reach `units` (see [`Sim::may_hold_more`]), while it is being
+    /// routed (before it runs).
     pub(super) fn reach(&self, index: usize, engine_block: u32, units: u64) -> Reach {
         if units > self.feed.request(index).prompt_len {
             return Reach::Never;
@@ -174,6 +175,14 @@ impl Sim<'_> {
         let needed = tokens.div_ceil(u64::from(engine_block.max(1)));
         match needed.checked_sub(1) {
             None => Reach::Always,
+            // A block only this request has is in no engine before it runs.
+            Some(last)
+                if self
+                    .shared_blocks(index, engine_block)
+                    .is_some_and(|s| last as usize >= s) =>
+            {
+                Reach::Never
+            }
             Some(last) => match self.chain(index, engine_block).get(last as usize) {
                 Some(hash) => Reach::Holds(*hash),
                 None => Reach::Never,
