@@ -262,6 +262,7 @@ impl Sim<'_> {
         let prompt = self.feed.request(index).prompt_tokens;
         let adapter = self.feed.request(index).adapter;
         let sequence = Sequence::new(index, prompt, 1, chain).with_adapter(adapter);
+        let sequence = self.told_sharing(index, engine_block, sequence);
         self.fleet.submit(pos, sequence, now, &mut self.events);
     }
 
@@ -278,6 +279,7 @@ impl Sim<'_> {
             Sequence::new(index, prompt, output, chain)
         };
         let sequence = sequence.with_adapter(self.feed.request(index).adapter);
+        let sequence = self.told_sharing(index, engine_block, sequence);
         self.fleet.submit(pos, sequence, now, &mut self.events);
     }
 

@@ -368,6 +368,21 @@ impl Sim<'_> {
         )
     }
 
+    /// `sequence`, request `index`'s for an engine of `engine_block`-token blocks, told
+    /// which of its blocks other requests may have ([`Sim::shared_blocks`]).
+    pub(super) fn told_sharing(
+        &mut self,
+        index: usize,
+        engine_block: u32,
+        sequence: Sequence,
+    ) -> Sequence {
+        self.note_sharing(index);
+        match self.shared_blocks(index, engine_block) {
+            Some(shared) => sequence.shared_blocks(shared),
+            None => sequence,
+        }
+    }
+
     fn plugin_error(&self, index: usize) -> impl FnOnce(routerlab_host::PluginError) -> SimError {
         // Worked out only on an error: a plugin call's result passes through here each time.
         let line = self.feed.request(index).line;
@@ -588,11 +603,9 @@ impl Sim<'_> {
         // The engine keeps the chain; the request is not asked about again.
         let chain = self.feed.take_chain(index, engine_block);
         let adapter = self.feed.request(index).adapter;
-        let mut sequence =
+        let sequence =
             Sequence::new(index, prompt_tokens, output_tokens, chain).with_adapter(adapter);
-        if let Some(shared) = self.shared_blocks(index, engine_block) {
-            sequence = sequence.shared_blocks(shared);
-        }
+        let sequence = self.told_sharing(index, engine_block, sequence);
         self.fleet.submit(pos, sequence, now, &mut self.events);
         Ok(true)
     }
