@@ -34,6 +34,7 @@ pub mod lora;
 pub mod memory;
 pub mod model;
 pub mod scheduler;
+mod sequence;
 pub mod step_time;
 mod tiers;
 pub mod transfer;

@@ -26,43 +26,6 @@ fn linear(num_gpu_blocks: u32, max_num_seqs: u32, budget: u32) -> EngineConfig {
 }
 
 #[test]
-fn kv_reuses_prefixes_pins_held_blocks_and_evicts_deepest_first() {
-    let mut kv = KvCache::new(4);
-    let a: Vec<u32> = (0..3).map(|_| kv.allocate().unwrap()).collect();
-    for (i, id) in a.iter().enumerate() {
-        kv.publish(*id, 100 + i as u64, None);
-    }
-    assert_eq!(kv.cached_prefix(&[100, 101, 102, 999]), 3);
-    assert_eq!(kv.cached_prefix(&[100, 555, 102]), 1);
-    // Held blocks are pinned: only the one empty block can be allocated.
-    let spare = kv.allocate().unwrap();
-    assert_eq!(kv.allocate(), None);
-    kv.release(&[spare]);
-    // Releasing a chain frees its deepest block first: it is evicted first.
-    kv.release(&a);
-    assert_eq!(kv.free(), 4);
-    let _ = kv.allocate().unwrap(); // the empty block freed earlier
-    assert_eq!(kv.evictions, 0);
-    let _ = kv.allocate().unwrap();
-    assert_eq!(kv.evictions, 1);
-    assert_eq!(
-        kv.cached_prefix(&[100, 101, 102]),
-        2,
-        "hash 102 (deepest) went first"
-    );
-    let _ = kv.allocate().unwrap();
-    assert_eq!(kv.cached_prefix(&[100, 101, 102]), 1);
-    // A cached free block taken by a new holder leaves the free queue.
-    let mut ids = Vec::new();
-    kv.refresh_cached_ids(&[100, 101], &mut ids);
-    assert_eq!(ids.len(), 1);
-    kv.hold(ids[0]);
-    assert_eq!(kv.free(), 0);
-    kv.release(&ids);
-    assert_eq!(kv.cached_prefix(&[100]), 1);
-}
-
-#[test]
 fn chunked_prefill_respects_the_token_budget() {
     // Budget 8 tokens a step; a 20-token prompt prefills in chunks 8, 8, 4.
     let mut engine = Engine::new(linear(100, 4, 8));

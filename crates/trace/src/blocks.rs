@@ -86,7 +86,7 @@ pub fn engine_chain_of(
 }
 
 /// Whether the engine chains of a trace of `format` are keyed by its trace blocks and their
-/// places (Mooncake's ids: see [`mooncake_engine_chain`]), so that a block of the trace
+/// places (Mooncake's ids: see [`engine_chain_of`]), so that a block of the trace
 /// that no other request has at its place makes engine blocks no other request has.
 pub fn keyed_by_trace_blocks(format: TraceFormat) -> bool {
     matches!(

@@ -23,21 +23,18 @@ use std::collections::VecDeque;
 use std::sync::OnceLock;
 
 use routerlab_core::Unit;
+use routerlab_engine::{HostCache, Sequence};
 use routerlab_host::RequestData;
-use routerlab_trace::Workload;
-use routerlab_trace::sharing::{Sharing, SharingCount};
+use routerlab_report::stats::{Finished, Tally, TimedTally};
+use routerlab_report::{EndpointTimed, HostTierTimed, Report, TimedReport, round6};
+use routerlab_route::{
+    Decision, ListPos, Placement, Replicas, RequestSeq, Router, WhenUnavailable,
+};
+use routerlab_trace::{Workload, arrivals::ArrivalError, sharing::Sharing};
 
 use crate::SimError;
 use crate::error::request_location;
 use crate::observer::{Observer, RequestRecord};
-use routerlab_engine::{HostCache, Sequence};
-use routerlab_report::stats::Tally;
-use routerlab_report::stats::{Finished, TimedTally};
-use routerlab_report::{EndpointTimed, HostTierTimed, Report, TimedReport, round6};
-use routerlab_route::{Decision, ListPos, RequestSeq, Router, WhenUnavailable};
-use routerlab_route::{Placement, Replicas};
-
-use routerlab_trace::arrivals::ArrivalError;
 pub use routerlab_trace::arrivals::{Arrivals, CLOCK_RANGE, MAX_CLOCK_NS};
 
 mod agentic;
@@ -47,6 +44,7 @@ mod feed;
 mod fleet;
 mod lagged;
 mod settings;
+mod sharing;
 mod streamed;
 mod tally;
 #[cfg(test)]
@@ -115,11 +113,9 @@ struct Sim<'a> {
     rivals: Vec<usize>,
     /// The routers' KV-event index, when it sees the engines late.
     lagged: Option<lagged::Lagged>,
-    /// The blocks more than one request of the trace has, once known (see
-    /// [`Sim::shared_blocks`]).
+    /// The trace's blocks more than one request has, once known ([`Sim::shared_blocks`]).
     sharing: Option<&'a OnceLock<Sharing>>,
-    /// The request being routed, and how many leading blocks of its trace chain other
-    /// requests may have (`None`: not known), from `sharing` (`Sim::note_sharing`).
+    /// The request being routed and its shared lead, if known (`Sim::note_sharing`).
     sharing_of: (usize, Option<usize>),
 }
 
@@ -162,15 +158,7 @@ pub fn replay_timed(
         }
         _ => None,
     };
-    let sharing = OnceLock::new();
-    if routerlab_trace::blocks::keyed_by_trace_blocks(workload.source.format) {
-        let blocks = workload.requests.iter().map(|r| r.blocks.len() as u64);
-        let mut count = SharingCount::for_blocks(blocks.sum());
-        for request in &workload.requests {
-            count.add(&request.blocks);
-        }
-        let _ = sharing.set(count.done());
-    }
+    let sharing = sharing::of_workload(workload);
     let mut sim = Sim::new(Feed::loaded(workload), replicas, settings, observer);
     sim.sharing = Some(&sharing);
     sim.requests = (workload.requests.iter())
@@ -334,52 +322,6 @@ impl Sim<'_> {
         self.stats.base.each(r, |s| s.judge(best, achieved));
         if let Some(graph) = &mut self.agentic {
             graph.routed(index, achieved == best && achieved > 0);
-        }
-    }
-
-    /// Looks up, once, how many leading blocks of request `index`'s trace chain other
-    /// requests' chains may have, when the trace's sharing is known (see
-    /// [`Sim::shared_blocks`]).
-    fn note_sharing(&mut self, index: usize) {
-        if self.sharing_of.0 != index {
-            let shared = (self.sharing.and_then(OnceLock::get))
-                .map(|sharing| sharing.shared_len(&self.feed.request(index).blocks));
-            self.sharing_of = (index, shared);
-        }
-    }
-
-    /// How many leading blocks of request `index`'s chain for `engine_block`-token blocks
-    /// other requests' chains may have, as noted when it was routed (`Sim::note_sharing`).
-    /// None of the blocks after them is in any engine before the request runs: the judge
-    /// does not look for them ([`Sim::reach`]), and its engine does not index them (the rest
-    /// only this request could look up, and it does so only when preempted, when the
-    /// engine indexes them). The same report either way; fewer index entries to write and
-    /// to miss the caches on.
-    pub(super) fn shared_blocks(&self, index: usize, engine_block: u32) -> Option<usize> {
-        let (noted, shared) = self.sharing_of;
-        let shared = shared.filter(|_| noted == index)?;
-        let workload = self.feed.workload();
-        let format = workload.source.format;
-        routerlab_trace::blocks::shared_engine_blocks(
-            format,
-            shared,
-            workload.block_size,
-            engine_block,
-        )
-    }
-
-    /// `sequence`, request `index`'s for an engine of `engine_block`-token blocks, told
-    /// which of its blocks other requests may have ([`Sim::shared_blocks`]).
-    pub(super) fn told_sharing(
-        &mut self,
-        index: usize,
-        engine_block: u32,
-        sequence: Sequence,
-    ) -> Sequence {
-        self.note_sharing(index);
-        match self.shared_blocks(index, engine_block) {
-            Some(shared) => sequence.shared_blocks(shared),
-            None => sequence,
         }
     }
 

@@ -9,7 +9,7 @@ use routerlab_trace::Workload;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use routerlab_trace::sharing::{Sharing, SharingCount};
+use routerlab_trace::sharing::SharingCount;
 
 use super::feed::Feed;
 use super::{Arrivals, Events, Sim, TimedSettings, arrival_error, replay_timed, validate};
@@ -101,7 +101,7 @@ pub fn replay_timed_streamed(
     let report = std::thread::scope(|scope| {
         if let Some((again, count)) = counted {
             let (sharing, stop) = (&sharing, &stop);
-            scope.spawn(move || count_sharing(again, count, sharing, stop));
+            scope.spawn(move || super::sharing::count(again, count, sharing, stop));
         }
         let pull = match ahead {
             true => crate::read_ahead::Pull::ahead(scope, &mut reader),
@@ -126,27 +126,6 @@ pub fn replay_timed_streamed(
         block_size: reader.block_size(),
     };
     Ok((report, read))
-}
-
-/// Counts the chains `reader` reads into `count`, and sets `sharing` from it at the end;
-/// gives up, setting nothing, at a line it cannot read (the replay reports that line) or
-/// once `stop` is set.
-fn count_sharing(
-    mut reader: routerlab_trace::TraceReader,
-    mut count: SharingCount,
-    sharing: &OnceLock<Sharing>,
-    stop: &AtomicBool,
-) {
-    reader.chains_only();
-    let mut request = routerlab_trace::TraceRequest::default();
-    loop {
-        match reader.next_into(&mut request) {
-            Ok(true) if !stop.load(Ordering::Relaxed) => count.add(&request.blocks),
-            Ok(false) => break,
-            _ => return,
-        }
-    }
-    let _ = sharing.set(count.done());
 }
 
 /// The fallback for a trace whose times go back, or that cannot be read twice at its own
