@@ -209,22 +209,6 @@ impl Workload {
     }
 }
 
-impl Workload {
-    /// How many leading blocks of `request`'s engine chain for `engine_block`-token blocks
-    /// other requests' chains may have, by `sharing` (see
-    /// [`crate::blocks::shared_engine_blocks`]); `None` when the trace's chains do not say.
-    pub fn shared_engine_blocks(
-        &self,
-        request: &WorkloadRequest,
-        sharing: &crate::sharing::Sharing,
-        engine_block: u32,
-    ) -> Option<usize> {
-        let format = self.source.format;
-        let shared = sharing.shared_len(&request.blocks);
-        crate::blocks::shared_engine_blocks(format, shared, self.block_size, engine_block)
-    }
-}
-
 /// xxh3-64 of `bytes` as 16 hex digits.
 pub(crate) fn content_hash(bytes: &[u8]) -> String {
     format!("{:016x}", hash64(bytes, 0))

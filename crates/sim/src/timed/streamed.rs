@@ -2,13 +2,12 @@
 //! clock, their arrivals scheduled as their time comes near, in the order they would have
 //! had all scheduled at the start, so the replay is [`replay_timed`]'s of the whole trace.
 
-use routerlab_report::Report;
-use routerlab_route::{Replicas, RequestSeq};
-use routerlab_trace::Workload;
-
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use routerlab_report::Report;
+use routerlab_route::{Replicas, RequestSeq};
+use routerlab_trace::Workload;
 use routerlab_trace::sharing::SharingCount;
 
 use super::feed::Feed;
@@ -40,7 +39,9 @@ pub struct StreamedTrace {
 /// `reopen` opens it again for a first pass that checks they never go back, as reading
 /// ahead by time needs (a trace whose times do, or that is not a file to read twice, a
 /// pipe, is loaded whole and replayed as [`replay_timed`]).
-/// With a second core the trace is parsed on it. Only for what [`streams`] allows.
+/// With a second core the trace is parsed on it, and a Mooncake trace is read once more
+/// alongside for the blocks only one request has (a hint that saves work, never changes
+/// the report: see `timed/sharing.rs`). Only for what [`streams`] allows.
 pub fn replay_timed_streamed(
     mut reader: routerlab_trace::TraceReader,
     reopen: &dyn Fn() -> Result<routerlab_trace::TraceReader, SimError>,
