@@ -13,6 +13,9 @@ use routerlab_core::hash::mix64;
 const FEWEST_WORDS: u64 = 1 << 10;
 const MOST_WORDS: u64 = 1 << 21;
 
+/// 64-bit words in a 4 KiB page.
+const PAGE_WORDS: usize = 512;
+
 /// The blocks of the chains counted so far: those seen once, and those seen again.
 #[derive(Debug, Clone)]
 pub struct SharingCount {
@@ -88,8 +91,17 @@ struct Filter {
 
 impl Filter {
     fn new(words: u64) -> Filter {
+        let mut words_ = vec![0; words as usize];
+        // A large zeroed allocation is pages not yet touched. Asking first, as `insert`
+        // does, maps each to the shared zero page, and the write that follows must then
+        // replace that mapping and flush it from every core running the replay (an
+        // interrupt of the replay's own thread per page). One write a page first, here,
+        // gives each its own page at once.
+        for word in words_.iter_mut().step_by(PAGE_WORDS) {
+            *std::hint::black_box(word) = 0;
+        }
         Filter {
-            words: vec![0; words as usize],
+            words: words_,
             mask: words - 1,
         }
     }
