@@ -90,19 +90,19 @@ struct Filter {
 }
 
 impl Filter {
-    fn new(words: u64) -> Filter {
-        let mut words_ = vec![0; words as usize];
+    fn new(len: u64) -> Filter {
+        let mut words = vec![0; len as usize];
         // A large zeroed allocation is pages not yet touched. Asking first, as `insert`
         // does, maps each to the shared zero page, and the write that follows must then
         // replace that mapping and flush it from every core running the replay (an
         // interrupt of the replay's own thread per page). One write a page first, here,
         // gives each its own page at once.
-        for word in words_.iter_mut().step_by(PAGE_WORDS) {
+        for word in words.iter_mut().step_by(PAGE_WORDS) {
             *std::hint::black_box(word) = 0;
         }
         Filter {
-            words: words_,
-            mask: words - 1,
+            words,
+            mask: len - 1,
         }
     }
 

@@ -26,15 +26,17 @@ pub(super) fn of_workload(workload: &Workload) -> OnceLock<Sharing> {
     sharing
 }
 
-/// Counts the chains `reader` reads into `count`, and sets `sharing` from it at the end;
-/// gives up, setting nothing, at a line it cannot read (the replay reports that line) or
-/// once `stop` is set.
+/// Counts the chains `reader` reads (a trace of `bytes` bytes), and sets `sharing` from
+/// them at the end; gives up, setting nothing, at a line it cannot read (the replay
+/// reports that line) or once `stop` is set. The filters are made here, on the counting
+/// thread, which also takes their first touch of each page.
 pub(super) fn count(
     mut reader: routerlab_trace::TraceReader,
-    mut count: SharingCount,
+    bytes: u64,
     sharing: &OnceLock<Sharing>,
     stop: &AtomicBool,
 ) {
+    let mut count = SharingCount::for_bytes(bytes);
     reader.chains_only();
     let mut request = routerlab_trace::TraceRequest::default();
     loop {

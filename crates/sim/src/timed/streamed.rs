@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use routerlab_report::Report;
 use routerlab_route::{Replicas, RequestSeq};
 use routerlab_trace::Workload;
-use routerlab_trace::sharing::SharingCount;
 
 use super::feed::Feed;
 use super::{Arrivals, Events, Sim, TimedSettings, arrival_error, replay_timed, validate};
@@ -93,16 +92,16 @@ pub fn replay_timed_streamed(
     let counted = match routerlab_trace::blocks::keyed_by_trace_blocks(reader.format()) {
         true if ahead => reopen().ok().map(|again| {
             let bytes = std::fs::metadata(reader.source_path()).map_or(0, |m| m.len());
-            (again, SharingCount::for_bytes(bytes))
+            (again, bytes)
         }),
         _ => None,
     };
     let sharing = OnceLock::new();
     let stop = AtomicBool::new(false);
     let report = std::thread::scope(|scope| {
-        if let Some((again, count)) = counted {
+        if let Some((again, bytes)) = counted {
             let (sharing, stop) = (&sharing, &stop);
-            scope.spawn(move || super::sharing::count(again, count, sharing, stop));
+            scope.spawn(move || super::sharing::count(again, bytes, sharing, stop));
         }
         let pull = match ahead {
             true => crate::read_ahead::Pull::ahead(scope, &mut reader),
