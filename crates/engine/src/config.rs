@@ -151,8 +151,11 @@ impl EngineConfig {
             return Err("engine `kv_bytes_per_token` must be at most 2^30".into());
         }
         // Every block is simulated: keep the model's memory bounded (16 M blocks is ~400 MB).
-        if self.num_gpu_blocks > 1 << 24 {
-            return Err("engine `num_gpu_blocks` must be at most 16777216".into());
+        if self.num_gpu_blocks > crate::kv::MAX_BLOCKS {
+            return Err(format!(
+                "engine `num_gpu_blocks` must be at most {}",
+                crate::kv::MAX_BLOCKS
+            ));
         }
         // Token counts are 32-bit: a cache that could hold more than 2^31 tokens could let a
         // request's length overflow them.

@@ -1,23 +1,67 @@
 //! The paged KV cache with prefix caching (vLLM's rules; see the crate docs).
 
+use std::collections::VecDeque;
+
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 use routerlab_core::hash::mix64;
 
-const NONE: u32 = u32::MAX;
-
-/// One KV block. The hash and its flag are kept apart (not an `Option<u64>`) so a block
-/// takes 24 bytes, not 32: the eviction list is walked and relinked across the whole cache,
-/// and with several busy engines their blocks compete for the same CPU caches.
+/// One KV block, in 16 bytes: blocks are read at random across the whole cache, and with
+/// several busy engines their blocks compete for the same CPU caches.
 struct Block {
-    /// The prefix hash the block holds, when `hashed`.
+    /// The prefix hash the block holds, when [`HASHED`].
     hash: u64,
-    hashed: bool,
-    /// Whether the index finds it under `hash` (see [`KvCache::publish_run`]).
-    indexed: bool,
-    refs: u32,
-    newer: u32,
-    older: u32,
+    /// Where its latest entry is in the free queue, counted from the queue's first entry
+    /// ever, modulo 2^32 (see [`KvCache::queue`]).
+    queued_at: u32,
+    /// How many requests hold it (below [`INDEXED`]), and the two flags.
+    state: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Block>() == 16);
+
+/// [`Block::state`]: the block holds a hash.
+const HASHED: u32 = 1 << 31;
+/// [`Block::state`]: the index finds it under its hash (see [`KvCache::publish_run`]).
+const INDEXED: u32 = 1 << 30;
+/// [`Block::state`]: its holders. A running request holds a block of its own, so there are
+/// at most as many holders as blocks, at most [`MAX_BLOCKS`], far below this.
+const REFS: u32 = INDEXED - 1;
+
+/// The most blocks a cache may have (the engine settings' bound): small enough for a
+/// block's holders and its free-queue place to fit beside its flags (see [`Block`]).
+pub const MAX_BLOCKS: u32 = 1 << 24;
+
+impl Block {
+    #[inline]
+    fn refs(&self) -> u32 {
+        self.state & REFS
+    }
+
+    #[inline]
+    fn hashed(&self) -> bool {
+        self.state & HASHED != 0
+    }
+
+    #[inline]
+    fn indexed(&self) -> bool {
+        self.state & INDEXED != 0
+    }
+
+    /// Whether it holds `hash` now (an index entry may be stale).
+    #[inline]
+    fn holds(&self, hash: u64) -> bool {
+        self.hashed() && self.hash == hash
+    }
+
+    /// Whether the free queue's entry for it at place `at` is its own, standing for it
+    /// free. Places are compared modulo 2^32: a free block's latest entry is in the queue,
+    /// and the queue spans fewer than 2^32 places (at most twice the cache and 64, and a
+    /// cache has at most 2^24 blocks), so equal remainders are the same place.
+    #[inline]
+    fn free_at(&self, at: u64) -> bool {
+        self.refs() == 0 && self.queued_at == at as u32
+    }
 }
 
 /// A change to what a KV cache holds, as an engine's KV events report it.
@@ -48,9 +92,16 @@ pub struct KvCache {
     /// checks the block costs nothing more; the index is rebuilt from the blocks before
     /// such entries would make it more than three times the cache (`sweep`).
     by_hash: HashTable<u32>,
-    /// Free blocks (no holder), oldest at `free_head`; cached ones keep their hash.
-    free_head: u32,
-    free_tail: u32,
+    /// The free blocks (no holder; cached ones keep their hash), oldest first, as the ids
+    /// of the blocks released, in the order they were. A block taken back while free
+    /// leaves its entry behind: unlinking it from a list would touch its neighbours, at
+    /// random places of the cache, and a list is walked one dependent read after another
+    /// where this queue's ids are read in a row. An entry stands for a free block only
+    /// when it is its block's latest (`queued_at`) and the block has no holder; the queue
+    /// is compacted before it holds more than twice the cache and 64 ([`KvCache::compact`]).
+    queue: VecDeque<u32>,
+    /// How many entries have left the queue's front: the first entry's place.
+    dequeued: u64,
     free: u32,
     /// Cached blocks evicted to make room.
     pub evictions: u64,
@@ -61,15 +112,23 @@ pub struct KvCache {
 
 impl KvCache {
     /// A cache of `capacity` free, empty blocks.
+    ///
+    /// # Panics
+    ///
+    /// When `capacity` exceeds [`MAX_BLOCKS`] (the engine settings refuse such a cache).
     #[inline]
     pub fn new(capacity: u32) -> KvCache {
+        assert!(
+            capacity <= MAX_BLOCKS,
+            "a KV cache of {capacity} blocks: at most {MAX_BLOCKS}"
+        );
         let mut cache = KvCache {
             blocks: Vec::with_capacity(capacity as usize),
             // Room for every block up front, up to a bound; a cache that fills it is given
             // its full room at its first rebuild (`sweep`).
             by_hash: HashTable::with_capacity(capacity.min(1 << 14) as usize),
-            free_head: NONE,
-            free_tail: NONE,
+            queue: VecDeque::with_capacity(capacity as usize),
+            dequeued: 0,
             free: 0,
             evictions: 0,
             events: None,
@@ -77,11 +136,8 @@ impl KvCache {
         for id in 0..capacity {
             cache.blocks.push(Block {
                 hash: 0,
-                hashed: false,
-                indexed: false,
-                refs: 0,
-                newer: NONE,
-                older: NONE,
+                queued_at: 0,
+                state: 0,
             });
             cache.push_free(id);
         }
@@ -132,10 +188,7 @@ impl KvCache {
         let valid = ids
             .iter()
             .zip(chain)
-            .take_while(|(id, hash)| {
-                let block = &self.blocks[**id as usize];
-                block.hashed && block.hash == **hash
-            })
+            .take_while(|(id, hash)| self.blocks[**id as usize].holds(**hash))
             .count();
         ids.truncate(valid);
         // The run's length is not known before the walk: room for the whole chain, so the
@@ -148,77 +201,63 @@ impl KvCache {
     #[inline]
     pub(crate) fn unheld(&self, ids: &[u32]) -> u32 {
         ids.iter()
-            .filter(|id| self.blocks[**id as usize].refs == 0)
+            .filter(|id| self.blocks[**id as usize].refs() == 0)
             .count() as u32
     }
 
     /// Takes a hold on a cached block.
     #[inline]
     pub(crate) fn hold(&mut self, id: u32) {
-        if self.blocks[id as usize].refs == 0 {
-            self.unlink_free(id);
+        let block = &mut self.blocks[id as usize];
+        if block.refs() == 0 {
+            // Its queue entry is left behind, no longer its block's own.
+            self.free -= 1;
         }
-        self.blocks[id as usize].refs += 1;
+        block.state += 1;
     }
 
     /// Takes the oldest free block, evicting its cached content; `None` when all are held.
     #[inline]
     pub(crate) fn allocate(&mut self) -> Option<u32> {
-        let id = self.free_head;
-        if id == NONE {
+        if self.free == 0 {
             return None;
         }
-        self.unlink_free(id);
-        let block = &mut self.blocks[id as usize];
-        if block.hashed {
-            block.hashed = false;
-            let hash = block.hash;
-            self.evictions += 1;
-            if let Some(events) = &mut self.events {
-                events.push(KvEvent::Removed { hash });
-            }
-        }
-        self.blocks[id as usize].refs = 1;
-        Some(id)
+        self.free -= 1;
+        Some(self.take_oldest())
     }
 
     /// Takes the `n` oldest free blocks into `into`, as `n` calls of [`KvCache::allocate`]
-    /// would, in one walk of the free list (unlinked once, at its end). `n` must not
-    /// exceed [`KvCache::free`].
+    /// would. `n` must not exceed [`KvCache::free`].
     #[inline]
     pub(crate) fn allocate_into(&mut self, n: u32, into: &mut Vec<u32>) {
         assert!(n <= self.free, "{n} blocks asked for, {} free", self.free);
-        if n == 0 {
-            return;
-        }
-        let KvCache {
-            blocks,
-            evictions,
-            events,
-            ..
-        } = self;
-        let mut id = self.free_head;
+        self.free -= n;
         // A range mapped has an exact length: `extend` reserves once and checks no more.
-        into.extend((0..n).map(|_| {
-            let taken = id;
-            let block = &mut blocks[taken as usize];
-            block.refs = 1;
-            id = block.newer;
-            if block.hashed {
-                block.hashed = false;
-                *evictions += 1;
-                if let Some(events) = events {
+        into.extend((0..n).map(|_| self.take_oldest()));
+    }
+
+    /// Takes the free block of the queue's first entry that stands for one (there is one
+    /// for each free block), evicting its cached content. The caller counts it taken.
+    #[inline]
+    fn take_oldest(&mut self) -> u32 {
+        loop {
+            let id = self.queue.pop_front().expect("a free block has an entry");
+            let at = self.dequeued;
+            self.dequeued += 1;
+            let block = &mut self.blocks[id as usize];
+            if !block.free_at(at) {
+                continue; // left behind
+            }
+            let hashed = block.hashed();
+            block.state = 1;
+            if hashed {
+                self.evictions += 1;
+                if let Some(events) = &mut self.events {
                     events.push(KvEvent::Removed { hash: block.hash });
                 }
             }
-            taken
-        }));
-        self.free_head = id;
-        match id {
-            NONE => self.free_tail = NONE,
-            next => self.blocks[next as usize].older = NONE,
+            return id;
         }
-        self.free -= n;
     }
 
     /// Records stores and removals from now on (see [`KvCache::take_events`]).
@@ -236,13 +275,12 @@ impl KvCache {
     /// The `n` free blocks [`KvCache::allocate`] would take next, oldest first (fewer when
     /// fewer are free).
     pub(crate) fn oldest_free(&self, n: u32) -> Vec<u32> {
-        let mut ids = Vec::with_capacity(n.min(self.free) as usize);
-        let mut id = self.free_head;
-        while id != NONE && ids.len() < n as usize {
-            ids.push(id);
-            id = self.blocks[id as usize].newer;
-        }
-        ids
+        let n = n.min(self.free) as usize;
+        (self.queue.iter().zip(self.dequeued..))
+            .filter(|&(&id, at)| self.blocks[id as usize].free_at(at))
+            .map(|(&id, _)| id)
+            .take(n)
+            .collect()
     }
 
     /// Publishes a computed full block under its prefix hash (first writer wins); `parent`
@@ -283,7 +321,7 @@ impl KvCache {
             // One probe: the slot is found, and filled when vacant. (Growing the table
             // places each entry by its block's hash: a left-behind entry goes where that
             // hash is looked up, and matches only if its block holds the hash again.)
-            if !blocks[id as usize].hashed
+            if !blocks[id as usize].hashed()
                 && let Entry::Vacant(slot) = by_hash.entry(
                     mix64(hash),
                     |other| holds(blocks, *other, hash),
@@ -293,8 +331,7 @@ impl KvCache {
                 slot.insert(id);
                 let block = &mut blocks[id as usize];
                 block.hash = hash;
-                block.hashed = true;
-                block.indexed = true;
+                block.state |= HASHED | INDEXED;
                 if let Some(events) = events {
                     events.push(KvEvent::Stored { hash, parent });
                 }
@@ -304,10 +341,9 @@ impl KvCache {
         // No other block can hold these hashes: each block takes its own, no probe asked.
         for (&id, &hash) in ids[shared..].iter().zip(&hashes[shared..]) {
             let block = &mut blocks[id as usize];
-            if !block.hashed {
+            if !block.hashed() {
                 block.hash = hash;
-                block.hashed = true;
-                block.indexed = false;
+                block.state = (block.state | HASHED) & !INDEXED;
                 if let Some(events) = events {
                     events.push(KvEvent::Stored { hash, parent });
                 }
@@ -320,22 +356,18 @@ impl KvCache {
     /// one, so that their request, preempted, finds them again.
     pub(crate) fn index_alone(&mut self, ids: &[u32]) {
         for &id in ids {
-            let Block {
-                hash,
-                hashed,
-                indexed,
-                ..
-            } = self.blocks[id as usize];
-            if !hashed || indexed {
+            let block = &self.blocks[id as usize];
+            if !block.hashed() || block.indexed() {
                 continue;
             }
+            let hash = block.hash;
             if self.by_hash.len() >= self.index_limit().min(self.by_hash.capacity()) {
                 self.sweep();
             }
             let blocks = &self.blocks;
             self.by_hash
                 .insert_unique(mix64(hash), id, |other| mix64(blocks[*other as usize].hash));
-            self.blocks[id as usize].indexed = true;
+            self.blocks[id as usize].state |= INDEXED;
         }
     }
 
@@ -360,7 +392,7 @@ impl KvCache {
         }
         let blocks = &self.blocks;
         for (id, block) in blocks.iter().enumerate() {
-            if block.hashed && block.indexed {
+            if block.hashed() && block.indexed() {
                 self.by_hash
                     .insert_unique(mix64(block.hash), id as u32, |other| {
                         mix64(blocks[*other as usize].hash)
@@ -374,49 +406,53 @@ impl KvCache {
     pub(crate) fn release(&mut self, ids: &[u32]) {
         for &id in ids.iter().rev() {
             let block = &mut self.blocks[id as usize];
-            block.refs -= 1;
-            if block.refs == 0 {
+            block.state -= 1;
+            if block.refs() == 0 {
                 self.push_free(id);
             }
         }
     }
 
+    /// Puts block `id`, just left by its last holder, at the back of the free queue.
     #[inline]
-    pub(crate) fn push_free(&mut self, id: u32) {
-        let previous = self.free_tail;
-        self.blocks[id as usize].older = previous;
-        self.blocks[id as usize].newer = NONE;
-        match previous {
-            NONE => self.free_head = id,
-            p => self.blocks[p as usize].newer = id,
+    fn push_free(&mut self, id: u32) {
+        if self.queue.len() >= self.blocks.len() * 2 + 64 {
+            self.compact();
         }
-        self.free_tail = id;
+        self.blocks[id as usize].queued_at = (self.dequeued + self.queue.len() as u64) as u32;
+        self.queue.push_back(id);
         self.free += 1;
     }
 
-    #[inline]
-    pub(crate) fn unlink_free(&mut self, id: u32) {
-        let (newer, older) = (
-            self.blocks[id as usize].newer,
-            self.blocks[id as usize].older,
-        );
-        match older {
-            NONE => self.free_head = newer,
-            o => self.blocks[o as usize].newer = newer,
-        }
-        match newer {
-            NONE => self.free_tail = older,
-            n => self.blocks[n as usize].older = older,
-        }
-        self.free -= 1;
+    /// Drops the entries left behind from the free queue, the others keeping their order.
+    /// At most one entry a block remains, so at least as many releases as the cache has
+    /// blocks come before the next compaction.
+    #[cold]
+    fn compact(&mut self) {
+        let KvCache {
+            blocks,
+            queue,
+            dequeued,
+            ..
+        } = self;
+        let (mut at, mut kept) = (*dequeued, *dequeued);
+        queue.retain(|&id| {
+            let block = &mut blocks[id as usize];
+            let entry = block.free_at(at);
+            at += 1;
+            if entry {
+                block.queued_at = kept as u32;
+                kept += 1;
+            }
+            entry
+        });
     }
 }
 
 /// Whether block `id` holds `hash` now (an index entry may be stale).
 #[inline]
 fn holds(blocks: &[Block], id: u32, hash: u64) -> bool {
-    let block = &blocks[id as usize];
-    block.hashed && block.hash == hash
+    blocks[id as usize].holds(hash)
 }
 
 #[cfg(test)]
@@ -491,6 +527,60 @@ mod tests {
         assert_eq!(at_once.allocate(), one_by_one.allocate());
         assert_eq!(at_once.allocate(), None);
         assert_eq!(one_by_one.allocate(), None);
+    }
+
+    /// The free queue hands out blocks in exactly the order a list of free blocks would
+    /// (released at the back, taken again from anywhere, allocated from the front), through
+    /// many entries left behind and the compactions they bring, and stays within twice the
+    /// cache. Checked against such a list over a long seeded mix of the three.
+    #[test]
+    fn the_free_queue_allocates_as_a_list_would_through_compactions() {
+        const CAPACITY: u32 = 16;
+        let mut kv = KvCache::new(CAPACITY);
+        // The list: free blocks, oldest first.
+        let mut list: Vec<u32> = (0..CAPACITY).collect();
+        let mut held: Vec<u32> = Vec::new();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: usize| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (seed >> 33) as usize % n
+        };
+        let (mut compactions, mut longest) = (0, 0);
+        for step in 0..20_000 {
+            let (len, dequeued) = (kv.queue.len(), kv.dequeued);
+            // Allocations are rare, so that entries left behind pile up between them.
+            match next(64) {
+                0 if !list.is_empty() => {
+                    let id = kv.allocate().expect("a block is free");
+                    assert_eq!(id, list.remove(0), "step {step}");
+                    held.push(id);
+                }
+                1..=32 if !held.is_empty() => {
+                    let id = held.swap_remove(next(held.len()));
+                    kv.release(&[id]);
+                    list.push(id);
+                }
+                _ if !list.is_empty() => {
+                    // A free block taken back from the middle of the list.
+                    let id = list.remove(next(list.len()));
+                    kv.hold(id);
+                    held.push(id);
+                }
+                _ => {}
+            }
+            assert_eq!(kv.free(), list.len() as u32, "step {step}");
+            assert_eq!(kv.oldest_free(4), list[..list.len().min(4)], "step {step}");
+            // The queue shrank with nothing taken from its front: compacted.
+            compactions += usize::from(kv.queue.len() < len && kv.dequeued == dequeued);
+            longest = longest.max(kv.queue.len());
+        }
+        assert!(compactions > 10, "{compactions} compactions");
+        assert!(longest <= 2 * CAPACITY as usize + 64, "{longest} entries");
+        // Whatever is left comes out in the list's order.
+        let mut rest = Vec::new();
+        kv.allocate_into(list.len() as u32, &mut rest);
+        assert_eq!(rest, list);
+        assert_eq!(kv.allocate(), None);
     }
 
     /// The index follows the blocks through eviction and reuse: a hash is found at the
