@@ -418,16 +418,20 @@ impl TraceReader {
     /// ids, session, parent), not its blocks: `blocks` and `block_ids` stay empty, and a
     /// Mooncake line's `hash_ids` are passed over, so a fault there (too few ids, a bad
     /// one) is not seen. For a pass over a trace's times ahead of reading it whole. Lines
-    /// skipped with `skip_invalid` are the same only in a full read: then this does
-    /// nothing.
+    /// skipped with `skip_invalid` are the same only in a full read: then this reads as
+    /// before. Either way the file is not hashed on the way ([`TraceReader::source`]
+    /// hashes it whole when asked).
     pub fn times_only(&mut self) {
         self.linker.times_only = !self.linker.options.skip_invalid;
+        self.source.unhashed();
     }
 
     /// Reads each request's chain without giving its blocks dense ids (`block_ids` stays
-    /// empty): for a pass over the trace that needs the chains alone.
+    /// empty), and without hashing the file on the way: for a pass over the trace that
+    /// needs the chains alone.
     pub fn chains_only(&mut self) {
         self.intern = false;
+        self.source.unhashed();
     }
 
     /// Reads the next request into `out`. `Ok(false)` at the end of the trace.

@@ -15,8 +15,9 @@ pub(crate) enum Source {
         offset: usize,
         /// The file's bytes before this are hashed into `hash` and let go from memory.
         behind: usize,
-        /// The running hash of the bytes before `behind`.
-        hash: Box<xxhash_rust::xxh3::Xxh3Default>,
+        /// The running hash of the bytes before `behind`; none for a pass whose reader is
+        /// never asked for it (see [`Source::unhashed`]).
+        hash: Option<Box<xxhash_rust::xxh3::Xxh3Default>>,
     },
     /// A gzip or zstd file, decompressed as it is read; one line at a time in `buf`.
     Stream {
@@ -44,7 +45,15 @@ impl Source {
             map,
             offset,
             behind: 0,
-            hash: Box::default(),
+            hash: Some(Box::default()),
+        }
+    }
+
+    /// Not hashed on the way: for a pass over the trace beside the one that reports it
+    /// (asked anyway, a mapped file is then hashed whole).
+    pub(crate) fn unhashed(&mut self) {
+        if let Source::Mapped { hash, .. } = self {
+            *hash = None;
         }
     }
 
@@ -56,6 +65,9 @@ impl Source {
         } = self
         else {
             return None;
+        };
+        let Some(hash) = hash else {
+            return Some(crate::workload::content_hash(&map[..]));
         };
         let mut hash = (**hash).clone();
         hash.update(&map[*behind..]);
@@ -145,7 +157,9 @@ impl Source {
             } => {
                 // Every few MiB read: hash what was read and let its pages go.
                 if *offset - *behind >= RELEASE_EVERY {
-                    hash.update(&map[*behind..*offset]);
+                    if let Some(hash) = hash {
+                        hash.update(&map[*behind..*offset]);
+                    }
                     *behind = *offset;
                     map.release_before(*behind);
                 }
@@ -163,6 +177,14 @@ impl Source {
                         let len = line.len();
                         return Ok(Some((consumed, &map[start..start + len])));
                     }
+                }
+                // At the end, the rest is hashed here, on the thread that reads (often not
+                // the one that asks for the hash).
+                if let Some(hash) = hash
+                    && *behind < map.len()
+                {
+                    hash.update(&map[*behind..]);
+                    *behind = map.len();
                 }
                 Ok(None)
             }
@@ -341,6 +363,11 @@ mod tests {
             "reading goes on after the hash"
         );
         assert!(request.prompt.starts_with(b"9000 "));
+        // A pass for the times alone does not hash on the way, and asked, hashes it whole.
+        let mut times = TraceReader::open(&path, TraceOptions::default()).unwrap();
+        times.times_only();
+        while times.next_into(&mut request).unwrap() {}
+        assert_eq!(times.source().content_hash, expected);
         std::fs::remove_file(&path).unwrap();
     }
 }
