@@ -5,9 +5,11 @@
 //! it), so the decisions, and every report, are the sequential loop's. Batches go back to
 //! the reader to be refilled: the queue allocates nothing once it is warm.
 
+use std::sync::OnceLock;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 
 use routerlab_trace::adapters::Adapters;
+use routerlab_trace::sharing::Sharing;
 use routerlab_trace::{TraceError, TraceReader, TraceRequest};
 
 /// Requests in a batch: enough that the hand-over costs nothing beside a decision, few
@@ -21,6 +23,9 @@ const QUEUED: usize = 4;
 /// first seen in it, and the error the read stopped at, if it did.
 struct Batch {
     requests: Vec<TraceRequest>,
+    /// For each request, how many leading blocks of its chain others may have, when the
+    /// trace's sharing was known as it was read (see [`Pull::shared`]).
+    shared: Vec<Option<usize>>,
     len: usize,
     new_adapters: Vec<String>,
     error: Option<TraceError>,
@@ -39,7 +44,7 @@ pub(crate) fn for_each<E: From<TraceError>>(
 ) -> Result<(), E> {
     std::thread::scope(|scope| {
         // The reader stops when `pull` goes: an error of `each` ends it too.
-        let mut pull = Pull::ahead(scope, reader);
+        let mut pull = Pull::ahead(scope, reader, None);
         while let Some((request, adapters)) = pull.next()? {
             each(request, adapters)?;
         }
@@ -81,15 +86,17 @@ impl<'r> Pull<'r> {
     }
 
     /// Reads `reader` on a thread of `scope`, which ends when the `Pull` is dropped (drop
-    /// it inside the scope, or the scope waits for a reader blocked on a full queue).
+    /// it inside the scope, or the scope waits for a reader blocked on a full queue). Once
+    /// `sharing` is set, that thread also works out what [`Pull::shared`] gives.
     pub(crate) fn ahead<'scope, 'env>(
         scope: &'scope std::thread::Scope<'scope, 'env>,
         reader: &'env mut TraceReader,
+        sharing: Option<&'env OnceLock<Sharing>>,
     ) -> Pull<'r> {
         let (full_tx, full_rx) = sync_channel::<Batch>(QUEUED);
         let (empty_tx, empty_rx) = sync_channel::<Batch>(QUEUED + 1);
         let adapters = reader.adapters().clone();
-        scope.spawn(move || read(reader, full_tx, empty_rx));
+        scope.spawn(move || read(reader, sharing, full_tx, empty_rx));
         Pull {
             adapters,
             from: Source::Ahead {
@@ -142,17 +149,38 @@ impl<'r> Pull<'r> {
             }
         }
     }
+
+    /// For the request [`Pull::next`] gave last, how many leading blocks of its chain
+    /// other requests' chains may have (`Sharing::shared_len`), when the reader's thread
+    /// worked it out: when the trace's sharing was known as it read the request. `None`
+    /// otherwise (read here, or before the sharing was known).
+    pub(crate) fn shared(&self) -> Option<usize> {
+        match &self.from {
+            Source::Here { .. } => None,
+            Source::Ahead { batch, next, .. } => {
+                let at = next.checked_sub(1)?;
+                batch.as_ref()?.shared.get(at).copied().flatten()
+            }
+        }
+    }
 }
 
 /// The reader's thread: fills batches (new, or handed back) until the trace ends, an
-/// error stops it, or the other side hangs up.
-fn read(reader: &mut TraceReader, full: SyncSender<Batch>, empty: Receiver<Batch>) {
+/// error stops it, or the other side hangs up; with each request, its chain's shared length
+/// once `sharing` is known.
+fn read(
+    reader: &mut TraceReader,
+    sharing: Option<&OnceLock<Sharing>>,
+    full: SyncSender<Batch>,
+    empty: Receiver<Batch>,
+) {
     let mut known = reader.adapters().len();
     loop {
         let mut batch = match empty.try_recv() {
             Ok(batch) => batch,
             Err(TryRecvError::Empty | TryRecvError::Disconnected) => Batch {
                 requests: Vec::new(),
+                shared: Vec::new(),
                 len: 0,
                 new_adapters: Vec::new(),
                 error: None,
@@ -165,9 +193,15 @@ fn read(reader: &mut TraceReader, full: SyncSender<Batch>, empty: Receiver<Batch
         while batch.len < BATCH {
             if batch.requests.len() == batch.len {
                 batch.requests.push(TraceRequest::default());
+                batch.shared.push(None);
             }
             match reader.next_into(&mut batch.requests[batch.len]) {
-                Ok(true) => batch.len += 1,
+                Ok(true) => {
+                    let known = sharing.and_then(OnceLock::get);
+                    batch.shared[batch.len] =
+                        known.map(|s| s.shared_len(&batch.requests[batch.len].blocks));
+                    batch.len += 1;
+                }
                 Ok(false) => {
                     ended = true;
                     break;
@@ -247,5 +281,60 @@ mod tests {
         assert_eq!(ahead.len(), 2000);
         assert_eq!(ahead, sequential);
         assert_eq!(ahead[1].3.as_deref(), Some("a0"));
+    }
+
+    /// Read ahead with the trace's sharing known, each request comes with its chain's
+    /// shared length as `Sharing::shared_len` gives it; without, with none.
+    #[test]
+    fn with_the_sharing_known_each_request_comes_with_its_shared_length() {
+        let path =
+            std::env::temp_dir().join(format!("routerlab-shared-{}.jsonl", std::process::id()));
+        // Even lines share all three blocks, odd ones only their first.
+        let text: String = (0..3000)
+            .map(|i| {
+                let ids = match i % 2 {
+                    0 => "0, 1, 2".to_owned(),
+                    _ => format!("0, {}, {}", 10 + 2 * i, 11 + 2 * i),
+                };
+                format!(
+                    "{{\"timestamp\": {i}, \"input_length\": 1536, \"output_length\": 1, \
+                     \"hash_ids\": [{ids}]}}\n"
+                )
+            })
+            .collect();
+        std::fs::write(&path, text).unwrap();
+        let open = || TraceReader::open(&path, routerlab_trace::TraceOptions::default()).unwrap();
+        let mut count = routerlab_trace::sharing::SharingCount::for_blocks(9_000);
+        let mut reader = open();
+        let mut request = TraceRequest::default();
+        while reader.next_into(&mut request).unwrap() {
+            count.add(&request.blocks);
+        }
+        let sharing = OnceLock::new();
+        let _ = sharing.set(count.done());
+        let unknown = OnceLock::new();
+        for (given, known) in [(&sharing, true), (&unknown, false)] {
+            let mut reader = open();
+            let lengths = std::thread::scope(|scope| {
+                let mut pull = Pull::ahead(scope, &mut reader, Some(given));
+                let mut lengths = Vec::new();
+                while let Some((request, _)) = pull.next().unwrap() {
+                    let expected = given.get().map(|s| s.shared_len(&request.blocks));
+                    let line = request.line;
+                    assert_eq!(pull.shared(), expected, "line {line}");
+                    lengths.push(expected);
+                }
+                lengths
+            });
+            assert_eq!(lengths.len(), 3000);
+            match known {
+                true => {
+                    assert_eq!(lengths[0], Some(3));
+                    assert_eq!(lengths[1], Some(1));
+                }
+                false => assert!(lengths.iter().all(Option::is_none)),
+            }
+        }
+        std::fs::remove_file(&path).unwrap();
     }
 }

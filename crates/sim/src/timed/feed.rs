@@ -46,6 +46,8 @@ pub(super) struct Stream<'a> {
 struct Slot {
     request: WorkloadRequest,
     chains: Chains,
+    /// Its chain's shared length, when the reader's thread worked it out (`Pull::shared`).
+    shared: Option<usize>,
 }
 
 impl<'a> Feed<'a> {
@@ -88,6 +90,16 @@ impl<'a> Feed<'a> {
         match self {
             Feed::Loaded { workload, .. } => &workload.requests[index],
             Feed::Streamed(stream) => &stream.slot(index).request,
+        }
+    }
+
+    /// How many leading blocks of request `index`'s trace chain other requests' chains may
+    /// have, when the reader's thread worked it out as it read it (streamed, once the
+    /// trace's sharing was known); `None` otherwise.
+    pub(super) fn shared_len(&self, index: usize) -> Option<usize> {
+        match self {
+            Feed::Loaded { .. } => None,
+            Feed::Streamed(stream) => stream.slot(index).shared,
         }
     }
 
@@ -165,6 +177,7 @@ impl<'a> Feed<'a> {
         stream.window.push_back(Some(Box::new(Slot {
             request,
             chains: Chains::new(),
+            shared: stream.pull.shared(),
         })));
         Ok(Some((index, at)))
     }

@@ -58,19 +58,14 @@ pub fn replay_timed_streamed(
     let mut sizes = settings.engine_block_sizes();
     sizes.sort_unstable();
     sizes.dedup();
-    if let Arrivals::Trace { speedup } = settings.arrivals {
-        // The first pass needs a file that can be read again (not a pipe).
-        let path = reader.source_path();
-        if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
-            return replay_loaded(reader, &sizes, replicas, settings, observer);
-        }
-        let mut times = reopen()?;
-        times.times_only();
-        match in_time_order(&mut times, speedup)? {
-            Some(requests) => observer.expected(requests),
-            None => return replay_loaded(reader, &sizes, replicas, settings, observer),
-        }
-    }
+    // The first pass over the times needs a file that can be read again (not a pipe).
+    let times = match settings.arrivals {
+        Arrivals::Trace { speedup } => match std::fs::metadata(reader.source_path()) {
+            Ok(meta) if meta.is_file() => Some(speedup),
+            _ => return replay_loaded(reader, &sizes, replicas, settings, observer),
+        },
+        Arrivals::Closed { .. } | Arrivals::Poisson { .. } => None,
+    };
     let header = Workload {
         source: routerlab_trace::TraceSource {
             path: reader.source_path().to_owned(),
@@ -80,7 +75,7 @@ pub fn replay_timed_streamed(
         },
         unit: reader.unit(),
         block_size: reader.block_size(),
-        engine_block_sizes: sizes,
+        engine_block_sizes: sizes.clone(),
         requests: Vec::new(),
         skipped: Default::default(),
         adapters: reader.adapters().clone(),
@@ -99,27 +94,43 @@ pub fn replay_timed_streamed(
     let sharing = OnceLock::new();
     let stop = AtomicBool::new(false);
     let report = std::thread::scope(|scope| {
+        // The counting starts first: it goes on beside the pass over the times.
         if let Some((again, bytes)) = counted {
             let (sharing, stop) = (&sharing, &stop);
             scope.spawn(move || super::sharing::count(again, bytes, sharing, stop));
         }
-        let pull = match ahead {
-            true => crate::read_ahead::Pull::ahead(scope, &mut reader),
-            false => crate::read_ahead::Pull::here(&mut reader),
+        let run = || {
+            if let Some(speedup) = times {
+                let mut times = reopen()?;
+                times.times_only();
+                match in_time_order(&mut times, speedup)? {
+                    Some(requests) => observer.expected(requests),
+                    None => return Ok(None),
+                }
+            }
+            let pull = match ahead {
+                true => crate::read_ahead::Pull::ahead(scope, &mut reader, Some(&sharing)),
+                false => crate::read_ahead::Pull::here(&mut reader),
+            };
+            let mut sim = Sim::new(
+                Feed::streamed(header, pull, clock),
+                replicas,
+                settings,
+                observer,
+            );
+            sim.events = Events::streamed();
+            sim.sharing = Some(&sharing);
+            sim.run(replicas)?;
+            Ok::<_, SimError>(Some(routerlab_report::checked(sim.report(replicas))))
         };
-        let mut sim = Sim::new(
-            Feed::streamed(header, pull, clock),
-            replicas,
-            settings,
-            observer,
-        );
-        sim.events = Events::streamed();
-        sim.sharing = Some(&sharing);
-        let run = sim.run(replicas);
+        let report = run();
         stop.store(true, Ordering::Relaxed);
-        run?;
-        Ok::<Report, SimError>(routerlab_report::checked(sim.report(replicas)))
+        report
     })?;
+    // Times that go back: the trace is loaded whole and replayed as `replay_timed`.
+    let Some(report) = report else {
+        return replay_loaded(reader, &sizes, replicas, settings, observer);
+    };
     let read = StreamedTrace {
         source: reader.source(),
         skipped: reader.skipped().clone(),
