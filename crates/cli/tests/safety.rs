@@ -324,13 +324,16 @@ fn a_crashing_plugin_is_named_and_the_signal_kept() {
 
 /// A mapped trace that shrinks while it is read (another process truncating it; here the
 /// `truncate` fixture plugin, on cue) faults on the next read: the report names the file,
-/// and the process still dies of SIGBUS. The trace is a scratch copy.
+/// and the process still dies of SIGBUS. The trace is a scratch copy, 40 times the small
+/// trace: longer than the reader may run ahead of the first decision (a few batches of
+/// 512), so reading goes on after the truncation whether or not it runs on a thread of its
+/// own.
 #[test]
 fn a_trace_truncated_while_read_is_named() {
     use std::os::unix::process::ExitStatusExt as _;
     let library = crash_fixture("truncate");
     let original = std::fs::read(project_trace("mooncake-small.jsonl")).expect("trace");
-    let trace = scratch_file("shrinks.jsonl", &original);
+    let trace = scratch_file("shrinks.jsonl", &original.repeat(40));
     let spec = format!("{}#truncate", library.display());
     let output = Replay::new(&spec, &trace)
         .args(&["--matcher-config", &format!("path: {}", trace.display())])
