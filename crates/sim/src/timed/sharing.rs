@@ -52,8 +52,8 @@ pub(super) fn count(
 impl Sim<'_> {
     /// Looks up, once, how many leading blocks of request `index`'s trace chain other
     /// requests' chains may have, when the trace's sharing is known (see
-    /// [`Sim::shared_blocks`]).
-    /// Streamed, the reader's thread has most often worked it out already.
+    /// [`Sim::shared_blocks`]). Streamed, the reading thread has most often worked it out
+    /// already.
     pub(super) fn note_sharing(&mut self, index: usize) {
         if self.sharing_of.0 != index {
             let shared = self.feed.shared_len(index).or_else(|| {

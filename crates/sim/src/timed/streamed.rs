@@ -59,7 +59,7 @@ pub fn replay_timed_streamed(
     sizes.sort_unstable();
     sizes.dedup();
     // The first pass over the times needs a file that can be read again (not a pipe).
-    let times = match settings.arrivals {
+    let times_pass = match settings.arrivals {
         Arrivals::Trace { speedup } => match std::fs::metadata(reader.source_path()) {
             Ok(meta) if meta.is_file() => Some(speedup),
             _ => return replay_loaded(reader, &sizes, replicas, settings, observer),
@@ -100,7 +100,7 @@ pub fn replay_timed_streamed(
             scope.spawn(move || super::sharing::count(again, bytes, sharing, stop));
         }
         let run = || {
-            if let Some(speedup) = times {
+            if let Some(speedup) = times_pass {
                 let mut times = reopen()?;
                 times.times_only();
                 match in_time_order(&mut times, speedup)? {
