@@ -29,7 +29,8 @@ const INDEXED: u32 = 1 << 30;
 const REFS: u32 = INDEXED - 1;
 
 /// The most blocks a cache may have (the engine settings' bound): small enough for a
-/// block's holders and its free-queue place to fit beside its flags (see [`Block`]).
+/// block's holders and its place in the free queue to fit, with its flags, in the 16 bytes
+/// a block takes.
 pub const MAX_BLOCKS: u32 = 1 << 24;
 
 impl Block {
