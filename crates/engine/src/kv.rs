@@ -169,7 +169,7 @@ impl KvCache {
     pub(crate) fn cached(&self, hash: u64) -> Option<u32> {
         let blocks = &self.blocks;
         (self.by_hash)
-            .find(mix64(hash), |id| holds(blocks, *id, hash))
+            .find(mix64(hash), |id| blocks[*id as usize].holds(hash))
             .copied()
     }
 
@@ -326,7 +326,7 @@ impl KvCache {
             if !blocks[id as usize].hashed()
                 && let Entry::Vacant(slot) = by_hash.entry(
                     mix64(hash),
-                    |other| holds(blocks, *other, hash),
+                    |other| blocks[*other as usize].holds(hash),
                     |other| mix64(blocks[*other as usize].hash),
                 )
             {
@@ -457,12 +457,6 @@ impl KvCache {
             entry
         });
     }
-}
-
-/// Whether block `id` holds `hash` now (an index entry may be stale).
-#[inline]
-fn holds(blocks: &[Block], id: u32, hash: u64) -> bool {
-    blocks[id as usize].holds(hash)
 }
 
 #[cfg(test)]
