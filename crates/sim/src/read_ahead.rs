@@ -96,7 +96,15 @@ impl<'r> Pull<'r> {
         let (full_tx, full_rx) = sync_channel::<Batch>(QUEUED);
         let (empty_tx, empty_rx) = sync_channel::<Batch>(QUEUED + 1);
         let adapters = reader.adapters().clone();
-        scope.spawn(move || read(reader, sharing, full_tx, empty_rx));
+        // The reader keeps off the caller's CPU (see `routerlab_os::cpu`), where it would
+        // take turns with the loop it reads for.
+        let loop_cpu = routerlab_os::cpu::current();
+        scope.spawn(move || {
+            if let Some(cpu) = loop_cpu {
+                routerlab_os::cpu::avoid(cpu);
+            }
+            read(reader, sharing, full_tx, empty_rx)
+        });
         Pull {
             adapters,
             from: Source::Ahead {
