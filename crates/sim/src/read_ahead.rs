@@ -16,6 +16,8 @@ use routerlab_trace::{TraceError, TraceReader, TraceRequest};
 /// enough that the reader is never far ahead (what is queued is at most
 /// `QUEUED × BATCH` requests).
 const BATCH: usize = 512;
+/// Requests in the first batch, which the loop waits for.
+const FIRST_BATCH: usize = 32;
 /// Batches queued between the threads.
 const QUEUED: usize = 4;
 
@@ -29,6 +31,21 @@ struct Batch {
     len: usize,
     new_adapters: Vec<String>,
     error: Option<TraceError>,
+}
+
+/// Runs `work` on a thread of `scope` kept off the caller's CPU (see `routerlab_os::cpu`):
+/// a helper of the loop running there would otherwise take turns with it on some kernels.
+pub(crate) fn spawn_apart<'scope, 'env>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    work: impl FnOnce() + Send + 'scope,
+) {
+    let loop_cpu = routerlab_os::cpu::current();
+    scope.spawn(move || {
+        if let Some(cpu) = loop_cpu {
+            routerlab_os::cpu::avoid(cpu);
+        }
+        work();
+    });
 }
 
 /// Whether a replay should read ahead: when a second core is there to run the reader.
@@ -96,15 +113,7 @@ impl<'r> Pull<'r> {
         let (full_tx, full_rx) = sync_channel::<Batch>(QUEUED);
         let (empty_tx, empty_rx) = sync_channel::<Batch>(QUEUED + 1);
         let adapters = reader.adapters().clone();
-        // The reader keeps off the caller's CPU (see `routerlab_os::cpu`), where it would
-        // take turns with the loop it reads for.
-        let loop_cpu = routerlab_os::cpu::current();
-        scope.spawn(move || {
-            if let Some(cpu) = loop_cpu {
-                routerlab_os::cpu::avoid(cpu);
-            }
-            read(reader, sharing, full_tx, empty_rx)
-        });
+        spawn_apart(scope, move || read(reader, sharing, full_tx, empty_rx));
         Pull {
             adapters,
             from: Source::Ahead {
@@ -183,6 +192,10 @@ fn read(
     empty: Receiver<Batch>,
 ) {
     let mut known = reader.adapters().len();
+    // The loop waits for the first batch: a short one starts it sooner. Each after is
+    // twice as long until they are full size: the reader, several times as fast as the
+    // loop, stays ahead.
+    let mut size = FIRST_BATCH;
     loop {
         let mut batch = match empty.try_recv() {
             Ok(batch) => batch,
@@ -198,7 +211,7 @@ fn read(
         batch.new_adapters.clear();
         batch.error = None;
         let mut ended = false;
-        while batch.len < BATCH {
+        while batch.len < size {
             if batch.requests.len() == batch.len {
                 batch.requests.push(TraceRequest::default());
                 batch.shared.push(None);
@@ -229,6 +242,7 @@ fn read(
             }
         }
         known = names.len();
+        size = (size * 2).min(BATCH);
         if full.send(batch).is_err() || ended {
             return;
         }

@@ -97,7 +97,9 @@ pub fn replay_timed_streamed(
         // The counting starts first: it goes on beside the pass over the times.
         if let Some((again, bytes)) = counted {
             let (sharing, stop) = (&sharing, &stop);
-            scope.spawn(move || super::sharing::count(again, bytes, sharing, stop));
+            crate::read_ahead::spawn_apart(scope, move || {
+                super::sharing::count(again, bytes, sharing, stop);
+            });
         }
         let run = || {
             if let Some(speedup) = times_pass {
