@@ -442,10 +442,9 @@ impl KvCache {
 
     /// The free queue is compacted before it would hold more entries than this, taken ones
     /// included: four a block (64 at least). After a compaction at most one a block
-    /// remains, so at least
-    /// three times as many releases as the cache has blocks come before the next: with
-    /// many hits (each leaves an entry behind), compacting at twice the cache took 3% of a
-    /// 64-engine replay.
+    /// remains, so at least three times as many releases as the cache has blocks come
+    /// before the next: with many hits (each leaves an entry behind), compacting at twice
+    /// the cache took 3% of a 64-engine replay.
     #[inline]
     fn queue_limit(&self) -> usize {
         (self.blocks.len() * 4).max(64)

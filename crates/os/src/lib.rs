@@ -6,8 +6,8 @@
 //! with SIGBUS, and the crash handler names the file). The plugin loader and the trace
 //! reader both depend on this crate; neither depends on the other. [`watchdog`] watches
 //! the same plugin calls for one that never returns; [`process`] ties a helper process's
-//! life to its parent's; [`cpu`] keeps the trace's reading thread off the CPU of the loop
-//! it reads for.
+//! life to its parent's; [`cpu`] keeps a replay's reading threads off the CPU of the loop
+//! they read for.
 //!
 //! `unsafe` is allowed in this crate, and each block says why it is sound.
 
