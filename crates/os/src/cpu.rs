@@ -43,22 +43,6 @@ pub fn avoid(cpu: usize) -> bool {
     }
 }
 
-/// The CPUs the calling thread may run on, by number (none when the system does not say).
-pub fn allowed() -> Vec<usize> {
-    #[cfg(target_os = "linux")]
-    {
-        linux::allowed().map_or_else(Vec::new, |set| {
-            (0..linux::SET_SIZE)
-                .filter(|c| linux::has(&set, *c))
-                .collect()
-        })
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        Vec::new()
-    }
-}
-
 #[cfg(target_os = "linux")]
 mod linux {
     /// CPUs a set can name.
@@ -97,13 +81,20 @@ mod linux {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 
+    /// The CPUs the calling thread may run on, by number.
+    fn allowed() -> Vec<usize> {
+        let set = linux::allowed().expect("Linux tells a thread's CPUs");
+        (0..linux::SET_SIZE)
+            .filter(|c| linux::has(&set, *c))
+            .collect()
+    }
+
     /// A thread told to avoid the CPU it is on leaves it when it may run elsewhere, and is
     /// left as it was when it may not.
-    #[cfg(target_os = "linux")]
     #[test]
     fn a_thread_avoids_the_cpu_it_is_told_to_when_it_has_another() {
         let cpu = current().expect("Linux tells a thread's CPU");
