@@ -107,11 +107,25 @@ impl Linker {
         out.parent_seq = parent_seq;
         out.prompt.clear();
         out.prompt_len = parsed.input_length;
-        out.arrival_ns = parsed.timestamp.map(|ms| (ms * 1e6).round() as u64);
+        out.arrival_ns = parsed.timestamp.map(|ms| round_up_from_half(ms * 1e6));
         out.output_tokens = parsed.output_length;
         out.adapter = adapter;
         out.session_end = parsed.session_end.unwrap_or(false);
         Ok(())
+    }
+}
+
+/// `x` rounded to the nearest integer, halves up: `x.round() as u64` for a finite `x` from
+/// 0 up to (not including) 2^64, without the call to the C library's `round` that
+/// `f64::round` is on the baseline x86-64 target (one in every line). The truncated part
+/// is exact: below 2^53 the integer part is, and from there on `x` is an integer.
+#[inline]
+fn round_up_from_half(x: f64) -> u64 {
+    let whole = x as u64;
+    if x - whole as f64 >= 0.5 {
+        whole + 1
+    } else {
+        whole
     }
 }
 
@@ -463,6 +477,27 @@ mod tests {
             serde::de::DeserializeSeed::deserialize(MooncakeSeed { blocks }, &mut de).ok()?;
         de.end().ok()?;
         Some(format!("{line:?}"))
+    }
+
+    #[test]
+    fn milliseconds_round_to_nanoseconds_as_f64_round_does() {
+        let mut rng = routerlab_core::SeededRng::new(5);
+        let mut xs = vec![0.0, 0.5, 1.5, 2.5, 0.49999999999999994, 4503599627370495.5];
+        xs.extend([
+            2f64.powi(52),
+            2f64.powi(53),
+            2f64.powi(53) + 2.0,
+            2f64.powi(63),
+        ]);
+        xs.push(u64::MAX as f64 - 4096.0);
+        for _ in 0..100_000 {
+            let ms = rng.below(1 << 40) as f64 + rng.below(1000) as f64 / 1000.0;
+            xs.push(ms * 1e6);
+            xs.push(rng.below(u64::MAX >> 11) as f64 + 0.5);
+        }
+        for x in xs {
+            assert_eq!(round_up_from_half(x), x.round() as u64, "{x}");
+        }
     }
 
     #[test]
