@@ -10,7 +10,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 
 use routerlab_trace::adapters::Adapters;
 use routerlab_trace::sharing::Sharing;
-use routerlab_trace::{TraceError, TraceReader, TraceRequest};
+use routerlab_trace::{HashJob, TraceError, TraceReader, TraceRequest};
 
 /// Requests in a batch: enough that the hand-over costs nothing beside a decision, few
 /// enough that the reader is never far ahead (what is queued is at most
@@ -55,13 +55,16 @@ pub(crate) fn worth_it() -> bool {
 
 /// Calls `each` with every request of `reader` in file order, and the adapter names known
 /// so far, reading on a second thread; stops at the first error, `each`'s or the read's.
+/// While it waits for the reader, the caller's thread hashes the file for it (see
+/// `TraceReader::hash_elsewhere`).
 pub(crate) fn for_each<E: From<TraceError>>(
     reader: &mut TraceReader,
     mut each: impl FnMut(&TraceRequest, &Adapters) -> Result<(), E>,
 ) -> Result<(), E> {
     std::thread::scope(|scope| {
         // The reader stops when `pull` goes: an error of `each` ends it too.
-        let mut pull = Pull::ahead(scope, reader, None);
+        let idle = reader.hash_elsewhere();
+        let mut pull = Pull::ahead(scope, reader, None, idle);
         while let Some((request, adapters)) = pull.next()? {
             each(request, adapters)?;
         }
@@ -87,6 +90,8 @@ enum Source<'r> {
         empty: SyncSender<Batch>,
         batch: Option<Batch>,
         next: usize,
+        /// What to do while no batch is there.
+        idle: Option<HashJob>,
     },
 }
 
@@ -104,11 +109,13 @@ impl<'r> Pull<'r> {
 
     /// Reads `reader` on a thread of `scope`, which ends when the `Pull` is dropped (drop
     /// it inside the scope, or the scope waits for a reader blocked on a full queue). Once
-    /// `sharing` is set, that thread also works out what [`Pull::shared`] gives.
+    /// `sharing` is set, that thread also works out what [`Pull::shared`] gives. The
+    /// caller's thread steps `idle` whenever it would wait for a batch.
     pub(crate) fn ahead<'scope, 'env>(
         scope: &'scope std::thread::Scope<'scope, 'env>,
         reader: &'env mut TraceReader,
         sharing: Option<&'env OnceLock<Sharing>>,
+        idle: Option<HashJob>,
     ) -> Pull<'r> {
         let (full_tx, full_rx) = sync_channel::<Batch>(QUEUED);
         let (empty_tx, empty_rx) = sync_channel::<Batch>(QUEUED + 1);
@@ -121,6 +128,7 @@ impl<'r> Pull<'r> {
                 empty: empty_tx,
                 batch: None,
                 next: 0,
+                idle,
             },
         }
     }
@@ -141,6 +149,7 @@ impl<'r> Pull<'r> {
                 empty,
                 batch,
                 next,
+                idle,
             } => {
                 while batch.as_ref().is_none_or(|b| *next == b.len) {
                     if let Some(mut done) = batch.take() {
@@ -151,7 +160,7 @@ impl<'r> Pull<'r> {
                         let _ = empty.try_send(done);
                     }
                     // The reader hung up: the trace is over.
-                    let Ok(arrived) = full.recv() else {
+                    let Some(arrived) = arrival(full, idle.as_ref()) else {
                         return Ok(None);
                     };
                     for name in &arrived.new_adapters {
@@ -178,6 +187,19 @@ impl<'r> Pull<'r> {
                 let at = next.checked_sub(1)?;
                 batch.as_ref()?.shared.get(at).copied().flatten()
             }
+        }
+    }
+}
+
+/// The next batch from `full`, `idle` stepped while there is none yet; `None` when the
+/// reader hung up.
+fn arrival(full: &Receiver<Batch>, idle: Option<&HashJob>) -> Option<Batch> {
+    loop {
+        match full.try_recv() {
+            Ok(batch) => return Some(batch),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) if idle.is_some_and(HashJob::step) => {}
+            Err(TryRecvError::Empty) => return full.recv().ok(),
         }
     }
 }
@@ -338,7 +360,7 @@ mod tests {
         for (given, known) in [(&sharing, true), (&unknown, false)] {
             let mut reader = open();
             let lengths = std::thread::scope(|scope| {
-                let mut pull = Pull::ahead(scope, &mut reader, Some(given));
+                let mut pull = Pull::ahead(scope, &mut reader, Some(given), None);
                 let mut lengths = Vec::new();
                 while let Some((request, _)) = pull.next().unwrap() {
                     let expected = given.get().map(|s| s.shared_len(&request.blocks));

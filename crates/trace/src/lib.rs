@@ -29,4 +29,5 @@ mod zstd;
 
 pub use error::{Fault, TraceError};
 pub use reader::{TraceFormat, TraceOptions, TraceReader, TraceRequest};
+pub use source::HashJob;
 pub use workload::{TraceSource, Workload, WorkloadRequest};

@@ -426,6 +426,15 @@ impl TraceReader {
         self.source.unhashed();
     }
 
+    /// A mapped file is hashed (for [`TraceReader::source`]) by whoever has time for it,
+    /// with the job this gives, not on the way by the thread that reads: for a reading
+    /// thread that is the slower of two. What the job has not hashed when the hash is
+    /// asked is hashed then. `None`, and nothing changes, for a compressed or piped trace,
+    /// or once reading has hashed part of the file (its first 8 MiB).
+    pub fn hash_elsewhere(&mut self) -> Option<crate::source::HashJob> {
+        self.source.hash_elsewhere(&self.linker.path)
+    }
+
     /// Reads each request's chain without giving its blocks dense ids (`block_ids` stays
     /// empty), and without hashing the file on the way: for a pass over the trace that
     /// needs the chains alone.

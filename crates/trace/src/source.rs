@@ -18,6 +18,8 @@ pub(crate) enum Source {
         /// The running hash of the bytes before `behind`; none for a pass whose reader is
         /// never asked for it (see [`Source::unhashed`]).
         hash: Option<Box<xxhash_rust::xxh3::Xxh3Default>>,
+        /// The file hashed whole elsewhere instead (see [`Source::hash_elsewhere`]).
+        elsewhere: Option<HashJob>,
     },
     /// A gzip or zstd file, decompressed as it is read; one line at a time in `buf`.
     Stream {
@@ -46,14 +48,40 @@ impl Source {
             offset,
             behind: 0,
             hash: Some(Box::default()),
+            elsewhere: None,
         }
+    }
+
+    /// A mapped file that would be hashed on the way (by the thread that reads it) is
+    /// hashed instead by whoever has time, with the job this gives (see [`HashJob`]);
+    /// `None`, and nothing changes, for any other source or once part of the file was
+    /// hashed on the way.
+    pub(crate) fn hash_elsewhere(&mut self, path: &std::path::Path) -> Option<HashJob> {
+        let Source::Mapped {
+            map,
+            behind: 0,
+            hash: hash @ Some(_),
+            elsewhere,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        let job = HashJob::of(path, map.len());
+        *hash = None;
+        *elsewhere = Some(job.clone());
+        Some(job)
     }
 
     /// Not hashed on the way: for a pass over the trace beside the one that reports it
     /// (asked anyway, a mapped file is then hashed whole).
     pub(crate) fn unhashed(&mut self) {
-        if let Source::Mapped { hash, .. } = self {
+        if let Source::Mapped {
+            hash, elsewhere, ..
+        } = self
+        {
             *hash = None;
+            *elsewhere = None;
         }
     }
 
@@ -61,17 +89,96 @@ impl Source {
     /// what was hashed on the way, then the rest (read again only where not read yet).
     pub(crate) fn mapped_hash(&self) -> Option<String> {
         let Source::Mapped {
-            map, behind, hash, ..
+            map,
+            behind,
+            hash,
+            elsewhere,
+            ..
         } = self
         else {
             return None;
         };
+        if let Some(whole) = elsewhere.as_ref().and_then(HashJob::finish) {
+            return Some(whole);
+        }
         let Some(hash) = hash else {
             return Some(crate::workload::content_hash(&map[..]));
         };
         let mut hash = (**hash).clone();
         hash.update(&map[*behind..]);
         Some(format!("{:016x}", hash.digest()))
+    }
+}
+
+/// The hashing of a mapped trace (its content hash, for the report), done by whoever has
+/// time for it: a piece at a time with [`HashJob::step`], from a map of the file of its
+/// own, while the reader reads. What is left is done when the reader is asked for the hash.
+/// A replay's loop takes it on while it waits for the reading thread, which then has that
+/// much less to do.
+#[derive(Clone)]
+pub struct HashJob(std::sync::Arc<std::sync::Mutex<Hashing>>);
+
+struct Hashing {
+    /// The file's own map; `None` once hashed whole, or when it could not be mapped as the
+    /// reader read it (then the reader hashes its own map).
+    map: Option<MappedFile>,
+    /// Bytes hashed so far.
+    at: usize,
+    hash: xxhash_rust::xxh3::Xxh3Default,
+    /// The hash, as `crate::workload::content_hash` writes it, once done.
+    done: Option<String>,
+}
+
+/// Bytes hashed in one [`HashJob::step`]: a few tens of microseconds.
+const PIECE: usize = 256 << 10;
+
+impl HashJob {
+    /// The hashing of the file at `path`, which the reader mapped at `len` bytes: a file
+    /// put in its place since, of another size, is not hashed for it.
+    fn of(path: &std::path::Path, len: usize) -> HashJob {
+        let map = MappedFile::open(path).ok().filter(|m| m.len() == len);
+        HashJob(std::sync::Arc::new(std::sync::Mutex::new(Hashing {
+            map,
+            at: 0,
+            hash: xxhash_rust::xxh3::Xxh3Default::new(),
+            done: None,
+        })))
+    }
+
+    fn hashing(&self) -> std::sync::MutexGuard<'_, Hashing> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Hashes one more piece of the file; `false` when there was none left.
+    pub fn step(&self) -> bool {
+        self.hashing().step()
+    }
+
+    /// The hash, the rest hashed first; `None` when the file could not be mapped for it.
+    fn finish(&self) -> Option<String> {
+        let mut hashing = self.hashing();
+        while hashing.step() {}
+        hashing.done.clone()
+    }
+}
+
+impl Hashing {
+    fn step(&mut self) -> bool {
+        let Some(map) = &mut self.map else {
+            return false;
+        };
+        let end = map.len().min(self.at + PIECE);
+        self.hash.update(&map[self.at..end]);
+        self.at = end;
+        if end == map.len() {
+            self.done = Some(format!("{:016x}", self.hash.digest()));
+            self.map = None;
+        } else if end % RELEASE_EVERY == 0 {
+            map.release_before(end);
+        }
+        true
     }
 }
 
@@ -154,6 +261,7 @@ impl Source {
                 offset,
                 behind,
                 hash,
+                ..
             } => {
                 // Every few MiB read: hash what was read and let its pages go.
                 if *offset - *behind >= RELEASE_EVERY {
@@ -368,6 +476,33 @@ mod tests {
         times.times_only();
         while times.next_into(&mut request).unwrap() {}
         assert_eq!(times.source().content_hash, expected);
+        // Hashed elsewhere, in part or not at all before the hash is asked: the same hash.
+        for steps in [0, 3, usize::MAX] {
+            let mut elsewhere = TraceReader::open(&path, TraceOptions::default()).unwrap();
+            let job = elsewhere.hash_elsewhere().expect("a mapped file");
+            let stepped = (0..steps).take_while(|_| job.step()).count();
+            assert_eq!(stepped, steps.min(text.len().div_ceil(super::PIECE)));
+            while elsewhere.next_into(&mut request).unwrap() {}
+            assert_eq!(elsewhere.source().content_hash, expected);
+            assert!(!job.step(), "nothing left");
+        }
+        // Once part of the file was hashed on the way, it stays so.
+        let mut late = TraceReader::open(&path, TraceOptions::default()).unwrap();
+        for _ in 0..9_000 {
+            assert!(late.next_into(&mut request).unwrap());
+        }
+        assert!(late.hash_elsewhere().is_none());
+        // A file put in its place before the job maps it (another size): the hash is still
+        // of the file that was read.
+        let mut moved = TraceReader::open(&path, TraceOptions::default()).unwrap();
+        let other = path.with_extension("other");
+        std::fs::write(&other, "{\"prompt\": \"other\"}\n").unwrap();
+        std::fs::rename(&other, &path).unwrap();
+        let job = moved.hash_elsewhere().expect("a mapped file");
+        assert!(!job.step(), "nothing to hash");
+        assert!(moved.next_into(&mut request).unwrap());
+        assert!(request.prompt.starts_with(b"0 "));
+        assert_eq!(moved.source().content_hash, expected);
         std::fs::remove_file(&path).unwrap();
     }
 }

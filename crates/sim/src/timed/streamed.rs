@@ -111,7 +111,7 @@ pub fn replay_timed_streamed(
                 }
             }
             let pull = match ahead {
-                true => crate::read_ahead::Pull::ahead(scope, &mut reader, Some(&sharing)),
+                true => crate::read_ahead::Pull::ahead(scope, &mut reader, Some(&sharing), None),
                 false => crate::read_ahead::Pull::here(&mut reader),
             };
             let mut sim = Sim::new(
