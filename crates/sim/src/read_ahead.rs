@@ -6,7 +6,7 @@
 //! the reader to be refilled: the queue allocates nothing once it is warm.
 
 use std::sync::OnceLock;
-use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
 
 use routerlab_trace::adapters::Adapters;
 use routerlab_trace::sharing::Sharing;
@@ -55,8 +55,8 @@ pub(crate) fn worth_it() -> bool {
 
 /// Calls `each` with every request of `reader` in file order, and the adapter names known
 /// so far, reading on a second thread; stops at the first error, `each`'s or the read's.
-/// While it waits for the reader, the caller's thread hashes the file for it (see
-/// `TraceReader::hash_elsewhere`).
+/// Whichever thread waits for the other hashes the file meanwhile (see
+/// `TraceReader::hash_elsewhere`), so the reader has that much less to do.
 pub(crate) fn for_each<E: From<TraceError>>(
     reader: &mut TraceReader,
     mut each: impl FnMut(&TraceRequest, &Adapters) -> Result<(), E>,
@@ -109,8 +109,9 @@ impl<'r> Pull<'r> {
 
     /// Reads `reader` on a thread of `scope`, which ends when the `Pull` is dropped (drop
     /// it inside the scope, or the scope waits for a reader blocked on a full queue). Once
-    /// `sharing` is set, that thread also works out what [`Pull::shared`] gives. The
-    /// caller's thread steps `idle` whenever it would wait for a batch.
+    /// `sharing` is set, that thread also works out what [`Pull::shared`] gives. Either
+    /// thread steps `idle` whenever it would wait for the other: the caller's for a batch,
+    /// the reader's for room in the queue.
     pub(crate) fn ahead<'scope, 'env>(
         scope: &'scope std::thread::Scope<'scope, 'env>,
         reader: &'env mut TraceReader,
@@ -120,7 +121,10 @@ impl<'r> Pull<'r> {
         let (full_tx, full_rx) = sync_channel::<Batch>(QUEUED);
         let (empty_tx, empty_rx) = sync_channel::<Batch>(QUEUED + 1);
         let adapters = reader.adapters().clone();
-        spawn_apart(scope, move || read(reader, sharing, full_tx, empty_rx));
+        let reader_idle = idle.clone();
+        spawn_apart(scope, move || {
+            read(reader, sharing, reader_idle.as_ref(), full_tx, empty_rx);
+        });
         Pull {
             adapters,
             from: Source::Ahead {
@@ -206,10 +210,11 @@ fn arrival(full: &Receiver<Batch>, idle: Option<&HashJob>) -> Option<Batch> {
 
 /// The reader's thread: fills batches (new, or handed back) until the trace ends, an
 /// error stops it, or the other side hangs up; with each request, its chain's shared length
-/// once `sharing` is known.
+/// once `sharing` is known. While the queue is full it steps `idle`.
 fn read(
     reader: &mut TraceReader,
     sharing: Option<&OnceLock<Sharing>>,
+    idle: Option<&HashJob>,
     full: SyncSender<Batch>,
     empty: Receiver<Batch>,
 ) {
@@ -265,8 +270,21 @@ fn read(
         }
         known = names.len();
         size = (size * 2).min(BATCH);
-        if full.send(batch).is_err() || ended {
+        if !hand_over(&full, batch, idle) || ended {
             return;
+        }
+    }
+}
+
+/// Puts `batch` on the queue, `idle` stepped while the queue is full; `false` when the
+/// other side hung up.
+fn hand_over(full: &SyncSender<Batch>, mut batch: Batch, idle: Option<&HashJob>) -> bool {
+    loop {
+        match full.try_send(batch) {
+            Ok(()) => return true,
+            Err(TrySendError::Disconnected(_)) => return false,
+            Err(TrySendError::Full(back)) if idle.is_some_and(HashJob::step) => batch = back,
+            Err(TrySendError::Full(back)) => return full.send(back).is_ok(),
         }
     }
 }
@@ -274,6 +292,40 @@ fn read(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The file is hashed for the report whichever thread waits: the caller (a quick
+    /// `each`, the reader ahead of it) or the reader (a slow one, the queue full).
+    #[test]
+    fn the_trace_is_hashed_whole_whichever_thread_waits() {
+        let path =
+            std::env::temp_dir().join(format!("routerlab-ahead-hash-{}.jsonl", std::process::id()));
+        // About 6 MiB: two dozen pieces of the hash.
+        let line = |i: usize| format!("{{\"prompt\": \"{i} {}\"}}\n", "y".repeat(600));
+        let text: String = (0..10_000).map(line).collect();
+        std::fs::write(&path, &text).unwrap();
+        let expected = format!("{:016x}", routerlab_core::hash::hash64(text.as_bytes(), 0));
+        for slow in [false, true] {
+            let mut reader =
+                TraceReader::open(&path, routerlab_trace::TraceOptions::default()).unwrap();
+            let mut seen = 0;
+            for_each::<TraceError>(&mut reader, |request, _| {
+                seen += 1;
+                assert!(
+                    request
+                        .prompt
+                        .starts_with(format!("{} ", seen - 1).as_bytes())
+                );
+                if slow && seen % 500 == 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(seen, 10_000);
+            assert_eq!(reader.source().content_hash, expected, "slow: {slow}");
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
 
     #[test]
     fn every_request_arrives_in_order_with_its_adapter_named() {

@@ -113,8 +113,7 @@ impl Source {
 /// The hashing of a mapped trace (its content hash, for the report), done by whoever has
 /// time for it: a piece at a time with [`HashJob::step`], from a map of the file of its
 /// own, while the reader reads. What is left is done when the reader is asked for the hash.
-/// A replay's loop takes it on while it waits for the reading thread, which then has that
-/// much less to do.
+/// A replay's two threads take it on whenever one waits for the other.
 #[derive(Clone)]
 pub struct HashJob(std::sync::Arc<std::sync::Mutex<Hashing>>);
 
@@ -151,9 +150,14 @@ impl HashJob {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Hashes one more piece of the file; `false` when there was none left.
+    /// Hashes one more piece of the file; `false` when there was none left, or when
+    /// another thread is hashing it now (then waiting is as good as hashing).
     pub fn step(&self) -> bool {
-        self.hashing().step()
+        match self.0.try_lock() {
+            Ok(mut hashing) => hashing.step(),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner().step(),
+            Err(std::sync::TryLockError::WouldBlock) => false,
+        }
     }
 
     /// The hash, the rest hashed first; `None` when the file could not be mapped for it.
