@@ -13,13 +13,11 @@ pub(crate) enum Source {
     Mapped {
         map: MappedFile,
         offset: usize,
-        /// The file's bytes before this are hashed into `hash` and let go from memory.
+        /// The file's bytes before this are let go from memory (hashed first, when `hash`
+        /// is on the way).
         behind: usize,
-        /// The running hash of the bytes before `behind`; none for a pass whose reader is
-        /// never asked for it (see [`Source::unhashed`]).
-        hash: Option<Box<xxhash_rust::xxh3::Xxh3Default>>,
-        /// The file hashed whole elsewhere instead (see [`Source::hash_elsewhere`]).
-        elsewhere: Option<HashJob>,
+        /// How the file's content hash is worked out.
+        hash: MappedHash,
     },
     /// A gzip or zstd file, decompressed as it is read; one line at a time in `buf`.
     Stream {
@@ -37,6 +35,17 @@ pub(crate) enum Source {
     },
 }
 
+/// How a mapped file's content hash (for the report) is worked out.
+pub(crate) enum MappedHash {
+    /// On the way, by the reader: the running hash of the bytes before `behind`.
+    OnTheWay(Box<xxhash_rust::xxh3::Xxh3Default>),
+    /// By whoever has time (see [`Source::hash_elsewhere`]).
+    Elsewhere(HashJob),
+    /// Only when asked, the file whole: for a pass whose reader is never asked for it
+    /// (see [`Source::unhashed`]).
+    WhenAsked,
+}
+
 /// Bytes read between two releases of a mapped file's pages.
 const RELEASE_EVERY: usize = 8 << 20;
 
@@ -47,8 +56,7 @@ impl Source {
             map,
             offset,
             behind: 0,
-            hash: Some(Box::default()),
-            elsewhere: None,
+            hash: MappedHash::OnTheWay(Box::default()),
         }
     }
 
@@ -60,53 +68,45 @@ impl Source {
         let Source::Mapped {
             map,
             behind: 0,
-            hash: hash @ Some(_),
-            elsewhere,
+            hash: hash @ MappedHash::OnTheWay(_),
             ..
         } = self
         else {
             return None;
         };
         let job = HashJob::of(path, map.len());
-        *hash = None;
-        *elsewhere = Some(job.clone());
+        *hash = MappedHash::Elsewhere(job.clone());
         Some(job)
     }
 
     /// Not hashed on the way: for a pass over the trace beside the one that reports it
     /// (asked anyway, a mapped file is then hashed whole).
     pub(crate) fn unhashed(&mut self) {
-        if let Source::Mapped {
-            hash, elsewhere, ..
-        } = self
-        {
-            *hash = None;
-            *elsewhere = None;
+        if let Source::Mapped { hash, .. } = self {
+            *hash = MappedHash::WhenAsked;
         }
     }
 
     /// The xxh3-64 of a mapped file's bytes, as `crate::workload::content_hash` writes it:
-    /// what was hashed on the way, then the rest (read again only where not read yet).
+    /// what was hashed on the way and then the rest, or the job's hash, or the file
+    /// hashed whole (read again only where not read yet).
     pub(crate) fn mapped_hash(&self) -> Option<String> {
         let Source::Mapped {
-            map,
-            behind,
-            hash,
-            elsewhere,
-            ..
+            map, behind, hash, ..
         } = self
         else {
             return None;
         };
-        if let Some(whole) = elsewhere.as_ref().and_then(HashJob::finish) {
-            return Some(whole);
-        }
-        let Some(hash) = hash else {
-            return Some(crate::workload::content_hash(&map[..]));
-        };
-        let mut hash = (**hash).clone();
-        hash.update(&map[*behind..]);
-        Some(format!("{:016x}", hash.digest()))
+        let whole = || crate::workload::content_hash(&map[..]);
+        Some(match hash {
+            MappedHash::OnTheWay(hash) => {
+                let mut hash = (**hash).clone();
+                hash.update(&map[*behind..]);
+                format!("{:016x}", hash.digest())
+            }
+            MappedHash::Elsewhere(job) => job.finish().unwrap_or_else(whole),
+            MappedHash::WhenAsked => whole(),
+        })
     }
 }
 
@@ -269,7 +269,7 @@ impl Source {
             } => {
                 // Every few MiB read: hash what was read and let its pages go.
                 if *offset - *behind >= RELEASE_EVERY {
-                    if let Some(hash) = hash {
+                    if let MappedHash::OnTheWay(hash) = hash {
                         hash.update(&map[*behind..*offset]);
                     }
                     *behind = *offset;
@@ -292,7 +292,7 @@ impl Source {
                 }
                 // At the end, the rest is hashed here, on the thread that reads (often not
                 // the one that asks for the hash).
-                if let Some(hash) = hash
+                if let MappedHash::OnTheWay(hash) = hash
                     && *behind < map.len()
                 {
                     hash.update(&map[*behind..]);
