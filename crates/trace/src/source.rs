@@ -265,7 +265,6 @@ impl Source {
                 offset,
                 behind,
                 hash,
-                ..
             } => {
                 // Every few MiB read: hash what was read and let its pages go.
                 if *offset - *behind >= RELEASE_EVERY {
