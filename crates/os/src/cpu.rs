@@ -43,6 +43,24 @@ pub fn avoid(cpu: usize) -> bool {
     }
 }
 
+/// Lets the calling thread run only on a CPU no other thread wants (Linux's `SCHED_IDLE`):
+/// for work that helps but is not waited for, so that a thread that is waited for, woken
+/// on the same CPU, takes it at once instead of after the helper's turn. `false` when the
+/// system refuses, or elsewhere than on Linux; nothing changes then.
+pub fn background() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: pid 0 is the calling thread; the call only reads `param`, which lives
+        // across it.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) == 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
 #[cfg(target_os = "linux")]
 mod linux {
     /// CPUs a set can name.
@@ -118,5 +136,25 @@ mod tests {
         }
         // The caller's own CPUs are untouched.
         assert_eq!(allowed(), before);
+    }
+
+    /// The calling thread's scheduling policy.
+    fn policy() -> i32 {
+        // SAFETY: pid 0 is the calling thread; the call takes nothing else.
+        unsafe { libc::sched_getscheduler(0) }
+    }
+
+    /// A thread put in the background runs under `SCHED_IDLE` from then on; the thread
+    /// that started it keeps its own policy.
+    #[test]
+    fn a_thread_put_in_the_background_is_scheduled_as_idle_and_no_other() {
+        let before = policy();
+        assert_ne!(before, libc::SCHED_IDLE);
+        let (done, after) = std::thread::spawn(|| (background(), policy()))
+            .join()
+            .unwrap();
+        assert!(done, "Linux lets a thread lower its own policy");
+        assert_eq!(after, libc::SCHED_IDLE);
+        assert_eq!(policy(), before);
     }
 }

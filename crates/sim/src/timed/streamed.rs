@@ -98,10 +98,18 @@ pub fn replay_timed_streamed(
         if let Some((again, bytes)) = counted {
             let (sharing, stop) = (&sharing, &stop);
             crate::read_ahead::spawn_apart(scope, move || {
+                // The reader, woken on the same CPU, goes first.
+                routerlab_os::cpu::background();
                 super::sharing::count(again, bytes, sharing, stop);
             });
         }
         let run = || {
+            // The reader starts before the pass over the times, and has the first batches
+            // ready when the loop starts.
+            let pull = match ahead {
+                true => crate::read_ahead::Pull::ahead(scope, &mut reader, Some(&sharing), None),
+                false => crate::read_ahead::Pull::here(&mut reader),
+            };
             if let Some(speedup) = times_pass {
                 let mut times = reopen()?;
                 times.times_only();
@@ -110,10 +118,6 @@ pub fn replay_timed_streamed(
                     None => return Ok(None),
                 }
             }
-            let pull = match ahead {
-                true => crate::read_ahead::Pull::ahead(scope, &mut reader, Some(&sharing), None),
-                false => crate::read_ahead::Pull::here(&mut reader),
-            };
             let mut sim = Sim::new(
                 Feed::streamed(header, pull, clock),
                 replicas,
@@ -129,9 +133,10 @@ pub fn replay_timed_streamed(
         stop.store(true, Ordering::Relaxed);
         report
     })?;
-    // Times that go back: the trace is loaded whole and replayed as `replay_timed`.
+    // Times that go back: the trace is loaded whole and replayed as `replay_timed`, read
+    // afresh (the reader may have read ahead).
     let Some(report) = report else {
-        return replay_loaded(reader, &sizes, replicas, settings, observer);
+        return replay_loaded(reopen()?, &sizes, replicas, settings, observer);
     };
     let read = StreamedTrace {
         source: reader.source(),
