@@ -125,27 +125,27 @@ impl KvCache {
             capacity <= MAX_BLOCKS,
             "a KV cache of {capacity} blocks: at most {MAX_BLOCKS}"
         );
-        let mut cache = KvCache {
-            blocks: Vec::with_capacity(capacity as usize),
+        // Every block free and empty, each at its own place in the free queue: what
+        // releasing them one by one in order would leave, written in one pass each.
+        let blocks = (0..capacity)
+            .map(|id| Block {
+                hash: 0,
+                queued_at: id,
+                state: 0,
+            })
+            .collect();
+        KvCache {
+            blocks,
             // Room for every block up front, up to a bound; a cache that fills it is given
             // its full room at its first rebuild (`sweep`).
             by_hash: HashTable::with_capacity(capacity.min(1 << 14) as usize),
-            queue: Vec::with_capacity(capacity as usize),
+            queue: (0..capacity).collect(),
             head: 0,
             first: 0,
-            free: 0,
+            free: capacity,
             evictions: 0,
             events: None,
-        };
-        for id in 0..capacity {
-            cache.blocks.push(Block {
-                hash: 0,
-                queued_at: 0,
-                state: 0,
-            });
-            cache.push_free(id);
         }
-        cache
     }
 
     /// Blocks in total.
