@@ -96,6 +96,10 @@ impl Observer for Bar<'_> {
         Ok(())
     }
 
+    fn wants_finished(&self) -> bool {
+        false
+    }
+
     fn progress(&mut self, done: u64) {
         if let Some(bar) = &self.bar {
             self.bars.reveal();

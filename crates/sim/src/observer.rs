@@ -19,6 +19,11 @@ pub trait Observer {
     /// One finished request (timed replay); an error stops the run.
     fn finished(&mut self, record: &RequestRecord) -> Result<(), SimError>;
 
+    /// Whether [`Observer::finished`] wants records (building them costs a little).
+    fn wants_finished(&self) -> bool {
+        true
+    }
+
     /// One decided request (time-free replay); an error stops the run.
     fn routed(&mut self, _record: &RoutedRecord) -> Result<(), SimError> {
         Ok(())
@@ -44,6 +49,10 @@ pub struct NoObserver;
 impl Observer for NoObserver {
     fn finished(&mut self, _record: &RequestRecord) -> Result<(), SimError> {
         Ok(())
+    }
+
+    fn wants_finished(&self) -> bool {
+        false
     }
 }
 
@@ -126,6 +135,10 @@ impl Observer for Tee<'_> {
 
     fn wants_routed(&self) -> bool {
         self.0.wants_routed() || self.1.wants_routed()
+    }
+
+    fn wants_finished(&self) -> bool {
+        self.0.wants_finished() || self.1.wants_finished()
     }
 }
 

@@ -58,29 +58,53 @@ pub fn engine_chain_of(
     prompt_tokens: u32,
     engine_block: u32,
 ) -> Vec<u64> {
+    let mut chain = Vec::new();
+    engine_chain_into(
+        format,
+        request,
+        trace_block,
+        prompt_tokens,
+        engine_block,
+        &mut chain,
+    );
+    chain
+}
+
+/// [`engine_chain_of`] into `chain` (emptied first), in the room it has.
+pub fn engine_chain_into(
+    format: TraceFormat,
+    request: RequestParts<'_>,
+    trace_block: u32,
+    prompt_tokens: u32,
+    engine_block: u32,
+    chain: &mut Vec<u64>,
+) {
+    chain.clear();
     let full = (prompt_tokens / engine_block) as usize;
     match format {
         TraceFormat::Mooncake | TraceFormat::AgenticMooncake | TraceFormat::Weka => {
-            mooncake_engine_chain(request.blocks, trace_block, engine_block, full)
+            mooncake_engine_chain_into(request.blocks, trace_block, engine_block, full, chain)
         }
-        TraceFormat::Chat => text_engine_chain(request.prompt, engine_block)
-            .into_iter()
-            .take(full)
-            .collect(),
+        TraceFormat::Chat => chain.extend(
+            text_engine_chain(request.prompt, engine_block)
+                .into_iter()
+                .take(full),
+        ),
         // No prefix identity: no block is ever shared.
-        TraceFormat::AzureCsv | TraceFormat::BurstGpt => Vec::new(),
+        TraceFormat::AzureCsv | TraceFormat::BurstGpt => {}
         TraceFormat::TokenIds => {
             let mut previous = 0;
-            request
-                .token_ids
-                .chunks_exact(engine_block as usize)
-                .take(full)
-                .map(|ids| {
-                    let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
-                    previous = chain(previous, &bytes);
-                    previous
-                })
-                .collect()
+            chain.extend(
+                request
+                    .token_ids
+                    .chunks_exact(engine_block as usize)
+                    .take(full)
+                    .map(|ids| {
+                        let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
+                        previous = routerlab_core::hash::chain(previous, &bytes);
+                        previous
+                    }),
+            )
         }
     }
 }
@@ -122,20 +146,21 @@ pub fn shared_engine_blocks(
 /// the id, offset by a bijective function of `j`, so two blocks share a key only by a
 /// 64-bit coincidence of the mixed ids (blocks of one request never do). A long prompt has
 /// hundreds of engine blocks: each id is mixed once, and the engine blocks it covers are
-/// written in one run.
-fn mooncake_engine_chain(
+/// written in one run. They are appended to `chain`.
+fn mooncake_engine_chain_into(
     ids: &[u64],
     trace_block: u32,
     engine_block: u32,
     full: usize,
-) -> Vec<u64> {
+    chain: &mut Vec<u64>,
+) {
     const ODD: u64 = 0x9e37_79b9_7f4a_7c15;
     let (engine, trace) = (
         u64::from(engine_block).max(1),
         u64::from(trace_block).max(1),
     );
     let full = full as u64;
-    let mut chain = Vec::with_capacity(full as usize);
+    chain.reserve(full as usize);
     // Engine blocks keyed so far: blocks `0 .. done`.
     let mut done = 0u64;
     for (at, id) in (1u64..).zip(ids) {
@@ -157,7 +182,6 @@ fn mooncake_engine_chain(
             done = upto;
         }
     }
-    chain
 }
 
 /// MurmurHash3's 64-bit finaliser: a bijection of `u64` that spreads every input bit.
@@ -191,6 +215,12 @@ pub fn prompt_tokens(unit: Unit, prompt_len: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    fn mooncake_engine_chain(ids: &[u64], trace: u32, engine: u32, full: usize) -> Vec<u64> {
+        let mut chain = Vec::new();
+        super::mooncake_engine_chain_into(ids, trace, engine, full, &mut chain);
+        chain
+    }
+
     use super::*;
 
     /// Requests whose trace chains share a lead of `r % 5` ids and then go their own ways:

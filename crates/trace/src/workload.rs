@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use routerlab_core::Unit;
 use routerlab_core::hash::hash64;
 
-use crate::blocks::{RequestParts, engine_block_hashes, engine_chain_of, prompt_tokens};
+use crate::blocks::{RequestParts, engine_block_hashes, engine_chain_into, prompt_tokens};
 use crate::error::TraceError;
 use crate::reader::{TraceFormat, TraceReader, TraceRequest};
 
@@ -63,33 +63,63 @@ impl WorkloadRequest {
         block_size: u32,
         engine_block_sizes: &[u32],
     ) -> WorkloadRequest {
+        let mut kept = WorkloadRequest {
+            line: 0,
+            prompt: Vec::new(),
+            blocks: Vec::new(),
+            block_ids: Vec::new(),
+            prompt_len: 0,
+            prompt_tokens: 0,
+            output_tokens: None,
+            session: 0,
+            parent: None,
+            arrival_ns: None,
+            engine_chains: Vec::new(),
+            play: 0,
+            dependencies: Vec::new(),
+            adapter: 0,
+            session_end: false,
+        };
+        kept.refill(request, format, block_size, engine_block_sizes);
+        kept
+    }
+
+    /// Becomes [`WorkloadRequest::of`] `request`, in the room its lists have (its prompt
+    /// text is swapped for `request`'s, which is left empty).
+    pub fn refill(
+        &mut self,
+        request: &mut TraceRequest,
+        format: TraceFormat,
+        block_size: u32,
+        engine_block_sizes: &[u32],
+    ) {
         let unit = format.unit();
         let tokens =
             u32::try_from(prompt_tokens(unit, request.prompt_len).max(1)).unwrap_or(u32::MAX);
         // Only a token-id trace's chains cannot be derived again from what is kept.
-        let engine_chains = match format {
+        self.engine_chains = match format {
             TraceFormat::TokenIds => (engine_block_sizes.iter())
                 .map(|size| engine_block_hashes(format, request, block_size, tokens, *size))
                 .collect(),
             _ => Vec::new(),
         };
-        WorkloadRequest {
-            line: request.line,
-            prompt: std::mem::take(&mut request.prompt),
-            blocks: request.blocks.clone(),
-            block_ids: request.block_ids.clone(),
-            prompt_len: request.prompt_len,
-            prompt_tokens: tokens,
-            output_tokens: request.output_tokens,
-            session: request.session,
-            parent: request.parent_seq.map(|p| p as usize - 1),
-            arrival_ns: request.arrival_ns,
-            engine_chains,
-            play: request.play,
-            dependencies: Vec::new(),
-            adapter: request.adapter,
-            session_end: request.session_end,
-        }
+        std::mem::swap(&mut self.prompt, &mut request.prompt);
+        request.prompt.clear();
+        self.blocks.clear();
+        self.blocks.extend_from_slice(&request.blocks);
+        self.block_ids.clear();
+        self.block_ids.extend_from_slice(&request.block_ids);
+        self.line = request.line;
+        self.prompt_len = request.prompt_len;
+        self.prompt_tokens = tokens;
+        self.output_tokens = request.output_tokens;
+        self.session = request.session;
+        self.parent = request.parent_seq.map(|p| p as usize - 1);
+        self.arrival_ns = request.arrival_ns;
+        self.play = request.play;
+        self.dependencies.clear();
+        self.adapter = request.adapter;
+        self.session_end = request.session_end;
     }
 }
 
@@ -192,24 +222,117 @@ impl Workload {
     /// As [`Workload::engine_chains_of`], of a request of this trace held elsewhere (a
     /// streamed replay keeps only its header here, with no requests).
     pub fn engine_chains_for(&self, request: &WorkloadRequest) -> Vec<Vec<u64>> {
+        let mut chains = Vec::new();
+        self.engine_chains_into(request, &mut chains, &mut Vec::new());
+        chains
+    }
+
+    /// [`Workload::engine_chains_for`] into `chains`, in the room its lists have; a list
+    /// with none takes one from `spare` first, if any is left.
+    pub fn engine_chains_into(
+        &self,
+        request: &WorkloadRequest,
+        chains: &mut Vec<Vec<u64>>,
+        spare: &mut Vec<Vec<u64>>,
+    ) {
         let format = self.source.format;
-        if format == TraceFormat::TokenIds {
-            return request.engine_chains.clone();
+        chains.truncate(self.engine_block_sizes.len());
+        while chains.len() < self.engine_block_sizes.len() {
+            chains.push(spare.pop().unwrap_or_default());
         }
         let parts = RequestParts {
             blocks: &request.blocks,
             prompt: &request.prompt,
             token_ids: &[],
         };
-        (self.engine_block_sizes.iter())
-            .map(|size| {
-                engine_chain_of(format, parts, self.block_size, request.prompt_tokens, *size)
-            })
-            .collect()
+        for (class, (chain, size)) in chains.iter_mut().zip(&self.engine_block_sizes).enumerate() {
+            if chain.capacity() == 0
+                && let Some(room) = spare.pop()
+            {
+                *chain = room;
+            }
+            match format {
+                TraceFormat::TokenIds => {
+                    chain.clear();
+                    chain.extend_from_slice(&request.engine_chains[class]);
+                }
+                _ => engine_chain_into(
+                    format,
+                    parts,
+                    self.block_size,
+                    request.prompt_tokens,
+                    *size,
+                    chain,
+                ),
+            }
+        }
     }
 }
 
 /// xxh3-64 of `bytes` as 16 hex digits.
 pub(crate) fn content_hash(bytes: &[u8]) -> String {
     format!("{:016x}", hash64(bytes, 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reader::TraceOptions;
+
+    /// A request kept in the lists of one read before (longer, shorter, of another chain)
+    /// is the request kept afresh, and so are its engine chains, whatever the lists held.
+    #[test]
+    fn a_request_refilled_in_used_lists_is_the_request_kept_afresh() {
+        let traces = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces");
+        for (name, sizes) in [
+            ("mooncake-conversation.jsonl", vec![16, 64]),
+            ("chat.jsonl", vec![16]),
+        ] {
+            let path = traces.join(name);
+            let open = || TraceReader::open(&path, TraceOptions::default()).unwrap();
+            let workload = Workload::load(open(), &sizes).unwrap();
+            let mut reader = open();
+            let (format, block_size) = (reader.format(), reader.block_size());
+            let (mut request, mut kept) = (TraceRequest::default(), None::<WorkloadRequest>);
+            let (mut chains, mut spare) = (Vec::new(), vec![vec![7u64; 3]]);
+            let mut seen = 0;
+            while reader.next_into(&mut request).unwrap() {
+                // The workload's own, kept afresh as it was loaded.
+                let fresh = &workload.requests[seen];
+                let kept = match &mut kept {
+                    Some(kept) => {
+                        kept.refill(&mut request, format, block_size, &sizes);
+                        kept
+                    }
+                    None => kept.insert(WorkloadRequest::of(
+                        &mut request,
+                        format,
+                        block_size,
+                        &sizes,
+                    )),
+                };
+                assert_eq!(
+                    format!("{kept:?}"),
+                    format!("{fresh:?}"),
+                    "{name} line {}",
+                    fresh.line
+                );
+                assert!(request.prompt.is_empty(), "the prompt text is taken");
+                // The lists of the chains: one taken (an engine keeps it), one left.
+                if let Some(first) = chains.first_mut() {
+                    spare.push(std::mem::take(first));
+                }
+                workload.engine_chains_into(kept, &mut chains, &mut spare);
+                assert_eq!(
+                    chains,
+                    workload.engine_chains_of(seen),
+                    "{name} line {}",
+                    fresh.line
+                );
+                seen += 1;
+            }
+            assert_eq!(seen, workload.requests.len());
+            assert!(seen > 100, "{name}: {seen} requests");
+        }
+    }
 }

@@ -5,9 +5,10 @@
 //! parent's endpoint, its conversation) is the run's own per-request state, kept apart.
 //!
 //! Either way a request's engine chains are derived when it first needs one (its routing)
-//! and dropped when it is done.
+//! and dropped when it is done. Streamed, the lists a request was kept in are filled again
+//! by a request read later, so that the loop allocates nothing for its requests once warm.
 
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::collections::VecDeque;
 
 use routerlab_trace::arrivals::ArrivalClock;
@@ -18,7 +19,7 @@ use crate::SimError;
 use crate::read_ahead::Pull;
 
 /// A request's engine chains, one per engine block size, once derived.
-type Chains = OnceCell<Box<[Vec<u64>]>>;
+type Chains = OnceCell<Vec<Vec<u64>>>;
 
 /// The requests of a timed replay.
 pub(super) enum Feed<'a> {
@@ -41,11 +42,20 @@ pub(super) struct Stream<'a> {
     /// The requests read and not yet done, from request `first` on (`None`: done).
     window: VecDeque<Option<Box<Slot>>>,
     first: usize,
+    /// The slots of requests done, to be filled again. There are never more than the
+    /// requests that were in hand at once. Boxed as in `window`, where they go back.
+    #[allow(clippy::vec_box)]
+    spares: Vec<Box<Slot>>,
+    /// Chains engines were given and are done with, to be filled again (never more than
+    /// there are slots).
+    spare_chains: Cell<Vec<Vec<u64>>>,
 }
 
 struct Slot {
     request: WorkloadRequest,
     chains: Chains,
+    /// Lists to derive the chains in, from a request done before.
+    room: Cell<Vec<Vec<u64>>>,
     /// Its chain's shared length, when the reader's thread worked it out (`Pull::shared`).
     shared: Option<usize>,
 }
@@ -74,6 +84,8 @@ impl<'a> Feed<'a> {
             clock,
             window: VecDeque::new(),
             first: 0,
+            spares: Vec::new(),
+            spare_chains: Cell::default(),
         }))
     }
 
@@ -105,48 +117,78 @@ impl<'a> Feed<'a> {
 
     /// Request `index`'s chain for engine blocks of `engine_block` tokens.
     pub(super) fn chain(&self, index: usize, engine_block: u32) -> &[u64] {
-        let (workload, cell, request) = match self {
+        let chains = match self {
             Feed::Loaded { workload, chains } => {
-                (*workload, &chains[index], &workload.requests[index])
+                chains[index].get_or_init(|| workload.engine_chains_of(index))
             }
             Feed::Streamed(stream) => {
                 let slot = stream.slot(index);
-                (&stream.header, &slot.chains, &slot.request)
+                slot.chains.get_or_init(|| {
+                    let (mut lists, mut spare) = (slot.room.take(), stream.spare_chains.take());
+                    (stream.header).engine_chains_into(&slot.request, &mut lists, &mut spare);
+                    stream.spare_chains.set(spare);
+                    lists
+                })
             }
         };
-        let chains = cell.get_or_init(|| workload.engine_chains_for(request).into_boxed_slice());
-        &chains[workload.engine_class(engine_block)]
+        &chains[self.workload().engine_class(engine_block)]
     }
 
     /// Request `index`'s chain for engine blocks of `engine_block` tokens, to keep: taken
     /// out (asked for again, the chains are derived again, the same).
     pub(super) fn take_chain(&mut self, index: usize, engine_block: u32) -> Vec<u64> {
         let class = self.workload().engine_class(engine_block);
-        let cell = match self {
-            Feed::Loaded { chains, .. } => chains[index].take(),
-            Feed::Streamed(stream) => stream.slot_mut(index).chains.take(),
-        };
-        match cell {
-            Some(mut chains) => std::mem::take(&mut chains[class]),
-            None => self.chain(index, engine_block).to_vec(),
+        // Derived first, if not yet.
+        let _ = self.chain(index, engine_block);
+        match self {
+            Feed::Loaded { chains, .. } => {
+                let mut chains = chains[index].take().expect("derived above");
+                std::mem::take(&mut chains[class])
+            }
+            Feed::Streamed(stream) => {
+                let slot = stream.slot_mut(index);
+                let mut chains = slot.chains.take().expect("derived above");
+                let chain = std::mem::take(&mut chains[class]);
+                // The other lists are filled again when the chains are derived again.
+                slot.room.set(chains);
+                chain
+            }
         }
     }
 
-    /// Request `index` is done: its chains go and, streamed, the request too.
+    /// Request `index` is done: its chains go and, streamed, the request too (their lists
+    /// kept to be filled again).
     pub(super) fn done(&mut self, index: usize) {
         match self {
             Feed::Loaded { chains, .. } => chains[index] = Chains::new(),
             Feed::Streamed(stream) => {
-                if let Some(slot) = index
+                if let Some(mut slot) = index
                     .checked_sub(stream.first)
                     .and_then(|at| stream.window.get_mut(at))
+                    .and_then(Option::take)
                 {
-                    *slot = None;
+                    if let Some(chains) = slot.chains.take() {
+                        slot.room.set(chains);
+                    }
+                    stream.spares.push(slot);
                 }
                 while let Some(None) = stream.window.front() {
                     stream.window.pop_front();
                     stream.first += 1;
                 }
+            }
+        }
+    }
+
+    /// A chain [`Feed::take_chain`] gave, done with: streamed, its list is filled again,
+    /// unless there are spare lists enough for every slot already (a chain that was copied,
+    /// not taken, leaves its slot's list in place).
+    pub(super) fn recycle_chain(&mut self, chain: Vec<u64>) {
+        if let Feed::Streamed(stream) = self {
+            let slots = stream.window.len() + stream.spares.len();
+            let spare = stream.spare_chains.get_mut();
+            if chain.capacity() > 0 && spare.len() < slots {
+                spare.push(chain);
             }
         }
     }
@@ -162,23 +204,29 @@ impl<'a> Feed<'a> {
         };
         let header = &mut stream.header;
         header.adapters.catch_up(adapters);
-        let request = WorkloadRequest::of(
-            request,
-            header.source.format,
-            header.block_size,
-            &header.engine_block_sizes,
-        );
+        let (format, block_size) = (header.source.format, header.block_size);
+        let sizes = &header.engine_block_sizes;
+        let mut slot = match stream.spares.pop() {
+            Some(mut slot) => {
+                slot.request.refill(request, format, block_size, sizes);
+                slot
+            }
+            None => Box::new(Slot {
+                request: WorkloadRequest::of(request, format, block_size, sizes),
+                chains: Chains::new(),
+                room: Cell::default(),
+                shared: None,
+            }),
+        };
+        slot.shared = stream.pull.shared();
+        let request = &slot.request;
         let at = match &mut stream.clock {
             Some(clock) => (clock.next(request.line, request.arrival_ns))
                 .map_err(|e| super::arrival_error(&header.source.path, e))?,
             None => 0,
         };
         let index = stream.first + stream.window.len();
-        stream.window.push_back(Some(Box::new(Slot {
-            request,
-            chains: Chains::new(),
-            shared: stream.pull.shared(),
-        })));
+        stream.window.push_back(Some(slot));
         Ok(Some((index, at)))
     }
 }

@@ -601,7 +601,7 @@ impl Sim<'_> {
 
     fn complete(
         &mut self,
-        sequence: Sequence,
+        mut sequence: Sequence,
         pos: usize,
         now: u64,
         replicas: &mut Replicas,
@@ -676,20 +676,24 @@ impl Sim<'_> {
             arrival <= scheduled && scheduled <= first_token && first_token <= now,
             "request {index}: arrival {arrival} <= scheduled {scheduled} <= first token {first_token} <= finish {now}"
         );
-        self.observer.finished(&RequestRecord {
-            id: RequestSeq::of_index(index).0,
-            line: request.line,
-            arrival_s: round6(arrival as f64 / 1e9),
-            endpoint: Some(replicas.router(r).table().name(pos).to_owned()),
-            prefill_endpoint: (computed_at != pos)
-                .then(|| replicas.router(r).table().name(computed_at).to_owned()),
-            replica: (replicas.len() > 1).then_some(r as u32),
-            prompt_tokens,
-            hit_tokens: hit,
-            queue_ms: round6((scheduled - arrival) as f64 / 1e6),
-            ttft_ms: round6((first_token - arrival) as f64 / 1e6),
-            finish_s: round6(now as f64 / 1e9),
-        })?;
+        if self.observer.wants_finished() {
+            self.observer.finished(&RequestRecord {
+                id: RequestSeq::of_index(index).0,
+                line: request.line,
+                arrival_s: round6(arrival as f64 / 1e9),
+                endpoint: Some(replicas.router(r).table().name(pos).to_owned()),
+                prefill_endpoint: (computed_at != pos)
+                    .then(|| replicas.router(r).table().name(computed_at).to_owned()),
+                replica: (replicas.len() > 1).then_some(r as u32),
+                prompt_tokens,
+                hit_tokens: hit,
+                queue_ms: round6((scheduled - arrival) as f64 / 1e6),
+                ttft_ms: round6((first_token - arrival) as f64 / 1e6),
+                finish_s: round6(now as f64 / 1e9),
+            })?;
+        }
+        self.feed
+            .recycle_chain(std::mem::take(&mut sequence.hashes));
         self.after_done(index, now)
     }
 
