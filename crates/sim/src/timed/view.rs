@@ -1,13 +1,64 @@
 //! What the timed replay's routers see of a request and may ask of the engines: how much
-//! of its prompt each one holds, per tier, and each one's forecast of its first token.
+//! of its prompt each one holds, per tier, and each one's forecast of its first token; and
+//! how a decision is judged against what the others held.
 
 use routerlab_core::abi::{RlAdapterState, RlPrediction};
 use routerlab_host::{CachedPrefix, Lora, RequestData};
-use routerlab_route::RequestSeq;
+use routerlab_route::{Decision, ListPos, RequestSeq};
 
 use super::Sim;
 
 impl Sim<'_> {
+    /// Records how good the pick of list position `pos` was, against the endpoints the
+    /// matcher could choose, in blocks of the trace's block size.
+    pub(super) fn judge(&mut self, index: usize, pos: usize, decision: &Decision, flags: &[bool]) {
+        let r = self.requests[index].replica;
+        self.note_sharing(index);
+        let block = u64::from(self.feed.workload().block_size.max(1));
+        let achieved = if decision.allowed(flags, ListPos(pos)) {
+            self.cached_units(index, pos) / block
+        } else {
+            0
+        };
+        // First, which other endpoints could beat the pick at all: each must hold the
+        // block that would carry its run past `achieved`. With many engines each such
+        // lookup is likely a cache miss; asked of all in a row, with little else between
+        // them, the CPU overlaps their reads. The block asked for is the same for engines
+        // of one block size, so it is found once for a run of them.
+        let mut rivals = std::mem::take(&mut self.rivals);
+        rivals.clear();
+        let past = (achieved + 1) * block;
+        // The engine block size `reach` was found for.
+        let (mut asked, mut reach) = (None, Reach::Never);
+        for p in 0..self.fleet.engines.len() {
+            if p == pos || !decision.allowed(flags, ListPos(p)) {
+                continue;
+            }
+            let engine_block = self.settings.engines[p].engine_block_size;
+            if asked != Some(engine_block) {
+                asked = Some(engine_block);
+                reach = self.reach(index, engine_block, past);
+            }
+            if reach.held_by(&self.fleet.engines[p]) {
+                rivals.push(p);
+            }
+        }
+        // Then the rivals in list order, each looked at in full when it may hold more than
+        // the best so far. An endpoint left out holds no more than `achieved`, so no more
+        // than any best.
+        let mut best = achieved;
+        for &p in &rivals {
+            if self.may_hold_more(index, p, (best + 1) * block) {
+                best = best.max(self.cached_units(index, p) / block);
+            }
+        }
+        self.rivals = rivals;
+        self.stats.base.each(r, |s| s.judge(best, achieved));
+        if let Some(graph) = &mut self.agentic {
+            graph.routed(index, achieved == best && achieved > 0);
+        }
+    }
+
     /// Request `index`'s chain for engine blocks of `engine_block` tokens.
     pub(super) fn chain(&self, index: usize, engine_block: u32) -> &[u64] {
         self.feed.chain(index, engine_block)
