@@ -215,13 +215,13 @@ pub fn prompt_tokens(unit: Unit, prompt_len: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     fn mooncake_engine_chain(ids: &[u64], trace: u32, engine: u32, full: usize) -> Vec<u64> {
         let mut chain = Vec::new();
-        super::mooncake_engine_chain_into(ids, trace, engine, full, &mut chain);
+        mooncake_engine_chain_into(ids, trace, engine, full, &mut chain);
         chain
     }
-
-    use super::*;
 
     /// Requests whose trace chains share a lead of `r % 5` ids and then go their own ways:
     /// for every engine block size, the engine blocks past `shared_engine_blocks` of the

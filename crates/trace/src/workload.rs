@@ -284,15 +284,36 @@ mod tests {
     #[test]
     fn a_request_refilled_in_used_lists_is_the_request_kept_afresh() {
         let traces = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces");
-        for (name, sizes) in [
-            ("mooncake-conversation.jsonl", vec![16, 64]),
-            ("chat.jsonl", vec![16]),
+        // A token-id trace's chains are kept from the load: prompts of 3 to 146 tokens.
+        let token_ids =
+            std::env::temp_dir().join(format!("routerlab-refill-{}.jsonl", std::process::id()));
+        let line = |i: u32| {
+            let ids: Vec<String> = (0..3 + (i * 37) % 144)
+                .map(|t| (t % 50).to_string())
+                .collect();
+            format!(
+                "{{\"arrival_time_ns\": {i}, \"input_toks\": {}, \"output_toks\": 4, \
+                 \"input_tok_ids\": [{}]}}\n",
+                ids.len(),
+                ids.join(", ")
+            )
+        };
+        std::fs::write(&token_ids, (0..120).map(line).collect::<String>()).unwrap();
+        for (path, expected, sizes) in [
+            (
+                traces.join("mooncake-conversation.jsonl"),
+                TraceFormat::Mooncake,
+                vec![16, 64],
+            ),
+            (traces.join("chat.jsonl"), TraceFormat::Chat, vec![16]),
+            (token_ids.clone(), TraceFormat::TokenIds, vec![4, 16]),
         ] {
-            let path = traces.join(name);
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
             let open = || TraceReader::open(&path, TraceOptions::default()).unwrap();
             let workload = Workload::load(open(), &sizes).unwrap();
             let mut reader = open();
             let (format, block_size) = (reader.format(), reader.block_size());
+            assert_eq!(format, expected, "{name}");
             let (mut request, mut kept) = (TraceRequest::default(), None::<WorkloadRequest>);
             let (mut chains, mut spare) = (Vec::new(), vec![vec![7u64; 3]]);
             let mut seen = 0;
@@ -334,5 +355,6 @@ mod tests {
             assert_eq!(seen, workload.requests.len());
             assert!(seen > 100, "{name}: {seen} requests");
         }
+        std::fs::remove_file(&token_ids).unwrap();
     }
 }
