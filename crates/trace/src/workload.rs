@@ -18,7 +18,7 @@ use crate::error::TraceError;
 use crate::reader::{TraceFormat, TraceReader, TraceRequest};
 
 /// One request of a workload.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct WorkloadRequest {
     /// Line in the file.
     pub line: usize,
@@ -63,23 +63,7 @@ impl WorkloadRequest {
         block_size: u32,
         engine_block_sizes: &[u32],
     ) -> WorkloadRequest {
-        let mut kept = WorkloadRequest {
-            line: 0,
-            prompt: Vec::new(),
-            blocks: Vec::new(),
-            block_ids: Vec::new(),
-            prompt_len: 0,
-            prompt_tokens: 0,
-            output_tokens: None,
-            session: 0,
-            parent: None,
-            arrival_ns: None,
-            engine_chains: Vec::new(),
-            play: 0,
-            dependencies: Vec::new(),
-            adapter: 0,
-            session_end: false,
-        };
+        let mut kept = WorkloadRequest::default();
         kept.refill(request, format, block_size, engine_block_sizes);
         kept
     }
@@ -236,10 +220,7 @@ impl Workload {
         spare: &mut Vec<Vec<u64>>,
     ) {
         let format = self.source.format;
-        chains.truncate(self.engine_block_sizes.len());
-        while chains.len() < self.engine_block_sizes.len() {
-            chains.push(spare.pop().unwrap_or_default());
-        }
+        chains.resize_with(self.engine_block_sizes.len(), Vec::new);
         let parts = RequestParts {
             blocks: &request.blocks,
             prompt: &request.prompt,
