@@ -200,19 +200,14 @@ impl Workload {
     /// derived from its trace chain or text each time (a token-id trace's, which cannot be,
     /// are kept from the load), so a run holds them only for the requests in flight.
     pub fn engine_chains_of(&self, index: usize) -> Vec<Vec<u64>> {
-        self.engine_chains_for(&self.requests[index])
-    }
-
-    /// As [`Workload::engine_chains_of`], of a request of this trace held elsewhere (a
-    /// streamed replay keeps only its header here, with no requests).
-    pub fn engine_chains_for(&self, request: &WorkloadRequest) -> Vec<Vec<u64>> {
         let mut chains = Vec::new();
-        self.engine_chains_into(request, &mut chains, &mut Vec::new());
+        self.engine_chains_into(&self.requests[index], &mut chains, &mut Vec::new());
         chains
     }
 
-    /// [`Workload::engine_chains_for`] into `chains`, in the room its lists have; a list
-    /// with none takes one from `spare` first, if any is left.
+    /// As [`Workload::engine_chains_of`], of `request`, which may be held elsewhere (a
+    /// streamed replay keeps only its header here, with no requests), into `chains`, in
+    /// the room its lists have; a list with none takes one from `spare` first, if any.
     pub fn engine_chains_into(
         &self,
         request: &WorkloadRequest,
