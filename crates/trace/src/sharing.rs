@@ -115,7 +115,6 @@ impl SharingCount {
     pub fn done(self) -> Sharing {
         Sharing {
             table: self.table,
-            ids: self.ids,
             again: self.filters.map(|(_, again)| again),
         }
     }
@@ -131,8 +130,8 @@ fn table_place(id: u64, at: usize, ids: u64) -> Option<u16> {
 /// The blocks of a trace's chains that more than one request has (see [`SharingCount`]).
 #[derive(Debug, Clone)]
 pub struct Sharing {
+    /// As counted: it covers no id past the table's bound.
     table: Vec<u16>,
-    ids: u64,
     /// The filters' blocks seen again, when any block went to them.
     again: Option<Filter>,
 }
@@ -151,8 +150,9 @@ impl Sharing {
     /// as the filters have it).
     #[inline]
     fn again(&self, id: u64, at: usize) -> bool {
-        if let Some(place) = table_place(id, at, self.ids)
-            && let Some(&entry) = self.table.get(id as usize)
+        // The table grew to every id it counted: one past its end is not the table's.
+        if let Some(place) = table_place(id, at, self.table.len() as u64)
+            && let entry = self.table[id as usize]
             && entry & PLACE == place
         {
             return entry & AGAIN != 0;
