@@ -31,6 +31,14 @@ const REFS: u32 = INDEXED - 1;
 /// a block takes.
 pub const MAX_BLOCKS: u32 = 1 << 24;
 
+/// A free-queue entry that stands for a run of anonymous blocks, their number in the bits
+/// below [`RUN_HASHED`] (a block id is below [`MAX_BLOCKS`], so never has these bits).
+const RUN: u32 = 1 << 31;
+/// A run's blocks hold hashes (evicting them counts).
+const RUN_HASHED: u32 = 1 << 30;
+/// A run's number of blocks.
+const RUN_LEN: u32 = RUN_HASHED - 1;
+
 impl Block {
     #[inline]
     fn refs(&self) -> u32 {
@@ -100,9 +108,16 @@ pub struct KvCache {
     /// is compacted before it holds more than [`KvCache::queue_limit`] entries
     /// ([`KvCache::compact`]). Entries before `head` have been taken; they stay until the
     /// compaction, so that taking and releasing are a read and a push on a plain list.
+    /// Anonymous blocks given back together are one entry, a run ([`RUN`]), taken from
+    /// block by block (`taken`).
     queue: Vec<u32>,
     /// The first entry not yet taken.
     head: usize,
+    /// When the entry at `head` is a run: how many of its blocks are taken.
+    taken: u32,
+    /// Block ids with no role: their blocks are anonymous, held or free (see
+    /// [`KvCache::allocate_anon`]); there is one for each.
+    spare: Vec<u32>,
     /// The place of `queue[0]`, counted from the queue's first entry ever.
     first: u64,
     free: u32,
@@ -141,6 +156,8 @@ impl KvCache {
             by_hash: HashTable::with_capacity(capacity.min(1 << 14) as usize),
             queue: (0..capacity).collect(),
             head: 0,
+            taken: 0,
+            spare: Vec::new(),
             first: 0,
             free: capacity,
             evictions: 0,
@@ -221,7 +238,7 @@ impl KvCache {
     }
 
     /// Takes the oldest free block, evicting its cached content; `None` when all are held.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn allocate(&mut self) -> Option<u32> {
         if self.free == 0 {
             return None;
@@ -240,6 +257,56 @@ impl KvCache {
         into.extend((0..n).map(|_| self.take_oldest()));
     }
 
+    /// Takes the `n` oldest free blocks as anonymous ones, as `n` calls of
+    /// [`KvCache::allocate`] would take them, and holds them without ids: blocks that no
+    /// request but their holder's will ask for, which their holder keeps count of (and
+    /// gives back with [`KvCache::release_anon`], or names with [`KvCache::name_anon`]).
+    /// Such blocks cost nothing one by one, and a run of them is one entry of the free
+    /// queue. Only while no events are recorded: an anonymous block leaves no event.
+    /// `n` must not exceed [`KvCache::free`].
+    #[inline]
+    pub(crate) fn allocate_anon(&mut self, mut n: u32) {
+        assert!(n <= self.free, "{n} blocks asked for, {} free", self.free);
+        debug_assert!(self.events.is_none(), "anonymous blocks leave no events");
+        self.free -= n;
+        while n > 0 {
+            let entry = self.queue[self.head];
+            if entry & RUN != 0 {
+                n -= self.take_from_run(entry, n);
+                continue;
+            }
+            let at = self.first + self.head as u64;
+            self.head += 1;
+            let block = &mut self.blocks[entry as usize];
+            if !block.free_at(at) {
+                continue; // left behind
+            }
+            if block.hashed() {
+                self.evictions += 1;
+            }
+            // Its id has no role now: no holder, no hash, and no entry of the queue's
+            // from here on is its own.
+            block.state = 0;
+            self.spare.push(entry);
+            n -= 1;
+        }
+    }
+
+    /// Takes up to `want` blocks of the run `entry` at the queue's head; how many.
+    #[inline]
+    fn take_from_run(&mut self, entry: u32, want: u32) -> u32 {
+        let took = ((entry & RUN_LEN) - self.taken).min(want);
+        if entry & RUN_HASHED != 0 {
+            self.evictions += u64::from(took);
+        }
+        self.taken += took;
+        if self.taken == entry & RUN_LEN {
+            self.head += 1;
+            self.taken = 0;
+        }
+        took
+    }
+
     /// Takes the free block of the queue's first entry that stands for one (there is one
     /// for each free block), evicting its cached content. The caller counts it taken.
     #[inline]
@@ -249,6 +316,16 @@ impl KvCache {
                 .queue
                 .get(self.head)
                 .expect("a free block has an entry");
+            if id & RUN != 0 {
+                // An anonymous block, given a spare id.
+                self.take_from_run(id, 1);
+                let id = self
+                    .spare
+                    .pop()
+                    .expect("each anonymous block has a spare id");
+                self.blocks[id as usize].state = 1;
+                return id;
+            }
             let at = self.first + self.head as u64;
             self.head += 1;
             let block = &mut self.blocks[id as usize];
@@ -267,6 +344,58 @@ impl KvCache {
         }
     }
 
+    /// Gives back `unhashed` anonymous blocks and then `hashed` ones (a request's deepest
+    /// first: see [`KvCache::release`]), each kind as one entry of the free queue.
+    #[inline]
+    pub(crate) fn release_anon(&mut self, unhashed: u32, hashed: u32) {
+        self.push_run(unhashed, 0);
+        self.push_run(hashed, RUN_HASHED);
+    }
+
+    /// Puts `n` anonymous blocks at the back of the free queue, as one run (or added to
+    /// the run at its back, of the same kind and not yet all taken).
+    #[inline]
+    fn push_run(&mut self, n: u32, kind: u32) {
+        if n == 0 {
+            return;
+        }
+        self.free += n;
+        if self.queue.len() > self.head
+            && let Some(last) = self.queue.last_mut()
+            && *last & !RUN_LEN == RUN | kind
+        {
+            *last += n;
+            return;
+        }
+        if self.queue.len() >= self.queue_limit() {
+            self.compact();
+        }
+        self.queue.push(RUN | kind | n);
+    }
+
+    /// Gives held anonymous blocks ids, for `hashes` (computed, this request's alone),
+    /// appended to `into`: indexed (see [`KvCache::index_alone`]), they are found again.
+    pub(crate) fn name_anon(&mut self, hashes: &[u64], into: &mut Vec<u32>) {
+        let start = into.len();
+        for &hash in hashes {
+            let id = self
+                .spare
+                .pop()
+                .expect("each anonymous block has a spare id");
+            let block = &mut self.blocks[id as usize];
+            block.hash = hash;
+            block.state = HASHED | 1;
+            into.push(id);
+        }
+        self.index_alone(&into[start..]);
+    }
+
+    /// Whether stores and removals are recorded (then no block is anonymous).
+    #[inline]
+    pub(crate) fn recording(&self) -> bool {
+        self.events.is_some()
+    }
+
     /// Records stores and removals from now on (see [`KvCache::take_events`]).
     pub fn record_events(&mut self) {
         self.events.get_or_insert_with(Vec::new);
@@ -281,12 +410,14 @@ impl KvCache {
 
     /// The `n` free blocks [`KvCache::allocate`] would take next, oldest first (fewer when
     /// fewer are free).
+    /// Anonymous blocks have no id and are left out: the host tier, which asks, keeps every
+    /// block named.
     pub(crate) fn oldest_free(&self, n: u32) -> Vec<u32> {
         let n = n.min(self.free) as usize;
         (self.queue[self.head..]
             .iter()
             .zip(self.first + self.head as u64..))
-        .filter(|&(&id, at)| self.blocks[id as usize].free_at(at))
+        .filter(|&(&id, at)| id & RUN == 0 && self.blocks[id as usize].free_at(at))
         .map(|(&id, _)| id)
         .take(n)
         .collect()
@@ -451,20 +582,31 @@ impl KvCache {
     }
 
     /// Drops the entries taken and those left behind from the free queue, the others
-    /// keeping their order (and the first of them its place).
+    /// keeping their order (and the first of them its place); a run partly taken keeps
+    /// the blocks left.
     #[cold]
     fn compact(&mut self) {
         let KvCache {
             blocks,
             queue,
             head,
+            taken,
             first,
             ..
         } = self;
+        if *taken > 0 {
+            queue[*head] -= *taken;
+            *taken = 0;
+        }
         *first += *head as u64;
         let mut kept = 0;
         for (read, at) in (*head..queue.len()).zip(*first..) {
             let id = queue[read];
+            if id & RUN != 0 {
+                queue[kept] = id;
+                kept += 1;
+                continue;
+            }
             let block = &mut blocks[id as usize];
             if block.free_at(at) {
                 block.queued_at = (*first + kept as u64) as u32;
@@ -478,270 +620,5 @@ impl KvCache {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A cache where some free blocks hold hashes and some of them are held again.
-    fn used_cache() -> KvCache {
-        let mut kv = KvCache::new(8);
-        kv.record_events();
-        let mut ids = Vec::new();
-        kv.allocate_into(6, &mut ids);
-        for (i, id) in ids.iter().enumerate() {
-            kv.publish(*id, 100 + i as u64, None);
-        }
-        kv.release(&ids);
-        kv.hold(ids[2]);
-        kv
-    }
-
-    #[test]
-    fn kv_reuses_prefixes_pins_held_blocks_and_evicts_deepest_first() {
-        let mut kv = KvCache::new(4);
-        let a: Vec<u32> = (0..3).map(|_| kv.allocate().unwrap()).collect();
-        for (i, id) in a.iter().enumerate() {
-            kv.publish(*id, 100 + i as u64, None);
-        }
-        assert_eq!(kv.cached_prefix(&[100, 101, 102, 999]), 3);
-        assert_eq!(kv.cached_prefix(&[100, 555, 102]), 1);
-        // Held blocks are pinned: only the one empty block can be allocated.
-        let spare = kv.allocate().unwrap();
-        assert_eq!(kv.allocate(), None);
-        kv.release(&[spare]);
-        // Releasing a chain frees its deepest block first: it is evicted first.
-        kv.release(&a);
-        assert_eq!(kv.free(), 4);
-        let _ = kv.allocate().unwrap(); // the empty block freed earlier
-        assert_eq!(kv.evictions, 0);
-        let _ = kv.allocate().unwrap();
-        assert_eq!(kv.evictions, 1);
-        assert_eq!(
-            kv.cached_prefix(&[100, 101, 102]),
-            2,
-            "hash 102 (deepest) went first"
-        );
-        let _ = kv.allocate().unwrap();
-        assert_eq!(kv.cached_prefix(&[100, 101, 102]), 1);
-        // A cached free block taken by a new holder leaves the free queue.
-        let mut ids = Vec::new();
-        kv.refresh_cached_ids(&[100, 101], &mut ids);
-        assert_eq!(ids.len(), 1);
-        kv.hold(ids[0]);
-        assert_eq!(kv.free(), 0);
-        kv.release(&ids);
-        assert_eq!(kv.cached_prefix(&[100]), 1);
-    }
-
-    #[test]
-    fn allocate_into_takes_what_allocate_would_in_order() {
-        let (mut one_by_one, mut at_once) = (used_cache(), used_cache());
-        let singles: Vec<u32> = (0..6).map(|_| one_by_one.allocate().unwrap()).collect();
-        let mut batch = Vec::new();
-        at_once.allocate_into(6, &mut batch);
-        assert_eq!(batch, singles);
-        assert_eq!(at_once.free(), one_by_one.free());
-        assert_eq!(at_once.evictions, one_by_one.evictions);
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        at_once.take_events(&mut a);
-        one_by_one.take_events(&mut b);
-        assert_eq!(a, b);
-        // What is left is the same list: the last free block, then nothing.
-        assert_eq!(at_once.allocate(), one_by_one.allocate());
-        assert_eq!(at_once.allocate(), None);
-        assert_eq!(one_by_one.allocate(), None);
-    }
-
-    /// The free queue hands out blocks in exactly the order a list of free blocks would
-    /// (released at the back, taken again from anywhere, allocated from the front), through
-    /// many entries left behind and the compactions they bring, and stays within twice the
-    /// cache. Checked against such a list over a long seeded mix of the three.
-    #[test]
-    fn the_free_queue_allocates_as_a_list_would_through_compactions() {
-        const CAPACITY: u32 = 16;
-        let mut kv = KvCache::new(CAPACITY);
-        // The list: free blocks, oldest first.
-        let mut list: Vec<u32> = (0..CAPACITY).collect();
-        let mut held: Vec<u32> = Vec::new();
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = |n: usize| {
-            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            (seed >> 33) as usize % n
-        };
-        let (mut compactions, mut longest) = (0, 0);
-        for step in 0..20_000 {
-            let len = kv.queue.len();
-            // Allocations are rare, so that entries left behind pile up between them.
-            match next(64) {
-                0 if !list.is_empty() => {
-                    let id = kv.allocate().expect("a block is free");
-                    assert_eq!(id, list.remove(0), "step {step}");
-                    held.push(id);
-                }
-                1..=32 if !held.is_empty() => {
-                    let id = held.swap_remove(next(held.len()));
-                    kv.release(&[id]);
-                    list.push(id);
-                }
-                _ if !list.is_empty() => {
-                    // A free block taken back from the middle of the list.
-                    let id = list.remove(next(list.len()));
-                    kv.hold(id);
-                    held.push(id);
-                }
-                _ => {}
-            }
-            assert_eq!(kv.free(), list.len() as u32, "step {step}");
-            assert_eq!(kv.oldest_free(4), list[..list.len().min(4)], "step {step}");
-            // The queue shrank: compacted (taken entries stay until then).
-            compactions += usize::from(kv.queue.len() < len);
-            longest = longest.max(kv.queue.len());
-        }
-        assert!(compactions > 10, "{compactions} compactions");
-        assert!(longest <= 4 * CAPACITY as usize, "{longest} entries");
-        // Whatever is left comes out in the list's order.
-        let mut rest = Vec::new();
-        kv.allocate_into(list.len() as u32, &mut rest);
-        assert_eq!(rest, list);
-        assert_eq!(kv.allocate(), None);
-    }
-
-    /// The index follows the blocks through eviction and reuse: a hash is found at the
-    /// block that holds it now, an evicted one is gone, and a block that takes a new hash
-    /// answers only to that one. Cycled many times over a small cache, so that every
-    /// block is reused again and again.
-    #[test]
-    fn the_index_finds_each_hash_at_the_block_that_holds_it_now() {
-        let mut kv = KvCache::new(64);
-        let mut ids = Vec::new();
-        for round in 0..200u64 {
-            let hashes: Vec<u64> = (0..48).map(|i| round * 1_000 + i).collect();
-            ids.clear();
-            kv.allocate_into(48, &mut ids);
-            kv.publish_run(&ids, &hashes, None, usize::MAX);
-            for (id, hash) in ids.iter().zip(&hashes) {
-                assert_eq!(kv.cached(*hash), Some(*id), "round {round}");
-            }
-            assert_eq!(kv.cached_prefix(&hashes), 48);
-            kv.release(&ids);
-            if round > 0 {
-                // 64 blocks: the 48 of this round and 16 of the last; the last round's
-                // deepest were released first, so evicted first, and its first 16 remain.
-                let last: Vec<u64> = (0..48).map(|i| (round - 1) * 1_000 + i).collect();
-                assert_eq!(kv.cached_prefix(&last), 16, "round {round}");
-                assert_eq!(kv.cached(last[16]), None);
-            }
-        }
-        assert_eq!(
-            kv.cached(7),
-            None,
-            "the first round's blocks were all evicted"
-        );
-    }
-
-    /// An index starts with room for one entry a block (up to 2^14), and gets room for its
-    /// limit only when it fills: a lightly used cache keeps a small table.
-    #[test]
-    fn the_index_gets_room_for_its_limit_only_once_full() {
-        let mut kv = KvCache::new(20_000);
-        let start = kv.by_hash.capacity();
-        assert!((16_384..57_344).contains(&start), "{start}");
-        assert_eq!(kv.index_limit(), 57_344);
-        let mut ids = Vec::new();
-        kv.allocate_into(100, &mut ids);
-        kv.publish_run(&ids, &(0..100).collect::<Vec<u64>>(), None, usize::MAX);
-        assert_eq!(kv.by_hash.capacity(), start);
-        // Rounds of 2,000 fresh blocks until the table has been filled once.
-        for round in 1..=20u64 {
-            kv.release(&ids);
-            ids.clear();
-            kv.allocate_into(2_000, &mut ids);
-            let hashes: Vec<u64> = (0..2_000).map(|i| round * 10_000 + i).collect();
-            kv.publish_run(&ids, &hashes, None, usize::MAX);
-            assert_eq!(kv.cached_prefix(&hashes), 2_000, "round {round}");
-        }
-        assert!(kv.by_hash.capacity() >= 57_344, "{}", kv.by_hash.capacity());
-        assert!(kv.by_hash.len() <= 57_344);
-    }
-
-    /// Blocks published as their request's alone hold their hashes, count as evicted and
-    /// report their events as others do, but are not found by hash until indexed, even
-    /// through a rebuild of the index.
-    #[test]
-    fn blocks_alone_are_found_only_once_indexed() {
-        let mut kv = KvCache::new(16);
-        kv.record_events();
-        let mut ids = Vec::new();
-        kv.allocate_into(4, &mut ids);
-        kv.publish_run(&ids, &[10, 11, 12, 13], None, 2);
-        assert_eq!(kv.cached_prefix(&[10, 11, 12, 13]), 2);
-        assert_eq!(kv.cached(12), None);
-        kv.sweep();
-        assert_eq!(kv.cached(12), None, "a rebuild leaves them out");
-        let mut events = Vec::new();
-        kv.take_events(&mut events);
-        let stored = |hash, parent| KvEvent::Stored { hash, parent };
-        let expected = [
-            stored(10, None),
-            stored(11, Some(10)),
-            stored(12, Some(11)),
-            stored(13, Some(12)),
-        ];
-        assert_eq!(events, expected);
-        kv.index_alone(&ids);
-        assert_eq!(kv.cached_prefix(&[10, 11, 12, 13]), 4);
-        assert_eq!(kv.cached(13), Some(ids[3]));
-        kv.sweep();
-        assert_eq!(
-            kv.cached(13),
-            Some(ids[3]),
-            "indexed, they stay through a rebuild"
-        );
-        // Evicted all the same: all 16 blocks taken, the 4 published among them.
-        kv.release(&ids);
-        let mut all = Vec::new();
-        kv.allocate_into(16, &mut all);
-        assert_eq!(kv.evictions, 4);
-        assert_eq!(kv.cached(11), None);
-    }
-
-    /// Evicted blocks' entries stay in the index until it is rebuilt, so it never holds
-    /// more than its limit (112 entries for 64 blocks), whatever has passed through it; a
-    /// block evicted and then given its old hash again is found once more, and only under
-    /// it.
-    #[test]
-    fn the_index_stays_within_its_limit() {
-        let mut kv = KvCache::new(64);
-        let mut ids = Vec::new();
-        let mut most = 0;
-        for round in 0..500u64 {
-            ids.clear();
-            kv.allocate_into(40, &mut ids);
-            // Every third round brings back the hashes of the round before the last.
-            let base = if round % 3 == 2 { round - 2 } else { round };
-            let hashes: Vec<u64> = (0..40).map(|i| base * 1_000 + i).collect();
-            kv.publish_run(&ids, &hashes, None, usize::MAX);
-            kv.release(&ids);
-            most = most.max(kv.by_hash.len());
-            for (id, hash) in ids.iter().zip(&hashes) {
-                assert_eq!(kv.cached(*hash), Some(*id), "round {round}");
-            }
-        }
-        assert_eq!(kv.index_limit(), 112);
-        assert!(most <= 112, "the index held {most} entries for 64 blocks");
-        assert!(most > 64, "entries of evicted blocks were kept: {most}");
-        assert_eq!(
-            kv.by_hash.capacity(),
-            112,
-            "the table never outgrows the limit"
-        );
-        // Every block holds a hash of the last two rounds; those of earlier ones are gone.
-        let held = (0..1_000)
-            .filter(|i| kv.cached(498_000 + i).is_some())
-            .count()
-            + (0..1_000)
-                .filter(|i| kv.cached(499_000 + i).is_some())
-                .count();
-        assert_eq!(held, 64);
-        assert_eq!(kv.cached(496_000), None);
-    }
-}
+#[path = "kv_tests.rs"]
+mod tests;

@@ -322,10 +322,13 @@ impl Engine {
                 false => start,
             };
             let parent = start.checked_sub(1).map(|p| seq.hashes[p]);
-            let (ids, hashes) = (&seq.blocks[start..end], &seq.hashes[start..end]);
+            // The blocks with ids, then the anonymous ones, which only count.
+            let named = start.min(seq.blocks.len())..end.min(seq.blocks.len());
+            let (ids, hashes) = (&seq.blocks[named.clone()], &seq.hashes[named.clone()]);
             let shared = seq.shared.saturating_sub(start);
             self.kv.publish_run(ids, hashes, parent, shared);
             self.tiers.computed(ids, hashes);
+            seq.anon_hashed += (end - start - named.len()) as u32;
             seq.published = end;
             self.tiers.store_computed(now_ns);
             if !seq.prefilling() {
@@ -352,6 +355,8 @@ impl Engine {
         let done = |seq: &mut Sequence| !seq.prefilling() && seq.generated >= seq.output_tokens;
         let finished: Vec<Sequence> = self.running.extract_if(.., done).collect();
         for seq in &finished {
+            self.kv
+                .release_anon(seq.anon - seq.anon_hashed, seq.anon_hashed);
             self.kv.release(&seq.blocks);
             self.unpin(seq.adapter);
         }
@@ -401,15 +406,18 @@ impl Engine {
             }
             // Decoding computes one more token: room for it, preempting from the back if needed.
             let needed = (self.running[pos].computed + 1).div_ceil(block_tokens);
-            if needed as usize > self.running[pos].blocks.len() {
+            if needed as usize > self.running[pos].held() {
                 match self.grow(pos) {
                     Some(true) => {}
                     Some(false) => continue, // `pos` itself was preempted; the next moved in
                     None => break,
                 }
-                // A block a store still reads is written once the store ends.
-                let block = *self.running[pos].blocks.last().expect("just grown");
-                self.compute_after_ns = self.compute_after_ns.max(self.tiers.fence(&[block]));
+                // A block a store still reads is written once the store ends (with tiers,
+                // every block has an id).
+                if let Some(&block) = self.running[pos].blocks.last() {
+                    let fence = self.tiers.fence(&[block]);
+                    self.compute_after_ns = self.compute_after_ns.max(fence);
+                }
             }
             budget -= 1;
             decode.push(pos);
@@ -490,12 +498,18 @@ impl Engine {
             let all = (u64::from(seq.prompt_tokens) + u64::from(seq.output_tokens))
                 .div_ceil(u64::from(block_tokens))
                 .min(u64::from(self.kv.capacity())) as usize;
-            seq.blocks.reserve(all.max(total_blocks));
+            // The blocks no other request will ask for are anonymous, when no tier or event
+            // needs them named.
+            seq.anon_from = match self.tiers.any() || self.kv.recording() {
+                true => usize::MAX,
+                false => seq.shared.max(hits),
+            };
+            seq.blocks.reserve(all.max(total_blocks).min(seq.anon_from));
             for &id in &seq.hit_ids[..hits] {
                 self.kv.hold(id);
                 seq.blocks.push(id);
             }
-            self.kv.allocate_into(new_blocks, &mut seq.blocks);
+            give(&mut self.kv, &mut seq, new_blocks);
             seq.published = hits;
             seq.computed = hit_tokens;
             seq.prefill_target = target;
@@ -639,7 +653,7 @@ impl Engine {
             .max(1);
         let extra = |seq: &Sequence| {
             ((seq.computed + until_finish).div_ceil(block_tokens) as usize)
-                .saturating_sub(seq.blocks.len()) as u32
+                .saturating_sub(seq.held()) as u32
         };
         let needed: u32 = self.running.iter().map(extra).sum();
         let fenced = || self.tiers.any() && self.tiers.fence(&self.kv.oldest_free(needed)) > now_ns;
@@ -649,7 +663,7 @@ impl Engine {
         }
         for pos in 0..self.running.len() {
             let n = extra(&self.running[pos]);
-            self.kv.allocate_into(n, &mut self.running[pos].blocks);
+            give(&mut self.kv, &mut self.running[pos], n);
         }
         u64::from(until_finish)
     }
@@ -660,7 +674,7 @@ impl Engine {
         self.running
             .iter()
             .map(|seq| {
-                let room = seq.blocks.len() as u32 * block_tokens - seq.computed;
+                let room = seq.held() as u32 * block_tokens - seq.computed;
                 let remaining = seq.output_tokens - seq.generated;
                 u64::from(room.min(remaining)).max(1)
             })
@@ -673,21 +687,30 @@ impl Engine {
     /// `None`: impossible (nothing left to preempt).
     fn grow(&mut self, pos: usize) -> Option<bool> {
         loop {
-            if let Some(id) = self.kv.allocate() {
-                self.running[pos].blocks.push(id);
+            if self.kv.free() > 0 {
+                give(&mut self.kv, &mut self.running[pos], 1);
                 return Some(true);
             }
             let victim = self.running.len() - 1;
             let mut seq = self.running.pop()?;
             // Its blocks go back once the stores reading them end (vLLM flushes them first).
             self.compute_after_ns = self.compute_after_ns.max(self.tiers.fence(&seq.blocks));
-            // Back in the queue, it looks its blocks up again: all of them are indexed now.
-            if seq.shared < seq.published {
-                self.kv.index_alone(&seq.blocks[seq.shared..seq.published]);
+            // Back in the queue, it looks its blocks up again: all of them are indexed now,
+            // the computed anonymous ones named first.
+            if seq.anon_hashed > 0 {
+                let named = seq.blocks.len();
+                let computed = &seq.hashes[named..named + seq.anon_hashed as usize];
+                self.kv.name_anon(computed, &mut seq.blocks);
+            }
+            let published = seq.published.min(seq.blocks.len());
+            if seq.shared < published {
+                self.kv.index_alone(&seq.blocks[seq.shared..published]);
             }
             seq.shared = usize::MAX;
+            self.kv.release_anon(seq.anon - seq.anon_hashed, 0);
             self.kv.release(&seq.blocks);
             seq.blocks.clear();
+            (seq.anon, seq.anon_hashed, seq.anon_from) = (0, 0, usize::MAX);
             seq.computed = 0;
             seq.prefill_target = 0;
             seq.published = 0;
@@ -699,6 +722,18 @@ impl Engine {
                 return Some(false);
             }
         }
+    }
+}
+
+/// Gives `seq` the `n` oldest free blocks: with ids up to its `anon_from`, anonymous from
+/// there (see `KvCache::allocate_anon`).
+#[inline]
+fn give(kv: &mut KvCache, seq: &mut Sequence, n: u32) {
+    let named = (seq.anon_from.saturating_sub(seq.held()) as u32).min(n);
+    kv.allocate_into(named, &mut seq.blocks);
+    if n > named {
+        kv.allocate_anon(n - named);
+        seq.anon += n - named;
     }
 }
 

@@ -750,11 +750,15 @@ fn a_request_fits_when_its_tokens_take_no_more_blocks_than_the_cache_has() {
 
 /// Requests whose first two blocks are one shared prefix and whose other two are their own,
 /// told so or not, through a cache that preempts: the same steps, events and evictions.
+/// Told, without events recorded, their own blocks are anonymous (`KvCache::allocate_anon`),
+/// named when preempted: the same steps and evictions again.
 #[test]
 fn a_sequence_told_which_blocks_are_its_own_runs_as_one_not_told() {
-    let run = |told: bool| {
+    let run = |told: bool, record: bool| {
         let mut engine = Engine::new(linear(14, 4, 100));
-        engine.record_kv_events();
+        if record {
+            engine.record_kv_events();
+        }
         let arrivals = (0..6u64)
             .map(|r| {
                 let hashes = vec![100, 101, 1_000 + r * 10, 1_001 + r * 10];
@@ -767,7 +771,10 @@ fn a_sequence_told_which_blocks_are_its_own_runs_as_one_not_told() {
         engine.take_kv_events(&mut events);
         (done, events, engine.preemptions, engine.evictions())
     };
-    let (told, not_told) = (run(true), run(false));
+    let (told, not_told) = (run(true, true), run(false, true));
     assert!(told.2 > 0, "the cache preempts");
+    assert!(!told.1.is_empty());
     assert_eq!(told, not_told);
+    let anonymous = run(true, false);
+    assert_eq!(anonymous, (told.0, Vec::new(), told.2, told.3));
 }

@@ -12,8 +12,15 @@ pub struct Sequence {
     pub output_tokens: u32,
     /// Prefix hashes of the prompt's full blocks, in this engine's block size.
     pub hashes: Vec<u64>,
-    /// The KV blocks it holds, in the chain's order.
+    /// The KV blocks it holds, in the chain's order: those with ids; `anon` more follow.
     pub(crate) blocks: Vec<u32>,
+    /// Anonymous blocks it holds after `blocks` (see `KvCache::allocate_anon`): the
+    /// blocks from `anon_from` on, which no other request will ask for.
+    pub(crate) anon: u32,
+    /// Of `anon`, the leading ones computed and published (they hold hashes).
+    pub(crate) anon_hashed: u32,
+    /// From which block on the blocks it is given are anonymous, fixed at admission.
+    pub(crate) anon_from: usize,
     /// Tokens whose KV is computed (cached hits included).
     pub(crate) computed: u32,
     /// Tokens to compute before decoding, fixed at admission: the prompt, plus what was
@@ -64,6 +71,9 @@ impl Sequence {
             output_tokens: output_tokens.max(1),
             hashes,
             blocks: Vec::new(),
+            anon: 0,
+            anon_hashed: 0,
+            anon_from: usize::MAX,
             computed: 0,
             prefill_target: 0,
             generated: 0,
@@ -107,5 +117,11 @@ impl Sequence {
 
     pub(crate) fn prefilling(&self) -> bool {
         self.computed < self.prefill_target
+    }
+
+    /// The KV blocks it holds, with ids or not.
+    #[inline]
+    pub(crate) fn held(&self) -> usize {
+        self.blocks.len() + self.anon as usize
     }
 }
