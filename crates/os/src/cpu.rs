@@ -1,11 +1,12 @@
-//! Where a thread runs: the CPU it is on, and keeping a helper thread off the CPU of the
-//! thread it works for.
+//! Where a thread runs: the CPU it is on, keeping a helper thread off the CPU of the thread
+//! it works for, and keeping that thread on its CPU.
 //!
 //! Why: a replay reads its trace on a second thread for the event loop on the first. Some
 //! kernels (a virtual machine's, packing its work onto few virtual CPUs) wake a thread that
 //! blocked on a full queue on the CPU of the thread that woke it, where the two then take
-//! turns while the other CPU idles. Off the loop's CPU, the reader cannot take its turns.
-//! Linux only; elsewhere nothing changes.
+//! turns while the other CPU idles. Off the loop's CPU, the reader cannot take its turns;
+//! with the loop kept on its CPU, the loop cannot be moved to the reader's. Linux only;
+//! elsewhere nothing changes.
 
 /// The CPU the calling thread is on now, when the system says.
 pub fn current() -> Option<usize> {
@@ -21,25 +22,128 @@ pub fn current() -> Option<usize> {
     }
 }
 
-/// Keeps the calling thread off `cpu` from now on: it may run on every other CPU it was
-/// allowed. Nothing changes when it was not allowed `cpu`, or was allowed no other, or the
-/// system refuses; `true` when its CPUs were narrowed.
-pub fn avoid(cpu: usize) -> bool {
+/// Where a helper of the calling thread is to run: on the CPUs the caller may use (those
+/// it had before [`stay`] kept it on one), but for the one it is on. Taken on the caller,
+/// then [`Apart::enter`]ed on the helper.
+#[derive(Debug, Clone, Copy)]
+pub struct Apart {
+    /// The helper's CPUs, when the caller had another than its own.
+    #[cfg(target_os = "linux")]
+    cpus: Option<libc::cpu_set_t>,
+}
+
+/// The CPUs for a helper of the calling thread, off the one the caller is on (see
+/// [`Apart`]).
+pub fn apart() -> Apart {
     #[cfg(target_os = "linux")]
     {
-        let Some(mut allowed) = linux::allowed() else {
-            return false;
-        };
-        if !linux::has(&allowed, cpu) || linux::count(&allowed) < 2 {
-            return false;
-        }
-        linux::clear(&mut allowed, cpu);
-        linux::set_allowed(&allowed)
+        let before = BEFORE.with(std::cell::Cell::get).or_else(linux::allowed);
+        let cpus = current().zip(before).and_then(|(cpu, mut cpus)| {
+            if !linux::has(&cpus, cpu) || linux::count(&cpus) < 2 {
+                return None;
+            }
+            linux::clear(&mut cpus, cpu);
+            Some(cpus)
+        });
+        Apart { cpus }
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = cpu;
-        false
+        Apart {}
+    }
+}
+
+impl Apart {
+    /// Gives the calling thread (the helper) these CPUs from now on; `true` when they were
+    /// set. Nothing changes when the caller had no CPU but its own, or the system refuses.
+    pub fn enter(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            self.cpus.is_some_and(|cpus| linux::set_allowed(&cpus))
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            false
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+thread_local! {
+    /// The CPUs the thread had before [`stay`] kept it on one, while it does.
+    static BEFORE: std::cell::Cell<Option<libc::cpu_set_t>> = const { std::cell::Cell::new(None) };
+}
+
+/// Keeps the calling thread on the CPU it is on until the returned guard goes (on that
+/// thread), when it may run on every CPU it was allowed before again. Why: a thread woken
+/// by a helper may be moved to the helper's CPU (the kernel's wake-up affinity), where the
+/// two then take turns while the other CPU idles; kept in place, the thread that is waited
+/// for never shares a CPU with its helpers ([`apart`], which still gives them the CPUs it
+/// had before). Nothing changes when the thread was allowed a single CPU, or already
+/// stays, or the system refuses, or elsewhere than on Linux.
+#[must_use = "the thread stays only while the guard lives"]
+pub fn stay() -> Stay {
+    #[cfg(target_os = "linux")]
+    {
+        let before = linux::allowed()
+            .filter(|set| linux::count(set) >= 2 && BEFORE.with(std::cell::Cell::get).is_none());
+        let kept = before.and_then(|before| {
+            let cpu = current().filter(|cpu| linux::has(&before, *cpu))?;
+            let mut only = before;
+            (0..linux::SET_SIZE)
+                .filter(|c| *c != cpu)
+                .for_each(|c| linux::clear(&mut only, c));
+            linux::set_allowed(&only).then_some(before)
+        });
+        BEFORE.with(|b| {
+            if kept.is_some() {
+                b.set(kept);
+            }
+        });
+        Stay {
+            before: kept,
+            _here: std::marker::PhantomData,
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Stay {
+            _here: std::marker::PhantomData,
+        }
+    }
+}
+
+/// What [`stay`] returns: while it lives, its thread stays on its CPU.
+#[derive(Debug)]
+pub struct Stay {
+    /// The CPUs the thread was allowed before, when it was narrowed.
+    #[cfg(target_os = "linux")]
+    before: Option<libc::cpu_set_t>,
+    /// Dropped on the thread it narrowed (a thread's CPUs are set from that thread).
+    _here: std::marker::PhantomData<*const ()>,
+}
+
+impl Stay {
+    /// Whether the thread was kept on its CPU (it had others it may run on).
+    pub fn kept(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            self.before.is_some()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            false
+        }
+    }
+}
+
+impl Drop for Stay {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        if let Some(before) = &self.before {
+            linux::set_allowed(before);
+            BEFORE.with(|b| b.set(None));
+        }
     }
 }
 
@@ -111,31 +215,68 @@ mod tests {
             .collect()
     }
 
-    /// A thread told to avoid the CPU it is on leaves it when it may run elsewhere, and is
-    /// left as it was when it may not.
+    /// A helper entering the CPUs [`apart`] gave it leaves its caller's CPU when it may run
+    /// elsewhere, and is left as it was when it may not; the caller is untouched. Taken
+    /// while the caller stays on its CPU, the helper gets the caller's other CPUs all the
+    /// same.
     #[test]
-    fn a_thread_avoids_the_cpu_it_is_told_to_when_it_has_another() {
-        let cpu = current().expect("Linux tells a thread's CPU");
-        let before = allowed();
-        assert!(before.contains(&cpu), "{cpu} not in {before:?}");
-        let (narrowed, after, now) = std::thread::spawn(move || {
-            let narrowed = avoid(cpu);
-            std::thread::yield_now();
-            (narrowed, allowed(), current())
+    fn a_helper_keeps_off_its_callers_cpu_when_it_has_another() {
+        std::thread::spawn(|| {
+            let before = allowed();
+            let check = |apart: Apart| {
+                let cpu = current().expect("Linux tells a thread's CPU");
+                let (entered, after, now) = std::thread::spawn(move || {
+                    let entered = apart.enter();
+                    std::thread::yield_now();
+                    (entered, allowed(), current())
+                })
+                .join()
+                .unwrap();
+                if before.len() >= 2 {
+                    assert!(entered);
+                    let expected: Vec<usize> =
+                        before.iter().copied().filter(|c| *c != cpu).collect();
+                    assert_eq!(after, expected);
+                    assert_ne!(now, Some(cpu));
+                } else {
+                    assert!(!entered);
+                    assert_eq!(after, before);
+                }
+            };
+            let stay = stay();
+            check(apart());
+            drop(stay);
+            assert_eq!(allowed(), before, "the caller's CPUs are its own again");
         })
         .join()
         .unwrap();
-        if before.len() >= 2 {
-            assert!(narrowed);
-            let expected: Vec<usize> = before.iter().copied().filter(|c| *c != cpu).collect();
-            assert_eq!(after, expected);
-            assert_ne!(now, Some(cpu));
-        } else {
-            assert!(!narrowed);
-            assert_eq!(after, before);
-        }
-        // The caller's own CPUs are untouched.
-        assert_eq!(allowed(), before);
+    }
+
+    /// A thread told to stay keeps to the CPU it is on while the guard lives, and gets
+    /// back every CPU it had when the guard goes.
+    #[test]
+    fn a_thread_told_to_stay_keeps_to_its_cpu_until_the_guard_goes() {
+        std::thread::spawn(|| {
+            let before = allowed();
+            let stay = stay();
+            let during = allowed();
+            if before.len() >= 2 {
+                assert!(stay.kept());
+                assert_eq!(during.len(), 1, "{during:?}");
+                assert!(before.contains(&during[0]));
+                for _ in 0..100 {
+                    std::thread::yield_now();
+                    assert_eq!(current(), Some(during[0]));
+                }
+            } else {
+                assert!(!stay.kept());
+                assert_eq!(during, before);
+            }
+            drop(stay);
+            assert_eq!(allowed(), before);
+        })
+        .join()
+        .unwrap();
     }
 
     /// The calling thread's scheduling policy.

@@ -39,11 +39,9 @@ pub(crate) fn spawn_apart<'scope, 'env>(
     scope: &'scope std::thread::Scope<'scope, 'env>,
     work: impl FnOnce() + Send + 'scope,
 ) {
-    let loop_cpu = routerlab_os::cpu::current();
+    let apart = routerlab_os::cpu::apart();
     scope.spawn(move || {
-        if let Some(cpu) = loop_cpu {
-            routerlab_os::cpu::avoid(cpu);
-        }
+        apart.enter();
         work();
     });
 }
