@@ -68,6 +68,10 @@ impl Apart {
     }
 }
 
+/// Whether a thread of the process stays on its CPU (see [`stay`]).
+#[cfg(target_os = "linux")]
+static STAYING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 #[cfg(target_os = "linux")]
 thread_local! {
     /// The CPUs the thread had before [`stay`] kept it on one, while it does.
@@ -79,14 +83,21 @@ thread_local! {
 /// by a helper may be moved to the helper's CPU (the kernel's wake-up affinity), where the
 /// two then take turns while the other CPU idles; kept in place, the thread that is waited
 /// for never shares a CPU with its helpers ([`apart`], which still gives them the CPUs it
-/// had before). Nothing changes when the thread was allowed a single CPU, or already
-/// stays, or the system refuses, or elsewhere than on Linux.
+/// had before). One thread of the process stays at a time: two kept on the CPU each started
+/// on could be kept on the same one while another idles, so while one stays, another asking
+/// is left free to move. Nothing changes then, or when the thread was allowed a single CPU,
+/// or the system refuses, or elsewhere than on Linux.
 #[must_use = "the thread stays only while the guard lives"]
 pub fn stay() -> Stay {
     #[cfg(target_os = "linux")]
     {
-        let before = linux::allowed()
-            .filter(|set| linux::count(set) >= 2 && BEFORE.with(std::cell::Cell::get).is_none());
+        use std::sync::atomic::Ordering;
+        let first = || {
+            STAYING
+                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        };
+        let before = linux::allowed().filter(|set| linux::count(set) >= 2 && first());
         let kept = before.and_then(|before| {
             let cpu = current().filter(|cpu| linux::has(&before, *cpu))?;
             let mut only = before;
@@ -95,11 +106,11 @@ pub fn stay() -> Stay {
                 .for_each(|c| linux::clear(&mut only, c));
             linux::set_allowed(&only).then_some(before)
         });
-        BEFORE.with(|b| {
-            if kept.is_some() {
-                b.set(kept);
-            }
-        });
+        match kept {
+            Some(_) => BEFORE.with(|b| b.set(kept)),
+            None if before.is_some() => STAYING.store(false, Ordering::Release),
+            None => {}
+        }
         Stay {
             before: kept,
             _here: std::marker::PhantomData,
@@ -143,6 +154,7 @@ impl Drop for Stay {
         if let Some(before) = &self.before {
             linux::set_allowed(before);
             BEFORE.with(|b| b.set(None));
+            STAYING.store(false, std::sync::atomic::Ordering::Release);
         }
     }
 }
@@ -205,7 +217,19 @@ mod linux {
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
+    use std::sync::{Mutex, PoisonError, mpsc};
+
     use super::*;
+
+    /// The tests that stay, one at a time: one thread of the process stays at a time.
+    static ONE_STAYS: Mutex<()> = Mutex::new(());
+
+    /// Runs `test` on a thread of its own (whose CPUs it may change), given that thread's
+    /// CPUs, while no other test stays.
+    fn staying_apart(test: impl FnOnce(Vec<usize>) + Send + 'static) {
+        let _one = ONE_STAYS.lock().unwrap_or_else(PoisonError::into_inner);
+        std::thread::spawn(|| test(allowed())).join().unwrap();
+    }
 
     /// The CPUs the calling thread may run on, by number.
     fn allowed() -> Vec<usize> {
@@ -221,8 +245,7 @@ mod tests {
     /// same.
     #[test]
     fn a_helper_keeps_off_its_callers_cpu_when_it_has_another() {
-        std::thread::spawn(|| {
-            let before = allowed();
+        staying_apart(|before| {
             let check = |apart: Apart| {
                 let cpu = current().expect("Linux tells a thread's CPU");
                 let (entered, after, now) = std::thread::spawn(move || {
@@ -247,17 +270,24 @@ mod tests {
             check(apart());
             drop(stay);
             assert_eq!(allowed(), before, "the caller's CPUs are its own again");
-        })
-        .join()
-        .unwrap();
+        });
     }
 
     /// A thread told to stay keeps to the CPU it is on while the guard lives, and gets
-    /// back every CPU it had when the guard goes.
+    /// back every CPU it had when the guard goes. While it stays, another thread asking to
+    /// is left free to move.
     #[test]
     fn a_thread_told_to_stay_keeps_to_its_cpu_until_the_guard_goes() {
-        std::thread::spawn(|| {
-            let before = allowed();
+        staying_apart(|before| {
+            // Started before the first stays, with every CPU.
+            let (ask, wait) = mpsc::channel::<()>();
+            let (tell, heard) = mpsc::channel();
+            let other = std::thread::spawn(move || {
+                let cpus = allowed();
+                wait.recv().unwrap();
+                let stay = stay();
+                tell.send((stay.kept(), allowed() == cpus)).unwrap();
+            });
             let stay = stay();
             let during = allowed();
             if before.len() >= 2 {
@@ -272,11 +302,14 @@ mod tests {
                 assert!(!stay.kept());
                 assert_eq!(during, before);
             }
+            ask.send(()).unwrap();
+            assert_eq!(heard.recv().unwrap(), (false, true));
+            other.join().unwrap();
             drop(stay);
             assert_eq!(allowed(), before);
-        })
-        .join()
-        .unwrap();
+            // Then one may stay again.
+            assert_eq!(super::stay().kept(), before.len() >= 2);
+        });
     }
 
     /// The calling thread's scheduling policy.
