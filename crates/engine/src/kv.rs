@@ -319,10 +319,7 @@ impl KvCache {
             if id & RUN != 0 {
                 // An anonymous block, given a spare id.
                 self.take_from_run(id, 1);
-                let id = self
-                    .spare
-                    .pop()
-                    .expect("each anonymous block has a spare id");
+                let id = self.spare_id();
                 self.blocks[id as usize].state = 1;
                 return id;
             }
@@ -378,16 +375,21 @@ impl KvCache {
     pub(crate) fn name_anon(&mut self, hashes: &[u64], into: &mut Vec<u32>) {
         let start = into.len();
         for &hash in hashes {
-            let id = self
-                .spare
-                .pop()
-                .expect("each anonymous block has a spare id");
+            let id = self.spare_id();
             let block = &mut self.blocks[id as usize];
             block.hash = hash;
             block.state = HASHED | 1;
             into.push(id);
         }
         self.index_alone(&into[start..]);
+    }
+
+    /// An id with no role, for an anonymous block about to be named.
+    #[inline]
+    fn spare_id(&mut self) -> u32 {
+        self.spare
+            .pop()
+            .expect("each anonymous block has a spare id")
     }
 
     /// Whether stores and removals are recorded (then no block is anonymous).

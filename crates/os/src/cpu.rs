@@ -112,7 +112,7 @@ pub fn stay() -> Stay {
             None => {}
         }
         Stay {
-            before: kept,
+            kept: kept.is_some(),
             _here: std::marker::PhantomData,
         }
     }
@@ -127,9 +127,9 @@ pub fn stay() -> Stay {
 /// What [`stay`] returns: while it lives, its thread stays on its CPU.
 #[derive(Debug)]
 pub struct Stay {
-    /// The CPUs the thread was allowed before, when it was narrowed.
+    /// Whether the thread was narrowed (its CPUs before are in `BEFORE`).
     #[cfg(target_os = "linux")]
-    before: Option<libc::cpu_set_t>,
+    kept: bool,
     /// Dropped on the thread it narrowed (a thread's CPUs are set from that thread).
     _here: std::marker::PhantomData<*const ()>,
 }
@@ -139,7 +139,7 @@ impl Stay {
     pub fn kept(&self) -> bool {
         #[cfg(target_os = "linux")]
         {
-            self.before.is_some()
+            self.kept
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -151,9 +151,10 @@ impl Stay {
 impl Drop for Stay {
     fn drop(&mut self) {
         #[cfg(target_os = "linux")]
-        if let Some(before) = &self.before {
-            linux::set_allowed(before);
-            BEFORE.with(|b| b.set(None));
+        if self.kept
+            && let Some(before) = BEFORE.with(std::cell::Cell::take)
+        {
+            linux::set_allowed(&before);
             STAYING.store(false, std::sync::atomic::Ordering::Release);
         }
     }
