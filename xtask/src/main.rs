@@ -919,6 +919,47 @@ mod tidy {
         }
     }
 
+    /// No library call changes how the process's threads are scheduled: CPU affinity,
+    /// scheduler class and priority are the caller's to set (as `taskset` or `chrt` do),
+    /// not a side effect of a replay.
+    #[test]
+    fn no_library_code_changes_thread_scheduling() {
+        let calls = [
+            "sched_setaffinity",
+            "sched_setscheduler",
+            "SCHED_IDLE",
+            "SCHED_BATCH",
+            "setpriority",
+            "pthread_setaffinity_np",
+        ];
+        for (rel, path) in rust_sources_relative() {
+            if !rel.starts_with("crates/") && !rel.starts_with("plugins/") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for call in calls {
+                assert!(!text.contains(call), "{rel}: calls `{call}`");
+            }
+        }
+    }
+
+    /// Modules live where their names say: a module split into files is a directory
+    /// (`scheduler/{mod,tests}.rs`), never a `#[path]` that hides a child at the crate root.
+    #[test]
+    fn no_module_is_placed_by_a_path_attribute() {
+        for (rel, path) in rust_sources_relative() {
+            if !rel.contains("/src/") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let placed = text.lines().any(|l| l.trim_start().starts_with("#[path"));
+            assert!(
+                !placed,
+                "{rel}: a `#[path]` module; make it a directory module"
+            );
+        }
+    }
+
     /// A router is assembled in one place: the scenario (and the route crate itself, and
     /// tests). Any other entry point goes through `Scenario`.
     #[test]

@@ -6,14 +6,12 @@
 //! with SIGBUS, and the crash handler names the file). The plugin loader and the trace
 //! reader both depend on this crate; neither depends on the other. [`watchdog`] watches
 //! the same plugin calls for one that never returns; [`process`] ties a helper process's
-//! life to its parent's; [`cpu`] keeps a replay's reading threads off the CPU of the loop
-//! they read for.
+//! life to its parent's.
 //!
 //! `unsafe` is allowed in this crate, and each block says why it is sound.
 
 #![allow(unsafe_code)]
 
-pub mod cpu;
 pub mod crash;
 pub mod mapped;
 pub mod process;

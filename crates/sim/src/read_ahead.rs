@@ -33,19 +33,6 @@ struct Batch {
     error: Option<TraceError>,
 }
 
-/// Runs `work` on a thread of `scope` kept off the caller's CPU (see `routerlab_os::cpu`):
-/// a helper of the loop running there would otherwise take turns with it on some kernels.
-pub(crate) fn spawn_apart<'scope, 'env>(
-    scope: &'scope std::thread::Scope<'scope, 'env>,
-    work: impl FnOnce() + Send + 'scope,
-) {
-    let apart = routerlab_os::cpu::apart();
-    scope.spawn(move || {
-        apart.enter();
-        work();
-    });
-}
-
 /// Whether a replay should read ahead: when a second core is there to run the reader.
 pub(crate) fn worth_it() -> bool {
     std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
@@ -120,7 +107,7 @@ impl<'r> Pull<'r> {
         let (empty_tx, empty_rx) = sync_channel::<Batch>(QUEUED + 1);
         let adapters = reader.adapters().clone();
         let reader_idle = idle.clone();
-        spawn_apart(scope, move || {
+        scope.spawn(move || {
             read(reader, sharing, reader_idle.as_ref(), full_tx, empty_rx);
         });
         Pull {

@@ -93,16 +93,11 @@ pub fn replay_timed_streamed(
     };
     let sharing = OnceLock::new();
     let stop = AtomicBool::new(false);
-    // The loop stays on its CPU, the helpers keep off it: woken by the reader, it could
-    // otherwise be moved to the reader's CPU and take turns with it there.
-    let stay = ahead.then(routerlab_os::cpu::stay);
     let report = std::thread::scope(|scope| {
         // The counting starts first: it goes on beside the pass over the times.
         if let Some((again, bytes)) = counted {
             let (sharing, stop) = (&sharing, &stop);
-            crate::read_ahead::spawn_apart(scope, move || {
-                // The reader, woken on the same CPU, goes first.
-                routerlab_os::cpu::background();
+            scope.spawn(move || {
                 super::sharing::count(again, bytes, sharing, stop);
             });
         }
@@ -136,7 +131,6 @@ pub fn replay_timed_streamed(
         stop.store(true, Ordering::Relaxed);
         report
     });
-    drop(stay);
     let report = report?;
     // Times that go back: the trace is loaded whole and replayed as `replay_timed`, read
     // afresh (the reader may have read ahead).

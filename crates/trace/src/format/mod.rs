@@ -7,7 +7,6 @@ pub(crate) mod csv;
 pub mod mooncake;
 pub(crate) mod token_ids;
 pub(crate) mod weka;
-mod weka_graph;
 
 pub use chat::{Message, flatten_messages};
 

@@ -622,5 +622,4 @@ impl KvCache {
 }
 
 #[cfg(test)]
-#[path = "kv_tests.rs"]
 mod tests;

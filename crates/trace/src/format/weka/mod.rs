@@ -15,17 +15,19 @@
 //! Every session is one play starting at 0 (`not_before_ms` counts from its first request);
 //! its hash ids are its own (`local`): the same id in two sessions is two blocks. A block
 //! past the session's ids, and a prompt's partial last block, are private to the request.
-//! The streams and edges are those of [`super::weka_graph`]. All sessions of a corpus must
+//! The streams and edges are those of [`graph`]. All sessions of a corpus must
 //! have one block size. Directories are walked in name order, symlinks refused.
+
+mod graph;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::weka_graph::{self, Edge, Placed, Recorded, Stream, add, ms};
 use crate::error::{Fault, TraceError};
 use crate::format::agentic::{Relation, Trigger};
+use graph::{Edge, Placed, Recorded, Stream, add, ms};
 
 #[derive(Deserialize)]
 struct Session {
@@ -383,7 +385,7 @@ impl Located {
             Entry::Subagent(sub) => sub
                 .requests
                 .iter()
-                .any(|inner| inner.request().t < sub.t - weka_graph::EPSILON_S),
+                .any(|inner| inner.request().t < sub.t - graph::EPSILON_S),
             Entry::Request(_) => false,
         })
     }
@@ -432,7 +434,7 @@ fn lower(
     if top.is_empty() {
         return Err(located.error("requests".into(), "has no parent request".into()));
     }
-    let mut streams = weka_graph::streams(ns, "root", top);
+    let mut streams = graph::streams(ns, "root", top);
     let parents = streams.len();
     let mut joins: Vec<(String, Vec<String>)> = Vec::new();
     for (i, sub) in subagents {
@@ -473,8 +475,7 @@ fn lower(
             Some(d) => sub.t + d as f64 / 1000.0,
             None => inner.iter().map(|p| p.request.end()).fold(sub.t, f64::max),
         };
-        let mut children =
-            weka_graph::streams(ns, &format!("subagent:{i}:{}", sub.agent_id), inner);
+        let mut children = graph::streams(ns, &format!("subagent:{i}:{}", sub.agent_id), inner);
         let scope = children[0].session.clone();
         children[0].fork_source = Some(spawner);
         for child in &mut children {
@@ -485,7 +486,7 @@ fn lower(
                 streams[owner]
                     .requests
                     .iter()
-                    .filter(|r| r.order > i && r.request.t + weka_graph::EPSILON_S >= end)
+                    .filter(|r| r.order > i && r.request.t + graph::EPSILON_S >= end)
                     .min_by_key(|r| r.order)
                     .map(|r| r.source_id.clone())
             })
@@ -543,7 +544,7 @@ fn lower(
             },
         );
     }
-    weka_graph::barriers(&streams, &mut edges);
+    graph::barriers(&streams, &mut edges);
     for (target, terminals) in joins {
         let t = by_source[target.as_str()].t;
         for terminal in terminals {
@@ -679,8 +680,8 @@ pub(crate) fn lower_corpus(
     let mut out = format!(
         "{{\"schema\":\"{}\",\"version\":{},\"block_size\":{block},\"hash_id_scope\":\"local\",\
          \"source\":{{\"format\":\"weka\",\"digest\":\"{}\"}}}}\n",
-        super::agentic::SCHEMA,
-        super::agentic::VERSION,
+        crate::format::agentic::SCHEMA,
+        crate::format::agentic::VERSION,
         if relative {
             "nested-times-relative"
         } else {
@@ -696,5 +697,4 @@ pub(crate) fn lower_corpus(
 }
 
 #[cfg(test)]
-#[path = "weka_tests.rs"]
 mod tests;

@@ -434,5 +434,4 @@ impl Sim<'_> {
 }
 
 #[cfg(test)]
-#[path = "disagg_tests.rs"]
 mod tests;

@@ -648,5 +648,4 @@ impl In<'_> {
 }
 
 #[cfg(test)]
-#[path = "wire_tests.rs"]
 mod tests;

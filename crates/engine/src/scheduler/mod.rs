@@ -737,9 +737,7 @@ fn give(kv: &mut KvCache, seq: &mut Sequence, n: u32) {
     }
 }
 
-#[path = "predict.rs"]
 mod predict;
 
 #[cfg(test)]
-#[path = "scheduler_tests.rs"]
 mod tests;
