@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use routerlab_sim::calibrate::formats::{self, RunFileFormat};
+use routerlab_calibrate::formats::{self, RunFileFormat};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = formats::detect(text);
     let fmperf = [
         formats::parse_fmperf(text, text).ok(),
-        routerlab_sim::calibrate::fmperf::parse(text, &[1; 64]).ok(),
+        routerlab_calibrate::fmperf::parse(text, &[1; 64]).ok(),
     ];
     let read = RunFileFormat::ALL
         .into_iter()

@@ -49,6 +49,17 @@ const LAYERS: &[(&str, &[&str])] = &[
             "routerlab-report",
         ],
     ),
+    // Measured runs and the fit: replays the fleet a run was served by, never live.
+    (
+        "crates/calibrate",
+        &[
+            "routerlab-core",
+            "routerlab-host",
+            "routerlab-trace",
+            "routerlab-engine",
+            "routerlab-sim",
+        ],
+    ),
     ("crates/cli", &["*"]),
 ];
 

@@ -120,6 +120,17 @@ impl fmt::Display for Failure {
     }
 }
 
+impl From<routerlab_calibrate::CalibrateError> for Failure {
+    fn from(e: routerlab_calibrate::CalibrateError) -> Failure {
+        match e {
+            routerlab_calibrate::CalibrateError::Input(message) => Failure::Input(message),
+            routerlab_calibrate::CalibrateError::Trace(e) => e.into(),
+            routerlab_calibrate::CalibrateError::Sim(e) => e.into(),
+            other => Failure::Input(other.to_string()),
+        }
+    }
+}
+
 impl From<SimError> for Failure {
     fn from(e: SimError) -> Failure {
         match e {

@@ -44,7 +44,7 @@ pub use host::{HostCache, HostTier, SharedStore};
 pub use kv::{KvCache, KvEvent};
 pub use lora::{LoraConfig, LoraStatus};
 pub use memory::{GpuBudget, KvBudget, experts_of, kv_budget};
-pub use model::{ModelConfigError, ModelKv, kv_from_model_config};
+pub use model::{ModelConfigError, ModelKv, kv_from_model_config, read_model_config};
 pub use scheduler::{Engine, EngineStatus, Sequence};
 pub use step_time::{Batch, Experts, StepTime};
 pub use transfer::{KvTransfer, TransferMode};

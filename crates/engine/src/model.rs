@@ -19,6 +19,29 @@
 
 use serde_json::{Map, Value};
 
+/// The largest model config read (real ones are a few kilobytes).
+pub const MAX_MODEL_CONFIG_BYTES: u64 = 4 << 20;
+
+/// The text of the model config at `path`, at most [`MAX_MODEL_CONFIG_BYTES`]; the error
+/// names the file.
+pub fn read_model_config(path: &std::path::Path) -> Result<String, String> {
+    let fail = |why: String| format!("{}: {why}", path.display());
+    let file =
+        std::fs::File::open(path).map_err(|e| fail(format!("cannot read model config: {e}")))?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(file, MAX_MODEL_CONFIG_BYTES + 1),
+        &mut text,
+    )
+    .map_err(|e| fail(format!("cannot read model config: {e}")))?;
+    if text.len() as u64 > MAX_MODEL_CONFIG_BYTES {
+        return Err(fail(format!(
+            "a model config is at most {MAX_MODEL_CONFIG_BYTES} bytes"
+        )));
+    }
+    Ok(text)
+}
+
 /// Why a model config gives no KV size.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

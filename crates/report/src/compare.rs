@@ -623,7 +623,7 @@ mod tests {
     fn a_measured_run_is_labelled_and_not_starred_against_simulated_latencies() {
         let mut comparison = comparison();
         let mut live = comparison.policies[0].report.clone();
-        live.measured = Some(crate::run::MeasuredRun {
+        live.measured = Some(crate::run::DrivenRun {
             tool_version: "0".into(),
             url: "http://127.0.0.1:1".into(),
             trace: crate::run::TraceRun {

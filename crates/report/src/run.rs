@@ -48,7 +48,7 @@ pub struct RunInfo {
 /// What a driven live run was: where it sent which trace, how, and the endpoints that
 /// answered.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct MeasuredRun {
+pub struct DrivenRun {
     /// `routerlab` version.
     pub tool_version: String,
     /// The URL the requests went to.

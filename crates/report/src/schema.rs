@@ -89,7 +89,7 @@ pub struct Report {
     /// A live run measured at the client (`routerlab drive`), instead of `run`: its
     /// latencies are wall-clock times through HTTP, not the engine model's (added in 0.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub measured: Option<crate::run::MeasuredRun>,
+    pub measured: Option<crate::run::DrivenRun>,
     /// Requests read from the trace.
     pub requests: u64,
     /// Endpoints in the fleet.

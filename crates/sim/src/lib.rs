@@ -5,11 +5,10 @@
 //! did; [`timed`] runs a discrete-event simulation of arrivals, router queue and engines
 //! (`routerlab-engine`) on a logical clock. Statistics accumulate into the
 //! `routerlab-report` schema; per-request records go to an [`Observer`](observer::Observer).
-//! [`calibrate`] fits the engine model to a measured run, and [`snapshot`] is the plugin
-//! authors' test helper. This crate never touches raw ABI types: it talks to plugins only
+//! [`snapshot`] is the plugin authors' test helper (fitting the engine model to a measured
+//! run is `routerlab-calibrate`'s). This crate never touches raw ABI types: it talks to plugins only
 //! through `routerlab-host`'s safe handles.
 
-pub mod calibrate;
 pub mod error;
 pub mod observer;
 mod read_ahead;

@@ -7,13 +7,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use routerlab_calibrate::{MeasuredRun, fit};
 use routerlab_engine::EngineConfig;
-use routerlab_host::SearchPath;
-use routerlab_sim::calibrate::{MeasuredRun, Samples, fit};
-use routerlab_sim::observer::Recorder;
-use routerlab_sim::scenario::Scenario;
-use routerlab_sim::timed::{TimedSettings, replay_timed};
-use routerlab_sim::{Replicas, WhenUnavailable};
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
 
 use crate::cmd::runs::{self, RunArgs};
@@ -50,85 +45,6 @@ pub struct CalibrateArgs {
     pub output: Option<PathBuf>,
 }
 
-/// The engines a measured run was served by: one, or vLLM's data-parallel ranks, each an
-/// engine of the same config with requests balanced to the one with the fewest in flight
-/// (as vLLM's own balancer does, which weighs waiting and running requests).
-pub(crate) struct Fleet {
-    replicas: Replicas,
-    engines: usize,
-}
-
-impl Fleet {
-    /// A fleet of `engines` engines (1 to 1,024) behind the matcher `router` (least in
-    /// flight when `None` and there are several).
-    pub(crate) fn new(engines: u32, router: Option<&str>) -> Result<Fleet, Failure> {
-        if !(1..=1024).contains(&engines) {
-            return Err(Failure::input(
-                "--data-parallel-size must be from 1 to 1024",
-            ));
-        }
-        let engines = engines as usize;
-        let scenario = Scenario {
-            // One engine: any matcher sends everything to it, round robin is the plainest.
-            matcher: router
-                .unwrap_or(if engines == 1 {
-                    "round-robin"
-                } else {
-                    "least-inflight"
-                })
-                .into(),
-            endpoints: (0..engines).map(|i| format!("engine-{i}")).collect(),
-            when_unavailable: WhenUnavailable::Queue,
-            ..Scenario::default()
-        };
-        let replicas = scenario.routers(&SearchPath::from_env())?;
-        if engines > 1 {
-            eprintln!(
-                "{engines} engines (data parallel), requests routed by {}",
-                scenario.matcher
-            );
-        }
-        Ok(Fleet { replicas, engines })
-    }
-
-    /// Replays `workload` on the fleet, every engine `engine`, and returns what its
-    /// requests took.
-    pub(crate) fn simulate(
-        &mut self,
-        workload: &Workload,
-        engine: &EngineConfig,
-    ) -> Option<Samples> {
-        let settings = TimedSettings::at_trace_times(vec![engine.clone(); self.engines]);
-        let mut recorder = Recorder::default();
-        let report = replay_timed(workload, &mut self.replicas, &settings, &mut recorder).ok()?;
-        if recorder.records.len() != workload.requests.len() {
-            // Some request could not run on this engine: not a candidate.
-            return None;
-        }
-        let n = workload.requests.len();
-        let mut samples = Samples {
-            ttft_ms: vec![0.0; n],
-            tpot_ms: vec![None; n],
-            makespan_s: report.timed?.makespan_s,
-            e2e_ms: vec![0.0; n],
-        };
-        // Records come in the order requests finished: put them back in the workload's.
-        for record in &recorder.records {
-            let index = record.id as usize - 1;
-            samples.ttft_ms[index] = record.ttft_ms;
-            samples.e2e_ms[index] = (record.finish_s - record.arrival_s) * 1e3;
-            let output = workload.requests[index]
-                .output_tokens
-                .unwrap_or(settings.default_output_tokens);
-            if output > 1 {
-                let decode_ms = (record.finish_s - record.arrival_s) * 1e3 - record.ttft_ms;
-                samples.tpot_ms[index] = Some(decode_ms / (output - 1) as f64);
-            }
-        }
-        Some(samples)
-    }
-}
-
 /// Runs the command.
 pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
     if args.budget < 10 {
@@ -152,7 +68,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
     if let Some(n) = args.run_args.max_num_batched_tokens {
         run.max_num_batched_tokens = n;
     }
-    let (blocks, block_size, how) = args.run_args.kv_capacity(&run)?;
+    let (blocks, block_size, how) = args.run_args.settings().kv_capacity(&run)?;
     let searched = if args.run_args.fit_num_gpu_blocks {
         "searched from "
     } else {
@@ -161,13 +77,13 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
     eprintln!("KV cache: {searched}{blocks} blocks of {block_size} tokens ({how})");
     let workload = match &args.workload {
         Some(path) => fed_workload(path, &args, &run, block_size)?,
-        None => runs::own_workload(&loaded.label, &run, block_size)?,
+        None => routerlab_calibrate::load::own_workload(&loaded.label, &run, block_size)?,
     };
     let engines = args
         .run_args
         .data_parallel_size
         .unwrap_or(run.data_parallel);
-    let mut fleet = Fleet::new(engines, args.run_args.router.as_deref())?;
+    let mut fleet = crate::cmd::runs::fleet(engines, args.run_args.router.as_deref())?;
     // After the plugin is loaded: its library is an input too.
     if let Some(out) = &args.output {
         let mut inputs = vec![
@@ -187,7 +103,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         engine_block_size: block_size,
         max_num_seqs: run.max_num_seqs,
         max_num_batched_tokens: run.max_num_batched_tokens,
-        step_time: args.run_args.step_time_guess(&run)?,
+        step_time: args.run_args.settings().step_time_guess(&run)?,
         kv_bytes_per_token: None,
         host_tier: None,
         shared_tier: None,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use routerlab_live::drive::DriveSettings;
-use routerlab_report::run::MeasuredRun;
+use routerlab_report::run::DrivenRun;
 use routerlab_sim::scenario::recorded;
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
 
@@ -148,7 +148,7 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
         );
     }
     let (mut report, endpoints) = routerlab_live::drive::report(&workload, &outcomes, slo);
-    report.measured = Some(MeasuredRun {
+    report.measured = Some(DrivenRun {
         tool_version: env!("CARGO_PKG_VERSION").to_owned(),
         url,
         trace: recorded::trace(source, &Default::default()),

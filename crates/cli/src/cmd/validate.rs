@@ -7,12 +7,11 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
+use routerlab_calibrate::validate::{METRICS, RunCheck, median_errors};
+use routerlab_calibrate::{MeasuredRun, Samples, ServingFleet, fit};
 use routerlab_engine::EngineConfig;
-use routerlab_sim::calibrate::validate::{METRICS, RunCheck, median_errors};
-use routerlab_sim::calibrate::{MeasuredRun, Samples, fit};
 use routerlab_trace::Workload;
 
-use crate::cmd::calibrate::Fleet;
 use crate::cmd::runs::{self, RunArgs};
 use crate::exit::Failure;
 
@@ -73,7 +72,7 @@ fn joined(parts: impl IntoIterator<Item = Samples>) -> Samples {
     all
 }
 
-fn simulate_all(runs: &[&Run], fleet: &mut Fleet, engine: &EngineConfig) -> Option<Samples> {
+fn simulate_all(runs: &[&Run], fleet: &mut ServingFleet, engine: &EngineConfig) -> Option<Samples> {
     let mut parts = Vec::with_capacity(runs.len());
     for run in runs {
         parts.push(fleet.simulate(&run.workload, engine)?);
@@ -89,7 +88,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
     let scheduler = args.run.scheduler()?;
     let mut fitted = Vec::new();
     let mut predicted = Vec::new();
-    let mut block_size = args.run.block_size;
+    let mut block_size = args.run.kv_block_tokens;
     let mut base: Option<EngineConfig> = None;
     let mut data_parallel = 1;
     for (path, fit_on) in args
@@ -102,7 +101,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
             let measured = loaded.measured;
             if base.is_none() {
                 data_parallel = measured.data_parallel;
-                let (blocks, size, how) = args.run.kv_capacity(&measured)?;
+                let (blocks, size, how) = args.run.settings().kv_capacity(&measured)?;
                 let searched = if args.run.fit_num_gpu_blocks {
                     "searched from "
                 } else {
@@ -118,7 +117,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
                         .run
                         .max_num_batched_tokens
                         .unwrap_or(measured.max_num_batched_tokens),
-                    step_time: args.run.step_time_guess(&measured)?,
+                    step_time: args.run.settings().step_time_guess(&measured)?,
                     kv_bytes_per_token: None,
                     host_tier: None,
                     shared_tier: None,
@@ -128,7 +127,8 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
                     lora: None,
                 });
             }
-            let workload = runs::own_workload(&loaded.label, &measured, block_size)?;
+            let workload =
+                routerlab_calibrate::load::own_workload(&loaded.label, &measured, block_size)?;
             let run = Run {
                 label: loaded.label,
                 measured,
@@ -154,7 +154,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
         crate::cmd::refuse_input_as_output("--engine-out", out, &inputs)?;
     }
     let engines = args.run.data_parallel_size.unwrap_or(data_parallel);
-    let mut fleet = Fleet::new(engines, args.run.router.as_deref())?;
+    let mut fleet = runs::fleet(engines, args.run.router.as_deref())?;
     let fit_runs: Vec<&Run> = fitted.iter().collect();
     let measured = joined(fit_runs.iter().map(|r| r.measured.samples()));
     let result = fit(

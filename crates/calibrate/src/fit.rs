@@ -3,7 +3,7 @@
 use routerlab_core::SeededRng;
 use routerlab_engine::{EngineConfig, Experts, StepTime};
 
-use super::Samples;
+use crate::measured::Samples;
 
 /// The terms of a batched model (four, and the cost of an expert when it has experts), as
 /// a vector the search moves in log space (with the KV blocks after them when searched).

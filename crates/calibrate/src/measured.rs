@@ -1,34 +1,11 @@
-//! Fitting the engine model to a measured run.
-//!
-//! A timed replay is worth what its step-time model is worth. The fit replays the very
-//! workload the measured engine was fed through the engine model and moves the `batched`
-//! model's four terms until the simulated TTFT and time-per-output-token distributions
-//! match the measured ones; a regression on aggregates only gives the starting point. The
-//! search is seeded and deterministic: the same run and seed give the same fit.
-//!
-//! The measured run is read from the layout LLMServingSim's bench examples use:
-//! `requests.jsonl` (per request: `input_toks`, `output_toks`, `queued_ts`, `scheduled_ts`,
-//! `first_token_ts`, `last_token_ts`, seconds), `timeseries.csv` (per second: `t`,
-//! `prompt_throughput`, `gen_throughput`, `running`, `waiting`, `kv_cache_pct`) and
-//! `meta.json` (`engine_kwargs.max_num_seqs`, `max_num_batched_tokens`, and the KV cache's
-//! blocks where the run recorded them).
+//! A measured run as the fit and `validate` take it: its requests, its time series and the
+//! engine limits it records, read from the layout LLMServingSim's bench examples use
+//! (`requests.jsonl`, `timeseries.csv`, `meta.json`), and what its requests took
+//! ([`Samples`]), compared by quantiles.
 
 use serde::Deserialize;
 
 use routerlab_engine::StepTime;
-
-pub mod aiperf;
-pub mod distserve;
-mod fit;
-pub mod fmperf;
-pub mod formats;
-pub mod guidellm;
-pub mod inference_perf;
-pub mod lmbench;
-pub mod validate;
-pub mod vllm_bench;
-
-pub use fit::{Fit, fit};
 
 /// One request of a measured run.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -208,10 +185,10 @@ pub fn quantile(values: &mut [f64], q: f64) -> f64 {
 }
 
 /// The longest a measured run may span, seconds: a week.
-const MAX_RUN_SPAN_S: f64 = 7.0 * 24.0 * 3600.0;
+pub(crate) const MAX_RUN_SPAN_S: f64 = 7.0 * 24.0 * 3600.0;
 
 /// Puts `requests` in arrival order, refusing them when they span more than a week.
-fn in_arrival_order(requests: &mut [MeasuredRequest]) -> Result<(), &'static str> {
+pub(crate) fn in_arrival_order(requests: &mut [MeasuredRequest]) -> Result<(), &'static str> {
     let start = requests
         .iter()
         .map(|r| r.queued_ts)
@@ -225,7 +202,7 @@ fn in_arrival_order(requests: &mut [MeasuredRequest]) -> Result<(), &'static str
 }
 
 /// The 1-based line of `text`'s `index`-th non-blank line.
-fn line_of(text: &str, index: usize) -> usize {
+pub(crate) fn line_of(text: &str, index: usize) -> usize {
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())

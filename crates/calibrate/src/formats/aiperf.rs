@@ -11,8 +11,8 @@
 
 use serde_json::Value;
 
-use super::formats::{Part, at, number, request, tokens};
-use super::in_arrival_order;
+use super::common::{Part, at, number, request, tokens};
+use crate::measured::in_arrival_order;
 
 /// Whether `text` looks like an AIPerf export: its first non-blank line is an object with
 /// `metadata` and `request_start_ns`.

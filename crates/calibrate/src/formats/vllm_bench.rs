@@ -10,7 +10,7 @@
 
 use serde::Deserialize;
 
-use super::{MAX_RUN_SPAN_S, MeasuredRequest, in_arrival_order};
+use crate::measured::{MAX_RUN_SPAN_S, MeasuredRequest, in_arrival_order};
 
 #[derive(Deserialize)]
 struct Result {

@@ -12,8 +12,8 @@
 
 use serde_json::Value;
 
-use super::formats::{at, number, request, tokens};
-use super::{MeasuredRequest, in_arrival_order};
+use super::common::{at, number, request, tokens};
+use crate::measured::{MeasuredRequest, in_arrival_order};
 
 /// Whether `text` looks like inference-perf's per-request file: a JSON list whose first
 /// object has `start_time`, `end_time` and `info`.

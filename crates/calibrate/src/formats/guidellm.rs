@@ -12,8 +12,8 @@
 
 use serde_json::Value;
 
-use super::formats::{Part, at, number, request, tokens};
-use super::in_arrival_order;
+use super::common::{Part, at, number, request, tokens};
+use crate::measured::in_arrival_order;
 
 /// Whether `text` looks like a GuideLLM report: a JSON object with `benchmarks` whose
 /// requests are split into `successful` and `errored`.

@@ -8,8 +8,8 @@
 //! with no generated tokens is a request that failed (the script writes a TTFT of 0 for
 //! it) and is left out, counted.
 
-use super::formats::request;
-use super::{MeasuredRequest, in_arrival_order};
+use super::common::request;
+use crate::measured::{MeasuredRequest, in_arrival_order};
 
 const COLUMNS: [&str; 5] = [
     "prompt_tokens",

@@ -3,7 +3,7 @@
 //! token), mean and 50th, 90th and 99th percentiles, each with its absolute percentage
 //! error; over the runs the model was not fitted on, the median of each metric's errors.
 
-use super::{Samples, quantile};
+use crate::measured::{Samples, quantile};
 
 /// The metrics each run is judged by, in their order: name as printed, key in JSON and CSV.
 pub const METRICS: [(&str, &str); 8] = [

@@ -20,8 +20,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::formats::{Part, request};
-use super::in_arrival_order;
+use super::common::{Part, request};
+use crate::measured::in_arrival_order;
 
 /// Whether `text` looks like fmperf's results: a JSON object with a `results` list of
 /// records carrying `worker_idx` and `response_idx`.
@@ -55,7 +55,7 @@ pub fn prompts(text: &str) -> Result<Vec<u64>, String> {
                     n => Ok(n as u64),
                 };
             }
-            match case.pointer("/config/in_tokens").map(super::formats::tokens) {
+            match case.pointer("/config/in_tokens").map(super::common::tokens) {
                 Some(Ok(0)) => Err(format!("field `[{i}].config.in_tokens`: must be at least 1")),
                 Some(Ok(n)) => Ok(n),
                 Some(Err(why)) => Err(format!("field `[{i}].config.in_tokens`: {why}")),
@@ -147,7 +147,7 @@ pub fn parse(text: &str, prompts: &[u64]) -> Result<Vec<Part>, String> {
         .unwrap_or(0)
         .saturating_sub(86_400_000_000_000);
     let seconds = |ns: u64| (ns - origin) as f64 * 1e-9;
-    let mut points: BTreeMap<u64, (Vec<super::MeasuredRequest>, usize, usize)> = BTreeMap::new();
+    let mut points: BTreeMap<u64, (Vec<crate::MeasuredRequest>, usize, usize)> = BTreeMap::new();
     for ((users, _, _), mut responses) in requests {
         responses.sort_by_key(|r| r.response);
         let point = points.entry(users).or_default();

@@ -1,0 +1,419 @@
+//! Measured runs as `calibrate` and `validate` take them: a directory in LLMServingSim's
+//! layout or a file one of the benchmark tools wrote ([`load`]), the engine limits and KV
+//! cache it does not record ([`RunSettings`]), and the run's own length-form workload
+//! ([`own_workload`]).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use routerlab_trace::{TraceFormat, TraceOptions, TraceReader, Workload};
+
+use crate::formats::{self, RunFileFormat};
+use crate::{CalibrateError, MeasuredRun};
+
+/// How a measured run is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// A directory is LLMServingSim's layout; a file is told by its first bytes.
+    #[default]
+    Auto,
+    /// LLMServingSim's bench layout: requests.jsonl, meta.json, timeseries.csv.
+    Llmservingsim,
+    /// A file one benchmark tool wrote.
+    File(RunFileFormat),
+}
+
+/// What a measured run needs said about it when its files do not say it. Each setting is
+/// named in errors by its flag, `--` and the field's name in kebab case.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSettings {
+    /// How the runs are laid out.
+    pub layout: Layout,
+    /// fmperf's requests file the runs drew their prompts from.
+    pub fmperf_requests: Option<PathBuf>,
+    /// The engine's `max_num_seqs` [default: the run's].
+    pub max_num_seqs: Option<u32>,
+    /// The engine's `max_num_batched_tokens` [default: the run's].
+    pub max_num_batched_tokens: Option<u32>,
+    /// Engines the run's requests were balanced over [default: the run's, else 1].
+    pub data_parallel_size: Option<u32>,
+    /// The engine's KV cache in blocks, as vLLM logged it.
+    pub num_gpu_blocks: Option<u32>,
+    /// Tokens per KV block.
+    pub kv_block_tokens: u32,
+    /// The model's Hugging Face `config.json`, for the KV blocks vLLM would size.
+    pub model_config: Option<PathBuf>,
+    /// GPUs each engine's model is split over [default: the run's, else 1].
+    pub tensor_parallel_size: Option<u32>,
+    /// GPUs a mixture of experts' experts are split over.
+    pub expert_parallel_size: Option<u32>,
+    /// Memory of one GPU, GiB, as CUDA reports it [default: the run's].
+    pub gpu_memory_gib: Option<f64>,
+    /// The fraction of it vLLM may use.
+    pub gpu_memory_utilization: f64,
+    /// The KV cache's data type [default: the model's].
+    pub kv_cache_dtype: Option<String>,
+    /// Memory of one GPU that is not KV cache, GiB.
+    pub non_kv_memory_gib: Option<f64>,
+}
+
+impl Default for RunSettings {
+    fn default() -> RunSettings {
+        RunSettings {
+            layout: Layout::Auto,
+            fmperf_requests: None,
+            max_num_seqs: None,
+            max_num_batched_tokens: None,
+            data_parallel_size: None,
+            num_gpu_blocks: None,
+            kv_block_tokens: 16,
+            model_config: None,
+            tensor_parallel_size: None,
+            expert_parallel_size: None,
+            gpu_memory_gib: None,
+            gpu_memory_utilization: 0.9,
+            kv_cache_dtype: None,
+            non_kv_memory_gib: None,
+        }
+    }
+}
+
+impl RunSettings {
+    /// The search's starting step time for `run`: its guess from aggregates, with the
+    /// expert term of a mixture-of-experts --model-config (half the step overhead moved to
+    /// the experts a one-token step touches).
+    pub fn step_time_guess(
+        &self,
+        run: &MeasuredRun,
+    ) -> Result<routerlab_engine::StepTime, CalibrateError> {
+        let mut guess = run.initial_guess();
+        let Some(path) = &self.model_config else {
+            return Ok(guess);
+        };
+        let text = routerlab_engine::read_model_config(path).map_err(CalibrateError::Input)?;
+        let shape = routerlab_engine::experts_of(&text)
+            .map_err(|e| CalibrateError::input(format!("{}: {e}", path.display())))?;
+        if let (
+            Some((count, per_token)),
+            routerlab_engine::StepTime::Batched {
+                overhead_ms,
+                experts,
+                ..
+            },
+        ) = (shape, &mut guess)
+        {
+            let mut term = routerlab_engine::Experts {
+                count,
+                per_token,
+                ms: 0.0,
+            };
+            term.ms = *overhead_ms * 0.5 / term.touched(1);
+            *overhead_ms *= 0.5;
+            *experts = Some(term);
+        }
+        Ok(guess)
+    }
+
+    /// The KV cache of the engine that ran `run`, in blocks and tokens a block, and how it
+    /// was found. Precedence: --num-gpu-blocks, what the run records, --model-config, an
+    /// estimate from the run.
+    pub fn kv_capacity(&self, run: &MeasuredRun) -> Result<(u32, u32, String), CalibrateError> {
+        if self.kv_block_tokens == 0 {
+            return Err(CalibrateError::input(
+                "--kv-block-tokens must be at least 1",
+            ));
+        }
+        let model = self.model_budget(run)?;
+        if let Some(blocks) = self.num_gpu_blocks {
+            return Ok((blocks, self.kv_block_tokens, "--num-gpu-blocks".into()));
+        }
+        if run.kv_blocks.is_some() {
+            return Ok(run.kv_capacity());
+        }
+        if let Some((blocks, how)) = model {
+            return Ok((blocks, self.kv_block_tokens, how));
+        }
+        Ok(run.kv_capacity())
+    }
+
+    /// The blocks --model-config gives, with how, when it is given; the flags are checked
+    /// whether or not another source wins.
+    fn model_budget(&self, run: &MeasuredRun) -> Result<Option<(u32, String)>, CalibrateError> {
+        let gib_bytes = |flag: &str, g: f64| -> Result<u64, CalibrateError> {
+            if g.is_finite() && g > 0.0 && g <= 1e6 {
+                Ok((g * (1u64 << 30) as f64) as u64)
+            } else {
+                Err(CalibrateError::input(format!(
+                    "{flag} must be a positive number of GiB, at most a million"
+                )))
+            }
+        };
+        let Some(path) = &self.model_config else {
+            for (given, flag) in [
+                (self.gpu_memory_gib.is_some(), "--gpu-memory-gib"),
+                (self.kv_cache_dtype.is_some(), "--kv-cache-dtype"),
+                (self.non_kv_memory_gib.is_some(), "--non-kv-memory-gib"),
+            ] {
+                if given {
+                    return Err(CalibrateError::input(format!(
+                        "{flag} needs --model-config"
+                    )));
+                }
+            }
+            return Ok(None);
+        };
+        let gpu_memory_bytes = match (self.gpu_memory_gib, run.gpu_memory_bytes) {
+            (Some(gib), _) => gib_bytes("--gpu-memory-gib", gib)?,
+            (None, Some(bytes)) => bytes,
+            (None, None) => {
+                return Err(CalibrateError::input(
+                    "--model-config needs --gpu-memory-gib (the run does not record its GPU's memory)",
+                ));
+            }
+        };
+        let utilization = self.gpu_memory_utilization;
+        if !(utilization > 0.0 && utilization <= 1.0) {
+            return Err(CalibrateError::input(
+                "--gpu-memory-utilization must be above 0 and at most 1",
+            ));
+        }
+        let tensor_parallel = self
+            .tensor_parallel_size
+            .or(run.tensor_parallel)
+            .unwrap_or(1);
+        let data_parallel = self.data_parallel_size.unwrap_or(run.data_parallel);
+        let expert_parallel = match self.expert_parallel_size {
+            Some(n) => n,
+            None if run.expert_parallel => tensor_parallel.saturating_mul(data_parallel),
+            None => 1,
+        };
+        if tensor_parallel == 0 || expert_parallel == 0 {
+            return Err(CalibrateError::input(
+                "--tensor-parallel-size and --expert-parallel-size must be at least 1",
+            ));
+        }
+        let budget = routerlab_engine::GpuBudget {
+            gpu_memory_bytes,
+            utilization,
+            tensor_parallel,
+            expert_parallel,
+            max_num_batched_tokens: self
+                .max_num_batched_tokens
+                .unwrap_or(run.max_num_batched_tokens),
+            max_num_seqs: self.max_num_seqs.unwrap_or(run.max_num_seqs),
+            block_size: self.kv_block_tokens,
+            kv_dtype: self.kv_cache_dtype.clone(),
+            non_kv_bytes: self
+                .non_kv_memory_gib
+                .map(|g| gib_bytes("--non-kv-memory-gib", g))
+                .transpose()?,
+        };
+        let text = routerlab_engine::read_model_config(path).map_err(CalibrateError::Input)?;
+        let kv = routerlab_engine::kv_budget(&text, &budget)
+            .map_err(|e| CalibrateError::input(format!("{}: {e}", path.display())))?;
+        let blocks = u32::try_from(kv.num_blocks)
+            .unwrap_or(u32::MAX)
+            .min(1 << 24);
+        if blocks == 0 {
+            return Err(CalibrateError::input(format!(
+                "{}: no KV block fits in the {:.2} GiB left",
+                path.display(),
+                kv.available_bytes as f64 / (1u64 << 30) as f64
+            )));
+        }
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let how = if budget.non_kv_bytes.is_some() {
+            format!(
+                "--model-config: {:.2} GiB for KV of {:.2} GiB at {utilization}, less the {:.2} GiB given as not KV cache; {} KV bytes a token per GPU",
+                gib(kv.available_bytes),
+                gib(budget.gpu_memory_bytes),
+                self.non_kv_memory_gib.unwrap_or_default(),
+                kv.bytes_per_token
+            )
+        } else {
+            format!(
+                "--model-config: {:.2} GiB for KV of {:.2} GiB at {utilization}, less weights {:.2} GiB and an activation estimate {:.2} GiB; {} KV bytes a token per GPU",
+                gib(kv.available_bytes),
+                gib(budget.gpu_memory_bytes),
+                gib(kv.weight_bytes),
+                gib(kv.activation_bytes),
+                kv.bytes_per_token
+            )
+        };
+        Ok(Some((blocks, how)))
+    }
+}
+
+/// A measured run as read, with what to call it.
+pub struct LoadedRun {
+    /// The path, with `#K` for the K-th benchmark of a report that holds several.
+    pub label: String,
+    /// Its requests and engine limits.
+    pub measured: MeasuredRun,
+    /// Requests the file records but the run is read without (failed, cancelled, warm-up),
+    /// and why, for the user to be told.
+    pub left_out: Option<String>,
+}
+
+fn read(path: &Path) -> Result<String, CalibrateError> {
+    std::fs::read_to_string(path)
+        .map_err(|e| CalibrateError::input(format!("{}: cannot read: {e}", path.display())))
+}
+
+/// `FILE#K` names the K-th (1-based) load point of FILE, unless a file of that very name
+/// exists.
+fn selector(path: &Path) -> (PathBuf, Option<usize>) {
+    if path.exists() {
+        return (path.to_owned(), None);
+    }
+    let text = path.to_string_lossy();
+    match text.rsplit_once('#') {
+        Some((file, k)) if !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()) => {
+            (PathBuf::from(file), k.parse().ok())
+        }
+        _ => (path.to_owned(), None),
+    }
+}
+
+/// The runs `path` holds: one, or one per benchmark of a GuideLLM report.
+pub fn load(path: &Path, args: &RunSettings) -> Result<Vec<LoadedRun>, CalibrateError> {
+    let (file, pick) = selector(path);
+    let directory = std::fs::metadata(&file)
+        .map_err(|e| CalibrateError::input(format!("{}: cannot read: {e}", file.display())))?
+        .is_dir();
+    if args.layout == Layout::Llmservingsim || (args.layout == Layout::Auto && directory) {
+        let part = |name| read(&file.join(name));
+        let measured = MeasuredRun::parse(
+            &part("requests.jsonl")?,
+            &part("meta.json")?,
+            &part("timeseries.csv")?,
+        )
+        .map_err(|e| CalibrateError::input(format!("{}/{e}", file.display())))?;
+        return Ok(vec![LoadedRun {
+            label: file.display().to_string(),
+            left_out: None,
+            measured,
+        }]);
+    }
+    if directory {
+        return Err(CalibrateError::input(format!(
+            "{}: a directory, not a run file (give --run-format llmservingsim for LLMServingSim's layout)",
+            file.display()
+        )));
+    }
+    let text = read(&file)?;
+    let name = file.display().to_string();
+    let format = match args.layout {
+        Layout::File(format) => format,
+        Layout::Auto | Layout::Llmservingsim => formats::detect(&text).ok_or_else(|| {
+            let kinds: Vec<&str> = RunFileFormat::ALL.iter().map(|f| f.looks_like()).collect();
+            CalibrateError::input(format!(
+                "{name}: not a measured run: a directory in LLMServingSim's layout (requests.jsonl, meta.json, timeseries.csv), {}; or name it with --run-format",
+                kinds.join(", ")
+            ))
+        })?,
+    };
+    let parts = if format == RunFileFormat::Fmperf {
+        let Some(requests) = &args.fmperf_requests else {
+            return Err(CalibrateError::input(format!(
+                "{name}: fmperf's results do not record the prompts' lengths: give --fmperf-requests FILE, the requests file the run drew from"
+            )));
+        };
+        let requests_name = requests.display().to_string();
+        formats::parse_fmperf(&text, &read(requests)?).map_err(|e| match e {
+            Ok(e) => CalibrateError::input(formats::located(&name, &e)),
+            Err(e) => CalibrateError::input(formats::located(&requests_name, &e)),
+        })?
+    } else {
+        formats::parse(format, &text)
+            .map_err(|e| CalibrateError::input(formats::located(&name, &e)))?
+    };
+    let count = parts.len();
+    let chosen: Vec<(usize, formats::Part)> = match pick {
+        Some(k) if k == 0 || k > count => {
+            return Err(CalibrateError::input(format!(
+                "{path}: the file holds {count} load points: K in FILE#K is 1 to {count}",
+                path = path.display()
+            )));
+        }
+        Some(k) => parts
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| i + 1 == k)
+            .collect(),
+        None => parts.into_iter().enumerate().collect(),
+    };
+    let (Some(max_num_seqs), Some(max_num_batched_tokens)) =
+        (args.max_num_seqs, args.max_num_batched_tokens)
+    else {
+        return Err(CalibrateError::input(format!(
+            "{name}: the run does not record the engine's limits: give --max-num-seqs and --max-num-batched-tokens"
+        )));
+    };
+    Ok(chosen
+        .into_iter()
+        .map(|(i, part)| {
+            let label = if count > 1 {
+                format!("{name}#{}", i + 1)
+            } else {
+                name.clone()
+            };
+            LoadedRun {
+                label,
+                left_out: part.left_out,
+                measured: MeasuredRun {
+                    requests: part.requests,
+                    samples: Vec::new(),
+                    max_num_seqs,
+                    max_num_batched_tokens,
+                    kv_blocks: None,
+                    data_parallel: 1,
+                    tensor_parallel: None,
+                    expert_parallel: false,
+                    gpu_memory_bytes: None,
+                },
+            }
+        })
+        .collect())
+}
+
+/// The run's own workload: each request's arrival, prompt and output tokens, in Mooncake
+/// form with block ids of its own (no prefix is shared).
+pub fn own_workload(
+    label: &str,
+    run: &MeasuredRun,
+    block_size: u32,
+) -> Result<Workload, CalibrateError> {
+    let start = run
+        .requests
+        .iter()
+        .map(|r| r.queued_ts)
+        .fold(f64::INFINITY, f64::min);
+    let mut text = String::new();
+    let mut next_id = 0u64;
+    for r in &run.requests {
+        let blocks = r.input_toks.div_ceil(512);
+        let ids: Vec<String> = (next_id..next_id + blocks).map(|i| i.to_string()).collect();
+        next_id += blocks;
+        let _ = writeln!(
+            text,
+            "{{\"timestamp\": {}, \"input_length\": {}, \"output_length\": {}, \"hash_ids\": [{}]}}",
+            (r.queued_ts - start) * 1e3,
+            r.input_toks,
+            r.output_toks,
+            ids.join(", ")
+        );
+    }
+    let options = TraceOptions {
+        format: Some(TraceFormat::Mooncake),
+        trace_block_size: 512,
+        ..TraceOptions::default()
+    };
+    let reader = TraceReader::in_memory(
+        Path::new(label),
+        TraceFormat::Mooncake,
+        text.into_bytes(),
+        options,
+    );
+    Ok(Workload::load(reader, &[block_size])?)
+}
