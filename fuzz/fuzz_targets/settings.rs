@@ -4,7 +4,6 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use routerlab_cli::opts::ReplayOpts;
 use routerlab_core::PluginConfig;
 use routerlab_core::config::split_seed;
 
@@ -16,12 +15,13 @@ fuzz_target!(|data: &[u8]| {
         let _ = config.finish();
     }
     let _ = split_seed(text);
-    if let Ok(opts) = serde_yaml::from_str::<ReplayOpts>(text) {
-        let with_plugin = ReplayOpts {
-            matcher: Some("lcp".into()),
-            trace: Some("t.jsonl".into()),
-            ..opts
-        };
-        let _ = routerlab_cli::spec::resolve(with_plugin);
+    if let Ok(layer) = routerlab_experiment::parse_mapping(text) {
+        let with_plugin = routerlab_experiment::parse_mapping("{matcher: lcp, trace: t.jsonl}")
+            .expect("a mapping");
+        let layers = routerlab_experiment::Layers::new().over(layer).over(with_plugin);
+        if let Ok(experiment) = layers.experiment() {
+            let _ = routerlab_experiment::resolve(&experiment);
+            let _ = experiment.serving();
+        }
     }
 });

@@ -1036,7 +1036,7 @@ mod tidy {
             ),
             (
                 "[dependencies.clap]\nversion = \"4\"\n",
-                "crates/trace: only crates/cli may depend on clap",
+                "crates/trace: only crates/cli and crates/experiment may depend on clap",
             ),
             (
                 "[dev-dependencies]\nhyper = \"1\"\n",

@@ -1,19 +1,20 @@
-//! routerlab-cli: the `routerlab` command line, and the only crate that knows about flags.
+//! routerlab-cli: the `routerlab` command line: flags, printing and exit codes.
 //!
-//! The flow is the same for every command: clap parses the [`Command`] (each command's arguments
-//! beside its code in [`cmd`]; the replay settings, which are also the experiment file, in
-//! [`opts`]), [`spec`] resolves them into a plain, checked run
-//! specification with no I/O, a module of [`cmd`] runs it over the library crates, and
-//! [`exit`] turns whatever failed into one line on stderr and an exit code, in one place.
+//! The flow is the same for every command: clap parses the [`Command`] (each command's
+//! arguments beside its code in [`cmd`]; the groups of flags that describe a run in
+//! [`opts`]), the flags become a layer over the experiment file that
+//! `routerlab_experiment` resolves into a checked run, a module of [`cmd`] runs it over
+//! the library crates, and [`exit`] turns whatever failed into one line on stderr and an
+//! exit code, in one place.
 
 #![allow(clippy::print_stdout)]
 
 pub mod cmd;
 pub mod exit;
 pub mod opts;
-pub mod policy;
 pub mod progress;
-pub mod spec;
+#[cfg(test)]
+mod vocabulary;
 
 use std::process::ExitCode;
 
@@ -32,7 +33,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Replay a trace through a matcher (and optionally a detector) and report statistics.
-    Replay(Box<crate::opts::ReplayOpts>),
+    Replay(Box<crate::opts::ReplayArgs>),
     /// Replay one trace through several policies and put their statistics side by side.
     Compare(Box<crate::cmd::compare::CompareOpts>),
     /// Run a grid of replays from a sweep file, whole or one shard of it.

@@ -234,8 +234,31 @@ fn bad_policies_and_settings_are_refused_before_anything_runs() {
         "ttft",
     ]);
     assert!(err.contains("unknown metric `ttft`"), "{err}");
-    let err = refused(&["--trace", &trace, "--matcher", "lcp", "--policy", "random"]);
-    assert!(err.contains("not --matcher"), "{err}");
+    // compare has no --matcher: its policies come from --policy (clap refuses the flag).
+    let output = routerlab(&[
+        "compare",
+        "--trace",
+        &trace,
+        "--matcher",
+        "lcp",
+        "--policy",
+        "random",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(texts(&output).1.contains("unexpected argument '--matcher'"));
+    // ... and an experiment file's `matcher` is refused by name.
+    let file = scratch_file("one-policy.yaml", b"matcher: lcp\n");
+    let err = refused(&[
+        "--trace",
+        &trace,
+        "--config",
+        &file.to_string_lossy(),
+        "--policy",
+        "lcp",
+        "--policy",
+        "random",
+    ]);
+    assert!(err.contains("not --matcher (`matcher`)"), "{err}");
 }
 
 /// With latency targets, each report judges its requests by them, and `compare` ranks the

@@ -1,4 +1,4 @@
-//! `routerlab engine --kv-events`: the frames it publishes decoded by vLLM's own message
+//! `routerlab engine --publish-kv-events`: the frames it publishes decoded by vLLM's own message
 //! types (`tests/python/kv_events_check.py`: msgspec structs copied from vLLM, pyzmq for
 //! libzmq), the block hashes those of the prompt's chain, and the replay socket answering
 //! from any sequence number. Needs a Python with `msgspec` and `pyzmq` (`cargo xtask ci`

@@ -87,7 +87,7 @@ fn endpoints_of(records: &Path) -> Vec<Option<String>> {
 #[test]
 fn four_engines_a_router_and_a_trace_every_request_answered() {
     let engines: Vec<Server> = (0..4)
-        .map(|_| Server::start(&["engine", "--speedup", "200"]))
+        .map(|_| Server::start(&["engine", "--model-speedup", "200"]))
         .collect();
     let list: Vec<&str> = engines.iter().map(|e| e.addr.as_str()).collect();
     let router = Server::start(&[
@@ -348,7 +348,7 @@ fn serve_takes_its_policy_from_an_experiment_file() {
     let engine = Server::start(&["engine", "--instant"]);
     let config = scratch_file(
         "live-experiment.yaml",
-        b"matcher: round-robin\nblock_size: 64\nseed: 3\ntrace: unused.jsonl\n",
+        b"matcher: round-robin\nblock_size: 64\nseed: 3\n",
     );
     let router = Server::start(&[
         "serve",
@@ -371,11 +371,45 @@ fn serve_takes_its_policy_from_an_experiment_file() {
     assert!(stderr.contains("no matcher"), "{stderr}");
 }
 
+/// `serve --config` reads the same file as `replay`: its engine keys reach serve's engine
+/// model (a bad one is refused as replay refuses it), and a key serve cannot honour is
+/// refused by name rather than ignored.
+#[test]
+fn serve_honours_the_experiment_file_or_refuses_a_key_by_name() {
+    for (text, why) in [
+        (
+            "matcher: sim-latency\nendpoints: [127.0.0.1:9]\nengine: {max_num_seqs: 0}\n",
+            "--engine-config: engine `max_num_seqs` must be at least 1",
+        ),
+        (
+            "matcher: lcp\nendpoints: [127.0.0.1:9]\ntrace: t.jsonl\n",
+            "`trace` is a replay setting that serve cannot honour",
+        ),
+        (
+            "matcher: lcp\nendpoints: 4\n",
+            "serve routes to engines by address: give host:port names, not a count",
+        ),
+    ] {
+        let config = scratch_file("serve-refused.yaml", text.as_bytes());
+        let output = routerlab(&[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            &config.to_string_lossy(),
+        ]);
+        let (_, stderr) = texts(&output);
+        assert_eq!(output.status.code(), Some(2), "{text}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{text}: {stderr}");
+        assert!(stderr.contains(why), "{text}: {stderr}");
+    }
+}
+
 /// An engine killed while requests run on it: those requests (not yet answered: whole
 /// answers, `--no-stream`) are retried on the other engine, and none is lost.
 #[test]
 fn requests_on_an_engine_killed_mid_run_are_retried_elsewhere() {
-    let (_a, b, router) = two_engines_behind_round_robin(&["engine", "--speedup", "50"], &[]);
+    let (_a, b, router) = two_engines_behind_round_robin(&["engine", "--model-speedup", "50"], &[]);
     let b_addr = b.addr.clone();
     let trace = head("mooncake-sessions.jsonl", 60, "live-killed.jsonl");
     let url = router.url();
@@ -1059,7 +1093,7 @@ fn an_engine_with_lora_slots_serves_an_adapter_named_as_the_model_after_loading_
 /// replay's of the same split.
 #[test]
 fn a_disaggregated_fleet_behind_serve_answers_and_routes_as_the_replay() {
-    let start = |role: &str| Server::start(&["engine", "--role", role, "--speedup", "200"]);
+    let start = |role: &str| Server::start(&["engine", "--role", role, "--model-speedup", "200"]);
     let prefill: Vec<Server> = (0..2).map(|_| start("prefill")).collect();
     let decode: Vec<Server> = (0..2).map(|_| start("decode")).collect();
     let list = |servers: &[Server]| {

@@ -187,8 +187,8 @@ fn committed_sessions_trace_is_the_generators_mooncake_output() {
     assert!(output.status.success(), "{}", texts(&output).1);
     assert!(
         std::fs::read(&generated).unwrap() == std::fs::read(&committed).unwrap(),
-        "traces/mooncake-sessions.jsonl differs from `routerlab gen-trace --format mooncake`: \
-         regenerate it with `cargo xtask gen-trace --format mooncake -o traces/mooncake-sessions.jsonl`"
+        "traces/mooncake-sessions.jsonl differs from `routerlab gen-trace --trace-format mooncake`: \
+         regenerate it with `cargo xtask gen-trace --trace-format mooncake -o traces/mooncake-sessions.jsonl`"
     );
 }
 
@@ -213,7 +213,7 @@ fn committed_lora_trace_is_the_generators_output_with_adapters() {
     assert!(
         std::fs::read(&generated).unwrap() == std::fs::read(&committed).unwrap(),
         "traces/lora-mooncake.jsonl differs from `routerlab gen-trace`: regenerate it with \
-         `cargo xtask gen-trace --format mooncake --requests 1000 --adapters 8 --seed 0 -o traces/lora-mooncake.jsonl`"
+         `cargo xtask gen-trace --trace-format mooncake --requests 1000 --adapters 8 --seed 0 -o traces/lora-mooncake.jsonl`"
     );
 }
 

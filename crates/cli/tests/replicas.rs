@@ -37,7 +37,7 @@ fn one_replica_is_the_single_router() {
 }
 
 /// A generated Mooncake trace with sessions (`traces/mooncake-sessions.jsonl`, the output
-/// of `gen-trace --format mooncake`), `lcp` over 8 endpoints: 8 replicas that each learn an
+/// of `gen-trace --trace-format mooncake`), `lcp` over 8 endpoints: 8 replicas that each learn an
 /// eighth of the traffic (round robin) find less of what the engines hold than one router;
 /// sticky sessions keep most of it (within 5% of one router).
 #[test]

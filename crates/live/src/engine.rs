@@ -148,7 +148,7 @@ pub async fn run_on(
     check_config(&settings.config)?;
     if !(settings.speedup.is_finite() && settings.speedup > 0.0) {
         return Err(LiveError::Settings(format!(
-            "--speedup must be a positive number, not {}",
+            "the model time per wall time (speedup) must be a positive number, not {}",
             settings.speedup
         )));
     }

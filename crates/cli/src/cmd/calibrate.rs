@@ -32,7 +32,7 @@ pub struct CalibrateArgs {
     #[arg(long, value_name = "FORMAT")]
     pub trace_format: Option<routerlab_trace::TraceFormat>,
     /// Tokens per block id of a Mooncake workload.
-    #[arg(long, value_name = "N", default_value_t = 512)]
+    #[arg(long, value_name = "TOKENS", default_value_t = 512)]
     pub trace_block_size: u32,
     /// Seed of the search.
     #[arg(long, value_name = "N", default_value_t = 0)]

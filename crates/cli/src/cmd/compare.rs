@@ -14,24 +14,17 @@ use routerlab_report::compare::{Comparison, Entry, find_metric};
 use routerlab_sim::Report;
 use routerlab_trace::{TraceReader, Workload};
 
-use crate::cmd::run::{load_experiment, prepare, run_all, with_policy};
-use crate::exit::Failure;
-use crate::opts::{OutputFormat, ReplayOpts};
-use crate::policy::{self, Policy, PolicyEntry};
-use crate::progress::Bars;
-use crate::spec::one_line;
+use routerlab_experiment::policy::{self, Policy, PolicyEntry};
+use routerlab_experiment::{Experiment, OutputFormat, one_line};
 
-/// `routerlab compare`: the replay settings, and the policies to run under them. The replay
-/// flags that name one policy's plugins, or its per-request file, are refused (the
-/// policies come from `--policy`), so `--help` does not show them.
+use crate::cmd::run::{prepare, run_all};
+use crate::exit::Failure;
+use crate::opts::SettingsArgs;
+use crate::progress::Bars;
+
+/// `routerlab compare`: the replay settings, and the policies to run under them (the
+/// policies' plugins come from `--policy`: it has no `--matcher` or `--requests-out`).
 #[derive(Args, Debug, Default, Clone)]
-#[command(
-    mut_arg("matcher", |a| a.hide(true)),
-    mut_arg("matcher_config", |a| a.hide(true)),
-    mut_arg("detector", |a| a.hide(true)),
-    mut_arg("detector_config", |a| a.hide(true)),
-    mut_arg("requests_out", |a| a.hide(true)),
-)]
 pub struct CompareOpts {
     /// A policy: 'MATCHER [{CONFIG}] [+ DETECTOR [{CONFIG}]]', e.g. 'lcp + num-requests
     /// {max_running: 32}' (repeatable; two or more, here or in the experiment file).
@@ -50,7 +43,7 @@ pub struct CompareOpts {
     pub from: Vec<PathBuf>,
     /// The replay settings every policy runs under.
     #[command(flatten)]
-    pub replay: ReplayOpts,
+    pub settings: SettingsArgs,
 }
 
 /// Runs the comparison and prints it.
@@ -70,20 +63,16 @@ pub fn run(opts: CompareOpts) -> Result<(), Failure> {
 /// Runs every policy of a comparison (plots written as asked) and returns their reports in
 /// the order given, and the output format asked for.
 pub(crate) fn compare(opts: CompareOpts) -> Result<(Comparison, OutputFormat), Failure> {
-    let flags = opts.replay.clone();
-    let merged = match flags.config.clone() {
-        Some(path) => flags.or(load_experiment(&path)?),
-        None => flags,
-    };
+    let merged = opts.settings.experiment()?;
     crate::cmd::run::watch_plugins(merged.plugin_timeout_ms);
-    for (given, flag) in [
-        (merged.matcher.is_some(), "--matcher (`matcher`)"),
-        (merged.detector.is_some(), "--detector (`detector`)"),
-        (merged.matcher_config.is_some(), "--matcher-config"),
-        (merged.detector_config.is_some(), "--detector-config"),
-        (merged.requests_out.is_some(), "--requests-out"),
+    for (key, flag) in [
+        ("matcher", "--matcher (`matcher`)"),
+        ("detector", "--detector (`detector`)"),
+        ("matcher_config", "--matcher-config"),
+        ("detector_config", "--detector-config"),
+        ("requests_out", "--requests-out"),
     ] {
-        if given {
+        if merged.given(key) {
             return Err(Failure::input(format!(
                 "compare takes its plugins from --policy (or `policies` in the experiment file), not {flag}"
             )));
@@ -96,13 +85,20 @@ pub(crate) fn compare(opts: CompareOpts) -> Result<(Comparison, OutputFormat), F
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, usize::from),
     };
-    let (quiet, plot_dir) = (merged.quiet, merged.plot.clone());
+    let (quiet, plot_dir) = (
+        opts.settings.output.quiet,
+        opts.settings.output.plot.clone(),
+    );
 
     // Resolve every policy's settings and create its plugins before running anything.
     let mut prepared = Vec::with_capacity(policies.len());
     for policy in policies {
-        let opts = with_policy(&merged, &policy);
-        prepared.push(prepare("policy", policy.label, opts, 0)?);
+        let experiment = merged.with_policy(&policy).map_err(|e| Failure::InRun {
+            kind: "policy",
+            label: policy.label.clone(),
+            failure: Box::new(e.into()),
+        })?;
+        prepared.push(prepare("policy", policy.label, &experiment, 0)?);
     }
     let first = &prepared[0].spec;
     if let Some(dir) = &plot_dir {
@@ -152,7 +148,7 @@ pub(crate) fn compare(opts: CompareOpts) -> Result<(Comparison, OutputFormat), F
 }
 
 /// The policies from the flags, else the experiment file; at least two, labels distinct.
-fn policies_of(opts: &CompareOpts, merged: &ReplayOpts) -> Result<Vec<Policy>, Failure> {
+fn policies_of(opts: &CompareOpts, merged: &Experiment) -> Result<Vec<Policy>, Failure> {
     let policies: Vec<Policy> = if !opts.policies.is_empty() {
         opts.policies
             .iter()
@@ -188,19 +184,18 @@ fn policies_of(opts: &CompareOpts, merged: &ReplayOpts) -> Result<Vec<Policy>, F
 
 /// `compare --from`: the comparison of saved reports.
 fn from_saved(opts: CompareOpts) -> Result<(), Failure> {
-    let replay = &opts.replay;
+    let settings = &opts.settings;
     let runs_something = !opts.policies.is_empty()
-        || replay.trace.is_some()
-        || replay.matcher.is_some()
-        || replay.config.is_some()
-        || replay.timing.is_some()
+        || settings.trace.trace.is_some()
+        || settings.config.is_some()
+        || settings.timed.timing.is_some()
         || opts.jobs.is_some();
     if runs_something {
         return Err(Failure::input(
             "compare --from reads saved reports and runs nothing: drop --policy, --trace, --config and the other replay settings",
         ));
     }
-    if replay.plot.is_some() {
+    if settings.output.plot.is_some() {
         return Err(Failure::input(
             "compare --from has no per-request records to plot over time; plot when running the comparison",
         ));
@@ -230,7 +225,10 @@ fn from_saved(opts: CompareOpts) -> Result<(), Failure> {
     if let Some(metric) = opts.sort_by.as_deref() {
         comparison.sort_by(find_metric(metric).map_err(|e| Failure::input(e.to_string()))?);
     }
-    print(&comparison, replay.format.unwrap_or(OutputFormat::Human))
+    print(
+        &comparison,
+        settings.output.format.unwrap_or(OutputFormat::Human),
+    )
 }
 
 /// The entries of one saved file: a comparison's, or one report labelled by its run.

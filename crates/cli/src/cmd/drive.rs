@@ -13,8 +13,8 @@ use routerlab_trace::{TraceOptions, TraceReader, Workload};
 
 use crate::cmd::live::runtime;
 use crate::exit::Failure;
-use crate::opts::OutputFormat;
-use crate::spec::one_line;
+use routerlab_experiment::OutputFormat;
+use routerlab_experiment::one_line;
 
 /// `routerlab drive`.
 #[derive(Args, Debug)]
@@ -29,7 +29,7 @@ pub struct DriveArgs {
     #[arg(long, value_name = "FORMAT")]
     pub trace_format: Option<routerlab_trace::TraceFormat>,
     /// Tokens per block id of Mooncake traces.
-    #[arg(long, value_name = "N", default_value_t = 512)]
+    #[arg(long, value_name = "TOKENS", default_value_t = 512)]
     pub trace_block_size: u32,
     /// Send at the trace's timestamps, compressed by F (the default pace, F = 1).
     #[arg(long, value_name = "F")]
@@ -83,8 +83,8 @@ pub struct DriveArgs {
 
 /// `routerlab drive`.
 pub fn drive(args: DriveArgs) -> Result<(), Failure> {
-    let arrivals = crate::spec::arrivals(args.speedup, args.rate, args.concurrency)?;
-    let slo = crate::spec::slo(args.slo_ttft_ms, args.slo_tpot_ms)?;
+    let arrivals = routerlab_experiment::arrivals(args.speedup, args.rate, args.concurrency)?;
+    let slo = routerlab_experiment::slo(args.slo_ttft_ms, args.slo_tpot_ms)?;
     if !(args.timeout_s.is_finite() && args.timeout_s > 0.0) {
         return Err(Failure::input("--timeout-s must be a positive number"));
     }

@@ -1,8 +1,9 @@
 //! `routerlab gen-trace`: the synthetic workloads, written to a file or stdout.
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use std::path::PathBuf;
 
+use routerlab_trace::TraceFormat;
 use routerlab_trace::synth::{
     ChatWorkload, MAX_SYNTH_ADAPTERS, MAX_SYNTH_SAMPLES, MooncakeWorkload, write_chat,
     write_mooncake,
@@ -12,27 +13,40 @@ use routerlab_trace::synth_agentic::{AgenticWorkload, write_agentic};
 use crate::cmd::OutputFile;
 use crate::exit::Failure;
 
-/// What `gen-trace` writes.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum GenFormat {
-    /// The prototype's chat workload (chat JSONL).
-    Chat,
-    /// A Mooncake-format stream with shared prefixes and sessions.
-    Mooncake,
-    /// Agent plays in Dynamo's agentic_mooncake v2 format: turns that wait for the previous
-    /// one plus a tool's time, sub-agents spawned and joined, contexts that grow.
-    Agentic,
+/// The formats `gen-trace` writes: the prototype's chat workload (chat JSONL), a Mooncake
+/// stream with shared prefixes and sessions, or agent plays in Dynamo's agentic_mooncake
+/// v2 format (turns that wait for the previous one plus a tool's time, sub-agents spawned
+/// and joined, contexts that grow); `agentic` is the old spelling of the last.
+fn written_format(name: &str) -> Result<TraceFormat, String> {
+    match name {
+        "agentic" => Ok(TraceFormat::AgenticMooncake),
+        name => match name.parse()? {
+            format @ (TraceFormat::Chat | TraceFormat::Mooncake | TraceFormat::AgenticMooncake) => {
+                Ok(format)
+            }
+            other => Err(format!(
+                "gen-trace writes chat, mooncake or agentic-mooncake, not {other}"
+            )),
+        },
+    }
 }
 
 /// `routerlab gen-trace`.
 #[derive(Args, Debug)]
 pub struct GenTraceArgs {
     /// Output file [default: stdout].
-    #[arg(long, short, value_name = "PATH")]
+    #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Which workload to write.
-    #[arg(long, value_name = "FORMAT", default_value = "chat")]
-    pub format: GenFormat,
+    /// Which workload to write: chat, mooncake or agentic-mooncake (`--format` and
+    /// `agentic` are the old spellings).
+    #[arg(
+        long,
+        alias = "format",
+        value_name = "FORMAT",
+        default_value = "chat",
+        value_parser = written_format
+    )]
+    pub trace_format: TraceFormat,
     /// Number of requests.
     #[arg(long, value_name = "N", default_value_t = 2200)]
     pub requests: u64,
@@ -161,9 +175,9 @@ pub fn run(args: GenTraceArgs) -> Result<(), Failure> {
             args.adapters
         )));
     }
-    if args.adapters > 0 && matches!(args.format, GenFormat::Agentic) {
+    if args.adapters > 0 && args.trace_format == TraceFormat::AgenticMooncake {
         return Err(Failure::input(
-            "--adapters needs --format chat or mooncake (agentic lines name a `model` of their own)",
+            "--adapters needs --trace-format chat or mooncake (agentic lines name a `model` of their own)",
         ));
     }
     if !(1..=MAX_SYNTH_SAMPLES).contains(&args.samples) {
@@ -172,15 +186,15 @@ pub fn run(args: GenTraceArgs) -> Result<(), Failure> {
             args.samples
         )));
     }
-    if args.samples > 1 && !matches!(args.format, GenFormat::Mooncake) {
-        return Err(Failure::input("--samples needs --format mooncake"));
+    if args.samples > 1 && args.trace_format != TraceFormat::Mooncake {
+        return Err(Failure::input("--samples needs --trace-format mooncake"));
     }
     let agentic = args.agentic.workload(args.seed);
-    match args.format {
-        GenFormat::Agentic => agentic.validate().map_err(Failure::input)?,
+    match args.trace_format {
+        TraceFormat::AgenticMooncake => agentic.validate().map_err(Failure::input)?,
         _ if args.agentic.any() => {
             return Err(Failure::input(
-                "--plays, --turns, --tool-ms and the other agentic knobs need --format agentic",
+                "--plays, --turns, --tool-ms and the other agentic knobs need --trace-format agentic-mooncake",
             ));
         }
         _ => {}
@@ -199,8 +213,8 @@ pub fn run(args: GenTraceArgs) -> Result<(), Failure> {
         Some(file) => Box::new(std::io::BufWriter::new(file.writer().map_err(fail)?)),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
-    let written = match args.format {
-        GenFormat::Chat => write_chat(
+    let written = match args.trace_format {
+        TraceFormat::Chat => write_chat(
             &ChatWorkload {
                 requests: args.requests,
                 continue_chat_probability: args.continue_chat_probability,
@@ -210,7 +224,7 @@ pub fn run(args: GenTraceArgs) -> Result<(), Failure> {
             },
             &mut sink,
         ),
-        GenFormat::Mooncake => write_mooncake(
+        TraceFormat::Mooncake => write_mooncake(
             &MooncakeWorkload {
                 requests: args.requests,
                 continue_chat_probability: args.continue_chat_probability,
@@ -221,7 +235,7 @@ pub fn run(args: GenTraceArgs) -> Result<(), Failure> {
             },
             &mut sink,
         ),
-        GenFormat::Agentic => write_agentic(&agentic, &mut sink),
+        _ => write_agentic(&agentic, &mut sink),
     };
     match written.and_then(|()| sink.flush()) {
         // `gen-trace | head`: the reader has what it wanted.

@@ -8,7 +8,7 @@ use routerlab_trace::inspect::inspect;
 use routerlab_trace::{TraceOptions, TraceReader};
 
 use crate::exit::Failure;
-use crate::opts::OutputFormat;
+use routerlab_experiment::OutputFormat;
 
 /// `routerlab inspect`.
 #[derive(Args, Debug)]
@@ -20,10 +20,10 @@ pub struct InspectArgs {
     #[arg(long, value_name = "FORMAT")]
     pub trace_format: Option<routerlab_trace::TraceFormat>,
     /// Block size for text prompts, in bytes [default: 128].
-    #[arg(long, value_name = "N", default_value_t = 128)]
+    #[arg(long, value_name = "BYTES", default_value_t = 128)]
     pub block_size: u32,
     /// Tokens per hash id in Mooncake traces [default: 512].
-    #[arg(long, value_name = "N", default_value_t = 512)]
+    #[arg(long, value_name = "TOKENS", default_value_t = 512)]
     pub trace_block_size: u32,
     /// Skip malformed lines instead of failing.
     #[arg(long)]

@@ -13,13 +13,13 @@ use routerlab_live::engine::EngineSettings;
 use routerlab_live::plugin_host::{Host, HostCommand};
 use routerlab_live::serve::health::HealthRule;
 use routerlab_live::serve::{OnPluginError, Plugins, ServeSettings};
-use routerlab_route::{PdDecision, Pools};
-use routerlab_sim::WhenUnavailable;
-use routerlab_sim::scenario::Scenario;
+
+use routerlab_experiment::Serving;
+use serde::Serialize;
+use serde_yaml::{Mapping, Value};
 
 use crate::exit::Failure;
-use crate::opts::TextOrValue;
-use crate::spec::{engine_config, plugin_config};
+use crate::opts::{PluginArgs, PolicyArgs};
 
 /// `routerlab engine`.
 #[derive(Args, Debug)]
@@ -30,9 +30,10 @@ pub struct EngineArgs {
     /// Engine settings over the `dynamo` preset, YAML (as `replay --engine-config`).
     #[arg(long, value_name = "YAML")]
     pub engine_config: Option<String>,
-    /// Model time per wall time: 10 runs the model ten times faster than it says.
-    #[arg(long, value_name = "F", default_value_t = 1.0)]
-    pub speedup: f64,
+    /// Model time per wall time: 10 runs the model ten times faster than it says
+    /// (`--speedup` is the old name; replay's `--speedup` compresses a trace's times).
+    #[arg(long, alias = "speedup", value_name = "F", default_value_t = 1.0)]
+    pub model_speedup: f64,
     /// Answer every request at once, without the model (for measuring a router).
     #[arg(long)]
     pub instant: bool,
@@ -46,7 +47,7 @@ pub struct EngineArgs {
         value_name = "N",
         default_value_t = 128
     )]
-    pub output_tokens: u32,
+    pub output_tokens: u64,
     /// Its pool in a disaggregated fleet (vLLM's disaggregated-serving protocol): prefill
     /// (answers a request asking for a remote decode with one token and the KV's
     /// whereabouts), decode (takes a request carrying them with its KV present), or
@@ -55,12 +56,19 @@ pub struct EngineArgs {
     pub role: RoleArg,
     /// Publish the KV cache's stores and evictions as vLLM does: a ZeroMQ PUB socket bound
     /// here (`tcp://127.0.0.1:5557`; port 0: any free port, printed on stderr), vLLM's
-    /// `KVEventBatch` MessagePack.
-    #[arg(long, value_name = "ZMQ_URL")]
-    pub kv_events: Option<String>,
-    /// vLLM's replay socket for missed batches (ROUTER), bound here; needs --kv-events.
-    #[arg(long, value_name = "ZMQ_URL", requires = "kv_events")]
-    pub kv_events_replay: Option<String>,
+    /// `KVEventBatch` MessagePack (`--kv-events` is the old name; serve's `--kv-events`
+    /// follows engines).
+    #[arg(long, alias = "kv-events", value_name = "ZMQ_URL")]
+    pub publish_kv_events: Option<String>,
+    /// vLLM's replay socket for missed batches (ROUTER), bound here; needs
+    /// --publish-kv-events (`--kv-events-replay` is the old name).
+    #[arg(
+        long,
+        alias = "kv-events-replay",
+        value_name = "ZMQ_URL",
+        requires = "publish_kv_events"
+    )]
+    pub publish_kv_events_replay: Option<String>,
 }
 
 /// `routerlab engine --role`.
@@ -100,59 +108,20 @@ pub struct ServeArgs {
     /// default: the router proxies to engines, so exposing it is a choice to make.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
-    /// The engines: host:port,... (plain HTTP). Requests go only to these.
-    #[arg(
-        long,
-        value_name = "LIST",
-        required_unless_present = "prefill_endpoints"
-    )]
-    pub endpoints: Option<String>,
-    /// A disaggregated fleet's prefill engines (`engine --role prefill`, or vLLM with a KV
-    /// connector): host:port,...; give with --decode-endpoints instead of --endpoints.
-    /// Each request is prefilled on one and decoded on one, in vLLM's disaggregated-serving
-    /// proxy protocol, each pool routed by plugin instances of its own.
-    #[arg(
-        long,
-        value_name = "LIST",
-        requires = "decode_endpoints",
-        conflicts_with = "endpoints"
-    )]
-    pub prefill_endpoints: Option<String>,
-    /// A disaggregated fleet's decode engines: host:port,...
-    #[arg(
-        long,
-        value_name = "LIST",
-        requires = "prefill_endpoints",
-        conflicts_with = "endpoints"
-    )]
-    pub decode_endpoints: Option<String>,
-    /// Matcher name or PATH[#NAME], as for replay.
-    #[arg(long, value_name = "NAME")]
-    pub matcher: Option<String>,
-    /// Matcher config, YAML or JSON text.
-    #[arg(long, value_name = "YAML")]
-    pub matcher_config: Option<String>,
-    /// Overload detector, as for replay.
-    #[arg(long, value_name = "NAME")]
-    pub detector: Option<String>,
-    /// Detector config, YAML or JSON text.
-    #[arg(long, value_name = "YAML")]
-    pub detector_config: Option<String>,
-    /// Seed given to plugins as their `seed` unless their config sets one [default: 0].
-    #[arg(long, value_name = "N")]
-    pub seed: Option<u64>,
-    /// Block size of the prompt's hash chain, bytes (as replay's --block-size)
-    /// [default: 128].
-    #[arg(long, value_name = "BYTES")]
-    pub block_size: Option<u32>,
-    /// A replay experiment file: its `matcher`, `matcher_config`, `detector`,
-    /// `detector_config`, `seed` and `block_size` are used (flags override); the rest of it
-    /// is about replays and is ignored here.
+    /// A replay experiment file: serve honours its plugins, seed, block size, endpoints,
+    /// plugin deadline, metrics interval and engine keys (flags override), and refuses any
+    /// other key by name.
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
-    /// Scrape the engines' metrics (and check their health) every MS milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 500)]
-    pub metrics_interval_ms: u64,
+    /// The plugins, as for replay.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// How they are called, as for replay.
+    #[command(flatten)]
+    pub plugins: PluginArgs,
+    /// The engines.
+    #[command(flatten)]
+    pub fleet: ServeFleetArgs,
     /// Milliseconds one scrape may take (all engines are scraped at once).
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub scrape_timeout_ms: u64,
@@ -175,10 +144,6 @@ pub struct ServeArgs {
     /// hung plugin only restarts).
     #[arg(long, value_name = "WHERE", default_value = "in-process")]
     pub plugin_isolation: IsolationArg,
-    /// With --plugin-isolation process: milliseconds one plugin call may take before the
-    /// plugin host is killed and restarted [default: 1000].
-    #[arg(long, value_name = "MS")]
-    pub plugin_timeout_ms: Option<u64>,
     /// Follow the engines' KV events (vLLM's, or `engine --kv-events`): ENDPOINT=ZMQ_URL,...
     /// for endpoints of the fleet; precise policies (`cached_prefix`) then see what each
     /// holds. Not with a disaggregated fleet.
@@ -208,18 +173,43 @@ pub struct ServeArgs {
         requires = "tokenizer"
     )]
     pub prefix_caching_hash_algo: String,
-    /// Engine settings over the `dynamo` preset, YAML (as `engine --engine-config`; the
-    /// config `calibrate` fits, for one): the engine model whose forecasts, over the
-    /// router's mirror of each engine, answer a simulating matcher's `predict` (in process
-    /// only; with --plugin-isolation process the plugins get no forecasts).
-    #[arg(long, value_name = "YAML")]
-    pub engine_config: Option<String>,
     /// The model the engines serve as their base, repeatable: a request whose `model` is
     /// another names a LoRA adapter, which LoRA-aware plugins then see, with what each
     /// engine holds of it (from vLLM's `vllm:lora_requests_info`). Without it, requests
     /// name no adapter.
     #[arg(long, value_name = "NAME")]
     pub base_model: Vec<String>,
+}
+
+/// The fleet `serve` routes to, and how it sees it: the same keys as a replay's.
+#[derive(Args, Debug, Default, Clone, Serialize)]
+pub struct ServeFleetArgs {
+    /// The engines: host:port,... (plain HTTP). Requests go only to these; with
+    /// --prefill-endpoints N, the first N prefill.
+    #[arg(long, value_name = "N|NAMES")]
+    pub endpoints: Option<String>,
+    /// A disaggregated fleet's prefill engines (`engine --role prefill`, or vLLM with a KV
+    /// connector): host:port,... with --decode-endpoints, or N, the first N of
+    /// --endpoints. Each request is prefilled on one and decoded on one, in vLLM's
+    /// disaggregated-serving proxy protocol, each pool routed by plugin instances of its own.
+    #[arg(long, value_name = "N|NAMES")]
+    pub prefill_endpoints: Option<String>,
+    /// A disaggregated fleet's decode engines: host:port,...
+    #[arg(long, value_name = "N|NAMES")]
+    pub decode_endpoints: Option<String>,
+    /// Block size of the prompt's hash chain, bytes (as replay's) [default: 128].
+    #[arg(long, value_name = "BYTES")]
+    pub block_size: Option<u32>,
+    /// Scrape the engines' metrics (and check their health) every MS milliseconds: the
+    /// statuses plugins see [default: 500].
+    #[arg(long, value_name = "MS")]
+    pub metrics_interval_ms: Option<f64>,
+    /// Engine settings over the preset, YAML (as replay's; the config `calibrate` fits,
+    /// for one): the engine model whose forecasts, over the router's mirror of each
+    /// engine, answer a simulating matcher's `predict` (in process only).
+    #[arg(long, value_name = "YAML")]
+    #[serde(skip)]
+    pub engine_config: Option<String>,
 }
 
 /// `routerlab plugin-host` (hidden): the plugins of a `serve --plugin-isolation process`,
@@ -229,28 +219,10 @@ pub struct PluginHostArgs {
     /// The socket `serve` listens on for this host.
     #[arg(long, value_name = "PATH")]
     pub connect: PathBuf,
-    /// As for serve.
-    #[arg(long, value_name = "NAME")]
-    pub matcher: String,
-    /// As for serve.
+    /// What serve resolved, as one YAML document (its plugins, seed and endpoints).
     #[arg(long, value_name = "YAML")]
-    pub matcher_config: Option<String>,
-    /// As for serve.
-    #[arg(long, value_name = "NAME")]
-    pub detector: Option<String>,
-    /// As for serve.
-    #[arg(long, value_name = "YAML")]
-    pub detector_config: Option<String>,
-    /// As for serve.
-    #[arg(long, value_name = "N")]
-    pub seed: u64,
-    /// As for serve (already checked by it).
-    #[arg(long, value_name = "LIST")]
-    pub endpoints: String,
+    pub serving: String,
 }
-
-/// The plugin-call deadline of `serve --plugin-isolation process` unless given.
-const DEFAULT_PLUGIN_TIMEOUT_MS: u64 = 1000;
 
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_multi_thread()
@@ -272,20 +244,22 @@ fn bound(listen: SocketAddr, what: &str) -> Result<(std::net::TcpListener, Socke
 
 /// `routerlab engine`.
 pub fn engine(args: EngineArgs) -> Result<(), Failure> {
-    let config = engine_config(args.engine_config.as_deref())?;
+    let config = engine_layer(args.engine_config.as_deref())
+        .and_then(|layer| crate::opts::experiment(None, layer))?
+        .engine_model()?;
     routerlab_live::engine::check_config(&config).map_err(Failure::from)?;
-    if !(args.speedup.is_finite() && args.speedup > 0.0) {
+    if !(args.model_speedup.is_finite() && args.model_speedup > 0.0) {
         return Err(Failure::input(format!(
-            "--speedup must be a positive number, not {}",
-            args.speedup
+            "--model-speedup must be a positive number, not {}",
+            args.model_speedup
         )));
     }
     let (listener, _) = bound(args.listen, "engine")?;
-    let kv_events = match args.kv_events {
+    let kv_events = match args.publish_kv_events {
         Some(endpoint) => {
             let settings = routerlab_live::kv_events::KvEventsSettings {
                 endpoint,
-                replay: args.kv_events_replay,
+                replay: args.publish_kv_events_replay,
             };
             let publisher =
                 routerlab_live::kv_events::Publisher::bind(&settings, config.engine_block_size)
@@ -309,10 +283,10 @@ pub fn engine(args: EngineArgs) -> Result<(), Failure> {
             RoleArg::Decode => routerlab_live::engine::Role::Decode,
         },
         config,
-        speedup: args.speedup,
+        speedup: args.model_speedup,
         instant: args.instant,
         model: args.model,
-        default_max_tokens: args.output_tokens.max(1),
+        default_max_tokens: u32::try_from(args.output_tokens.max(1)).unwrap_or(u32::MAX),
         kv_events,
     };
     runtime()?
@@ -379,25 +353,6 @@ fn kv_subscriptions(
         .collect())
 }
 
-/// The engines of `--endpoints`: `host:port` each, distinct.
-fn endpoints(text: &str) -> Result<Vec<String>, Failure> {
-    let mut list: Vec<String> = Vec::new();
-    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let endpoint = endpoint(item)
-            .map_err(|why| Failure::input(format!("--endpoints: `{item}`: {why}")))?;
-        if list.contains(&endpoint) {
-            return Err(Failure::input(format!(
-                "--endpoints: `{item}` is given twice"
-            )));
-        }
-        list.push(endpoint);
-    }
-    if list.is_empty() {
-        return Err(Failure::input("--endpoints: give at least one host:port"));
-    }
-    Ok(list)
-}
-
 /// One engine's `host:port` (an optional `http://` and trailing `/` dropped), or why it
 /// is none the router could ever reach: another scheme, a path, query, fragment or user,
 /// spaces, a host that is no name or address, port 0.
@@ -436,65 +391,58 @@ fn endpoint(item: &str) -> Result<String, String> {
     }
 }
 
+/// `--engine-config`'s text as a layer: its keys under `engine`.
+fn engine_layer(text: Option<&str>) -> Result<Mapping, Failure> {
+    let mut layer = Mapping::new();
+    if let Some(text) = text {
+        layer.insert(
+            "engine".into(),
+            Value::Mapping(crate::opts::engine_config(text)?),
+        );
+    }
+    Ok(layer)
+}
+
+/// `serve`'s flags as a layer over its experiment file, resolved.
+fn serving(args: &ServeArgs) -> Result<Serving, Failure> {
+    let Ok(Value::Mapping(fleet)) = serde_yaml::to_value(&args.fleet) else {
+        unreachable!("a group of flags serialises to a mapping");
+    };
+    let mut layer = args.policy.layer()?;
+    let Ok(Value::Mapping(plugins)) = serde_yaml::to_value(&args.plugins) else {
+        unreachable!("a group of flags serialises to a mapping");
+    };
+    layer.extend(
+        plugins
+            .into_iter()
+            .chain(fleet)
+            .filter(|(_, v)| !v.is_null()),
+    );
+    layer.extend(engine_layer(args.fleet.engine_config.as_deref())?);
+    let mut serving = crate::opts::experiment(args.config.as_deref(), layer)?.serving()?;
+    // Addresses, each named by the flag that gave it.
+    let mut seen: Vec<String> = Vec::with_capacity(serving.endpoints.len());
+    for (i, name) in serving.endpoints.iter().enumerate() {
+        let flag = match serving.prefill {
+            0 => "--endpoints",
+            p if i < p && args.fleet.endpoints.is_none() => "--prefill-endpoints",
+            p if i >= p && args.fleet.endpoints.is_none() => "--decode-endpoints",
+            _ => "--endpoints",
+        };
+        let address =
+            endpoint(name).map_err(|why| Failure::input(format!("{flag}: `{name}`: {why}")))?;
+        if seen.contains(&address) {
+            return Err(Failure::input(format!("{flag}: `{name}` is given twice")));
+        }
+        seen.push(address);
+    }
+    serving.endpoints = seen;
+    Ok(serving)
+}
+
 /// `routerlab serve`.
 pub fn serve(args: ServeArgs) -> Result<(), Failure> {
-    let (endpoints, prefill) = match (
-        &args.endpoints,
-        &args.prefill_endpoints,
-        &args.decode_endpoints,
-    ) {
-        (Some(list), None, None) => (endpoints(list)?, 0),
-        (None, Some(prefill), Some(decode)) => {
-            let (prefill, decode) = (
-                endpoints(prefill).map_err(|e| {
-                    Failure::input(e.to_string().replace("--endpoints", "--prefill-endpoints"))
-                })?,
-                endpoints(decode).map_err(|e| {
-                    Failure::input(e.to_string().replace("--endpoints", "--decode-endpoints"))
-                })?,
-            );
-            if let Some(both) = prefill.iter().find(|p| decode.contains(p)) {
-                return Err(Failure::input(format!(
-                    "`{both}` is in both --prefill-endpoints and --decode-endpoints"
-                )));
-            }
-            let n = prefill.len();
-            (prefill.into_iter().chain(decode).collect(), n)
-        }
-        _ => {
-            return Err(Failure::input(
-                "give --endpoints, or --prefill-endpoints with --decode-endpoints",
-            ));
-        }
-    };
-    let file = match &args.config {
-        Some(path) => crate::cmd::run::load_experiment(path)?,
-        None => crate::opts::ReplayOpts::default(),
-    };
-    let text = |t: Option<String>| t.map(TextOrValue::Text);
-    let matcher_name = args.matcher.clone().or(file.matcher).ok_or_else(|| {
-        Failure::input("no matcher: pass --matcher NAME (or `matcher` in --config)")
-    })?;
-    let seed = args.seed.or(file.seed).unwrap_or(0);
-    let block_size = args
-        .block_size
-        .or(file.block_size)
-        .unwrap_or(routerlab_trace::reader::DEFAULT_BLOCK_SIZE);
-    if block_size == 0 {
-        return Err(Failure::input("--block-size must be at least 1"));
-    }
-    let matcher_config =
-        plugin_config(text(args.matcher_config).or(file.matcher_config), "matcher")?;
-    let detector_config = plugin_config(
-        text(args.detector_config).or(file.detector_config),
-        "detector",
-    )?;
-    let detector_name = args.detector.clone().or(file.detector);
-    if args.metrics_interval_ms == 0 {
-        return Err(Failure::input(
-            "--metrics-interval-ms must be at least 1 (the router's own in-flight counts are always current)",
-        ));
-    }
+    let serving = serving(&args)?;
     if args.scrape_timeout_ms == 0 || args.unhealthy_after == 0 || args.healthy_after == 0 {
         return Err(Failure::input(
             "--scrape-timeout-ms, --unhealthy-after and --healthy-after must be at least 1",
@@ -505,7 +453,7 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
             "--upstream-timeout-s must be a positive number",
         ));
     }
-    if prefill > 0 && args.plugin_isolation == IsolationArg::Process {
+    if serving.prefill > 0 && args.plugin_isolation == IsolationArg::Process {
         return Err(Failure::input(
             "--plugin-isolation process does not serve a disaggregated fleet yet: use in-process with --prefill-endpoints",
         ));
@@ -513,24 +461,13 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
     let mut decode_plugins = None;
     let plugins = match args.plugin_isolation {
         IsolationArg::InProcess => {
-            if args.plugin_timeout_ms.is_some() {
+            if args.plugins.plugin_timeout_ms.is_some() {
                 return Err(Failure::input(
                     "--plugin-timeout-ms needs --plugin-isolation process (a call in the router's own process cannot be stopped)",
                 ));
             }
-            let mut scenario = serve_scenario(
-                matcher_name,
-                matcher_config,
-                detector_name,
-                detector_config,
-                seed,
-                endpoints.clone(),
-            );
-            if prefill > 0 {
-                scenario.pools = Some(Pools {
-                    prefill,
-                    decision: PdDecision::Always,
-                });
+            let scenario = serving.scenario();
+            if serving.prefill > 0 {
                 let (prefill_router, decode_router) =
                     scenario.pool_routers(&SearchPath::from_env())?;
                 decode_plugins = Some(Plugins::InProcess(Box::new(decode_router)));
@@ -540,47 +477,25 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
             }
         }
         IsolationArg::Process => {
-            let ms = args.plugin_timeout_ms.unwrap_or(DEFAULT_PLUGIN_TIMEOUT_MS);
-            if ms == 0 {
-                return Err(Failure::input("--plugin-timeout-ms must be at least 1"));
-            }
             let program = std::env::current_exe().map_err(|e| {
                 Failure::input(format!(
                     "cannot find this program to start the plugin host: {e}"
                 ))
             })?;
-            let yaml =
-                |config: &serde_yaml::Mapping| serde_yaml::to_string(config).unwrap_or_default();
-            let mut host_args: Vec<std::ffi::OsString> = vec![
-                "plugin-host".into(),
-                "--matcher".into(),
-                matcher_name.into(),
-                "--matcher-config".into(),
-                yaml(&matcher_config).into(),
-                "--seed".into(),
-                seed.to_string().into(),
-                "--endpoints".into(),
-                endpoints.join(",").into(),
-            ];
-            if let Some(detector) = detector_name {
-                host_args.extend([
-                    "--detector".into(),
-                    detector.into(),
-                    "--detector-config".into(),
-                    yaml(&detector_config).into(),
-                ]);
-            }
+            let document = serde_yaml::to_string(&serving).map_err(|e| {
+                LiveError::Run(format!("cannot write the plugin host's settings: {e}"))
+            })?;
             let command = HostCommand {
                 program,
-                args: host_args,
+                args: vec!["plugin-host".into(), "--serving".into(), document.into()],
             };
-            Plugins::Isolated(Box::new(Host::start(command, Duration::from_millis(ms))?))
+            Plugins::Isolated(Box::new(Host::start(command, serving.plugin_timeout)?))
         }
     };
     let kv_events = kv_subscriptions(
         args.kv_events.as_deref(),
         args.kv_events_replay.as_deref(),
-        &endpoints,
+        &serving.endpoints,
     )?;
     let kv_keys = match (&args.tokenizer, &args.python_hash_seed) {
         (Some(file), Some(seed)) => {
@@ -594,12 +509,11 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
         }
         _ => None,
     };
-    let engine_model = engine_config(args.engine_config.as_deref())?;
     let (listener, _) = bound(args.listen, "serve")?;
     let settings = ServeSettings {
-        endpoints,
-        block_size,
-        metrics_interval: Duration::from_millis(args.metrics_interval_ms),
+        endpoints: serving.endpoints,
+        block_size: serving.block_size,
+        metrics_interval: serving.metrics_interval,
         scrape_timeout: Duration::from_millis(args.scrape_timeout_ms),
         health: HealthRule {
             fails: args.unhealthy_after,
@@ -611,10 +525,10 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
             PluginErrorArg::Reject => OnPluginError::Reject,
             PluginErrorArg::RoundRobin => OnPluginError::RoundRobin,
         },
-        prefill_endpoints: prefill,
+        prefill_endpoints: serving.prefill,
         kv_events,
         kv_keys,
-        engine_model,
+        engine_model: serving.engine,
         base_models: args.base_model,
     };
     runtime()?
@@ -627,40 +541,15 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
         .map_err(Failure::from)
 }
 
-/// What `serve` routes with: its plugins over its endpoints, a request nothing can take
-/// refused.
-fn serve_scenario(
-    matcher: String,
-    matcher_config: serde_yaml::Mapping,
-    detector: Option<String>,
-    detector_config: serde_yaml::Mapping,
-    seed: u64,
-    endpoints: Vec<String>,
-) -> Scenario {
-    Scenario {
-        matcher,
-        matcher_config,
-        detector,
-        detector_config,
-        seed,
-        endpoints,
-        when_unavailable: WhenUnavailable::Reject,
-        ..Scenario::default()
-    }
-}
-
 /// `routerlab plugin-host`: loads the plugins as `serve` would and answers its calls.
 pub fn plugin_host(args: PluginHostArgs) -> Result<(), Failure> {
     routerlab_os::process::die_with_parent();
-    let text = |t: Option<String>| t.map(TextOrValue::Text);
-    let scenario = serve_scenario(
-        args.matcher,
-        plugin_config(text(args.matcher_config), "matcher")?,
-        args.detector,
-        plugin_config(text(args.detector_config), "detector")?,
-        args.seed,
-        endpoints(&args.endpoints)?,
-    );
-    let router = scenario.router(&SearchPath::from_env())?;
+    let serving: Serving = serde_yaml::from_str(&args.serving).map_err(|e| {
+        Failure::input(format!(
+            "--serving: not serve's settings: {}",
+            routerlab_experiment::one_line(&e.to_string())
+        ))
+    })?;
+    let router = serving.scenario().router(&SearchPath::from_env())?;
     routerlab_live::plugin_host::run(router, &args.connect).map_err(Failure::from)
 }

@@ -24,13 +24,13 @@ use routerlab_host::SearchPath;
 use routerlab_sim::Replicas;
 
 use crate::exit::Failure;
-use crate::spec::RunSpec;
+use routerlab_experiment::Run;
 
 pub use output::{OutputFile, refuse_input_as_output, write_output};
 
 /// The run's router replicas, loaded from the plugin search path (see
 /// [`routerlab_sim::scenario::Scenario::routers`]).
-pub(crate) fn build_replicas(spec: &RunSpec) -> Result<Replicas, Failure> {
+pub(crate) fn build_replicas(spec: &Run) -> Result<Replicas, Failure> {
     Ok(spec.routers(&SearchPath::from_env())?)
 }
 

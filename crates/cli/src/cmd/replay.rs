@@ -13,15 +13,15 @@ use routerlab_sim::timed::{replay_timed, replay_timed_streamed, streams};
 use routerlab_sim::timefree;
 use routerlab_trace::{TraceReader, Workload};
 
+use routerlab_experiment::{OutputFormat, Run, resolve};
+
 use crate::cmd::OutputFile;
-use crate::cmd::run::load_experiment;
 use crate::exit::Failure;
-use crate::opts::{OutputFormat, ReplayOpts};
+use crate::opts::ReplayArgs;
 use crate::progress::Bars;
-use crate::spec::{RunSpec, resolve};
 
 /// Runs a replay and prints its report.
-pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
+pub fn run(flags: ReplayArgs) -> Result<(), Failure> {
     let done = replay(flags)?;
     let (report, spec) = (&done.single.policies[0].report, &done.spec);
     print_report(report, spec, &done.single)?;
@@ -41,25 +41,23 @@ pub fn run(flags: ReplayOpts) -> Result<(), Failure> {
 /// writers), its settings, how long it took and how many trace bytes it read.
 pub(crate) struct Replayed {
     pub(crate) single: Comparison,
-    pub(crate) spec: RunSpec,
+    pub(crate) spec: Run,
     pub(crate) elapsed: f64,
     pub(crate) trace_bytes: u64,
 }
 
 /// Runs a replay (plots and per-request records written as asked) and returns its report.
-pub(crate) fn replay(flags: ReplayOpts) -> Result<Replayed, Failure> {
-    let opts = match flags.config.clone() {
-        Some(path) => flags.or(load_experiment(&path)?),
-        None => flags,
-    };
+pub(crate) fn replay(flags: ReplayArgs) -> Result<Replayed, Failure> {
+    let opts = flags.experiment()?;
     if opts.policies.is_some() {
         return Err(Failure::input(
             "experiment `policies` is for `routerlab compare`; replay runs one matcher (`matcher`)",
         ));
     }
-    let (quiet, plot, config_file) = (opts.quiet, opts.plot.clone(), opts.config.clone());
+    let settings = flags.settings;
+    let (quiet, plot, config_file) = (settings.output.quiet, settings.output.plot, settings.config);
     crate::cmd::run::watch_plugins(opts.plugin_timeout_ms);
-    let spec = resolve(opts)?;
+    let spec = resolve(&opts)?;
     let mut replicas = crate::cmd::build_replicas(&spec)?;
     if let Some(dir) = &plot {
         crate::cmd::plot::check_dir(dir, &spec.trace)?;
@@ -210,7 +208,7 @@ fn with_records(
     Ok(report)
 }
 
-fn print_report(report: &Report, spec: &RunSpec, single: &Comparison) -> Result<(), Failure> {
+fn print_report(report: &Report, spec: &Run, single: &Comparison) -> Result<(), Failure> {
     let text = match spec.format {
         OutputFormat::Csv => single.to_csv(),
         OutputFormat::Human => report.to_human(&spec.endpoints),

@@ -1,9 +1,8 @@
-//! The run pipeline every command that replays shares: the experiment file read, a run
-//! resolved and its plugins created (`prepare`), and prepared runs driven over loaded
+//! The run pipeline every command that replays shares: a run resolved from its
+//! description and its plugins created (`prepare`), and prepared runs driven over loaded
 //! workloads on threads (`run_all`) by the same drivers `replay` uses. `replay`, `compare`,
 //! `sweep` and `snapshot` build on it; none of them imports another for it.
 
-use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -12,30 +11,10 @@ use routerlab_sim::timed::replay_timed;
 use routerlab_sim::{Replicas, Report, timefree};
 use routerlab_trace::Workload;
 
-use crate::exit::Failure;
-use crate::opts::ReplayOpts;
-use crate::policy::Policy;
-use crate::progress::Bars;
-use crate::spec::{RunSpec, one_line, resolve};
+use routerlab_experiment::{Experiment, Run, resolve};
 
-/// Reads the experiment file; its relative paths are relative to the file.
-pub(crate) fn load_experiment(path: &Path) -> Result<ReplayOpts, Failure> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Failure::input(format!(
-            "{}: cannot read experiment file: {e}",
-            path.display()
-        ))
-    })?;
-    routerlab_core::config::check_nesting(&text)
-        .map_err(|e| Failure::input(format!("{}: {e}", path.display())))?;
-    let mut opts: ReplayOpts = serde_yaml::from_str(&text)
-        .map_err(|e| Failure::input(format!("{}: {}", path.display(), one_line(&e.to_string()))))?;
-    let base = path.parent().map(Path::to_owned).unwrap_or_default();
-    opts.trace = opts.trace.map(|t| base.join(t));
-    opts.requests_out = opts.requests_out.map(|p| base.join(p));
-    opts.model_config = opts.model_config.map(|p| base.join(p));
-    Ok(opts)
-}
+use crate::exit::Failure;
+use crate::progress::Bars;
 
 /// One run ready to go: its resolved settings, its router (plugins created), and which of
 /// the loaded workloads it replays.
@@ -43,7 +22,7 @@ pub(crate) struct Prepared {
     /// `policy` or `run`, for messages.
     pub(crate) kind: &'static str,
     pub(crate) label: String,
-    pub(crate) spec: RunSpec,
+    pub(crate) spec: Run,
     pub(crate) replicas: Replicas,
     pub(crate) workload: usize,
 }
@@ -55,20 +34,6 @@ pub(crate) struct Outcome {
     pub(crate) records: Vec<RequestRecord>,
 }
 
-/// `opts` with `policy`'s plugins.
-pub(crate) fn with_policy(opts: &ReplayOpts, policy: &Policy) -> ReplayOpts {
-    ReplayOpts {
-        matcher: Some(policy.matcher.clone()),
-        matcher_config: policy.matcher_config.clone(),
-        detector: policy.detector.clone(),
-        detector_config: policy.detector_config.clone(),
-        ..opts.clone()
-    }
-}
-
-/// The deadline on plugin calls by default.
-pub(crate) const DEFAULT_PLUGIN_TIMEOUT_MS: u64 = 10_000;
-
 /// The deadline the watchdog was started with, for its message.
 static DEADLINE_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -76,7 +41,7 @@ static DEADLINE_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64:
 /// returned by then ends the process with exit 1 and one line naming it. The stuck thread
 /// cannot be stopped, so nothing else could end the run.
 pub(crate) fn watch_plugins(timeout_ms: Option<u64>) {
-    let ms = timeout_ms.unwrap_or(DEFAULT_PLUGIN_TIMEOUT_MS);
+    let ms = timeout_ms.unwrap_or(routerlab_experiment::DEFAULT_PLUGIN_TIMEOUT_MS);
     if ms == 0 {
         return;
     }
@@ -101,7 +66,7 @@ pub(crate) fn watch_plugins(timeout_ms: Option<u64>) {
 pub(crate) fn prepare(
     kind: &'static str,
     label: String,
-    opts: ReplayOpts,
+    experiment: &Experiment,
     workload: usize,
 ) -> Result<Prepared, Failure> {
     let in_run = |failure: Failure| Failure::InRun {
@@ -109,7 +74,7 @@ pub(crate) fn prepare(
         label: label.clone(),
         failure: Box::new(failure),
     };
-    let spec = resolve(opts).map_err(in_run)?;
+    let spec = resolve(experiment).map_err(|e| in_run(e.into()))?;
     let replicas = crate::cmd::build_replicas(&spec).map_err(in_run)?;
     Ok(Prepared {
         kind,

@@ -114,7 +114,7 @@ pub struct RunArgs {
     pub kv_block_tokens: u32,
     /// The model's Hugging Face config.json: the KV blocks as vLLM sizes them on the GPU
     /// of --gpu-memory-gib (with --tensor-parallel-size, --gpu-memory-utilization).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "PATH")]
     pub model_config: Option<PathBuf>,
     /// GPUs each engine's model is split over [default: the run's meta.json, else 1].
     #[arg(long, value_name = "N")]

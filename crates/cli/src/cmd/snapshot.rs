@@ -19,7 +19,7 @@ use routerlab_report::redact::{redacted_keeping_version, shown};
 use serde_yaml::Value;
 
 use crate::exit::Failure;
-use crate::opts::ReplayOpts;
+use crate::opts::ReplayArgs;
 
 /// `routerlab snapshot`.
 #[derive(Args, Debug)]
@@ -46,7 +46,7 @@ pub struct SnapshotArgs {
     pub policies: Vec<String>,
     /// The replay to snapshot: the same flags as `routerlab replay`.
     #[command(flatten)]
-    pub replay: ReplayOpts,
+    pub replay: ReplayArgs,
 }
 
 /// The insta file: its header (source and expression), then the YAML body.
@@ -156,16 +156,20 @@ pub fn run(args: SnapshotArgs) -> Result<(), Failure> {
     if args.digits == 0 || args.digits > 17 {
         return Err(Failure::input("--digits must be from 1 to 17"));
     }
-    let trace = args.replay.trace.clone();
-    let config = args.replay.config.clone();
+    let trace = args.replay.settings.trace.trace.clone();
+    let config = args.replay.settings.config.clone();
     let mut inputs: Vec<&Path> = trace.as_deref().into_iter().collect();
     inputs.extend(config.as_deref());
     crate::cmd::refuse_input_as_output("the snapshot", &args.file, &inputs)?;
     let expression = expression_of(&args.replay, &args.policies);
     let mut replay = args.replay;
-    replay.quiet = true;
-    let in_file = match &replay.config {
-        Some(path) => crate::cmd::run::load_experiment(path)?.policies.is_some(),
+    replay.settings.output.quiet = true;
+    let in_file = match &replay.settings.config {
+        Some(path) => routerlab_experiment::Layers::new()
+            .file(path)?
+            .experiment()?
+            .policies
+            .is_some(),
         None => false,
     };
     let fresh = if args.policies.is_empty() && !in_file {
@@ -177,12 +181,17 @@ pub fn run(args: SnapshotArgs) -> Result<(), Failure> {
         )
     } else {
         // Every policy's report, in the order given, under its label.
+        if let Some(flag) = one_policys_flag(&replay) {
+            return Err(Failure::input(format!(
+                "a comparison takes its plugins from --policy (or `policies` in the experiment file), not {flag}"
+            )));
+        }
         let (comparison, _) = crate::cmd::compare::compare(crate::cmd::compare::CompareOpts {
             policies: args.policies,
             jobs: None,
             sort_by: None,
             from: Vec::new(),
-            replay,
+            settings: replay.settings,
         })?;
         let entries: Vec<Value> = comparison
             .policies
@@ -236,8 +245,23 @@ pub fn run(args: SnapshotArgs) -> Result<(), Failure> {
     Err(Failure::Differs(message))
 }
 
+/// The first flag given that names one policy's plugins or records, which a comparison
+/// has no place for.
+fn one_policys_flag(replay: &ReplayArgs) -> Option<&'static str> {
+    let policy = &replay.policy;
+    [
+        (policy.matcher.is_some(), "--matcher"),
+        (policy.matcher_config.is_some(), "--matcher-config"),
+        (policy.detector.is_some(), "--detector"),
+        (policy.detector_config.is_some(), "--detector-config"),
+        (replay.requests_out.is_some(), "--requests-out"),
+    ]
+    .into_iter()
+    .find_map(|(given, flag)| given.then_some(flag))
+}
+
 /// The run's command line as the snapshot's `expression`, paths as `shown`.
-fn expression_of(opts: &ReplayOpts, policies: &[String]) -> String {
+fn expression_of(opts: &ReplayArgs, policies: &[String]) -> String {
     let command = if policies.is_empty() {
         "replay"
     } else {
@@ -252,10 +276,10 @@ fn expression_of(opts: &ReplayOpts, policies: &[String]) -> String {
             parts.push(format!("{flag} {value}"));
         }
     };
-    push("--matcher", opts.matcher.clone());
-    push("--detector", opts.detector.clone());
-    push("--trace", opts.trace.as_deref().map(shown));
-    push("--config", opts.config.as_deref().map(shown));
+    push("--matcher", opts.policy.matcher.clone());
+    push("--detector", opts.policy.detector.clone());
+    push("--trace", opts.settings.trace.trace.as_deref().map(shown));
+    push("--config", opts.settings.config.as_deref().map(shown));
     parts.join(" ")
 }
 

@@ -6,25 +6,15 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use routerlab_calibrate::validate::{METRICS, RunCheck, median_errors};
 use routerlab_calibrate::{MeasuredRun, Samples, ServingFleet, fit};
 use routerlab_engine::EngineConfig;
+use routerlab_experiment::OutputFormat;
 use routerlab_trace::Workload;
 
 use crate::cmd::runs::{self, RunArgs};
 use crate::exit::Failure;
-
-/// Report formats of `validate`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ValidateFormat {
-    /// A table per run and the medians.
-    Human,
-    /// One JSON object.
-    Json,
-    /// One row per run and metric.
-    Csv,
-}
 
 /// `routerlab validate`.
 #[derive(Args, Debug)]
@@ -44,9 +34,10 @@ pub struct ValidateArgs {
     /// Replays the search may run (each replays every fitted run once).
     #[arg(long, value_name = "N", default_value_t = 300)]
     pub budget: usize,
-    /// Report format.
+    /// Report format: human, json, yaml (the JSON document as YAML) or csv (one row per
+    /// run and metric).
     #[arg(long, value_name = "FORMAT", default_value = "human")]
-    pub format: ValidateFormat,
+    pub format: OutputFormat,
     /// Also write the fitted engine config (YAML) here.
     #[arg(long, value_name = "FILE")]
     pub engine_out: Option<PathBuf>,
@@ -205,9 +196,15 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
         crate::cmd::write_output(out, yaml.as_bytes(), "the engine config")?;
     }
     let text = match args.format {
-        ValidateFormat::Human => human(&checks, result.evaluations, args.seed),
-        ValidateFormat::Json => json(&checks, &engine),
-        ValidateFormat::Csv => csv(&checks),
+        OutputFormat::Human => human(&checks, result.evaluations, args.seed),
+        OutputFormat::Json => {
+            serde_json::to_string_pretty(&document(&checks, &engine)).expect("a report serialises")
+                + "\n"
+        }
+        OutputFormat::Yaml => {
+            serde_yaml::to_string(&document(&checks, &engine)).expect("a report serialises")
+        }
+        OutputFormat::Csv => csv(&checks),
     };
     crate::cmd::print_stdout(&text, "the validation report")
 }
@@ -245,7 +242,8 @@ fn human(checks: &[RunCheck], evaluations: usize, seed: u64) -> String {
     out
 }
 
-fn json(checks: &[RunCheck], engine: &EngineConfig) -> String {
+/// The report as one document (`--format json` and `yaml`).
+fn document(checks: &[RunCheck], engine: &EngineConfig) -> serde_json::Value {
     let metrics = |check: &RunCheck| -> serde_json::Value {
         let errors = check.errors();
         METRICS
@@ -265,7 +263,7 @@ fn json(checks: &[RunCheck], engine: &EngineConfig) -> String {
             .into()
     };
     let (medians, judged) = median_errors(checks);
-    let value = serde_json::json!({
+    serde_json::json!({
         "engine": engine,
         "runs": checks.iter().map(|c| serde_json::json!({
             "run": c.run,
@@ -277,8 +275,7 @@ fn json(checks: &[RunCheck], engine: &EngineConfig) -> String {
             .map(|(i, (_, key))| ((*key).to_owned(), serde_json::json!(medians[i])))
             .collect::<serde_json::Map<_, _>>(),
         "median_over_runs": judged,
-    });
-    serde_json::to_string_pretty(&value).expect("a report serialises") + "\n"
+    })
 }
 
 fn csv(checks: &[RunCheck]) -> String {

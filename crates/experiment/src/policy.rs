@@ -16,7 +16,28 @@
 use serde::Deserialize;
 use serde_yaml::Value;
 
-use crate::opts::TextOrValue;
+use crate::ExperimentError;
+use crate::file::Experiment;
+use crate::resolve::config_text;
+
+/// A plugin config as a policy gives it: the grammar's text, or the mapping form's value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TextOrValue {
+    /// As typed in the grammar.
+    Text(String),
+    /// As written in the mapping form.
+    Value(Value),
+}
+
+impl TextOrValue {
+    /// The config as a value; text is read as YAML, errors naming `--WHICH-config`.
+    fn value(self, which: &str) -> Result<Value, ExperimentError> {
+        match self {
+            TextOrValue::Text(text) => config_text(&text, which),
+            TextOrValue::Value(value) => Ok(value),
+        }
+    }
+}
 
 /// One policy of a comparison.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,6 +111,22 @@ impl PolicyEntry {
                 })
             }
         }
+    }
+}
+
+impl Experiment {
+    /// This description with `policy`'s plugins instead of its own (what the layers gave
+    /// stays as [`Experiment::given`] says).
+    pub fn with_policy(&self, policy: &Policy) -> Result<Experiment, ExperimentError> {
+        let config =
+            |given: &Option<TextOrValue>, which| given.clone().map(|c| c.value(which)).transpose();
+        Ok(Experiment {
+            matcher: Some(policy.matcher.clone()),
+            matcher_config: config(&policy.matcher_config, "matcher")?,
+            detector: policy.detector.clone(),
+            detector_config: config(&policy.detector_config, "detector")?,
+            ..self.clone()
+        })
     }
 }
 

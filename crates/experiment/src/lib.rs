@@ -1,0 +1,29 @@
+//! routerlab-experiment: how a run is described.
+//!
+//! `Scenario` (routerlab-sim) is a run assembled; this crate owns how one is *described*:
+//! the experiment file's schema ([`Experiment`], versioned, unknown keys refused), layers
+//! of settings laid one over the next and read once ([`Layers`]: the file, then the
+//! command line's flags, then a sweep's grid values), the resolution of a description
+//! into a run with every default ([`resolve`]), the `--policy` grammar ([`policy`]), a
+//! sweep's grid, shards and their gathering ([`sweep`]), and `serve`'s settings from the
+//! same keys ([`Experiment::serving`]). The command line keeps its flags, printing and
+//! exit codes; whatever varies a run programmatically varies an [`Experiment`].
+
+mod error;
+mod file;
+pub mod policy;
+mod resolve;
+mod serve;
+pub mod sweep;
+
+pub use error::ExperimentError;
+pub use file::{
+    Assign, Experiment, Layers, OutputFormat, Timing, Unavailable, VERSION, one_line, parse_mapping,
+};
+pub use resolve::{Run, TIMED_ONLY, arrivals, config_text, resolve, slo};
+pub use serve::{DEFAULT_SCRAPE_INTERVAL_MS, SERVE_KEYS, Serving};
+
+/// The deadline on one plugin call unless one is given, in every command that calls
+/// plugins (a replay ends with an error naming the call; `serve` answers the request as
+/// `--on-plugin-error` says).
+pub const DEFAULT_PLUGIN_TIMEOUT_MS: u64 = 1_000;

@@ -1,0 +1,666 @@
+//! From a description to a run: defaults filled in, every value checked, nothing written
+//! (a `model_config` is read). Errors name the setting by its flag, the key's name with
+//! `--` and `-` for `_`, as users type it most.
+
+use std::path::PathBuf;
+
+use routerlab_engine::{EngineConfig, KvTransfer, Overrides, Preset};
+use routerlab_route::{MAX_REPLICAS, PdDecision, Pools};
+use routerlab_sim::scenario::{DEFAULT_ENDPOINTS, Scenario, default_endpoints};
+use routerlab_sim::timed::{Arrivals, CLOCK_RANGE, MAX_CLOCK_NS, TimedSettings};
+use routerlab_sim::{MAX_ENDPOINTS, WhenUnavailable};
+use routerlab_trace::TraceOptions;
+use routerlab_trace::reader::{
+    DEFAULT_BLOCK_SIZE, DEFAULT_MAX_LINE_BYTES, DEFAULT_TRACE_BLOCK_SIZE,
+};
+use serde_yaml::{Mapping, Value};
+
+use crate::ExperimentError;
+use crate::file::{Experiment, OutputFormat, Timing, Unavailable, one_line};
+
+/// Everything a replay needs, resolved: the library's [`Scenario`], and where the
+/// command line puts its results.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    /// The run itself.
+    pub scenario: Scenario,
+    /// Report format.
+    pub format: OutputFormat,
+    /// Per-request output file.
+    pub requests_out: Option<PathBuf>,
+}
+
+impl std::ops::Deref for Run {
+    type Target = Scenario;
+    fn deref(&self) -> &Scenario {
+        &self.scenario
+    }
+}
+
+/// Resolves a description into a run.
+pub fn resolve(opts: &Experiment) -> Result<Run, ExperimentError> {
+    let matcher = opts.matcher.clone().ok_or_else(|| {
+        ExperimentError::invalid(
+            "no matcher: pass --matcher NAME (see `routerlab plugins` for what is installed)",
+        )
+    })?;
+    let trace = opts.trace.clone().ok_or_else(|| {
+        ExperimentError::invalid("no trace: pass --trace PATH (e.g. traces/chat.jsonl)")
+    })?;
+    let seed = opts.seed.unwrap_or(0);
+    let matcher_config = plugin_config(opts.matcher_config.clone(), "matcher")?;
+    let detector_config = plugin_config(opts.detector_config.clone(), "detector")?;
+    let (endpoints, prefill) = fleet(opts)?;
+    let pools = prefill.map(|p| (p, endpoints.len() - p));
+    let block_size = opts.block_size.unwrap_or(DEFAULT_BLOCK_SIZE);
+    let trace_block_size = opts.trace_block_size.unwrap_or(DEFAULT_TRACE_BLOCK_SIZE);
+    if block_size == 0 || trace_block_size == 0 {
+        return Err(ExperimentError::invalid(
+            "--block-size and --trace-block-size must be at least 1",
+        ));
+    }
+    if opts.max_line_bytes == Some(0) {
+        return Err(ExperimentError::invalid(
+            "--max-line-bytes must be at least 1",
+        ));
+    }
+    if opts.cache_blocks == Some(0) {
+        return Err(ExperimentError::invalid(
+            "--cache-blocks must be at least 1 (omit it for an unbounded cache)",
+        ));
+    }
+    let pools = resolve_pools(opts, pools.map(|(p, _)| p))?;
+    let timed = resolve_timed(opts, &endpoints, seed, pools.map(|p| p.prefill))?;
+    let router_replicas = match opts.router_replicas {
+        None => 1,
+        Some(n) if (1..=MAX_REPLICAS as u64).contains(&n) => n as usize,
+        Some(n) => {
+            return Err(ExperimentError::invalid(format!(
+                "--router-replicas must be from 1 to {MAX_REPLICAS}, not {n}"
+            )));
+        }
+    };
+    let when_unavailable = match (opts.when_unavailable, opts.fail_open) {
+        (Some(policy), true) if policy != Unavailable::FailOpen => {
+            return Err(ExperimentError::invalid(format!(
+                "--fail-open and --when-unavailable {} say different things; give one",
+                match policy {
+                    Unavailable::Queue => "queue",
+                    _ => "reject",
+                }
+            )));
+        }
+        (Some(policy), _) => policy.into(),
+        (None, true) => WhenUnavailable::FailOpen,
+        (None, false) if timed.is_some() => WhenUnavailable::Queue,
+        (None, false) => WhenUnavailable::Reject,
+    };
+    Ok(Run {
+        scenario: Scenario {
+            matcher,
+            matcher_config,
+            detector: opts.detector.clone(),
+            detector_config,
+            seed,
+            trace,
+            trace_options: TraceOptions {
+                format: opts.trace_format,
+                block_size,
+                trace_block_size,
+                skip_invalid: opts.skip_invalid,
+                max_line_bytes: opts.max_line_bytes.unwrap_or(DEFAULT_MAX_LINE_BYTES),
+            },
+            endpoints,
+            cache_blocks: opts.cache_blocks,
+            when_unavailable,
+            router_replicas,
+            replica_assign: opts.replica_assign.map(Into::into).unwrap_or_default(),
+            timed,
+            pools,
+        },
+        format: opts.format.unwrap_or(OutputFormat::Human),
+        requests_out: opts.requests_out.clone(),
+    })
+}
+
+/// The timed-replay settings, or `None` for the time-free replay. Timed-only settings
+/// without `--timing trace` are an error rather than silently ignored.
+fn resolve_timed(
+    opts: &Experiment,
+    endpoints: &[String],
+    seed: u64,
+    prefill: Option<usize>,
+) -> Result<Option<TimedSettings>, ExperimentError> {
+    if opts.timing.unwrap_or(Timing::Off) == Timing::Off {
+        if timed_only_given(opts) {
+            return Err(ExperimentError::invalid(
+                "engine, arrival and latency settings need the timed replay: add --timing trace",
+            ));
+        }
+        return Ok(None);
+    }
+    // Durations reach the clock: each must fit within its range.
+    let clock_s = MAX_CLOCK_NS as f64 / 1e9;
+    if opts
+        .think_time_s
+        .is_some_and(|t| !(t.is_finite() && (0.0..=clock_s).contains(&t)))
+    {
+        return Err(ExperimentError::invalid(format!(
+            "--think-time-s must be from 0 to {clock_s:.3e} seconds ({CLOCK_RANGE})"
+        )));
+    }
+    if opts
+        .metrics_interval_ms
+        .is_some_and(|t| !(t.is_finite() && (0.0..=clock_s * 1e3).contains(&t)))
+    {
+        return Err(ExperimentError::invalid(format!(
+            "--metrics-interval-ms must be from 0 to {:.3e} ms ({CLOCK_RANGE})",
+            clock_s * 1e3
+        )));
+    }
+    if opts
+        .kv_event_lag_ms
+        .is_some_and(|t| !(t.is_finite() && (0.0..=3_600_000.0).contains(&t)))
+    {
+        return Err(ExperimentError::invalid(
+            "--kv-event-lag-ms must be from 0 to 3600000 (an hour)",
+        ));
+    }
+    let slo = slo(opts.slo_ttft_ms, opts.slo_tpot_ms)?;
+    let arrivals = arrivals(opts.speedup, opts.rate, opts.concurrency)?;
+    let model_kv = model_kv_bytes(opts)?;
+    let kv_transfer = KvTransfer {
+        kv_bytes_per_token: opts.kv_bytes_per_token.or(model_kv).unwrap_or(0),
+        bandwidth_gbps: opts.kv_transfer_gbps.unwrap_or(0.0),
+        latency_ms: opts.kv_transfer_latency_ms.unwrap_or(0.0),
+        mode: opts.kv_transfer_mode.unwrap_or_default(),
+    };
+    kv_transfer.validate().map_err(|e| {
+        ExperimentError::invalid(format!(
+            "{e} (--kv-transfer-gbps, --kv-transfer-latency-ms, --kv-bytes-per-token)"
+        ))
+    })?;
+    let engines = resolve_engines(opts, endpoints, prefill, model_kv)?;
+    Ok(Some(TimedSettings {
+        engines,
+        arrivals,
+        respect_parents: opts.respect_parents,
+        think_time_ns: (opts.think_time_s.unwrap_or(0.0) * 1e9).round() as u64,
+        metrics_interval_ns: (opts.metrics_interval_ms.unwrap_or(0.0) * 1e6).round() as u64,
+        kv_event_lag_ns: (opts.kv_event_lag_ms.unwrap_or(0.0) * 1e6).round() as u64,
+        slo,
+        default_output_tokens: opts.output_tokens.unwrap_or(128),
+        seed,
+        kv_transfer,
+    }))
+}
+
+/// The keys only the timed replay reads (besides `when_unavailable: queue`): given without
+/// `timing: trace`, they are refused rather than silently ignored.
+pub const TIMED_ONLY: &[&str] = &[
+    "speedup",
+    "rate",
+    "concurrency",
+    "respect_parents",
+    "think_time_s",
+    "model_config",
+    "kv_cache_dtype",
+    "engine",
+    "engines",
+    "metrics_interval_ms",
+    "kv_event_lag_ms",
+    "slo_ttft_ms",
+    "slo_tpot_ms",
+    "output_tokens",
+    "kv_bytes_per_token",
+    "kv_transfer_gbps",
+    "kv_transfer_latency_ms",
+    "kv_transfer_mode",
+    "prefill_engine",
+    "decode_engine",
+];
+
+/// The keys of the KV transfer between pools.
+const KV_TRANSFER: [&str; 4] = [
+    "kv_bytes_per_token",
+    "kv_transfer_gbps",
+    "kv_transfer_latency_ms",
+    "kv_transfer_mode",
+];
+
+/// Whether a setting only the timed replay reads is given.
+fn timed_only_given(opts: &Experiment) -> bool {
+    TIMED_ONLY.iter().any(|key| opts.given(key))
+        || opts.when_unavailable == Some(Unavailable::Queue)
+}
+
+/// The SLO of `--slo-ttft-ms` and `--slo-tpot-ms`, each checked; `None` without either.
+pub fn slo(
+    ttft_ms: Option<f64>,
+    tpot_ms: Option<f64>,
+) -> Result<Option<routerlab_report::Slo>, ExperimentError> {
+    let most = MAX_CLOCK_NS as f64 / 1e6;
+    for (flag, target) in [("--slo-ttft-ms", ttft_ms), ("--slo-tpot-ms", tpot_ms)] {
+        if target.is_some_and(|t| !(t.is_finite() && (0.0..=most).contains(&t))) {
+            return Err(ExperimentError::invalid(format!(
+                "{flag} must be from 0 to {most:.3e} ms ({CLOCK_RANGE})"
+            )));
+        }
+    }
+    Ok((ttft_ms.is_some() || tpot_ms.is_some())
+        .then_some(routerlab_report::Slo { ttft_ms, tpot_ms }))
+}
+
+/// The split into pools of `--prefill-endpoints`/`--decode-endpoints` (`prefill`: the
+/// count, when given), with its P/D decision; `None` for an aggregated fleet, whose pool
+/// settings are refused rather than ignored.
+fn resolve_pools(
+    opts: &Experiment,
+    prefill: Option<usize>,
+) -> Result<Option<Pools>, ExperimentError> {
+    let Some(prefill) = prefill else {
+        if opts.pd_decision.is_some()
+            || KV_TRANSFER.iter().any(|k| opts.given(k))
+            || opts.prefill_engine.is_some()
+            || opts.decode_engine.is_some()
+        {
+            return Err(ExperimentError::invalid(
+                "P/D decision, KV transfer and pool engine settings need a disaggregated fleet: add --prefill-endpoints N --decode-endpoints M",
+            ));
+        }
+        return Ok(None);
+    };
+    let decision = match &opts.pd_decision {
+        None => PdDecision::Always,
+        Some(text) => text
+            .parse()
+            .map_err(|e: String| ExperimentError::invalid(format!("--pd-decision: {e}")))?,
+    };
+    Ok(Some(Pools { prefill, decision }))
+}
+
+/// The arrival process of `--speedup`, `--rate` and `--concurrency` (replay and drive
+/// alike): at most one of them; none means the trace's own times.
+pub fn arrivals(
+    speedup: Option<f64>,
+    rate: Option<f64>,
+    concurrency: Option<usize>,
+) -> Result<Arrivals, ExperimentError> {
+    let positive = |name: &str, value: f64| {
+        if value.is_finite() && value > 0.0 {
+            Ok(value)
+        } else {
+            Err(ExperimentError::invalid(format!(
+                "--{name} must be a positive number, not {value}"
+            )))
+        }
+    };
+    match (speedup, rate, concurrency) {
+        (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => Err(
+            ExperimentError::invalid("give at most one of --speedup, --rate and --concurrency"),
+        ),
+        (_, Some(rate), None) => Ok(Arrivals::Poisson {
+            rate: positive("rate", rate)?,
+        }),
+        (_, None, Some(0)) => Err(ExperimentError::invalid("--concurrency must be at least 1")),
+        (_, None, Some(concurrency)) => Ok(Arrivals::Closed { concurrency }),
+        (speedup, None, None) => Ok(Arrivals::Trace {
+            speedup: positive("speedup", speedup.unwrap_or(1.0))?,
+        }),
+    }
+}
+
+/// The KV bytes of one token of `--model-config`'s model, when given.
+pub(crate) fn model_kv_bytes(opts: &Experiment) -> Result<Option<u64>, ExperimentError> {
+    let Some(path) = &opts.model_config else {
+        if opts.kv_cache_dtype.is_some() {
+            return Err(ExperimentError::invalid(
+                "--kv-cache-dtype needs --model-config",
+            ));
+        }
+        return Ok(None);
+    };
+    let text = routerlab_engine::read_model_config(path).map_err(ExperimentError::Invalid)?;
+    let fail = |why: String| ExperimentError::invalid(format!("{}: {why}", path.display()));
+    let kv = routerlab_engine::kv_from_model_config(&text, opts.kv_cache_dtype.as_deref())
+        .map_err(|e| fail(e.to_string()))?;
+    Ok(Some(kv.bytes_per_token))
+}
+
+/// One engine per endpoint, each validated here (a bad setting fails before any trace is
+/// read). Precedence, later winning: the preset (`--engine`, else the file's
+/// `engine.preset`, else dynamo), the KV bytes of `--model-config`, the file's `engine`
+/// keys, `--engine-config`, then each endpoint's entry of the file's `engines`.
+fn resolve_engines(
+    opts: &Experiment,
+    endpoints: &[String],
+    prefill: Option<usize>,
+    model_kv: Option<u64>,
+) -> Result<Vec<EngineConfig>, ExperimentError> {
+    let base = base_engine(opts, model_kv);
+    // A disaggregated fleet's pools may have engines of their own (other GPUs).
+    let pool_base = |pos: usize| {
+        match prefill {
+            Some(p) if pos < p => opts.prefill_engine.as_ref().map(|o| base.clone().with(o)),
+            Some(_) => opts.decode_engine.as_ref().map(|o| base.clone().with(o)),
+            None => None,
+        }
+        .unwrap_or_else(|| base.clone())
+    };
+    let engines: Vec<EngineConfig> = match &opts.engines {
+        None => (0..endpoints.len()).map(pool_base).collect(),
+        Some(list) if list.len() != endpoints.len() => {
+            return Err(ExperimentError::invalid(format!(
+                "experiment `engines`: {} entries for {} endpoints (give one per endpoint)",
+                list.len(),
+                endpoints.len(),
+            )));
+        }
+        Some(list) => list
+            .iter()
+            .enumerate()
+            .map(|(pos, o)| pool_base(pos).with(o))
+            .collect(),
+    };
+    for (engine, name) in engines.iter().zip(endpoints) {
+        engine
+            .validate()
+            .map_err(|e| ExperimentError::invalid(format!("endpoint `{name}`: {e}")))?;
+    }
+    Ok(engines)
+}
+
+/// Every endpoint's engine before its pool's and its own settings: the preset (the
+/// `engine.preset` key, which `--engine` sets, else dynamo), the KV bytes of `model_config`,
+/// then the rest of `engine` (the file's keys, `--engine-config`'s over them).
+pub(crate) fn base_engine(opts: &Experiment, model_kv: Option<u64>) -> EngineConfig {
+    let engine = opts.engine.clone().unwrap_or_default();
+    let mut preset = engine.preset.unwrap_or(Preset::Dynamo).config();
+    if model_kv.is_some() {
+        preset.kv_bytes_per_token = model_kv;
+    }
+    preset.with(&Overrides {
+        preset: None,
+        ..engine
+    })
+}
+
+/// A plugin's config as given (a mapping, or nothing), as a mapping; the scenario adds the
+/// seed. Errors name the flag.
+pub(crate) fn plugin_config(given: Option<Value>, which: &str) -> Result<Mapping, ExperimentError> {
+    match given.unwrap_or(Value::Null) {
+        Value::Null => Ok(Mapping::new()),
+        Value::Mapping(map) => Ok(map),
+        other => Err(ExperimentError::invalid(format!(
+            "--{which}-config must be a mapping of keys, found {}",
+            one_line(&serde_yaml::to_string(&other).unwrap_or_default())
+        ))),
+    }
+}
+
+/// A plugin config typed as text (a flag's, or a policy's), read as YAML or JSON; errors
+/// name the flag.
+pub fn config_text(text: &str, which: &str) -> Result<Value, ExperimentError> {
+    if text.trim().is_empty() {
+        return Ok(Value::Null);
+    }
+    routerlab_core::config::check_nesting(text)
+        .map_err(|e| ExperimentError::invalid(format!("--{which}-config: {e}")))?;
+    serde_yaml::from_str(text).map_err(|e| {
+        ExperimentError::invalid(format!(
+            "--{which}-config is not valid YAML or JSON: {}",
+            one_line(&e.to_string())
+        ))
+    })
+}
+
+/// A pool's endpoints as given: a count (named by routerlab), or their names.
+enum Given {
+    Count(u64),
+    Names(Vec<String>),
+}
+
+/// `key`'s value read as a count or names (`4`, `a,b`, `[a, b]`).
+fn given_endpoints(value: &Value, key: &str) -> Result<Given, ExperimentError> {
+    let expected = || {
+        ExperimentError::invalid(format!(
+            "experiment `{key}`: expected a count or a list of names"
+        ))
+    };
+    match value {
+        Value::Number(n) => n.as_u64().map(Given::Count).ok_or_else(expected),
+        Value::String(text) => Ok(match text.trim().parse::<u64>() {
+            Ok(n) => Given::Count(n),
+            Err(_) => Given::Names(text.split(',').map(|s| s.trim().to_owned()).collect()),
+        }),
+        Value::Sequence(names) => names
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .map(Given::Names)
+            .ok_or_else(expected),
+        _ => Err(expected()),
+    }
+}
+
+/// The fleet's endpoints and how many of the first prefill (a disaggregated fleet):
+/// `endpoints` (a count or names) with `prefill_endpoints` N taking its first N, or
+/// `prefill_endpoints` and `decode_endpoints` (each a count or names) one after the other.
+pub(crate) fn fleet(opts: &Experiment) -> Result<(Vec<String>, Option<usize>), ExperimentError> {
+    let given =
+        |value: &Option<Value>, key| value.as_ref().map(|v| given_endpoints(v, key)).transpose();
+    let (prefill, decode, all) = (
+        given(&opts.prefill_endpoints, "prefill_endpoints")?,
+        given(&opts.decode_endpoints, "decode_endpoints")?,
+        given(&opts.endpoints, "endpoints")?,
+    );
+    match (prefill, decode, all) {
+        (_, Some(_), Some(_)) => Err(ExperimentError::invalid(
+            "give --decode-endpoints or --endpoints, not both (with --endpoints, --prefill-endpoints N makes its first N the prefill pool)",
+        )),
+        (None, Some(_), None) => Err(ExperimentError::invalid(
+            "a disaggregated fleet needs --prefill-endpoints as well as --decode-endpoints",
+        )),
+        (Some(_), None, None) => Err(ExperimentError::invalid(
+            "a disaggregated fleet needs --decode-endpoints M as well (or --endpoints, whose first N --prefill-endpoints makes the prefill pool)",
+        )),
+        (Some(prefill), Some(decode), None) => {
+            let names = |pool: Given, role: &str| match pool {
+                Given::Count(n) => (0..n.min(MAX_ENDPOINTS as u64 + 1))
+                    .map(|i| format!("{role}-{i}"))
+                    .collect::<Vec<_>>(),
+                Given::Names(names) => names,
+            };
+            let (prefill, decode) = (names(prefill, "prefill"), names(decode, "decode"));
+            if prefill.is_empty()
+                || decode.is_empty()
+                || prefill.len() + decode.len() > MAX_ENDPOINTS
+            {
+                return Err(ExperimentError::invalid(format!(
+                    "--prefill-endpoints and --decode-endpoints must each be at least 1, and {MAX_ENDPOINTS} at most together"
+                )));
+            }
+            if let Some(both) = prefill.iter().find(|p| decode.contains(p)) {
+                return Err(ExperimentError::invalid(format!(
+                    "`{both}` is in both --prefill-endpoints and --decode-endpoints"
+                )));
+            }
+            let split = prefill.len();
+            let endpoints = check_endpoints(prefill.into_iter().chain(decode).collect())?;
+            Ok((endpoints, Some(split)))
+        }
+        (prefill, None, all) => {
+            let endpoints = match all {
+                None => default_endpoints(DEFAULT_ENDPOINTS),
+                Some(Given::Count(n)) if n == 0 || n > MAX_ENDPOINTS as u64 => {
+                    return Err(ExperimentError::invalid(format!(
+                        "--endpoints: expected 1 to {MAX_ENDPOINTS} endpoints, found {n}"
+                    )));
+                }
+                Some(Given::Count(n)) => default_endpoints(n as usize),
+                Some(Given::Names(names)) => check_endpoints(names)?,
+            };
+            let prefill = match prefill {
+                None => None,
+                Some(Given::Count(p)) if p == 0 || p >= endpoints.len() as u64 => {
+                    return Err(ExperimentError::invalid(format!(
+                        "--prefill-endpoints must be from 1 to {} (the rest of the {} endpoints decode)",
+                        endpoints.len().saturating_sub(1),
+                        endpoints.len()
+                    )));
+                }
+                Some(Given::Count(p)) => Some(p as usize),
+                Some(Given::Names(_)) => {
+                    return Err(ExperimentError::invalid(
+                        "with --endpoints, --prefill-endpoints is a count N (its first N endpoints prefill); names go with --decode-endpoints instead",
+                    ));
+                }
+            };
+            Ok((endpoints, prefill))
+        }
+    }
+}
+
+fn check_endpoints(names: Vec<String>) -> Result<Vec<String>, ExperimentError> {
+    if names.is_empty() || names.len() > MAX_ENDPOINTS || names.iter().any(String::is_empty) {
+        return Err(ExperimentError::invalid(format!(
+            "--endpoints: expected a count or 1 to {MAX_ENDPOINTS} non-empty, comma-separated names"
+        )));
+    }
+    let mut sorted = names.clone();
+    sorted.sort();
+    if let Some(pair) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(ExperimentError::invalid(format!(
+            "--endpoints: `{}` is listed twice",
+            pair[0]
+        )));
+    }
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::file::{Layers, parse_mapping};
+
+    /// The description of `layers`, each a YAML mapping, later ones over earlier ones.
+    fn layers(yaml: &[&str]) -> Experiment {
+        yaml.iter()
+            .fold(Layers::new(), |l, y| l.over(parse_mapping(y).unwrap()))
+            .experiment()
+            .expect("the layers read as an experiment")
+    }
+
+    fn message(result: Result<Run, ExperimentError>) -> String {
+        result.expect_err("an error").to_string()
+    }
+
+    #[test]
+    fn defaults_fill_what_nobody_set() {
+        let spec = resolve(&layers(&["{matcher: lcp, trace: t.jsonl}"])).unwrap();
+        assert_eq!(spec.endpoints.len(), 10);
+        assert_eq!(spec.endpoints[9], "localhost:8009");
+        assert_eq!(spec.trace_options.block_size, 128);
+        assert_eq!(spec.trace_options.trace_block_size, 512);
+        assert_eq!(spec.plugin_configs(0).0, "seed: 0\n");
+        assert_eq!(spec.when_unavailable, WhenUnavailable::Reject);
+        assert_eq!(spec.timed, None);
+        assert_eq!(spec.format, OutputFormat::Human);
+    }
+
+    #[test]
+    fn a_later_layer_overrides_and_the_earlier_fills_the_rest() {
+        let file = "matcher: simhash\ntrace: a.jsonl\nendpoints: [x, y]\nseed: 4\nmatcher_config: {virtual_nodes: 7}\n";
+        let spec = resolve(&layers(&[file, "{matcher: lcp, seed: 9}"])).unwrap();
+        assert_eq!(spec.matcher, "lcp");
+        assert_eq!(spec.trace, PathBuf::from("a.jsonl"));
+        assert_eq!(spec.endpoints, ["x", "y"]);
+        assert_eq!(spec.seed, 9);
+        assert_eq!(spec.plugin_configs(0).0, "virtual_nodes: 7\nseed: 9\n");
+    }
+
+    #[test]
+    fn the_engine_preset_and_keys_over_the_file_keep_its_other_keys() {
+        let file =
+            "timing: trace\nengine: {preset: dynamo, num_gpu_blocks: 100, max_num_seqs: 8}\n";
+        let flags = "{matcher: lcp, trace: t, engine: {preset: dynamo, max_num_seqs: 3}}";
+        let timed = resolve(&layers(&[file, flags]))
+            .unwrap()
+            .scenario
+            .timed
+            .unwrap();
+        let engine = &timed.engines[0];
+        assert_eq!(engine.num_gpu_blocks, 100, "the file's keys stay");
+        assert_eq!(engine.max_num_seqs, 3, "the later layer's key wins");
+        assert_eq!(
+            engine.engine_block_size,
+            EngineConfig::dynamo().engine_block_size
+        );
+    }
+
+    #[test]
+    fn timed_only_settings_need_timing_and_bad_values_name_their_flag() {
+        let with = |extra: &str| resolve(&layers(&["{matcher: lcp, trace: t}", extra]));
+        assert!(message(with("{rate: 3}")).contains("add --timing trace"));
+        assert!(message(with("{engines: []}")).contains("add --timing trace"));
+        assert!(
+            with("{respect_parents: false}").is_ok(),
+            "a switch off is not given"
+        );
+        assert_eq!(
+            message(with("{timing: trace, rate: 0}")),
+            "--rate must be a positive number, not 0"
+        );
+        assert_eq!(
+            message(with("{timing: trace, rate: 1, concurrency: 2}")),
+            "give at most one of --speedup, --rate and --concurrency"
+        );
+        assert_eq!(
+            message(with("{endpoints: 'a,b,a'}")),
+            "--endpoints: `a` is listed twice"
+        );
+        assert_eq!(
+            message(with("{matcher_config: [1]}")),
+            "--matcher-config must be a mapping of keys, found - 1"
+        );
+        let queue = with("{timing: trace, rate: 1}").unwrap();
+        assert_eq!(queue.when_unavailable, WhenUnavailable::Queue);
+    }
+
+    /// `when_unavailable: reject|fail-open` work without a clock (the one vocabulary for
+    /// what `fail_open` says); waiting at the router needs the timed replay.
+    #[test]
+    fn the_unavailable_policy_outside_the_timed_replay() {
+        let with = |extra: &str| resolve(&layers(&["{matcher: lcp, trace: t}", extra]));
+        let open = with("{when_unavailable: fail-open}").unwrap();
+        assert_eq!(open.when_unavailable, WhenUnavailable::FailOpen);
+        assert!(open.timed.is_none());
+        assert_eq!(open, with("{fail_open: true}").unwrap());
+        let reject = with("{when_unavailable: reject}").unwrap();
+        assert_eq!(reject.when_unavailable, WhenUnavailable::Reject);
+        assert!(message(with("{when_unavailable: queue}")).contains("add --timing trace"));
+    }
+
+    /// Every key of the schema that only the timed replay reads is in [`TIMED_ONLY`]: each
+    /// is refused without `timing: trace` (the CLI's test does the same from its flags).
+    #[test]
+    fn every_timed_only_key_is_refused_in_time_free_mode() {
+        for key in TIMED_ONLY {
+            let value = match *key {
+                "respect_parents" => "true",
+                "engine" | "prefill_engine" | "decode_engine" => "{}",
+                "engines" => "[]",
+                "model_config" | "kv_cache_dtype" => "x",
+                "kv_transfer_mode" => "missing",
+                _ => "1",
+            };
+            // A disaggregated fleet, so that pool settings pass their own check first.
+            let base = "{matcher: lcp, trace: t, prefill_endpoints: 1, decode_endpoints: 1}";
+            let e = layers(&[base, &format!("{{{key}: {value}}}")]);
+            assert!(
+                message(resolve(&e)).contains("add --timing trace"),
+                "{key} is accepted without timing: trace"
+            );
+        }
+    }
+}
