@@ -87,6 +87,7 @@ const OWNED: &[(&str, &[&str])] = &[
     ("hyper-util", &["crates/live"]),
     ("zmq", &["crates/live"]),
     ("rmp-serde", &["crates/live"]),
+    ("postcard", &["crates/live"]),
     ("tokenizers", &["crates/live", "crates/cli"]),
 ];
 

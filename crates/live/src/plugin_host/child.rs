@@ -90,7 +90,9 @@ fn answer(router: &mut Router, call: Call) -> Reply {
     };
     match call {
         Call::Decide { request, loads } => {
-            let loads = loads.into_iter().map(|(i, load)| (EndpointIndex(i), load));
+            let loads = loads
+                .into_iter()
+                .map(|(i, load)| (EndpointIndex(i), load.0));
             let lookup = |i| request.cached_prefix(i);
             let adapters = |i| request.adapter_state(i);
             let data = with_cached(&request, &lookup, &adapters);

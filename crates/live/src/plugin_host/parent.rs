@@ -211,7 +211,10 @@ impl Host {
         };
         match answered {
             Ok(reply) if in_turn(&reply) => Ok(reply),
-            Ok(_) => Err(self.fail(call.name(), WireError::Malformed("a reply out of turn"))),
+            Ok(_) => Err(self.fail(
+                call.name(),
+                WireError::Malformed("a reply out of turn".into()),
+            )),
             Err(e) => Err(self.fail(call.name(), e)),
         }
     }
@@ -226,7 +229,9 @@ impl Host {
             match wire::read_reply(&mut running.reader, &mut self.buf) {
                 Ok(Reply::Done) => {}
                 Ok(Reply::Failed { .. }) => self.late_failures += 1,
-                Ok(_) => return Err(self.fail(name, WireError::Malformed("a reply out of turn"))),
+                Ok(_) => {
+                    return Err(self.fail(name, WireError::Malformed("a reply out of turn".into())));
+                }
                 Err(e) => return Err(self.fail(name, e)),
             }
             self.pending.pop_front();

@@ -7,7 +7,7 @@ use routerlab_route::{EndpointIndex, Router};
 
 use crate::plugin_host::by_index;
 pub(super) use crate::plugin_host::by_index::{Decided, Notice};
-use crate::plugin_host::wire::{Call, Reply, WireAdapter, WireRequest};
+use crate::plugin_host::wire::{AdapterState, Call, Load, Reply, WireAdapter, WireRequest};
 use crate::plugin_host::{Host, HostFailure};
 
 /// The plugins, in process or in a host.
@@ -102,7 +102,10 @@ impl Plugins {
             Plugins::Isolated(host) => {
                 let call = Call::Decide {
                     request: wire_request(request, host.endpoints()),
-                    loads: loads.into_iter().map(|(i, load)| (i.0, load)).collect(),
+                    loads: loads
+                        .into_iter()
+                        .map(|(i, load)| (i.0, Load(load)))
+                        .collect(),
                 };
                 match host.call(&call) {
                     Ok(Reply::Decided {
@@ -197,7 +200,7 @@ fn wire_request(r: &RequestData<'_>, endpoints: &[(String, u32)]) -> WireRequest
         states: lora.state.map(|ask| {
             endpoints
                 .iter()
-                .filter_map(|(_, index)| ask(*index).map(|state| (*index, state)))
+                .filter_map(|(_, index)| ask(*index).map(|state| (*index, AdapterState(state))))
                 .collect()
         }),
     });

@@ -1,17 +1,19 @@
-//! The channel between `serve` and its plugin host: length-prefixed frames of a few fixed
-//! fields each. Both ends are this build of `routerlab`, so there is no versioning; what the
-//! codec must do is refuse anything malformed or oversized without allocating for it,
-//! since the host process runs plugin code that may have scribbled on anything.
+//! The channel between `serve` and its plugin host: length-prefixed frames, each one
+//! [`Call`] or [`Reply`] in postcard's compact serde format. Both ends are this build of
+//! `routerlab`, so there is no versioning; what the channel must do is refuse anything
+//! malformed or oversized without allocating for it, since the host process runs plugin
+//! code that may have scribbled on anything: a frame's length is checked against its
+//! direction's limit before a byte of it is read, serde preallocates for no list more
+//! than its frame could hold, and a frame must decode whole, with nothing left over.
 //!
-//! A frame is a little-endian `u32` length, then that many bytes: a tag byte and the
-//! fields in order. Integers are little-endian; a byte string or list is a `u32` count and
-//! its items; an optional value is a `0`/`1` byte and the value.
+//! A frame is a little-endian `u32` length, then that many bytes of postcard.
 
 use std::io::{self, Read, Write};
 
 use routerlab_core::Unit;
 use routerlab_core::abi::RlAdapterState;
 use routerlab_host::{EndpointLoad, RequestData};
+use serde::{Deserialize, Serialize};
 
 /// The largest call frame (`serve` → host): a 4 MiB prompt at a 1-byte block size is
 /// 4 Mi hashes and ids, 48 MiB with the text.
@@ -22,9 +24,56 @@ pub const MAX_REPLY_BYTES: u32 = 4 << 20;
 /// is sent back.
 pub const MAX_MESSAGE_BYTES: usize = 64 << 10;
 
+/// An endpoint's load as it crosses the channel.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Load(#[serde(with = "LoadDef")] pub EndpointLoad);
+
+/// What an endpoint holds of a request's adapter, as it crosses the channel.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct AdapterState(#[serde(with = "AdapterStateDef")] pub RlAdapterState);
+
+/// [`EndpointLoad`]'s fields, for serde (the host crate has no serde).
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "EndpointLoad")]
+struct LoadDef {
+    running: u64,
+    waiting: u64,
+    kv_blocks_used: u64,
+    kv_blocks_total: u64,
+    inflight_prompt_tokens: u64,
+    inflight_requests: u64,
+    kv_block_tokens: u64,
+    #[serde(with = "LoraSlotsDef")]
+    lora: routerlab_core::LoraSlots,
+}
+
+/// [`routerlab_core::LoraSlots`]' fields, for serde.
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "routerlab_core::LoraSlots")]
+struct LoraSlotsDef {
+    used: u32,
+    total: u32,
+    active: u32,
+    waiting: u32,
+}
+
+/// [`RlAdapterState`]'s fields, for serde.
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "RlAdapterState")]
+struct AdapterStateDef {
+    resident: u32,
+    running: u32,
+    waiting: u32,
+    active: u32,
+    slots_used: u32,
+    slots_total: u32,
+    waiting_adapters: u32,
+    _reserved: u32,
+}
+
 /// A request, owned, as it crosses the channel; `cached_prefix` crosses as its answers
 /// (`cached`), asked of every endpoint before the call.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct WireRequest {
     pub id: u64,
     pub arrival_ns: u64,
@@ -50,13 +99,13 @@ pub struct WireRequest {
 
 /// A request's LoRA adapter as it crosses the channel; `adapter_state` crosses as its
 /// answers, asked of every endpoint before the call.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct WireAdapter {
     pub id: u64,
     pub name: Vec<u8>,
     /// What each endpoint (by stable index) holds, for the endpoints `serve` knows it
     /// of; `None` when it knows it of none.
-    pub states: Option<Vec<(u32, RlAdapterState)>>,
+    pub states: Option<Vec<(u32, AdapterState)>>,
 }
 
 impl WireRequest {
@@ -72,7 +121,7 @@ impl WireRequest {
     /// What endpoint `index` holds of this request's adapter, as `serve` said.
     pub fn adapter_state(&self, index: u32) -> Option<RlAdapterState> {
         let states = self.adapter.as_ref()?.states.as_ref()?;
-        states.iter().find(|(i, _)| *i == index).map(|(_, s)| *s)
+        states.iter().find(|(i, _)| *i == index).map(|(_, s)| s.0)
     }
 
     /// The request as the plugin handles take it (without `cached_prefix` and
@@ -111,12 +160,12 @@ impl WireRequest {
 }
 
 /// What `serve` asks of the host. Endpoints are named by their stable index.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Call {
     /// Set these endpoints' loads, then detect and match (the matcher does not learn).
     Decide {
         request: WireRequest,
-        loads: Vec<(u32, EndpointLoad)>,
+        loads: Vec<(u32, Load)>,
     },
     /// The matcher's `update`.
     Learn { request: WireRequest, index: u32 },
@@ -145,7 +194,7 @@ impl Call {
 }
 
 /// What the host answers.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Reply {
     /// Sent once, when the host is ready: the matcher's name and the fleet's endpoints
     /// with their stable indices.
@@ -175,24 +224,29 @@ pub enum WireError {
     Io(#[from] io::Error),
     /// The frame is not one this codec writes.
     #[error("malformed frame: {0}")]
-    Malformed(&'static str),
+    Malformed(String),
     /// The frame claims more bytes than the channel allows.
     #[error("a frame of {0} bytes is over the limit of {1}")]
     TooLong(u32, u32),
 }
 
-/// Writes `payload` as one frame.
-fn write_frame(to: &mut impl Write, payload: &[u8]) -> io::Result<()> {
-    let len = u32::try_from(payload.len())
+/// Writes `value` as one frame.
+fn write_frame(to: &mut impl Write, value: &impl Serialize) -> io::Result<()> {
+    // The length first, then the payload, in one write.
+    let mut frame = postcard::to_extend(value, vec![0u8; 4])
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let len = u32::try_from(frame.len() - 4)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame over 4 GiB"))?;
-    let mut frame = Vec::with_capacity(4 + payload.len());
-    frame.extend_from_slice(&len.to_le_bytes());
-    frame.extend_from_slice(payload);
+    frame[..4].copy_from_slice(&len.to_le_bytes());
     to.write_all(&frame)
 }
 
-/// Reads one frame of at most `max` bytes into `buf`.
-fn read_frame(from: &mut impl Read, max: u32, buf: &mut Vec<u8>) -> Result<(), WireError> {
+/// Reads one frame of at most `max` bytes into `buf`, and decodes it whole.
+fn read_frame<T: serde::de::DeserializeOwned>(
+    from: &mut impl Read,
+    max: u32,
+    buf: &mut Vec<u8>,
+) -> Result<T, WireError> {
     let mut len = [0u8; 4];
     from.read_exact(&mut len)?;
     let len = u32::from_le_bytes(len);
@@ -204,447 +258,44 @@ fn read_frame(from: &mut impl Read, max: u32, buf: &mut Vec<u8>) -> Result<(), W
     if buf.len() != len as usize {
         return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
     }
-    Ok(())
+    match postcard::take_from_bytes(buf) {
+        Ok((value, [])) => Ok(value),
+        Ok((_, rest)) => Err(WireError::Malformed(format!(
+            "{} bytes after the message",
+            rest.len()
+        ))),
+        Err(e) => Err(WireError::Malformed(e.to_string())),
+    }
 }
 
 /// Writes a call.
 pub fn write_call(to: &mut impl Write, call: &Call) -> io::Result<()> {
-    let mut out = Out::default();
-    match call {
-        Call::Decide { request, loads } => {
-            out.u8(1);
-            out.request(request);
-            out.len(loads.len());
-            for (index, load) in loads {
-                out.u32(*index);
-                for value in [
-                    load.running,
-                    load.waiting,
-                    load.kv_blocks_used,
-                    load.kv_blocks_total,
-                    load.inflight_prompt_tokens,
-                    load.inflight_requests,
-                    load.kv_block_tokens,
-                ] {
-                    out.u64(value);
-                }
-                let lora = load.lora;
-                for value in [lora.used, lora.total, lora.active, lora.waiting] {
-                    out.u32(value);
-                }
-            }
-        }
-        Call::Learn { request, index } => {
-            out.u8(2);
-            out.request(request);
-            out.u32(*index);
-        }
-        Call::FirstToken { request, index } => {
-            out.u8(3);
-            out.request(request);
-            out.u32(*index);
-        }
-        Call::Complete { request, index } => {
-            out.u8(4);
-            out.request(request);
-            out.u32(*index);
-        }
-        Call::Add { name } => {
-            out.u8(5);
-            out.bytes(name.as_bytes());
-        }
-        Call::Remove { index } => {
-            out.u8(6);
-            out.u32(*index);
-        }
-    }
-    write_frame(to, &out.0)
+    write_frame(to, call)
 }
 
 /// Reads a call (`buf`: scratch space, reused between calls).
 pub fn read_call(from: &mut impl Read, buf: &mut Vec<u8>) -> Result<Call, WireError> {
-    read_frame(from, MAX_CALL_BYTES, buf)?;
-    let mut input = In(buf);
-    let call = match input.u8()? {
-        1 => {
-            let request = input.request()?;
-            let n = input.len(4 + 7 * 8 + 4 * 4)?;
-            let mut loads = Vec::with_capacity(n);
-            for _ in 0..n {
-                let index = input.u32()?;
-                let load = EndpointLoad {
-                    running: input.u64()?,
-                    waiting: input.u64()?,
-                    kv_blocks_used: input.u64()?,
-                    kv_blocks_total: input.u64()?,
-                    inflight_prompt_tokens: input.u64()?,
-                    inflight_requests: input.u64()?,
-                    kv_block_tokens: input.u64()?,
-                    lora: routerlab_core::LoraSlots {
-                        used: input.u32()?,
-                        total: input.u32()?,
-                        active: input.u32()?,
-                        waiting: input.u32()?,
-                    },
-                };
-                loads.push((index, load));
-            }
-            Call::Decide { request, loads }
-        }
-        tag @ 2..=4 => {
-            let request = input.request()?;
-            let index = input.u32()?;
-            match tag {
-                2 => Call::Learn { request, index },
-                3 => Call::FirstToken { request, index },
-                _ => Call::Complete { request, index },
-            }
-        }
-        5 => Call::Add {
-            name: input.string()?,
-        },
-        6 => Call::Remove {
-            index: input.u32()?,
-        },
-        _ => return Err(WireError::Malformed("unknown call")),
-    };
-    input.end()?;
-    Ok(call)
+    read_frame(from, MAX_CALL_BYTES, buf)
 }
 
-/// Writes a reply.
+/// Writes a reply; a failure's message is cut to [`MAX_MESSAGE_BYTES`].
 pub fn write_reply(to: &mut impl Write, reply: &Reply) -> io::Result<()> {
-    let mut out = Out::default();
-    match reply {
-        Reply::Hello { matcher, endpoints } => {
-            out.u8(1);
-            out.bytes(matcher.as_bytes());
-            out.len(endpoints.len());
-            for (name, index) in endpoints {
-                out.bytes(name.as_bytes());
-                out.u32(*index);
-            }
+    if let Reply::Failed { message } = reply
+        && message.len() > MAX_MESSAGE_BYTES
+    {
+        let mut end = MAX_MESSAGE_BYTES;
+        while !message.is_char_boundary(end) {
+            end -= 1;
         }
-        Reply::Done => out.u8(2),
-        Reply::Decided {
-            endpoint,
-            constrained,
-            flagged,
-        } => {
-            out.u8(3);
-            match endpoint {
-                Some(index) => {
-                    out.u8(1);
-                    out.u32(*index);
-                }
-                None => out.u8(0),
-            }
-            out.u8(u8::from(*constrained));
-            out.len(flagged.len());
-            for index in flagged {
-                out.u32(*index);
-            }
-        }
-        Reply::Added { index } => {
-            out.u8(4);
-            out.u32(*index);
-        }
-        Reply::Failed { message } => {
-            out.u8(5);
-            let mut end = message.len().min(MAX_MESSAGE_BYTES);
-            while !message.is_char_boundary(end) {
-                end -= 1;
-            }
-            out.bytes(&message.as_bytes()[..end]);
-        }
+        let message = message[..end].to_owned();
+        return write_frame(to, &Reply::Failed { message });
     }
-    write_frame(to, &out.0)
+    write_frame(to, reply)
 }
 
 /// Reads a reply (`buf`: scratch space, reused between calls).
 pub fn read_reply(from: &mut impl Read, buf: &mut Vec<u8>) -> Result<Reply, WireError> {
-    read_frame(from, MAX_REPLY_BYTES, buf)?;
-    let mut input = In(buf);
-    let reply = match input.u8()? {
-        1 => {
-            let matcher = input.string()?;
-            let n = input.len(8)?;
-            let mut endpoints = Vec::with_capacity(n);
-            for _ in 0..n {
-                endpoints.push((input.string()?, input.u32()?));
-            }
-            Reply::Hello { matcher, endpoints }
-        }
-        2 => Reply::Done,
-        3 => {
-            let endpoint = match input.u8()? {
-                0 => None,
-                1 => Some(input.u32()?),
-                _ => return Err(WireError::Malformed("bad option")),
-            };
-            let constrained = input.flag()?;
-            let n = input.len(4)?;
-            let mut flagged = Vec::with_capacity(n);
-            for _ in 0..n {
-                flagged.push(input.u32()?);
-            }
-            Reply::Decided {
-                endpoint,
-                constrained,
-                flagged,
-            }
-        }
-        4 => Reply::Added {
-            index: input.u32()?,
-        },
-        5 => Reply::Failed {
-            message: input.string()?,
-        },
-        _ => return Err(WireError::Malformed("unknown reply")),
-    };
-    input.end()?;
-    Ok(reply)
-}
-
-/// A frame being written.
-#[derive(Default)]
-struct Out(Vec<u8>);
-
-impl Out {
-    fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-    fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    /// A count; every list here is far below 4 Gi items (the frame limits say so).
-    fn len(&mut self, n: usize) {
-        self.u32(u32::try_from(n).unwrap_or(u32::MAX));
-    }
-    fn bytes(&mut self, b: &[u8]) {
-        self.len(b.len());
-        self.0.extend_from_slice(b);
-    }
-    fn option(&mut self, v: Option<u64>) {
-        match v {
-            Some(v) => {
-                self.u8(1);
-                self.u64(v);
-            }
-            None => self.u8(0),
-        }
-    }
-    fn request(&mut self, r: &WireRequest) {
-        self.u64(r.id);
-        self.u64(r.arrival_ns);
-        self.bytes(&r.prompt);
-        self.len(r.block_hashes.len());
-        for h in &r.block_hashes {
-            self.u64(*h);
-        }
-        match &r.block_ids {
-            Some(ids) => {
-                self.u8(1);
-                self.len(ids.len());
-                for id in ids {
-                    self.u32(*id);
-                }
-            }
-            None => self.u8(0),
-        }
-        self.u32(r.block_size);
-        self.u8(u8::from(r.tokens));
-        self.u64(r.prompt_len);
-        self.option(r.output_tokens);
-        self.u64(r.session_id);
-        self.u64(r.parent_id);
-        self.u8(u8::from(r.ends_session));
-        self.u64(r.now_ns);
-        self.u32(r.phase);
-        match &r.cached {
-            Some(cached) => {
-                self.u8(1);
-                self.len(cached.len());
-                for (index, units) in cached {
-                    self.u32(*index);
-                    self.u64(*units);
-                }
-            }
-            None => self.u8(0),
-        }
-        match &r.adapter {
-            Some(adapter) => {
-                self.u8(1);
-                self.u64(adapter.id);
-                self.bytes(&adapter.name);
-                match &adapter.states {
-                    Some(states) => {
-                        self.u8(1);
-                        self.len(states.len());
-                        for (index, s) in states {
-                            self.u32(*index);
-                            for value in [
-                                s.resident,
-                                s.running,
-                                s.waiting,
-                                s.active,
-                                s.slots_used,
-                                s.slots_total,
-                                s.waiting_adapters,
-                            ] {
-                                self.u32(value);
-                            }
-                        }
-                    }
-                    None => self.u8(0),
-                }
-            }
-            None => self.u8(0),
-        }
-    }
-}
-
-/// A frame being read; every read checks the bytes are there.
-struct In<'a>(&'a [u8]);
-
-impl In<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], WireError> {
-        if self.0.len() < n {
-            return Err(WireError::Malformed("frame ends early"));
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
-    fn u8(&mut self) -> Result<u8, WireError> {
-        Ok(self.take(1)?[0])
-    }
-    fn flag(&mut self) -> Result<bool, WireError> {
-        match self.u8()? {
-            0 => Ok(false),
-            1 => Ok(true),
-            _ => Err(WireError::Malformed("bad flag")),
-        }
-    }
-    fn u32(&mut self) -> Result<u32, WireError> {
-        let b = self.take(4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn u64(&mut self) -> Result<u64, WireError> {
-        let b = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(u64::from_le_bytes(a))
-    }
-    /// A count of items of at least `item_bytes` each: no more than the frame can hold, so
-    /// a forged count allocates nothing.
-    fn len(&mut self, item_bytes: usize) -> Result<usize, WireError> {
-        let n = self.u32()? as usize;
-        if n.saturating_mul(item_bytes) > self.0.len() {
-            return Err(WireError::Malformed("a count larger than the frame"));
-        }
-        Ok(n)
-    }
-    fn bytes(&mut self) -> Result<Vec<u8>, WireError> {
-        let n = self.len(1)?;
-        Ok(self.take(n)?.to_vec())
-    }
-    fn string(&mut self) -> Result<String, WireError> {
-        String::from_utf8(self.bytes()?).map_err(|_| WireError::Malformed("text is not UTF-8"))
-    }
-    fn option(&mut self) -> Result<Option<u64>, WireError> {
-        match self.u8()? {
-            0 => Ok(None),
-            1 => Ok(Some(self.u64()?)),
-            _ => Err(WireError::Malformed("bad option")),
-        }
-    }
-    fn request(&mut self) -> Result<WireRequest, WireError> {
-        let id = self.u64()?;
-        let arrival_ns = self.u64()?;
-        let prompt = self.bytes()?;
-        let n = self.len(8)?;
-        let block_hashes = (0..n).map(|_| self.u64()).collect::<Result<_, _>>()?;
-        let block_ids = match self.u8()? {
-            0 => None,
-            1 => {
-                let n = self.len(4)?;
-                Some((0..n).map(|_| self.u32()).collect::<Result<_, _>>()?)
-            }
-            _ => return Err(WireError::Malformed("bad option")),
-        };
-        Ok(WireRequest {
-            id,
-            arrival_ns,
-            prompt,
-            block_hashes,
-            block_ids,
-            block_size: self.u32()?,
-            tokens: self.flag()?,
-            prompt_len: self.u64()?,
-            output_tokens: self.option()?,
-            session_id: self.u64()?,
-            parent_id: self.u64()?,
-            ends_session: self.flag()?,
-            now_ns: self.u64()?,
-            phase: self.u32()?,
-            cached: match self.u8()? {
-                0 => None,
-                1 => {
-                    let n = self.len(12)?;
-                    Some(
-                        (0..n)
-                            .map(|_| Ok((self.u32()?, self.u64()?)))
-                            .collect::<Result<_, WireError>>()?,
-                    )
-                }
-                _ => return Err(WireError::Malformed("bad option")),
-            },
-            adapter: match self.u8()? {
-                0 => None,
-                1 => Some(self.adapter()?),
-                _ => return Err(WireError::Malformed("bad option")),
-            },
-        })
-    }
-    fn adapter(&mut self) -> Result<WireAdapter, WireError> {
-        let id = self.u64()?;
-        let name = self.bytes()?;
-        let states = match self.u8()? {
-            0 => None,
-            1 => {
-                let n = self.len(4 * 8)?;
-                let mut states = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let index = self.u32()?;
-                    let state = RlAdapterState {
-                        resident: self.u32()?,
-                        running: self.u32()?,
-                        waiting: self.u32()?,
-                        active: self.u32()?,
-                        slots_used: self.u32()?,
-                        slots_total: self.u32()?,
-                        waiting_adapters: self.u32()?,
-                        _reserved: 0,
-                    };
-                    states.push((index, state));
-                }
-                Some(states)
-            }
-            _ => return Err(WireError::Malformed("bad option")),
-        };
-        Ok(WireAdapter { id, name, states })
-    }
-    fn end(&self) -> Result<(), WireError> {
-        if self.0.is_empty() {
-            Ok(())
-        } else {
-            Err(WireError::Malformed("bytes after the last field"))
-        }
-    }
+    read_frame(from, MAX_REPLY_BYTES, buf)
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ fn request() -> WireRequest {
             name: b"sql-lora".to_vec(),
             states: Some(vec![(
                 3,
-                RlAdapterState {
+                AdapterState(RlAdapterState {
                     resident: 1,
                     running: 2,
                     waiting: 3,
@@ -33,7 +33,7 @@ fn request() -> WireRequest {
                     slots_total: 6,
                     waiting_adapters: 7,
                     _reserved: 0,
-                },
+                }),
             )]),
         }),
     }
@@ -59,7 +59,7 @@ fn every_call_and_reply_reads_back_as_written() {
     let calls = [
         Call::Decide {
             request: request(),
-            loads: vec![(0, load), (9, EndpointLoad::default())],
+            loads: vec![(0, Load(load)), (9, Load::default())],
         },
         Call::Learn {
             request: WireRequest {
@@ -142,20 +142,34 @@ fn a_long_message_is_cut_at_a_character_boundary() {
 #[test]
 fn malformed_and_oversized_frames_are_refused_without_allocating_for_them() {
     let mut buf = Vec::new();
+    let framed = |payload: &[u8]| {
+        let mut framed = (payload.len() as u32).to_le_bytes().to_vec();
+        framed.extend_from_slice(payload);
+        framed
+    };
     // A length over the limit: refused before any byte of it is read.
     let huge = (MAX_REPLY_BYTES + 1).to_le_bytes();
     assert!(matches!(
         read_reply(&mut huge.as_slice(), &mut buf),
         Err(WireError::TooLong(..))
     ));
-    // A list claiming 4 Gi items in a 9-byte frame.
-    let mut forged = vec![3, 0];
-    forged.push(0);
-    forged.extend_from_slice(&u32::MAX.to_le_bytes());
-    let mut framed = (forged.len() as u32).to_le_bytes().to_vec();
-    framed.extend_from_slice(&forged);
+    // A list claiming 4 Gi items in a 9-byte frame: a decision with no endpoint and its
+    // list's count forged to u32::MAX, a varint.
+    let mut decided = Vec::new();
+    write_reply(
+        &mut decided,
+        &Reply::Decided {
+            endpoint: None,
+            constrained: false,
+            flagged: vec![],
+        },
+    )
+    .unwrap();
+    let mut forged = decided[4..decided.len() - 1].to_vec();
+    forged.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+    assert_eq!(forged.len(), 8);
     assert!(matches!(
-        read_reply(&mut framed.as_slice(), &mut buf),
+        read_reply(&mut framed(&forged).as_slice(), &mut buf),
         Err(WireError::Malformed(_))
     ));
     // Every proper prefix of a good frame is an error, never a call.
@@ -164,7 +178,7 @@ fn malformed_and_oversized_frames_are_refused_without_allocating_for_them() {
         &mut bytes,
         &Call::Decide {
             request: request(),
-            loads: vec![(0, EndpointLoad::default())],
+            loads: vec![(0, Load::default())],
         },
     )
     .unwrap();
@@ -183,10 +197,15 @@ fn malformed_and_oversized_frames_are_refused_without_allocating_for_them() {
         read_call(&mut short.as_slice(), &mut buf),
         Err(WireError::Malformed(_))
     ));
-    // Trailing bytes and an unknown tag.
-    for payload in [vec![2u8, 0], vec![99]] {
-        let mut framed = (payload.len() as u32).to_le_bytes().to_vec();
-        framed.extend_from_slice(&payload);
-        assert!(read_reply(&mut framed.as_slice(), &mut buf).is_err());
+    // Trailing bytes, and an unknown variant.
+    let mut done = Vec::new();
+    write_reply(&mut done, &Reply::Done).unwrap();
+    let mut trailing = done[4..].to_vec();
+    trailing.push(0);
+    for payload in [trailing, vec![99]] {
+        assert!(matches!(
+            read_reply(&mut framed(&payload).as_slice(), &mut buf),
+            Err(WireError::Malformed(_))
+        ));
     }
 }
