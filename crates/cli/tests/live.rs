@@ -746,6 +746,72 @@ fn a_plugin_call_that_hangs_leaves_health_and_metrics_answering() {
     );
 }
 
+/// A hung in-process plugin costs its request the deadline and no more: that request is
+/// answered as `--on-plugin-error` says once `--plugin-timeout-ms` has passed, the next ones
+/// at once while the call stays stuck, and `/health` names the stuck call while `/health`
+/// and `/metrics` go on answering.
+#[test]
+fn a_hung_in_process_plugin_costs_a_request_its_deadline_and_no_more() {
+    use std::time::{Duration, Instant};
+    let engine = Server::start(&["engine", "--instant"]);
+    let fixture = support::fixture_plugin("hang-on-match");
+    let router = Server::start(&[
+        "serve",
+        "--matcher",
+        &fixture,
+        "--matcher-config",
+        "{hang_from: 2}",
+        "--endpoints",
+        &engine.addr,
+        "--plugin-timeout-ms",
+        "400",
+        "--on-plugin-error",
+        "round-robin",
+    ]);
+    assert_eq!(http(&router.addr, "POST", "/v1/completions", SMALL).0, 200);
+    // The second request's `match` never returns.
+    let started = Instant::now();
+    let (status, body) = http(&router.addr, "POST", "/v1/completions", SMALL);
+    let took = started.elapsed();
+    assert_eq!(
+        status, 200,
+        "routed round robin once the deadline passed: {body}"
+    );
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_millis(2400),
+        "answered after {took:?}"
+    );
+    // The plugin is stuck: the next request does not wait for it.
+    let started = Instant::now();
+    assert_eq!(http(&router.addr, "POST", "/v1/completions", SMALL).0, 200);
+    assert!(
+        started.elapsed() < Duration::from_millis(400),
+        "{:?}",
+        started.elapsed()
+    );
+    let (status, body) = http(&router.addr, "GET", "/health", "");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("a plugin call is stuck: `hang-on-match` has not returned from `decide`"),
+        "{body}"
+    );
+    let (_, text) = http(&router.addr, "GET", "/metrics", "");
+    let errors = text
+        .lines()
+        .find(|l| l.starts_with("routerlab_plugin_errors_total{"))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    // Each of the two requests: `decide` failed (past the deadline, then stuck), and so did
+    // telling the matcher where it went.
+    assert_eq!(errors, Some(4.0), "{text}");
+    assert_eq!(
+        metric(
+            &router.addr,
+            &format!("routerlab_requests_total{{endpoint=\"{}\"}}", engine.addr)
+        ),
+        3.0
+    );
+}
+
 /// Whether `series` on `addr`'s `/metrics` reads `value`.
 fn metric_is(addr: &str, series: &str, value: f64) -> bool {
     metric(addr, series) == value
@@ -946,14 +1012,14 @@ fn a_plugin_host_that_cannot_load_its_plugins_stops_serve_at_start() {
         "--matcher",
         "lcp",
         "--plugin-timeout-ms",
-        "100",
+        "0",
         "--listen",
         "127.0.0.1:0",
     ]);
     let (_, stderr) = texts(&output);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("--plugin-timeout-ms needs --plugin-isolation process"),
+        stderr.contains("--plugin-timeout-ms must be at least 1 in serve"),
         "{stderr}"
     );
 }

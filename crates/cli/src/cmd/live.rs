@@ -461,19 +461,15 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
     let mut decode_plugins = None;
     let plugins = match args.plugin_isolation {
         IsolationArg::InProcess => {
-            if args.plugins.plugin_timeout_ms.is_some() {
-                return Err(Failure::input(
-                    "--plugin-timeout-ms needs --plugin-isolation process (a call in the router's own process cannot be stopped)",
-                ));
-            }
             let scenario = serving.scenario();
+            let deadline = serving.plugin_timeout;
             if serving.prefill > 0 {
                 let (prefill_router, decode_router) =
                     scenario.pool_routers(&SearchPath::from_env())?;
-                decode_plugins = Some(Plugins::InProcess(Box::new(decode_router)));
-                Plugins::InProcess(Box::new(prefill_router))
+                decode_plugins = Some(Plugins::in_process(decode_router, deadline)?);
+                Plugins::in_process(prefill_router, deadline)?
             } else {
-                Plugins::InProcess(Box::new(scenario.router(&SearchPath::from_env())?))
+                Plugins::in_process(scenario.router(&SearchPath::from_env())?, deadline)?
             }
         }
         IsolationArg::Process => {

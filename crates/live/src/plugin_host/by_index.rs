@@ -15,6 +15,17 @@ pub(crate) enum Notice {
     Complete,
 }
 
+impl Notice {
+    /// The plugin call it is, in messages.
+    pub(crate) fn call(self) -> &'static str {
+        match self {
+            Notice::Learn => "update",
+            Notice::FirstToken => "on_first_token",
+            Notice::Complete => "on_complete",
+        }
+    }
+}
+
 /// A decision, in stable indices.
 pub(crate) struct Decided {
     pub(crate) endpoint: Option<EndpointIndex>,

@@ -76,7 +76,7 @@ pub(super) async fn scrape_loop(shared: Arc<Shared>) {
     loop {
         ticker.tick().await;
         let names: Vec<String> = shared
-            .lock_async()
+            .lock()
             .await
             .upstreams
             .iter()
@@ -96,7 +96,7 @@ pub(super) async fn scrape_loop(shared: Arc<Shared>) {
         // In endpoint order, so the matcher hears of changes in a fixed order.
         results.sort_by_key(|(u, _)| *u);
         let now = shared.now_ns();
-        let mut state = shared.lock_async().await;
+        let mut state = shared.lock().await;
         for (u, scraped) in results {
             state.scraped(u, scraped, now);
         }

@@ -235,7 +235,8 @@ mod tests {
             panic!("a router")
         };
         let mut state = State::new(
-            crate::serve::Plugins::InProcess(Box::new(router)),
+            crate::serve::Plugins::in_process(router, std::time::Duration::from_secs(10))
+                .expect("a plugins thread"),
             None,
             16,
             HealthRule {

@@ -12,11 +12,13 @@
 //! a row leaves the fleet (`remove_endpoints`) and comes back (`add_endpoints`) after
 //! `health.passes` good ones ([`health`]).
 //!
-//! The plugins are called under one lock, so calls on an instance stay serialised as the
-//! ABI requires; the proxying itself runs outside it, concurrently. What the lock guards is
-//! `state` (no I/O, unit-tested); `/metrics` is `metrics`. The plugins run in this process
-//! or, with [`Plugins::Isolated`], in a plugin host process ([`crate::plugin_host`]) that a
-//! crash or a missed deadline only restarts.
+//! The plugins are called under one lock (tokio's, so a task waiting for it holds no
+//! runtime thread), so calls on an instance stay serialised as the ABI requires; the
+//! proxying itself runs outside it, concurrently. What the lock guards is `state` (no I/O,
+//! unit-tested); `/metrics` is `metrics`. The plugins run on a thread of their own in this
+//! process ([`plugin_thread`]) or, with [`Plugins::Isolated`], in a plugin host process
+//! ([`crate::plugin_host`]) that a crash or a missed deadline only restarts: either way a
+//! call waits at most its deadline, so no request waits without limit.
 
 pub mod health;
 pub mod kv_index;
@@ -24,13 +26,14 @@ mod lora;
 mod metrics;
 mod mirror;
 mod pd;
+mod plugin_thread;
 mod plugins;
 mod state;
 #[cfg(test)]
 mod tests;
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -118,11 +121,9 @@ pub struct ServeSettings {
 
 struct Shared {
     settings: ServeSettings,
-    /// Told each time the state's lock is let go: see [`Shared::lock_async`].
-    released: tokio::sync::Notify,
     /// The last `/metrics` text, answered while a plugin call holds the state.
     last_metrics: Mutex<String>,
-    state: Mutex<State>,
+    state: tokio::sync::Mutex<State>,
     client: Client<HttpConnector, http_body_util::Full<Bytes>>,
     started: Instant,
     matcher: String,
@@ -130,65 +131,26 @@ struct Shared {
 }
 
 impl Shared {
-    /// The lock, from code that cannot wait asynchronously (a body's poll). When it is
-    /// taken, the runtime is told this thread may block, so its other tasks move on.
-    fn lock(&self) -> StateGuard<'_> {
-        if let Some(guard) = self.try_state() {
-            return guard;
-        }
-        // A panic while holding the lock is a bug in this module (plugin panics are caught
-        // at the ABI boundary); the state it guards stays usable.
-        let guard = tokio::task::block_in_place(|| {
-            self.state
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-        });
-        self.guard(guard)
-    }
-
-    /// The lock, taken without blocking the runtime's thread: a plugin call that hangs
-    /// holds it, and a blocked worker would stall every other connection. A waiter sleeps
-    /// until a holder lets go (each release wakes one), so a lock held briefly but often
-    /// (by calls to a plugin host) costs no timer's granularity.
-    async fn lock_async(&self) -> StateGuard<'_> {
-        loop {
-            let released = self.released.notified();
-            let mut released = std::pin::pin!(released);
-            released.as_mut().enable();
-            if let Some(guard) = self.try_state() {
-                return guard;
-            }
-            released.await;
-        }
+    /// The state's lock.
+    async fn lock(&self) -> tokio::sync::MutexGuard<'_, State> {
+        self.state.lock().await
     }
 
     /// The lock if it is free now.
-    fn try_state(&self) -> Option<StateGuard<'_>> {
-        let guard = match self.state.try_lock() {
-            Ok(guard) => guard,
-            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return None,
-        };
-        Some(self.guard(guard))
-    }
-
-    fn guard<'a>(&'a self, guard: MutexGuard<'a, State>) -> StateGuard<'a> {
-        StateGuard {
-            guard: Some(guard),
-            released: &self.released,
-        }
+    fn try_state(&self) -> Option<tokio::sync::MutexGuard<'_, State>> {
+        self.state.try_lock().ok()
     }
 
     /// The lock if it can be had within `wait`: `/health` and `/metrics` answer even while
-    /// a plugin call hangs.
-    async fn lock_within(&self, wait: Duration) -> Option<StateGuard<'_>> {
-        tokio::time::timeout(wait, self.lock_async()).await.ok()
+    /// a plugin call holds it (for at most its deadline).
+    async fn lock_within(&self, wait: Duration) -> Option<tokio::sync::MutexGuard<'_, State>> {
+        tokio::time::timeout(wait, self.lock()).await.ok()
     }
 
     /// The endpoint `routed` goes to: the plugins' decision the first time, then (after the
     /// endpoints `tried` failed before answering) the next healthy one of its phase's pool.
     async fn pick(&self, routed: &Routed, tried: &[usize]) -> Result<usize, Refusal> {
-        let mut state = self.lock_async().await;
+        let mut state = self.lock().await;
         if tried.is_empty() {
             let started = Instant::now();
             let pick = state.decide(routed, self.now_ns(), self.settings.on_plugin_error);
@@ -244,35 +206,6 @@ impl Shared {
     }
 }
 
-/// The state's lock, held; letting go wakes one task waiting for it.
-struct StateGuard<'a> {
-    /// `None` only while being dropped.
-    guard: Option<MutexGuard<'a, State>>,
-    released: &'a tokio::sync::Notify,
-}
-
-impl std::ops::Deref for StateGuard<'_> {
-    type Target = State;
-    fn deref(&self) -> &State {
-        self.guard.as_deref().expect("held until dropped")
-    }
-}
-
-impl std::ops::DerefMut for StateGuard<'_> {
-    fn deref_mut(&mut self) -> &mut State {
-        self.guard.as_deref_mut().expect("held until dropped")
-    }
-}
-
-impl Drop for StateGuard<'_> {
-    fn drop(&mut self) {
-        // Unlocked first, then the waiter woken: woken before, it could find the lock
-        // still held and sleep with no one left to wake it.
-        self.guard = None;
-        self.released.notify_one();
-    }
-}
-
 /// Runs the router on `listener` (bound already) until the process ends; with
 /// `decode_plugins`, the decode pool's plugins of a disaggregated fleet (and `plugins` the
 /// prefill pool's).
@@ -316,8 +249,7 @@ pub async fn run_on(
     }
     let shared = Arc::new(Shared {
         settings,
-        state: Mutex::new(state),
-        released: tokio::sync::Notify::new(),
+        state: tokio::sync::Mutex::new(state),
         client,
         started: Instant::now(),
         matcher,
@@ -325,7 +257,6 @@ pub async fn run_on(
         last_metrics: Mutex::new(String::new()),
     });
     tokio::spawn(health::scrape_loop(shared.clone()));
-    heartbeat(tokio::runtime::Handle::current());
     http::serve(listener, http::HEADER_READ_TIMEOUT, move |request| {
         let shared = shared.clone();
         async move { handle(shared, request).await }
@@ -334,37 +265,13 @@ pub async fn run_on(
     Ok(())
 }
 
-/// How often the runtime's idle workers are woken (see [`heartbeat`]).
-const HEARTBEAT: Duration = Duration::from_millis(20);
-
-/// Wakes an idle runtime worker every [`HEARTBEAT`] from a thread of its own. A plugin call
-/// runs on a worker and may never return (in process), holding it: if that worker was the
-/// one watching the sockets when it picked the request up, and the other had already gone
-/// to sleep without them, nobody would watch them again, and `/health`, `/metrics` and
-/// every new connection would wait for ever. A worker woken goes back to sleep watching the
-/// sockets when no one else does. (Handing every plugin call off the worker instead,
-/// `block_in_place`, costs about 0.1 ms a request at the median and more in the tail.)
-fn heartbeat(runtime: tokio::runtime::Handle) {
-    let spawned = std::thread::Builder::new()
-        .name("routerlab-heartbeat".into())
-        .spawn(move || {
-            loop {
-                std::thread::sleep(HEARTBEAT);
-                // A task from outside the runtime wakes a sleeping worker to run it.
-                drop(runtime.spawn(async {}));
-            }
-        });
-    if let Err(e) = spawned {
-        eprintln!(
-            "routerlab serve: warning: no heartbeat thread ({e}): a hung plugin call could stall every connection"
-        );
-    }
-}
-
 async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
     let path = request.uri().path().to_owned();
     match (request.method(), path.as_str()) {
         (&Method::GET, "/health") => match shared.lock_within(STATUS_WAIT).await {
+            Some(state) if let Some(stuck) = state.plugins_stuck() => {
+                http::error(StatusCode::SERVICE_UNAVAILABLE, &stuck)
+            }
             Some(state) => {
                 let healthy = state.healthy();
                 let status = if healthy {
@@ -409,7 +316,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
 /// `/v1/models`: what the first healthy engine serves.
 async fn models(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
     let name = {
-        let state = shared.lock_async().await;
+        let state = shared.lock().await;
         state
             .upstreams
             .iter()
@@ -476,7 +383,7 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
         None => None,
     };
     let (mut routed, disaggregated) = {
-        let mut state = shared.lock_async().await;
+        let mut state = shared.lock().await;
         let adapter = match state.adapter(&inference.model) {
             Ok(adapter) => adapter,
             Err(Refusal(status, message)) => {
@@ -544,7 +451,7 @@ async fn proxy(
                 return http::error(status, &message);
             }
         };
-        let name = shared.lock_async().await.send(upstream, &routed);
+        let name = shared.lock().await.send(upstream, &routed);
         let sent = shared
             .post(&name, path, authorization.as_ref(), body.clone())
             .await;
@@ -553,7 +460,7 @@ async fn proxy(
                 let status = response.status();
                 let mut learned = None;
                 {
-                    let mut state = shared.lock_async().await;
+                    let mut state = shared.lock().await;
                     if status.is_success() {
                         learned = state.learn(&routed, upstream, shared.now_ns());
                     } else {
@@ -601,7 +508,7 @@ async fn proxy(
                 return match limited.collect().await {
                     Ok(collected) => Response::from_parts(parts, http::full(collected.to_bytes())),
                     Err(e) => {
-                        shared.lock_async().await.upstreams[upstream].errors += 1;
+                        shared.lock().await.upstreams[upstream].errors += 1;
                         http::error(
                             StatusCode::BAD_GATEWAY,
                             &format!("{name}: the answer broke off: {e}"),
@@ -612,7 +519,7 @@ async fn proxy(
             Ok(Err(e)) => {
                 // Refused, reset or closed before any response: the engine produced nothing
                 // the client has seen, so the request can go elsewhere.
-                let mut state = shared.lock_async().await;
+                let mut state = shared.lock().await;
                 state.release(upstream, &routed);
                 state.upstreams[upstream].errors += 1;
                 state.upstreams[upstream].retries += 1;
@@ -625,7 +532,7 @@ async fn proxy(
                 }
             }
             Err(_) => {
-                let mut state = shared.lock_async().await;
+                let mut state = shared.lock().await;
                 state.release(upstream, &routed);
                 state.upstreams[upstream].errors += 1;
                 return http::error(
@@ -670,9 +577,8 @@ struct Tracked {
 }
 
 /// Runs `f` on the state now if its lock is free, else in a task of its own that waits for
-/// it. A body's poll or drop must not wait in place: while a plugin call hangs holding the
-/// lock, every runtime thread that did would be stuck with it, and `/health`, `/metrics`
-/// and every other connection with them. Returns whether it was deferred.
+/// it. A body's poll or drop must not wait in place for the lock: the runtime thread would
+/// be held while a plugin call holds it. Returns whether it was deferred.
 fn with_state(
     shared: &Arc<Shared>,
     now: bool,
@@ -686,14 +592,14 @@ fn with_state(
         Ok(runtime) => {
             let shared = shared.clone();
             runtime.spawn(async move {
-                let mut state = shared.lock_async().await;
+                let mut state = shared.lock().await;
                 f(&mut state);
             });
             true
         }
         // Outside the runtime (it is shutting down): nothing else runs on it to stall.
         Err(_) => {
-            f(&mut shared.lock());
+            f(&mut shared.state.blocking_lock());
             false
         }
     }

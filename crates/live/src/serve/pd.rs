@@ -111,7 +111,7 @@ impl Upstream<'_> {
                     return Err(refused(status, &message, None));
                 }
             };
-            let name = shared.lock_async().await.send(upstream, &routed);
+            let name = shared.lock().await.send(upstream, &routed);
             let sent = shared
                 .post(&name, self.path, self.authorization, leg.clone())
                 .await;
@@ -119,7 +119,7 @@ impl Upstream<'_> {
                 Ok(Ok(response)) => response,
                 Ok(Err(e)) => {
                     // Nothing was answered: another prefill endpoint may take it.
-                    let mut state = shared.lock_async().await;
+                    let mut state = shared.lock().await;
                     state.release(upstream, &routed);
                     state.upstreams[upstream].errors += 1;
                     state.upstreams[upstream].retries += 1;
@@ -134,7 +134,7 @@ impl Upstream<'_> {
                     continue;
                 }
                 Err(_) => {
-                    let mut state = shared.lock_async().await;
+                    let mut state = shared.lock().await;
                     state.release(upstream, &routed);
                     state.upstreams[upstream].errors += 1;
                     return Err(refused(
@@ -153,7 +153,7 @@ impl Upstream<'_> {
                 .await
                 .map(|c| c.to_bytes());
             let now = shared.now_ns();
-            let mut state = shared.lock_async().await;
+            let mut state = shared.lock().await;
             let answer = match whole {
                 Ok(answer) if status.is_success() => answer,
                 Ok(answer) => {

@@ -2,9 +2,12 @@
 //! ([`crate::plugin_host`]). Both are asked the same things in the same words, endpoints
 //! named by their stable index, so the state above does not care which it has.
 
+use routerlab_core::abi::RlPrediction;
 use routerlab_host::{EndpointLoad, RequestData};
 use routerlab_route::{EndpointIndex, Router};
 
+use super::plugin_thread::PluginThread;
+use crate::LiveError;
 use crate::plugin_host::by_index;
 pub(super) use crate::plugin_host::by_index::{Decided, Notice};
 use crate::plugin_host::wire::{AdapterState, Call, Load, Reply, WireAdapter, WireRequest};
@@ -12,10 +15,45 @@ use crate::plugin_host::{Host, HostFailure};
 
 /// The plugins, in process or in a host.
 pub enum Plugins {
-    /// Called directly: fastest; a crashing plugin ends `serve`.
-    InProcess(Box<Router>),
+    /// On a thread of their own in this process ([`Plugins::in_process`]): a missed
+    /// deadline fails the call and, until it returns, every call; a crashing plugin ends
+    /// `serve`.
+    InProcess(InProcess),
     /// Called over a channel: a crash or a missed deadline restarts the host.
     Isolated(Box<Host>),
+}
+
+/// In-process plugins: their thread, and the fleet as they were last told of it.
+pub struct InProcess {
+    thread: PluginThread,
+    endpoints: Vec<(String, u32)>,
+}
+
+impl Plugins {
+    /// `router`'s plugins on a thread of their own, each call waited for at most
+    /// `deadline`.
+    pub fn in_process(router: Router, deadline: std::time::Duration) -> Result<Plugins, LiveError> {
+        let table = router.table();
+        let endpoints = (0..table.len())
+            .map(|pos| (table.name(pos).to_owned(), table.index(pos)))
+            .collect();
+        let thread = PluginThread::start(router, deadline)
+            .map_err(|e| LiveError::Run(format!("cannot start the plugins' thread: {e}")))?;
+        Ok(Plugins::InProcess(InProcess { thread, endpoints }))
+    }
+
+    /// The call the plugins are stuck in past their deadline, in process, if they are.
+    pub(super) fn stuck(&self) -> Option<String> {
+        match self {
+            Plugins::InProcess(p) => p.thread.stuck().map(|call| {
+                format!(
+                    "a plugin call is stuck: `{}` has not returned from `{call}`",
+                    p.thread.matcher_name()
+                )
+            }),
+            Plugins::Isolated(_) => None,
+        }
+    }
 }
 
 /// What the plugin host's failures have been, for `/metrics`.
@@ -31,7 +69,7 @@ impl Plugins {
     /// The matcher's name.
     pub(super) fn matcher_name(&self) -> &str {
         match self {
-            Plugins::InProcess(router) => router.matcher_name(),
+            Plugins::InProcess(p) => p.thread.matcher_name(),
             Plugins::Isolated(host) => host.matcher(),
         }
     }
@@ -39,12 +77,11 @@ impl Plugins {
     /// The endpoints with the stable indices the plugins gave them.
     pub(super) fn endpoints(&self) -> Vec<(String, EndpointIndex)> {
         match self {
-            Plugins::InProcess(router) => {
-                let table = router.table();
-                (0..table.len())
-                    .map(|pos| (table.name(pos).to_owned(), EndpointIndex(table.index(pos))))
-                    .collect()
-            }
+            Plugins::InProcess(p) => p
+                .endpoints
+                .iter()
+                .map(|(name, index)| (name.clone(), EndpointIndex(*index)))
+                .collect(),
             Plugins::Isolated(host) => host
                 .endpoints()
                 .iter()
@@ -96,8 +133,13 @@ impl Plugins {
         loads: Vec<(EndpointIndex, EndpointLoad)>,
     ) -> Result<Decided, String> {
         match self {
-            Plugins::InProcess(router) => {
-                by_index::decide(router, request, loads).map_err(|e| e.to_string())
+            Plugins::InProcess(p) => {
+                let owned = Owned::of(request, &p.endpoints);
+                p.thread
+                    .call("decide", move |router| {
+                        owned.lend(|data| by_index::decide(router, data, loads))
+                    })?
+                    .map_err(|e| e.to_string())
             }
             Plugins::Isolated(host) => {
                 let call = Call::Decide {
@@ -133,9 +175,15 @@ impl Plugins {
         at: EndpointIndex,
     ) -> Result<(), String> {
         match self {
-            Plugins::InProcess(router) => by_index::notify(router, notice, request, at)
-                .map(|_| ())
-                .map_err(|e| e.to_string()),
+            Plugins::InProcess(p) => {
+                let owned = Owned::of(request, &p.endpoints);
+                p.thread
+                    .call(notice.call(), move |router| {
+                        owned.lend(|data| by_index::notify(router, notice, data, at))
+                    })?
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }
             Plugins::Isolated(host) => {
                 let (request, index) = (wire_request(request, host.endpoints()), at.0);
                 let call = match notice {
@@ -155,9 +203,17 @@ impl Plugins {
         role: routerlab_core::Role,
     ) -> Result<EndpointIndex, String> {
         match self {
-            Plugins::InProcess(router) => router
-                .add_endpoint_as(name.to_owned(), role)
-                .map_err(|e| e.to_string()),
+            Plugins::InProcess(p) => {
+                let owned = name.to_owned();
+                let index = p
+                    .thread
+                    .call("add_endpoints", move |router| {
+                        router.add_endpoint_as(owned, role)
+                    })?
+                    .map_err(|e| e.to_string())?;
+                p.endpoints.push((name.to_owned(), index.0));
+                Ok(index)
+            }
             Plugins::Isolated(host) => match host.call(&Call::Add {
                 name: name.to_owned(),
             }) {
@@ -170,8 +226,29 @@ impl Plugins {
     /// An endpoint leaves the fleet.
     pub(super) fn remove_endpoint(&mut self, index: EndpointIndex) -> Result<(), String> {
         match self {
-            Plugins::InProcess(router) => router.remove_endpoint(index).map_err(|e| e.to_string()),
+            Plugins::InProcess(p) => {
+                p.thread
+                    .call("remove_endpoints", move |router| {
+                        router.remove_endpoint(index)
+                    })?
+                    .map_err(|e| e.to_string())?;
+                p.endpoints.retain(|(_, i)| *i != index.0);
+                Ok(())
+            }
             Plugins::Isolated(host) => done(host.call(&Call::Remove { index: index.0 })),
+        }
+    }
+
+    /// `f`'s answer, run on the in-process plugins' thread (tests: what a plugin kept in
+    /// thread-local state).
+    #[cfg(test)]
+    pub(super) fn on_their_thread<R: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> R {
+        match self {
+            Plugins::InProcess(p) => p.thread.call("test", move |_| f()).expect("an answer"),
+            Plugins::Isolated(_) => unreachable!("tests run plugins in process"),
         }
     }
 
@@ -179,9 +256,55 @@ impl Plugins {
     #[cfg(test)]
     pub(super) fn fleet_len(&self) -> usize {
         match self {
-            Plugins::InProcess(router) => router.table().len(),
+            Plugins::InProcess(p) => p.endpoints.len(),
             Plugins::Isolated(host) => host.endpoints().len(),
         }
+    }
+}
+
+/// A request as the plugins' thread takes it: owned, with what its callbacks would
+/// answer asked of every endpoint before the call (as for a plugin host), forecasts too.
+struct Owned {
+    request: WireRequest,
+    forecasts: Option<Vec<(u32, RlPrediction)>>,
+}
+
+impl Owned {
+    fn of(r: &RequestData<'_>, endpoints: &[(String, u32)]) -> Owned {
+        let forecasts = r.predict.map(|predict| {
+            endpoints
+                .iter()
+                .filter_map(|(_, index)| predict(*index).map(|p| (*index, p)))
+                .collect()
+        });
+        Owned {
+            request: wire_request(r, endpoints),
+            forecasts,
+        }
+    }
+
+    /// Calls `f` with the request, its callbacks answered from what was asked before.
+    fn lend<R>(&self, f: impl FnOnce(&RequestData<'_>) -> R) -> R {
+        let r = &self.request;
+        let cached = |i| r.cached_prefix(i);
+        let adapter = |i| r.adapter_state(i);
+        let predict = |i: u32| {
+            let forecasts = self.forecasts.as_ref()?;
+            forecasts.iter().find(|(j, _)| *j == i).map(|(_, p)| *p)
+        };
+        let mut data = r.data();
+        if r.cached.is_some() {
+            data.cached_prefix = Some(&cached);
+        }
+        if self.forecasts.is_some() {
+            data.predict = Some(&predict);
+        }
+        if let Some(lora) = &mut data.lora
+            && r.adapter.as_ref().is_some_and(|a| a.states.is_some())
+        {
+            lora.state = Some(&adapter);
+        }
+        f(&data)
     }
 }
 

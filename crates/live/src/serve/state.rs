@@ -671,6 +671,13 @@ impl State {
     }
 
     /// The plugin host's failures (`None` in process).
+    /// What is stuck, when a plugin call is past its deadline and has not returned.
+    pub(super) fn plugins_stuck(&self) -> Option<String> {
+        self.plugins
+            .stuck()
+            .or_else(|| self.decode.as_ref().and_then(Plugins::stuck))
+    }
+
     pub(super) fn host_counts(&self) -> Option<HostCounts> {
         self.plugins.host_counts()
     }

@@ -17,8 +17,8 @@ use crate::prom::Scraped;
 /// own counts say; counts what it is told of the fleet.
 struct FewestTokens;
 
-// Per test thread: in process, the plugins run on the thread that calls them, and tests
-// run side by side.
+// Per plugins' thread: each state's plugins run on a thread of their own (read through
+// `Plugins::on_their_thread`), and tests run side by side.
 thread_local! {
     static ADDED: Cell<u64> = const { Cell::new(0) };
     static REMOVED: Cell<u64> = const { Cell::new(0) };
@@ -156,7 +156,12 @@ fn state<M: Matcher>(name: &str, detector: bool) -> State {
     let Ok(router) = Router::new(matcher, detector, table, WhenUnavailable::Reject) else {
         panic!("a router over three endpoints")
     };
-    State::new(Plugins::InProcess(Box::new(router)), None, 16, RULE)
+    State::new(
+        Plugins::in_process(router, std::time::Duration::from_secs(10)).expect("a plugins thread"),
+        None,
+        16,
+        RULE,
+    )
 }
 
 /// A scrape that says the engine has `slots` LoRA slots and runs the adapters `running`.
@@ -261,7 +266,8 @@ fn a_failing_plugin_is_refused_or_routed_round_robin_as_told() {
 #[test]
 fn an_engine_leaves_only_after_failures_in_a_row_and_returns_after_passes() {
     let mut s = state::<FewestTokens>("fewest-tokens", false);
-    let (added, removed) = (ADDED.get(), REMOVED.get());
+    let counts = |s: &State| s.plugins.on_their_thread(|| (ADDED.get(), REMOVED.get()));
+    let (added, removed) = counts(&s);
     // One lost scrape: still in the fleet, the matcher told nothing.
     s.scraped(1, None, 0);
     s.scraped(1, usage(0.1), 0);
@@ -272,7 +278,7 @@ fn an_engine_leaves_only_after_failures_in_a_row_and_returns_after_passes() {
     s.scraped(1, None, 0);
     assert_eq!(s.upstreams[1].index, None);
     assert_eq!(s.plugins.fleet_len(), 2);
-    assert_eq!(REMOVED.get(), removed + 1);
+    assert_eq!(counts(&s).1, removed + 1);
     let r = s.admit(b"hello".to_vec(), None, None, 0);
     for t in 0..6 {
         let u = s.decide(&r, t, OnPluginError::Reject).unwrap();
@@ -289,7 +295,7 @@ fn an_engine_leaves_only_after_failures_in_a_row_and_returns_after_passes() {
         Some(routerlab_route::EndpointIndex(3)),
         "back with a new stable index"
     );
-    assert_eq!(ADDED.get(), added + 1);
+    assert_eq!(counts(&s).0, added + 1);
     assert!(s.healthy());
 }
 
