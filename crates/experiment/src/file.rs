@@ -17,7 +17,8 @@ use serde::{Deserialize, Serialize};
 use serde_yaml::{Mapping, Value};
 
 use crate::ExperimentError;
-use crate::policy::PolicyEntry;
+use crate::error::one_line;
+use crate::policy::{Policy, PolicyEntry};
 
 /// The experiment file's schema version this build reads (the file's `version`, optional).
 pub const VERSION: u64 = 1;
@@ -309,6 +310,21 @@ fn at_directory(layer: &mut Mapping, dir: &Path) {
 }
 
 impl Experiment {
+    /// This description with `policy`'s plugins instead of its own (what the layers gave
+    /// stays as [`Experiment::given`] says).
+    pub fn with_policy(&self, policy: &Policy) -> Result<Experiment, ExperimentError> {
+        let config = |given: &Option<crate::policy::TextOrValue>, which| {
+            given.clone().map(|c| c.value(which)).transpose()
+        };
+        Ok(Experiment {
+            matcher: Some(policy.matcher.clone()),
+            matcher_config: config(&policy.matcher_config, "matcher")?,
+            detector: policy.detector.clone(),
+            detector_config: config(&policy.detector_config, "detector")?,
+            ..self.clone()
+        })
+    }
+
     /// Whether `key` was given a value that says something: present, not null, not a
     /// switch turned off.
     pub fn given(&self, key: &str) -> bool {
@@ -324,26 +340,6 @@ impl Experiment {
             .iter()
             .filter(|(k, _)| k.as_str().is_some_and(|k| self.given(k)))
             .filter_map(|(k, _)| k.as_str())
-    }
-}
-
-/// Collapses whitespace (serde's messages span lines) and cuts a quoted document short.
-pub fn one_line(text: &str) -> String {
-    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    // The keys serde lists after an unknown one are ours, not the input: all of them stay.
-    let (head, keys) = match line.find(", expected one of ") {
-        Some(at) => line.split_at(at),
-        None => (line.as_str(), ""),
-    };
-    // A parser's message may quote the input; a message is not the place for a document.
-    const MOST: usize = 300;
-    match head.char_indices().nth(MOST) {
-        Some((cut, _)) => format!(
-            "{}… ({} more characters){keys}",
-            &head[..cut],
-            head[cut..].chars().count()
-        ),
-        None => line,
     }
 }
 

@@ -16,11 +16,12 @@ mod resolve;
 mod serve;
 pub mod sweep;
 
-pub use error::ExperimentError;
+pub use error::{ExperimentError, one_line};
 pub use file::{
-    Assign, Experiment, Layers, OutputFormat, Timing, Unavailable, VERSION, one_line, parse_mapping,
+    Assign, Experiment, Layers, OutputFormat, Timing, Unavailable, VERSION, parse_mapping,
 };
-pub use resolve::{Run, TIMED_ONLY, arrivals, config_text, resolve, slo};
+pub use policy::config_text;
+pub use resolve::{Run, TIMED_ONLY, arrivals, resolve, slo};
 pub use serve::{DEFAULT_SCRAPE_INTERVAL_MS, SERVE_KEYS, Serving};
 
 /// The deadline on one plugin call unless one is given, in every command that calls

@@ -17,8 +17,7 @@ use serde::Deserialize;
 use serde_yaml::Value;
 
 use crate::ExperimentError;
-use crate::file::Experiment;
-use crate::resolve::config_text;
+use crate::error::one_line;
 
 /// A plugin config as a policy gives it: the grammar's text, or the mapping form's value.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,7 +30,7 @@ pub enum TextOrValue {
 
 impl TextOrValue {
     /// The config as a value; text is read as YAML, errors naming `--WHICH-config`.
-    fn value(self, which: &str) -> Result<Value, ExperimentError> {
+    pub(crate) fn value(self, which: &str) -> Result<Value, ExperimentError> {
         match self {
             TextOrValue::Text(text) => config_text(&text, which),
             TextOrValue::Value(value) => Ok(value),
@@ -111,22 +110,6 @@ impl PolicyEntry {
                 })
             }
         }
-    }
-}
-
-impl Experiment {
-    /// This description with `policy`'s plugins instead of its own (what the layers gave
-    /// stays as [`Experiment::given`] says).
-    pub fn with_policy(&self, policy: &Policy) -> Result<Experiment, ExperimentError> {
-        let config =
-            |given: &Option<TextOrValue>, which| given.clone().map(|c| c.value(which)).transpose();
-        Ok(Experiment {
-            matcher: Some(policy.matcher.clone()),
-            matcher_config: config(&policy.matcher_config, "matcher")?,
-            detector: policy.detector.clone(),
-            detector_config: config(&policy.detector_config, "detector")?,
-            ..self.clone()
-        })
     }
 }
 
@@ -255,6 +238,22 @@ impl Cursor<'_> {
         }
         Err((open, "this `{` is never closed"))
     }
+}
+
+/// A plugin config typed as text (a flag's, or a policy's), read as YAML or JSON; errors
+/// name the flag.
+pub fn config_text(text: &str, which: &str) -> Result<Value, ExperimentError> {
+    if text.trim().is_empty() {
+        return Ok(Value::Null);
+    }
+    routerlab_core::config::check_nesting(text)
+        .map_err(|e| ExperimentError::invalid(format!("--{which}-config: {e}")))?;
+    serde_yaml::from_str(text).map_err(|e| {
+        ExperimentError::invalid(format!(
+            "--{which}-config is not valid YAML or JSON: {}",
+            one_line(&e.to_string())
+        ))
+    })
 }
 
 #[cfg(test)]

@@ -16,7 +16,8 @@ use routerlab_trace::reader::{
 use serde_yaml::{Mapping, Value};
 
 use crate::ExperimentError;
-use crate::file::{Experiment, OutputFormat, Timing, Unavailable, one_line};
+use crate::error::one_line;
+use crate::file::{Experiment, OutputFormat, Timing, Unavailable};
 
 /// Everything a replay needs, resolved: the library's [`Scenario`], and where the
 /// command line puts its results.
@@ -396,22 +397,6 @@ pub(crate) fn plugin_config(given: Option<Value>, which: &str) -> Result<Mapping
             one_line(&serde_yaml::to_string(&other).unwrap_or_default())
         ))),
     }
-}
-
-/// A plugin config typed as text (a flag's, or a policy's), read as YAML or JSON; errors
-/// name the flag.
-pub fn config_text(text: &str, which: &str) -> Result<Value, ExperimentError> {
-    if text.trim().is_empty() {
-        return Ok(Value::Null);
-    }
-    routerlab_core::config::check_nesting(text)
-        .map_err(|e| ExperimentError::invalid(format!("--{which}-config: {e}")))?;
-    serde_yaml::from_str(text).map_err(|e| {
-        ExperimentError::invalid(format!(
-            "--{which}-config is not valid YAML or JSON: {}",
-            one_line(&e.to_string())
-        ))
-    })
 }
 
 /// A pool's endpoints as given: a count (named by routerlab), or their names.

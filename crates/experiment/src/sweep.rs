@@ -17,7 +17,8 @@ use serde::{Deserialize, Serialize};
 use serde_yaml::{Mapping, Value};
 
 use crate::ExperimentError;
-use crate::file::{Experiment, Layers, one_line};
+use crate::error::one_line;
+use crate::file::{Experiment, Layers};
 use crate::policy::{Policy, PolicyEntry};
 
 /// The most runs a sweep may have (a grid, and what a shard line may claim).

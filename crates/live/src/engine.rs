@@ -41,17 +41,11 @@ use crate::LiveError;
 use crate::http::{self, Body, ChannelBody};
 use crate::openai::{self, Api};
 
-/// An engine's pool in a disaggregated fleet.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Role {
-    /// Serves whole requests; ignores `kv_transfer_params`.
-    #[default]
-    Aggregated,
-    /// Prefills what asks for a remote decode, and says where to pull its KV from.
-    Prefill,
-    /// Takes in the KV of what was prefilled remotely.
-    Decode,
-}
+/// An engine's pool in a disaggregated fleet: the ABI's role (`Aggregated` serves whole
+/// requests and ignores `kv_transfer_params`; `Prefill` prefills what asks for a remote
+/// decode and says where to pull its KV from; `Decode` takes in the KV of what was
+/// prefilled remotely; any other value serves as `Aggregated`).
+pub use routerlab_core::Role;
 
 /// How a simulated engine runs.
 #[derive(Debug, Clone)]

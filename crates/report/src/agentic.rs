@@ -2,11 +2,9 @@
 //! sent to its last one done, per session the share of its prompt tokens reused, and how
 //! often a session's later turns landed where their context was cached.
 
-use std::fmt::Write as _;
-
 use serde::{Deserialize, Serialize};
 
-use crate::schema::Latency;
+use crate::latency::Latency;
 
 /// An agentic trace's plays and sessions (added in 0.5; only for such traces).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -46,38 +44,4 @@ pub fn distribution(sorted: &[f64]) -> Option<Latency> {
         p99: round(at(0.99)),
         max: round(last),
     })
-}
-
-/// The human lines of `agentic`.
-pub fn human(out: &mut String, agentic: &AgenticReport) {
-    let _ = writeln!(out);
-    let _ = write!(out, "agentic: {} plays", agentic.plays);
-    if let Some(p) = &agentic.play_ms {
-        let _ = write!(
-            out,
-            ", play ms mean {:.1}, p50 {:.1}, p90 {:.1}, p99 {:.1}, max {:.1}",
-            p.mean, p.p50, p.p90, p.p99, p.max
-        );
-    }
-    let _ = writeln!(out);
-    let _ = write!(out, "{} sessions", agentic.sessions);
-    if let Some(h) = &agentic.session_hit_ratio {
-        let _ = write!(
-            out,
-            ", session hit ratio mean {:.4}, p50 {:.4}, p90 {:.4}",
-            h.mean, h.p50, h.p90
-        );
-    }
-    match (agentic.on_cached_context, agentic.on_cached_context_share) {
-        (Some(on), Some(share)) => {
-            let _ = writeln!(
-                out,
-                "; {on} of {} follow-up turns on their cached context ({share:.4})",
-                agentic.follow_up_turns
-            );
-        }
-        _ => {
-            let _ = writeln!(out, "; {} follow-up turns", agentic.follow_up_turns);
-        }
-    }
 }

@@ -8,6 +8,9 @@
 
 pub mod agentic;
 pub mod compare;
+mod human;
+mod invariants;
+mod latency;
 pub mod records;
 pub mod redact;
 pub mod run;
@@ -15,6 +18,7 @@ pub mod schema;
 pub mod slo;
 pub mod stats;
 
+pub use invariants::checked;
 pub use run::RunInfo;
 pub use schema::*;
 pub use slo::{Slo, SloReport};

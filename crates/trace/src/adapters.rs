@@ -3,9 +3,6 @@
 
 use std::collections::HashMap;
 
-use crate::error::{Fault, TraceError};
-use crate::reader::Linker;
-
 /// Distinct adapters one trace may name (each costs its name's bytes, kept for the run).
 pub const MAX_ADAPTERS: usize = 65_535;
 
@@ -58,29 +55,10 @@ impl Adapters {
     }
 }
 
-impl Linker {
-    /// The number of the adapter a line names (0: none, the base model).
-    pub(crate) fn adapter(&mut self, name: Option<&str>, line: usize) -> Result<u32, TraceError> {
-        let Some(name) = name else { return Ok(0) };
-        let why = if name.is_empty() {
-            "an adapter name is not empty (leave `adapter` out for the base model)".to_owned()
-        } else if name.len() > MAX_ADAPTER_NAME {
-            format!(
-                "an adapter name is at most {MAX_ADAPTER_NAME} bytes, not {}",
-                name.len()
-            )
-        } else if let Some(n) = self.adapters.number(name) {
-            return Ok(n);
-        } else {
-            format!("a trace may name at most {MAX_ADAPTERS} adapters")
-        };
-        Err(self.error_at(line, Some("adapter"), Fault::InvalidField, why))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::TraceError;
 
     #[test]
     fn names_are_numbered_in_order_of_first_appearance() {

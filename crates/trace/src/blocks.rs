@@ -6,7 +6,8 @@
 use routerlab_core::hash::chain;
 use routerlab_core::{BYTES_PER_TOKEN, Unit};
 
-use crate::reader::{TraceFormat, TraceRequest};
+use crate::request::TraceRequest;
+use crate::trace_format::TraceFormat;
 
 /// Cuts `prompt` into blocks of `block_size` bytes (the last may be partial) and writes the
 /// chained hash of each: hash `i` covers bytes `0 .. (i + 1) * block_size`.

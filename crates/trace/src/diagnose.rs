@@ -6,7 +6,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::error::{Fault, TraceError};
-use crate::reader::TraceFormat;
+use crate::trace_format::TraceFormat;
 
 /// What the fast path could not say: which field is wrong.
 pub(crate) fn diagnose(

@@ -145,23 +145,3 @@ impl<V> IdTable<V> {
         self.values.len() + self.texts.len()
     }
 }
-
-impl crate::reader::Linker {
-    /// Numbers the session and, with no explicit parent, links to its previous request.
-    pub(crate) fn session(
-        &mut self,
-        key: Option<IdKey<'_>>,
-        seq: u64,
-        parent_seq: &mut Option<u64>,
-    ) -> u64 {
-        let Some(key) = key else { return 0 };
-        let entry = self
-            .sessions
-            .get_or_insert_with(key, |len| (len as u64 + 1, 0));
-        if parent_seq.is_none() && entry.1 != 0 {
-            *parent_seq = Some(entry.1);
-        }
-        entry.1 = seq;
-        entry.0
-    }
-}

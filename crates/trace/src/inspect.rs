@@ -54,7 +54,7 @@ impl Lengths {
 
 /// Arrival times, when the trace has them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Arrivals {
+pub struct ArrivalSummary {
     /// Last arrival minus first, seconds.
     pub span_s: f64,
     /// Requests per second over the span.
@@ -63,7 +63,7 @@ pub struct Arrivals {
     pub histogram: Vec<u64>,
 }
 
-/// Slices of the span in [`Arrivals::histogram`].
+/// Slices of the span in [`ArrivalSummary::histogram`].
 pub const HISTOGRAM_BINS: usize = 20;
 
 /// What `routerlab inspect` reports.
@@ -82,7 +82,7 @@ pub struct TraceSummary {
     /// Requests that continue an earlier one (a parent, or an earlier turn of a session).
     pub follow_ups: u64,
     /// Arrival times; absent when the trace has none.
-    pub arrivals: Option<Arrivals>,
+    pub arrivals: Option<ArrivalSummary>,
     /// Prompt lengths, in `unit`s.
     pub input: Lengths,
     /// Output tokens; absent when the trace has none.
@@ -180,7 +180,7 @@ pub fn inspect(mut reader: TraceReader) -> Result<TraceSummary, TraceError> {
             histogram[bin] += 1;
         }
         let span_s = span as f64 / 1e9;
-        Arrivals {
+        ArrivalSummary {
             span_s: round6(span_s),
             rate_per_s: if span == 0 {
                 0.0

@@ -5,99 +5,28 @@
 //! id → position map, only for traces that have ids). Every line is checked; a bad line is
 //! an error naming `file:line` and the field, unless the caller asked to skip bad lines, in
 //! which case they are counted by reason. Each format's line parser lives in
-//! [`crate::format`]; the linking of ids, parents and sessions they share lives here.
+//! [`crate::format`]; the linking of ids, parents and sessions they share is
+//! `crate::linker`'s, the request they fill [`crate::request`]'s.
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use routerlab_core::Unit;
 use routerlab_core::hash::BlockInterner;
 use routerlab_os::MappedFile;
 
 use crate::error::{Fault, TraceError};
-use crate::ids::{IdTable, MAX_REQUESTS};
-use crate::source::{Compression, Source, Tallied, Tally, UTF8_BOM, decompressing, too_long};
-pub(crate) use crate::source::{is_blank, trim_line};
+use crate::linker::Linker;
+use crate::source::{
+    Compression, Source, Tallied, Tally, UTF8_BOM, decompressing, too_long, trim_line,
+};
 
+pub use crate::request::{
+    DEFAULT_BLOCK_SIZE, DEFAULT_MAX_LINE_BYTES, DEFAULT_TRACE_BLOCK_SIZE, TraceOptions,
+    TraceRequest,
+};
 pub use crate::trace_format::TraceFormat;
-
-/// How to read a trace.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TraceOptions {
-    /// Forced format, or `None` to detect it from the first line.
-    pub format: Option<TraceFormat>,
-    /// Block size for text prompts, in bytes.
-    pub block_size: u32,
-    /// Tokens per Mooncake hash id.
-    pub trace_block_size: u32,
-    /// Skip bad lines (counting them) instead of failing.
-    pub skip_invalid: bool,
-    /// The longest line read, in bytes (line ending excluded); a longer one is an error
-    /// naming it, so an endless line (a decompression bomb, `/dev/zero`) cannot take
-    /// unbounded memory.
-    pub max_line_bytes: usize,
-}
-
-/// Block size for text prompts by default, in bytes.
-pub const DEFAULT_BLOCK_SIZE: u32 = 128;
-/// Tokens per Mooncake hash id by default (Mooncake's own traces use 512).
-pub const DEFAULT_TRACE_BLOCK_SIZE: u32 = 512;
-/// The longest trace line read by default: 64 MiB (a prompt of some 16 M tokens).
-pub const DEFAULT_MAX_LINE_BYTES: usize = 64 << 20;
-
-impl Default for TraceOptions {
-    /// The format detected from the first line, 128-byte text blocks, 512-token Mooncake
-    /// blocks, bad lines refused, lines up to 64 MiB.
-    fn default() -> TraceOptions {
-        TraceOptions {
-            format: None,
-            block_size: DEFAULT_BLOCK_SIZE,
-            trace_block_size: DEFAULT_TRACE_BLOCK_SIZE,
-            skip_invalid: false,
-            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
-        }
-    }
-}
-
-/// One request of a trace, in a buffer the reader refills.
-#[derive(Debug, Default)]
-pub struct TraceRequest {
-    /// 1-based position among the requests read (skipped lines excluded); also the id
-    /// plugins see.
-    pub seq: u64,
-    /// Line in the file.
-    pub line: usize,
-    /// Position (`seq`) of the request this one continues.
-    pub parent_seq: Option<u64>,
-    /// Session number (1-based, order of first appearance), 0 = none.
-    pub session: u64,
-    /// Prompt text (chat traces); empty for Mooncake.
-    pub prompt: Vec<u8>,
-    /// Prompt length in `unit`s.
-    pub prompt_len: u64,
-    /// Prefix-block hash chain.
-    pub blocks: Vec<u64>,
-    /// Dense ids of `blocks`, from the reader's [`BlockInterner`].
-    pub block_ids: Vec<u32>,
-    /// Arrival time in nanoseconds, if the trace has one (agentic: `not_before_ms`).
-    pub arrival_ns: Option<u64>,
-    /// Agentic traces: the request's id as written, its play (1-based, order of first
-    /// appearance) and its dependencies; empty, 0 and none otherwise.
-    pub request_id: String,
-    /// See `request_id`.
-    pub play: u64,
-    /// See `request_id`.
-    pub dependencies: Vec<crate::format::agentic::RawDependency>,
-    /// Output tokens, if the trace says.
-    pub output_tokens: Option<u64>,
-    /// Prompt token ids (token-id traces only).
-    pub token_ids: Vec<u32>,
-    /// The LoRA adapter it names (1-based, see [`TraceReader::adapters`]); 0 = none.
-    pub adapter: u32,
-    /// It is its session's last (`session_end`): the client ends the session after it.
-    pub session_end: bool,
-}
 
 /// A streaming reader over a trace file: mapped, or decompressed as it goes.
 pub struct TraceReader {
@@ -110,26 +39,6 @@ pub struct TraceReader {
     interner: BlockInterner,
     /// Whether chains' blocks get dense ids (see [`TraceReader::chains_only`]).
     intern: bool,
-}
-
-/// Turns lines into requests and links them to their parents.
-pub(crate) struct Linker {
-    pub(crate) path: PathBuf,
-    pub(crate) format: TraceFormat,
-    pub(crate) options: TraceOptions,
-    seq: u64,
-    /// Chat ids, or Mooncake chat ids, to their `seq`.
-    pub(crate) ids: IdTable<u64>,
-    /// Azure CSV: the first request's time, from which arrivals count.
-    pub(crate) csv_start_ns: Option<u64>,
-    /// Session id to (session number, last `seq`).
-    pub(crate) sessions: IdTable<(u64, u64)>,
-    /// The adapters named so far.
-    pub(crate) adapters: crate::adapters::Adapters,
-    /// Agentic play id to its number.
-    pub(crate) plays: IdTable<u64>,
-    /// Reading for the arrival times alone (see [`TraceReader::times_only`]).
-    pub(crate) times_only: bool,
 }
 
 impl TraceReader {
@@ -229,18 +138,7 @@ impl TraceReader {
             source,
             line: 0,
             header_done: false,
-            linker: Linker {
-                path: path.to_owned(),
-                format,
-                options,
-                seq: 0,
-                ids: IdTable::default(),
-                csv_start_ns: None,
-                sessions: IdTable::default(),
-                adapters: Default::default(),
-                plays: IdTable::default(),
-                times_only: false,
-            },
+            linker: Linker::new(path.to_owned(), format, options),
             skipped: BTreeMap::new(),
             interner: BlockInterner::default(),
             intern: true,
@@ -516,74 +414,5 @@ impl TraceReader {
                 Err(err) => return Err(err),
             }
         }
-    }
-}
-
-impl Linker {
-    pub(crate) fn error_at(
-        &self,
-        line: usize,
-        field: Option<&str>,
-        fault: Fault,
-        message: String,
-    ) -> TraceError {
-        TraceError {
-            file: self.path.clone(),
-            line,
-            field: field.map(str::to_owned),
-            fault,
-            message,
-        }
-    }
-
-    pub(crate) fn parse_line(
-        &mut self,
-        line_no: usize,
-        bytes: &[u8],
-        out: &mut TraceRequest,
-    ) -> Result<(), TraceError> {
-        match self.format {
-            TraceFormat::Chat => {
-                let text = self.utf8(line_no, bytes)?;
-                self.parse_chat(line_no, text, out)
-            }
-            TraceFormat::Mooncake => self.parse_mooncake(line_no, bytes, out),
-            TraceFormat::TokenIds => {
-                let text = self.utf8(line_no, bytes)?;
-                self.parse_token_ids(line_no, text, out)
-            }
-            TraceFormat::AzureCsv | TraceFormat::BurstGpt => {
-                let text = self.utf8(line_no, bytes)?;
-                self.parse_csv(line_no, text, out)
-            }
-            TraceFormat::AgenticMooncake | TraceFormat::Weka => {
-                let text = self.utf8(line_no, bytes)?;
-                self.parse_agentic(line_no, text, out)
-            }
-        }
-    }
-
-    pub(crate) fn utf8<'b>(&self, line_no: usize, bytes: &'b [u8]) -> Result<&'b str, TraceError> {
-        std::str::from_utf8(bytes).map_err(|e| {
-            self.error_at(
-                line_no,
-                None,
-                Fault::InvalidUtf8,
-                format!("invalid UTF-8 at byte {}", e.valid_up_to()),
-            )
-        })
-    }
-
-    pub(crate) fn take_seq(&mut self, line_no: usize) -> Result<u64, TraceError> {
-        if self.seq >= MAX_REQUESTS {
-            return Err(self.error_at(
-                line_no,
-                None,
-                Fault::InvalidField,
-                format!("a trace may hold at most {MAX_REQUESTS} requests"),
-            ));
-        }
-        self.seq += 1;
-        Ok(self.seq)
     }
 }

@@ -376,7 +376,7 @@ impl<'a> Lookup<'a> {
 pub(super) fn lend<R>(
     index: Option<&KvIndex>,
     slots: Vec<(u32, usize)>,
-    routed: &super::state::Routed,
+    routed: &super::routed::Routed,
     data: routerlab_host::RequestData<'_>,
     f: impl FnOnce(&routerlab_host::RequestData<'_>) -> R,
 ) -> R {
@@ -391,7 +391,7 @@ pub(super) fn lend<R>(
 }
 
 /// What endpoint `slot` of `index` holds of `routed`'s prompt, bytes.
-pub(super) fn held_units(index: &KvIndex, slot: usize, routed: &super::state::Routed) -> u64 {
+pub(super) fn held_units(index: &KvIndex, slot: usize, routed: &super::routed::Routed) -> u64 {
     Lookup::new(
         index,
         vec![(0, slot)],

@@ -19,7 +19,7 @@ use routerlab_core::LoraSlots;
 use routerlab_core::abi::RlAdapterState;
 use routerlab_trace::adapters::{Adapters, MAX_ADAPTER_NAME, MAX_ADAPTERS};
 
-use super::state::Refusal;
+use super::routed::Refusal;
 use crate::prom::LoraInfo;
 
 /// The base models and the adapters named so far.

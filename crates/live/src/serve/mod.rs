@@ -28,6 +28,7 @@ mod mirror;
 mod pd;
 mod plugin_thread;
 mod plugins;
+mod routed;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -52,7 +53,8 @@ use crate::http::{self, Body, BoxError};
 use crate::openai::{self, Api};
 use health::HealthRule;
 pub use plugins::Plugins;
-use state::{Refusal, Routed, State};
+use routed::{Refusal, Routed};
+use state::State;
 
 /// The header a client names its session with (else the body's `user`).
 pub const SESSION_HEADER: &str = "x-session-id";

@@ -23,7 +23,7 @@ use hyper::{Response, StatusCode};
 use routerlab_core::Phase;
 use serde_json::{Map, Value};
 
-use super::state::{Refusal, Routed};
+use super::routed::{Refusal, Routed};
 use super::{MAX_ANSWER_BYTES, PREFILL_ENDPOINT_HEADER, Shared};
 use crate::http::{self, Body};
 

@@ -10,7 +10,8 @@ use routerlab_route::{Router, WhenUnavailable};
 use super::OnPluginError;
 use super::health::HealthRule;
 use super::plugins::Plugins;
-use super::state::{Refusal, State};
+use super::routed::Refusal;
+use super::state::State;
 use crate::prom::Scraped;
 
 /// The endpoint with the fewest prompt tokens in flight (ties: the first), as the router's

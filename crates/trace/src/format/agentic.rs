@@ -19,7 +19,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Fault, TraceError};
 use crate::ids::IdKey;
-use crate::reader::{Linker, TraceRequest};
+use crate::linker::Linker;
+use crate::request::TraceRequest;
 
 /// The schema the header must name.
 pub const SCHEMA: &str = "dynamo.agentic_mooncake";

@@ -10,7 +10,9 @@ use crate::blocks::hash_text_blocks;
 use crate::diagnose::diagnose;
 use crate::error::{Fault, TraceError};
 use crate::ids::{IdKey, IdValue};
-use crate::reader::{Linker, TraceFormat, TraceRequest};
+use crate::linker::Linker;
+use crate::request::TraceRequest;
+use crate::trace_format::TraceFormat;
 
 impl Linker {
     pub(crate) fn parse_chat(

@@ -8,7 +8,9 @@
 //! another layout is refused instead of being read column by column into the wrong fields.
 
 use crate::error::{Fault, TraceError};
-use crate::reader::{Linker, TraceFormat, TraceRequest};
+use crate::linker::Linker;
+use crate::request::TraceRequest;
+use crate::trace_format::TraceFormat;
 
 /// The header of an Azure LLM inference trace.
 pub(crate) const AZURE_HEADER: &str = "TIMESTAMP,ContextTokens,GeneratedTokens";

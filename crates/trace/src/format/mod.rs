@@ -10,7 +10,8 @@ pub(crate) mod weka;
 
 pub use chat::{Message, flatten_messages};
 
-use crate::reader::{TraceFormat, is_blank, trim_line};
+use crate::source::{is_blank, trim_line};
+use crate::trace_format::TraceFormat;
 
 /// Why a trace whose first line is no format's is refused, and what the formats are.
 pub(crate) const UNKNOWN_FORMAT: &str = "not a trace format routerlab reads: the first line \

@@ -8,7 +8,9 @@ use std::fmt;
 use crate::diagnose::diagnose;
 use crate::error::{Fault, TraceError};
 use crate::ids::{IdKey, IdValue};
-use crate::reader::{Linker, TraceFormat, TraceRequest};
+use crate::linker::Linker;
+use crate::request::TraceRequest;
+use crate::trace_format::TraceFormat;
 
 impl Linker {
     pub(crate) fn parse_mooncake(

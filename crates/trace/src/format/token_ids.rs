@@ -6,7 +6,9 @@ use serde::Deserialize;
 
 use crate::diagnose::diagnose;
 use crate::error::{Fault, TraceError};
-use crate::reader::{Linker, TraceFormat, TraceRequest};
+use crate::linker::Linker;
+use crate::request::TraceRequest;
+use crate::trace_format::TraceFormat;
 
 impl Linker {
     pub(crate) fn parse_token_ids(
