@@ -16,7 +16,7 @@
 //! runtime thread), so calls on an instance stay serialised as the ABI requires; the
 //! proxying itself runs outside it, concurrently. What the lock guards is `state` (no I/O,
 //! unit-tested); `/metrics` is `metrics`. The plugins run on a thread of their own in this
-//! process ([`plugin_thread`]) or, with [`Plugins::Isolated`], in a plugin host process
+//! process (`plugin_thread`) or, with [`Plugins::Isolated`], in a plugin host process
 //! ([`crate::plugin_host`]) that a crash or a missed deadline only restarts: either way a
 //! call waits at most its deadline, so no request waits without limit.
 
