@@ -6,7 +6,7 @@
 //! an error naming `file:line` and the field, unless the caller asked to skip bad lines, in
 //! which case they are counted by reason. Each format's line parser lives in
 //! [`crate::format`]; the linking of ids, parents and sessions they share is
-//! `crate::linker`'s, the request they fill [`crate::request`]'s.
+//! `crate::linker`'s, the request they fill, `crate::request`'s.
 
 use std::collections::BTreeMap;
 use std::io::BufRead;

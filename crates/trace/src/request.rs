@@ -59,7 +59,7 @@ pub struct TraceRequest {
     pub prompt_len: u64,
     /// Prefix-block hash chain.
     pub blocks: Vec<u64>,
-    /// Dense ids of `blocks`, from the reader's [`BlockInterner`].
+    /// Dense ids of `blocks`, from the reader's [`routerlab_core::hash::BlockInterner`].
     pub block_ids: Vec<u32>,
     /// Arrival time in nanoseconds, if the trace has one (agentic: `not_before_ms`).
     pub arrival_ns: Option<u64>,
@@ -74,7 +74,7 @@ pub struct TraceRequest {
     pub output_tokens: Option<u64>,
     /// Prompt token ids (token-id traces only).
     pub token_ids: Vec<u32>,
-    /// The LoRA adapter it names (1-based, see [`TraceReader::adapters`]); 0 = none.
+    /// The LoRA adapter it names (1-based, see [`crate::TraceReader::adapters`]); 0 = none.
     pub adapter: u32,
     /// It is its session's last (`session_end`): the client ends the session after it.
     pub session_end: bool,
