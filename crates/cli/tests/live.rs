@@ -704,11 +704,11 @@ fn a_whole_answer_the_engine_breaks_off_is_a_502_not_a_200() {
     );
 }
 
-#[test]
-fn a_plugin_call_that_hangs_leaves_health_and_metrics_answering() {
-    let engine = Server::start(&["engine", "--instant"]);
+/// `serve` in process in front of `engine`, its matcher the `hang-on-match` fixture that
+/// never returns from the second request's `match` (`extra` flags besides).
+fn hanging_from_the_second_request(engine: &Server, extra: &[&str]) -> Server {
     let fixture = support::fixture_plugin("hang-on-match");
-    let router = Server::start(&[
+    let mut args = vec![
         "serve",
         "--matcher",
         &fixture,
@@ -716,7 +716,15 @@ fn a_plugin_call_that_hangs_leaves_health_and_metrics_answering() {
         "{hang_from: 2}",
         "--endpoints",
         &engine.addr,
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
+#[test]
+fn a_plugin_call_that_hangs_leaves_health_and_metrics_answering() {
+    let engine = Server::start(&["engine", "--instant"]);
+    let router = hanging_from_the_second_request(&engine, &[]);
     assert_eq!(http(&router.addr, "POST", "/v1/completions", SMALL).0, 200);
     let before = metric(
         &router.addr,
@@ -754,20 +762,15 @@ fn a_plugin_call_that_hangs_leaves_health_and_metrics_answering() {
 fn a_hung_in_process_plugin_costs_a_request_its_deadline_and_no_more() {
     use std::time::{Duration, Instant};
     let engine = Server::start(&["engine", "--instant"]);
-    let fixture = support::fixture_plugin("hang-on-match");
-    let router = Server::start(&[
-        "serve",
-        "--matcher",
-        &fixture,
-        "--matcher-config",
-        "{hang_from: 2}",
-        "--endpoints",
-        &engine.addr,
-        "--plugin-timeout-ms",
-        "400",
-        "--on-plugin-error",
-        "round-robin",
-    ]);
+    let router = hanging_from_the_second_request(
+        &engine,
+        &[
+            "--plugin-timeout-ms",
+            "400",
+            "--on-plugin-error",
+            "round-robin",
+        ],
+    );
     assert_eq!(http(&router.addr, "POST", "/v1/completions", SMALL).0, 200);
     // The second request's `match` never returns.
     let started = Instant::now();
