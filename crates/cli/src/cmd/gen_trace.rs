@@ -79,6 +79,7 @@ pub struct GenTraceArgs {
 
 /// The agentic format's knobs (defaults in brackets); errors with another format.
 #[derive(Args, Debug, Default)]
+#[command(next_help_heading = "Agentic plays (--trace-format agentic-mooncake)")]
 pub struct AgenticArgs {
     /// Agentic: agent jobs (plays) [default: 40].
     #[arg(long, value_name = "N")]

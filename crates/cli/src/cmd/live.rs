@@ -19,7 +19,7 @@ use serde::Serialize;
 use serde_yaml::{Mapping, Value};
 
 use crate::exit::Failure;
-use crate::opts::{PluginArgs, PolicyArgs};
+use crate::opts::{PLUGINS, PluginArgs, PolicyArgs};
 
 /// `routerlab engine`.
 #[derive(Args, Debug)]
@@ -101,6 +101,12 @@ pub enum IsolationArg {
     Process,
 }
 
+/// `serve`'s help heading of the engines and the model of them.
+const ENGINES: &str = "Engines";
+/// `serve`'s help heading of scrapes, health and retries.
+const HEALTH: &str = "Health and retries";
+/// `serve`'s help heading of following the engines' KV events.
+const KV: &str = "KV events";
 /// `routerlab serve`.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -123,51 +129,53 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub fleet: ServeFleetArgs,
     /// Milliseconds one scrape may take (all engines are scraped at once).
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    #[arg(long, help_heading = HEALTH, value_name = "MS", default_value_t = 1000)]
     pub scrape_timeout_ms: u64,
     /// Failed scrapes in a row that take an engine out of the fleet.
-    #[arg(long, value_name = "N", default_value_t = 3)]
+    #[arg(long, help_heading = HEALTH, value_name = "N", default_value_t = 3)]
     pub unhealthy_after: u32,
     /// Good scrapes in a row that bring it back.
-    #[arg(long, value_name = "N", default_value_t = 2)]
+    #[arg(long, help_heading = HEALTH, value_name = "N", default_value_t = 2)]
     pub healthy_after: u32,
     /// Other endpoints to try when one fails before answering (refused, reset, closed).
-    #[arg(long, value_name = "N", default_value_t = 2)]
+    #[arg(long, help_heading = HEALTH, value_name = "N", default_value_t = 2)]
     pub retries: u32,
     /// Seconds an engine may take to start answering.
-    #[arg(long, value_name = "S", default_value_t = 600.0)]
+    #[arg(long, help_heading = HEALTH, value_name = "S", default_value_t = 600.0)]
     pub upstream_timeout_s: f64,
     /// When a plugin call fails: answer 503, or route round robin.
-    #[arg(long, value_name = "ACTION", default_value = "reject")]
+    #[arg(long, help_heading = PLUGINS, value_name = "ACTION", default_value = "reject")]
     pub on_plugin_error: PluginErrorArg,
     /// Where the plugins run: in-process, or process (a child process that a crashing or
     /// hung plugin only restarts).
-    #[arg(long, value_name = "WHERE", default_value = "in-process")]
+    #[arg(long, help_heading = PLUGINS, value_name = "WHERE", default_value = "in-process")]
     pub plugin_isolation: IsolationArg,
     /// Follow the engines' KV events (vLLM's, or `engine --kv-events`): ENDPOINT=ZMQ_URL,...
     /// for endpoints of the fleet; precise policies (`cached_prefix`) then see what each
     /// holds. Not with a disaggregated fleet.
-    #[arg(long, value_name = "LIST", conflicts_with = "prefill_endpoints")]
+    #[arg(long, help_heading = KV, value_name = "LIST", conflicts_with = "prefill_endpoints")]
     pub kv_events: Option<String>,
     /// Their replay sockets, for batches missed: ENDPOINT=ZMQ_URL,...
-    #[arg(long, value_name = "LIST", requires = "kv_events")]
+    #[arg(long, help_heading = KV, value_name = "LIST", requires = "kv_events")]
     pub kv_events_replay: Option<String>,
     /// The engines are vLLM: tokenize prompts with their Hugging Face `tokenizer.json` and
     /// look up vLLM's block keys of the tokens (needs --python-hash-seed).
     #[arg(
         long,
+        help_heading = KV,
         value_name = "FILE",
         requires = "kv_events",
         requires = "python_hash_seed"
     )]
     pub tokenizer: Option<PathBuf>,
     /// The engines' PYTHONHASHSEED, which roots vLLM's block keys (with --tokenizer).
-    #[arg(long, value_name = "SEED", requires = "tokenizer")]
+    #[arg(long, help_heading = KV, value_name = "SEED", requires = "tokenizer")]
     pub python_hash_seed: Option<String>,
     /// The engines' --prefix-caching-hash-algo: sha256, sha256_cbor, xxhash or xxhash_cbor
     /// (with --tokenizer).
     #[arg(
         long,
+        help_heading = KV,
         value_name = "ALGO",
         default_value = "sha256",
         requires = "tokenizer"
@@ -177,12 +185,13 @@ pub struct ServeArgs {
     /// another names a LoRA adapter, which LoRA-aware plugins then see, with what each
     /// engine holds of it (from vLLM's `vllm:lora_requests_info`). Without it, requests
     /// name no adapter.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, help_heading = ENGINES, value_name = "NAME")]
     pub base_model: Vec<String>,
 }
 
 /// The fleet `serve` routes to, and how it sees it: the same keys as a replay's.
 #[derive(Args, Debug, Default, Clone, Serialize)]
+#[command(next_help_heading = ENGINES)]
 pub struct ServeFleetArgs {
     /// The engines: host:port,... (plain HTTP). Requests go only to these; with
     /// --prefill-endpoints N, the first N prefill.

@@ -60,6 +60,7 @@ pub enum SchedulerArg {
 
 /// What a measured run needs said about it when its files do not say it.
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Measured run")]
 pub struct RunArgs {
     /// How the runs are laid out.
     #[arg(long, value_name = "FORMAT", default_value = "auto")]
