@@ -766,7 +766,7 @@ fn a_hung_in_process_plugin_costs_a_request_its_deadline_and_no_more() {
         &engine,
         &[
             "--plugin-timeout-ms",
-            "400",
+            "1500",
             "--on-plugin-error",
             "round-robin",
         ],
@@ -781,7 +781,7 @@ fn a_hung_in_process_plugin_costs_a_request_its_deadline_and_no_more() {
         "routed round robin once the deadline passed: {body}"
     );
     assert!(
-        took >= Duration::from_millis(400) && took < Duration::from_millis(2400),
+        took >= Duration::from_millis(1500) && took < Duration::from_millis(6500),
         "answered after {took:?}"
     );
     // The plugin is stuck: the next request does not wait for it.
