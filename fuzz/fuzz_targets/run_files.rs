@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = formats::detect(text);
     let fmperf = [
         formats::parse_fmperf(text, text).ok(),
-        routerlab_calibrate::fmperf::parse(text, &[1; 64]).ok(),
+        routerlab_calibrate::formats::fmperf::parse(text, &[1; 64]).ok(),
     ];
     let read = RunFileFormat::ALL
         .into_iter()
