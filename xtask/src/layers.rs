@@ -72,6 +72,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "routerlab-sim",
         ],
     ),
+    // What the command line's tests and benches share: nothing of routerlab's.
+    ("crates/testkit", &[]),
     ("crates/cli", &["*"]),
 ];
 

@@ -18,10 +18,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-#[path = "../tests/support/server.rs"]
-mod server;
+use routerlab_testkit::Program;
 
-use server::Server;
+/// This build's `routerlab`.
+const ROUTERLAB: Program = Program(env!("CARGO_BIN_EXE_routerlab"));
 
 const ROUNDS: usize = 3;
 const SECONDS: f64 = 5.0;
@@ -84,11 +84,11 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let engine = Server::start(&["engine", "--instant"]);
+    let engine = ROUTERLAB.start(&["engine", "--instant"]);
     let serve = ["serve", "--endpoints", &engine.addr, "--matcher", "lcp"];
-    let in_process = Server::start(&serve);
-    let isolated = Server::start(&[&serve[..], &["--plugin-isolation", "process"]].concat());
-    let simulating = Server::start(&[
+    let in_process = ROUTERLAB.start(&serve);
+    let isolated = ROUTERLAB.start(&[&serve[..], &["--plugin-isolation", "process"]].concat());
+    let simulating = ROUTERLAB.start(&[
         "serve",
         "--endpoints",
         &engine.addr,

@@ -218,7 +218,7 @@ fn generated_plays_agree_with_dynamos_agentic_replay() {
 /// only after what it depends on (its sent time and answer are the client's own clock).
 #[test]
 fn drive_sends_each_request_after_its_dependencies() {
-    let engine = support::server::Server::start(&["engine"]);
+    let engine = support::server::ROUTERLAB.start(&["engine"]);
     let trace = [
         HEADER.to_owned(),
         row("A", "main", 1, 0.0, ""),

@@ -8,7 +8,7 @@ mod support;
 
 use serde_json::Value;
 use support::http;
-use support::server::Server;
+use support::server::{ROUTERLAB, Server};
 
 fn python() -> String {
     support::python("msgspec, zmq")
@@ -33,7 +33,7 @@ fn announced(server: &Server, label: &str) -> String {
 fn published_frames_decode_as_vllms_kv_event_batches_and_replay_from_any_sequence() {
     let python = python();
     // 8 blocks of 64 tokens (256 bytes of text): a third prompt evicts.
-    let engine = Server::start(&[
+    let engine = ROUTERLAB.start(&[
         "engine",
         "--speedup",
         "50",
@@ -213,7 +213,7 @@ fn follow_and_route(isolation: &str, lossy: bool) {
     let config = "{num_gpu_blocks: 128}";
     let engines: Vec<Server> = (0..4)
         .map(|_| {
-            Server::start(&[
+            ROUTERLAB.start(&[
                 "engine",
                 "--speedup",
                 "200",
@@ -244,7 +244,7 @@ fn follow_and_route(isolation: &str, lossy: bool) {
             .collect::<Vec<_>>()
             .join(",")
     };
-    let router = Server::start(&[
+    let router = ROUTERLAB.start(&[
         "serve",
         "--endpoints",
         &names.join(","),

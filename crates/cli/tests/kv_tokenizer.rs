@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 
 use routerlab_live::vllm_keys::{HashAlgo, VllmKeys};
 use serde_json::{Value, json};
-use support::server::Server;
+use support::server::{ROUTERLAB, Server};
 use support::{exchange, http};
 
 const SEED: &str = "1234";
@@ -118,7 +118,7 @@ fn router(
         engines[3],
         urls[1].as_str().unwrap()
     );
-    let router = Server::start(&[
+    let router = ROUTERLAB.start(&[
         "serve",
         "--endpoints",
         &engines.join(","),
@@ -177,7 +177,7 @@ fn prompts_go_where_vllm_keys_of_their_tokens_were_stored_for_every_hash_algo() 
     let tokenizer = dir.join("tokenizer.json");
     build_tokenizer(&tokenizer);
     let engines: Vec<Server> = (0..4)
-        .map(|_| Server::start(&["engine", "--model-speedup", "200"]))
+        .map(|_| ROUTERLAB.start(&["engine", "--model-speedup", "200"]))
         .collect();
     let names: Vec<String> = engines.iter().map(|e| e.addr.clone()).collect();
     // 41 tokens with [BOS]: two full blocks of 16. The third shares P's first 20 words:

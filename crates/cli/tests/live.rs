@@ -6,7 +6,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use support::server::Server;
+use support::server::{ROUTERLAB, Server};
 use support::{http, project_trace, routerlab, scratch_file, texts};
 
 /// Two engines started with `engine` and a round-robin router in front of them (with
@@ -15,7 +15,7 @@ fn two_engines_behind_round_robin(
     engine: &[&str],
     router_args: &[&str],
 ) -> (Server, Server, Server) {
-    let (a, b) = (Server::start(engine), Server::start(engine));
+    let (a, b) = (ROUTERLAB.start(engine), ROUTERLAB.start(engine));
     let endpoints = format!("{},{}", a.addr, b.addr);
     let mut args = vec![
         "serve",
@@ -25,7 +25,7 @@ fn two_engines_behind_round_robin(
         "round-robin",
     ];
     args.extend_from_slice(router_args);
-    let router = Server::start(&args);
+    let router = ROUTERLAB.start(&args);
     (a, b, router)
 }
 
@@ -87,10 +87,10 @@ fn endpoints_of(records: &Path) -> Vec<Option<String>> {
 #[test]
 fn four_engines_a_router_and_a_trace_every_request_answered() {
     let engines: Vec<Server> = (0..4)
-        .map(|_| Server::start(&["engine", "--model-speedup", "200"]))
+        .map(|_| ROUTERLAB.start(&["engine", "--model-speedup", "200"]))
         .collect();
     let list: Vec<&str> = engines.iter().map(|e| e.addr.as_str()).collect();
-    let router = Server::start(&[
+    let router = ROUTERLAB.start(&[
         "serve",
         "--endpoints",
         &list.join(","),
@@ -154,7 +154,7 @@ fn four_engines_a_router_and_a_trace_every_request_answered() {
 #[test]
 fn live_decisions_are_the_time_free_replays() {
     let engines: Vec<Server> = (0..4)
-        .map(|_| Server::start(&["engine", "--instant"]))
+        .map(|_| ROUTERLAB.start(&["engine", "--instant"]))
         .collect();
     let list: Vec<&str> = engines.iter().map(|e| e.addr.as_str()).collect();
     let endpoints = list.join(",");
@@ -166,7 +166,7 @@ fn live_decisions_are_the_time_free_replays() {
         ("mooncake-sessions.jsonl", true, "process"),
     ] {
         // A fresh router each time: its matcher starts with nothing learned, as a replay's.
-        let router = Server::start(&[
+        let router = ROUTERLAB.start(&[
             "serve",
             "--endpoints",
             &endpoints,
@@ -238,7 +238,7 @@ fn a_dead_engine_is_retried_around_removed_and_readded() {
     let trace = head("mooncake-sessions.jsonl", 40, "live-dead.jsonl");
     let report = drive(&router.url(), &trace, &["--concurrency", "4"]);
     assert_eq!(report["rejected"], 0);
-    let _b_again = Server::start_on(&["engine", "--instant"], &b_addr);
+    let _b_again = ROUTERLAB.start_on(&["engine", "--instant"], &b_addr);
     eventually("b back", || up(&b_addr) == 1.0);
     let before = metric(
         &router.addr,
@@ -257,9 +257,9 @@ fn a_dead_engine_is_retried_around_removed_and_readded() {
 /// router stays up, and with `--on-plugin-error round-robin` requests still get through.
 #[test]
 fn a_panicking_plugin_gets_503s_and_the_router_stays_up() {
-    let engine = Server::start(&["engine", "--instant"]);
+    let engine = ROUTERLAB.start(&["engine", "--instant"]);
     let fixture = support::fixture_plugin("panic-on-match");
-    let reject = Server::start(&["serve", "--endpoints", &engine.addr, "--matcher", &fixture]);
+    let reject = ROUTERLAB.start(&["serve", "--endpoints", &engine.addr, "--matcher", &fixture]);
     let (first, _) = http(&reject.addr, "POST", "/v1/completions", SMALL);
     assert_eq!(first, 200);
     let (status, body) = http(&reject.addr, "POST", "/v1/completions", SMALL);
@@ -271,7 +271,7 @@ fn a_panicking_plugin_gets_503s_and_the_router_stays_up() {
     let (status, body) = http(&reject.addr, "POST", "/v1/completions", SMALL);
     assert_eq!(status, 503, "{body}");
     assert_eq!(http(&reject.addr, "GET", "/health", "").0, 200);
-    let fallback = Server::start(&[
+    let fallback = ROUTERLAB.start(&[
         "serve",
         "--endpoints",
         &engine.addr,
@@ -297,8 +297,8 @@ fn a_panicking_plugin_gets_503s_and_the_router_stays_up() {
 #[test]
 fn a_client_disconnect_cancels_the_upstream_request() {
     use std::io::{Read as _, Write as _};
-    let engine = Server::start(&["engine"]);
-    let router = Server::start(&[
+    let engine = ROUTERLAB.start(&["engine"]);
+    let router = ROUTERLAB.start(&[
         "serve",
         "--endpoints",
         &engine.addr,
@@ -345,12 +345,12 @@ fn a_client_disconnect_cancels_the_upstream_request() {
 /// `serve` says so and exits 2.
 #[test]
 fn serve_takes_its_policy_from_an_experiment_file() {
-    let engine = Server::start(&["engine", "--instant"]);
+    let engine = ROUTERLAB.start(&["engine", "--instant"]);
     let config = scratch_file(
         "live-experiment.yaml",
         b"matcher: round-robin\nblock_size: 64\nseed: 3\n",
     );
-    let router = Server::start(&[
+    let router = ROUTERLAB.start(&[
         "serve",
         "--endpoints",
         &engine.addr,
@@ -440,7 +440,7 @@ fn cpu_seconds(pid: u32) -> f64 {
 
 #[test]
 fn a_router_out_of_file_descriptors_waits_instead_of_spinning() {
-    let router = Server::start_with_file_limit(
+    let router = ROUTERLAB.start_with_file_limit(
         &[
             "serve",
             "--matcher",
@@ -521,7 +521,7 @@ fn endpoints_the_router_could_never_reach_are_refused_at_start() {
         );
     }
     // What can be reached is kept as host:port.
-    let router = Server::start(&[
+    let router = ROUTERLAB.start(&[
         "serve",
         "--matcher",
         "round-robin",
@@ -646,9 +646,9 @@ fn an_engine_that_fails_its_answers_leaves_though_its_metrics_look_fine() {
     let bad = hostile_engine(
         "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 2\r\nconnection: close\r\n\r\nno",
     );
-    let good = Server::start(&["engine", "--instant"]);
+    let good = ROUTERLAB.start(&["engine", "--instant"]);
     let endpoints = format!("{bad},{}", good.addr);
-    let router = Server::start(&[
+    let router = ROUTERLAB.start(&[
         "serve",
         "--matcher",
         "round-robin",
@@ -683,7 +683,7 @@ fn a_whole_answer_the_engine_breaks_off_is_a_502_not_a_200() {
     let broken = hostile_engine(
         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\nconnection: close\r\n\r\n{\"choices\":",
     );
-    let router = Server::start(&[
+    let router = ROUTERLAB.start(&[
         "serve",
         "--matcher",
         "round-robin",
@@ -718,12 +718,12 @@ fn hanging_from_the_second_request(engine: &Server, extra: &[&str]) -> Server {
         &engine.addr,
     ];
     args.extend_from_slice(extra);
-    Server::start(&args)
+    ROUTERLAB.start(&args)
 }
 
 #[test]
 fn a_plugin_call_that_hangs_leaves_health_and_metrics_answering() {
-    let engine = Server::start(&["engine", "--instant"]);
+    let engine = ROUTERLAB.start(&["engine", "--instant"]);
     let router = hanging_from_the_second_request(&engine, &[]);
     assert_eq!(http(&router.addr, "POST", "/v1/completions", SMALL).0, 200);
     let before = metric(
@@ -761,7 +761,7 @@ fn a_plugin_call_that_hangs_leaves_health_and_metrics_answering() {
 #[test]
 fn a_hung_in_process_plugin_costs_a_request_its_deadline_and_no_more() {
     use std::time::{Duration, Instant};
-    let engine = Server::start(&["engine", "--instant"]);
+    let engine = ROUTERLAB.start(&["engine", "--instant"]);
     let router = hanging_from_the_second_request(
         &engine,
         &[
@@ -834,7 +834,7 @@ fn isolated(engine: &Server, library: &Path, plugin: &str, extra: &[&str]) -> Se
         "process",
     ];
     args.extend_from_slice(extra);
-    Server::start(&args)
+    ROUTERLAB.start(&args)
 }
 
 /// A C plugin that aborts the process on the third request, run in a plugin host: that
@@ -843,7 +843,7 @@ fn isolated(engine: &Server, library: &Path, plugin: &str, extra: &[&str]) -> Se
 /// the plugin and the call, and the restarted host routes again.
 #[test]
 fn an_aborting_plugin_in_a_plugin_host_only_restarts_the_host() {
-    let engine = Server::start(&["engine", "--instant"]);
+    let engine = ROUTERLAB.start(&["engine", "--instant"]);
     let library = support::crash_fixture("isolated");
     let reject = isolated(&engine, &library, "abort", &[]);
     for _ in 0..2 {
@@ -901,9 +901,9 @@ fn an_aborting_plugin_in_a_plugin_host_only_restarts_the_host() {
 /// says instead of waiting, and the missed deadline is counted.
 #[test]
 fn a_plugin_host_that_misses_the_deadline_is_killed_and_restarted() {
-    let engine = Server::start(&["engine", "--instant"]);
+    let engine = ROUTERLAB.start(&["engine", "--instant"]);
     let fixture = support::fixture_plugin("hang-on-match");
-    let router = Server::start(&[
+    let router = ROUTERLAB.start(&[
         "serve",
         "--endpoints",
         &engine.addr,
@@ -956,9 +956,9 @@ fn children(pid: u32) -> Vec<u32> {
 /// A plugin host stuck in a call does not outlive its router: killed with it.
 #[test]
 fn a_stuck_plugin_host_dies_with_its_router() {
-    let engine = Server::start(&["engine", "--instant"]);
+    let engine = ROUTERLAB.start(&["engine", "--instant"]);
     let fixture = support::fixture_plugin("hang-on-match");
-    let router = Server::start(&[
+    let router = ROUTERLAB.start(&[
         "serve",
         "--endpoints",
         &engine.addr,
@@ -1036,12 +1036,12 @@ fn a_restarted_plugin_host_is_told_which_engines_are_out() {
     let library = support::crash_fixture("resync");
     let matcher = format!("{}#abort", library.display());
     let (first, second) = (
-        Server::start(&["engine", "--instant"]),
-        Server::start(&["engine", "--instant"]),
+        ROUTERLAB.start(&["engine", "--instant"]),
+        ROUTERLAB.start(&["engine", "--instant"]),
     );
     let first_addr = first.addr.clone();
     let endpoints = format!("{first_addr},{}", second.addr);
-    let router = Server::start(&[
+    let router = ROUTERLAB.start(&[
         "serve",
         "--endpoints",
         &endpoints,
@@ -1081,7 +1081,7 @@ fn a_restarted_plugin_host_is_told_which_engines_are_out() {
     assert_eq!(served(&second.addr), 5.0);
     // Back, it joins the restarted host's fleet (at its end); with the second engine gone,
     // the host picks it.
-    let _back = Server::start_on(&["engine", "--instant"], &first_addr);
+    let _back = ROUTERLAB.start_on(&["engine", "--instant"], &first_addr);
     eventually("the first engine back", || up(&first_addr) == 1.0);
     let second_addr = second.addr.clone();
     drop(second);
@@ -1101,7 +1101,7 @@ fn a_restarted_plugin_host_is_told_which_engines_are_out() {
 #[test]
 fn the_engine_counts_generated_tokens() {
     for mode in [["--speedup", "100"], ["--instant", "--speedup=1"]] {
-        let engine = Server::start(&["engine", mode[0], mode[1]]);
+        let engine = ROUTERLAB.start(&["engine", mode[0], mode[1]]);
         for _ in 0..3 {
             let (status, body) = http(&engine.addr, "POST", "/v1/completions", SMALL);
             assert_eq!(status, 200, "{body}");
@@ -1124,7 +1124,7 @@ fn the_engine_counts_generated_tokens() {
 
 #[test]
 fn an_engine_with_lora_slots_serves_an_adapter_named_as_the_model_after_loading_it() {
-    let engine = Server::start(&[
+    let engine = ROUTERLAB.start(&[
         "engine",
         "--engine-config",
         "{lora: {slots: 1, load_ms: 400}}",
@@ -1162,7 +1162,7 @@ fn an_engine_with_lora_slots_serves_an_adapter_named_as_the_model_after_loading_
 /// replay's of the same split.
 #[test]
 fn a_disaggregated_fleet_behind_serve_answers_and_routes_as_the_replay() {
-    let start = |role: &str| Server::start(&["engine", "--role", role, "--model-speedup", "200"]);
+    let start = |role: &str| ROUTERLAB.start(&["engine", "--role", role, "--model-speedup", "200"]);
     let prefill: Vec<Server> = (0..2).map(|_| start("prefill")).collect();
     let decode: Vec<Server> = (0..2).map(|_| start("decode")).collect();
     let list = |servers: &[Server]| {
@@ -1186,7 +1186,7 @@ fn a_disaggregated_fleet_behind_serve_answers_and_routes_as_the_replay() {
             "100",
         ];
         args.extend_from_slice(extra);
-        Server::start(&args)
+        ROUTERLAB.start(&args)
     };
     let trace = head("mooncake-conversation.jsonl", 300, "live-pd-300.jsonl");
     // Sixteen at a time, a load-aware policy in each pool: every request answered.
@@ -1267,7 +1267,7 @@ fn a_disaggregated_fleet_behind_serve_answers_and_routes_as_the_replay() {
 /// from, naming the missing field, as a 400.
 #[test]
 fn a_decode_engine_refuses_kv_transfer_params_without_a_source() {
-    let engine = Server::start(&["engine", "--role", "decode", "--instant"]);
+    let engine = ROUTERLAB.start(&["engine", "--role", "decode", "--instant"]);
     let (status, body) = http(
         &engine.addr,
         "POST",
@@ -1277,7 +1277,7 @@ fn a_decode_engine_refuses_kv_transfer_params_without_a_source() {
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("remote_engine_id"), "{body}");
     // A prefill engine hands a remote decode its KV's whereabouts, with one token.
-    let engine = Server::start(&["engine", "--role", "prefill", "--instant"]);
+    let engine = ROUTERLAB.start(&["engine", "--role", "prefill", "--instant"]);
     let (status, body) = http(
         &engine.addr,
         "POST",

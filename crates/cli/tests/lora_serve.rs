@@ -10,7 +10,7 @@ mod support;
 use std::io::{BufRead as _, Write as _};
 use std::process::{Child, Command, Stdio};
 
-use support::server::Server;
+use support::server::{ROUTERLAB, Server};
 use support::{exchange, http};
 
 fn python() -> String {
@@ -97,7 +97,7 @@ fn metric(addr: &str, series: &str) -> Option<f64> {
 #[test]
 fn serve_sends_a_request_to_the_engine_its_adapter_runs_on_as_the_engines_report_it() {
     let lora_engine = || {
-        Server::start(&[
+        ROUTERLAB.start(&[
             "engine",
             "--engine-config",
             "{lora: {slots: 1, load_ms: 1}}",
@@ -131,7 +131,7 @@ fn serve_sends_a_request_to_the_engine_its_adapter_runs_on_as_the_engines_report
     let endpoints = [a.addr.as_str(), b.addr.as_str(), vllm.addr.as_str()].join(",");
     // The plugins in process, and in a plugin host (adapters cross its channel).
     for isolation in ["in-process", "process"] {
-        let router = Server::start(&[
+        let router = ROUTERLAB.start(&[
             "serve",
             "--endpoints",
             &endpoints,

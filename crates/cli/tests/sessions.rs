@@ -4,7 +4,7 @@
 
 mod support;
 
-use support::server::Server;
+use support::server::{ROUTERLAB, Server};
 use support::{Replay, scratch_file, texts};
 
 /// Sessions `a`, `b` and `c` open on three endpoints; `a`'s second request is its last
@@ -79,10 +79,10 @@ fn session_end_is_true_or_false() {
 #[test]
 fn serve_ends_a_session_on_the_header_of_its_last_request() {
     let engines: Vec<Server> = (0..2)
-        .map(|_| Server::start(&["engine", "--instant"]))
+        .map(|_| ROUTERLAB.start(&["engine", "--instant"]))
         .collect();
     let list: Vec<&str> = engines.iter().map(|e| e.addr.as_str()).collect();
-    let router = Server::start(&[
+    let router = ROUTERLAB.start(&[
         "serve",
         "--endpoints",
         &list.join(","),
