@@ -265,7 +265,7 @@ pub struct ReplayArgs {
 }
 
 /// A group of flags as a layer of settings: the flags given, by their keys.
-fn layer_of(group: &impl Serialize) -> Mapping {
+pub(crate) fn layer_of(group: &impl Serialize) -> Mapping {
     let Ok(Value::Mapping(mapping)) = serde_yaml::to_value(group) else {
         unreachable!("a group of flags serialises to a mapping");
     };

@@ -241,19 +241,16 @@ impl Layers {
     /// Lays `layer` over what is there, key by key.
     pub fn over(mut self, layer: Mapping) -> Layers {
         for (key, value) in layer {
-            let merged = key
-                .as_str()
-                .is_some_and(|k| MERGED_KEYS.contains(&k))
-                .then(|| match (self.merged.get(&key), &value) {
-                    (Some(Value::Mapping(under)), Value::Mapping(over)) => {
-                        let mut m = under.clone();
-                        m.extend(over.iter().map(|(k, v)| (k.clone(), v.clone())));
-                        Some(Value::Mapping(m))
-                    }
-                    _ => None,
-                })
-                .flatten();
-            self.merged.insert(key, merged.unwrap_or(value));
+            let merged = match (key.as_str(), self.merged.get_mut(&key), value) {
+                (Some(k), Some(Value::Mapping(under)), Value::Mapping(over))
+                    if MERGED_KEYS.contains(&k) =>
+                {
+                    under.extend(over);
+                    continue;
+                }
+                (_, _, value) => value,
+            };
+            self.merged.insert(key, merged);
         }
         self
     }

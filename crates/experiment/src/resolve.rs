@@ -400,13 +400,13 @@ pub(crate) fn plugin_config(given: Option<Value>, which: &str) -> Result<Mapping
 }
 
 /// A pool's endpoints as given: a count (named by routerlab), or their names.
-enum Given {
+pub(crate) enum Given {
     Count(u64),
     Names(Vec<String>),
 }
 
 /// `key`'s value read as a count or names (`4`, `a,b`, `[a, b]`).
-fn given_endpoints(value: &Value, key: &str) -> Result<Given, ExperimentError> {
+pub(crate) fn given_endpoints(value: &Value, key: &str) -> Result<Given, ExperimentError> {
     let expected = || {
         ExperimentError::invalid(format!(
             "experiment `{key}`: expected a count or a list of names"

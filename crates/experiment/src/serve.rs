@@ -9,7 +9,7 @@ use serde_yaml::Mapping;
 
 use crate::ExperimentError;
 use crate::file::Experiment;
-use crate::resolve::{base_engine, fleet, model_kv_bytes, plugin_config};
+use crate::resolve::{Given, base_engine, fleet, given_endpoints, model_kv_bytes, plugin_config};
 
 /// The keys `serve` honours; any other given is refused.
 pub const SERVE_KEYS: &[&str] = &[
@@ -89,19 +89,16 @@ impl Experiment {
             ));
         }
         let (endpoints, prefill) = fleet(self)?;
-        if let Some(count) = [
-            &self.endpoints,
-            &self.prefill_endpoints,
-            &self.decode_endpoints,
-        ]
-        .into_iter()
-        .flatten()
-        .find(|v| v.is_number() || v.as_str().is_some_and(|t| t.trim().parse::<u64>().is_ok()))
-        {
-            return Err(ExperimentError::invalid(format!(
-                "serve routes to engines by address: give host:port names, not a count ({})",
-                serde_yaml::to_string(count).unwrap_or_default().trim()
-            )));
+        for (key, value) in [
+            ("endpoints", &self.endpoints),
+            ("prefill_endpoints", &self.prefill_endpoints),
+            ("decode_endpoints", &self.decode_endpoints),
+        ] {
+            if let Some(Ok(Given::Count(n))) = value.as_ref().map(|v| given_endpoints(v, key)) {
+                return Err(ExperimentError::invalid(format!(
+                    "serve routes to engines by address: give host:port names, not a count ({n})"
+                )));
+            }
         }
         let block_size = self
             .block_size

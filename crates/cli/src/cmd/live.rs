@@ -19,7 +19,7 @@ use serde::Serialize;
 use serde_yaml::{Mapping, Value};
 
 use crate::exit::Failure;
-use crate::opts::{PLUGINS, PluginArgs, PolicyArgs};
+use crate::opts::{PLUGINS, PluginArgs, PolicyArgs, layer_of};
 
 /// `routerlab engine`.
 #[derive(Args, Debug)]
@@ -414,19 +414,9 @@ fn engine_layer(text: Option<&str>) -> Result<Mapping, Failure> {
 
 /// `serve`'s flags as a layer over its experiment file, resolved.
 fn serving(args: &ServeArgs) -> Result<Serving, Failure> {
-    let Ok(Value::Mapping(fleet)) = serde_yaml::to_value(&args.fleet) else {
-        unreachable!("a group of flags serialises to a mapping");
-    };
     let mut layer = args.policy.layer()?;
-    let Ok(Value::Mapping(plugins)) = serde_yaml::to_value(&args.plugins) else {
-        unreachable!("a group of flags serialises to a mapping");
-    };
-    layer.extend(
-        plugins
-            .into_iter()
-            .chain(fleet)
-            .filter(|(_, v)| !v.is_null()),
-    );
+    layer.extend(layer_of(&args.plugins));
+    layer.extend(layer_of(&args.fleet));
     layer.extend(engine_layer(args.fleet.engine_config.as_deref())?);
     let mut serving = crate::opts::experiment(args.config.as_deref(), layer)?.serving()?;
     // Addresses, each named by the flag that gave it.

@@ -50,38 +50,15 @@ fn send(stream: &mut UnixStream, reply: &Reply) -> std::io::Result<()> {
     stream.flush()
 }
 
-/// `request` as the plugins take it, lending `lookup` as `cached_prefix` and `adapters` as
-/// `adapter_state` when `serve` said what the endpoints hold.
-fn with_cached<'a>(
-    request: &'a WireRequest,
-    lookup: &'a dyn Fn(u32) -> Option<u64>,
-    adapters: &'a dyn Fn(u32) -> Option<routerlab_core::abi::RlAdapterState>,
-) -> routerlab_host::RequestData<'a> {
-    let mut data = request.data();
-    if request.cached.is_some() {
-        data.cached_prefix = Some(lookup);
-    }
-    if let Some(lora) = &mut data.lora
-        && request.adapter.as_ref().is_some_and(|a| a.states.is_some())
-    {
-        lora.state = Some(adapters);
-    }
-    data
-}
-
 /// One call, made on the router.
 fn answer(router: &mut Router, call: Call) -> Reply {
     let failed = |e: PluginError| Reply::Failed {
         message: e.to_string(),
     };
-    let notify = |router: &mut Router, notice, request: WireRequest, index| match by_index::notify(
-        router,
-        notice,
-        &with_cached(&request, &|i| request.cached_prefix(i), &|i| {
-            request.adapter_state(i)
-        }),
-        EndpointIndex(index),
-    ) {
+    let notify = |router: &mut Router, notice, request: WireRequest, index| match request
+        .lend(None, |data| {
+            by_index::notify(router, notice, data, EndpointIndex(index))
+        }) {
         Ok(true) => Reply::Done,
         Ok(false) => Reply::Failed {
             message: format!("no endpoint with index {index} in the fleet"),
@@ -93,10 +70,7 @@ fn answer(router: &mut Router, call: Call) -> Reply {
             let loads = loads
                 .into_iter()
                 .map(|(i, load)| (EndpointIndex(i), load.0));
-            let lookup = |i| request.cached_prefix(i);
-            let adapters = |i| request.adapter_state(i);
-            let data = with_cached(&request, &lookup, &adapters);
-            match by_index::decide(router, &data, loads) {
+            match request.lend(None, |data| by_index::decide(router, data, loads)) {
                 Ok(decided) => Reply::Decided {
                     endpoint: decided.endpoint.map(|i| i.0),
                     constrained: decided.constrained,

@@ -285,26 +285,7 @@ impl Owned {
 
     /// Calls `f` with the request, its callbacks answered from what was asked before.
     fn lend<R>(&self, f: impl FnOnce(&RequestData<'_>) -> R) -> R {
-        let r = &self.request;
-        let cached = |i| r.cached_prefix(i);
-        let adapter = |i| r.adapter_state(i);
-        let predict = |i: u32| {
-            let forecasts = self.forecasts.as_ref()?;
-            forecasts.iter().find(|(j, _)| *j == i).map(|(_, p)| *p)
-        };
-        let mut data = r.data();
-        if r.cached.is_some() {
-            data.cached_prefix = Some(&cached);
-        }
-        if self.forecasts.is_some() {
-            data.predict = Some(&predict);
-        }
-        if let Some(lora) = &mut data.lora
-            && r.adapter.as_ref().is_some_and(|a| a.states.is_some())
-        {
-            lora.state = Some(&adapter);
-        }
-        f(&data)
+        self.request.lend(self.forecasts.as_deref(), f)
     }
 }
 

@@ -124,6 +124,32 @@ impl WireRequest {
         states.iter().find(|(i, _)| *i == index).map(|(_, s)| s.0)
     }
 
+    /// Calls `f` with the request as the plugins take it, its `cached_prefix` and
+    /// `adapter_state` answered from what `serve` asked before the call (when it knew),
+    /// and `predict` from `forecasts` when given.
+    pub fn lend<R>(
+        &self,
+        forecasts: Option<&[(u32, routerlab_core::abi::RlPrediction)]>,
+        f: impl FnOnce(&RequestData<'_>) -> R,
+    ) -> R {
+        let cached = |i| self.cached_prefix(i);
+        let adapter = |i| self.adapter_state(i);
+        let predict = |i: u32| forecasts?.iter().find(|(j, _)| *j == i).map(|(_, p)| *p);
+        let mut data = self.data();
+        if self.cached.is_some() {
+            data.cached_prefix = Some(&cached);
+        }
+        if forecasts.is_some() {
+            data.predict = Some(&predict);
+        }
+        if let Some(lora) = &mut data.lora
+            && self.adapter.as_ref().is_some_and(|a| a.states.is_some())
+        {
+            lora.state = Some(&adapter);
+        }
+        f(&data)
+    }
+
     /// The request as the plugin handles take it (without `cached_prefix` and
     /// `adapter_state`: the caller lends [`WireRequest::cached_prefix`] and
     /// [`WireRequest::adapter_state`] when they are there).
