@@ -65,6 +65,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "crates/experiment",
         &[
             "routerlab-core",
+            "routerlab-host",
             "routerlab-trace",
             "routerlab-engine",
             "routerlab-route",

@@ -114,3 +114,16 @@ impl Observer for Bar<'_> {
         }
     }
 }
+
+/// A batch of runs draws one bar per run.
+impl routerlab_experiment::batch::Watch for Bars {
+    type Run<'a> = Bar<'a>;
+
+    fn start(&self, label: &str, requests: u64) -> Bar<'_> {
+        self.bar(label, Some(requests))
+    }
+
+    fn end(&self, run: Bar<'_>) {
+        run.finish();
+    }
+}

@@ -1,5 +1,6 @@
 //! One vocabulary across commands, checked from clap's own definitions: a long flag has one
-//! value name and one type wherever it appears (STABILITY.md keeps the table of names).
+//! value name and one type wherever it appears (STABILITY.md keeps the table of names), and
+//! a command's help groups its flags by concern.
 
 use std::collections::BTreeMap;
 
@@ -81,6 +82,39 @@ pub fn clashes(cli: &clap::Command) -> Vec<String> {
     out
 }
 
+/// The most flags a command leaves under clap's plain "Options" heading; the rest are
+/// grouped by concern.
+const MOST_UNGROUPED: usize = 5;
+
+/// The visible flags under no help heading of every command (at any depth) that leaves
+/// more than [`MOST_UNGROUPED`] of them there, one line each.
+pub fn ungrouped(cli: &clap::Command) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack: Vec<(String, &clap::Command)> = vec![(String::new(), cli)];
+    while let Some((path, command)) = stack.pop() {
+        let flags: Vec<&clap::Arg> = command
+            .get_arguments()
+            .filter(|a| !a.is_hide_set() && !a.is_positional())
+            .filter(|a| !matches!(a.get_long(), Some("help" | "version")))
+            .filter(|a| a.get_help_heading().is_none())
+            .collect();
+        if flags.len() > MOST_UNGROUPED {
+            for flag in flags {
+                out.push(format!(
+                    "{}: --{} has no help heading",
+                    path.trim(),
+                    flag.get_long().unwrap_or(flag.get_id().as_str())
+                ));
+            }
+        }
+        for sub in command.get_subcommands() {
+            stack.push((format!("{path} {}", sub.get_name()), sub));
+        }
+    }
+    out.sort();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use clap::{Arg, ArgAction, Command, CommandFactory};
@@ -89,6 +123,42 @@ mod tests {
     fn one_long_flag_has_one_value_name_and_one_type_in_every_command() {
         let clashes = super::clashes(&crate::Cli::command());
         assert!(clashes.is_empty(), "{}", clashes.join("\n"));
+    }
+
+    #[test]
+    fn every_flag_of_a_long_help_is_under_a_heading() {
+        let ungrouped = super::ungrouped(&crate::Cli::command());
+        assert!(ungrouped.is_empty(), "{}", ungrouped.join("\n"));
+    }
+
+    #[test]
+    fn a_flag_left_out_of_the_headings_is_found() {
+        let flag = |name: &'static str| Arg::new(name).long(name).action(ArgAction::SetTrue);
+        let grouped = |name: &'static str| flag(name).help_heading("Group");
+        let cli = Command::new("planted")
+            .subcommand(Command::new("few").args([
+                flag("a"),
+                flag("b"),
+                flag("c"),
+                flag("d"),
+                flag("e"),
+                grouped("f"),
+            ]))
+            .subcommand(Command::new("many").args([
+                flag("a"),
+                flag("b"),
+                flag("c"),
+                flag("d"),
+                flag("e"),
+                flag("f"),
+                grouped("g"),
+            ]));
+        let ungrouped = super::ungrouped(&cli);
+        assert_eq!(ungrouped.len(), 6, "{ungrouped:?}");
+        assert!(
+            ungrouped.iter().all(|l| l.starts_with("many: --")),
+            "{ungrouped:?}"
+        );
     }
 
     /// Each renamed flag's old spelling is still read, as the new name (STABILITY.md lists

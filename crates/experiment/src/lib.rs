@@ -6,9 +6,11 @@
 //! command line's flags, then a sweep's grid values), the resolution of a description
 //! into a run with every default ([`resolve`]), the `--policy` grammar ([`policy`]), a
 //! sweep's grid, shards and their gathering ([`sweep`]), and `serve`'s settings from the
-//! same keys ([`Experiment::serving`]). The command line keeps its flags, printing and
+//! same keys ([`Experiment::serving`]), and batches of described runs driven on threads
+//! ([`batch`]). The command line keeps its flags, printing and
 //! exit codes; whatever varies a run programmatically varies an [`Experiment`].
 
+pub mod batch;
 mod error;
 mod file;
 pub mod policy;

@@ -28,18 +28,18 @@ use crate::progress::Bars;
 pub struct CompareOpts {
     /// A policy: 'MATCHER [{CONFIG}] [+ DETECTOR [{CONFIG}]]', e.g. 'lcp + num-requests
     /// {max_running: 32}' (repeatable; two or more, here or in the experiment file).
-    #[arg(long = "policy", value_name = "POLICY")]
+    #[arg(long = "policy", value_name = "POLICY", help_heading = "Policies")]
     pub policies: Vec<String>,
     /// Policies run at once, on threads [default: the number of cores].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Running")]
     pub jobs: Option<usize>,
     /// Order the policies best first by this metric (a row of the table, e.g.
     /// timed.ttft.p99).
-    #[arg(long, value_name = "METRIC")]
+    #[arg(long, value_name = "METRIC", help_heading = "Output")]
     pub sort_by: Option<String>,
     /// Run nothing: build the comparison from saved reports (`replay --format json|yaml`,
     /// or a `compare --format json|yaml` output).
-    #[arg(long, value_name = "REPORT", num_args = 1..)]
+    #[arg(long, value_name = "REPORT", num_args = 1.., help_heading = "Policies")]
     pub from: Vec<PathBuf>,
     /// The replay settings every policy runs under.
     #[command(flatten)]
@@ -98,9 +98,9 @@ pub(crate) fn compare(opts: CompareOpts) -> Result<(Comparison, OutputFormat), F
             label: policy.label.clone(),
             failure: Box::new(e.into()),
         })?;
-        prepared.push(prepare("policy", policy.label, &experiment, 0)?);
+        prepared.push(prepare("policy", policy.label, &experiment)?);
     }
-    let first = &prepared[0].spec;
+    let first = &prepared[0].run;
     if let Some(dir) = &plot_dir {
         crate::cmd::plot::check_dir(dir, &first.trace)?;
     }
@@ -122,14 +122,21 @@ pub(crate) fn compare(opts: CompareOpts) -> Result<(Comparison, OutputFormat), F
 
     let bars = Bars::new(quiet);
     let workloads = [workload];
-    let outcomes = run_all(&mut prepared, &workloads, jobs, &bars, plot_dir.is_some())?;
+    let outcomes = run_all(
+        "policy",
+        &mut prepared,
+        &workloads,
+        jobs,
+        &bars,
+        plot_dir.is_some(),
+    )?;
     let [workload] = workloads;
     let mut comparison = Comparison::default();
     let mut records = Vec::new();
     for (p, outcome) in prepared.iter().zip(outcomes) {
         let mut report = outcome.report;
         let curves = crate::cmd::plot::curves_of(&report, &outcome.records);
-        report.run = Some(p.spec.run_info(
+        report.run = Some(p.run.run_info(
             workload.source.clone(),
             workload.block_size,
             &workload.skipped,

@@ -20,33 +20,38 @@ use routerlab_experiment::one_line;
 #[derive(Args, Debug)]
 pub struct DriveArgs {
     /// Base URL of the router or engine, e.g. http://127.0.0.1:8080.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", help_heading = "Target")]
     pub url: String,
     /// The trace.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "Trace")]
     pub trace: PathBuf,
     /// Trace format [default: detected].
-    #[arg(long, value_name = "FORMAT")]
+    #[arg(long, value_name = "FORMAT", help_heading = "Trace")]
     pub trace_format: Option<routerlab_trace::TraceFormat>,
     /// Tokens per block id of Mooncake traces.
-    #[arg(long, value_name = "TOKENS", default_value_t = 512)]
+    #[arg(
+        long,
+        value_name = "TOKENS",
+        default_value_t = 512,
+        help_heading = "Trace"
+    )]
     pub trace_block_size: u32,
     /// Send at the trace's timestamps, compressed by F (the default pace, F = 1).
-    #[arg(long, value_name = "F")]
+    #[arg(long, value_name = "F", help_heading = "Arrivals")]
     pub speedup: Option<f64>,
     /// Poisson arrivals at R requests/s instead (seeded).
-    #[arg(long, value_name = "R")]
+    #[arg(long, value_name = "R", help_heading = "Arrivals")]
     pub rate: Option<f64>,
     /// Closed loop: N requests outstanding instead.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Arrivals")]
     pub concurrency: Option<usize>,
     /// Seed of the Poisson arrivals.
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Arrivals")]
     pub seed: u64,
     /// Deprecated (kept until 0.4; hidden): bytes of text per block id for traces without
     /// text. The default, and the rule a replay counts by, is 4 bytes a token of
     /// `--trace-block-size`.
-    #[arg(long, value_name = "BYTES", hide = true)]
+    #[arg(long, value_name = "BYTES", hide = true, help_heading = "Trace")]
     pub block_bytes: Option<usize>,
     /// Output tokens (`max_tokens`) of requests whose trace line gives none
     /// (`--max-tokens` is the old name).
@@ -54,30 +59,46 @@ pub struct DriveArgs {
         long = "output-tokens",
         alias = "max-tokens",
         value_name = "N",
-        default_value_t = 128
+        default_value_t = 128,
+        help_heading = "Arrivals"
     )]
     pub output_tokens: u64,
     /// The `model` field sent; a request whose trace line names an `adapter` is sent with
     /// `model` the adapter's name instead, as vLLM serves LoRA adapters.
-    #[arg(long, value_name = "NAME", default_value = "routerlab-sim")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "routerlab-sim",
+        help_heading = "Target"
+    )]
     pub model: String,
     /// Seconds to wait for one request.
-    #[arg(long, value_name = "S", default_value_t = 600.0)]
+    #[arg(
+        long,
+        value_name = "S",
+        default_value_t = 600.0,
+        help_heading = "Target"
+    )]
     pub timeout_s: f64,
     /// SLO: a request meets it with a TTFT of at most MS ms (the report's `timed.slo`).
-    #[arg(long, value_name = "MS")]
+    #[arg(long, value_name = "MS", help_heading = "Output")]
     pub slo_ttft_ms: Option<f64>,
     /// SLO: a request meets it with a time per output token after the first of at most MS ms.
-    #[arg(long, value_name = "MS")]
+    #[arg(long, value_name = "MS", help_heading = "Output")]
     pub slo_tpot_ms: Option<f64>,
     /// Report format.
-    #[arg(long, value_name = "FORMAT", default_value = "human")]
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        default_value = "human",
+        help_heading = "Output"
+    )]
     pub format: OutputFormat,
     /// Ask for whole answers instead of server-sent events (TTFT is then the whole time).
-    #[arg(long)]
+    #[arg(long, help_heading = "Target")]
     pub no_stream: bool,
     /// Write one JSON line per request: id, endpoint, error, ttft_ms, e2e_ms.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Output")]
     pub requests_out: Option<PathBuf>,
 }
 

@@ -48,29 +48,54 @@ pub struct GenTraceArgs {
     )]
     pub trace_format: TraceFormat,
     /// Number of requests.
-    #[arg(long, value_name = "N", default_value_t = 2200)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 2200,
+        help_heading = "Chat and Mooncake traces"
+    )]
     pub requests: u64,
     /// Probability that a request continues an earlier conversation.
-    #[arg(long, value_name = "P", default_value_t = 0.2)]
+    #[arg(
+        long,
+        value_name = "P",
+        default_value_t = 0.2,
+        help_heading = "Chat and Mooncake traces"
+    )]
     pub continue_chat_probability: f64,
     /// Words a user types per request (chat format).
-    #[arg(long, value_name = "N", default_value_t = 100)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 100,
+        help_heading = "Chat and Mooncake traces"
+    )]
     pub tokens_typed_by_user_per_request: u64,
     /// Seed of the generator.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub seed: u64,
     /// Mooncake format: omit `session_id`, writing only the four canonical fields.
-    #[arg(long)]
+    #[arg(long, help_heading = "Chat and Mooncake traces")]
     pub plain: bool,
     /// Chat and Mooncake formats: each conversation asks for one of N LoRA adapters
     /// (`adapter`: `adapter-1` ... `adapter-N`, adapter k with weight 1/k), its
     /// continuations for the same one; 0 = none, the base model.
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Chat and Mooncake traces"
+    )]
     pub adapters: u64,
     /// Mooncake format: each prompt is N requests arriving together, the same line but for
     /// each one's output length (an RL rollout step's samples, best-of-N); --requests
-    /// counts the requests [default: 1].
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    /// counts the requests.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        help_heading = "Chat and Mooncake traces"
+    )]
     pub samples: u64,
     /// The agentic format's knobs.
     #[command(flatten)]

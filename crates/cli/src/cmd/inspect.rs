@@ -17,22 +17,32 @@ pub struct InspectArgs {
     #[arg(value_name = "TRACE")]
     pub trace: PathBuf,
     /// Trace format [default: detected from the first line].
-    #[arg(long, value_name = "FORMAT")]
+    #[arg(long, value_name = "FORMAT", help_heading = "Trace")]
     pub trace_format: Option<routerlab_trace::TraceFormat>,
     /// Block size for text prompts, in bytes [default: 128].
-    #[arg(long, value_name = "BYTES", default_value_t = 128)]
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = 128,
+        help_heading = "Trace"
+    )]
     pub block_size: u32,
     /// Tokens per hash id in Mooncake traces [default: 512].
-    #[arg(long, value_name = "TOKENS", default_value_t = 512)]
+    #[arg(
+        long,
+        value_name = "TOKENS",
+        default_value_t = 512,
+        help_heading = "Trace"
+    )]
     pub trace_block_size: u32,
     /// Skip malformed lines instead of failing.
-    #[arg(long)]
+    #[arg(long, help_heading = "Trace")]
     pub skip_invalid: bool,
     /// The longest trace line read, bytes; a longer one is an error naming it.
-    #[arg(long, value_name = "BYTES", default_value_t = routerlab_trace::reader::DEFAULT_MAX_LINE_BYTES)]
+    #[arg(long, value_name = "BYTES", default_value_t = routerlab_trace::reader::DEFAULT_MAX_LINE_BYTES, help_heading = "Trace")]
     pub max_line_bytes: usize,
     /// Output format: human, json or yaml [default: human].
-    #[arg(long, value_name = "FORMAT")]
+    #[arg(long, value_name = "FORMAT", help_heading = "Output")]
     pub format: Option<OutputFormat>,
 }
 

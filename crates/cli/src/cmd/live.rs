@@ -25,40 +25,67 @@ use crate::opts::{PLUGINS, PluginArgs, PolicyArgs, layer_of};
 #[derive(Args, Debug)]
 pub struct EngineArgs {
     /// Address to listen on (port 0: any free port, printed on stderr).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8000")]
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8000",
+        help_heading = "Serving"
+    )]
     pub listen: SocketAddr,
     /// Engine settings over the `dynamo` preset, YAML (as `replay --engine-config`).
-    #[arg(long, value_name = "YAML")]
+    #[arg(long, value_name = "YAML", help_heading = "Engine model")]
     pub engine_config: Option<String>,
     /// Model time per wall time: 10 runs the model ten times faster than it says
     /// (`--speedup` is the old name; replay's `--speedup` compresses a trace's times).
-    #[arg(long, alias = "speedup", value_name = "F", default_value_t = 1.0)]
+    #[arg(
+        long,
+        alias = "speedup",
+        value_name = "F",
+        default_value_t = 1.0,
+        help_heading = "Engine model"
+    )]
     pub model_speedup: f64,
     /// Answer every request at once, without the model (for measuring a router).
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine model")]
     pub instant: bool,
     /// Model name served (`/v1/models`, metric labels).
-    #[arg(long, value_name = "NAME", default_value = "routerlab-sim")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "routerlab-sim",
+        help_heading = "Serving"
+    )]
     pub model: String,
     /// Output tokens of requests without `max_tokens` (`--max-tokens` is the old name).
     #[arg(
         long = "output-tokens",
         alias = "max-tokens",
         value_name = "N",
-        default_value_t = 128
+        default_value_t = 128,
+        help_heading = "Serving"
     )]
     pub output_tokens: u64,
     /// Its pool in a disaggregated fleet (vLLM's disaggregated-serving protocol): prefill
     /// (answers a request asking for a remote decode with one token and the KV's
     /// whereabouts), decode (takes a request carrying them with its KV present), or
     /// aggregated (ignores them).
-    #[arg(long, value_name = "ROLE", default_value = "aggregated")]
+    #[arg(
+        long,
+        value_name = "ROLE",
+        default_value = "aggregated",
+        help_heading = "Serving"
+    )]
     pub role: RoleArg,
     /// Publish the KV cache's stores and evictions as vLLM does: a ZeroMQ PUB socket bound
     /// here (`tcp://127.0.0.1:5557`; port 0: any free port, printed on stderr), vLLM's
     /// `KVEventBatch` MessagePack (`--kv-events` is the old name; serve's `--kv-events`
     /// follows engines).
-    #[arg(long, alias = "kv-events", value_name = "ZMQ_URL")]
+    #[arg(
+        long,
+        alias = "kv-events",
+        value_name = "ZMQ_URL",
+        help_heading = "KV events"
+    )]
     pub publish_kv_events: Option<String>,
     /// vLLM's replay socket for missed batches (ROUTER), bound here; needs
     /// --publish-kv-events (`--kv-events-replay` is the old name).
@@ -66,7 +93,8 @@ pub struct EngineArgs {
         long,
         alias = "kv-events-replay",
         value_name = "ZMQ_URL",
-        requires = "publish_kv_events"
+        requires = "publish_kv_events",
+        help_heading = "KV events"
     )]
     pub publish_kv_events_replay: Option<String>,
 }

@@ -1,38 +1,16 @@
-//! The run pipeline every command that replays shares: a run resolved from its
-//! description and its plugins created (`prepare`), and prepared runs driven over loaded
-//! workloads on threads (`run_all`) by the same drivers `replay` uses. `replay`, `compare`,
-//! `sweep` and `snapshot` build on it; none of them imports another for it.
+//! What the commands that replay share beyond the library's batch of runs
+//! ([`routerlab_experiment::batch`]): the watchdog on plugin calls, and a batch's failures
+//! named by their run.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
-use routerlab_sim::observer::{Recorder, RequestRecord, Tee};
-use routerlab_sim::timed::replay_timed;
-use routerlab_sim::{Replicas, Report, timefree};
+use routerlab_experiment::Experiment;
+use routerlab_experiment::batch::{self, Failed, Outcome, Prepared, RunError};
+use routerlab_host::SearchPath;
 use routerlab_trace::Workload;
-
-use routerlab_experiment::{Experiment, Run, resolve};
 
 use crate::exit::Failure;
 use crate::progress::Bars;
-
-/// One run ready to go: its resolved settings, its router (plugins created), and which of
-/// the loaded workloads it replays.
-pub(crate) struct Prepared {
-    /// `policy` or `run`, for messages.
-    pub(crate) kind: &'static str,
-    pub(crate) label: String,
-    pub(crate) spec: Run,
-    pub(crate) replicas: Replicas,
-    pub(crate) workload: usize,
-}
-
-/// What one policy's run produced.
-pub(crate) struct Outcome {
-    pub(crate) report: Report,
-    /// Finished requests, kept only when plots are asked for.
-    pub(crate) records: Vec<RequestRecord>,
-}
 
 /// The deadline the watchdog was started with, for its message.
 static DEADLINE_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -62,96 +40,39 @@ pub(crate) fn watch_plugins(timeout_ms: Option<u64>) {
     });
 }
 
-/// Resolves a run's settings and creates its plugins and router; failures name the run.
+/// Resolves a run's settings and creates its plugins; a failure names the run as `kind`
+/// (`policy` in a comparison, `run` in a sweep) and `label`.
 pub(crate) fn prepare(
     kind: &'static str,
     label: String,
     experiment: &Experiment,
-    workload: usize,
 ) -> Result<Prepared, Failure> {
-    let in_run = |failure: Failure| Failure::InRun {
-        kind,
-        label: label.clone(),
-        failure: Box::new(failure),
-    };
-    let spec = resolve(experiment).map_err(|e| in_run(e.into()))?;
-    let replicas = crate::cmd::build_replicas(&spec).map_err(in_run)?;
-    Ok(Prepared {
-        kind,
-        label,
-        spec,
-        replicas,
-        workload,
-    })
+    batch::prepare(label.clone(), experiment, &SearchPath::from_env(), 0)
+        .map_err(|error| in_run(kind, label, error))
 }
 
-/// Runs every prepared run over its workload, `jobs` at a time, in any order; the
-/// outcomes come back in run order. The first failure (in run order) is returned.
+/// Runs every prepared run, `jobs` at a time, under `bars`; a failure names its run.
 pub(crate) fn run_all(
+    kind: &'static str,
     prepared: &mut [Prepared],
     workloads: &[Workload],
     jobs: usize,
     bars: &Bars,
     keep_records: bool,
 ) -> Result<Vec<Outcome>, Failure> {
-    let next = AtomicUsize::new(0);
-    let slots: Vec<Mutex<Option<&mut Prepared>>> =
-        prepared.iter_mut().map(|p| Mutex::new(Some(p))).collect();
-    let results: Vec<Mutex<Option<Result<Outcome, Failure>>>> =
-        slots.iter().map(|_| Mutex::new(None)).collect();
-    std::thread::scope(|scope| {
-        for _ in 0..jobs.min(slots.len()) {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(slot) = slots.get(i) else { break };
-                    let job = slot.lock().expect("no panic holds it").take();
-                    let Some(job) = job else { continue };
-                    let workload = &workloads[job.workload];
-                    let total = workload.requests.len() as u64;
-                    let mut bar = bars.bar(&job.label, Some(total));
-                    let outcome = run_one(job, workload, &mut bar, keep_records);
-                    bar.finish();
-                    *results[i].lock().expect("no panic holds it") = Some(outcome);
-                }
-            });
-        }
-    });
-    let mut outcomes = Vec::with_capacity(results.len());
-    for (result, p) in results.into_iter().zip(prepared.iter()) {
-        let result = result.into_inner().expect("no panic holds it");
-        let outcome = result
-            .expect("every policy ran")
-            .map_err(|failure| Failure::InRun {
-                kind: p.kind,
-                label: p.label.clone(),
-                failure: Box::new(failure),
-            })?;
-        outcomes.push(outcome);
-    }
-    Ok(outcomes)
+    batch::run_all(prepared, workloads, jobs, bars, keep_records)
+        .map_err(|Failed { index, error }| in_run(kind, prepared[index].label.clone(), *error))
 }
 
-/// One policy's replay, by the same driver `replay` uses for its settings.
-fn run_one(
-    job: &mut Prepared,
-    workload: &Workload,
-    bar: &mut crate::progress::Bar<'_>,
-    keep_records: bool,
-) -> Result<Outcome, Failure> {
-    let mut recorder = Recorder::default();
-    let report = match &job.spec.timed {
-        None => timefree::replay_workload(workload, &mut job.replicas, job.spec.cache_blocks, bar)?,
-        Some(timed) if keep_records => replay_timed(
-            workload,
-            &mut job.replicas,
-            timed,
-            &mut Tee(bar, &mut recorder),
-        )?,
-        Some(timed) => replay_timed(workload, &mut job.replicas, timed, bar)?,
+fn in_run(kind: &'static str, label: String, error: RunError) -> Failure {
+    let failure = match error {
+        RunError::Described(e) => e.into(),
+        RunError::Sim(e) => e.into(),
+        other => Failure::Input(other.to_string()),
     };
-    Ok(Outcome {
-        report,
-        records: recorder.records,
-    })
+    Failure::InRun {
+        kind,
+        label,
+        failure: Box::new(failure),
+    }
 }

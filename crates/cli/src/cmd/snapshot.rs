@@ -29,20 +29,20 @@ pub struct SnapshotArgs {
     pub file: PathBuf,
     /// Compare with the stored snapshot instead of writing it: exit 4 and write
     /// FILE.snap.new when a statistic moved.
-    #[arg(long, conflicts_with = "accept")]
+    #[arg(long, conflicts_with = "accept", help_heading = "Snapshot")]
     pub check: bool,
     /// Take FILE.snap.new as the stored snapshot (after a failed --check).
-    #[arg(long)]
+    #[arg(long, help_heading = "Snapshot")]
     pub accept: bool,
     /// Significant digits kept of the timed figures (latencies, throughput, makespan).
-    #[arg(long, value_name = "N", default_value_t = 3)]
+    #[arg(long, value_name = "N", default_value_t = 3, help_heading = "Snapshot")]
     pub digits: u32,
     /// Keep the tool version in the snapshot (it changes with every release).
-    #[arg(long)]
+    #[arg(long, help_heading = "Snapshot")]
     pub keep_version: bool,
     /// Snapshot a comparison instead of one replay: a policy as for `compare`
     /// (repeatable), or `policies` in the experiment file.
-    #[arg(long = "policy", value_name = "POLICY")]
+    #[arg(long = "policy", value_name = "POLICY", help_heading = "Policies")]
     pub policies: Vec<String>,
     /// The replay to snapshot: the same flags as `routerlab replay`.
     #[command(flatten)]

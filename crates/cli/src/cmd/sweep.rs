@@ -21,9 +21,10 @@ use routerlab_trace::{TraceReader, Workload};
 use serde::{Deserialize, Serialize};
 
 use crate::cmd::OutputFile;
-use crate::cmd::run::{Prepared, prepare, run_all};
+use crate::cmd::run::{prepare, run_all};
 use crate::exit::Failure;
 use crate::progress::Bars;
+use routerlab_experiment::batch::Prepared;
 
 /// `routerlab sweep`.
 #[derive(Args, Debug, Clone)]
@@ -33,22 +34,22 @@ pub struct SweepArgs {
     pub file: PathBuf,
     /// Run only shard I of N and write its runs as JSON lines: `I/N` or `count:I/N` (run k
     /// goes to shard k mod N + 1), or `hash:I/N` (by a hash of the run's name).
-    #[arg(long, value_name = "I/N")]
+    #[arg(long, value_name = "I/N", help_heading = "Running")]
     pub partition: Option<String>,
     /// Where the JSON lines of `--partition` go [default: stdout].
-    #[arg(long, short, value_name = "FILE")]
+    #[arg(long, short, value_name = "FILE", help_heading = "Output")]
     pub output: Option<PathBuf>,
     /// Runs at once, on threads [default: the number of cores].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Running")]
     pub jobs: Option<usize>,
     /// Output format of the whole sweep [default: human].
-    #[arg(long, value_name = "FORMAT")]
+    #[arg(long, value_name = "FORMAT", help_heading = "Output")]
     pub format: Option<OutputFormat>,
     /// Write SVG plots of the whole sweep into DIR.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = "Output")]
     pub plot: Option<PathBuf>,
     /// No progress bars.
-    #[arg(long, short)]
+    #[arg(long, short, help_heading = "Output")]
     pub quiet: bool,
 }
 
@@ -59,10 +60,10 @@ pub struct MergeArgs {
     #[arg(value_name = "SHARD.jsonl", required = true)]
     pub files: Vec<PathBuf>,
     /// Output format [default: human].
-    #[arg(long, value_name = "FORMAT")]
+    #[arg(long, value_name = "FORMAT", help_heading = "Output")]
     pub format: Option<OutputFormat>,
     /// Write SVG plots of the whole sweep into DIR.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = "Output")]
     pub plot: Option<PathBuf>,
 }
 
@@ -135,7 +136,7 @@ pub fn run(args: SweepArgs) -> Result<(), Failure> {
                 label: run.label.clone(),
                 failure: Box::new(e.into()),
             })?;
-        prepared.push(prepare("run", run.label.clone(), &experiment, 0)?);
+        prepared.push(prepare("run", run.label.clone(), &experiment)?);
         settings.push(run.settings.clone());
     }
     // After the plugins are loaded: their libraries are inputs too.
@@ -151,7 +152,7 @@ pub fn run(args: SweepArgs) -> Result<(), Failure> {
     let workloads = load_workloads(&mut prepared)?;
     let bars = Bars::new(args.quiet);
     let keep = partition.is_some() || args.plot.is_some();
-    let outcomes = run_all(&mut prepared, &workloads, jobs, &bars, keep)?;
+    let outcomes = run_all("run", &mut prepared, &workloads, jobs, &bars, keep)?;
 
     let mut lines = Vec::with_capacity(outcomes.len());
     for (((index, _), p), (outcome, settings)) in selected
@@ -162,7 +163,7 @@ pub fn run(args: SweepArgs) -> Result<(), Failure> {
         let workload = &workloads[p.workload];
         let mut report = outcome.report;
         let curves = crate::cmd::plot::curves_of(&report, &outcome.records);
-        report.run = Some(p.spec.run_info(
+        report.run = Some(p.run.run_info(
             workload.source.clone(),
             workload.block_size,
             &workload.skipped,
@@ -266,9 +267,9 @@ fn write_lines(lines: &[SweepLine], path: Option<&Path>) -> Result<(), Failure> 
 fn load_workloads(prepared: &mut [Prepared]) -> Result<Vec<Workload>, Failure> {
     let mut keys: Vec<(PathBuf, String, Vec<u32>)> = Vec::new();
     for p in prepared.iter_mut() {
-        let key = (p.spec.trace.clone(), format!("{:?}", p.spec.trace_options));
+        let key = (p.run.trace.clone(), format!("{:?}", p.run.trace_options));
         let sizes = p
-            .spec
+            .run
             .timed
             .as_ref()
             .map(|t| t.engine_block_sizes())
@@ -288,8 +289,8 @@ fn load_workloads(prepared: &mut [Prepared]) -> Result<Vec<Workload>, Failure> {
     for (trace, _, sizes) in keys {
         let options = prepared
             .iter()
-            .find(|p| p.spec.trace == trace)
-            .map(|p| p.spec.trace_options.clone())
+            .find(|p| p.run.trace == trace)
+            .map(|p| p.run.trace_options.clone())
             .expect("a run reads it");
         let reader = TraceReader::open(&trace, options)?;
         crate::cmd::note_load_only(&trace, reader.format());
