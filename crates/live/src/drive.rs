@@ -195,7 +195,7 @@ async fn drive_graph(
     send_times: &[Option<Duration>],
     speedup: f64,
 ) -> Result<Vec<Outcome>, LiveError> {
-    use routerlab_trace::format::agentic::Trigger;
+    use routerlab_trace::dependency::Trigger;
     let n = workload.requests.len();
     let signals: Arc<Signals> = Arc::new(
         (0..n)

@@ -29,7 +29,7 @@ use routerlab_host::{
 use routerlab_report::Report;
 use routerlab_report::run::{PluginRun, PoolsRun, ReplicasRun, RunInfo, TimedRun};
 use routerlab_route::{Pools, ReplicaAssign, Replicas, Router, WhenUnavailable};
-use routerlab_trace::workload::TraceSource;
+use routerlab_trace::TraceSource;
 use routerlab_trace::{TraceOptions, TraceReader, Workload};
 use serde_yaml::{Mapping, Value};
 
@@ -430,8 +430,8 @@ pub mod recorded {
         TraceRun, UnavailableRun,
     };
     use routerlab_route::{ReplicaAssign, WhenUnavailable};
+    use routerlab_trace::TraceSource;
     use routerlab_trace::arrivals::Arrivals;
-    use routerlab_trace::workload::TraceSource;
 
     /// The trace a run read, with the lines it skipped by reason.
     pub fn trace(source: TraceSource, skipped: &BTreeMap<&'static str, u64>) -> TraceRun {

@@ -6,31 +6,24 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+use crate::dependency::{Dependency, RawDependency};
 use crate::error::{Fault, TraceError};
-use crate::format::agentic::{RawDependency, Relation, Trigger};
-use crate::workload::WorkloadRequest;
 
-/// One resolved dependency.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Dependency {
-    /// Position (in the workload) of the request depended on.
-    pub on: usize,
-    /// What of it fires this one.
-    pub trigger: Trigger,
-    /// Nanoseconds after the trigger.
-    pub delay_ns: u64,
-    /// Its kind.
-    pub relation: Relation,
+/// One request of the graph: its line in the file and its play.
+pub(crate) struct Node {
+    pub(crate) line: usize,
+    pub(crate) play: u64,
 }
 
-/// Resolves `raw[i]` (the dependencies of `requests[i]`, named by the ids in `ids`),
-/// checks the graph, and reorders `requests` into dependency order.
+/// Resolves `raw[i]` (the dependencies of the request `requests[i]`, named by the ids in
+/// `ids`) and checks the graph. The answer is the requests in dependency order, each as
+/// its position in `requests` with its dependencies on positions in that order.
 pub(crate) fn resolve(
     path: &std::path::Path,
-    requests: &mut Vec<WorkloadRequest>,
+    requests: &[Node],
     ids: &[String],
     raw: &[Vec<RawDependency>],
-) -> Result<(), TraceError> {
+) -> Result<Vec<(usize, Vec<Dependency>)>, TraceError> {
     let error = |index: usize, field: Option<&str>, fault, message| TraceError {
         file: path.to_owned(),
         line: requests_line(requests, index),
@@ -123,22 +116,21 @@ pub(crate) fn resolve(
     for (new, &old) in order.iter().enumerate() {
         new_position[old] = new;
     }
-    let mut taken: Vec<Option<WorkloadRequest>> =
-        std::mem::take(requests).into_iter().map(Some).collect();
-    for &old in &order {
-        let mut request = taken[old].take().expect("each request once");
-        request.dependencies = resolved[old]
-            .iter()
-            .map(|dep| Dependency {
-                on: new_position[dep.on],
-                ..*dep
-            })
-            .collect();
-        requests.push(request);
-    }
-    Ok(())
+    Ok(order
+        .iter()
+        .map(|&old| {
+            let dependencies = resolved[old]
+                .iter()
+                .map(|dep| Dependency {
+                    on: new_position[dep.on],
+                    ..*dep
+                })
+                .collect();
+            (old, dependencies)
+        })
+        .collect())
 }
 
-fn requests_line(requests: &[WorkloadRequest], index: usize) -> usize {
+fn requests_line(requests: &[Node], index: usize) -> usize {
     requests.get(index).map_or(0, |r| r.line)
 }

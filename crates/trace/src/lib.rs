@@ -12,10 +12,11 @@
 pub mod adapters;
 pub mod arrivals;
 pub mod blocks;
+pub mod dependency;
 pub mod diagnose;
 pub mod error;
 pub mod format;
-pub mod graph;
+mod graph;
 pub mod ids;
 pub mod inspect;
 mod linker;
@@ -31,5 +32,5 @@ mod zstd;
 
 pub use error::{Fault, TraceError};
 pub use reader::{TraceFormat, TraceOptions, TraceReader, TraceRequest};
-pub use source::HashJob;
-pub use workload::{TraceSource, Workload, WorkloadRequest};
+pub use source::{HashJob, TraceSource};
+pub use workload::{Workload, WorkloadRequest};

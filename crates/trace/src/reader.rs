@@ -270,7 +270,7 @@ impl TraceReader {
     /// (for the report's `run` block). A mapped file is hashed as it is read, so only what
     /// was not read yet is read for it; a compressed one that can be opened again is read
     /// once more.
-    pub fn source(&self) -> crate::workload::TraceSource {
+    pub fn source(&self) -> crate::source::TraceSource {
         let content_hash = match &self.source {
             Source::Mapped { .. } => self.source.mapped_hash().unwrap_or_default(),
             Source::Stream { tally: Some(t), .. } => {
@@ -278,10 +278,10 @@ impl TraceReader {
                 format!("{:016x}", t.hash.digest())
             }
             Source::Stream { tally: None, .. } => MappedFile::open(&self.linker.path)
-                .map(|map| crate::workload::content_hash(&map))
+                .map(|map| crate::source::content_hash(&map))
                 .unwrap_or_default(),
         };
-        crate::workload::TraceSource {
+        crate::source::TraceSource {
             path: self.linker.path.clone(),
             format: self.linker.format,
             bytes: self.len_bytes() as u64,

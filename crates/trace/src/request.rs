@@ -69,7 +69,7 @@ pub struct TraceRequest {
     /// See `request_id`.
     pub play: u64,
     /// See `request_id`.
-    pub dependencies: Vec<crate::format::agentic::RawDependency>,
+    pub dependencies: Vec<crate::dependency::RawDependency>,
     /// Output tokens, if the trace says.
     pub output_tokens: Option<u64>,
     /// Prompt token ids (token-id traces only).

@@ -3,10 +3,12 @@
 //! the line splitting both share.
 
 use std::io::BufRead;
+use std::path::PathBuf;
 
 use routerlab_os::MappedFile;
 
 use crate::error::TraceError;
+use crate::trace_format::TraceFormat;
 
 /// Where a trace's bytes come from: the file mapped, or a decompressor reading it.
 pub(crate) enum Source {
@@ -87,7 +89,7 @@ impl Source {
         }
     }
 
-    /// The xxh3-64 of a mapped file's bytes, as `crate::workload::content_hash` writes it:
+    /// The xxh3-64 of a mapped file's bytes, as `content_hash` writes it:
     /// what was hashed on the way and then the rest, or the job's hash, or the file
     /// hashed whole (read again only where not read yet).
     pub(crate) fn mapped_hash(&self) -> Option<String> {
@@ -97,7 +99,7 @@ impl Source {
         else {
             return None;
         };
-        let whole = || crate::workload::content_hash(&map[..]);
+        let whole = || content_hash(&map[..]);
         Some(match hash {
             MappedHash::OnTheWay(hash) => {
                 let mut hash = (**hash).clone();
@@ -124,7 +126,7 @@ struct Hashing {
     /// Bytes hashed so far.
     at: usize,
     hash: xxhash_rust::xxh3::Xxh3Default,
-    /// The hash, as `crate::workload::content_hash` writes it, once done.
+    /// The hash, as `content_hash` writes it, once done.
     done: Option<String>,
 }
 
@@ -439,6 +441,24 @@ pub(crate) fn is_blank(line: &[u8]) -> bool {
 
 pub(crate) fn memchr_newline(bytes: &[u8]) -> Option<usize> {
     memchr::memchr(b'\n', bytes)
+}
+
+/// Where a trace came from, for the report's `run` block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceSource {
+    /// The trace file as given.
+    pub path: PathBuf,
+    /// Its format.
+    pub format: TraceFormat,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// xxh3-64 of its bytes, hex: two reports of the same content agree on it.
+    pub content_hash: String,
+}
+
+/// xxh3-64 of `bytes` as 16 hex digits: how a trace's content is named in reports.
+pub(crate) fn content_hash(bytes: &[u8]) -> String {
+    format!("{:016x}", routerlab_core::hash::hash64(bytes, 0))
 }
 
 #[cfg(test)]

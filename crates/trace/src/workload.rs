@@ -8,14 +8,13 @@
 //! the run's own state, never written here.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use routerlab_core::Unit;
-use routerlab_core::hash::hash64;
 
 use crate::blocks::{RequestParts, engine_block_hashes, engine_chain_into, prompt_tokens};
 use crate::error::TraceError;
 use crate::reader::{TraceFormat, TraceReader, TraceRequest};
+use crate::source::TraceSource;
 
 /// One request of a workload.
 #[derive(Debug, Clone, Default)]
@@ -45,7 +44,7 @@ pub struct WorkloadRequest {
     /// Agentic traces: the play (agent job) it belongs to, 1-based; 0 otherwise.
     pub play: u64,
     /// Agentic traces: what it waits for (positions in the workload, all earlier).
-    pub dependencies: Vec<crate::graph::Dependency>,
+    pub dependencies: Vec<crate::dependency::Dependency>,
     /// The LoRA adapter it names (1-based, see [`Workload::adapters`]); 0 = none.
     pub adapter: u32,
     /// It is its session's last: the client ends the session after it.
@@ -107,19 +106,6 @@ impl WorkloadRequest {
     }
 }
 
-/// Where a workload came from, for the report's `run` block.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceSource {
-    /// The trace file as given.
-    pub path: PathBuf,
-    /// Its format.
-    pub format: TraceFormat,
-    /// Its size in bytes.
-    pub bytes: u64,
-    /// xxh3-64 of its bytes, hex: two reports of the same content agree on it.
-    pub content_hash: String,
-}
-
 /// A loaded trace.
 #[derive(Debug, Clone)]
 pub struct Workload {
@@ -171,7 +157,23 @@ impl Workload {
         }
         let source = reader.source();
         if format.is_agentic() {
-            crate::graph::resolve(&source.path, &mut requests, &ids, &raw)?;
+            let nodes: Vec<crate::graph::Node> = requests
+                .iter()
+                .map(|r| crate::graph::Node {
+                    line: r.line,
+                    play: r.play,
+                })
+                .collect();
+            let ordered = crate::graph::resolve(&source.path, &nodes, &ids, &raw)?;
+            let mut taken: Vec<Option<WorkloadRequest>> = std::mem::take(&mut requests)
+                .into_iter()
+                .map(Some)
+                .collect();
+            for (old, dependencies) in ordered {
+                let mut request = taken[old].take().expect("each request once");
+                request.dependencies = dependencies;
+                requests.push(request);
+            }
         }
         let block_size = reader.block_size();
         Ok(Workload {
@@ -243,11 +245,6 @@ impl Workload {
             }
         }
     }
-}
-
-/// xxh3-64 of `bytes` as 16 hex digits.
-pub(crate) fn content_hash(bytes: &[u8]) -> String {
-    format!("{:016x}", hash64(bytes, 0))
 }
 
 #[cfg(test)]

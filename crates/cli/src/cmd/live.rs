@@ -11,7 +11,9 @@ use routerlab_host::SearchPath;
 use routerlab_live::LiveError;
 use routerlab_live::engine::EngineSettings;
 use routerlab_live::plugin_host::{Host, HostCommand};
+use routerlab_live::serve::addresses::{self, Listed};
 use routerlab_live::serve::health::HealthRule;
+use routerlab_live::serve::kv_index::KvSubscription;
 use routerlab_live::serve::{OnPluginError, Plugins, ServeSettings};
 
 use routerlab_experiment::Serving;
@@ -331,101 +333,22 @@ pub fn engine(args: EngineArgs) -> Result<(), Failure> {
         .map_err(Failure::from)
 }
 
-/// `--kv-events` and `--kv-events-replay`: ENDPOINT=URL pairs, each endpoint one of the
-/// fleet's, at most once, every replay one of a followed endpoint.
+/// `--kv-events` and `--kv-events-replay`, each failure named by its flag.
 fn kv_subscriptions(
     events: Option<&str>,
     replays: Option<&str>,
     fleet: &[String],
-) -> Result<Vec<routerlab_live::serve::kv_index::KvSubscription>, Failure> {
-    let pairs = |flag: &str, text: &str| -> Result<Vec<(String, String)>, Failure> {
-        let mut out: Vec<(String, String)> = Vec::new();
-        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let Some((name, url)) = item.split_once('=') else {
-                return Err(Failure::input(format!(
-                    "{flag}: `{item}` is not ENDPOINT=ZMQ_URL"
-                )));
-            };
-            let name = endpoint(name.trim())
-                .map_err(|why| Failure::input(format!("{flag}: `{item}`: {why}")))?;
-            if !fleet.contains(&name) {
-                return Err(Failure::input(format!(
-                    "{flag}: `{name}` is not one of the endpoints ({})",
-                    fleet.join(",")
-                )));
-            }
-            if out.iter().any(|(n, _)| *n == name) {
-                return Err(Failure::input(format!("{flag}: `{name}` is given twice")));
-            }
-            out.push((name, url.trim().to_owned()));
-        }
-        Ok(out)
-    };
+) -> Result<Vec<KvSubscription>, Failure> {
     let Some(events) = events else {
         return Ok(Vec::new());
     };
-    let events = pairs("--kv-events", events)?;
-    let replays = pairs("--kv-events-replay", replays.unwrap_or_default())?;
-    if let Some((name, _)) = replays
-        .iter()
-        .find(|(n, _)| !events.iter().any(|(e, _)| e == n))
-    {
-        return Err(Failure::input(format!(
-            "--kv-events-replay: `{name}` has no --kv-events"
-        )));
-    }
-    Ok(events
-        .into_iter()
-        .map(|(endpoint, url)| {
-            let replay = replays
-                .iter()
-                .find(|(n, _)| *n == endpoint)
-                .map(|(_, r)| r.clone());
-            routerlab_live::serve::kv_index::KvSubscription {
-                endpoint,
-                url,
-                replay,
-            }
-        })
-        .collect())
-}
-
-/// One engine's `host:port` (an optional `http://` and trailing `/` dropped), or why it
-/// is none the router could ever reach: another scheme, a path, query, fragment or user,
-/// spaces, a host that is no name or address, port 0.
-fn endpoint(item: &str) -> Result<String, String> {
-    if let Some((scheme, _)) = item.split_once("://")
-        && scheme != "http"
-    {
-        return Err(format!(
-            "only plain http:// engines can be served, not {scheme}://"
-        ));
-    }
-    let rest = item.strip_prefix("http://").unwrap_or(item);
-    let rest = rest.strip_suffix('/').unwrap_or(rest);
-    if rest.contains(['/', '?', '#', '@']) || rest.chars().any(char::is_whitespace) {
-        return Err("is not host:port (no path, query, fragment, user or spaces)".into());
-    }
-    let Some((host, port)) = rest.rsplit_once(':') else {
-        return Err("is not host:port".into());
-    };
-    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
-        None => {
-            !host.is_empty()
-                && host
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
-        }
-    };
-    if !host_ok {
-        return Err(format!("`{host}` is not a host name or address"));
-    }
-    match port.parse::<u16>() {
-        Ok(0) => Err("port 0 is no engine's port".into()),
-        Ok(_) => Ok(rest.to_owned()),
-        Err(_) => Err(format!("`{port}` is not a port (1 to 65535)")),
-    }
+    addresses::subscriptions(events, replays.unwrap_or_default(), fleet).map_err(|e| {
+        let flag = match e.list {
+            Listed::Events => "--kv-events",
+            Listed::Replays => "--kv-events-replay",
+        };
+        Failure::input(format!("{flag}: {}", e.message))
+    })
 }
 
 /// `--engine-config`'s text as a layer: its keys under `engine`.
@@ -456,8 +379,8 @@ fn serving(args: &ServeArgs) -> Result<Serving, Failure> {
             p if i >= p && args.fleet.endpoints.is_none() => "--decode-endpoints",
             _ => "--endpoints",
         };
-        let address =
-            endpoint(name).map_err(|why| Failure::input(format!("{flag}: `{name}`: {why}")))?;
+        let address = addresses::endpoint(name)
+            .map_err(|why| Failure::input(format!("{flag}: `{name}`: {why}")))?;
         if seen.contains(&address) {
             return Err(Failure::input(format!("{flag}: `{name}` is given twice")));
         }

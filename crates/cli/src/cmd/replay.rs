@@ -171,7 +171,7 @@ fn loaded(
 ) -> (
     Report,
     std::collections::BTreeMap<&'static str, u64>,
-    routerlab_trace::workload::TraceSource,
+    routerlab_trace::TraceSource,
     u32,
 ) {
     (

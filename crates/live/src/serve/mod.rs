@@ -20,6 +20,7 @@
 //! ([`crate::plugin_host`]) that a crash or a missed deadline only restarts: either way a
 //! call waits at most its deadline, so no request waits without limit.
 
+pub mod addresses;
 pub mod health;
 pub mod kv_index;
 mod lora;

@@ -10,7 +10,7 @@
 use routerlab_report::agentic::{AgenticReport, distribution};
 use routerlab_report::stats::{LatencyStat, ratio};
 use routerlab_trace::Workload;
-use routerlab_trace::format::agentic::Trigger;
+use routerlab_trace::dependency::Trigger;
 
 /// The dependency graph and its tally.
 pub(super) struct Agentic {

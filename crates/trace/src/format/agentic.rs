@@ -15,8 +15,9 @@
 //! cycle, a play without a root) are made once the whole trace is read
 //! ([`crate::graph`]).
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
+use crate::dependency::{RawDependency, Relation, Trigger};
 use crate::error::{Fault, TraceError};
 use crate::ids::IdKey;
 use crate::linker::Linker;
@@ -26,43 +27,6 @@ use crate::request::TraceRequest;
 pub const SCHEMA: &str = "dynamo.agentic_mooncake";
 /// The version read.
 pub const VERSION: u32 = 2;
-
-/// What fires a dependency: the other request being sent, or finishing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Trigger {
-    /// When the other request is dispatched (sent to the router).
-    Dispatch,
-    /// When the other request completes.
-    Completion,
-}
-
-/// What a dependency stands for (the replay treats them alike; reports may not).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Relation {
-    /// The next turn of a session after the previous one.
-    Sequence,
-    /// A sub-agent started by another request.
-    Spawn,
-    /// A turn that waits for sub-agents.
-    Join,
-    /// A barrier of the recorded replay.
-    ReplayBarrier,
-}
-
-/// One dependency as written: on a request named by its id.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RawDependency {
-    /// The other request's `request_id`.
-    pub request_id: String,
-    /// What fires it.
-    pub trigger: Trigger,
-    /// Nanoseconds after the trigger before this request may go.
-    pub delay_ns: u64,
-    /// Its kind.
-    pub relation: Relation,
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use crate::format::agentic::{Relation, Trigger};
+use crate::dependency::{Relation, Trigger};
 
 /// Timestamps this close count as one (seconds).
 pub(super) const EPSILON_S: f64 = 1e-6;

@@ -25,8 +25,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::dependency::{Relation, Trigger};
 use crate::error::{Fault, TraceError};
-use crate::format::agentic::{Relation, Trigger};
 use graph::{Edge, Placed, Recorded, Stream, add, ms};
 
 #[derive(Deserialize)]
