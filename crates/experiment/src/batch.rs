@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use routerlab_host::SearchPath;
-use routerlab_sim::observer::{Observer, Recorder, RequestRecord, Tee};
+use routerlab_sim::observer::{NoObserver, Observer, Recorder, RequestRecord, Tee};
 use routerlab_sim::timed::replay_timed;
 use routerlab_sim::{Replicas, Report, SimError, timefree};
 use routerlab_trace::Workload;
@@ -80,24 +80,12 @@ pub trait Watch: Sync {
 /// No watching.
 pub struct Unwatched;
 
-/// The observer of an unwatched run.
-pub struct Nothing;
-
-impl Observer for Nothing {
-    fn finished(&mut self, _record: &RequestRecord) -> Result<(), SimError> {
-        Ok(())
-    }
-    fn wants_finished(&self) -> bool {
-        false
-    }
-}
-
 impl Watch for Unwatched {
-    type Run<'a> = Nothing;
-    fn start(&self, _label: &str, _requests: u64) -> Nothing {
-        Nothing
+    type Run<'a> = NoObserver;
+    fn start(&self, _label: &str, _requests: u64) -> NoObserver {
+        NoObserver
     }
-    fn end(&self, _run: Nothing) {}
+    fn end(&self, _run: NoObserver) {}
 }
 
 /// The run of a batch that failed first, in run order, and why.
