@@ -377,6 +377,54 @@ pub fn load(path: &Path, args: &RunSettings) -> Result<Vec<LoadedRun>, Calibrate
         .collect())
 }
 
+/// The workload at `path` the measured engine was fed, checked to be the run's: as many
+/// requests, the same lengths where the trace has them in tokens, and every one with an
+/// arrival time. Its messages start with the file.
+pub fn fed_workload(
+    path: &Path,
+    options: TraceOptions,
+    run: &MeasuredRun,
+    block_size: u32,
+) -> Result<Workload, CalibrateError> {
+    let reader = TraceReader::open(path, options).map_err(CalibrateError::Trace)?;
+    let workload = Workload::load(reader, &[block_size]).map_err(CalibrateError::Trace)?;
+    if workload.requests.len() != run.requests.len() {
+        return Err(CalibrateError::Input(format!(
+            "{} has {} requests, the measured run {}: give the workload the run was fed",
+            path.display(),
+            workload.requests.len(),
+            run.requests.len()
+        )));
+    }
+    // The same requests, not just as many: lengths in tokens match request by request.
+    if workload.unit == routerlab_core::Unit::Tokens {
+        for (i, (fed, measured)) in workload.requests.iter().zip(&run.requests).enumerate() {
+            let output_differs = fed.output_tokens.is_some_and(|o| o != measured.output_toks);
+            if u64::from(fed.prompt_tokens) != measured.input_toks || output_differs {
+                return Err(CalibrateError::Input(format!(
+                    "{}: request {} (line {}) has {} prompt and {} output tokens, the measured run's request {} {} and {}: give the workload the run was fed",
+                    path.display(),
+                    i + 1,
+                    fed.line,
+                    fed.prompt_tokens,
+                    fed.output_tokens
+                        .map_or("unknown".into(), |o| o.to_string()),
+                    i + 1,
+                    measured.input_toks,
+                    measured.output_toks,
+                )));
+            }
+        }
+    }
+    if workload.requests.iter().any(|r| r.arrival_ns.is_none()) {
+        return Err(CalibrateError::Input(format!(
+            "{}: every request needs an arrival time",
+            path.display()
+        )));
+    }
+    Ok(workload)
+}
+
 /// The run's own workload: each request's arrival, prompt and output tokens, in Mooncake
 /// form with block ids of its own (no prefix is shared).
 pub fn own_workload(

@@ -7,9 +7,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use routerlab_calibrate::{MeasuredRun, fit};
+use routerlab_calibrate::{CalibrateError, fit};
 use routerlab_engine::EngineConfig;
-use routerlab_trace::{TraceOptions, TraceReader, Workload};
+use routerlab_trace::TraceOptions;
 
 use crate::cmd::runs::{self, RunArgs};
 use crate::exit::Failure;
@@ -76,7 +76,21 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
     };
     eprintln!("KV cache: {searched}{blocks} blocks of {block_size} tokens ({how})");
     let workload = match &args.workload {
-        Some(path) => fed_workload(path, &args, &run, block_size)?,
+        Some(path) => {
+            let options = TraceOptions {
+                format: args.trace_format,
+                trace_block_size: args.trace_block_size,
+                ..TraceOptions::default()
+            };
+            routerlab_calibrate::load::fed_workload(path, options, &run, block_size).map_err(
+                |e| match e {
+                    CalibrateError::Input(message) => {
+                        Failure::input(format!("--workload {message}"))
+                    }
+                    other => other.into(),
+                },
+            )?
+        }
         None => routerlab_calibrate::load::own_workload(&loaded.label, &run, block_size)?,
     };
     let engines = args
@@ -159,56 +173,4 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         Some(path) => crate::cmd::write_output(path, yaml.as_bytes(), "the engine config"),
         None => crate::cmd::print_stdout(&yaml, "the engine config"),
     }
-}
-
-/// The workload of `--workload`, checked to be the run's: as many requests, the same
-/// lengths where the trace has them in tokens, and every one with an arrival time.
-fn fed_workload(
-    path: &Path,
-    args: &CalibrateArgs,
-    run: &MeasuredRun,
-    block_size: u32,
-) -> Result<Workload, Failure> {
-    let options = TraceOptions {
-        format: args.trace_format,
-        trace_block_size: args.trace_block_size,
-        ..TraceOptions::default()
-    };
-    let reader = TraceReader::open(path, options)?;
-    let workload = Workload::load(reader, &[block_size])?;
-    if workload.requests.len() != run.requests.len() {
-        return Err(Failure::input(format!(
-            "--workload {} has {} requests, the measured run {}: give the workload the run was fed",
-            path.display(),
-            workload.requests.len(),
-            run.requests.len()
-        )));
-    }
-    // The same requests, not just as many: lengths in tokens match request by request.
-    if workload.unit == routerlab_core::Unit::Tokens {
-        for (i, (fed, measured)) in workload.requests.iter().zip(&run.requests).enumerate() {
-            let output_differs = fed.output_tokens.is_some_and(|o| o != measured.output_toks);
-            if u64::from(fed.prompt_tokens) != measured.input_toks || output_differs {
-                return Err(Failure::input(format!(
-                    "--workload {}: request {} (line {}) has {} prompt and {} output tokens, the measured run's request {} {} and {}: give the workload the run was fed",
-                    path.display(),
-                    i + 1,
-                    fed.line,
-                    fed.prompt_tokens,
-                    fed.output_tokens
-                        .map_or("unknown".into(), |o| o.to_string()),
-                    i + 1,
-                    measured.input_toks,
-                    measured.output_toks,
-                )));
-            }
-        }
-    }
-    if workload.requests.iter().any(|r| r.arrival_ns.is_none()) {
-        return Err(Failure::input(format!(
-            "--workload {}: every request needs an arrival time",
-            path.display()
-        )));
-    }
-    Ok(workload)
 }
