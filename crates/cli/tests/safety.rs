@@ -53,6 +53,93 @@ fn an_output_that_is_an_input_is_refused_by_identity_and_the_input_survives() {
     assert_eq!(std::fs::read(&config).unwrap(), b"timing: trace\n");
 }
 
+/// Every file a command reads is an input, whatever flag or key named it: a model config
+/// given by `--model-config` or an experiment's `model_config` is never written over by
+/// `replay --requests-out`, `snapshot` or `sweep -o`.
+#[test]
+fn a_model_config_is_an_input_to_every_command_that_writes() {
+    let original = std::fs::read(project_trace("models/Llama-3.1-8B.json")).unwrap();
+    let model = scratch_file("safety-model.json", &original);
+    let model_arg = model.to_string_lossy().into_owned();
+    let trace = project_trace("mooncake-small.jsonl");
+    let trace_arg = trace.to_string_lossy().into_owned();
+    let timed = ["--timing", "trace", "--model-config", model_arg.as_str()];
+    let mut replay = timed.to_vec();
+    replay.extend(["--requests-out", &model_arg]);
+    refused(
+        &Replay::new("round-robin", &trace).args(&replay).run(),
+        "is the same file as the input",
+    );
+    let mut snapshot = vec![
+        "snapshot",
+        &model_arg,
+        "--matcher",
+        "round-robin",
+        "--trace",
+        &trace_arg,
+    ];
+    snapshot.extend(timed);
+    refused(&routerlab(&snapshot), "is the same file as the input");
+    let sweep = scratch_file(
+        "safety-sweep.yaml",
+        format!(
+            "trace: {trace_arg}\ntiming: trace\nmodel_config: {model_arg}\ngrid:\n  policy: [round-robin]\n"
+        )
+        .as_bytes(),
+    );
+    refused(
+        &routerlab(&[
+            "sweep",
+            &sweep.to_string_lossy(),
+            "--partition",
+            "1/1",
+            "-o",
+            &model_arg,
+        ]),
+        "is the same file as the input",
+    );
+    assert_eq!(
+        std::fs::read(&model).unwrap(),
+        original,
+        "the model config is untouched"
+    );
+}
+
+/// A measured run given as a directory makes every file in it an input: `validate
+/// --engine-out` and `calibrate -o` refuse to write there, before any work, and the run's
+/// files survive.
+#[test]
+fn no_output_is_written_inside_an_input_directory() {
+    let source = project_trace("llmservingsim/RTXPRO6000-Llama-3.1-8B-vllm");
+    let run = std::env::temp_dir().join(format!("routerlab-safety-run-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&run);
+    std::fs::create_dir_all(&run).unwrap();
+    for name in ["meta.json", "requests.jsonl", "timeseries.csv"] {
+        std::fs::copy(source.join(name), run.join(name)).unwrap();
+    }
+    let run_arg = run.to_string_lossy().into_owned();
+    for name in ["requests.jsonl", "timeseries.csv", "engine.yaml"] {
+        let out = run.join(name).to_string_lossy().into_owned();
+        refused(
+            &routerlab(&["validate", "--fit", &run_arg, "--engine-out", &out]),
+            "is inside the input directory",
+        );
+        refused(
+            &routerlab(&["calibrate", &run_arg, "-o", &out]),
+            "is inside the input directory",
+        );
+    }
+    for name in ["meta.json", "requests.jsonl", "timeseries.csv"] {
+        assert_eq!(
+            std::fs::read(run.join(name)).unwrap(),
+            std::fs::read(source.join(name)).unwrap(),
+            "{name} is untouched"
+        );
+    }
+    assert!(!run.join("engine.yaml").exists());
+    std::fs::remove_dir_all(&run).unwrap();
+}
+
 #[test]
 fn a_failed_run_leaves_an_existing_output_as_it_was() {
     let out = scratch_file("safety-out.jsonl", b"previous results\n");

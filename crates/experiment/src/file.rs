@@ -307,6 +307,15 @@ fn at_directory(layer: &mut Mapping, dir: &Path) {
 }
 
 impl Experiment {
+    /// Every file the run reads, whatever key named it (the trace, the model config): none
+    /// may be an output. The experiment file itself is its reader's to add.
+    pub fn inputs(&self) -> Vec<&Path> {
+        [&self.trace, &self.model_config]
+            .into_iter()
+            .filter_map(|p| p.as_deref())
+            .collect()
+    }
+
     /// This description with `policy`'s plugins instead of its own (what the layers gave
     /// stays as [`Experiment::given`] says).
     pub fn with_policy(&self, policy: &Policy) -> Result<Experiment, ExperimentError> {

@@ -45,8 +45,22 @@ pub struct CalibrateArgs {
     pub output: Option<PathBuf>,
 }
 
+/// Refuses an `--output` that is one of the files read: the run (any file in its
+/// directory), the workload, a request file, the model config, a plugin library loaded.
+fn refuse_inputs_as_output(args: &CalibrateArgs) -> Result<(), Failure> {
+    let Some(out) = &args.output else {
+        return Ok(());
+    };
+    let mut inputs: Vec<&Path> = vec![&args.run];
+    inputs.extend(args.workload.as_deref());
+    inputs.extend(args.run_args.fmperf_requests.iter().map(PathBuf::as_path));
+    inputs.extend(args.run_args.model_config.as_deref());
+    crate::cmd::refuse_input_as_output("--output", out, &inputs)
+}
+
 /// Runs the command.
 pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
+    refuse_inputs_as_output(&args)?;
     if args.budget < 10 {
         return Err(Failure::input("--budget must be at least 10 replays"));
     }
@@ -98,20 +112,8 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         .data_parallel_size
         .unwrap_or(run.data_parallel);
     let mut fleet = crate::cmd::runs::fleet(engines, args.run_args.router.as_deref())?;
-    // After the plugin is loaded: its library is an input too.
-    if let Some(out) = &args.output {
-        let mut inputs = vec![
-            args.run.clone(),
-            args.run.join("requests.jsonl"),
-            args.run.join("meta.json"),
-            args.run.join("timeseries.csv"),
-        ];
-        inputs.extend(args.workload.clone());
-        inputs.extend(args.run_args.fmperf_requests.clone());
-        inputs.extend(args.run_args.model_config.clone());
-        let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
-        crate::cmd::refuse_input_as_output("--output", out, &inputs)?;
-    }
+    // Again now that the plugin is loaded: its library is an input too.
+    refuse_inputs_as_output(&args)?;
     let base = EngineConfig {
         num_gpu_blocks: blocks,
         engine_block_size: block_size,

@@ -63,7 +63,7 @@ pub(crate) fn replay(flags: ReplayArgs) -> Result<Replayed, Failure> {
         crate::cmd::plot::check_dir(dir, &spec.trace)?;
     }
     if let Some(out) = &spec.requests_out {
-        let mut inputs = vec![spec.trace.as_path()];
+        let mut inputs = opts.inputs();
         inputs.extend(config_file.as_deref());
         crate::cmd::refuse_input_as_output("--requests-out", out, &inputs)?;
     }

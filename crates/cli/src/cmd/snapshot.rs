@@ -156,9 +156,10 @@ pub fn run(args: SnapshotArgs) -> Result<(), Failure> {
     if args.digits == 0 || args.digits > 17 {
         return Err(Failure::input("--digits must be from 1 to 17"));
     }
-    let trace = args.replay.settings.trace.trace.clone();
+    // Every file the run reads (whatever flag or key named it), and the experiment file.
+    let described = args.replay.experiment()?;
     let config = args.replay.settings.config.clone();
-    let mut inputs: Vec<&Path> = trace.as_deref().into_iter().collect();
+    let mut inputs: Vec<&Path> = described.inputs();
     inputs.extend(config.as_deref());
     crate::cmd::refuse_input_as_output("the snapshot", &args.file, &inputs)?;
     let expression = expression_of(&args.replay, &args.policies);

@@ -141,11 +141,10 @@ pub fn run(args: SweepArgs) -> Result<(), Failure> {
     }
     // After the plugins are loaded: their libraries are inputs too.
     if let Some(path) = &args.output {
-        let traces: Vec<PathBuf> = selected
+        let mut inputs: Vec<&Path> = selected
             .iter()
-            .filter_map(|(_, r)| r.experiment.trace.clone())
+            .flat_map(|(_, r)| r.experiment.inputs())
             .collect();
-        let mut inputs: Vec<&Path> = traces.iter().map(PathBuf::as_path).collect();
         inputs.push(&args.file);
         crate::cmd::refuse_input_as_output("--output", path, &inputs)?;
     }

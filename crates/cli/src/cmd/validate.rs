@@ -71,12 +71,30 @@ fn simulate_all(runs: &[&Run], fleet: &mut ServingFleet, engine: &EngineConfig) 
     Some(joined(parts))
 }
 
+/// Refuses an `--engine-out` that is one of the files read: a run (any file of a run
+/// directory), a request file, the model config, a plugin library loaded so far.
+fn refuse_inputs_as_output(args: &ValidateArgs) -> Result<(), Failure> {
+    let Some(out) = &args.engine_out else {
+        return Ok(());
+    };
+    let inputs: Vec<&Path> = args
+        .fit
+        .iter()
+        .chain(&args.runs)
+        .chain(&args.run.fmperf_requests)
+        .chain(&args.run.model_config)
+        .map(PathBuf::as_path)
+        .collect();
+    crate::cmd::refuse_input_as_output("--engine-out", out, &inputs)
+}
+
 /// Runs the command.
 pub fn run(args: ValidateArgs) -> Result<(), Failure> {
     if args.budget < 10 {
         return Err(Failure::input("--budget must be at least 10 replays"));
     }
     let scheduler = args.run.scheduler()?;
+    refuse_inputs_as_output(&args)?;
     let mut fitted = Vec::new();
     let mut predicted = Vec::new();
     let mut block_size = args.run.kv_block_tokens;
@@ -133,19 +151,10 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
         }
     }
     let base = base.expect("--fit is required");
-    if let Some(out) = &args.engine_out {
-        let inputs: Vec<&Path> = args
-            .fit
-            .iter()
-            .chain(&args.runs)
-            .chain(&args.run.fmperf_requests)
-            .chain(&args.run.model_config)
-            .map(PathBuf::as_path)
-            .collect();
-        crate::cmd::refuse_input_as_output("--engine-out", out, &inputs)?;
-    }
     let engines = args.run.data_parallel_size.unwrap_or(data_parallel);
     let mut fleet = runs::fleet(engines, args.run.router.as_deref())?;
+    // Again now that the router's plugin is loaded: its library is an input too.
+    refuse_inputs_as_output(&args)?;
     let fit_runs: Vec<&Run> = fitted.iter().collect();
     let measured = joined(fit_runs.iter().map(|r| r.measured.samples()));
     let result = fit(
