@@ -76,6 +76,16 @@ impl RunCheck {
         }
     }
 
+    /// The first metric measured as 0, if any: no request is served in no time, and an
+    /// error against 0 is no percentage, so such a run cannot be judged.
+    pub fn measured_zero(&self) -> Option<&'static str> {
+        METRICS
+            .iter()
+            .zip(self.measured)
+            .find(|(_, m)| *m == 0.0)
+            .map(|((name, _), _)| *name)
+    }
+
     /// Each metric's absolute percentage error.
     pub fn errors(&self) -> [f64; 8] {
         std::array::from_fn(|i| abs_error_pct(self.measured[i], self.simulated[i]))

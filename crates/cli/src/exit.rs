@@ -50,6 +50,9 @@ pub enum Failure {
     },
     /// A check found differences (the message lists them).
     Differs(String),
+    /// The run went through and gave nothing to report (`drive` with every request failed);
+    /// the message says why.
+    NothingServed(String),
     /// An output could not be written.
     Output {
         /// What was being written.
@@ -90,6 +93,7 @@ impl Failure {
             Failure::InRun { failure, .. } => failure.exit_code(),
             Failure::Output { .. } => OUTPUT_FAILED,
             Failure::Differs(_) => DIFFERS,
+            Failure::NothingServed(_) => RUN_FAILED,
         }
     }
 }
@@ -97,7 +101,9 @@ impl Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::Input(message) | Failure::Differs(message) => f.write_str(message),
+            Failure::Input(message)
+            | Failure::Differs(message)
+            | Failure::NothingServed(message) => f.write_str(message),
             Failure::Trace(e) => write!(f, "{e}"),
             Failure::Plugin(e) => write!(f, "{e}"),
             // The library names concepts; here they get the flags that set them.

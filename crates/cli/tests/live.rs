@@ -1296,3 +1296,36 @@ fn a_decode_engine_refuses_kv_transfer_params_without_a_source() {
     assert!(params["remote_engine_id"].is_string());
     assert!(params["remote_block_ids"].is_array());
 }
+
+/// `drive` against an address where nothing listens: every request fails, so there is no
+/// measurement to report. Exit 1 with one line saying so, nothing on stdout (a report of
+/// zeros would pass for one).
+#[test]
+fn drive_with_every_request_failed_reports_nothing_and_exits_1() {
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let trace = head("mooncake-conversation.jsonl", 5, "drive-all-failed.jsonl");
+    let output = routerlab(&[
+        "drive",
+        "--url",
+        &format!("http://{closed}"),
+        "--trace",
+        &trace.to_string_lossy(),
+        "--rate",
+        "100",
+        "--timeout-s",
+        "5",
+    ]);
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "error: every one of the 5 requests failed, so there is nothing to report"
+        ),
+        "{stderr}"
+    );
+}

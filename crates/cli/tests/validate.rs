@@ -670,3 +670,55 @@ fn other_gpus_tensor_parallel_and_mixture_of_experts_runs_fit_within_five_percen
         .unwrap();
     assert!(error > 30.0, "one engine: E2E mean {error}%");
 }
+
+/// A measured run whose every first token came the instant its request was queued: a TTFT
+/// of 0 has no percentage error. `validate` refuses the run by name (exit 2, no report,
+/// where it wrote `null`); `calibrate` writes `n/a` for those rows (where it wrote `NaN%`).
+#[test]
+fn a_metric_measured_as_zero_is_refused_or_said_to_have_no_error() {
+    let source = project_trace("llmservingsim/RTXPRO6000-Llama-3.1-8B-vllm");
+    let run = std::env::temp_dir().join(format!("routerlab-zero-ttft-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&run);
+    std::fs::create_dir_all(&run).unwrap();
+    for name in ["meta.json", "timeseries.csv"] {
+        std::fs::copy(source.join(name), run.join(name)).unwrap();
+    }
+    let requests: String = std::fs::read_to_string(source.join("requests.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let mut r: Value = serde_json::from_str(line).unwrap();
+            r["scheduled_ts"] = r["queued_ts"].clone();
+            r["first_token_ts"] = r["queued_ts"].clone();
+            r.to_string() + "\n"
+        })
+        .collect();
+    std::fs::write(run.join("requests.jsonl"), requests).unwrap();
+    let run_arg = run.to_string_lossy().into_owned();
+
+    let output = routerlab(&["validate", "--fit", &run_arg, "--format", "json"]);
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert_eq!(
+        stderr.lines().last().unwrap(),
+        format!(
+            "error: {run_arg}: the measured TTFT mean (ms) is 0: no request is served in no time, and an error against 0 is no percentage"
+        )
+    );
+
+    let output = routerlab(&["calibrate", &run_arg, "--budget", "10"]);
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    let first = stdout.lines().next().unwrap();
+    assert!(
+        first.contains("TTFT p50 n/a (measured 0), p90 n/a (measured 0); TPOT p50 "),
+        "{first}"
+    );
+    let ttft_row = stderr.lines().find(|l| l.starts_with("TTFT p50")).unwrap();
+    assert!(ttft_row.trim_end().ends_with("n/a"), "{ttft_row}");
+    for text in [&stdout, &stderr] {
+        assert!(!text.contains("NaN") && !text.contains("inf%"), "{text}");
+    }
+    std::fs::remove_dir_all(&run).unwrap();
+}

@@ -146,8 +146,8 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
     );
     let (measured, simulated) = (measured.figures(), fitted.samples.figures());
     for ((name, m), (_, s)) in measured.rows().into_iter().zip(simulated.rows()) {
-        let error = if m > 0.0 { (s - m) / m * 100.0 } else { 0.0 };
-        let _ = writeln!(table, "{name:<16}{m:>12.2}{s:>12.2}{error:>9.1}%");
+        let error = signed_error(m, s).map_or("n/a".to_owned(), |e| format!("{e:.1}%"));
+        let _ = writeln!(table, "{name:<16}{m:>12.2}{s:>12.2}{error:>10}");
     }
     if args.run_args.fit_num_gpu_blocks {
         let _ = writeln!(
@@ -163,16 +163,27 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
     );
     eprint!("{table}");
     let yaml = format!(
-        "# routerlab calibrate {} (seed {}): TTFT p50 {:+.1}%, p90 {:+.1}%; TPOT p50 {:+.1}%\n{}",
+        "# routerlab calibrate {} (seed {}): TTFT p50 {}, p90 {}; TPOT p50 {}\n{}",
         args.run.display(),
         args.seed,
-        (simulated.ttft_p50 / measured.ttft_p50 - 1.0) * 100.0,
-        (simulated.ttft_p90 / measured.ttft_p90 - 1.0) * 100.0,
-        (simulated.tpot_p50 / measured.tpot_p50 - 1.0) * 100.0,
+        header_error(measured.ttft_p50, simulated.ttft_p50),
+        header_error(measured.ttft_p90, simulated.ttft_p90),
+        header_error(measured.tpot_p50, simulated.tpot_p50),
         serde_yaml::to_string(&fitted.engine).expect("an engine config serialises")
     );
     match &args.output {
         Some(path) => crate::cmd::write_output(path, yaml.as_bytes(), "the engine config"),
         None => crate::cmd::print_stdout(&yaml, "the engine config"),
     }
+}
+
+/// The simulated value's error against the measured one, in percent; none when the
+/// measured value is 0 (no percentage of 0 exists: the table says `n/a`).
+fn signed_error(measured: f64, simulated: f64) -> Option<f64> {
+    (measured > 0.0).then(|| (simulated - measured) / measured * 100.0)
+}
+
+/// [`signed_error`] for the engine config's first line.
+fn header_error(measured: f64, simulated: f64) -> String {
+    signed_error(measured, simulated).map_or("n/a (measured 0)".to_owned(), |e| format!("{e:+.1}%"))
 }

@@ -159,6 +159,17 @@ pub fn drive(args: DriveArgs) -> Result<(), Failure> {
     }
     let failed: Vec<&routerlab_live::drive::Outcome> =
         outcomes.iter().filter(|o| o.error.is_some()).collect();
+    if let Some(first) = failed.first()
+        && failed.len() == outcomes.len()
+    {
+        // A report of zeros would pass for a measurement; there is none.
+        return Err(Failure::NothingServed(format!(
+            "every one of the {} requests failed, so there is nothing to report; request {}: {}",
+            outcomes.len(),
+            first.id,
+            one_line(first.error.as_deref().unwrap_or_default())
+        )));
+    }
     if let Some(first) = failed.first() {
         eprintln!(
             "warning: {} of {} requests failed (counted as rejected); request {}: {}",

@@ -184,12 +184,19 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
                 run.label
             ))
         })?;
-        checks.push(RunCheck::new(
+        let check = RunCheck::new(
             run.label.clone(),
             fit_on,
             &run.measured.samples(),
             &simulated,
-        ));
+        );
+        if let Some(metric) = check.measured_zero() {
+            return Err(Failure::input(format!(
+                "{}: the measured {metric} is 0: no request is served in no time, and an error against 0 is no percentage",
+                run.label
+            )));
+        }
+        checks.push(check);
     }
     let engine_yaml = serde_yaml::to_string(&engine).expect("an engine config serialises");
     if let Some(out) = &args.engine_out {
