@@ -261,6 +261,21 @@ impl MeasuredRun {
                     "times must be finite and in order: queued <= scheduled <= first token <= last token".into(),
                 ));
             }
+            for (field, tokens) in [
+                ("input_toks", request.input_toks),
+                ("output_toks", request.output_toks),
+            ] {
+                if tokens > routerlab_trace::MAX_REQUEST_TOKENS {
+                    return Err(bad(
+                        REQUESTS_FILE,
+                        Some(i + 1),
+                        format!(
+                            "field `{field}`: {tokens} tokens is more than the {} a request may have",
+                            routerlab_trace::MAX_REQUEST_TOKENS
+                        ),
+                    ));
+                }
+            }
             parsed.push(request);
         }
         // The run's clock: every time within a week of the earliest, so the figures drawn

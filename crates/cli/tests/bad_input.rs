@@ -339,3 +339,88 @@ fn skipped_mooncake_lines_leave_parents_consistent() {
         serde_json::json!({"total": 1, "same_endpoint": 1})
     );
 }
+
+/// Lengths and times past a stated bound are refused by file, line and field before
+/// anything is allocated or computed from them, with the number written short: a Weka
+/// prompt of 2^63−1 tokens (it aborted on an allocation), a Weka time and agentic times of
+/// 1e308 (named as "not an agentic_mooncake v2 request", or with 309 digits).
+#[test]
+fn lengths_and_times_past_their_bounds_are_named_with_the_bound() {
+    let weka =
+        std::fs::read_to_string(workspace_root().join("crates/cli/tests/fixtures/weka/a.json"))
+            .unwrap();
+    let huge_in = weka.replacen("\"in\": 2486", "\"in\": 9223372036854775807", 1);
+    let (code, stderr, path) = replay_fails("weka-huge-in.json", huge_in.as_bytes(), &[]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        stderr,
+        format!(
+            "error: {path}:1: field `requests[0].in`: session `fast`: 9223372036854775807 tokens is more than the 16777216 a request may have"
+        )
+    );
+    let far = weka.replacen("\"t\": 0.06", "\"t\": 1e308", 1);
+    let (code, stderr, path) = replay_fails("weka-far.json", far.as_bytes(), &[]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        stderr,
+        format!(
+            "error: {path}:1: field `requests[1].t`: session `fast`: 1e308 s is past the simulator's range of 146 years (2^62 ns)"
+        )
+    );
+    let agentic = std::fs::read_to_string(project_trace("agentic-plays.jsonl")).unwrap();
+    let lines: Vec<&str> = agentic.lines().take(3).collect();
+    let far = format!(
+        "{}\n{}\n",
+        lines[0],
+        lines[1].replace("\"not_before_ms\":4296.483", "\"not_before_ms\":1e308")
+    );
+    let (code, stderr, _) = replay_fails("agentic-far.jsonl", far.as_bytes(), &[]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.ends_with(":2: field `not_before_ms`: 1e308 ms is past the simulator's range of 146 years (2^62 ns)"),
+        "{stderr}"
+    );
+    let negative = format!(
+        "{}\n{}\n",
+        lines[0],
+        lines[1].replace("\"not_before_ms\":4296.483", "\"not_before_ms\":-1e300")
+    );
+    let (_, stderr, _) = replay_fails("agentic-negative.jsonl", negative.as_bytes(), &[]);
+    assert!(
+        stderr.ends_with("must be milliseconds ≥ 0, not -1e300"),
+        "{stderr}"
+    );
+}
+
+/// A benchmark file's token count of 2^63−1 (it aborted `validate` on an allocation) is
+/// refused by file, line and field.
+#[test]
+fn a_measured_token_count_past_the_bound_is_refused() {
+    let source = project_trace("llmservingsim/RTXPRO6000-Llama-3.1-8B-vllm");
+    let run = std::env::temp_dir().join(format!("routerlab-huge-toks-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&run);
+    std::fs::create_dir_all(&run).unwrap();
+    for name in ["meta.json", "timeseries.csv"] {
+        std::fs::copy(source.join(name), run.join(name)).unwrap();
+    }
+    let requests = std::fs::read_to_string(source.join("requests.jsonl"))
+        .unwrap()
+        .replacen(
+            "\"input_toks\": 2358",
+            "\"input_toks\": 9223372036854775807",
+            1,
+        );
+    std::fs::write(run.join("requests.jsonl"), requests).unwrap();
+    let output = routerlab(&["validate", "--fit", &run.to_string_lossy()]);
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "error: {}/requests.jsonl:1: field `input_toks`: 9223372036854775807 tokens is more than the 16777216 a request may have",
+            run.display()
+        )
+    );
+    std::fs::remove_dir_all(&run).unwrap();
+}

@@ -69,3 +69,14 @@ impl fmt::Display for TraceError {
 }
 
 impl std::error::Error for TraceError {}
+
+/// A number as a message shows it: plain when short, in scientific notation when
+/// `Display` would write hundreds of digits.
+pub(crate) fn short_number(v: f64) -> String {
+    let plain = v.to_string();
+    if plain.len() > 24 {
+        format!("{v:e}")
+    } else {
+        plain
+    }
+}

@@ -32,5 +32,6 @@ mod zstd;
 
 pub use error::{Fault, TraceError};
 pub use reader::{TraceFormat, TraceOptions, TraceReader, TraceRequest};
+pub use request::MAX_REQUEST_TOKENS;
 pub use source::{HashJob, TraceSource};
 pub use workload::{Workload, WorkloadRequest};

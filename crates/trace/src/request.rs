@@ -3,6 +3,10 @@
 
 use crate::trace_format::TraceFormat;
 
+/// The most tokens a request's prompt or output may have (16 Mi, far past any model's
+/// context); checked before anything is allocated from a length.
+pub const MAX_REQUEST_TOKENS: u64 = 1 << 24;
+
 /// How to read a trace.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TraceOptions {

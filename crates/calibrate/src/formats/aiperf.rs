@@ -95,6 +95,7 @@ pub fn parse(text: &str) -> Result<Part, String> {
                 "start" => "metadata.request_start_ns",
                 "first" => ttft_path,
                 "last" => "metadata.request_end_ns",
+                "output" => "metrics.output_sequence_length.value",
                 _ => "metrics.input_sequence_length.value",
             };
             field(path, why)

@@ -31,6 +31,13 @@ pub(crate) fn request(
     if input == 0 {
         return Err(("input", "must be at least 1"));
     }
+    const _: () = assert!(routerlab_trace::MAX_REQUEST_TOKENS == 1 << 24);
+    if input > routerlab_trace::MAX_REQUEST_TOKENS {
+        return Err(("input", "must be at most 16777216 tokens (2^24)"));
+    }
+    if output > routerlab_trace::MAX_REQUEST_TOKENS {
+        return Err(("output", "must be at most 16777216 tokens (2^24)"));
+    }
     if first < start {
         return Err(("first", "is before the request was sent"));
     }

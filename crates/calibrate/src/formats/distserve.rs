@@ -74,6 +74,14 @@ pub fn parse(text: &str) -> Result<Vec<MeasuredRequest>, String> {
         if row.output_len == 0 {
             return Err(at("output_len", "must be at least 1"));
         }
+        for (column, tokens) in [
+            ("prompt_len", row.prompt_len),
+            ("output_len", row.output_len),
+        ] {
+            if tokens > routerlab_trace::MAX_REQUEST_TOKENS {
+                return Err(at(column, "must be at most 16777216 tokens (2^24)"));
+            }
+        }
         if row.first_token_time < row.issue_time {
             return Err(at("first_token_time", "is before `issue_time`"));
         }

@@ -95,6 +95,7 @@ pub fn parse(text: &str) -> Result<Vec<Part>, String> {
                         "start" => start.0,
                         "first" => first.0,
                         "last" => last.0,
+                        "output" => "output_tokens",
                         _ => "prompt_tokens",
                     };
                     field(path, why)

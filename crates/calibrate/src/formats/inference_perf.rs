@@ -81,6 +81,7 @@ pub fn parse(text: &str) -> Result<(Vec<MeasuredRequest>, usize), String> {
             let path = match role {
                 "start" => "start_time",
                 "input" => "info.input_tokens",
+                "output" => "info.output_tokens",
                 _ => times_path,
             };
             field(path, why)

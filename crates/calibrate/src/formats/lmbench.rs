@@ -86,6 +86,7 @@ pub fn parse(text: &str) -> Result<(Vec<MeasuredRequest>, usize), String> {
         .map_err(|(role, why)| {
             let column = match role {
                 "input" => "prompt_tokens",
+                "output" => "generation_tokens",
                 "first" => "ttft",
                 "last" => "generation_time",
                 _ => "launch_time",

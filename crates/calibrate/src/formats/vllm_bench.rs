@@ -91,6 +91,12 @@ pub fn parse(text: &str) -> std::result::Result<(Vec<MeasuredRequest>, usize), S
         if input[i] == 0 {
             return Err(at("input_lens", "must be at least 1"));
         }
+        if input[i] > routerlab_trace::MAX_REQUEST_TOKENS {
+            return Err(at("input_lens", "must be at most 16777216 tokens (2^24)"));
+        }
+        if output[i] > routerlab_trace::MAX_REQUEST_TOKENS {
+            return Err(at("output_lens", "must be at most 16777216 tokens (2^24)"));
+        }
         let decode: f64 = itls[i].iter().sum();
         if decode > MAX_RUN_SPAN_S {
             return Err(at("itls", "more than a week of decoding"));

@@ -80,8 +80,23 @@ struct Dependency {
 }
 
 /// Milliseconds as nanoseconds, when finite, at least 0 and within 64 bits.
-fn ms_to_ns(ms: f64) -> Option<u64> {
-    (ms.is_finite() && ms >= 0.0 && ms * 1e6 < u64::MAX as f64).then(|| (ms * 1e6).round() as u64)
+/// Milliseconds as nanoseconds, or why they are none a trace may state: not a number,
+/// negative, or past the simulator's clock range.
+fn ms_to_ns(ms: f64) -> Result<u64, String> {
+    if ms.is_nan() || ms < 0.0 {
+        return Err(format!(
+            "must be milliseconds ≥ 0, not {}",
+            crate::error::short_number(ms)
+        ));
+    }
+    if ms * 1e6 > crate::arrivals::MAX_CLOCK_NS as f64 {
+        return Err(format!(
+            "{} ms is past {}",
+            crate::error::short_number(ms),
+            crate::arrivals::CLOCK_RANGE
+        ));
+    }
+    Ok((ms * 1e6).round() as u64)
 }
 
 impl Linker {
@@ -208,16 +223,8 @@ impl Linker {
                 ),
             ));
         }
-        let not_before = ms_to_ns(row.not_before_ms).ok_or_else(|| {
-            field(
-                "not_before_ms",
-                Fault::InvalidField,
-                format!(
-                    "expected non-negative milliseconds, found {}",
-                    row.not_before_ms
-                ),
-            )
-        })?;
+        let not_before = ms_to_ns(row.not_before_ms)
+            .map_err(|why| field("not_before_ms", Fault::InvalidField, why))?;
         out.dependencies.clear();
         for dependency in &row.dependencies {
             if dependency.request_id.trim().is_empty() {
@@ -234,14 +241,11 @@ impl Linker {
                     format!("request `{}` depends on itself", row.request_id),
                 ));
             }
-            let delay_ns = ms_to_ns(dependency.delay_ms).ok_or_else(|| {
+            let delay_ns = ms_to_ns(dependency.delay_ms).map_err(|why| {
                 field(
                     "dependencies",
                     Fault::InvalidField,
-                    format!(
-                        "delay_ms must be non-negative milliseconds, not {}",
-                        dependency.delay_ms
-                    ),
+                    format!("delay_ms {why}"),
                 )
             })?;
             if dependency.trigger == Trigger::Dispatch && dependency.relation != Relation::Spawn {

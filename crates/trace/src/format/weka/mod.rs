@@ -312,18 +312,15 @@ impl Located {
                 }
                 Entry::Subagent(sub) => {
                     let at = format!("requests[{i}]");
-                    if !(sub.t.is_finite() && sub.t >= 0.0) {
-                        return Err(self.error(format!("{at}.t"), "must be a time ≥ 0".into()));
-                    }
+                    check_time(sub.t).map_err(|why| self.error(format!("{at}.t"), why))?;
                     if sub.agent_id.trim().is_empty() {
                         return Err(
                             self.error(format!("{at}.agent_id"), "must not be empty".into())
                         );
                     }
-                    if sub.duration_ms.is_some_and(|d| d < 0) {
-                        return Err(
-                            self.error(format!("{at}.duration_ms"), "must not be negative".into())
-                        );
+                    if let Some(d) = sub.duration_ms {
+                        check_time(d as f64 / 1e3)
+                            .map_err(|why| self.error(format!("{at}.duration_ms"), why))?;
                     }
                     match sub.status.as_str() {
                         "completed" if sub.requests.is_empty() => {
@@ -357,9 +354,7 @@ impl Located {
     }
 
     fn check_request(&self, r: &Request, at: &str) -> Result<(), TraceError> {
-        if !(r.t.is_finite() && r.t >= 0.0) {
-            return Err(self.error(format!("{at}.t"), "must be a time ≥ 0".into()));
-        }
+        check_time(r.t).map_err(|why| self.error(format!("{at}.t"), why))?;
         if r.model.trim().is_empty() {
             return Err(self.error(format!("{at}.model"), "must not be empty".into()));
         }
@@ -373,8 +368,19 @@ impl Located {
         if r.input == 0 {
             return Err(self.error(format!("{at}.in"), "must be above 0".into()));
         }
-        if r.api_time.is_some_and(|a| !(a.is_finite() && a >= 0.0)) {
-            return Err(self.error(format!("{at}.api_time"), "must be seconds ≥ 0".into()));
+        for (key, tokens) in [("in", r.input), ("out", r.output)] {
+            if tokens > crate::MAX_REQUEST_TOKENS {
+                return Err(self.error(
+                    format!("{at}.{key}"),
+                    format!(
+                        "{tokens} tokens is more than the {} a request may have",
+                        crate::MAX_REQUEST_TOKENS
+                    ),
+                ));
+            }
+        }
+        if let Some(a) = r.api_time {
+            check_time(a).map_err(|why| self.error(format!("{at}.api_time"), why))?;
         }
         Ok(())
     }
@@ -581,6 +587,28 @@ fn lower(
             });
     }
     write_rows(located, &play, &streams, root_time, edges, next_block, out)
+}
+
+/// The longest time a session may state, seconds: the simulator's clock range.
+const MAX_TIME_S: f64 = crate::arrivals::MAX_CLOCK_NS as f64 / 1e9;
+
+/// Why a time in seconds is none a session may state: not a number, negative, or past
+/// the simulator's clock range.
+fn check_time(t: f64) -> Result<(), String> {
+    if t.is_nan() || t < 0.0 {
+        return Err(format!(
+            "must be seconds ≥ 0, not {}",
+            crate::error::short_number(t)
+        ));
+    }
+    if t > MAX_TIME_S {
+        return Err(format!(
+            "{} s is past {}",
+            crate::error::short_number(t),
+            crate::arrivals::CLOCK_RANGE
+        ));
+    }
+    Ok(())
 }
 
 /// The hash ids of `r`, `block` tokens each: its own ids (mapped through `ids`, so equal
