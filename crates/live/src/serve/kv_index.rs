@@ -18,7 +18,7 @@
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use routerlab_core::Unit;
 use routerlab_trace::blocks::text_engine_chain;
@@ -33,6 +33,16 @@ pub const MAX_BLOCKS: usize = 1 << 24;
 const MAX_MESSAGE_BYTES: i64 = 64 << 20;
 /// How long a replay may take to answer.
 const REPLAY_TIMEOUT_MS: i32 = 1000;
+/// How long one gap's fetch from a replay socket may take in all, however many answers
+/// keep coming; then the follower goes back to live batches.
+const FETCH_DEADLINE: Duration = Duration::from_secs(5);
+/// The most bytes of batches one gap's fetch keeps; a gap needing more starts the engine's
+/// index over instead.
+const MAX_FETCH_BYTES: usize = 256 << 20;
+/// The longest gap (in batches) asked of a replay socket; a longer one starts over.
+const MAX_FETCH_BATCHES: u64 = 65_536;
+/// At most one message this often about one engine's events (the rest are counted).
+const MESSAGE_EVERY: Duration = Duration::from_secs(10);
 
 /// One engine's events: where they come from.
 #[derive(Debug, Clone, PartialEq)]
@@ -205,6 +215,7 @@ impl KvIndex {
     /// The subscriber of slot `slot`: applies each batch in order, recovering gaps.
     fn follow(&self, slot: usize, sub: &zmq::Socket, replay: Option<&zmq::Socket>) {
         let name = &self.slots[slot].endpoint;
+        let mut say = Throttled::default();
         loop {
             let Ok(frames) = sub.recv_multipart(0) else {
                 std::thread::sleep(Duration::from_millis(10));
@@ -223,10 +234,12 @@ impl KvIndex {
                     missed = replay.map_or_else(Vec::new, |r| fetch(r, wanted.clone()));
                     let complete = missed.len() as u64 == wanted.end - wanted.start;
                     if !complete {
-                        eprintln!(
-                            "routerlab serve: KV events of {name}: batches {}..{} missed and not all replayed; its index starts over",
-                            wanted.start, wanted.end
-                        );
+                        say.line(|quiet| {
+                            eprintln!(
+                                "routerlab serve: KV events of {name}: batches {}..{} missed and not all replayed; its index starts over{quiet}",
+                                wanted.start, wanted.end
+                            );
+                        });
                     }
                     complete
                 }
@@ -277,6 +290,34 @@ impl KvIndex {
     }
 }
 
+/// Messages about one engine's events, at most one per [`MESSAGE_EVERY`]; the first
+/// after a quiet spell says how many were held back.
+#[derive(Default)]
+struct Throttled {
+    last: Option<Instant>,
+    held_back: u64,
+}
+
+impl Throttled {
+    /// Says `print`'s line now (given what to add about held-back lines) or counts it.
+    fn line(&mut self, print: impl FnOnce(&str)) {
+        if self.last.is_some_and(|at| at.elapsed() < MESSAGE_EVERY) {
+            self.held_back += 1;
+            return;
+        }
+        let quiet = match self.held_back {
+            0 => String::new(),
+            n => format!(
+                " ({n} more such lines held back in the last {} s)",
+                MESSAGE_EVERY.as_secs()
+            ),
+        };
+        print(&quiet);
+        self.last = Some(Instant::now());
+        self.held_back = 0;
+    }
+}
+
 /// `[sequence, payload]` of a message, when the sequence is 8 bytes.
 fn sequenced(frames: &[Vec<u8>]) -> Option<(u64, &[u8])> {
     let [seq, payload] = frames else { return None };
@@ -285,16 +326,25 @@ fn sequenced(frames: &[Vec<u8>]) -> Option<(u64, &[u8])> {
 }
 
 /// The batches `wanted` asked of a replay socket, in order; fewer when it no longer has
-/// them all or stops answering.
+/// them all, stops answering, takes longer than [`FETCH_DEADLINE`] in all, or would need
+/// more than [`MAX_FETCH_BYTES`] (or the gap is longer than [`MAX_FETCH_BATCHES`]): the
+/// caller then starts the engine's index over and follows live batches again.
 fn fetch(replay: &zmq::Socket, wanted: std::ops::Range<u64>) -> Vec<(u64, Vec<u8>)> {
+    if wanted.end - wanted.start > MAX_FETCH_BATCHES {
+        return Vec::new();
+    }
     // Late answers to an earlier request that timed out are not this one's.
     while replay.recv_multipart(zmq::DONTWAIT).is_ok() {}
     let frames: [&[u8]; 2] = [b"", &wanted.start.to_be_bytes()];
     if replay.send_multipart(frames, 0).is_err() {
         return Vec::new();
     }
-    let mut got = Vec::new();
-    while let Ok(reply) = replay.recv_multipart(0) {
+    let deadline = Instant::now() + FETCH_DEADLINE;
+    let (mut got, mut bytes) = (Vec::new(), 0usize);
+    while Instant::now() < deadline && (got.len() as u64) < wanted.end - wanted.start {
+        let Ok(reply) = replay.recv_multipart(0) else {
+            break;
+        };
         let Some((seq, payload)) = sequenced(reply.get(1..).unwrap_or_default()) else {
             break;
         };
@@ -302,6 +352,10 @@ fn fetch(replay: &zmq::Socket, wanted: std::ops::Range<u64>) -> Vec<(u64, Vec<u8
             break;
         }
         if wanted.contains(&seq) && got.last().is_none_or(|(at, _)| *at + 1 == seq) {
+            bytes += payload.len();
+            if bytes > MAX_FETCH_BYTES {
+                return Vec::new();
+            }
             got.push((seq, payload.to_vec()));
         }
     }
@@ -407,6 +461,70 @@ mod tests {
     use super::*;
     use crate::kv_events::{KvEventsSettings, Publisher};
     use routerlab_engine::KvEvent;
+
+    /// A replay socket that answers without end (the first wanted batch, again and
+    /// again): the fetch gives up at its deadline with what it has, where it waited forever.
+    #[test]
+    fn a_replay_socket_that_never_stops_answering_is_left_at_the_deadline() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let context = zmq::Context::new();
+        let router = context.socket(zmq::ROUTER).unwrap();
+        router.bind("tcp://127.0.0.1:0").unwrap();
+        let url = router.get_last_endpoint().unwrap().unwrap();
+        let dealer = context.socket(zmq::DEALER).unwrap();
+        dealer.set_rcvtimeo(REPLAY_TIMEOUT_MS).unwrap();
+        dealer.set_linger(0).unwrap();
+        dealer.connect(&url).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let answering = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                router.set_rcvtimeo(5_000).unwrap();
+                let Ok(request) = router.recv_multipart(0) else {
+                    return;
+                };
+                let identity = request[0].clone();
+                while !stop.load(Ordering::Relaxed) {
+                    let frames: [&[u8]; 4] = [&identity, b"", &5u64.to_be_bytes(), b"batch"];
+                    let _ = router.send_multipart(frames, zmq::DONTWAIT);
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            })
+        };
+        let started = Instant::now();
+        let got = fetch(&dealer, 5..10);
+        let took = started.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        answering.join().unwrap();
+        assert!(took >= FETCH_DEADLINE, "{took:?}");
+        assert!(took < FETCH_DEADLINE + Duration::from_secs(3), "{took:?}");
+        assert_eq!(got, vec![(5, b"batch".to_vec())]);
+    }
+
+    #[test]
+    fn a_gap_too_long_to_fetch_is_not_asked_for() {
+        let context = zmq::Context::new();
+        let dealer = context.socket(zmq::DEALER).unwrap();
+        // Connected to nothing: a fetch that asked would wait out the answer's timeout.
+        dealer.set_rcvtimeo(60_000).unwrap();
+        dealer.set_linger(0).unwrap();
+        let started = Instant::now();
+        assert!(fetch(&dealer, 0..MAX_FETCH_BATCHES + 1).is_empty());
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn messages_are_throttled_and_say_how_many_were_held_back() {
+        let mut said = Vec::new();
+        let mut throttled = Throttled::default();
+        for _ in 0..1000 {
+            throttled.line(|quiet| said.push(quiet.to_owned()));
+        }
+        assert_eq!(said, [String::new()]);
+        throttled.last = Some(Instant::now() - MESSAGE_EVERY);
+        throttled.line(|quiet| said.push(quiet.to_owned()));
+        assert_eq!(said[1], " (999 more such lines held back in the last 10 s)");
+    }
 
     fn wait_for(what: &str, ok: impl Fn() -> bool) {
         for _ in 0..400 {
