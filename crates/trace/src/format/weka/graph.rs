@@ -400,11 +400,15 @@ pub(super) fn barriers(streams: &[Stream], edges: &mut HashMap<String, Vec<Edge>
                             })
                     })
                     .collect();
+                // A candidate some other one followed is no barrier: `before(c, l)` bounds
+                // `l.t` from below only, so the latest start in the frontier answers for all.
+                let latest = frontier
+                    .iter()
+                    .map(|c| c.request.t)
+                    .fold(f64::NEG_INFINITY, f64::max);
                 for candidate in &frontier {
-                    if frontier
-                        .iter()
-                        .any(|later| before(&candidate.request, &later.request))
-                    {
+                    let c = &candidate.request;
+                    if latest > c.t && c.end() <= latest + EPSILON_S {
                         continue;
                     }
                     add(
