@@ -7,7 +7,9 @@
 //! plugin descriptors are never freed), and the drivers note the trace line; a fatal-signal
 //! handler then writes one line from those cells with `write(2)` only (no allocation, no
 //! locks: it must be async-signal-safe) and re-raises the signal with its default action,
-//! so the exit status stays the honest one (134, 139, ...).
+//! so the exit status stays the honest one (134, 139, ...). One fault is no crash of a run
+//! but bad input: a plugin library that faults while it is being loaded (truncated or
+//! damaged) ends the process with exit status 2, as any other invalid plugin does.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -163,6 +165,13 @@ extern "C" fn on_fatal_signal(signal: libc::c_int) {
             line.push(&[slot.load(Ordering::Relaxed)]);
         }
         line.push(b": the file is damaged or truncated, or changed while it was loaded\n");
+        // SAFETY: write(2) and _exit(2) are async-signal-safe; the buffer is on this stack.
+        // The library is bad input, not a crash: the exit status says so (2), as for any
+        // other plugin that cannot be loaded.
+        unsafe {
+            libc::write(2, line.bytes.as_ptr().cast(), line.len);
+            libc::_exit(2);
+        }
     } else if !now.plugin.is_empty() {
         line.push(b" in plugin `");
         line.push(now.plugin.as_bytes());
