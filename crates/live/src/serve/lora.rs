@@ -17,31 +17,48 @@ use std::collections::BTreeSet;
 
 use routerlab_core::LoraSlots;
 use routerlab_core::abi::RlAdapterState;
-use routerlab_trace::adapters::{Adapters, MAX_ADAPTER_NAME, MAX_ADAPTERS};
+use std::collections::{HashMap, HashSet};
+
+use routerlab_trace::adapters::{MAX_ADAPTER_NAME, MAX_ADAPTERS};
 
 use super::routed::Refusal;
 use crate::prom::LoraInfo;
 
 /// The base models and the adapters named so far.
+///
+/// Adapters are numbered 1, 2, ... in order of first appearance and a number is never
+/// given to another name (a plugin may remember what it learnt of one). At most
+/// [`MAX_ADAPTERS`] names are kept: when a new one comes with the table full, every adapter
+/// no request in flight uses is forgotten (its next request numbers it afresh), so no
+/// client can lock the others out by naming many.
 #[derive(Debug, Default)]
 pub(super) struct LoraNames {
     /// `--base-model`: empty, adapters are not followed.
     base: Vec<String>,
-    adapters: Adapters,
+    numbers: HashMap<Box<str>, u32>,
+    names: HashMap<u32, Box<str>>,
+    /// The number the next new name gets.
+    next: u32,
 }
 
 impl LoraNames {
     pub(super) fn new(base: Vec<String>) -> LoraNames {
         LoraNames {
             base,
-            adapters: Adapters::default(),
+            next: 1,
+            ..LoraNames::default()
         }
     }
 
     /// The adapter a request whose `model` is `model` asks for: 0 for a base model, an
-    /// empty `model`, or when no base model is set; refused past [`MAX_ADAPTERS`] names
-    /// or for a name over [`MAX_ADAPTER_NAME`] bytes.
-    pub(super) fn number(&mut self, model: &str) -> Result<u32, Refusal> {
+    /// empty `model`, or when no base model is set. A name over [`MAX_ADAPTER_NAME`] bytes
+    /// is refused (400); a new name with [`MAX_ADAPTERS`] adapters in flight (none idle to
+    /// forget: `in_flight` lists those in use) waits for one to finish (503).
+    pub(super) fn number(
+        &mut self,
+        model: &str,
+        in_flight: impl FnOnce() -> HashSet<u32>,
+    ) -> Result<u32, Refusal> {
         if self.base.is_empty() || model.is_empty() || self.base.iter().any(|b| b == model) {
             return Ok(0);
         }
@@ -55,20 +72,43 @@ impl LoraNames {
                 ),
             ));
         }
-        self.adapters.number(model).ok_or_else(|| {
-            Refusal(
-                400,
+        if let Some(&n) = self.numbers.get(model) {
+            return Ok(n);
+        }
+        if self.names.len() >= MAX_ADAPTERS {
+            let used = in_flight();
+            self.names.retain(|n, _| used.contains(n));
+            self.numbers.retain(|_, n| used.contains(n));
+        }
+        if self.next == u32::MAX {
+            return Err(Refusal(
+                503,
                 format!(
-                    "model `{}`: serve follows at most {MAX_ADAPTERS} distinct adapters",
+                    "model `{}`: serve has numbered {} adapters since it started, all it can",
+                    shown(),
+                    u32::MAX - 1
+                ),
+            ));
+        }
+        if self.names.len() >= MAX_ADAPTERS {
+            return Err(Refusal(
+                503,
+                format!(
+                    "model `{}`: {MAX_ADAPTERS} other adapters have requests in flight; try again when some finish",
                     shown()
                 ),
-            )
-        })
+            ));
+        }
+        let n = self.next;
+        self.next += 1;
+        self.names.insert(n, model.into());
+        self.numbers.insert(model.into(), n);
+        Ok(n)
     }
 
-    /// The name of adapter `id`.
+    /// The name of adapter `id`, while it is kept.
     pub(super) fn name(&self, id: u32) -> Option<&str> {
-        self.adapters.name(id)
+        self.names.get(&id).map(|s| &**s)
     }
 }
 
@@ -137,17 +177,55 @@ mod tests {
     #[test]
     fn a_model_other_than_the_base_names_an_adapter() {
         let mut names = LoraNames::new(vec!["base".into()]);
-        assert_eq!(names.number("base").unwrap(), 0);
-        assert_eq!(names.number("").unwrap(), 0);
-        assert_eq!(names.number("sql").unwrap(), 1);
-        assert_eq!(names.number("chat").unwrap(), 2);
-        assert_eq!(names.number("sql").unwrap(), 1, "numbered once");
-        assert_eq!(names.name(2), Some("chat"));
-        let long = names.number(&"x".repeat(MAX_ADAPTER_NAME + 1)).unwrap_err();
+        let mut number = |model: &str| names.number(model, HashSet::new);
+        assert_eq!(number("base").unwrap(), 0);
+        assert_eq!(number("").unwrap(), 0);
+        assert_eq!(number("sql").unwrap(), 1);
+        assert_eq!(number("chat").unwrap(), 2);
+        assert_eq!(number("sql").unwrap(), 1, "numbered once");
+        let long = number(&"x".repeat(MAX_ADAPTER_NAME + 1)).unwrap_err();
         assert_eq!(long.0, 400);
         assert!(long.1.contains("at most 256 bytes"), "{}", long.1);
+        assert_eq!(names.name(2), Some("chat"));
         let mut off = LoraNames::new(vec![]);
-        assert_eq!(off.number("sql").unwrap(), 0, "no base model: not followed");
+        assert_eq!(
+            off.number("sql", HashSet::new).unwrap(),
+            0,
+            "no base model: not followed"
+        );
+    }
+
+    /// One client naming more adapters than are kept locks nobody out: idle adapters are
+    /// forgotten (and numbered afresh, never with a number another name had); only with
+    /// every kept adapter in flight does a new one wait (503).
+    #[test]
+    fn idle_adapters_are_forgotten_so_no_client_locks_others_out() {
+        let mut names = LoraNames::new(vec!["base".into()]);
+        for i in 0..MAX_ADAPTERS {
+            names.number(&format!("flood-{i}"), HashSet::new).unwrap();
+        }
+        // Two adapters still have requests in flight: they are kept, the rest forgotten.
+        let busy: HashSet<u32> = [1, 7].into();
+        let fresh = names.number("another-client", || busy.clone()).unwrap();
+        assert_eq!(
+            fresh,
+            MAX_ADAPTERS as u32 + 1,
+            "a number never given before"
+        );
+        assert_eq!(names.name(1), Some("flood-0"));
+        assert_eq!(names.name(7), Some("flood-6"));
+        assert_eq!(names.name(2), None, "forgotten");
+        assert_eq!(names.number("flood-0", HashSet::new).unwrap(), 1, "kept");
+        let again = names.number("flood-1", HashSet::new).unwrap();
+        assert!(again > fresh, "numbered afresh: {again}");
+        // Every kept adapter in flight: a new name waits.
+        let mut full = LoraNames::new(vec!["base".into()]);
+        for i in 0..MAX_ADAPTERS {
+            full.number(&format!("a-{i}"), HashSet::new).unwrap();
+        }
+        let all: HashSet<u32> = (1..=MAX_ADAPTERS as u32).collect();
+        let refused = full.number("late", || all.clone()).unwrap_err();
+        assert_eq!(refused.0, 503, "{}", refused.1);
     }
 
     #[test]

@@ -144,7 +144,13 @@ impl State {
 
     /// The LoRA adapter a request whose `model` is `model` asks for, numbered and named.
     pub(super) fn adapter(&mut self, model: &str) -> Result<Option<(u32, Box<str>)>, Refusal> {
-        let id = self.lora.number(model)?;
+        let (mirror, upstreams) = (&self.mirror, self.upstreams.len());
+        let in_flight = || {
+            (0..upstreams)
+                .flat_map(|u| mirror.adapters(u).map(|(id, _)| id))
+                .collect()
+        };
+        let id = self.lora.number(model, in_flight)?;
         Ok((id != 0).then(|| (id, model.into())))
     }
 
