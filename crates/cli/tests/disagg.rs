@@ -146,3 +146,44 @@ fn pool_settings_are_refused_where_they_cannot_apply() {
     assert_eq!(output.status.code(), Some(2));
     assert!(texts(&output).1.contains("add --timing trace"));
 }
+
+/// A KV transfer over a thin link takes as long as its bytes need (it was capped at an
+/// hour, so TTFT was understated); one past the simulator's clock is refused, naming the
+/// settings.
+#[test]
+fn a_slow_kv_transfer_takes_its_whole_time_or_is_refused() {
+    let trace = project_trace("mooncake-small.jsonl");
+    let model = project_trace("models/Llama-3.1-8B.json");
+    let args = |gbps: &'static str| -> Vec<String> {
+        [
+            "--timing",
+            "trace",
+            "--prefill-endpoints",
+            "1",
+            "--decode-endpoints",
+            "1",
+            "--model-config",
+            model.to_str().unwrap(),
+            "--kv-transfer-gbps",
+            gbps,
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    let thin: Vec<String> = args("0.000001");
+    let thin: Vec<&str> = thin.iter().map(String::as_str).collect();
+    let report = Replay::new("round-robin", &trace).args(&thin).report();
+    // 1,000 bytes a second at 131,072 bytes a token: 36 hours for every 1,000 tokens.
+    let ttft_p50 = report["timed"]["ttft"]["p50"].as_f64().unwrap();
+    assert!(ttft_p50 > 10.0 * 3_600_000.0, "{ttft_p50} ms");
+    let none: Vec<String> = args("1e-30");
+    let none: Vec<&str> = none.iter().map(String::as_str).collect();
+    let output = Replay::new("round-robin", &trace).args(&none).run();
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stdout.is_empty());
+    assert!(
+        stderr.contains("kv_transfer `bandwidth_gbps` 1e-30 and `kv_bytes_per_token` 131072 takes longer than the simulator's range of 146 years"),
+        "{stderr}"
+    );
+}

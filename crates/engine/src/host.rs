@@ -31,6 +31,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use routerlab_core::hash::U64Map;
 use serde::{Deserialize, Serialize};
 
+use crate::transfer::delay_ns_of_ms;
+
 /// A host tier's settings (engine config key `host_tier`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -72,13 +74,13 @@ impl HostTier {
         Ok(())
     }
 
-    /// Nanoseconds to load `bytes` back to the GPU (at most an hour; none for no bytes).
+    /// Nanoseconds to load `bytes` back to the GPU (none for no bytes; past
+    /// [`crate::transfer::LONGEST_DELAY_NS`] when longer than the simulator's clock can hold).
     pub fn load_ns(&self, bytes: u64) -> u64 {
         if bytes == 0 {
             return 0;
         }
-        let ms = self.latency_ms + bytes as f64 / (self.h2d_gbps * 1e6);
-        (ms.min(3_600_000.0) * 1e6).round() as u64
+        delay_ns_of_ms(self.latency_ms + bytes as f64 / (self.h2d_gbps * 1e6))
     }
 }
 
@@ -101,7 +103,7 @@ impl Lane {
 impl HostTier {
     /// Nanoseconds `bytes` take over a bandwidth of `gbps` GB/s (no latency).
     fn bytes_ns(bytes: u64, gbps: f64) -> u64 {
-        ((bytes as f64 / gbps).min(3.6e12)).round() as u64
+        delay_ns_of_ms(bytes as f64 / gbps / 1e6)
     }
 
     /// Nanoseconds to store `bytes` from the GPU (device to host), no latency.

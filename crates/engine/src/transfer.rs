@@ -57,8 +57,24 @@ pub struct KvTransfer {
     pub mode: TransferMode,
 }
 
-/// The longest a transfer may take: an hour, as a step (a longer one is a unit mistake).
-const MAX_TRANSFER_MS: f64 = 3_600_000.0;
+/// The longest time to the first byte a link may state: an hour (a longer one is a unit
+/// mistake).
+const MAX_LATENCY_MS: f64 = 3_600_000.0;
+
+/// The longest delay computed exactly, ns (2^62, the simulator's clock range); a longer
+/// one is given as one past it, which the drivers refuse, naming what took so long.
+pub const LONGEST_DELAY_NS: u64 = 1 << 62;
+
+/// `ms` milliseconds in nanoseconds, exactly up to [`LONGEST_DELAY_NS`], one past it for
+/// anything longer.
+pub(crate) fn delay_ns_of_ms(ms: f64) -> u64 {
+    let ns = ms * 1e6;
+    if ns > LONGEST_DELAY_NS as f64 {
+        LONGEST_DELAY_NS + 1
+    } else {
+        ns.round() as u64
+    }
+}
 
 impl KvTransfer {
     /// Checks the settings; the message names the key.
@@ -73,7 +89,7 @@ impl KvTransfer {
                 ));
             }
         }
-        if self.latency_ms > MAX_TRANSFER_MS {
+        if self.latency_ms > MAX_LATENCY_MS {
             return Err(format!(
                 "kv transfer `latency_ms` {} is more than an hour (are the units milliseconds?)",
                 self.latency_ms
@@ -88,7 +104,8 @@ impl KvTransfer {
         Ok(())
     }
 
-    /// How long moving `tokens` tokens of KV takes, in nanoseconds (at most an hour).
+    /// How long moving `tokens` tokens of KV takes, in nanoseconds (past
+    /// [`LONGEST_DELAY_NS`] when longer than the simulator's clock can hold).
     pub fn delay_ns(&self, tokens: u64) -> u64 {
         let bytes_ms = if self.bandwidth_gbps > 0.0 {
             // bytes / (GB/s × 10^9) seconds = bytes / (GB/s × 10^6) ms.
@@ -96,8 +113,7 @@ impl KvTransfer {
         } else {
             0.0
         };
-        let ms = (self.latency_ms + bytes_ms).min(MAX_TRANSFER_MS);
-        (ms * 1e6).round() as u64
+        delay_ns_of_ms(self.latency_ms + bytes_ms)
     }
 
     /// The tokens that move for a prompt of `prompt_tokens` of which the decode endpoint
@@ -164,8 +180,16 @@ mod tests {
         };
         assert_eq!(
             slow.delay_ns(u64::MAX),
-            3_600_000_000_000,
-            "capped at an hour"
+            LONGEST_DELAY_NS + 1,
+            "past the clock: said so, not capped"
         );
+        // A day and a half is a day and a half (it was capped at an hour): 1,000 tokens of
+        // 131,072 bytes at 1,000 bytes a second.
+        let thin = KvTransfer {
+            kv_bytes_per_token: 131_072,
+            bandwidth_gbps: 1e-6,
+            ..KvTransfer::default()
+        };
+        assert_eq!(thin.delay_ns(1_000), 131_072_000_000_000);
     }
 }

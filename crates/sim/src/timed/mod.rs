@@ -320,7 +320,7 @@ impl Sim<'_> {
             };
             if now > MAX_CLOCK_NS {
                 return Err(SimError::Input(format!(
-                    "the simulated time passed {CLOCK_RANGE}: an engine's steps are too slow for this workload"
+                    "the simulated time passed {CLOCK_RANGE}: an engine's steps, or its KV tier loads and stores, take too long for this workload"
                 )));
             }
             if let Some(lagged) = &mut self.lagged {

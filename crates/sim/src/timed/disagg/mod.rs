@@ -373,6 +373,14 @@ impl Sim<'_> {
         let transfer = self.pd().link;
         let tokens = transfer.tokens(prompt, cached);
         let delay = transfer.delay_ns(tokens);
+        if delay > routerlab_engine::transfer::LONGEST_DELAY_NS {
+            return Err(SimError::Input(format!(
+                "a KV transfer of {tokens} tokens at kv_transfer `bandwidth_gbps` {:e} and `kv_bytes_per_token` {} takes longer than {}",
+                transfer.bandwidth_gbps,
+                transfer.kv_bytes_per_token,
+                crate::timed::CLOCK_RANGE
+            )));
+        }
         let pd = self.pd();
         pd.transfer_tokens += tokens;
         pd.transfer.record(us(delay));
