@@ -1329,3 +1329,144 @@ fn drive_with_every_request_failed_reports_nothing_and_exits_1() {
         "{stderr}"
     );
 }
+
+/// An engine on a free port that answers `/metrics` as a healthy vLLM would and every
+/// completion with the head of a 1,000-byte answer, then one byte every 100 ms for as long
+/// as it is read (at most 60 s).
+fn trickling_engine() -> String {
+    use std::io::{BufRead as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(&stream);
+                let mut request_line = String::new();
+                if reader.read_line(&mut request_line).is_err() {
+                    return;
+                }
+                let mut length = 0usize;
+                loop {
+                    let mut header = String::new();
+                    if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = header.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0; length];
+                let _ = std::io::Read::read_exact(&mut reader, &mut body);
+                if request_line.starts_with("GET /metrics") {
+                    let metrics = "vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n";
+                    let _ = (&stream).write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{metrics}",
+                            metrics.len()
+                        )
+                        .as_bytes(),
+                    );
+                    return;
+                }
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{";
+                if (&stream).write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                for _ in 0..600 {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    if (&stream).write_all(b" ").is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A split fleet whose prefill engine trickles its answer: the whole prefill leg has the
+/// upstream deadline (a client that waits gets 504 at it, where it waited as long as the
+/// engine trickled), and a client that leaves early takes the leg with it. Either way the
+/// prefill engine's in-flight count comes back to 0 (it stayed raised for good).
+#[test]
+fn a_trickling_prefill_leg_ends_at_its_deadline_and_when_the_client_leaves() {
+    const DECODE: &str = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 29\r\nconnection: close\r\n\r\n{\"choices\": [{\"text\": \"ok\"}]}";
+    let prefill = trickling_engine();
+    let decode = hostile_engine(DECODE);
+    let router = ROUTERLAB.start(&[
+        "serve",
+        "--matcher",
+        "round-robin",
+        "--endpoints",
+        &format!("{prefill},{decode}"),
+        "--prefill-endpoints",
+        "1",
+        "--upstream-timeout-s",
+        "1",
+    ]);
+    let in_flight = format!("routerlab_inflight_requests{{endpoint=\"{prefill}\"}}");
+    let started = std::time::Instant::now();
+    let (status, body) = http(&router.addr, "POST", "/v1/completions", SMALL);
+    let waited = started.elapsed();
+    assert_eq!(status, 504, "{body}");
+    assert!(
+        body.contains("did not answer the prefill within 1 s"),
+        "{body}"
+    );
+    assert!(waited < std::time::Duration::from_secs(4), "{waited:?}");
+    eventually("the prefill engine's in-flight count back to 0", || {
+        metric(&router.addr, &in_flight) == 0.0
+    });
+
+    // A client that leaves after 300 ms, long before the deadline.
+    {
+        use std::io::Write as _;
+        let mut client = std::net::TcpStream::connect(&router.addr).unwrap();
+        let request = format!(
+            "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{SMALL}",
+            SMALL.len()
+        );
+        client.write_all(request.as_bytes()).unwrap();
+        eventually("the leg in flight", || {
+            metric(&router.addr, &in_flight) == 1.0
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    eventually("the prefill engine's in-flight count back to 0", || {
+        metric(&router.addr, &in_flight) == 0.0
+    });
+}
+
+/// A prefill answer that is not JSON: the rule is that the decode leg goes on without
+/// `kv_transfer_params` (the client gets its answer, the decode engine computes the prompt)
+/// and the prefill engine's errors count it (it was 200 with no error counted).
+#[test]
+fn a_prefill_answer_without_transfer_params_is_counted_and_decoded_without_them() {
+    const PREFILL: &str = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 8\r\nconnection: close\r\n\r\nnot json";
+    const DECODE: &str = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 29\r\nconnection: close\r\n\r\n{\"choices\": [{\"text\": \"ok\"}]}";
+    let prefill = hostile_engine(PREFILL);
+    let (decode, bodies) = recording_engine(DECODE);
+    let router = ROUTERLAB.start(&[
+        "serve",
+        "--matcher",
+        "round-robin",
+        "--endpoints",
+        &format!("{prefill},{decode}"),
+        "--prefill-endpoints",
+        "1",
+    ]);
+    let (status, body) = http(&router.addr, "POST", "/v1/completions", SMALL);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        metric(
+            &router.addr,
+            &format!("routerlab_errors_total{{endpoint=\"{prefill}\"}}")
+        ),
+        1.0
+    );
+    let sent = bodies.lock().unwrap();
+    assert_eq!(sent.len(), 1);
+    let decoded: serde_json::Value = serde_json::from_str(&sent[0]).unwrap();
+    assert!(decoded.get("kv_transfer_params").is_none(), "{decoded}");
+    assert_eq!(decoded["prompt"], "hello there");
+}

@@ -89,12 +89,24 @@ impl Experiment {
             ));
         }
         let (endpoints, prefill) = fleet(self)?;
+        // Engines are addresses: the fleet's names come from `endpoints`, or from the two
+        // pools' lists. A pool may be a count only to split the named `endpoints` (the
+        // first N prefill, as replay splits them).
+        let named = |key: &str, value: &Option<_>| {
+            matches!(
+                value.as_ref().map(|v| given_endpoints(v, key)),
+                Some(Ok(Given::Names(_)))
+            )
+        };
+        let endpoints_named = named("endpoints", &self.endpoints);
         for (key, value) in [
             ("endpoints", &self.endpoints),
             ("prefill_endpoints", &self.prefill_endpoints),
             ("decode_endpoints", &self.decode_endpoints),
         ] {
-            if let Some(Ok(Given::Count(n))) = value.as_ref().map(|v| given_endpoints(v, key)) {
+            if let Some(Ok(Given::Count(n))) = value.as_ref().map(|v| given_endpoints(v, key))
+                && (key == "endpoints" || !endpoints_named)
+            {
                 return Err(ExperimentError::invalid(format!(
                     "serve routes to engines by address: give host:port names, not a count ({n})"
                 )));
@@ -213,5 +225,18 @@ mod tests {
             .serving()
             .unwrap();
         assert_eq!((s.endpoints.len(), s.prefill), (3, 1));
+        // Or a count that splits the named engines, as replay splits them.
+        let s = experiment("{matcher: lcp, endpoints: 'p:1,d:1,d:2', prefill_endpoints: 1}")
+            .serving()
+            .unwrap();
+        assert_eq!(
+            (s.endpoints, s.prefill),
+            (vec!["p:1".to_owned(), "d:1".into(), "d:2".into()], 1)
+        );
+        let err = experiment("{matcher: lcp, prefill_endpoints: 1, decode_endpoints: 2}")
+            .serving()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("give host:port names, not a count"), "{err}");
     }
 }

@@ -433,10 +433,15 @@ impl State {
 
     /// The request no longer occupies `upstream`.
     pub(super) fn release(&mut self, upstream: usize, routed: &Routed) {
-        self.mirror.left(upstream, routed.seq);
+        self.release_seq(upstream, routed.seq, routed.tokens());
+    }
+
+    /// [`State::release`] of the request `seq` of `tokens` prompt tokens.
+    pub(super) fn release_seq(&mut self, upstream: usize, seq: u64, tokens: u64) {
+        self.mirror.left(upstream, seq);
         let u = &mut self.upstreams[upstream];
         u.inflight = u.inflight.saturating_sub(1);
-        u.inflight_tokens = u.inflight_tokens.saturating_sub(routed.tokens());
+        u.inflight_tokens = u.inflight_tokens.saturating_sub(tokens);
     }
 
     /// The engine took the request: the matcher learns where it went. Returns which

@@ -39,7 +39,7 @@ pub(super) struct Tracked {
 /// Runs `f` on the state now if its lock is free, else in a task of its own that waits for
 /// it. A body's poll or drop must not wait in place for the lock: the runtime thread would
 /// be held while a plugin call holds it. Returns whether it was deferred.
-fn with_state(
+pub(super) fn with_state(
     shared: &Arc<Shared>,
     now: bool,
     f: impl FnOnce(&mut State) + Send + 'static,
