@@ -3,7 +3,8 @@
 //! Everything a replay knows about its input comes through here: [`reader`] streams a
 //! trace file and checks every line (one module per format under [`format`](mod@format), the id,
 //! parent and session links in [`ids`], the adapters named in [`adapters`], the field-by-field diagnosis of bad lines in
-//! [`diagnose`], an agentic trace's dependency graph in [`graph`]); [`blocks`] computes prefix-block hash chains; [`synth`] and [`synth_agentic`]
+//! [`diagnose`], how one request waits on others in [`dependency`], the graph of those
+//! checked when a [`Workload`] loads); [`blocks`] computes prefix-block hash chains; [`synth`] and [`synth_agentic`]
 //! write synthetic traces; [`workload`] loads a whole trace once into an immutable [`Workload`] that many
 //! runs can share; [`inspect`] summarises a trace, up to the reuse any router could win;
 //! [`sharing`] finds the blocks only one request has.

@@ -13,7 +13,7 @@
 //! completion only, `delay_ms` finite and at least 0, on a request of the same play, never
 //! itself. The graph checks (an edge to a request that does not exist, another play's, a
 //! cycle, a play without a root) are made once the whole trace is read
-//! ([`crate::graph`]).
+//! ([`crate::Workload::load`]).
 
 use serde::Deserialize;
 
