@@ -29,8 +29,13 @@ use crate::vllm_keys::{Tokens, VllmKeys};
 
 /// Blocks one engine's set holds at most.
 pub const MAX_BLOCKS: usize = 1 << 24;
-/// The largest message read from a publisher or its replay socket.
-const MAX_MESSAGE_BYTES: i64 = 64 << 20;
+/// The largest message read from a publisher or its replay socket: a batch of one engine
+/// step's events is kilobytes (a 128k-token prefill's is under 1 MiB). A larger one ends
+/// the connection (it reconnects, and the batches lost show as a gap).
+pub const MAX_MESSAGE_BYTES: i64 = 8 << 20;
+/// Messages queued from one publisher before it drops them (they show as a gap): with
+/// [`MAX_MESSAGE_BYTES`], at most 64 MiB waits per engine however fast it publishes.
+pub const MAX_QUEUED_MESSAGES: i32 = 8;
 /// How long a replay may take to answer.
 const REPLAY_TIMEOUT_MS: i32 = 1000;
 /// How long one gap's fetch from a replay socket may take in all, however many answers
@@ -98,6 +103,9 @@ pub struct KvCounts {
     pub lost: u64,
     /// Batches that did not decode.
     pub undecodable: u64,
+    /// Times the connection to the publisher was closed under the subscriber (an
+    /// oversized message ends it) and made afresh.
+    pub reconnects: u64,
 }
 
 struct Slot {
@@ -138,14 +146,12 @@ impl KvIndex {
                     subscription.endpoint, subscription.url
                 ))
             };
-            let sub = context.socket(zmq::SUB).map_err(error)?;
-            sub.set_maxmsgsize(MAX_MESSAGE_BYTES).map_err(error)?;
-            sub.set_subscribe(b"").map_err(error)?;
-            sub.connect(&subscription.url).map_err(error)?;
+            let sub = Subscriber::open(&context, &subscription.url, slot).map_err(error)?;
             let replay = match &subscription.replay {
                 Some(url) => {
                     let dealer = context.socket(zmq::DEALER).map_err(error)?;
                     dealer.set_maxmsgsize(MAX_MESSAGE_BYTES).map_err(error)?;
+                    dealer.set_rcvhwm(MAX_QUEUED_MESSAGES).map_err(error)?;
                     dealer.set_rcvtimeo(REPLAY_TIMEOUT_MS).map_err(error)?;
                     dealer.set_linger(0).map_err(error)?;
                     dealer.connect(url).map_err(|e| {
@@ -161,7 +167,7 @@ impl KvIndex {
             let index = index.clone();
             std::thread::Builder::new()
                 .name(format!("kv-events {}", subscription.endpoint))
-                .spawn(move || index.follow(slot, &sub, replay.as_ref()))
+                .spawn(move || index.follow(slot, sub, replay.as_ref()))
                 .map_err(|e| LiveError::Settings(format!("--kv-events: cannot start: {e}")))?;
         }
         Ok(index)
@@ -213,13 +219,17 @@ impl KvIndex {
     }
 
     /// The subscriber of slot `slot`: applies each batch in order, recovering gaps.
-    fn follow(&self, slot: usize, sub: &zmq::Socket, replay: Option<&zmq::Socket>) {
+    fn follow(&self, slot: usize, mut sub: Subscriber, replay: Option<&zmq::Socket>) {
         let name = &self.slots[slot].endpoint;
         let mut say = Throttled::default();
         loop {
-            let Ok(frames) = sub.recv_multipart(0) else {
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
+            let frames = match sub.recv() {
+                Received::Frames(frames) => frames,
+                Received::Nothing => continue,
+                Received::Reopened => {
+                    self.lock(slot).1.reconnects += 1;
+                    continue;
+                }
             };
             let Some((seq, payload)) = sequenced(&frames[1..]) else {
                 continue;
@@ -287,6 +297,93 @@ impl KvIndex {
             .held
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// How long a receive waits before the subscriber looks at its connection's events.
+const RECEIVE_WAIT_MS: i32 = 500;
+
+/// One engine's PUB connection. ZeroMQ gives up on a connection a peer broke the protocol
+/// on (a message past [`MAX_MESSAGE_BYTES`] is such a break) and does not make it again,
+/// so the subscriber watches its socket's events and, when the connection is gone, opens
+/// a fresh socket; the batches missed show as a gap.
+struct Subscriber {
+    context: zmq::Context,
+    url: String,
+    slot: usize,
+    /// Sockets made so far: each one's monitor has a name of its own.
+    made: u64,
+    sub: zmq::Socket,
+    events: zmq::Socket,
+}
+
+/// What one receive gave.
+enum Received {
+    Frames(Vec<Vec<u8>>),
+    /// Nothing within [`RECEIVE_WAIT_MS`].
+    Nothing,
+    /// The connection was gone, and a fresh one is made.
+    Reopened,
+}
+
+impl Subscriber {
+    fn open(context: &zmq::Context, url: &str, slot: usize) -> Result<Subscriber, zmq::Error> {
+        let (sub, events) = Subscriber::socket(context, url, slot, 0)?;
+        Ok(Subscriber {
+            context: context.clone(),
+            url: url.to_owned(),
+            slot,
+            made: 1,
+            sub,
+            events,
+        })
+    }
+
+    /// A SUB socket on `url` with the bounds, and the PAIR socket its events come to.
+    fn socket(
+        context: &zmq::Context,
+        url: &str,
+        slot: usize,
+        made: u64,
+    ) -> Result<(zmq::Socket, zmq::Socket), zmq::Error> {
+        let sub = context.socket(zmq::SUB)?;
+        sub.set_maxmsgsize(MAX_MESSAGE_BYTES)?;
+        sub.set_rcvhwm(MAX_QUEUED_MESSAGES)?;
+        sub.set_rcvtimeo(RECEIVE_WAIT_MS)?;
+        sub.set_linger(0)?;
+        sub.set_subscribe(b"")?;
+        let monitor = format!("inproc://routerlab-kv-events-{slot}-{made}");
+        sub.monitor(&monitor, zmq::SocketEvent::DISCONNECTED as i32)?;
+        let events = context.socket(zmq::PAIR)?;
+        events.connect(&monitor)?;
+        sub.connect(url)?;
+        Ok((sub, events))
+    }
+
+    fn recv(&mut self) -> Received {
+        if let Ok(frames) = self.sub.recv_multipart(0) {
+            return Received::Frames(frames);
+        }
+        let mut gone = false;
+        while let Ok(event) = self.events.recv_multipart(zmq::DONTWAIT) {
+            let id = event.first().and_then(|f| f.get(..2));
+            gone |= id.is_some_and(|id| {
+                u16::from_le_bytes([id[0], id[1]]) == zmq::SocketEvent::DISCONNECTED.to_raw()
+            });
+        }
+        if !gone {
+            return Received::Nothing;
+        }
+        match Subscriber::socket(&self.context, &self.url, self.slot, self.made) {
+            Ok((sub, events)) => {
+                self.made += 1;
+                self.sub = sub;
+                self.events = events;
+                Received::Reopened
+            }
+            // Not now (out of file descriptors?): the next wait tries again.
+            Err(_) => Received::Nothing,
+        }
     }
 }
 
@@ -524,6 +621,49 @@ mod tests {
         throttled.last = Some(Instant::now() - MESSAGE_EVERY);
         throttled.line(|quiet| said.push(quiet.to_owned()));
         assert_eq!(said[1], " (999 more such lines held back in the last 10 s)");
+    }
+
+    /// A publisher flooding batches past the size bound: each ends its connection instead
+    /// of being queued (a subscriber queued gigabytes of them), and the index still takes
+    /// the well-formed batch sent after the flood.
+    #[test]
+    fn a_flood_of_oversized_batches_is_not_queued_and_the_next_batch_applies() {
+        use crate::kv_events::encode_batch;
+        let context = zmq::Context::new();
+        let publisher = context.socket(zmq::PUB).unwrap();
+        // The test's own side queues little, so that the flood is the subscriber's to bear.
+        publisher.set_sndhwm(4).unwrap();
+        publisher.bind("tcp://127.0.0.1:0").unwrap();
+        let url = publisher.get_last_endpoint().unwrap().unwrap();
+        let index = KvIndex::start(
+            &[KvSubscription {
+                endpoint: "e".into(),
+                url,
+                replay: None,
+            }],
+            None,
+        )
+        .unwrap();
+        let seq = std::cell::Cell::new(0u64);
+        let send = |payload: &[u8]| {
+            seq.set(seq.get() + 1);
+            let frames: [&[u8]; 3] = [b"", &seq.get().to_be_bytes(), payload];
+            publisher.send_multipart(frames, 0).unwrap();
+        };
+        let huge = vec![0x90u8; MAX_MESSAGE_BYTES as usize + 1];
+        for _ in 0..64 {
+            send(&huge);
+        }
+        wait_for("a batch after the flood", || {
+            send(&encode_batch(0.0, &[stored(9)], 4));
+            std::thread::sleep(Duration::from_millis(20));
+            index.holds(0, 9)
+        });
+        assert_eq!(
+            index.counts(0).undecodable,
+            0,
+            "no oversized batch was read"
+        );
     }
 
     fn wait_for(what: &str, ok: impl Fn() -> bool) {

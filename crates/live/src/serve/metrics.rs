@@ -95,7 +95,7 @@ struct Counts {
 type KvCounter = (&'static str, &'static str, fn(&KvCounts) -> u64);
 
 /// The KV-event counters, per followed endpoint.
-const KV_COUNTERS: [KvCounter; 5] = [
+const KV_COUNTERS: [KvCounter; 6] = [
     (
         "routerlab_kv_event_batches",
         "KV event batches applied to the endpoint's index",
@@ -120,6 +120,11 @@ const KV_COUNTERS: [KvCounter; 5] = [
         "routerlab_kv_event_undecodable",
         "KV event batches that did not decode",
         |c| c.undecodable,
+    ),
+    (
+        "routerlab_kv_event_reconnects",
+        "times the connection to the endpoint's publisher was made afresh (an oversized message ends it)",
+        |c| c.reconnects,
     ),
 ];
 
