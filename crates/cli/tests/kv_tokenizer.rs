@@ -270,3 +270,39 @@ fn a_tokenizer_that_cannot_be_read_stops_serve_naming_the_flag() {
         assert!(stderr.contains(said), "{flags:?}: {stderr}");
     }
 }
+
+/// A prompt longer than `serve --tokenizer` tokenizes is answered 413, saying the bound
+/// (a 4 MB prompt held about 450 MB while it was tokenized; eight at once ended `serve`);
+/// a prompt within it is still routed.
+#[test]
+fn a_prompt_too_long_to_tokenize_is_refused_with_413() {
+    let python = python();
+    let dir =
+        std::env::temp_dir().join(format!("routerlab-kv-tokenizer-413-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tokenizer = dir.join("tokenizer.json");
+    build_tokenizer(&tokenizer);
+    let engines: Vec<Server> = (0..4)
+        .map(|_| ROUTERLAB.start(&["engine", "--model-speedup", "200"]))
+        .collect();
+    let names: Vec<String> = engines.iter().map(|e| e.addr.clone()).collect();
+    let publisher = publish(
+        &python,
+        &tokenizer,
+        "sha256",
+        &[vec![words(0..40)], vec![words(100..140)]],
+    );
+    let router = router(&names, &publisher, &tokenizer, "sha256", SEED);
+    let long = "word ".repeat((1 << 20) / 5 + 1);
+    let body = json!({"prompt": long, "max_tokens": 1}).to_string();
+    let (status, _, answer) = exchange(&router.addr, "POST", "/v1/completions", &body);
+    assert_eq!(status, 413, "{answer}");
+    assert!(
+        answer.contains("more than the 1048576 serve tokenizes (--tokenizer)"),
+        "{answer}"
+    );
+    let body = json!({"prompt": words(0..40), "max_tokens": 1}).to_string();
+    let (status, _, answer) = exchange(&router.addr, "POST", "/v1/completions", &body);
+    assert_eq!(status, 200, "{answer}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

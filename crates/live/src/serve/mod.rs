@@ -68,6 +68,15 @@ const STATUS_WAIT: Duration = Duration::from_millis(200);
 /// The most bytes of a whole (non-streamed) answer the router holds before passing it on.
 pub const MAX_ANSWER_BYTES: usize = 64 << 20;
 
+/// The longest prompt `serve --tokenizer` tokenizes, bytes (about 250,000 tokens): a
+/// tokenization holds about a hundred times its prompt's size while it runs. A longer one
+/// is answered 413.
+pub const MAX_TOKENIZED_PROMPT_BYTES: usize = 1 << 20;
+
+/// Prompts tokenized at once; the others wait their turn, so tokenizing holds at most
+/// this many times [`MAX_TOKENIZED_PROMPT_BYTES`]'s working memory.
+pub const TOKENIZING_AT_ONCE: usize = 2;
+
 /// The header the router adds to each response: the endpoint that served it (in a
 /// disaggregated fleet, the decode endpoint).
 pub const ENDPOINT_HEADER: &str = "x-routerlab-endpoint";
@@ -130,6 +139,8 @@ struct Shared {
     started: Instant,
     matcher: String,
     decisions: Histogram,
+    /// Turns at the tokenizer ([`TOKENIZING_AT_ONCE`]).
+    tokenizing: tokio::sync::Semaphore,
 }
 
 impl Shared {
@@ -257,6 +268,7 @@ pub async fn run_on(
         matcher,
         decisions: metrics::decision_histogram(),
         last_metrics: Mutex::new(String::new()),
+        tokenizing: tokio::sync::Semaphore::new(TOKENIZING_AT_ONCE),
     });
     tokio::spawn(health::scrape_loop(shared.clone()));
     http::serve(listener, http::HEADER_READ_TIMEOUT, move |request| {
@@ -375,6 +387,18 @@ async fn route(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
     // Tokenizing a long prompt takes milliseconds: on a blocking thread, before the lock.
     let tokens = match shared.settings.kv_keys.clone() {
         Some(keys) => {
+            if inference.prompt.len() > MAX_TOKENIZED_PROMPT_BYTES {
+                return http::error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    &format!(
+                        "the prompt has {} bytes, more than the {MAX_TOKENIZED_PROMPT_BYTES} serve tokenizes (--tokenizer)",
+                        inference.prompt.len()
+                    ),
+                );
+            }
+            let Ok(_turn) = shared.tokenizing.acquire().await else {
+                return http::error(StatusCode::SERVICE_UNAVAILABLE, "serve is stopping");
+            };
             let prompt = String::from_utf8_lossy(&inference.prompt).into_owned();
             tokio::task::spawn_blocking(move || keys.tokenize(&prompt).ok())
                 .await
