@@ -41,6 +41,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "crates/live",
         &[
             "routerlab-core",
+            "routerlab-os",
             "routerlab-policy-kit",
             "routerlab-host",
             "routerlab-trace",

@@ -1470,3 +1470,71 @@ fn a_prefill_answer_without_transfer_params_is_counted_and_decoded_without_them(
     assert!(decoded.get("kv_transfer_params").is_none(), "{decoded}");
     assert_eq!(decoded["prompt"], "hello there");
 }
+
+/// Whether process `pid` is gone (or a zombie waiting for whoever inherited it).
+fn gone(pid: &str) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+    stat.map_or(true, |s| s.split_whitespace().nth(2) == Some("Z"))
+}
+
+/// A plugin in a plugin host that starts a process of its own: when `serve` ends (killed,
+/// so nothing of it runs), the plugin's process ends with the host (it outlived both).
+#[test]
+fn what_a_hosted_plugin_starts_ends_with_serve() {
+    let engine = ROUTERLAB.start(&["engine", "--instant"]);
+    let fixture = support::fixture_plugin("spawn-on-create");
+    let pid_file = support::scratch_file("spawned.pid", b"");
+    let router = ROUTERLAB.start_with_env(
+        &[
+            "serve",
+            "--endpoints",
+            &engine.addr,
+            "--matcher",
+            &fixture,
+            "--plugin-isolation",
+            "process",
+        ],
+        &[("ROUTERLAB_FIXTURE_PID_FILE", pid_file.to_str().unwrap())],
+    );
+    let spawned = std::fs::read_to_string(&pid_file).unwrap();
+    assert!(
+        !spawned.is_empty() && !gone(&spawned),
+        "the plugin's process runs"
+    );
+    let (status, body) = http(&router.addr, "POST", "/v1/completions", SMALL);
+    assert_eq!(status, 200, "{body}");
+    drop(router);
+    eventually("the plugin's process is gone", || gone(&spawned));
+}
+
+/// A hosted plugin whose memory grows on every call: past `--plugin-host-memory-mb` the
+/// host ends (not the machine, not `serve`), the request follows `--on-plugin-error`, and
+/// `serve` restarts the host and keeps answering.
+#[test]
+fn a_hosted_plugin_past_its_memory_bound_costs_its_host_not_serve() {
+    let engine = ROUTERLAB.start(&["engine", "--instant"]);
+    let fixture = support::fixture_plugin("grow-on-match");
+    let router = ROUTERLAB.start(&[
+        "serve",
+        "--endpoints",
+        &engine.addr,
+        "--matcher",
+        &fixture,
+        "--matcher-config",
+        "{mb: 128}",
+        "--plugin-isolation",
+        "process",
+        "--plugin-host-memory-mb",
+        "512",
+        "--on-plugin-error",
+        "round-robin",
+    ]);
+    for _ in 0..8 {
+        let (status, body) = http(&router.addr, "POST", "/v1/completions", SMALL);
+        assert_eq!(status, 200, "{body}");
+    }
+    let stderr = router.stderr();
+    assert!(stderr.contains("restarting it"), "{stderr}");
+    let (status, _) = http(&router.addr, "GET", "/health", "");
+    assert_eq!(status, 200);
+}

@@ -3,7 +3,8 @@
 //! poisons the instance), one that depends on `on_complete` (so the timed replay's tests
 //! can prove it is called), one that checks the ABI 1.2 signals against its own books
 //! and fails the run on the first disagreement, one that checks its router replica
-//! scrapes the engines on its own schedule, and one that never returns from `match`.
+//! scrapes the engines on its own schedule, one that never returns from `match`, one that
+//! starts a child process, and one whose memory grows on every `match`.
 
 use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request};
 
@@ -296,6 +297,56 @@ impl Matcher for ScrapePhase {
     }
 }
 
+/// Starts a child process (`sleep 600`) in `create` and writes its pid to the file that
+/// `ROUTERLAB_FIXTURE_PID_FILE` names: a plugin that leaves processes behind. Answers as
+/// the first available endpoint.
+pub struct SpawnOnCreate;
+
+impl Matcher for SpawnOnCreate {
+    fn create(_name: &str, _config: &mut PluginConfig) -> Result<Self, String> {
+        let pid_file = std::env::var("ROUTERLAB_FIXTURE_PID_FILE")
+            .map_err(|_| "set ROUTERLAB_FIXTURE_PID_FILE".to_owned())?;
+        let child = std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .map_err(|e| format!("sleep: {e}"))?;
+        std::fs::write(&pid_file, child.id().to_string())
+            .map_err(|e| format!("{pid_file}: {e}"))?;
+        Ok(SpawnOnCreate)
+    }
+    fn match_request(
+        &mut self,
+        _: &Request<'_>,
+        endpoints: &Endpoints<'_>,
+    ) -> Result<Option<EndpointId>, String> {
+        Ok(endpoints.available().next().map(|e| e.id()))
+    }
+}
+
+/// Keeps `mb` MiB more (config key, default 256), touched, on every `match`: a plugin
+/// whose memory grows without bound. Answers as the first available endpoint.
+pub struct GrowOnMatch {
+    mb: u64,
+    kept: Vec<Vec<u8>>,
+}
+
+impl Matcher for GrowOnMatch {
+    fn create(_name: &str, config: &mut PluginConfig) -> Result<Self, String> {
+        Ok(GrowOnMatch {
+            mb: config.u64("mb", 256)?,
+            kept: Vec::new(),
+        })
+    }
+    fn match_request(
+        &mut self,
+        _: &Request<'_>,
+        endpoints: &Endpoints<'_>,
+    ) -> Result<Option<EndpointId>, String> {
+        self.kept.push(vec![1u8; (self.mb << 20) as usize]);
+        Ok(endpoints.available().next().map(|e| e.id()))
+    }
+}
+
 routerlab_core::export_plugins! {
     matcher PanicOnCreate { name: "panic-on-create", description: "fixture: panics in create" },
     matcher PanicOnMatch { name: "panic-on-match", description: "fixture: panics in match" },
@@ -311,5 +362,13 @@ routerlab_core::export_plugins! {
     matcher ScrapePhase {
         name: "scrape-phase",
         description: "fixture: fails when its replica's statuses change between its own scrapes",
+    },
+    matcher SpawnOnCreate {
+        name: "spawn-on-create",
+        description: "fixture: starts a child process in create",
+    },
+    matcher GrowOnMatch {
+        name: "grow-on-match",
+        description: "fixture: keeps more memory on every match",
     },
 }

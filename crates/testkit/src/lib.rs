@@ -35,6 +35,15 @@ impl Program {
         Server::spawn(command, args)
     }
 
+    /// Starts `routerlab ARGS --listen 127.0.0.1:0` with the environment variables `env`
+    /// set for it (and what it starts).
+    pub fn start_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut command = Command::new(self.0);
+        command.args(args).args(["--listen", "127.0.0.1:0"]);
+        command.envs(env.iter().copied());
+        Server::spawn(command, args)
+    }
+
     /// Starts `routerlab ARGS --listen 127.0.0.1:0` allowed at most `files` open file
     /// descriptors (`ulimit -n`, then `exec`, so the process is the server itself).
     pub fn start_with_file_limit(&self, args: &[&str], files: u32) -> Server {

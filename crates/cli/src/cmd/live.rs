@@ -180,6 +180,11 @@ pub struct ServeArgs {
     /// hung plugin only restarts).
     #[arg(long, help_heading = PLUGINS, value_name = "WHERE", default_value = "in-process")]
     pub plugin_isolation: IsolationArg,
+    /// With --plugin-isolation process: the most memory (heap and anonymous maps, MiB) the
+    /// plugin host may use; past it the host ends and is restarted, `serve` goes on. 0: no
+    /// bound.
+    #[arg(long, help_heading = PLUGINS, value_name = "MIB", default_value_t = 4096)]
+    pub plugin_host_memory_mb: u64,
     /// Follow the engines' KV events (vLLM's, or `engine --kv-events`): ENDPOINT=ZMQ_URL,...
     /// for endpoints of the fleet; precise policies (`cached_prefix`) then see what each
     /// holds. Not with a disaggregated fleet.
@@ -261,6 +266,9 @@ pub struct PluginHostArgs {
     /// What serve resolved, as one YAML document (its plugins, seed and endpoints).
     #[arg(long, value_name = "YAML")]
     pub serving: String,
+    /// The most memory this host may use, MiB (0: no bound).
+    #[arg(long, value_name = "MIB", default_value_t = 0)]
+    pub memory_mb: u64,
 }
 
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
@@ -433,7 +441,13 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
             })?;
             let command = HostCommand {
                 program,
-                args: vec!["plugin-host".into(), "--serving".into(), document.into()],
+                args: vec![
+                    "plugin-host".into(),
+                    "--serving".into(),
+                    document.into(),
+                    "--memory-mb".into(),
+                    args.plugin_host_memory_mb.to_string().into(),
+                ],
             };
             Plugins::Isolated(Box::new(Host::start(command, serving.plugin_timeout)?))
         }
@@ -489,7 +503,18 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
 
 /// `routerlab plugin-host`: loads the plugins as `serve` would and answers its calls.
 pub fn plugin_host(args: PluginHostArgs) -> Result<(), Failure> {
-    routerlab_os::process::die_with_parent();
+    // This process leads its own group (serve started it so): when serve ends, the host
+    // and whatever its plugins started end with it.
+    routerlab_os::process::die_with_parent_and_group();
+    if args.memory_mb > 0 {
+        let bytes = args.memory_mb.saturating_mul(1 << 20);
+        routerlab_os::process::limit_memory(bytes).map_err(|e| {
+            Failure::input(format!(
+                "--memory-mb {}: cannot set it: {e}",
+                args.memory_mb
+            ))
+        })?;
+    }
     let serving: Serving = serde_yaml::from_str(&args.serving).map_err(|e| {
         Failure::input(format!(
             "--serving: not serve's settings: {}",

@@ -6,6 +6,7 @@ use std::ffi::OsString;
 use std::io::{BufReader, Write as _};
 use std::os::unix::fs::DirBuilderExt as _;
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -250,7 +251,7 @@ impl Host {
         self.generation += 1;
         let status = match previous {
             Link::Up(mut running) => {
-                let _ = running.child.kill();
+                end(&mut running.child);
                 running.child.wait().ok()
             }
             Link::Starting => None,
@@ -280,7 +281,7 @@ impl Host {
 impl Drop for Host {
     fn drop(&mut self) {
         if let Link::Up(running) = &mut self.link {
-            let _ = running.child.kill();
+            end(&mut running.child);
             let _ = running.child.wait();
         }
     }
@@ -375,6 +376,12 @@ impl Drop for SocketDir {
     }
 }
 
+/// Ends a host and whatever its plugins started in its process group.
+fn end(child: &mut Child) {
+    routerlab_os::process::kill_group(child.id());
+    let _ = child.kill();
+}
+
 /// Starts a host and waits for its hello.
 fn spawn(command: &HostCommand, deadline: Duration) -> Result<Running, String> {
     let dir = SocketDir::new().map_err(|e| format!("a directory for its socket: {e}"))?;
@@ -383,7 +390,9 @@ fn spawn(command: &HostCommand, deadline: Duration) -> Result<Running, String> {
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("{}: {e}", path.display()))?;
+    // A group of its own: whatever a plugin starts stays in it and ends with the host.
     let mut child = Command::new(&command.program)
+        .process_group(0)
         .args(&command.args)
         .arg("--connect")
         .arg(&path)
@@ -403,7 +412,7 @@ fn spawn(command: &HostCommand, deadline: Duration) -> Result<Running, String> {
                 matcher,
             }),
             Err(why) => {
-                let _ = child.kill();
+                end(&mut child);
                 let status = child.wait().ok();
                 Err(match status {
                     Some(status) if !status.success() => describe(status),
@@ -412,7 +421,7 @@ fn spawn(command: &HostCommand, deadline: Duration) -> Result<Running, String> {
             }
         },
         Err(why) => {
-            let _ = child.kill();
+            end(&mut child);
             let _ = child.wait();
             Err(why)
         }
