@@ -1538,3 +1538,31 @@ fn a_hosted_plugin_past_its_memory_bound_costs_its_host_not_serve() {
     let (status, _) = http(&router.addr, "GET", "/health", "");
     assert_eq!(status, 200);
 }
+
+/// Out of file descriptors, a health check behind dozens of idle connections is answered
+/// at once, 503 saying why (it waited 9 s, until an idle connection timed out).
+#[test]
+fn a_router_out_of_file_descriptors_answers_at_once() {
+    let router = ROUTERLAB.start_with_file_limit(
+        &[
+            "serve",
+            "--matcher",
+            "round-robin",
+            "--endpoints",
+            "127.0.0.1:9",
+        ],
+        32,
+    );
+    let holders: Vec<std::net::TcpStream> = (0..64)
+        .filter_map(|_| std::net::TcpStream::connect(&router.addr).ok())
+        .collect();
+    assert!(holders.len() > 32, "{} connections", holders.len());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let (status, body) = http(&router.addr, "GET", "/health", "");
+    let waited = started.elapsed();
+    assert!(waited < std::time::Duration::from_secs(2), "{waited:?}");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("out of file descriptors"), "{body}");
+    drop(holders);
+}

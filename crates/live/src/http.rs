@@ -128,25 +128,44 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// descriptors, out of memory): the condition lasts, and retrying at once would spin.
 pub const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
+/// The answer a connection gets when the process is out of descriptors: it is closed at
+/// once rather than left waiting in the backlog until a descriptor frees.
+const OUT_OF_DESCRIPTORS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: 82\r\n\r\n{\"error\": {\"message\": \"the router is out of file descriptors; try again shortly\"}}";
+
 /// Serves HTTP/1.1 connections from `listener` with `handler`, each connection on its own
 /// task, until the process ends; headers must arrive within `header_read_timeout` (also the
 /// idle limit of a kept-alive connection).
 ///
 /// hyper's connection builder, on hyper-util's tokio timer, does the protocol and the
 /// timeouts. The loop around it follows the rule axum's `serve` uses: an error that
-/// belongs to one connection (refused, aborted or reset before it was accepted) is skipped;
-/// any other (`EMFILE`, `ENFILE`, `ENOMEM`) waits [`ACCEPT_BACKOFF`] before the next try.
+/// belongs to one connection (refused, aborted or reset before it was accepted) is skipped.
+/// Out of descriptors (`EMFILE`, `ENFILE`), it gives up the one it keeps in reserve,
+/// answers the waiting connections 503 and closes them, one after another, then takes its
+/// reserve back: a client learns at once that the router is full (it waited for seconds).
+/// Any other error, or no reserve to give, waits [`ACCEPT_BACKOFF`] before the next try.
 pub async fn serve<H, F>(listener: TcpListener, header_read_timeout: Duration, handler: H)
 where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
+    let mut reserve = std::fs::File::open("/dev/null").ok();
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(e) if is_connection_error(&e) => continue,
+            Err(e) if routerlab_os::process::out_of_descriptors(&e) && reserve.is_some() => {
+                // The reserve's descriptor is the one the connections are answered with.
+                drop(reserve.take());
+                shed(&listener).await;
+                reserve = std::fs::File::open("/dev/null").ok();
+                if reserve.is_none() {
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+                continue;
+            }
             Err(_) => {
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
+                reserve = reserve.or_else(|| std::fs::File::open("/dev/null").ok());
                 continue;
             }
         };
@@ -163,6 +182,27 @@ where
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
+    }
+}
+
+/// Answers 503 to the connections waiting now and closes each, with the one descriptor
+/// the caller freed, until none waits (or accepting fails again).
+async fn shed(listener: &TcpListener) {
+    loop {
+        let accepted = tokio::time::timeout(Duration::from_millis(1), listener.accept()).await;
+        let Ok(Ok((stream, _))) = accepted else {
+            return;
+        };
+        // A best effort: a full send buffer or a peer already gone loses nothing here.
+        let _ = stream.try_write(OUT_OF_DESCRIPTORS);
+        // What the client sent already is read first: closing over unread bytes would
+        // reset the connection, and a reset can discard the answer before it is read.
+        let mut sink = [0u8; 4096];
+        for _ in 0..16 {
+            if !matches!(stream.try_read(&mut sink), Ok(1..)) {
+                break;
+            }
+        }
     }
 }
 

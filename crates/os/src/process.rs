@@ -86,3 +86,17 @@ pub fn limit_memory(bytes: u64) -> std::io::Result<()> {
         Err(std::io::Error::other("memory limits need a Unix system"))
     }
 }
+
+/// Whether `e` says the process (or the system) has no file descriptor to give (`EMFILE`,
+/// `ENFILE`).
+pub fn out_of_descriptors(e: &std::io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        false
+    }
+}
