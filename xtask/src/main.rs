@@ -630,12 +630,14 @@ fn words(command: &str) -> Vec<String> {
 }
 
 /// The cargo-fuzz targets under `fuzz/`.
-const FUZZ_TARGETS: [&str; 5] = [
+const FUZZ_TARGETS: [&str; 7] = [
     "trace_reader",
     "mooncake_fast_path",
     "settings",
     "engine",
     "run_files",
+    "plugin_wire",
+    "kv_events",
 ];
 
 /// Runs every fuzz target for a fixed time from its committed seed corpus. New inputs go to

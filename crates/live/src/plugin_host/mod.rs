@@ -13,7 +13,7 @@
 pub(crate) mod by_index;
 mod child;
 mod parent;
-pub(crate) mod wire;
+pub mod wire;
 
 pub use child::run;
 pub use parent::{Host, HostCommand, HostFailure, STARTUP_TIMEOUT};

@@ -75,18 +75,31 @@ struct AdapterStateDef {
 /// (`cached`), asked of every endpoint before the call.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct WireRequest {
+    /// The request's id.
     pub id: u64,
+    /// When it arrived, ns since the router started.
     pub arrival_ns: u64,
+    /// Its prompt's bytes.
     pub prompt: Vec<u8>,
+    /// Its prefix-block hash chain.
     pub block_hashes: Vec<u64>,
+    /// The chain's dense ids, when the router numbered them.
     pub block_ids: Option<Vec<u32>>,
+    /// The chain's block size, in the request's unit.
     pub block_size: u32,
+    /// Whether its unit is tokens (else bytes).
     pub tokens: bool,
+    /// Its prompt's length in its unit.
     pub prompt_len: u64,
+    /// The output tokens asked for, if said.
     pub output_tokens: Option<u64>,
+    /// Its session, 0 = none.
     pub session_id: u64,
+    /// The request it continues, 0 = none.
     pub parent_id: u64,
+    /// It is its session's last.
     pub ends_session: bool,
+    /// The router's clock at the call, ns.
     pub now_ns: u64,
     /// `RL_PHASE_*`.
     pub phase: u32,
@@ -101,7 +114,9 @@ pub struct WireRequest {
 /// answers, asked of every endpoint before the call.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct WireAdapter {
+    /// Its number.
     pub id: u64,
+    /// Its name's bytes.
     pub name: Vec<u8>,
     /// What each endpoint (by stable index) holds, for the endpoints `serve` knows it
     /// of; `None` when it knows it of none.
@@ -190,19 +205,42 @@ impl WireRequest {
 pub enum Call {
     /// Set these endpoints' loads, then detect and match (the matcher does not learn).
     Decide {
+        /// The request.
         request: WireRequest,
+        /// Endpoints' loads by stable index.
         loads: Vec<(u32, Load)>,
     },
     /// The matcher's `update`.
-    Learn { request: WireRequest, index: u32 },
+    Learn {
+        /// The request.
+        request: WireRequest,
+        /// The endpoint it went to.
+        index: u32,
+    },
     /// The matcher's `on_first_token`.
-    FirstToken { request: WireRequest, index: u32 },
+    FirstToken {
+        /// The request.
+        request: WireRequest,
+        /// The endpoint it went to.
+        index: u32,
+    },
     /// The matcher's `on_complete`.
-    Complete { request: WireRequest, index: u32 },
+    Complete {
+        /// The request.
+        request: WireRequest,
+        /// The endpoint it went to.
+        index: u32,
+    },
     /// An endpoint joins the fleet.
-    Add { name: String },
+    Add {
+        /// Its name.
+        name: String,
+    },
     /// An endpoint leaves it.
-    Remove { index: u32 },
+    Remove {
+        /// Its stable index.
+        index: u32,
+    },
 }
 
 impl Call {
@@ -225,21 +263,32 @@ pub enum Reply {
     /// Sent once, when the host is ready: the matcher's name and the fleet's endpoints
     /// with their stable indices.
     Hello {
+        /// The matcher's name.
         matcher: String,
+        /// The endpoints with their stable indices.
         endpoints: Vec<(String, u32)>,
     },
     /// The call succeeded.
     Done,
     /// A decision: the endpoint picked, whether anything was flagged, what was.
     Decided {
+        /// The endpoint picked, by stable index; `None`: none.
         endpoint: Option<u32>,
+        /// Whether the detector flagged any endpoint.
         constrained: bool,
+        /// The endpoints it flagged.
         flagged: Vec<u32>,
     },
     /// The stable index an added endpoint got.
-    Added { index: u32 },
+    Added {
+        /// The index.
+        index: u32,
+    },
     /// The plugin failed the call (its error or caught panic, as the handle words it).
-    Failed { message: String },
+    Failed {
+        /// The plugin's words.
+        message: String,
+    },
 }
 
 /// Why a frame could not be read.
