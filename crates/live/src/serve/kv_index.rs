@@ -43,7 +43,7 @@ const REPLAY_TIMEOUT_MS: i32 = 1000;
 const FETCH_DEADLINE: Duration = Duration::from_secs(5);
 /// The most bytes of batches one gap's fetch keeps; a gap needing more starts the engine's
 /// index over instead.
-const MAX_FETCH_BYTES: usize = 256 << 20;
+const MAX_FETCH_BYTES: usize = 64 << 20;
 /// The longest gap (in batches) asked of a replay socket; a longer one starts over.
 const MAX_FETCH_BATCHES: u64 = 65_536;
 /// At most one message this often about one engine's events (the rest are counted).
