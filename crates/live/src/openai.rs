@@ -52,7 +52,7 @@ struct Body<'a> {
     #[serde(default)]
     prompt: Option<serde_json::Value>,
     #[serde(default, borrow)]
-    messages: Option<Vec<Message<'a>>>,
+    messages: Option<Vec<ChatMessage<'a>>>,
     #[serde(default)]
     max_tokens: Option<u32>,
     #[serde(default)]
@@ -63,6 +63,54 @@ struct Body<'a> {
     user: Option<String>,
     #[serde(default)]
     kv_transfer_params: Option<serde_json::Value>,
+}
+
+/// A chat message as clients send it: `content` one string, or a list of parts (of which
+/// the `text` parts are the prompt, joined by newlines as vLLM joins them), or absent (an
+/// assistant's tool call).
+#[derive(Deserialize)]
+struct ChatMessage<'a> {
+    #[serde(borrow)]
+    role: std::borrow::Cow<'a, str>,
+    #[serde(default)]
+    content: Option<Content>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Deserialize)]
+struct ContentPart {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+impl ChatMessage<'_> {
+    /// The message as the chat trace format has it (its text parts joined).
+    fn flat(&self) -> Message<'_> {
+        let content = match &self.content {
+            None => std::borrow::Cow::Borrowed(""),
+            Some(Content::Text(text)) => std::borrow::Cow::Borrowed(text.as_str()),
+            Some(Content::Parts(parts)) => std::borrow::Cow::Owned(
+                parts
+                    .iter()
+                    .filter(|p| p.kind == "text")
+                    .filter_map(|p| p.text.as_deref())
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            ),
+        };
+        Message {
+            role: std::borrow::Cow::Borrowed(&self.role),
+            content,
+        }
+    }
 }
 
 /// Reads a request body of `api`; the error says what is wrong, for a 400.
@@ -80,7 +128,10 @@ pub fn parse(api: Api, body: &[u8]) -> Result<Inference, String> {
             );
         }
         (Api::Completions, None, _) => return Err("missing `prompt`".into()),
-        (Api::Chat, _, Some(messages)) => flatten_messages(&messages, &mut prompt),
+        (Api::Chat, _, Some(messages)) => {
+            let flat: Vec<Message<'_>> = messages.iter().map(ChatMessage::flat).collect();
+            flatten_messages(&flat, &mut prompt)
+        }
         (Api::Chat, _, None) => return Err("missing `messages`".into()),
     }
     Ok(Inference {
@@ -183,6 +234,30 @@ mod tests {
         assert_eq!(request.max_tokens, Some(3));
         assert!(request.stream);
         assert_eq!(request.user.as_deref(), Some("u1"));
+    }
+
+    /// Content as a list of parts, as GuideLLM and the OpenAI SDK send it (it was refused
+    /// with a 400): its text parts are the prompt, joined by newlines; other parts and an
+    /// absent content add nothing. One text part hashes as the same string would.
+    #[test]
+    fn content_parts_are_read_as_their_text() {
+        let body = br#"{"messages": [{"role": "system", "content": [{"type": "text", "text": "be brief"}]},
+            {"role": "user", "content": [{"type": "text", "text": "hi"},
+             {"type": "image_url", "image_url": {"url": "x"}}, {"type": "text", "text": "there"}]},
+            {"role": "assistant", "content": null, "tool_calls": []}]}"#;
+        let request = parse(Api::Chat, body).unwrap();
+        assert_eq!(
+            request.prompt,
+            b"<|system|>\nbe brief\n<|user|>\nhi\nthere\n<|assistant|>\n\n"
+        );
+        let plain = br#"{"messages": [{"role": "system", "content": "be brief"}]}"#;
+        let parts = br#"{"messages": [{"role": "system", "content": [{"type": "text", "text": "be brief"}]}]}"#;
+        assert_eq!(
+            parse(Api::Chat, plain).unwrap().prompt,
+            parse(Api::Chat, parts).unwrap().prompt
+        );
+        let bad = br#"{"messages": [{"role": "user", "content": 7}]}"#;
+        assert!(parse(Api::Chat, bad).is_err());
     }
 
     #[test]
