@@ -722,3 +722,38 @@ fn a_metric_measured_as_zero_is_refused_or_said_to_have_no_error() {
     }
     std::fs::remove_dir_all(&run).unwrap();
 }
+
+/// Reports GuideLLM 0.8.1 itself wrote, run against `routerlab engine` (see
+/// `tests/python/make_run_fixtures.py`): one that kept every request is read whole; one that
+/// kept a sample of 4 of its 12 is refused, naming the counts (it was fitted on the 4, exit
+/// 0: 0.8 keeps the run's totals under `metrics`, where the reader did not look).
+#[test]
+fn guidellm_reports_are_read_whole_and_a_sampled_one_is_refused() {
+    let fixture = |name: &str| {
+        support::workspace_root()
+            .join("crates/cli/tests/fixtures")
+            .join(name)
+            .to_string_lossy()
+            .into_owned()
+    };
+    let limits = ["--max-num-seqs", "64", "--max-num-batched-tokens", "2048"];
+    let whole = fixture("guidellm-0.8.1-whole.json");
+    let mut args = vec!["validate", "--fit", &whole, "--format", "json"];
+    args.extend(limits);
+    let output = routerlab(&args);
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["runs"][0]["requests"], 6);
+    let sampled = fixture("guidellm-0.8.1-sampled.json");
+    let mut args = vec!["validate", "--fit", &sampled];
+    args.extend(limits);
+    let output = routerlab(&args);
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.contains("field `benchmarks[0].requests.successful`: 4 requests of the run's 12: the report keeps a sample"),
+        "{stderr}"
+    );
+}

@@ -1,7 +1,7 @@
 //! GuideLLM's report (`guidellm benchmark --output-path benchmarks.json`): an object whose
 //! `benchmarks` list holds one benchmark per load point (a sweep has several), each with
 //! `requests.successful`, `requests.errored` and `requests.incomplete`, and
-//! `request_totals` (how many of each the run had).
+//! `metrics.request_totals` (how many of each the run had; `request_totals` before 0.8).
 //!
 //! Per request: `prompt_tokens` and `output_tokens`, and times in epoch seconds. GuideLLM
 //! 0.4 and later write `request_start_time` and `info.timings` (`first_token_iteration`,
@@ -48,11 +48,21 @@ pub fn parse(text: &str) -> Result<Vec<Part>, String> {
         };
         let successful = list("successful")?;
         let failed = list("errored")?.len() + list("incomplete")?.len();
-        if let Some(total) = at(benchmark, "request_totals.successful").and_then(Value::as_u64)
+        // GuideLLM 0.8 keeps the run's totals under `metrics`; earlier reports beside
+        // the requests.
+        let total = first_of(
+            benchmark,
+            &[
+                "metrics.request_totals.successful",
+                "request_totals.successful",
+            ],
+        )
+        .and_then(|(_, v)| v.as_u64());
+        if let Some(total) = total
             && total != successful.len() as u64
         {
             return Err(format!(
-                "field `{here}.requests.successful`: {} requests of the run's {total}: the report keeps a sample, and a sample cannot be replayed at the run's load (run without --sample-requests)",
+                "field `{here}.requests.successful`: {} requests of the run's {total}: the report keeps a sample, and a sample cannot be replayed at the run's load (run without --sample-requests; in GuideLLM 0.8, without a `sample_size` in --metrics)",
                 successful.len()
             ));
         }

@@ -7,8 +7,21 @@ their schemas:
   JSONL writer serialises (`model_dump(exclude_none=True, mode="json")`, orjson).
 - guidellm-benchmarks.json: each request is GuideLLM 0.8.1's `GenerativeRequestStats`,
   dumped as its report's `save_file` dumps (`model_dump(mode="json")`, computed fields
-  included); the frame around them (`benchmarks`, `request_totals`, `requests`) carries the
-  keys the reader uses.
+  included); the frame around them (`benchmarks`, `metrics.request_totals`, `requests`)
+  carries the keys the reader uses, where GuideLLM 0.8.1 writes them.
+- guidellm-0.8.1-whole.json and guidellm-0.8.1-sampled.json (not written by this script):
+  GuideLLM 0.8.1 itself, run against `routerlab engine --model-speedup 20` with a
+  byte-level BPE tokenizer trained on this repository's Markdown (saved by `transformers`'
+  `PreTrainedTokenizerFast`), its JSON written again without whitespace: 6 requests kept
+  whole, and 12 of which it keeps a sample of 4 (the second command):
+
+      guidellm run --backend kind=openai_http,target=http://ADDR,model=routerlab-sim \
+          --profile kind=constant,rate=5 --constraint kind=max_requests,count=6 \
+          --data kind=synthetic_text,prompt_tokens=64,output_tokens=8 \
+          --tokenizer kind=hf_auto,model=TOKENIZER_DIR \
+          --output kind=json,path=OUT.json
+      guidellm run ... --constraint kind=max_requests,count=12 ... \
+          --metrics kind=generative,sample_size=4 --output kind=json,path=OUT.json
 - inference-perf-per-request.json: inference-perf 0.7.0's `RequestLifecycleMetric`s, each
   made an entry by its report generator's `build_per_request_lifecycle_entry` (default
   fields) and the list written as its local storage writes reports (`json.dumps`, indent
@@ -132,9 +145,9 @@ def guidellm():
         return {
             "type_": "generative_benchmark",
             "config": {"strategy": {"type_": "constant", "rate": rate}},
-            "request_totals": {"successful": len(successful), "incomplete": 0,
-                               "errored": len(errored),
-                               "total": len(successful) + len(errored)},
+            "metrics": {"request_totals": {"successful": len(successful), "incomplete": 0,
+                                           "errored": len(errored),
+                                           "total": len(successful) + len(errored)}},
             "requests": {"successful": successful, "incomplete": [], "errored": errored},
         }
 
