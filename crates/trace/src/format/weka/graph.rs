@@ -68,6 +68,115 @@ fn common_prefix(a: &[u64], b: &[u64]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
+/// The hash of a run of ids one longer than the run `h` is the hash of.
+fn extend_hash(h: u64, id: u64) -> u64 {
+    (h ^ id).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29) ^ 0x2545_f491_4f6c_dd1d
+}
+
+/// The hashes of every prefix of `ids`, the first id's at 0.
+fn prefix_hashes(ids: &[u64]) -> Vec<u64> {
+    let mut h = 0;
+    ids.iter()
+        .map(|&id| {
+            h = extend_hash(h, id);
+            h
+        })
+        .collect()
+}
+
+/// The chains' last ids by every prefix, so that a request finds the chain it extends and
+/// the chain nearest it without comparing itself with every chain (a session of forks
+/// from one context has as many chains as requests). Keys are hashes of prefixes: a chain
+/// found is checked against the ids themselves, and a hash collision falls back to the
+/// scan, so the answers are the scan's.
+#[derive(Default)]
+struct TailIndex {
+    /// (prefix length, its hash) -> the chains whose last ids begin so, the longer tail
+    /// first, then the earlier chain.
+    through: HashMap<(usize, u64), BTreeSet<(std::cmp::Reverse<usize>, usize)>>,
+    /// (length, hash) -> the chains whose last ids are exactly that run, earliest first.
+    ending: HashMap<(usize, u64), BTreeSet<usize>>,
+}
+
+impl TailIndex {
+    fn insert(&mut self, chain: usize, tail: &[u64]) {
+        let len = tail.len();
+        for (k, h) in prefix_hashes(tail).into_iter().enumerate() {
+            let entry = (std::cmp::Reverse(len), chain);
+            self.through.entry((k + 1, h)).or_default().insert(entry);
+            if k + 1 == len {
+                self.ending.entry((len, h)).or_default().insert(chain);
+            }
+        }
+    }
+
+    fn remove(&mut self, chain: usize, tail: &[u64]) {
+        let len = tail.len();
+        for (k, h) in prefix_hashes(tail).into_iter().enumerate() {
+            if let Some(set) = self.through.get_mut(&(k + 1, h)) {
+                set.remove(&(std::cmp::Reverse(len), chain));
+                if set.is_empty() {
+                    self.through.remove(&(k + 1, h));
+                }
+            }
+            if k + 1 == len
+                && let Some(set) = self.ending.get_mut(&(len, h))
+            {
+                set.remove(&chain);
+                if set.is_empty() {
+                    self.ending.remove(&(len, h));
+                }
+            }
+        }
+    }
+
+    /// Whether no chain has last ids.
+    fn is_empty(&self) -> bool {
+        self.ending.is_empty()
+    }
+
+    /// [`extended`], by the index.
+    fn extended(&self, chains: &[Chain], request: &Recorded) -> Option<usize> {
+        let hashes = prefix_hashes(&request.hash_ids);
+        for (k, h) in hashes.iter().enumerate().rev() {
+            let len = k + 1;
+            let Some(set) = self.ending.get(&(len, *h)) else {
+                continue;
+            };
+            let found = set.iter().copied().find(|&i| {
+                let chain = &chains[i];
+                chain.tail_hashes.len() == len
+                    && chain.tail_model == request.model
+                    && chain.tail_end <= request.t + EPSILON_S
+                    && chain.tail_hashes == request.hash_ids[..len]
+            });
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+
+    /// [`nearest`], by the index.
+    fn nearest(&self, chains: &[Chain], hashes: &[u64]) -> (Option<usize>, usize) {
+        let prefixes = prefix_hashes(hashes);
+        for (k, h) in prefixes.iter().enumerate().rev() {
+            let Some(set) = self.through.get(&(k + 1, *h)) else {
+                continue;
+            };
+            let Some(&(_, chain)) = set.first() else {
+                continue;
+            };
+            // The deepest shared prefix, and its first chain: checked on the ids.
+            if common_prefix(&chains[chain].tail_hashes, hashes) == k + 1 {
+                return (Some(chain), k + 1);
+            }
+            return nearest(chains, hashes);
+        }
+        (None, 0)
+    }
+}
+
 /// Seconds as milliseconds, rounded to the nanosecond, never below 0.
 pub(super) fn ms(seconds: f64) -> f64 {
     (seconds.max(0.0) * 1e9).round() / 1e6
@@ -138,7 +247,9 @@ fn split_preamble(mut requests: Vec<Placed>) -> (Vec<Placed>, Vec<Placed>) {
     (vec![first], requests)
 }
 
-/// The chain `request` extends: the longest whose last ids prefix its own.
+/// The chain `request` extends: the longest whose last ids prefix its own (the scan
+/// [`TailIndex::extended`] answers as).
+#[cfg(test)]
 fn extended(chains: &[Chain], request: &Recorded) -> Option<usize> {
     let mut best = None;
     let mut best_len = 0;
@@ -217,11 +328,15 @@ fn splice_seams(
             continue;
         }
         let tail = &by_source[&source];
-        let registered: Vec<usize> = forks[&source]
+        let Some(listed) = forks.get(&source) else {
+            continue;
+        };
+        let registered: Vec<usize> = listed
             .iter()
             .copied()
             .filter(|i| !chains[*i].spliced)
             .collect();
+        let source_hashes = &tail.hash_ids;
         let elected = registered
             .iter()
             .copied()
@@ -239,6 +354,9 @@ fn splice_seams(
         let Some(elected) = elected else {
             continue;
         };
+        // The source is no chain's last request from here on, so it is never a source
+        // again: its list goes (the forks moved on are listed under their new source).
+        forks.remove(&source);
         let moved = std::mem::take(&mut chains[elected].requests);
         for request in &moved {
             owner.insert(request.source_id.clone(), chain);
@@ -255,6 +373,11 @@ fn splice_seams(
         };
         let new_hashes = chains[chain].tail_hashes.clone();
         let new_t = by_source[&new_tail].t;
+        // Each fork's depth on the new tail from its depth on the source: prefixes shared
+        // with the source to different lengths share the shorter with each other, and
+        // only where they agree are ids compared, from there on.
+        let shared = common_prefix(&new_hashes, source_hashes);
+        let mut moved = Vec::new();
         for candidate in registered {
             if candidate == elected || chains[candidate].spliced {
                 continue;
@@ -263,14 +386,23 @@ fn splice_seams(
             if new_t > first.t + EPSILON_S {
                 continue;
             }
-            let depth = common_prefix(&new_hashes, &first.hash_ids);
+            let old_depth = chains[candidate].fork.as_ref().expect("a fork").depth;
+            let depth = if shared != old_depth {
+                shared.min(old_depth)
+            } else {
+                shared + common_prefix(&new_hashes[shared..], &first.hash_ids[shared..])
+            };
+            debug_assert_eq!(depth, common_prefix(&new_hashes, &first.hash_ids));
             if depth == 0 {
                 continue;
             }
             let fork = chains[candidate].fork.as_mut().expect("a fork");
             fork.source = Some(new_tail.clone());
             fork.depth = depth;
-            forks.entry(new_tail.clone()).or_default().push(candidate);
+            moved.push(candidate);
+        }
+        if !moved.is_empty() {
+            forks.entry(new_tail.clone()).or_default().extend(moved);
             done.remove(&new_tail);
             keys.insert(new_tail.clone());
         }
@@ -285,6 +417,7 @@ pub(super) fn streams(namespace: &str, prefix: &str, requests: Vec<Placed>) -> V
     let mut owner: HashMap<String, usize> = HashMap::new();
     let mut forks: HashMap<String, Vec<usize>> = HashMap::new();
     let mut by_source: HashMap<String, Recorded> = HashMap::new();
+    let mut tails = TailIndex::default();
     for placed in requests {
         by_source.insert(placed.source_id.clone(), placed.request.clone());
         let target = if chains.is_empty() {
@@ -292,9 +425,9 @@ pub(super) fn streams(namespace: &str, prefix: &str, requests: Vec<Placed>) -> V
             Some(0)
         } else if placed.request.hash_ids.is_empty() {
             Some(0)
-        } else if let Some(target) = extended(&chains, &placed.request) {
+        } else if let Some(target) = tails.extended(&chains, &placed.request) {
             Some(target)
-        } else if chains.iter().all(|c| c.tail_hashes.is_empty()) {
+        } else if tails.is_empty() {
             Some(0)
         } else {
             None
@@ -302,7 +435,7 @@ pub(super) fn streams(namespace: &str, prefix: &str, requests: Vec<Placed>) -> V
         let index = match target {
             Some(index) => index,
             None => {
-                let (parent, depth) = nearest(&chains, &placed.request.hash_ids);
+                let (parent, depth) = tails.nearest(&chains, &placed.request.hash_ids);
                 let source = parent.and_then(|p| chains[p].tail_source.clone());
                 let index = chains.len();
                 chains.push(Chain {
@@ -320,6 +453,12 @@ pub(super) fn streams(namespace: &str, prefix: &str, requests: Vec<Placed>) -> V
             }
         };
         owner.insert(placed.source_id.clone(), index);
+        if !placed.request.hash_ids.is_empty() {
+            if !chains[index].tail_hashes.is_empty() {
+                tails.remove(index, &chains[index].tail_hashes);
+            }
+            tails.insert(index, &placed.request.hash_ids);
+        }
         chains[index].push(placed);
     }
     splice_seams(&mut chains, &mut forks, &mut owner, &by_source);
@@ -421,6 +560,68 @@ pub(super) fn barriers(streams: &[Stream], edges: &mut HashMap<String, Vec<Edge>
                         },
                     );
                 }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use routerlab_core::rng::SeededRng;
+
+    /// Chains and requests drawn from a small alphabet of ids (so tails share prefixes,
+    /// are equal, and extend one another): the index answers as the scans do, after every
+    /// change of a chain's last ids.
+    #[test]
+    fn the_tail_index_answers_as_the_scans() {
+        let mut rng = SeededRng::new(7);
+        let ids = |rng: &mut SeededRng| -> Vec<u64> {
+            let len = 1 + rng.below(6) as usize;
+            (0..len).map(|_| rng.below(3)).collect()
+        };
+        for _ in 0..50 {
+            let mut chains: Vec<Chain> = Vec::new();
+            let mut index = TailIndex::default();
+            for step in 0..60 {
+                let request = Recorded {
+                    t: step as f64,
+                    model: if rng.below(5) == 0 { "b" } else { "a" }.into(),
+                    input: 1,
+                    output: 1,
+                    hash_ids: ids(&mut rng),
+                    api_time: Some(rng.below(3) as f64),
+                };
+                assert_eq!(
+                    index.extended(&chains, &request),
+                    extended(&chains, &request),
+                    "{:?}",
+                    request.hash_ids
+                );
+                assert_eq!(
+                    index.nearest(&chains, &request.hash_ids),
+                    nearest(&chains, &request.hash_ids)
+                );
+                let target = match rng.below(3) {
+                    0 => {
+                        chains.push(Chain::default());
+                        chains.len() - 1
+                    }
+                    _ if chains.is_empty() => {
+                        chains.push(Chain::default());
+                        0
+                    }
+                    _ => rng.below(chains.len() as u64) as usize,
+                };
+                if !chains[target].tail_hashes.is_empty() {
+                    index.remove(target, &chains[target].tail_hashes);
+                }
+                index.insert(target, &request.hash_ids);
+                chains[target].push(Placed {
+                    source_id: format!("r{step}"),
+                    order: step,
+                    request,
+                });
             }
         }
     }
