@@ -84,6 +84,10 @@ fn prefix_hashes(ids: &[u64]) -> Vec<u64> {
         .collect()
 }
 
+/// Chains whose last ids begin with one prefix: the longer tail first, then the earlier
+/// chain.
+type ByTail = BTreeSet<(std::cmp::Reverse<usize>, usize)>;
+
 /// The chains' last ids by every prefix, so that a request finds the chain it extends and
 /// the chain nearest it without comparing itself with every chain (a session of forks
 /// from one context has as many chains as requests). Keys are hashes of prefixes: a chain
@@ -93,7 +97,7 @@ fn prefix_hashes(ids: &[u64]) -> Vec<u64> {
 struct TailIndex {
     /// (prefix length, its hash) -> the chains whose last ids begin so, the longer tail
     /// first, then the earlier chain.
-    through: HashMap<(usize, u64), BTreeSet<(std::cmp::Reverse<usize>, usize)>>,
+    through: HashMap<(usize, u64), ByTail>,
     /// (length, hash) -> the chains whose last ids are exactly that run, earliest first.
     ending: HashMap<(usize, u64), BTreeSet<usize>>,
 }
