@@ -396,21 +396,13 @@ fn lengths_and_times_past_their_bounds_are_named_with_the_bound() {
 /// refused by file, line and field.
 #[test]
 fn a_measured_token_count_past_the_bound_is_refused() {
-    let source = project_trace("llmservingsim/RTXPRO6000-Llama-3.1-8B-vllm");
-    let run = std::env::temp_dir().join(format!("routerlab-huge-toks-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&run);
-    std::fs::create_dir_all(&run).unwrap();
-    for name in ["meta.json", "timeseries.csv"] {
-        std::fs::copy(source.join(name), run.join(name)).unwrap();
-    }
-    let requests = std::fs::read_to_string(source.join("requests.jsonl"))
-        .unwrap()
-        .replacen(
+    let run = scratch_run("huge-toks", |requests| {
+        requests.replacen(
             "\"input_toks\": 2358",
             "\"input_toks\": 9223372036854775807",
             1,
-        );
-    std::fs::write(run.join("requests.jsonl"), requests).unwrap();
+        )
+    });
     let output = routerlab(&["validate", "--fit", &run.to_string_lossy()]);
     let (stdout, stderr) = texts(&output);
     assert_eq!(output.status.code(), Some(2), "{stderr}");

@@ -572,14 +572,29 @@ fn hostile_engine(answer: &'static str) -> String {
 
 /// [`hostile_engine`], and the bodies of the completions it was sent.
 fn recording_engine(answer: &'static str) -> (String, Arc<Mutex<Vec<String>>>) {
+    use std::io::Write as _;
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let recorded = bodies.clone();
+    let addr = fake_engine(move |body, mut stream| {
+        recorded
+            .lock()
+            .unwrap()
+            .push(String::from_utf8_lossy(body).into_owned());
+        let _ = stream.write_all(answer.as_bytes());
+    });
+    (addr, bodies)
+}
+
+/// An engine on a free port, a thread a connection: `/metrics` answers as a healthy vLLM's
+/// would, and every other request's body is handed to `complete` with the connection.
+fn fake_engine(complete: impl Fn(&[u8], &std::net::TcpStream) + Send + Sync + 'static) -> String {
     use std::io::{BufRead as _, Write as _};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let recorded = bodies.clone();
+    let complete = Arc::new(complete);
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
-            let recorded = recorded.clone();
+            let complete = complete.clone();
             std::thread::spawn(move || {
                 let mut reader = std::io::BufReader::new(&stream);
                 let mut request_line = String::new();
@@ -598,24 +613,22 @@ fn recording_engine(answer: &'static str) -> (String, Arc<Mutex<Vec<String>>>) {
                 }
                 let mut body = vec![0; length];
                 let _ = std::io::Read::read_exact(&mut reader, &mut body);
-                let reply = if request_line.starts_with("GET /metrics") {
+                if request_line.starts_with("GET /metrics") {
                     let metrics = "vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n";
-                    format!(
-                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{metrics}",
-                        metrics.len()
-                    )
+                    let _ = (&stream).write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{metrics}",
+                            metrics.len()
+                        )
+                        .as_bytes(),
+                    );
                 } else {
-                    recorded
-                        .lock()
-                        .unwrap()
-                        .push(String::from_utf8_lossy(&body).into_owned());
-                    answer.to_owned()
-                };
-                let _ = (&stream).write_all(reply.as_bytes());
+                    complete(&body, &stream);
+                }
             });
         }
     });
-    (addr, bodies)
+    addr
 }
 
 #[test]
@@ -1334,54 +1347,20 @@ fn drive_with_every_request_failed_reports_nothing_and_exits_1() {
 /// completion with the head of a 1,000-byte answer, then one byte every 100 ms for as long
 /// as it is read (at most 60 s).
 fn trickling_engine() -> String {
-    use std::io::{BufRead as _, Write as _};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut reader = std::io::BufReader::new(&stream);
-                let mut request_line = String::new();
-                if reader.read_line(&mut request_line).is_err() {
-                    return;
-                }
-                let mut length = 0usize;
-                loop {
-                    let mut header = String::new();
-                    if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
-                        break;
-                    }
-                    if let Some(v) = header.to_ascii_lowercase().strip_prefix("content-length:") {
-                        length = v.trim().parse().unwrap_or(0);
-                    }
-                }
-                let mut body = vec![0; length];
-                let _ = std::io::Read::read_exact(&mut reader, &mut body);
-                if request_line.starts_with("GET /metrics") {
-                    let metrics = "vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n";
-                    let _ = (&stream).write_all(
-                        format!(
-                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{metrics}",
-                            metrics.len()
-                        )
-                        .as_bytes(),
-                    );
-                    return;
-                }
-                let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{";
-                if (&stream).write_all(head.as_bytes()).is_err() {
-                    return;
-                }
-                for _ in 0..600 {
-                    std::thread::sleep(std::time::Duration::from_millis(100));
-                    if (&stream).write_all(b" ").is_err() {
-                        return;
-                    }
-                }
-            });
+    use std::io::Write as _;
+    fake_engine(|_, mut stream| {
+        let head =
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{";
+        if stream.write_all(head.as_bytes()).is_err() {
+            return;
         }
-    });
-    addr
+        for _ in 0..600 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            if stream.write_all(b" ").is_err() {
+                return;
+            }
+        }
+    })
 }
 
 /// A split fleet whose prefill engine trickles its answer: the whole prefill leg has the

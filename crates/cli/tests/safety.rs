@@ -111,12 +111,7 @@ fn a_model_config_is_an_input_to_every_command_that_writes() {
 #[test]
 fn no_output_is_written_inside_an_input_directory() {
     let source = project_trace("llmservingsim/RTXPRO6000-Llama-3.1-8B-vllm");
-    let run = std::env::temp_dir().join(format!("routerlab-safety-run-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&run);
-    std::fs::create_dir_all(&run).unwrap();
-    for name in ["meta.json", "requests.jsonl", "timeseries.csv"] {
-        std::fs::copy(source.join(name), run.join(name)).unwrap();
-    }
+    let run = support::scratch_run("safety-run", str::to_owned);
     let run_arg = run.to_string_lossy().into_owned();
     for name in ["requests.jsonl", "timeseries.csv", "engine.yaml"] {
         let out = run.join(name).to_string_lossy().into_owned();

@@ -676,24 +676,17 @@ fn other_gpus_tensor_parallel_and_mixture_of_experts_runs_fit_within_five_percen
 /// where it wrote `null`); `calibrate` writes `n/a` for those rows (where it wrote `NaN%`).
 #[test]
 fn a_metric_measured_as_zero_is_refused_or_said_to_have_no_error() {
-    let source = project_trace("llmservingsim/RTXPRO6000-Llama-3.1-8B-vllm");
-    let run = std::env::temp_dir().join(format!("routerlab-zero-ttft-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&run);
-    std::fs::create_dir_all(&run).unwrap();
-    for name in ["meta.json", "timeseries.csv"] {
-        std::fs::copy(source.join(name), run.join(name)).unwrap();
-    }
-    let requests: String = std::fs::read_to_string(source.join("requests.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| {
-            let mut r: Value = serde_json::from_str(line).unwrap();
-            r["scheduled_ts"] = r["queued_ts"].clone();
-            r["first_token_ts"] = r["queued_ts"].clone();
-            r.to_string() + "\n"
-        })
-        .collect();
-    std::fs::write(run.join("requests.jsonl"), requests).unwrap();
+    let run = support::scratch_run("zero-ttft", |requests| {
+        requests
+            .lines()
+            .map(|line| {
+                let mut r: Value = serde_json::from_str(line).unwrap();
+                r["scheduled_ts"] = r["queued_ts"].clone();
+                r["first_token_ts"] = r["queued_ts"].clone();
+                r.to_string() + "\n"
+            })
+            .collect()
+    });
     let run_arg = run.to_string_lossy().into_owned();
 
     let output = routerlab(&["validate", "--fit", &run_arg, "--format", "json"]);

@@ -207,3 +207,18 @@ pub fn python(modules: &str) -> String {
     );
     python
 }
+
+/// A scratch copy of the LLMServingSim run of Llama-3.1-8B on an RTX PRO 6000 (a directory
+/// named by `tag` and this process), its `requests.jsonl` passed through `edit`.
+pub fn scratch_run(tag: &str, edit: impl Fn(&str) -> String) -> PathBuf {
+    let source = project_trace("llmservingsim/RTXPRO6000-Llama-3.1-8B-vllm");
+    let run = std::env::temp_dir().join(format!("routerlab-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&run);
+    std::fs::create_dir_all(&run).expect("a scratch run directory");
+    for name in ["meta.json", "timeseries.csv"] {
+        std::fs::copy(source.join(name), run.join(name)).expect("a run file copied");
+    }
+    let requests = std::fs::read_to_string(source.join("requests.jsonl")).expect("requests");
+    std::fs::write(run.join("requests.jsonl"), edit(&requests)).expect("requests written");
+    run
+}
