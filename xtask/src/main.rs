@@ -1120,6 +1120,96 @@ mod tidy {
         }
     }
 
+    /// A version as (major, minor, patch) from `X.Y` or `X.Y.Z`.
+    fn version(text: &str) -> Option<(u32, u32, u32)> {
+        let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
+        let (major, minor) = (parts.next()??, parts.next()??);
+        let patch = parts.next().flatten().unwrap_or(0);
+        Some((major, minor, patch))
+    }
+
+    /// The versions `text` says things were added in (`added in X.Y`, and with
+    /// `parenthesized` also `(X.Y`, as STABILITY.md writes them), each with its line.
+    fn added_in(text: &str, parenthesized: bool) -> Vec<(usize, String)> {
+        let markers: &[&str] = if parenthesized {
+            &["added in ", "(0."]
+        } else {
+            &["added in "]
+        };
+        let mut found = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            for &marker in markers {
+                for (at, _) in line.match_indices(marker) {
+                    let start = at + marker.len() - if marker == "(0." { 2 } else { 0 };
+                    let word: String = line[start..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_digit() || *c == '.')
+                        .collect();
+                    let word = word.trim_end_matches('.').to_owned();
+                    if version(&word).is_some() {
+                        found.push((n + 1, word));
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    /// No document says a field, flag or key was added in a version later than the
+    /// workspace's: a report stamped with the crate's version carries nothing newer.
+    #[test]
+    fn nothing_is_added_in_a_version_after_the_workspace() {
+        let manifest = std::fs::read_to_string(super::root().join("Cargo.toml")).unwrap();
+        let workspace = manifest
+            .lines()
+            .find_map(|l| l.strip_prefix("version = \""))
+            .and_then(|v| v.strip_suffix('"'))
+            .and_then(version)
+            .expect("the workspace version");
+        let mut later = Vec::new();
+        for doc in ["README.md", "STABILITY.md", "ARCHITECTURE.md"] {
+            let text = std::fs::read_to_string(super::root().join(doc)).unwrap();
+            for (line, word) in added_in(&text, doc == "STABILITY.md") {
+                if version(&word).is_some_and(|v| v > workspace) {
+                    later.push(format!("{doc}:{line}: {word}"));
+                }
+            }
+        }
+        assert!(later.is_empty(), "newer than the workspace: {later:?}");
+        assert_eq!(
+            added_in("a ratio (0.9) added in 0.3", false),
+            [(1, "0.3".to_owned())]
+        );
+        assert_eq!(
+            added_in("x (added in 0.7; y) z (0.9: w) (0.1)", true),
+            [
+                (1, "0.7".to_owned()),
+                (1, "0.9".to_owned()),
+                (1, "0.1".to_owned())
+            ]
+        );
+    }
+
+    /// STABILITY.md heads the ABI with the minor `abi.rs` defines.
+    #[test]
+    fn stability_names_the_abi_minor_of_abi_rs() {
+        let abi = std::fs::read_to_string(super::root().join("crates/core/src/abi.rs")).unwrap();
+        let minor = abi
+            .lines()
+            .find_map(|l| l.strip_prefix("pub const RL_ABI_MINOR: u32 = "))
+            .and_then(|v| v.strip_suffix(';'))
+            .expect("RL_ABI_MINOR");
+        let stability = std::fs::read_to_string(super::root().join("STABILITY.md")).unwrap();
+        let heading = stability
+            .lines()
+            .find(|l| l.starts_with("### The plugin ABI"))
+            .expect("the ABI's heading");
+        assert!(
+            heading.ends_with(&format!("major 1, minor {minor}")),
+            "{heading} (abi.rs: minor {minor})"
+        );
+    }
+
     /// The README's examples are the compiled files, verbatim.
     #[test]
     fn readme_examples_are_the_files_that_compile() {
