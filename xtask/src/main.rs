@@ -134,11 +134,21 @@ const RELEASE_BUILD: [&str; 3] = ["build", "--release", "--workspace"];
 /// packages selected means the same features unified, so switching between the two
 /// rebuilds nothing.
 fn build_release() -> Result<(), String> {
+    let exe = format!("routerlab{}", std::env::consts::EXE_SUFFIX);
+    if !root().join("target/release").join(exe).exists() {
+        println!(
+            "xtask: the first build compiles routerlab and its plugins once ({FIRST_BUILD} on 2 cores); later runs start at once"
+        );
+    }
     let mut cmd = cargo();
     cmd.args(RELEASE_BUILD);
     cmd.args(quiet_flag());
     run(cmd)
 }
+
+/// How long the first release build takes on a 2-core machine, as the notice says it
+/// (BENCHMARKS.md has the measurement and its command).
+const FIRST_BUILD: &str = "about 5 minutes";
 
 /// `install --prefix DIR`: the release binary to `DIR/bin`, every built-in plugin library
 /// to `DIR/lib/routerlab` (where the binary looks, see `routerlab_host::discovery`), the C
@@ -148,8 +158,12 @@ fn install(args: &[String]) -> Result<(), String> {
         [flag, dir] if flag == "--prefix" => PathBuf::from(dir),
         _ => return Err("usage: cargo xtask install --prefix DIR".into()),
     };
-    build_release()?;
-    let release = root().join("target/release");
+    // The distribution profile: the release profile linked as one unit (Cargo.toml).
+    let mut cmd = cargo();
+    cmd.args(["build", "--profile", "dist", "--workspace"]);
+    cmd.args(quiet_flag());
+    run(cmd)?;
+    let release = root().join("target/dist");
     let exe = format!("routerlab{}", std::env::consts::EXE_SUFFIX);
     let mut copies = vec![(release.join(&exe), prefix.join("bin").join(&exe))];
     let plugins = std::fs::read_dir(&release)
@@ -183,8 +197,8 @@ fn install(args: &[String]) -> Result<(), String> {
         ));
         std::fs::copy(from, &partial)
             .map_err(|e| format!("cannot install {}: {e}", to.display()))?;
-        // The release profile keeps debug info (for profiling in the tree); an install
-        // does not need it. `--strip-debug` leaves the symbol tables `dlsym` reads.
+        // The profile keeps line tables (for profiling in the tree); an install does not
+        // need them. `--strip-debug` leaves the symbol tables `dlsym` reads.
         if stripping && from.extension() != Some(std::ffi::OsStr::new("h")) {
             let mut strip = Command::new("strip");
             strip.arg("--strip-debug").arg(&partial);

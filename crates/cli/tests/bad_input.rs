@@ -416,3 +416,54 @@ fn a_measured_token_count_past_the_bound_is_refused() {
     );
     std::fs::remove_dir_all(&run).unwrap();
 }
+
+/// Three slips a new user makes, each answered in one line that says what to do: a key
+/// one letter off (the nearest key, not the list of all), a policy's text with a config
+/// left unquoted in YAML (it was a serde "untagged enum" message), and a directory given
+/// as a trace (read as a Weka corpus, which it said nothing of).
+#[test]
+fn common_slips_are_answered_with_what_to_do() {
+    let trace = project_trace("chat.jsonl");
+    let typo = scratch_file(
+        "slip-typo.yaml",
+        format!(
+            "matcher: lcp\ntrace: {}\nmatchr_config: {{}}\n",
+            trace.display()
+        )
+        .as_bytes(),
+    );
+    let output = routerlab(&["replay", "--config", &typo.to_string_lossy()]);
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "error: {}: unknown field `matchr_config`; did you mean `matcher_config`?",
+            typo.display()
+        )
+    );
+    let unquoted = scratch_file(
+        "slip-unquoted.yaml",
+        format!(
+            "trace: {}\npolicies:\n  - lcp + max-kv-cache {{threshold: 0.9}}\n",
+            trace.display()
+        )
+        .as_bytes(),
+    );
+    let output = routerlab(&["compare", "--config", &unquoted.to_string_lossy()]);
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("a policy written as text with a `{config}` must be quoted"),
+        "{stderr}"
+    );
+    let dir = trace.parent().unwrap().join("llmservingsim");
+    let output = Replay::new("lcp", &dir).run();
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("a directory given as a trace is a Weka corpus"),
+        "{stderr}"
+    );
+}

@@ -54,8 +54,7 @@ pub struct Policy {
 }
 
 /// A `policies:` entry of the experiment file: the grammar's text, or its parts.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum PolicyEntry {
     /// `lcp + num-requests {max_running: 32}`.
     Text(String),
@@ -77,6 +76,38 @@ pub struct PolicyParts {
     pub detector_config: Option<Value>,
     /// Column name [default: built from the rest].
     pub label: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for PolicyEntry {
+    /// Text, or a mapping with `matcher`; anything else is refused saying which form it
+    /// took, the commonest slip first: a policy's text with a `{config}`, unquoted, which
+    /// YAML reads as a mapping (`key: value` inside it).
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        match Value::deserialize(deserializer)? {
+            Value::String(text) => Ok(PolicyEntry::Text(text)),
+            Value::Mapping(map) if map.contains_key("matcher") => {
+                serde_yaml::from_value(Value::Mapping(map))
+                    .map(PolicyEntry::Parts)
+                    .map_err(D::Error::custom)
+            }
+            Value::Mapping(map)
+                if map
+                    .keys()
+                    .any(|k| k.as_str().is_some_and(|k| k.contains(['{', '+']))) =>
+            {
+                Err(D::Error::custom(
+                    "a policy written as text with a `{config}` must be quoted: YAML reads the `key: value` in it as a mapping (write - \"lcp + max-kv-cache {threshold: 0.9}\")",
+                ))
+            }
+            Value::Mapping(_) => Err(D::Error::custom(
+                "a policy mapping needs `matcher` (and may have `matcher_config`, `detector`, `detector_config`, `label`)",
+            )),
+            _ => Err(D::Error::custom(
+                "a policy is text (`lcp + num-requests {max_running: 32}`) or a mapping with `matcher`",
+            )),
+        }
+    }
 }
 
 impl PolicyEntry {

@@ -181,7 +181,7 @@ fn files(path: &Path) -> Result<Vec<(PathBuf, String)>, TraceError> {
     if out.is_empty() {
         return Err(whole(
             path,
-            "the Weka directory has no .json or .jsonl file".into(),
+            "a directory given as a trace is read as a Weka corpus (a session per .json file, several per .jsonl), and this one has no .json or .jsonl file".into(),
         ));
     }
     Ok(out)
@@ -210,6 +210,15 @@ pub(crate) fn looks_like(head: &[u8]) -> bool {
 /// Reads every session of the corpus at `path`, each checked.
 fn read(path: &Path, observe: &mut dyn FnMut(&[u8])) -> Result<Vec<Located>, TraceError> {
     let mut out = Vec::new();
+    // A file met in a directory was not named as a trace: say why it is read.
+    let why = if path.is_dir() {
+        format!(
+            " (every .json and .jsonl file under {} is read as one: a directory given as a trace is a Weka corpus)",
+            path.display()
+        )
+    } else {
+        String::new()
+    };
     for (file, name) in files(path)? {
         let bytes = routerlab_os::MappedFile::open(&file)
             .map_err(|e| whole(&file, format!("cannot read the Weka file: {e}")))?;
@@ -239,7 +248,7 @@ fn read(path: &Path, observe: &mut dyn FnMut(&[u8])) -> Result<Vec<Located>, Tra
                 } else {
                     Fault::InvalidJson
                 },
-                message: format!("not a Weka session: {e}"),
+                message: format!("not a Weka session{why}: {e}"),
             })?;
             if single && index > 0 {
                 return Err(TraceError {
