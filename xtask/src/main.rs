@@ -409,8 +409,33 @@ fn rust_version() -> Result<String, String> {
 }
 
 fn ci() -> Result<(), String> {
-    prerequisites()?;
-    let python = kv_events_python()?;
+    let mut times: Vec<(String, std::time::Duration)> = Vec::new();
+    let result = ci_steps(&mut times);
+    // Each step's time, the failed one last: where CI's minutes go.
+    println!("xtask ci: step times");
+    let total: std::time::Duration = times.iter().map(|(_, t)| *t).sum();
+    for (step, time) in &times {
+        println!("  {:>7.1} s  {step}", time.as_secs_f64());
+    }
+    println!("  {:>7.1} s  in all", total.as_secs_f64());
+    result
+}
+
+/// The steps of `ci`, each timed into `times` (a failed one too).
+fn ci_steps(times: &mut Vec<(String, std::time::Duration)>) -> Result<(), String> {
+    let mut timed = |name: String, step: &mut dyn FnMut() -> Result<(), String>| {
+        println!("xtask ci: {name}");
+        let started = std::time::Instant::now();
+        let result = step();
+        times.push((name, started.elapsed()));
+        result
+    };
+    timed("prerequisites".into(), &mut prerequisites)?;
+    let mut python = String::new();
+    timed("the Python for the KV-event tests".into(), &mut || {
+        python = kv_events_python()?;
+        Ok(())
+    })?;
     let msrv = format!("+{}", rust_version()?);
     let q = quiet_flag();
     let steps: [Vec<&str>; 7] = [
@@ -431,21 +456,22 @@ fn ci() -> Result<(), String> {
         [&["doc", "--workspace", "--no-deps"], q].concat(),
     ];
     for step in steps {
-        println!("xtask ci: cargo {}", step.join(" "));
-        let mut cmd = cargo_bare();
-        cmd.args(&step);
-        if step.contains(&"test") {
-            cmd.env("ROUTERLAB_PYTHON", &python);
-        }
-        if step.contains(&"doc") {
-            cmd.env("RUSTDOCFLAGS", "-D warnings");
-        }
-        run(cmd)?;
+        timed(format!("cargo {}", step.join(" ")), &mut || {
+            let mut cmd = cargo_bare();
+            cmd.args(&step);
+            if step.contains(&"test") {
+                cmd.env("ROUTERLAB_PYTHON", &python);
+            }
+            if step.contains(&"doc") {
+                cmd.env("RUSTDOCFLAGS", "-D warnings");
+            }
+            run(cmd)
+        })?;
     }
-    println!("xtask ci: cargo xtask fuzz --smoke");
-    fuzz(&["--smoke".to_owned()])?;
-    println!("xtask ci: cargo xtask readme");
-    readme()
+    timed("cargo xtask fuzz --smoke".into(), &mut || {
+        fuzz(&["--smoke".to_owned()])
+    })?;
+    timed("cargo xtask readme".into(), &mut readme)
 }
 
 /// The cargo-fuzz release `ci` installs when none is on the path.
@@ -544,6 +570,27 @@ fn prerequisites() -> Result<(), String> {
             return Err(format!(
                 "{what} is missing and there is no rustup to install it: install rustup (https://rustup.rs), then run `{command}`"
             ));
+        }
+        // A system package is the machine's, not the project's: asked first, unless this
+        // is CI (`CI` set), where the machine is made for the run.
+        if command.contains("apt-get") && std::env::var_os("CI").is_none() {
+            use std::io::IsTerminal as _;
+            if !std::io::stdin().is_terminal() {
+                return Err(format!(
+                    "{what} is missing: install it (`{command}`, as root), or set CI=true to let `cargo xtask ci` install it"
+                ));
+            }
+            print!(
+                "xtask ci: {what} is missing; install it now with `{command}` (as root)? [y/N] "
+            );
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+            let mut answer = String::new();
+            let _ = std::io::stdin().read_line(&mut answer);
+            if !matches!(answer.trim(), "y" | "Y" | "yes") {
+                return Err(format!(
+                    "{what} is missing: install it (`{command}`), then run again"
+                ));
+            }
         }
         println!("xtask ci: {what} is missing; installing it: {command}");
         let mut cmd = Command::new(&install[0]);
