@@ -16,6 +16,10 @@ use routerlab_report::Report;
 use routerlab_report::records::RequestRecord;
 use serde::{Deserialize, Serialize};
 
+mod key;
+
+use key::{Marker, colour, marker};
+
 /// One policy's part in the plots.
 #[derive(Debug, Clone, Copy)]
 pub struct Series<'a> {
@@ -107,24 +111,6 @@ impl fmt::Display for PlotError {
 
 impl std::error::Error for PlotError {}
 
-/// The colour of the policy in position `index`: ten distinct hues (Tableau's), then again.
-pub fn colour(index: usize) -> RGBColor {
-    const PALETTE: [(u8, u8, u8); 10] = [
-        (31, 119, 180),
-        (255, 127, 14),
-        (44, 160, 44),
-        (214, 39, 40),
-        (148, 103, 189),
-        (140, 86, 75),
-        (227, 119, 194),
-        (127, 127, 127),
-        (188, 189, 34),
-        (23, 190, 207),
-    ];
-    let (r, g, b) = PALETTE[index % PALETTE.len()];
-    RGBColor(r, g, b)
-}
-
 /// The files [`write_all`] writes, by what they show.
 pub const TTFT_CDF: &str = "ttft-cdf.svg";
 /// Running requests per endpoint over time, a panel per policy.
@@ -144,8 +130,9 @@ pub fn write_all(dir: &Path, series: &[Series<'_>]) -> Result<Vec<PathBuf>, Plot
             .iter()
             .filter_map(|s| s.curves.map(Curves::horizon))
             .fold(1e-3f64, f64::max);
-        written.push(write_svg(dir, TTFT_CDF, (900, 560), |root| {
-            ttft_cdf(root, series)
+        let key = key::layout(&labels(series), 900);
+        written.push(write_svg(dir, TTFT_CDF, (900, 520 + key.height), |root| {
+            ttft_cdf(root, series, &key)
         })?);
         let rows = series.len().div_ceil(2);
         written.push(write_svg(
@@ -161,8 +148,16 @@ pub fn write_all(dir: &Path, series: &[Series<'_>]) -> Result<Vec<PathBuf>, Plot
             |root| queue(root, series, horizon),
         )?);
     }
-    written.push(write_svg(dir, HITS, (900, 500), |root| hits(root, series))?);
+    let key = key::layout(&labels(series), 900);
+    written.push(write_svg(dir, HITS, (900, 440 + key.height), |root| {
+        hits(root, series, &key)
+    })?);
     Ok(written)
+}
+
+/// The runs' names, in order.
+fn labels<'a>(series: &[Series<'a>]) -> Vec<&'a str> {
+    series.iter().map(|s| s.label).collect()
 }
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
@@ -225,7 +220,9 @@ fn cdf_points(sorted: &[f64], n: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
-fn ttft_cdf(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
+fn ttft_cdf(root: &Area<'_>, series: &[Series<'_>], layout: &key::Layout) -> DrawResult {
+    let (root, strip) = root.split_vertically(root.dim_in_pixel().1 - layout.height);
+    let root = &root;
     let points = || {
         series
             .iter()
@@ -256,52 +253,51 @@ fn ttft_cdf(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
         .draw()?;
     for (i, s) in series.iter().enumerate() {
         let Some(curves) = s.curves else { continue };
-        policy_line(&mut chart, &curves.ttft_cdf, i, s.label)?;
+        policy_line(&mut chart, &curves.ttft_cdf, i, series.len())?;
     }
-    legend(&mut chart, SeriesLabelPosition::UpperLeft)
+    key::draw(&strip, layout, true)?;
+    Ok(())
 }
 
 type Chart<'a, 'b, X, Y> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<X, Y>>;
 
-/// Policy `index`'s line, in its colour, with its legend entry.
+/// Run `index` of `count`'s line, in its colour, with its markers along it (eight of
+/// them, when it has a marker).
 fn policy_line<X, Y>(
     chart: &mut Chart<'_, '_, X, Y>,
     points: &[(f64, f64)],
     index: usize,
-    label: &str,
+    count: usize,
 ) -> DrawResult
 where
     X: Ranged<ValueType = f64>,
     Y: Ranged<ValueType = f64>,
 {
-    let c = colour(index);
-    chart
-        .draw_series(LineSeries::new(points.iter().copied(), c.stroke_width(2)))?
-        .label(label)
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    let c = colour(index, count);
+    chart.draw_series(LineSeries::new(points.iter().copied(), c.stroke_width(2)))?;
+    let every = points.len().div_ceil(8).max(1);
+    // Staggered by run, so that lines close together do not stack their markers.
+    let marks = points.iter().copied().skip(index % every).step_by(every);
+    match marker(index, count) {
+        Marker::None => {}
+        Marker::Circle => {
+            chart.draw_series(marks.map(|p| Circle::new(p, 4, c.filled())))?;
+        }
+        Marker::Triangle => {
+            chart.draw_series(marks.map(|p| TriangleMarker::new(p, 5, c.filled())))?;
+        }
+        Marker::Square => {
+            chart.draw_series(marks.map(|p| {
+                EmptyElement::at(p) + Rectangle::new([(-4, -4), (4, 4)], c.stroke_width(2))
+            }))?;
+        }
+        Marker::Cross => {
+            chart.draw_series(marks.map(|p| Cross::new(p, 4, c.stroke_width(2))))?;
+        }
+    }
     Ok(())
 }
 
-/// The legend box of every plot, at `position`.
-fn legend<'a, 'b: 'a, X, Y>(
-    chart: &mut Chart<'a, 'b, X, Y>,
-    position: SeriesLabelPosition,
-) -> DrawResult
-where
-    X: Ranged<ValueType = f64>,
-    Y: Ranged<ValueType = f64>,
-{
-    chart
-        .configure_series_labels()
-        .position(position)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
-    Ok(())
-}
-
-/// Samples of a step function that changes at `events` (time, +1 or -1), at `points`
-/// evenly spaced times over [0, horizon].
 fn step_samples(events: &mut [(f64, i64)], horizon: f64, points: usize) -> Vec<(f64, f64)> {
     events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     let mut out = Vec::with_capacity(points + 1);
@@ -358,7 +354,8 @@ fn panels<'s>(
     head.titled(title, ("sans-serif", 22))?;
     let rows = series.len().div_ceil(2);
     for (i, (s, panel)) in series.iter().zip(&body.split_evenly((rows, 2))).enumerate() {
-        let c = colour(i);
+        let c = colour(i, series.len());
+        let (caption, size) = key::fitted_title(s.label, panel.dim_in_pixel().0, 16);
         let curves = lines(s);
         let top = curves
             .iter()
@@ -368,7 +365,7 @@ fn panels<'s>(
             .fold(1.0f64, f64::max);
         let (y_top, y_labels) = count_axis(top);
         let mut chart = ChartBuilder::on(panel)
-            .caption(s.label, ("sans-serif", 16).into_font().color(&c))
+            .caption(caption, ("sans-serif", size).into_font().color(&c))
             .margin(8)
             .x_label_area_size(34)
             .y_label_area_size(44)
@@ -404,7 +401,7 @@ fn count_axis(top: f64) -> (f64, usize) {
 /// A group of bars: its name, and the value it shows of a report.
 type Group = (&'static str, fn(&Report) -> f64);
 
-fn hits(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
+fn hits(root: &Area<'_>, series: &[Series<'_>], layout: &key::Layout) -> DrawResult {
     let mut groups: Vec<Group> = vec![
         ("hit ratio", |r| {
             r.timed.as_ref().map_or(r.hit_ratio, |t| t.hit_ratio)
@@ -451,9 +448,8 @@ fn hits(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
             }));
         }
     }
-    // The legend goes in a strip below the chart, three entries a row, never over a bar.
-    let legend_rows = series.len().div_ceil(LEGEND_COLUMNS) as u32;
-    let (plot, key) = root.split_vertically(root.dim_in_pixel().1 - (16 + 24 * legend_rows));
+    // The key goes in a strip below the chart, never over a bar.
+    let (plot, strip) = root.split_vertically(root.dim_in_pixel().1 - layout.height);
     let mut chart = ChartBuilder::on(&plot)
         .caption(
             "Prefix reuse: realised and against the best available",
@@ -483,26 +479,14 @@ fn hits(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
     let n = series.len().max(1) as f64;
     let width = 0.8 / n;
     for (i, s) in series.iter().enumerate() {
-        let c = colour(i);
+        let c = colour(i, series.len());
         let bars = groups.iter().enumerate().map(|(g, (_, value))| {
             let x0 = g as f64 + 0.1 + width * i as f64;
             Rectangle::new([(x0, 0.0), (x0 + width * 0.9, value(s.report))], c.filled())
         });
         chart.draw_series(bars)?;
     }
-    let (width, _) = key.dim_in_pixel();
-    let column = (width.saturating_sub(32) / LEGEND_COLUMNS as u32) as i32;
-    for (i, s) in series.iter().enumerate() {
-        let (row, col) = ((i / LEGEND_COLUMNS) as i32, (i % LEGEND_COLUMNS) as i32);
-        let (x, y) = (72 + col * column, 8 + row * 24);
-        let c = colour(i);
-        key.draw(&Rectangle::new([(x, y), (x + 14, y + 12)], c.filled()))?;
-        key.draw(&Text::new(
-            s.label.to_owned(),
-            (x + 20, y - 1),
-            ("sans-serif", 15).into_font(),
-        ))?;
-    }
+    key::draw(&strip, layout, false)?;
     Ok(())
 }
 
@@ -510,9 +494,6 @@ fn hits(root: &Area<'_>, series: &[Series<'_>]) -> DrawResult {
 fn tiers_of(report: &Report) -> Option<&routerlab_report::TiersReport> {
     report.timed.as_ref().and_then(|t| t.tiers.as_ref())
 }
-
-/// Legend entries a row under the bars.
-const LEGEND_COLUMNS: usize = 3;
 
 #[cfg(test)]
 mod tests {
