@@ -25,9 +25,8 @@ pub fn colour(index: usize, count: usize) -> RGBColor {
         return RGBColor(r, g, b);
     }
     let hue = index as f64 / count as f64;
-    let lightness = if index % 2 == 0 { 0.38 } else { 0.55 };
-    let HSLColor(h, s, l) = HSLColor(hue, 0.75, lightness);
-    let rgb = HSLColor(h, s, l).to_rgba();
+    let lightness = if index.is_multiple_of(2) { 0.38 } else { 0.55 };
+    let rgb = HSLColor(hue, 0.75, lightness).to_rgba();
     RGBColor(rgb.0, rgb.1, rgb.2)
 }
 
