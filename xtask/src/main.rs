@@ -441,16 +441,34 @@ fn ci_steps(times: &mut Vec<(String, std::time::Duration)>) -> Result<(), String
     let steps: [Vec<&str>; 7] = [
         vec!["fmt", "--all", "--check"],
         [
-            &["clippy", "--workspace", "--all-targets"],
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--features",
+                EXTERNAL,
+            ],
             q,
             &["--", "-D", "warnings"],
         ]
         .concat(),
         // The oldest toolchain `rust-version` promises must build everything.
-        [&[msrv.as_str(), "check", "--workspace", "--all-targets"], q].concat(),
+        [
+            &[
+                msrv.as_str(),
+                "check",
+                "--workspace",
+                "--all-targets",
+                "--features",
+                EXTERNAL,
+            ],
+            q,
+        ]
+        .concat(),
         // Test binaries load the plugin libraries that a plain build puts in target/debug.
         [&["build", "--workspace"], q].concat(),
-        [&["test", "--workspace"], q].concat(),
+        // With the tests that need Python and Slurm, which the prerequisites set up.
+        [&["test", "--workspace", "--features", EXTERNAL], q].concat(),
         // The SDK's `unsafe` under Miri: undefined behaviour fails CI like any bug.
         [&["+nightly", "miri", "test", "-p", "routerlab-core"], q].concat(),
         [&["doc", "--workspace", "--no-deps"], q].concat(),
@@ -473,6 +491,9 @@ fn ci_steps(times: &mut Vec<(String, std::time::Duration)>) -> Result<(), String
     })?;
     timed("cargo xtask readme".into(), &mut readme)
 }
+
+/// The feature that builds the tests needing Python and Slurm (crates/cli/Cargo.toml).
+const EXTERNAL: &str = "routerlab-cli/external-tools";
 
 /// The cargo-fuzz release `ci` installs when none is on the path.
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
