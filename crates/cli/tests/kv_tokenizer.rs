@@ -69,8 +69,11 @@ impl Drop for Publisher {
 }
 
 fn publish(python: &str, tokenizer: &Path, algo: &str, engines: &[Vec<String>]) -> Publisher {
+    // A directory of its own per publisher: tests run side by side.
+    static PUBLISHERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = PUBLISHERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!(
-        "routerlab-kv-tokenizer-{}-{algo}",
+        "routerlab-kv-tokenizer-{}-{algo}-{n}",
         std::process::id()
     ));
     std::fs::create_dir_all(&dir).unwrap();
