@@ -438,8 +438,10 @@ fn cpu_seconds(pid: u32) -> f64 {
     ticks / 100.0
 }
 
-#[test]
-fn a_router_out_of_file_descriptors_waits_instead_of_spinning() {
+/// `serve` allowed 32 descriptors, and 64 idle connections to it: more than it can take,
+/// so once out of descriptors every further accept fails with EMFILE while the
+/// connections wait in the backlog.
+fn out_of_descriptors() -> (Server, Vec<std::net::TcpStream>) {
     let router = ROUTERLAB.start_with_file_limit(
         &[
             "serve",
@@ -450,12 +452,16 @@ fn a_router_out_of_file_descriptors_waits_instead_of_spinning() {
         ],
         32,
     );
-    // More connections than it can take: once out of descriptors, every further accept
-    // fails with EMFILE while the connections wait in the backlog.
     let holders: Vec<std::net::TcpStream> = (0..64)
         .filter_map(|_| std::net::TcpStream::connect(&router.addr).ok())
         .collect();
     assert!(holders.len() > 32, "{} connections", holders.len());
+    (router, holders)
+}
+
+#[test]
+fn a_router_out_of_file_descriptors_waits_instead_of_spinning() {
+    let (router, holders) = out_of_descriptors();
     std::thread::sleep(std::time::Duration::from_millis(500));
     let before = cpu_seconds(router.pid());
     std::thread::sleep(std::time::Duration::from_secs(2));
@@ -1522,20 +1528,7 @@ fn a_hosted_plugin_past_its_memory_bound_costs_its_host_not_serve() {
 /// at once, 503 saying why (it waited 9 s, until an idle connection timed out).
 #[test]
 fn a_router_out_of_file_descriptors_answers_at_once() {
-    let router = ROUTERLAB.start_with_file_limit(
-        &[
-            "serve",
-            "--matcher",
-            "round-robin",
-            "--endpoints",
-            "127.0.0.1:9",
-        ],
-        32,
-    );
-    let holders: Vec<std::net::TcpStream> = (0..64)
-        .filter_map(|_| std::net::TcpStream::connect(&router.addr).ok())
-        .collect();
-    assert!(holders.len() > 32, "{} connections", holders.len());
+    let (router, holders) = out_of_descriptors();
     std::thread::sleep(std::time::Duration::from_millis(300));
     let started = std::time::Instant::now();
     let (status, body) = http(&router.addr, "GET", "/health", "");
