@@ -27,9 +27,10 @@ tasks:
   inspect TRACE      build (release) and run `routerlab inspect TRACE`
   plugins ARGS...    build (release) and list the plugins on the search path
   gen-trace ARGS...  build (release) and run `routerlab gen-trace ARGS...`
-  install --prefix DIR
+  install --prefix DIR [--dist]
                      build (release) and install bin/routerlab, lib/routerlab/ (the
-                     built-in plugins) and include/routerlab.h under DIR
+                     built-in plugins) and include/routerlab.h under DIR; --dist links
+                     the whole program as one unit (a much longer build, a few % faster)
   codegen [--check]  regenerate include/routerlab.h and the README's example blocks
   bench              run the benchmarks (release) and print their numbers
   readme             run every `sh` block of README.md, as a new user would
@@ -105,6 +106,7 @@ fn root() -> PathBuf {
 fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cmd.current_dir(root());
+    not_incremental_in_ci(&mut cmd);
     cmd
 }
 
@@ -112,7 +114,16 @@ fn cargo() -> Command {
 fn cargo_bare() -> Command {
     let mut cmd = Command::new("cargo");
     cmd.current_dir(root());
+    not_incremental_in_ci(&mut cmd);
     cmd
+}
+
+/// On a CI machine (`CI` set) a clone is built once, so incremental state would only take
+/// disk: several GB of `target/debug/incremental` for the test build alone.
+fn not_incremental_in_ci(cmd: &mut Command) {
+    if std::env::var_os("CI").is_some() {
+        cmd.env("CARGO_INCREMENTAL", "0");
+    }
 }
 
 fn run(mut cmd: Command) -> Result<(), String> {
@@ -154,16 +165,24 @@ const FIRST_BUILD: &str = "about 5 minutes";
 /// to `DIR/lib/routerlab` (where the binary looks, see `routerlab_host::discovery`), the C
 /// header to `DIR/include`. Each file is copied beside its name and renamed into place.
 fn install(args: &[String]) -> Result<(), String> {
-    let prefix = match args {
-        [flag, dir] if flag == "--prefix" => PathBuf::from(dir),
-        _ => return Err("usage: cargo xtask install --prefix DIR".into()),
+    let usage = "usage: cargo xtask install --prefix DIR [--dist]";
+    let (prefix, dist) = match args {
+        [flag, dir] if flag == "--prefix" => (PathBuf::from(dir), false),
+        [flag, dir, d] if flag == "--prefix" && d == "--dist" => (PathBuf::from(dir), true),
+        _ => return Err(usage.into()),
     };
-    // The distribution profile: the release profile linked as one unit (Cargo.toml).
-    let mut cmd = cargo();
-    cmd.args(["build", "--profile", "dist", "--workspace"]);
-    cmd.args(quiet_flag());
-    run(cmd)?;
-    let release = root().join("target/dist");
+    // The release build the other tasks share, or with `--dist` the release profile linked
+    // as one unit (Cargo.toml): a second, much longer build for a few percent.
+    let release = if dist {
+        let mut cmd = cargo();
+        cmd.args(["build", "--profile", "dist", "--workspace"]);
+        cmd.args(quiet_flag());
+        run(cmd)?;
+        root().join("target/dist")
+    } else {
+        build_release()?;
+        root().join("target/release")
+    };
     let exe = format!("routerlab{}", std::env::consts::EXE_SUFFIX);
     let mut copies = vec![(release.join(&exe), prefix.join("bin").join(&exe))];
     let plugins = std::fs::read_dir(&release)

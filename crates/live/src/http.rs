@@ -128,6 +128,11 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// descriptors, out of memory): the condition lasts, and retrying at once would spin.
 pub const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
+/// How often, out of descriptors with none in reserve, the accept loop tries to take its
+/// reserve back: rarely enough not to spin, often enough that a waiting client is answered
+/// well within a second.
+const RESERVE_RETRY: Duration = Duration::from_millis(100);
+
 /// The answer a connection gets when the process is out of descriptors: it is closed at
 /// once rather than left waiting in the backlog until a descriptor frees.
 const OUT_OF_DESCRIPTORS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: 82\r\n\r\n{\"error\": {\"message\": \"the router is out of file descriptors; try again shortly\"}}";
@@ -142,7 +147,8 @@ const OUT_OF_DESCRIPTORS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-
 /// Out of descriptors (`EMFILE`, `ENFILE`), it gives up the one it keeps in reserve,
 /// answers the waiting connections 503 and closes them, one after another, then takes its
 /// reserve back: a client learns at once that the router is full (it waited for seconds).
-/// Any other error, or no reserve to give, waits [`ACCEPT_BACKOFF`] before the next try.
+/// With no reserve to give it retries every [`RESERVE_RETRY`]; any other error waits
+/// [`ACCEPT_BACKOFF`] before the next try.
 pub async fn serve<H, F>(listener: TcpListener, header_read_timeout: Duration, handler: H)
 where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
@@ -153,14 +159,19 @@ where
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(e) if is_connection_error(&e) => continue,
-            Err(e) if routerlab_os::process::out_of_descriptors(&e) && reserve.is_some() => {
-                // The reserve's descriptor is the one the connections are answered with.
-                drop(reserve.take());
-                shed(&listener).await;
-                reserve = std::fs::File::open("/dev/null").ok();
-                if reserve.is_none() {
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+            Err(e) if routerlab_os::process::out_of_descriptors(&e) => {
+                match reserve.take() {
+                    // The reserve's descriptor is the one the connections are answered with.
+                    Some(freed) => {
+                        drop(freed);
+                        shed(&listener).await;
+                    }
+                    // Another part of the process (a health probe, an engine connection)
+                    // took the freed descriptor: such a hold is brief, so the reserve is
+                    // tried again soon, not after a whole backoff.
+                    None => tokio::time::sleep(RESERVE_RETRY).await,
                 }
+                reserve = std::fs::File::open("/dev/null").ok();
                 continue;
             }
             Err(_) => {
