@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+mod docs;
+
 const USAGE: &str = "\
 usage: cargo xtask [-q] <task> [args]
 
@@ -31,7 +33,8 @@ tasks:
                      build (release) and install bin/routerlab, lib/routerlab/ (the
                      built-in plugins) and include/routerlab.h under DIR; --dist links
                      the whole program as one unit (a much longer build, a few % faster)
-  codegen [--check]  regenerate include/routerlab.h and the README's example blocks
+  codegen [--check]  regenerate include/routerlab.h, docs/reference/cli.md and the
+                     examples the README and the guide show
   bench              run the benchmarks (release) and print their numbers
   readme             run every `sh` block of README.md, as a new user would
   fuzz --smoke | --seconds N
@@ -79,7 +82,7 @@ fn main() -> ExitCode {
         "codegen" => codegen(rest.iter().any(|a| a == "--check")),
         "bench" => bench(rest),
         "ci" => ci(),
-        "readme" => readme(),
+        "readme" => readme(rest),
         "fuzz" => fuzz(rest),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
@@ -348,47 +351,27 @@ const RlModule *routerlab_plugin_entry_v1(void);
 }
 #endif";
 
-/// The README with each `<!-- file: PATH -->` code block replaced by that file's text, so
-/// the examples people copy are the ones that compile.
-pub fn readme_with_fresh_examples() -> Result<String, String> {
-    let readme =
-        std::fs::read_to_string(root().join("README.md")).map_err(|e| format!("README.md: {e}"))?;
-    let mut out = String::new();
-    let mut rest = readme.as_str();
-    while let Some(at) = rest.find("<!-- file: ") {
-        let after = &rest[at + "<!-- file: ".len()..];
-        let file = &after[..after
-            .find(" -->")
-            .ok_or("README: unterminated file marker")?];
-        let fence = after
-            .find("```")
-            .ok_or("README: file marker without a code block")?;
-        let body_start = fence + after[fence..].find('\n').ok_or("README: bad fence")? + 1;
-        let body_end = body_start
-            + after[body_start..]
-                .find("```")
-                .ok_or("README: unclosed code block")?;
-        let text =
-            std::fs::read_to_string(root().join(file)).map_err(|e| format!("{file}: {e}"))?;
-        let head_len = at + "<!-- file: ".len() + body_start;
-        out.push_str(&rest[..head_len]);
-        out.push_str(&text);
-        rest = &rest[at + "<!-- file: ".len() + body_end..];
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
 fn header_path() -> PathBuf {
     root().join("include/routerlab.h")
 }
 
-/// Regenerates the header and the README's examples (or, with `check`, fails if stale).
+/// Regenerates the header and the documents' examples (or, with `check`, fails if stale).
 fn codegen(check: bool) -> Result<(), String> {
-    let outputs = [
-        (header_path(), generate_header()?),
-        (root().join("README.md"), readme_with_fresh_examples()?),
-    ];
+    // The command-line reference is rendered by a test of the CLI crate, which links the
+    // clap definitions that xtask does not.
+    let mut reference = cargo();
+    reference.args(["test", "-p", "routerlab-cli", "--test", "reference"]);
+    reference.args(quiet_flag());
+    if !check {
+        reference.env("ROUTERLAB_WRITE_REFERENCE", "1");
+    }
+    run(reference)
+        .map_err(|_| "docs/reference/cli.md is stale: run `cargo xtask codegen` and commit it")?;
+    let mut outputs = vec![(header_path(), generate_header()?)];
+    for doc in docs::user_docs(&root())? {
+        let fresh = docs::with_fresh_examples(&root(), &doc)?;
+        outputs.push((doc, fresh));
+    }
     for (path, fresh) in outputs {
         let committed = std::fs::read_to_string(&path).unwrap_or_default();
         if committed == fresh {
@@ -508,7 +491,7 @@ fn ci_steps(times: &mut Vec<(String, std::time::Duration)>) -> Result<(), String
     timed("cargo xtask fuzz --smoke".into(), &mut || {
         fuzz(&["--smoke".to_owned()])
     })?;
-    timed("cargo xtask readme".into(), &mut readme)
+    timed("cargo xtask readme".into(), &mut || readme(&[]))
 }
 
 /// The feature that builds the tests needing Python and Slurm (crates/cli/Cargo.toml).
@@ -780,39 +763,29 @@ fn fuzz(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// The `sh` blocks of README.md, in order. `cargo xtask ci` is left out of what `readme`
-/// runs: it is the command that runs `readme`.
-fn readme_blocks(readme: &str) -> Vec<String> {
-    let mut blocks = Vec::new();
-    let mut current: Option<String> = None;
-    for line in readme.lines() {
-        match &mut current {
-            None if line.trim_end() == "```sh" => current = Some(String::new()),
-            None => {}
-            Some(_) if line.trim_end() == "```" => blocks.extend(current.take()),
-            Some(block) => {
-                block.push_str(line);
-                block.push('\n');
-            }
-        }
-    }
-    blocks
-        .into_iter()
-        .filter(|b| b.trim() != "cargo xtask ci")
-        .collect()
-}
-
 /// Held while the README's blocks run: `serve`'s default, vLLM's, and the ones the live
 /// example used to hard-code.
 const TAKEN_PORTS: [u16; 6] = [8000, 8001, 8080, 18101, 18102, 18180];
 
-/// Runs every `sh` block of README.md with `sh -e` from the repository root, as a new user
-/// on a fresh clone would, with `HOME` in a scratch directory (blocks may write to `~`).
-/// Files and directories the blocks create in the repository are removed afterwards, so a
-/// run leaves the checkout as it found it.
-fn readme() -> Result<(), String> {
-    let text =
-        std::fs::read_to_string(root().join("README.md")).map_err(|e| format!("README.md: {e}"))?;
+/// Runs every `sh` block of the README and the guide (`docs::user_docs`, or the files
+/// named) with `sh -e` from the repository root, as a new user on a fresh clone would,
+/// with `HOME` in a scratch directory (blocks may write to `~`), and compares every shown
+/// output and every image a block makes with what the document shows (`docs`). With
+/// `--bless`, the documents' differing outputs and images are rewritten instead. Files
+/// and directories the blocks create in the repository are removed afterwards, so a run
+/// leaves the checkout as it found it.
+fn readme(args: &[String]) -> Result<(), String> {
+    let bless = args.iter().any(|a| a == "--bless");
+    let named: Vec<PathBuf> = args
+        .iter()
+        .filter(|a| *a != "--bless")
+        .map(|a| std::fs::canonicalize(a).map_err(|e| format!("{a}: {e}")))
+        .collect::<Result<_, _>>()?;
+    let documents = if named.is_empty() {
+        docs::user_docs(&root())?
+    } else {
+        named
+    };
     let untracked = || -> Result<std::collections::BTreeSet<String>, String> {
         let output = Command::new("git")
             .args([
@@ -839,30 +812,9 @@ fn readme() -> Result<(), String> {
         .collect();
     let home = std::env::temp_dir().join(format!("routerlab-readme-home-{}", std::process::id()));
     std::fs::create_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
-    let mut result = Ok(());
-    for (i, block) in readme_blocks(&text).iter().enumerate() {
-        println!("xtask readme: block {} of README.md:\n{block}", i + 1);
-        let status = Command::new("sh")
-            .args(["-e", "-c", block])
-            .current_dir(root())
-            .env("HOME", &home)
-            .stdout(std::process::Stdio::null())
-            .status();
-        match status {
-            Ok(s) if s.success() => {}
-            Ok(s) => {
-                result = Err(format!(
-                    "README.md sh block {} failed ({s}):\n{block}",
-                    i + 1
-                ));
-                break;
-            }
-            Err(e) => {
-                result = Err(format!("cannot run sh: {e}"));
-                break;
-            }
-        }
-    }
+    let result = documents
+        .iter()
+        .try_for_each(|doc| run_document(doc, &home, bless));
     for created in untracked()?.difference(&before) {
         let path = root().join(created);
         let _ = if path.is_dir() {
@@ -873,6 +825,101 @@ fn readme() -> Result<(), String> {
     }
     let _ = std::fs::remove_dir_all(&home);
     result
+}
+
+/// One document's blocks, outputs and images (see `readme`).
+fn run_document(doc: &Path, home: &Path, bless: bool) -> Result<(), String> {
+    let name = doc
+        .strip_prefix(root())
+        .unwrap_or(doc)
+        .display()
+        .to_string();
+    let text = std::fs::read_to_string(doc).map_err(|e| format!("{name}: {e}"))?;
+    // (first line, line count, new lines) of each output `--bless` rewrites.
+    let mut rewrites: Vec<(usize, usize, Vec<String>)> = Vec::new();
+    for block in docs::blocks(&text) {
+        let (code, shown, line) = match &block {
+            docs::Block::Sh { line, code, shown } => (code.clone(), shown.as_ref(), *line),
+            docs::Block::Transcript { command, shown } => {
+                (format!("{command}\n"), Some(shown), shown.line - 1)
+            }
+        };
+        println!("xtask readme: {name}:{line}:\n{code}");
+        let mut cmd = Command::new("sh");
+        cmd.current_dir(root()).env("HOME", home);
+        let output = if shown.is_some() {
+            // What a terminal shows: stderr into the same pipe, in order; cargo's own
+            // lines about building (`Compiling`, `Finished`) are left out.
+            cmd.args(["-e", "-c", &format!("exec 2>&1\n{code}")]);
+            cmd.env("CARGO_TERM_QUIET", "true");
+            cmd.stdin(Stdio::null()).stderr(Stdio::inherit());
+            cmd.output()
+        } else {
+            cmd.args(["-e", "-c", &code]);
+            cmd.stdout(Stdio::null());
+            cmd.status().map(|status| std::process::Output {
+                status,
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+            })
+        }
+        .map_err(|e| format!("cannot run sh: {e}"))?;
+        let printed = String::from_utf8_lossy(&output.stdout);
+        if !output.status.success() {
+            return Err(format!(
+                "{name}:{line}: the block failed ({}):\n{code}{printed}",
+                output.status
+            ));
+        }
+        let Some(shown) = shown else { continue };
+        if let Err((at, want, got)) = docs::compare(&shown.lines, &printed) {
+            if bless {
+                let mut fresh: Vec<String> = Vec::new();
+                for (i, got) in printed.lines().map(str::trim_end).enumerate() {
+                    let kept = shown
+                        .lines
+                        .get(i)
+                        .filter(|w| docs::compare(std::slice::from_ref(w), got).is_ok());
+                    fresh.push(kept.cloned().unwrap_or_else(|| got.to_owned()));
+                }
+                while fresh.last().is_some_and(String::is_empty) {
+                    fresh.pop();
+                }
+                rewrites.push((shown.line, shown.lines.len(), fresh));
+            } else {
+                return Err(format!(
+                    "{name}:{}: the shown output differs from what the command prints\n  shown:   {want}\n  printed: {got}\n(`cargo xtask readme --bless {name}` rewrites it; the whole output:)\n{printed}",
+                    shown.line + at
+                ));
+            }
+        }
+    }
+    for (line, committed, made) in docs::images(doc, &root(), &text)? {
+        let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+        if read(&committed)? != read(&made)? {
+            if bless {
+                std::fs::copy(&made, &committed)
+                    .map_err(|e| format!("{}: {e}", committed.display()))?;
+            } else {
+                return Err(format!(
+                    "{name}:{line}: {} is not what the block above makes ({}): `cargo xtask readme --bless {name}` copies it",
+                    committed.display(),
+                    made.display()
+                ));
+            }
+        }
+    }
+    if !rewrites.is_empty() {
+        let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        for (first, count, fresh) in rewrites.into_iter().rev() {
+            lines.splice(first - 1..first - 1 + count, fresh);
+        }
+        let mut fresh = lines.join("\n");
+        fresh.push('\n');
+        std::fs::write(doc, fresh).map_err(|e| format!("{name}: {e}"))?;
+        println!("xtask readme: rewrote the outputs that differed in {name}");
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -903,12 +950,21 @@ mod tests {
         assert!(super::quiet_when(false, false));
     }
 
+    /// The README's sample outputs and the guide's tables are among what `readme` checks.
     #[test]
-    fn readme_blocks_are_the_sh_fences_but_ci() {
-        let text = "x\n```sh\ncargo xtask ci\n```\n```sh\na\nb\n```\n```bash\nc\n```\n";
-        assert_eq!(super::readme_blocks(text), ["a\nb\n"]);
-        let readme = std::fs::read_to_string(super::root().join("README.md")).unwrap();
-        assert!(super::readme_blocks(&readme).len() >= 8);
+    fn the_documents_show_checked_outputs() {
+        let mut checked = 0;
+        for doc in super::docs::user_docs(&super::root()).unwrap() {
+            let text = std::fs::read_to_string(&doc).unwrap();
+            checked += super::docs::blocks(&text)
+                .iter()
+                .filter(|b| match b {
+                    super::docs::Block::Sh { shown, .. } => shown.is_some(),
+                    super::docs::Block::Transcript { .. } => true,
+                })
+                .count();
+        }
+        assert!(checked >= 15, "{checked} shown outputs are checked");
     }
 
     /// What third-party authors had to discover with diagnostic plugins is in the header.
@@ -1311,18 +1367,60 @@ mod tidy {
         );
     }
 
-    /// The README's examples are the compiled files, verbatim.
+    /// Every relative link in the documents names a file that exists.
     #[test]
-    fn readme_examples_are_the_files_that_compile() {
-        let readme = std::fs::read_to_string(super::root().join("README.md")).unwrap();
+    fn the_documents_link_to_files_that_exist() {
+        let root = super::root();
+        let mut docs = super::docs::user_docs(&root).unwrap();
+        for top in [
+            "STABILITY.md",
+            "ARCHITECTURE.md",
+            "CHANGELOG.md",
+            "BENCHMARKS.md",
+        ] {
+            docs.push(root.join(top));
+        }
+        docs.push(root.join("docs/reference/cli.md"));
+        docs.push(root.join("docs/FUZZING.md"));
+        let mut broken = Vec::new();
+        let mut seen = 0;
+        for doc in &docs {
+            let text = std::fs::read_to_string(doc).unwrap();
+            for (at, _) in text.match_indices("](") {
+                let target = &text[at + 2..];
+                let Some(end) = target.find(')') else {
+                    continue;
+                };
+                let target = target[..end].split('#').next().unwrap();
+                if target.is_empty() || target.contains("://") || target.contains(' ') {
+                    continue;
+                }
+                seen += 1;
+                if !doc.parent().unwrap().join(target).exists() {
+                    broken.push(format!("{}: {target}", doc.display()));
+                }
+            }
+        }
+        assert!(broken.is_empty(), "links to nothing: {broken:?}");
+        assert!(seen >= 20, "{seen} links");
+    }
+
+    /// The guide's examples are the compiled files, verbatim.
+    #[test]
+    fn the_examples_shown_are_the_files_that_compile() {
+        let mut markers = 0;
+        for doc in super::docs::user_docs(&super::root()).unwrap() {
+            let text = std::fs::read_to_string(&doc).unwrap();
+            markers += text.matches("<!-- file: ").count();
+            assert!(
+                super::docs::with_fresh_examples(&super::root(), &doc).unwrap() == text,
+                "{} examples differ from the files: run `cargo xtask codegen` and commit",
+                doc.display()
+            );
+        }
         assert_eq!(
-            readme.matches("<!-- file: ").count(),
-            4,
+            markers, 4,
             "the Rust and the C example, the Rust example's snapshot test and its own Cargo.toml"
-        );
-        assert!(
-            super::readme_with_fresh_examples().unwrap() == readme,
-            "README.md examples differ from the files: run `cargo xtask codegen` and commit"
         );
     }
 }

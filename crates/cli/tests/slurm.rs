@@ -1,7 +1,7 @@
-//! The README's Slurm job array, run on a real Slurm: a single-node cluster started for the
+//! The guide's Slurm job array, run on a real Slurm: a single-node cluster started for the
 //! test (Debian's `slurm-wlm` and `munge`, which `cargo xtask ci` installs when they are
 //! missing), in a scratch directory of its own: its own munge key and socket, its own
-//! `slurm.conf` (`SLURM_CONF`), its own state, and free ports. The job file is the README's
+//! `slurm.conf` (`SLURM_CONF`), its own state, and free ports. The job file is the guide's
 //! block, unchanged; `sbatch --array=0-7` runs it, and `routerlab merge` of the eight
 //! shards must print exactly what the whole sweep prints.
 //!
@@ -200,12 +200,13 @@ fn run(command: &mut Command) {
     );
 }
 
-/// The README's job file: its `bash` block that starts `# sweep.sbatch`.
+/// The guide's job file: its `bash` block that starts `# sweep.sbatch`.
 fn readme_job() -> String {
-    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(workspace_root().join("docs/guide/compare-and-sweep.md")).unwrap();
     let start = readme
         .find("```bash\n#!/bin/bash\n# sweep.sbatch")
-        .expect("the README's Slurm job file");
+        .expect("the guide's Slurm job file");
     let body = &readme[start + "```bash\n".len()..];
     body[..body.find("```").unwrap()].to_owned()
 }
@@ -214,7 +215,7 @@ fn readme_job() -> String {
 fn the_readmes_slurm_job_array_merges_into_the_whole_sweep() {
     let dir = std::env::temp_dir().join(format!("routerlab-slurm-{}", std::process::id()));
     let cluster = Cluster::start(&dir.join("cluster"));
-    // The job runs where the README's commands run: a directory with `examples/` (whose
+    // The job runs where the guide's commands run: a directory with `examples/` (whose
     // sweep names `../traces/`), `routerlab` and its plugins on `PATH`.
     let work = dir.join("work");
     std::fs::create_dir_all(&work).unwrap();

@@ -191,3 +191,73 @@ fn a_deeply_nested_stored_snapshot_is_refused_at_once() {
         "{stderr}"
     );
 }
+
+/// A C author's path, from the guide alone: the example and the header copied into a
+/// scratch directory outside the checkout, built with the C compiler, found through
+/// `ROUTERLAB_PLUGIN_PATH`, snapshotted, checked, then changed and caught (exit 4).
+#[test]
+fn a_c_plugin_made_from_the_guide_snapshots_then_checks() {
+    let dir = std::env::temp_dir().join(format!("routerlab-c-author-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("include")).unwrap();
+    std::fs::create_dir_all(dir.join("lib")).unwrap();
+    let root = support::workspace_root();
+    std::fs::copy(
+        root.join("include/routerlab.h"),
+        dir.join("include/routerlab.h"),
+    )
+    .unwrap();
+    let source = std::fs::read_to_string(root.join("examples/c/least_running.c")).unwrap();
+    let trace = project_trace("mooncake-small.jsonl");
+    let build = |source: &str| {
+        std::fs::write(dir.join("least_running.c"), source).unwrap();
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let built = std::process::Command::new(cc)
+            .current_dir(&dir)
+            .args([
+                "-shared",
+                "-fPIC",
+                "-O2",
+                "-I",
+                "include",
+                "least_running.c",
+            ])
+            .args(["-o", "lib/librouterlab_least_running.so"])
+            .output()
+            .expect("run the C compiler");
+        assert!(built.status.success(), "{}", texts(&built).1);
+    };
+    let snapshot = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_routerlab"))
+            .current_dir(&dir)
+            .env("ROUTERLAB_PLUGIN_PATH", dir.join("lib"))
+            .args([
+                "snapshot",
+                "least-running.snap",
+                "--matcher",
+                "least-running",
+            ])
+            .args(["--endpoints", "4", "--timing", "trace", "--trace"])
+            .arg(&trace)
+            .args(extra)
+            .output()
+            .expect("run routerlab")
+    };
+
+    build(&source);
+    let stored = snapshot(&[]);
+    assert!(stored.status.success(), "{}", texts(&stored).1);
+    assert!(dir.join("least-running.snap").exists());
+    let same = snapshot(&["--check"]);
+    assert!(same.status.success(), "{}", texts(&same).1);
+
+    // Ties now go to the last endpoint instead of the first.
+    let tie_break = "if (best == NULL || e->running < best->running) best = e;";
+    assert!(source.contains(tie_break), "the example changed");
+    build(&source.replace(tie_break, &tie_break.replace(" < ", " <= ")));
+    let changed = snapshot(&["--check"]);
+    let (_, stderr) = texts(&changed);
+    assert_eq!(changed.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("nreq.counts."), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -20,7 +20,7 @@ const DISTSERVE: [&str; 8] = [
 ];
 
 /// DistServe's engine: its flags, and the KV blocks vLLM's arithmetic gives OPT-13B in
-/// fp16 at 0.95 of an A100-80GB (docs/CALIBRATION.md), where the search of the cache starts.
+/// fp16 at 0.95 of an A100-80GB (docs/guide/calibration.md), where the search of the cache starts.
 const DISTSERVE_ENGINE: [&str; 6] = [
     "--max-num-seqs",
     "1024",

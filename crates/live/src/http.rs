@@ -131,7 +131,7 @@ pub const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 /// How often, out of descriptors with none in reserve, the accept loop tries to take its
 /// reserve back: rarely enough not to spin, often enough that a waiting client is answered
 /// well within a second.
-const RESERVE_RETRY: Duration = Duration::from_millis(100);
+pub const RESERVE_RETRY: Duration = Duration::from_millis(100);
 
 /// The answer a connection gets when the process is out of descriptors: it is closed at
 /// once rather than left waiting in the backlog until a descriptor frees.

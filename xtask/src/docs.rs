@@ -1,0 +1,317 @@
+//! The user documents as runnable text: every `sh` block of the README and the guide is
+//! run as written, every output they show is compared with what the command prints, and
+//! every image made by a block is compared with the committed one.
+//!
+//! A shown output is a `text` block that starts with `$ COMMAND` (the command, then what it
+//! prints), or a `text` block right after an `sh` block (what that block prints). Both are
+//! stdout and stderr together, without cargo's own lines about building
+//! (`CARGO_TERM_QUIET`). Lines compare without trailing spaces; a number written
+//! `~12.5` in a shown output is a timing and stands for any number. An image is checked
+//! when the line before it is `<!-- made by the block above: PATH -->`.
+
+use std::path::{Path, PathBuf};
+
+/// The documents whose blocks are run: the README, then the guide's pages by name.
+pub fn user_docs(root: &Path) -> Result<Vec<PathBuf>, String> {
+    let guide = root.join("docs/guide");
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(&guide)
+        .map_err(|e| format!("{}: {e}", guide.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    pages.sort();
+    pages.insert(0, root.join("README.md"));
+    Ok(pages)
+}
+
+/// One thing a document asks to run.
+#[derive(Debug, PartialEq)]
+pub enum Block {
+    /// An `sh` block, and the output shown right after it, if any.
+    Sh {
+        /// The block's first line in the document, counted from 1.
+        line: usize,
+        code: String,
+        shown: Option<Shown>,
+    },
+    /// A `text` block that starts with `$ COMMAND`.
+    Transcript { command: String, shown: Shown },
+}
+
+/// A shown output: where its text starts, and its lines.
+#[derive(Debug, PartialEq)]
+pub struct Shown {
+    /// The first line of the output in the document, counted from 1.
+    pub line: usize,
+    pub lines: Vec<String>,
+}
+
+/// The blocks of a document, in order. `cargo xtask ci` is left out: it is the command
+/// that runs the blocks.
+pub fn blocks(text: &str) -> Vec<Block> {
+    // (info string, first line of the body, body lines), for every fenced block.
+    let mut fences: Vec<(String, usize, Vec<String>, usize)> = Vec::new();
+    let mut open: Option<(String, usize, Vec<String>)> = None;
+    let mut last_close = 0;
+    for (i, line) in text.lines().enumerate() {
+        let number = i + 1;
+        match &mut open {
+            None => {
+                if let Some(info) = line.trim_end().strip_prefix("```") {
+                    open = Some((info.to_owned(), number + 1, Vec::new()));
+                    // The blank lines since the last fence closed tell adjacency below.
+                    let gap = text
+                        .lines()
+                        .skip(last_close)
+                        .take(i.saturating_sub(last_close))
+                        .all(|l| l.trim().is_empty());
+                    fences.push((String::new(), 0, Vec::new(), usize::from(gap)));
+                }
+            }
+            Some(_) if line.trim_end() == "```" => {
+                let (info, start, body) = open.take().expect("an open fence");
+                let slot = fences.last_mut().expect("pushed at the opening");
+                slot.0 = info;
+                slot.1 = start;
+                slot.2 = body;
+                last_close = number;
+            }
+            Some((_, _, body)) => body.push(line.to_owned()),
+        }
+    }
+    let mut out: Vec<Block> = Vec::new();
+    for (info, start, body, adjacent) in fences {
+        match info.as_str() {
+            "sh" => {
+                let code = body.iter().map(|l| format!("{l}\n")).collect::<String>();
+                if code.trim() != "cargo xtask ci" {
+                    out.push(Block::Sh {
+                        line: start,
+                        code,
+                        shown: None,
+                    });
+                }
+            }
+            "text" => {
+                if let Some(command) = body.first().and_then(|l| l.strip_prefix("$ ")) {
+                    out.push(Block::Transcript {
+                        command: command.to_owned(),
+                        shown: Shown {
+                            line: start + 1,
+                            lines: body[1..].to_vec(),
+                        },
+                    });
+                } else if adjacent == 1
+                    && let Some(Block::Sh { shown, .. }) = out.last_mut()
+                    && shown.is_none()
+                {
+                    *shown = Some(Shown {
+                        line: start,
+                        lines: body,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Whether `actual` is what `shown` shows: line by line, trailing spaces and trailing
+/// blank lines ignored, a `~NUMBER` in `shown` matching any number. On a difference, the
+/// first differing line (its index in `shown`) with both texts.
+pub fn compare(shown: &[String], actual: &str) -> Result<(), (usize, String, String)> {
+    let trim = |lines: Vec<&str>| -> Vec<String> {
+        let mut v: Vec<String> = lines.iter().map(|l| l.trim_end().to_owned()).collect();
+        while v.last().is_some_and(String::is_empty) {
+            v.pop();
+        }
+        v
+    };
+    let want = trim(shown.iter().map(String::as_str).collect());
+    let got = trim(actual.lines().collect());
+    for i in 0..want.len().max(got.len()) {
+        let (w, g) = (want.get(i), got.get(i));
+        let same = match (w, g) {
+            (Some(w), Some(g)) => line_matches(w, g),
+            _ => false,
+        };
+        if !same {
+            return Err((
+                i,
+                w.cloned().unwrap_or_else(|| "(nothing)".into()),
+                g.cloned().unwrap_or_else(|| "(nothing)".into()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One line: literal text, with `~NUMBER` in `want` matching any number in `got`.
+fn line_matches(want: &str, got: &str) -> bool {
+    let (mut w, mut g) = (want, got);
+    loop {
+        let Some(at) = w.find('~').filter(|&at| starts_number(&w[at + 1..])) else {
+            return w == g;
+        };
+        let (literal, rest) = w.split_at(at);
+        let Some(after) = g.strip_prefix(literal) else {
+            return false;
+        };
+        let skip = |s: &str| s.len() - s.trim_start_matches(is_number_char).len();
+        if skip(after) == 0 || !starts_number(after) {
+            return false;
+        }
+        w = &rest[1 + skip(&rest[1..])..];
+        g = &after[skip(after)..];
+    }
+}
+
+fn is_number_char(c: char) -> bool {
+    c.is_ascii_digit() || c == '.'
+}
+
+fn starts_number(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_digit())
+}
+
+/// The committed images a document checks: (line, committed path, path the blocks make),
+/// both relative to the repository root.
+pub fn images(
+    doc: &Path,
+    root: &Path,
+    text: &str,
+) -> Result<Vec<(usize, PathBuf, PathBuf)>, String> {
+    let dir = doc.parent().unwrap_or(root);
+    let mut out = Vec::new();
+    let mut made: Option<&str> = None;
+    for (i, line) in text.lines().enumerate() {
+        if let Some(path) = line
+            .strip_prefix("<!-- made by the block above: ")
+            .and_then(|l| l.strip_suffix(" -->"))
+        {
+            made = Some(path);
+            continue;
+        }
+        if let Some(made) = made.take() {
+            let link = line
+                .strip_prefix("![")
+                .and_then(|l| l.split_once("]("))
+                .and_then(|(_, l)| l.strip_suffix(')'))
+                .ok_or_else(|| {
+                    format!(
+                        "{}:{}: an image must follow its `made by` line",
+                        doc.display(),
+                        i + 1
+                    )
+                })?;
+            out.push((i + 1, dir.join(link), root.join(made)));
+        }
+    }
+    Ok(out)
+}
+
+/// The document with each `<!-- file: PATH -->` code block replaced by that file's text, so
+/// the examples shown are the files that compile and are tested.
+pub fn with_fresh_examples(root: &Path, doc: &Path) -> Result<String, String> {
+    let shown = doc.display();
+    let text = std::fs::read_to_string(doc).map_err(|e| format!("{shown}: {e}"))?;
+    let mut out = String::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("<!-- file: ") {
+        let after = &rest[at + "<!-- file: ".len()..];
+        let file = &after[..after
+            .find(" -->")
+            .ok_or_else(|| format!("{shown}: unterminated file marker"))?];
+        let fence = after
+            .find("```")
+            .ok_or_else(|| format!("{shown}: file marker without a code block"))?;
+        let body_start = fence
+            + after[fence..]
+                .find('\n')
+                .ok_or_else(|| format!("{shown}: bad fence"))?
+            + 1;
+        let body_end = body_start
+            + after[body_start..]
+                .find("```")
+                .ok_or_else(|| format!("{shown}: unclosed code block"))?;
+        let example =
+            std::fs::read_to_string(root.join(file)).map_err(|e| format!("{file}: {e}"))?;
+        let head_len = at + "<!-- file: ".len() + body_start;
+        out.push_str(&rest[..head_len]);
+        out.push_str(&example);
+        rest = &rest[at + "<!-- file: ".len() + body_end..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(s: &str) -> Vec<String> {
+        s.lines().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn a_text_block_is_an_output_only_right_after_an_sh_block_or_after_a_dollar() {
+        let doc = "```sh\ncargo xtask ci\n```\n```sh\necho a\n```\n\n```text\na\n```\n\
+                   prose\n```sh\necho b\n```\nprose\n```text\nnot b\n```\n\
+                   ```text\n$ echo c\nc\n```\n```bash\nd\n```\n";
+        let got = blocks(doc);
+        assert_eq!(
+            got,
+            [
+                Block::Sh {
+                    line: 5,
+                    code: "echo a\n".into(),
+                    shown: Some(Shown {
+                        line: 9,
+                        lines: lines("a")
+                    }),
+                },
+                Block::Sh {
+                    line: 13,
+                    code: "echo b\n".into(),
+                    shown: None,
+                },
+                Block::Transcript {
+                    command: "echo c".into(),
+                    shown: Shown {
+                        line: 21,
+                        lines: lines("c")
+                    },
+                },
+            ]
+        );
+    }
+
+    /// A planted wrong number fails; a timing written `~N` matches any number.
+    #[test]
+    fn outputs_compare_exactly_but_for_marked_timings() {
+        let shown =
+            lines("hit ratio   0.9266\nreplayed 2200 requests in ~0.042 s (~52392 decisions/s)");
+        let actual =
+            "hit ratio   0.9266  \nreplayed 2200 requests in 0.051 s (43137 decisions/s)\n\n";
+        assert_eq!(compare(&shown, actual), Ok(()));
+        let planted = "hit ratio   0.9267\nreplayed 2200 requests in 0.051 s (43137 decisions/s)\n";
+        assert_eq!(
+            compare(&shown, planted),
+            Err((0, "hit ratio   0.9266".into(), "hit ratio   0.9267".into()))
+        );
+        // Only a marked number is free: the count beside it is not.
+        let fewer = "hit ratio   0.9266\nreplayed 2100 requests in 0.051 s (43137 decisions/s)\n";
+        assert_eq!(compare(&shown, fewer).map_err(|e| e.0), Err(1));
+        // A line missing or added is a difference too.
+        assert_eq!(
+            compare(&shown, "hit ratio   0.9266\n").map_err(|e| e.0),
+            Err(1)
+        );
+        assert!(compare(&lines("a"), "a\nb\n").is_err());
+        // `~` not before a number is literal.
+        assert!(line_matches("~ home", "~ home"));
+        assert!(!line_matches("~1 s", "x s"));
+    }
+}
