@@ -3,10 +3,11 @@
 //! every image made by a block is compared with the committed one.
 //!
 //! A shown output is a `text` block that starts with `$ COMMAND` (the command, then what it
-//! prints), or a `text` block right after an `sh` block (what that block prints). Both are
-//! stdout and stderr together, without cargo's own lines about building
-//! (`CARGO_TERM_QUIET`). Lines compare without trailing spaces; a number written
-//! `~12.5` in a shown output is a timing and stands for any number. An image is checked
+//! prints: stdout and stderr together, as a terminal shows them), or a `text` block right
+//! after an `sh` block (what that block prints on stdout). Cargo's own lines about
+//! building are left out (`CARGO_TERM_QUIET`). Lines compare without trailing spaces; a number
+//! written `~12.5` in a shown output is a timing and stands for any number; a line `...`
+//! stands for any lines. An image is checked
 //! when the line before it is `<!-- made by the block above: PATH -->`.
 
 use std::path::{Path, PathBuf};
@@ -119,8 +120,9 @@ pub fn blocks(text: &str) -> Vec<Block> {
 }
 
 /// Whether `actual` is what `shown` shows: line by line, trailing spaces and trailing
-/// blank lines ignored, a `~NUMBER` in `shown` matching any number. On a difference, the
-/// first differing line (its index in `shown`) with both texts.
+/// blank lines ignored, a `~NUMBER` in `shown` matching any number, and a line `...` in
+/// `shown` standing for any lines (none included). On a difference, the line of `shown`
+/// where matching got furthest (its index) with the two texts there.
 pub fn compare(shown: &[String], actual: &str) -> Result<(), (usize, String, String)> {
     let trim = |lines: Vec<&str>| -> Vec<String> {
         let mut v: Vec<String> = lines.iter().map(|l| l.trim_end().to_owned()).collect();
@@ -131,21 +133,40 @@ pub fn compare(shown: &[String], actual: &str) -> Result<(), (usize, String, Str
     };
     let want = trim(shown.iter().map(String::as_str).collect());
     let got = trim(actual.lines().collect());
-    for i in 0..want.len().max(got.len()) {
-        let (w, g) = (want.get(i), got.get(i));
-        let same = match (w, g) {
-            (Some(w), Some(g)) => line_matches(w, g),
-            _ => false,
-        };
-        if !same {
-            return Err((
-                i,
-                w.cloned().unwrap_or_else(|| "(nothing)".into()),
-                g.cloned().unwrap_or_else(|| "(nothing)".into()),
-            ));
+    let mut furthest = (0, 0);
+    if matches_from(&want, &got, 0, 0, &mut furthest) {
+        return Ok(());
+    }
+    let (w, g) = furthest;
+    Err((
+        w,
+        want.get(w).cloned().unwrap_or_else(|| "(nothing)".into()),
+        got.get(g).cloned().unwrap_or_else(|| "(nothing)".into()),
+    ))
+}
+
+/// `want[w..]` against `got[g..]`, remembering the furthest pair of lines reached.
+fn matches_from(
+    want: &[String],
+    got: &[String],
+    w: usize,
+    g: usize,
+    furthest: &mut (usize, usize),
+) -> bool {
+    if w > furthest.0 || (w == furthest.0 && g > furthest.1) {
+        *furthest = (w, g);
+    }
+    match want.get(w) {
+        None => g == got.len(),
+        Some(line) if line == "..." => {
+            (g..=got.len()).any(|skip| matches_from(want, got, w + 1, skip, furthest))
+        }
+        Some(line) => {
+            got.get(g)
+                .is_some_and(|got_line| line_matches(line, got_line))
+                && matches_from(want, got, w + 1, g + 1, furthest)
         }
     }
-    Ok(())
 }
 
 /// One line: literal text, with `~NUMBER` in `want` matching any number in `got`.
@@ -310,6 +331,11 @@ mod tests {
             Err(1)
         );
         assert!(compare(&lines("a"), "a\nb\n").is_err());
+        // `...` skips lines, as many as it takes, and none at all.
+        let elided = lines("a\n...\nd\n...");
+        assert_eq!(compare(&elided, "a\nb\nc\nd\n"), Ok(()));
+        assert_eq!(compare(&elided, "a\nd\n"), Ok(()));
+        assert_eq!(compare(&elided, "a\nb\nc\n").map_err(|e| e.0), Err(2));
         // `~` not before a number is literal.
         assert!(line_matches("~ home", "~ home"));
         assert!(!line_matches("~1 s", "x s"));

@@ -827,6 +827,30 @@ fn readme(args: &[String]) -> Result<(), String> {
     result
 }
 
+/// The committed image at `committed` against the one the block above made at `made`
+/// (`--bless` copies the latter over the former).
+fn check_image(
+    name: &str,
+    line: usize,
+    committed: &Path,
+    made: &Path,
+    bless: bool,
+) -> Result<(), String> {
+    let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+    if read(committed)? == read(made)? {
+        return Ok(());
+    }
+    if bless {
+        std::fs::copy(made, committed).map_err(|e| format!("{}: {e}", committed.display()))?;
+        return Ok(());
+    }
+    Err(format!(
+        "{name}:{line}: {} is not what the block above makes ({}): `cargo xtask readme --bless {name}` copies it",
+        committed.display(),
+        made.display()
+    ))
+}
+
 /// One document's blocks, outputs and images (see `readme`).
 fn run_document(doc: &Path, home: &Path, bless: bool) -> Result<(), String> {
     let name = doc
@@ -837,7 +861,29 @@ fn run_document(doc: &Path, home: &Path, bless: bool) -> Result<(), String> {
     let text = std::fs::read_to_string(doc).map_err(|e| format!("{name}: {e}"))?;
     // (first line, line count, new lines) of each output `--bless` rewrites.
     let mut rewrites: Vec<(usize, usize, Vec<String>)> = Vec::new();
-    for block in docs::blocks(&text) {
+    let blocks = docs::blocks(&text);
+    let images = docs::images(doc, &root(), &text)?;
+    // Each image is checked right after the block above it, before a later block can
+    // write the same path.
+    let starts: Vec<usize> = blocks
+        .iter()
+        .map(|b| match b {
+            docs::Block::Sh { line, .. } => *line,
+            docs::Block::Transcript { shown, .. } => shown.line - 1,
+        })
+        .chain([usize::MAX])
+        .collect();
+    for (i, block) in blocks.into_iter().enumerate() {
+        let after = (starts[i], starts[i + 1]);
+        let check_images = |bless: bool| -> Result<(), String> {
+            let ours = images
+                .iter()
+                .filter(|(l, _, _)| *l > after.0 && *l < after.1);
+            for (line, committed, made) in ours {
+                check_image(&name, *line, committed, made, bless)?;
+            }
+            Ok(())
+        };
         let (code, shown, line) = match &block {
             docs::Block::Sh { line, code, shown } => (code.clone(), shown.as_ref(), *line),
             docs::Block::Transcript { command, shown } => {
@@ -848,9 +894,18 @@ fn run_document(doc: &Path, home: &Path, bless: bool) -> Result<(), String> {
         let mut cmd = Command::new("sh");
         cmd.current_dir(root()).env("HOME", home);
         let output = if shown.is_some() {
-            // What a terminal shows: stderr into the same pipe, in order; cargo's own
-            // lines about building (`Compiling`, `Finished`) are left out.
-            cmd.args(["-e", "-c", &format!("exec 2>&1\n{code}")]);
+            // A transcript is what a terminal shows: stderr into the same pipe, in order
+            // (one command, so the order is its own). An `sh` block's output is its
+            // stdout: a pipeline's stages would race each other on a shared pipe. Cargo's
+            // own lines about building (`Compiling`, `Finished`) are left out.
+            match &block {
+                docs::Block::Transcript { .. } => {
+                    cmd.args(["-e", "-c", &format!("exec 2>&1\n{code}")]);
+                }
+                docs::Block::Sh { .. } => {
+                    cmd.args(["-e", "-c", &code]);
+                }
+            }
             cmd.env("CARGO_TERM_QUIET", "true");
             cmd.stdin(Stdio::null()).stderr(Stdio::inherit());
             cmd.output()
@@ -871,6 +926,7 @@ fn run_document(doc: &Path, home: &Path, bless: bool) -> Result<(), String> {
                 output.status
             ));
         }
+        check_images(bless)?;
         let Some(shown) = shown else { continue };
         if let Err((at, want, got)) = docs::compare(&shown.lines, &printed) {
             if bless {
@@ -890,21 +946,6 @@ fn run_document(doc: &Path, home: &Path, bless: bool) -> Result<(), String> {
                 return Err(format!(
                     "{name}:{}: the shown output differs from what the command prints\n  shown:   {want}\n  printed: {got}\n(`cargo xtask readme --bless {name}` rewrites it; the whole output:)\n{printed}",
                     shown.line + at
-                ));
-            }
-        }
-    }
-    for (line, committed, made) in docs::images(doc, &root(), &text)? {
-        let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
-        if read(&committed)? != read(&made)? {
-            if bless {
-                std::fs::copy(&made, &committed)
-                    .map_err(|e| format!("{}: {e}", committed.display()))?;
-            } else {
-                return Err(format!(
-                    "{name}:{line}: {} is not what the block above makes ({}): `cargo xtask readme --bless {name}` copies it",
-                    committed.display(),
-                    made.display()
                 ));
             }
         }
