@@ -144,6 +144,10 @@ fn run(mut cmd: Command) -> Result<(), String> {
 /// What every task that runs the tool builds (a test holds the README to the same).
 const RELEASE_BUILD: [&str; 3] = ["build", "--release", "--workspace"];
 
+/// The feature that routing on engines' KV events needs (ZeroMQ, tokenizers): left out of
+/// the default build, put into what `install` installs.
+const KV_EVENTS: &str = "routerlab-cli/kv-events";
+
 /// `cargo build --release --workspace`, exactly the README's build command: the same
 /// packages selected means the same features unified, so switching between the two
 /// rebuilds nothing.
@@ -174,18 +178,23 @@ fn install(args: &[String]) -> Result<(), String> {
         [flag, dir, d] if flag == "--prefix" && d == "--dist" => (PathBuf::from(dir), true),
         _ => return Err(usage.into()),
     };
-    // The release build the other tasks share, or with `--dist` the release profile linked
-    // as one unit (Cargo.toml): a second, much longer build for a few percent.
-    let release = if dist {
-        let mut cmd = cargo();
+    // The release build the other tasks share, with the KV-events feature (its other
+    // crates are reused), or with `--dist` the release profile linked as one unit
+    // (Cargo.toml): a second, much longer build for a few percent.
+    let mut cmd = cargo();
+    if dist {
         cmd.args(["build", "--profile", "dist", "--workspace"]);
-        cmd.args(quiet_flag());
-        run(cmd)?;
-        root().join("target/dist")
     } else {
-        build_release()?;
-        root().join("target/release")
-    };
+        cmd.args(RELEASE_BUILD);
+    }
+    cmd.args(["--features", KV_EVENTS]);
+    cmd.args(quiet_flag());
+    run(cmd)?;
+    let release = root().join(if dist {
+        "target/dist"
+    } else {
+        "target/release"
+    });
     let exe = format!("routerlab{}", std::env::consts::EXE_SUFFIX);
     let mut copies = vec![(release.join(&exe), prefix.join("bin").join(&exe))];
     let plugins = std::fs::read_dir(&release)
@@ -494,7 +503,8 @@ fn ci_steps(times: &mut Vec<(String, std::time::Duration)>) -> Result<(), String
     timed("cargo xtask readme".into(), &mut || readme(&[]))
 }
 
-/// The feature that builds the tests needing Python and Slurm (crates/cli/Cargo.toml).
+/// The feature that builds the tests needing Python and Slurm (crates/cli/Cargo.toml); it
+/// includes [`KV_EVENTS`].
 const EXTERNAL: &str = "routerlab-cli/external-tools";
 
 /// The cargo-fuzz release `ci` installs when none is on the path.
@@ -972,12 +982,21 @@ mod tests {
         let readme = std::fs::read_to_string(super::root().join("README.md")).unwrap();
         let benchmarks = std::fs::read_to_string(super::root().join("BENCHMARKS.md")).unwrap();
         let ours = format!("cargo {}", super::RELEASE_BUILD.join(" "));
+        // The one other: with the KV-events feature, as `install` builds it.
+        let with_kv_events = format!("{ours} --features {}", super::KV_EVENTS);
         let mut seen = 0;
-        for line in readme.lines().chain(benchmarks.lines()) {
-            for (at, _) in line.match_indices("cargo build --release") {
+        let mut text = readme.clone() + &benchmarks;
+        for doc in super::docs::user_docs(&super::root()).unwrap() {
+            text += &std::fs::read_to_string(doc).unwrap();
+        }
+        for line in text.lines() {
+            for (at, _) in line.match_indices("cargo build --release --workspace") {
                 let rest = &line[at..];
-                let command = rest.split(['&', ';', '`']).next().unwrap().trim_end();
-                assert_eq!(command, ours, "a different release build: {line}");
+                let command = rest.split(['&', ';', '`', ')']).next().unwrap().trim_end();
+                assert!(
+                    command == ours || command == with_kv_events,
+                    "a different release build: {line}"
+                );
                 seen += 1;
             }
         }

@@ -84,9 +84,10 @@ impl Failure {
             },
             Failure::Live(e) => match e {
                 // The plugins could not be loaded, as for a replay.
-                LiveError::Settings(_) | LiveError::Trace(_) | LiveError::PluginHost(_) => {
-                    BAD_INPUT
-                }
+                LiveError::Settings(_)
+                | LiveError::Trace(_)
+                | LiveError::PluginHost(_)
+                | LiveError::WithoutKvEvents(_) => BAD_INPUT,
                 // Could not listen, a request task failed, or a failure added later.
                 _ => RUN_FAILED,
             },
@@ -213,5 +214,7 @@ mod tests {
         let listen = Failure::from(LiveError::Listen(std::io::Error::other("no")));
         assert_eq!(listen.exit_code(), RUN_FAILED);
         assert_eq!(listen.to_string(), "cannot listen: no");
+        let without = Failure::from(LiveError::WithoutKvEvents("--kv-events"));
+        assert_eq!(without.exit_code(), BAD_INPUT);
     }
 }

@@ -22,4 +22,9 @@ pub enum LiveError {
     /// The run started and could not go on (a request task panicked, say).
     #[error("{0}")]
     Run(String),
+    /// A flag that needs the `kv-events` feature, in a build without it.
+    #[error(
+        "{0} needs routerlab built with the `kv-events` feature (ZeroMQ and tokenizers): `cargo xtask install --prefix DIR`, or `cargo build --release --workspace --features routerlab-cli/kv-events`"
+    )]
+    WithoutKvEvents(&'static str),
 }

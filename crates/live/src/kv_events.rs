@@ -19,10 +19,14 @@
 //! ignored; one over 64 bytes closes the connection (libzmq's `ZMQ_MAXMSGSIZE`), so no
 //! peer can make it allocate.
 
+#[cfg(feature = "kv-events")]
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+#[cfg(feature = "kv-events")]
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{SyncSender, TrySendError};
+#[cfg(feature = "kv-events")]
 use std::time::Duration;
 
 use routerlab_engine::KvEvent;
@@ -36,10 +40,13 @@ pub const REPLAY_BATCHES: usize = 10_000;
 pub const REPLAY_BYTES: usize = 64 << 20;
 /// Batches waiting to go out at most; past that one is dropped (counted), so the engine
 /// model never waits for the socket.
+#[cfg(feature = "kv-events")]
 const QUEUE_BATCHES: usize = 4096;
 /// The largest message a replay client may send.
+#[cfg(feature = "kv-events")]
 const MAX_REQUEST_BYTES: i64 = 64;
 /// The replay's end marker: sequence number -1.
+#[cfg(feature = "kv-events")]
 const END_SEQ: [u8; 8] = (-1i64).to_be_bytes();
 
 /// Where an engine publishes its KV events.
@@ -228,13 +235,21 @@ pub struct Publisher {
     dropped: Arc<AtomicU64>,
 }
 
+#[cfg(feature = "kv-events")]
 fn zmq_error(what: &str, endpoint: &str, e: zmq::Error) -> LiveError {
     LiveError::Settings(format!("--kv-events{what} {endpoint}: {e}"))
 }
 
 impl Publisher {
+    /// Refused: this build has no ZeroMQ (the `kv-events` feature).
+    #[cfg(not(feature = "kv-events"))]
+    pub fn bind(_settings: &KvEventsSettings, _block_size: u32) -> Result<Publisher, LiveError> {
+        Err(LiveError::WithoutKvEvents("--publish-kv-events"))
+    }
+
     /// Binds the sockets (reporting the endpoints as bound: a port 0 resolved) and starts
     /// the thread that sends; `block_size` is the engine's, in tokens.
+    #[cfg(feature = "kv-events")]
     pub fn bind(settings: &KvEventsSettings, block_size: u32) -> Result<Publisher, LiveError> {
         let context = zmq::Context::new();
         let publisher = context
@@ -294,7 +309,7 @@ impl Publisher {
 
     /// Numbers and keeps a batch for replay without sending it: what a subscriber that
     /// lost it sees (tests).
-    #[cfg(test)]
+    #[cfg(all(test, feature = "kv-events"))]
     pub(crate) fn skip_live(&self, events: Vec<KvEvent>) {
         self.queue.send((0.0, events, false)).unwrap();
     }
@@ -314,6 +329,7 @@ impl std::fmt::Debug for Publisher {
     }
 }
 
+#[cfg(feature = "kv-events")]
 fn last_endpoint(socket: &zmq::Socket) -> Result<String, LiveError> {
     match socket.get_last_endpoint() {
         Ok(Ok(endpoint)) => Ok(endpoint),
@@ -324,12 +340,14 @@ fn last_endpoint(socket: &zmq::Socket) -> Result<String, LiveError> {
 }
 
 /// The batches sent and kept for replay, and the next one's sequence number.
+#[cfg(feature = "kv-events")]
 struct Outbox {
     kept: VecDeque<(u64, Vec<u8>)>,
     kept_bytes: usize,
     seq: u64,
 }
 
+#[cfg(feature = "kv-events")]
 impl Outbox {
     fn send(
         &mut self,
@@ -359,6 +377,7 @@ impl Outbox {
 
 /// Sends each queued batch with the next sequence number, and answers replay requests,
 /// until the publisher is dropped.
+#[cfg(feature = "kv-events")]
 fn send_loop(
     publisher: &zmq::Socket,
     router: Option<&zmq::Socket>,
@@ -460,6 +479,7 @@ mod tests {
         assert_eq!(value, expected);
     }
 
+    #[cfg(feature = "kv-events")]
     #[test]
     fn the_replay_socket_ignores_bad_requests_and_replays_from_the_start_asked() {
         let publisher = Publisher::bind(

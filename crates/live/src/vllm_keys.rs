@@ -90,9 +90,16 @@ impl Tokens {
     }
 }
 
+/// A Hugging Face tokenizer.
+#[cfg(feature = "kv-events")]
+pub type Tokenizer = tokenizers::Tokenizer;
+/// Without the `kv-events` feature there is no tokenizer, so no [`VllmKeys`] is ever made.
+#[cfg(not(feature = "kv-events"))]
+pub type Tokenizer = std::convert::Infallible;
+
 /// The tokenizer and hash settings of the engines a router follows.
 pub struct VllmKeys {
-    tokenizer: tokenizers::Tokenizer,
+    tokenizer: Tokenizer,
     algo: HashAlgo,
     none_hash: Vec<u8>,
 }
@@ -114,13 +121,21 @@ impl VllmKeys {
                 "--tokenizer {file}: not a regular file"
             )));
         }
-        let tokenizer = tokenizers::Tokenizer::from_file(tokenizer)
-            .map_err(|e| LiveError::Settings(format!("--tokenizer {file}: {e}")))?;
-        Ok(VllmKeys::new(tokenizer, algo, seed))
+        #[cfg(feature = "kv-events")]
+        {
+            let tokenizer = tokenizers::Tokenizer::from_file(tokenizer)
+                .map_err(|e| LiveError::Settings(format!("--tokenizer {file}: {e}")))?;
+            Ok(VllmKeys::new(tokenizer, algo, seed))
+        }
+        #[cfg(not(feature = "kv-events"))]
+        {
+            let _ = (file, algo, seed);
+            Err(LiveError::WithoutKvEvents("--tokenizer"))
+        }
     }
 
     /// From a tokenizer already built.
-    pub fn new(tokenizer: tokenizers::Tokenizer, algo: HashAlgo, seed: &str) -> VllmKeys {
+    pub fn new(tokenizer: Tokenizer, algo: HashAlgo, seed: &str) -> VllmKeys {
         let seed = if algo.cbor() {
             cbor_text(seed)
         } else {
@@ -134,6 +149,13 @@ impl VllmKeys {
     }
 
     /// The prompt's tokens, special tokens added as vLLM's completions API adds them.
+    #[cfg(not(feature = "kv-events"))]
+    pub fn tokenize(&self, _prompt: &str) -> Result<Tokens, String> {
+        match self.tokenizer {}
+    }
+
+    /// The prompt's tokens, special tokens added as vLLM's completions API adds them.
+    #[cfg(feature = "kv-events")]
     pub fn tokenize(&self, prompt: &str) -> Result<Tokens, String> {
         let encoding = self
             .tokenizer
@@ -372,6 +394,7 @@ mod tests {
         assert_eq!(event_key(&[1, 2]), 0x0102);
     }
 
+    #[cfg(feature = "kv-events")]
     #[test]
     fn the_chain_covers_whole_blocks_and_shares_a_prefix() {
         let tokenizer =

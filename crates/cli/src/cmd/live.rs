@@ -289,6 +289,15 @@ fn bound(listen: SocketAddr, what: &str) -> Result<(std::net::TcpListener, Socke
     Ok((listener, addr))
 }
 
+/// Refuses `flag` before anything starts in a build without the `kv-events` feature.
+fn without_kv_events(flag: &'static str) -> Result<(), Failure> {
+    if cfg!(feature = "kv-events") {
+        Ok(())
+    } else {
+        Err(LiveError::WithoutKvEvents(flag).into())
+    }
+}
+
 /// `routerlab engine`.
 pub fn engine(args: EngineArgs) -> Result<(), Failure> {
     let config = engine_layer(args.engine_config.as_deref())
@@ -300,6 +309,9 @@ pub fn engine(args: EngineArgs) -> Result<(), Failure> {
             "--model-speedup must be a positive number, not {}",
             args.model_speedup
         )));
+    }
+    if args.publish_kv_events.is_some() {
+        without_kv_events("--publish-kv-events")?;
     }
     let (listener, _) = bound(args.listen, "engine")?;
     let kv_events = match args.publish_kv_events {
@@ -400,6 +412,9 @@ fn serving(args: &ServeArgs) -> Result<Serving, Failure> {
 
 /// `routerlab serve`.
 pub fn serve(args: ServeArgs) -> Result<(), Failure> {
+    if args.kv_events.is_some() {
+        without_kv_events("--kv-events")?;
+    }
     let serving = serving(&args)?;
     if args.scrape_timeout_ms == 0 || args.unhealthy_after == 0 || args.healthy_after == 0 {
         return Err(Failure::input(
