@@ -38,7 +38,7 @@ tasks:
   bench              run the benchmarks (release) and print their numbers
   readme             run every `sh` block of README.md, as a new user would
   fuzz --smoke | --seconds N
-                     run each cargo-fuzz target (nightly, cargo-fuzz) for 20 s, or N s
+                     run each cargo-fuzz target (nightly, cargo-fuzz) for 10 s, or N s
   ci                 what CI runs: checks its prerequisites first and installs what is
                      missing (the MSRV toolchain, nightly with Miri, cargo-fuzz), then fmt,
                      clippy, MSRV check, build, test, Miri, docs, fuzz smoke, readme
@@ -740,7 +740,7 @@ const FUZZ_TARGETS: [&str; 7] = [
 /// (plugin libraries are never unloaded), so leak detection is off.
 fn fuzz(args: &[String]) -> Result<(), String> {
     let seconds = match args {
-        [flag] if flag == "--smoke" => 20,
+        [flag] if flag == "--smoke" => 10,
         [flag, n] if flag == "--seconds" => n
             .parse::<u32>()
             .map_err(|_| format!("--seconds {n}: expected a whole number"))?,
