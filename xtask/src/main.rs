@@ -154,7 +154,8 @@ const KV_EVENTS: &str = "routerlab-cli/kv-events";
 fn build_release() -> Result<(), String> {
     let exe = format!("routerlab{}", std::env::consts::EXE_SUFFIX);
     if !root().join("target/release").join(exe).exists() {
-        println!(
+        // On stderr, with cargo's own lines: stdout is the tool's report.
+        eprintln!(
             "xtask: the first build compiles routerlab and its plugins once ({FIRST_BUILD} on 2 cores); later runs start at once"
         );
     }
@@ -166,7 +167,7 @@ fn build_release() -> Result<(), String> {
 
 /// How long the first release build takes on a 2-core machine, as the notice says it
 /// (BENCHMARKS.md has the measurement and its command).
-const FIRST_BUILD: &str = "about 5 minutes";
+const FIRST_BUILD: &str = "about 3 minutes";
 
 /// `install --prefix DIR`: the release binary to `DIR/bin`, every built-in plugin library
 /// to `DIR/lib/routerlab` (where the binary looks, see `routerlab_host::discovery`), the C
