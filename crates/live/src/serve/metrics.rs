@@ -204,7 +204,7 @@ pub(super) fn text(state: &State, matcher: &str, decisions: &Histogram) -> Strin
             })
             .collect(),
         matcher: matcher.to_owned(),
-        plugin_errors: state.plugin_errors + state.host_counts().map_or(0, |h| h.late_failures),
+        plugin_errors: state.plugin_errors + state.late_failures(),
         host: state
             .host_counts()
             .map(|h| [h.crashes, h.missed_deadlines, h.restarts]),

@@ -58,8 +58,6 @@ impl Plugins {
 
 /// What the plugin host's failures have been, for `/metrics`.
 pub(super) struct HostCounts {
-    /// Failures the plugins reported for calls sent without waiting.
-    pub(super) late_failures: u64,
     pub(super) crashes: u64,
     pub(super) missed_deadlines: u64,
     pub(super) restarts: u64,
@@ -113,12 +111,19 @@ impl Plugins {
         }
     }
 
+    /// Notices sent without waiting that failed so far, in process or in a host.
+    pub(super) fn late_failures(&self) -> u64 {
+        match self {
+            Plugins::InProcess(p) => p.thread.late_failures(),
+            Plugins::Isolated(host) => host.late_failures,
+        }
+    }
+
     /// The plugin host's failures so far (`None` in process).
     pub(super) fn host_counts(&self) -> Option<HostCounts> {
         match self {
             Plugins::InProcess(_) => None,
             Plugins::Isolated(host) => Some(HostCounts {
-                late_failures: host.late_failures,
                 crashes: host.crashes,
                 missed_deadlines: host.missed_deadlines,
                 restarts: host.restarts,
@@ -166,8 +171,9 @@ impl Plugins {
     }
 
     /// Tells the matcher what became of `request` at `at`: `update`, `on_first_token` or
-    /// `on_complete` (in a host: sent without waiting, see [`Host::send`]). Nothing for an
-    /// endpoint no longer in the fleet.
+    /// `on_complete`, sent without waiting (in process: [`PluginThread::send`]; in a host:
+    /// [`Host::send`]); a failure is counted later ([`Plugins::late_failures`]). Nothing
+    /// for an endpoint no longer in the fleet.
     pub(super) fn notify(
         &mut self,
         notice: Notice,
@@ -177,12 +183,11 @@ impl Plugins {
         match self {
             Plugins::InProcess(p) => {
                 let owned = Owned::of(request, &p.endpoints);
-                p.thread
-                    .call(notice.call(), move |router| {
-                        owned.lend(|data| by_index::notify(router, notice, data, at))
-                    })?
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
+                p.thread.send(notice.call(), move |router| {
+                    owned
+                        .lend(|data| by_index::notify(router, notice, data, at))
+                        .map(|_| ())
+                })
             }
             Plugins::Isolated(host) => {
                 let (request, index) = (wire_request(request, host.endpoints()), at.0);

@@ -627,6 +627,11 @@ impl State {
         self.plugins.host_counts()
     }
 
+    /// Notices to the plugins, sent without waiting, that failed (every pool's).
+    pub(super) fn late_failures(&self) -> u64 {
+        self.plugins.late_failures() + self.decode.as_ref().map_or(0, Plugins::late_failures)
+    }
+
     /// Every endpoint in the fleet with its current figures, for the plugins to read.
     fn loads(&self) -> Vec<(EndpointIndex, EndpointLoad)> {
         self.upstreams
