@@ -477,8 +477,9 @@ fn ci_steps(times: &mut Vec<(String, std::time::Duration)>) -> Result<(), String
             q,
         ]
         .concat(),
-        // Test binaries load the plugin libraries that a plain build puts in target/debug.
-        [&["build", "--workspace"], q].concat(),
+        // Test binaries load the plugin libraries that a plain build puts in target/debug;
+        // built with the tests' features, so the test step reuses all of it.
+        [&["build", "--workspace", "--features", EXTERNAL], q].concat(),
         // With the tests that need Python and Slurm, which the prerequisites set up.
         [&["test", "--workspace", "--features", EXTERNAL], q].concat(),
         // The SDK's `unsafe` under Miri: undefined behaviour fails CI like any bug.
@@ -499,7 +500,7 @@ fn ci_steps(times: &mut Vec<(String, std::time::Duration)>) -> Result<(), String
         })?;
     }
     timed("cargo xtask fuzz --smoke".into(), &mut || {
-        fuzz(&["--smoke".to_owned()])
+        fuzz_for(SMOKE_SECONDS, &["--features", EXTERNAL])
     })?;
     timed("cargo xtask readme".into(), &mut || readme(&[]))
 }
@@ -741,15 +742,25 @@ const FUZZ_TARGETS: [&str; 7] = [
 /// (plugin libraries are never unloaded), so leak detection is off.
 fn fuzz(args: &[String]) -> Result<(), String> {
     let seconds = match args {
-        [flag] if flag == "--smoke" => 10,
+        [flag] if flag == "--smoke" => SMOKE_SECONDS,
         [flag, n] if flag == "--seconds" => n
             .parse::<u32>()
             .map_err(|_| format!("--seconds {n}: expected a whole number"))?,
         _ => return Err("usage: cargo xtask fuzz --smoke | --seconds N".into()),
     };
+    fuzz_for(seconds, &[])
+}
+
+/// How long `fuzz --smoke` (and CI) runs each target.
+const SMOKE_SECONDS: u32 = 10;
+
+/// Each fuzz target for `seconds`, after a debug build of the workspace with `features`
+/// (`ci` passes its own, so nothing is built twice).
+fn fuzz_for(seconds: u32, features: &[&str]) -> Result<(), String> {
     // The engine target loads the workspace's debug plugins.
     let mut build = cargo_bare();
     build.args(["build", "--workspace"]);
+    build.args(features);
     build.args(quiet_flag());
     run(build)?;
     for target in FUZZ_TARGETS {
