@@ -23,6 +23,8 @@ use routerlab_core::Unit;
 use routerlab_trace::blocks::text_engine_chain;
 
 use crate::LiveError;
+use crate::kv_events::Change;
+use crate::vllm_keys::{Tokens, VllmKeys};
 
 /// What talks ZeroMQ: the subscriber threads and the replay fetch.
 #[cfg(feature = "kv-events")]
@@ -45,8 +47,6 @@ mod follow {
         }
     }
 }
-use crate::kv_events::Change;
-use crate::vllm_keys::{Tokens, VllmKeys};
 
 /// Blocks one engine's set holds at most.
 pub const MAX_BLOCKS: usize = 1 << 24;
