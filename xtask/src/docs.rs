@@ -48,41 +48,58 @@ pub struct Shown {
     pub lines: Vec<String>,
 }
 
+/// A fenced block: its info string, its body's first line (counted from 1), its body, and
+/// whether only blank lines separate it from the fenced block before it.
+struct Fence {
+    info: String,
+    start: usize,
+    body: Vec<String>,
+    right_after: bool,
+}
+
+/// Every fenced block of `text`, in order.
+fn fences(text: &str) -> Vec<Fence> {
+    let mut fences: Vec<Fence> = Vec::new();
+    let mut open: Option<Fence> = None;
+    // Whether only blank lines came since the last fence closed (none closed yet: false).
+    let mut blank_since_close = false;
+    for (i, line) in text.lines().enumerate() {
+        match &mut open {
+            None => match line.trim_end().strip_prefix("```") {
+                Some(info) => {
+                    open = Some(Fence {
+                        info: info.to_owned(),
+                        start: i + 2,
+                        body: Vec::new(),
+                        right_after: blank_since_close,
+                    });
+                }
+                None => blank_since_close &= line.trim().is_empty(),
+            },
+            Some(_) if line.trim_end() == "```" => {
+                fences.extend(open.take());
+                blank_since_close = true;
+            }
+            Some(fence) => fence.body.push(line.to_owned()),
+        }
+    }
+    fences
+}
+
 /// The blocks of a document, in order. `cargo xtask ci` is left out: it is the command
 /// that runs the blocks.
 pub fn blocks(text: &str) -> Vec<Block> {
-    // (info string, first line of the body, body lines), for every fenced block.
-    let mut fences: Vec<(String, usize, Vec<String>, usize)> = Vec::new();
-    let mut open: Option<(String, usize, Vec<String>)> = None;
-    let mut last_close = 0;
-    for (i, line) in text.lines().enumerate() {
-        let number = i + 1;
-        match &mut open {
-            None => {
-                if let Some(info) = line.trim_end().strip_prefix("```") {
-                    open = Some((info.to_owned(), number + 1, Vec::new()));
-                    // The blank lines since the last fence closed tell adjacency below.
-                    let gap = text
-                        .lines()
-                        .skip(last_close)
-                        .take(i.saturating_sub(last_close))
-                        .all(|l| l.trim().is_empty());
-                    fences.push((String::new(), 0, Vec::new(), usize::from(gap)));
-                }
-            }
-            Some(_) if line.trim_end() == "```" => {
-                let (info, start, body) = open.take().expect("an open fence");
-                let slot = fences.last_mut().expect("pushed at the opening");
-                slot.0 = info;
-                slot.1 = start;
-                slot.2 = body;
-                last_close = number;
-            }
-            Some((_, _, body)) => body.push(line.to_owned()),
-        }
-    }
     let mut out: Vec<Block> = Vec::new();
-    for (info, start, body, adjacent) in fences {
+    // Whether the fence before was an `sh` block that `out` ends with.
+    let mut after_sh = false;
+    for fence in fences(text) {
+        let was_after_sh = std::mem::take(&mut after_sh);
+        let Fence {
+            info,
+            start,
+            body,
+            right_after,
+        } = fence;
         match info.as_str() {
             "sh" => {
                 let code = body.iter().map(|l| format!("{l}\n")).collect::<String>();
@@ -92,6 +109,7 @@ pub fn blocks(text: &str) -> Vec<Block> {
                         code,
                         shown: None,
                     });
+                    after_sh = true;
                 }
             }
             "text" => {
@@ -103,9 +121,9 @@ pub fn blocks(text: &str) -> Vec<Block> {
                             lines: body[1..].to_vec(),
                         },
                     });
-                } else if adjacent == 1
+                } else if was_after_sh
+                    && right_after
                     && let Some(Block::Sh { shown, .. }) = out.last_mut()
-                    && shown.is_none()
                 {
                     *shown = Some(Shown {
                         line: start,
@@ -280,7 +298,8 @@ mod tests {
     fn a_text_block_is_an_output_only_right_after_an_sh_block_or_after_a_dollar() {
         let doc = "```sh\ncargo xtask ci\n```\n```sh\necho a\n```\n\n```text\na\n```\n\
                    prose\n```sh\necho b\n```\nprose\n```text\nnot b\n```\n\
-                   ```text\n$ echo c\nc\n```\n```bash\nd\n```\n";
+                   ```text\n$ echo c\nc\n```\n```bash\nd\n```\n\
+                   ```sh\necho e\n```\n```yaml\nf: 1\n```\n```text\nnot e\n```\n";
         let got = blocks(doc);
         assert_eq!(
             got,
@@ -304,6 +323,12 @@ mod tests {
                         line: 21,
                         lines: lines("c")
                     },
+                },
+                // A text block right after a yaml block shows no command's output.
+                Block::Sh {
+                    line: 27,
+                    code: "echo e\n".into(),
+                    shown: None,
                 },
             ]
         );
