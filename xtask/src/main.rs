@@ -895,17 +895,11 @@ fn run_document(doc: &Path, home: &Path, bless: bool) -> Result<(), String> {
         })
         .chain([usize::MAX])
         .collect();
+    if let Some((line, _, _)) = images.iter().find(|(l, _, _)| *l < starts[0]) {
+        return Err(format!("{name}:{line}: an image no block above makes"));
+    }
     for (i, block) in blocks.into_iter().enumerate() {
-        let after = (starts[i], starts[i + 1]);
-        let check_images = |bless: bool| -> Result<(), String> {
-            let ours = images
-                .iter()
-                .filter(|(l, _, _)| *l > after.0 && *l < after.1);
-            for (line, committed, made) in ours {
-                check_image(&name, *line, committed, made, bless)?;
-            }
-            Ok(())
-        };
+        let (after, before) = (starts[i], starts[i + 1]);
         let (code, shown, line) = match &block {
             docs::Block::Sh { line, code, shown } => (code.clone(), shown.as_ref(), *line),
             docs::Block::Transcript { command, shown } => {
@@ -948,7 +942,12 @@ fn run_document(doc: &Path, home: &Path, bless: bool) -> Result<(), String> {
                 output.status
             ));
         }
-        check_images(bless)?;
+        for (image, committed, made) in images
+            .iter()
+            .filter(|(l, _, _)| (after..before).contains(l))
+        {
+            check_image(&name, *image, committed, made, bless)?;
+        }
         let Some(shown) = shown else { continue };
         if let Err((at, want, got)) = docs::compare(&shown.lines, &printed) {
             if bless {
