@@ -76,13 +76,14 @@ impl PluginThread {
         Box::new(move |router| {
             *running.lock().unwrap_or_else(|p| p.into_inner()) = Some(what);
             let result = f(router);
-            // Free first, then answer: a caller that timed out meanwhile sees the answer
-            // under the same lock and does not mark the thread stuck.
+            // Free and answer under one hold of the lock: a caller whose deadline passes
+            // meanwhile finds the answer there (never a freed thread without it) and does
+            // not mark the thread stuck. `done` never blocks (a channel of one, or a count).
             let mut stuck = stuck.lock().unwrap_or_else(|p| p.into_inner());
             *stuck = None;
             *running.lock().unwrap_or_else(|p| p.into_inner()) = None;
-            drop(stuck);
             done(result);
+            drop(stuck);
         })
     }
 
