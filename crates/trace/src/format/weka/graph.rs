@@ -190,7 +190,6 @@ pub(super) fn ms(seconds: f64) -> f64 {
 struct Fork {
     source: Option<String>,
     depth: usize,
-    time: f64,
 }
 
 #[derive(Default)]
@@ -290,6 +289,9 @@ fn nearest(chains: &[Chain], hashes: &[u64]) -> (Option<usize>, usize) {
     (best, best_key.0)
 }
 
+/// Whether `chain` is a seam of `tail`, its fork source (the scan [`Group::elect`] answers
+/// as).
+#[cfg(test)]
 fn seam(chain: &Chain, tail: &Recorded) -> bool {
     let Some(fork) = &chain.fork else {
         return false;
@@ -308,10 +310,283 @@ fn seam(chain: &Chain, tail: &Recorded) -> bool {
         && !(gap > SEAM_MAX_GAP_S && overlap < SEAM_MIN_OVERLAP)
 }
 
+/// A start time as a key that orders as [`f64::total_cmp`] does.
+fn start_key(t: f64) -> i64 {
+    let bits = t.to_bits() as i64;
+    bits ^ ((((bits >> 63) as u64) >> 1) as i64)
+}
+
+/// Where a registered fork stands against its source's ids: how many it shares, the id it
+/// has where they part (none when its ids end there), its model and its start.
+#[derive(Clone, Copy, Default)]
+struct Member {
+    depth: usize,
+    next: Option<u64>,
+    model: u32,
+    start: i64,
+}
+
+/// The forks of one source sharing one depth with it.
+#[derive(Default)]
+struct Level {
+    /// By model, then start, then chain: the first of a model from a time is the election's.
+    by_start: BTreeSet<(u32, i64, usize)>,
+    /// By the id where each parts from the source: a new source continuing with that id is
+    /// shared deeper by exactly these.
+    by_next: HashMap<Option<u64>, BTreeSet<usize>>,
+}
+
+/// The forks registered on one source, by start and by depth: electing a seam, dropping
+/// the forks that began before the new tail and re-anchoring the rest cost work in how
+/// much changes, not in how many forks the source has (a session forking from one
+/// context has as many as requests).
+#[derive(Default)]
+struct Group {
+    by_start: BTreeSet<(i64, usize)>,
+    levels: BTreeMap<usize, Level>,
+}
+
+impl Group {
+    fn len(&self) -> usize {
+        self.by_start.len()
+    }
+
+    fn insert(&mut self, members: &mut [Member], chain: usize, member: Member) {
+        members[chain] = member;
+        self.by_start.insert((member.start, chain));
+        let level = self.levels.entry(member.depth).or_default();
+        level.by_start.insert((member.model, member.start, chain));
+        level.by_next.entry(member.next).or_default().insert(chain);
+    }
+
+    fn remove(&mut self, members: &[Member], chain: usize) {
+        let member = members[chain];
+        self.by_start.remove(&(member.start, chain));
+        if let Some(level) = self.levels.get_mut(&member.depth) {
+            level.by_start.remove(&(member.model, member.start, chain));
+            if let Some(set) = level.by_next.get_mut(&member.next) {
+                set.remove(&chain);
+                if set.is_empty() {
+                    level.by_next.remove(&member.next);
+                }
+            }
+            if level.by_start.is_empty() {
+                self.levels.remove(&member.depth);
+            }
+        }
+    }
+
+    /// The seam of `tail` (see [`seam`]): the deepest, then the earliest, then the first
+    /// made of the forks that began after it ended on its model, not both an hour later
+    /// and sharing under half its ids.
+    fn elect(&self, chains: &[Chain], tail: &Recorded, model: u32) -> Option<usize> {
+        let end = tail.end();
+        // Every start below this fails `end <= t + EPSILON_S`; those above are checked.
+        let from = start_key(end - 2.0 * EPSILON_S - end.abs() * 1e-12);
+        for (&depth, level) in self.levels.iter().rev() {
+            let overlap = depth as f64 / tail.hash_ids.len().max(1) as f64;
+            let eligible = level
+                .by_start
+                .range((model, from, 0)..=(model, i64::MAX, usize::MAX))
+                .map(|&(_, _, chain)| chain)
+                .find(|&chain| end <= chains[chain].requests[0].request.t + EPSILON_S);
+            if let Some(chain) = eligible {
+                let gap = chains[chain].requests[0].request.t - end;
+                // The gap grows with the start: when the first fails, so do the rest.
+                if !(gap > SEAM_MAX_GAP_S && overlap < SEAM_MIN_OVERLAP) {
+                    return Some(chain);
+                }
+            }
+        }
+        None
+    }
+
+    /// Takes off the forks that began before `new_t`: they stay forks of the old source.
+    fn drop_before(&mut self, members: &[Member], chains: &[Chain], new_t: f64) -> Vec<usize> {
+        let mut dropped = Vec::new();
+        while let Some(&(_, chain)) = self.by_start.first() {
+            if new_t > chains[chain].requests[0].request.t + EPSILON_S {
+                self.remove(members, chain);
+                dropped.push(chain);
+            } else {
+                break;
+            }
+        }
+        dropped
+    }
+
+    /// Re-anchors every fork from the source with ids `old` on the one with ids `new`,
+    /// which share `shared > 0`: a fork deeper than that shares exactly `shared` with the
+    /// new source; one that parts from the old source there shares more with the new one
+    /// when its next id is the new one's; the rest keep their depth.
+    fn reanchor(&mut self, members: &mut [Member], chains: &[Chain], old: &[u64], new: &[u64]) {
+        let shared = common_prefix(old, new);
+        let deeper = self.levels.split_off(&(shared + 1));
+        for level in deeper.values() {
+            for &(_, _, chain) in &level.by_start {
+                self.by_start.remove(&(members[chain].start, chain));
+            }
+        }
+        if let Some(&id) = new.get(shared) {
+            let continuing = self
+                .levels
+                .get(&shared)
+                .and_then(|level| level.by_next.get(&Some(id)))
+                .cloned()
+                .unwrap_or_default();
+            for chain in continuing {
+                self.remove(members, chain);
+                let ids = &chains[chain].requests[0].request.hash_ids;
+                let depth = shared + common_prefix(&new[shared..], &ids[shared..]);
+                let member = Member {
+                    depth,
+                    next: ids.get(depth).copied(),
+                    ..members[chain]
+                };
+                self.insert(members, chain, member);
+            }
+        }
+        for level in deeper.into_values() {
+            for (_, _, chain) in level.by_start {
+                let member = Member {
+                    depth: shared,
+                    next: old.get(shared).copied(),
+                    ..members[chain]
+                };
+                self.insert(members, chain, member);
+            }
+        }
+    }
+
+    /// Every fork of both, in the larger one's place.
+    fn merge(mut self, mut other: Group, members: &mut [Member]) -> Group {
+        if other.len() > self.len() {
+            std::mem::swap(&mut self, &mut other);
+        }
+        for (_, chain) in std::mem::take(&mut other.by_start) {
+            self.insert(members, chain, members[chain]);
+        }
+        self
+    }
+
+    fn chains(&self) -> impl Iterator<Item = usize> + '_ {
+        self.by_start.iter().map(|&(_, chain)| chain)
+    }
+}
+
 /// Splices seams into their parents, repeatedly: the deepest eligible fork of a source
 /// (the earliest on a tie, then the first made) continues its chain, and the source's other
-/// forks that began after the new tail are re-anchored on it.
+/// forks that began after the new tail are re-anchored on it. Sources are taken in the
+/// order of their ids; a source that gains forks is taken again. Answers as
+/// [`splice_seams_by_scan`] does.
 fn splice_seams(
+    chains: &mut [Chain],
+    forks: &mut HashMap<String, Vec<usize>>,
+    owner: &mut HashMap<String, usize>,
+    by_source: &HashMap<String, Recorded>,
+) {
+    let mut models: HashMap<String, u32> = HashMap::new();
+    let mut model_of = |model: &str| -> u32 {
+        let next = models.len() as u32;
+        *models.entry(model.to_string()).or_insert(next)
+    };
+    let mut members = vec![Member::default(); chains.len()];
+    let mut groups: HashMap<String, Group> = HashMap::new();
+    for (source, listed) in forks.drain() {
+        let mut group = Group::default();
+        for chain in listed {
+            let fork = chains[chain].fork.as_ref().expect("a fork");
+            let first = &chains[chain].requests[0].request;
+            let member = Member {
+                depth: fork.depth,
+                next: first.hash_ids.get(fork.depth).copied(),
+                model: model_of(&first.model),
+                start: start_key(first.t),
+            };
+            group.insert(&mut members, chain, member);
+        }
+        groups.insert(source, group);
+    }
+    let settle = |chains: &mut [Chain], chain: usize, source: &str| {
+        if let Some(fork) = chains[chain].fork.as_mut() {
+            fork.source = Some(source.to_string());
+        }
+    };
+    let mut keys: BTreeSet<String> = groups.keys().cloned().collect();
+    let mut alias: HashMap<usize, usize> = HashMap::new();
+    let mut done: HashSet<String> = HashSet::new();
+    while let Some(source) = keys.pop_first() {
+        if !done.insert(source.clone()) {
+            continue;
+        }
+        let mut chain = owner[&source];
+        while let Some(next) = alias.get(&chain) {
+            chain = *next;
+        }
+        if chains[chain].tail_source.as_deref() != Some(source.as_str()) {
+            continue;
+        }
+        let tail = &by_source[&source];
+        let Some(group) = groups.get(&source) else {
+            continue;
+        };
+        let Some(elected) = group.elect(chains, tail, model_of(&tail.model)) else {
+            continue;
+        };
+        // The source is no chain's last request from here on, so it is never a source
+        // again: its forks that are not moved on stay its forks.
+        let mut group = groups.remove(&source).expect("the group elected from");
+        group.remove(&members, elected);
+        let moved = std::mem::take(&mut chains[elected].requests);
+        for request in &moved {
+            owner.insert(request.source_id.clone(), chain);
+        }
+        chains[chain].requests.extend(moved);
+        chains[chain].tail_source = chains[elected].tail_source.clone();
+        chains[chain].tail_hashes = chains[elected].tail_hashes.clone();
+        chains[chain].tail_end = chains[elected].tail_end;
+        chains[chain].tail_model = chains[elected].tail_model.clone();
+        chains[elected].spliced = true;
+        alias.insert(elected, chain);
+        let Some(new_tail) = chains[chain].tail_source.clone() else {
+            for left in group.chains().collect::<Vec<_>>() {
+                settle(chains, left, &source);
+            }
+            continue;
+        };
+        let new_hashes = &by_source[&new_tail].hash_ids;
+        for left in group.drop_before(&members, chains, by_source[&new_tail].t) {
+            settle(chains, left, &source);
+        }
+        if common_prefix(new_hashes, &tail.hash_ids) == 0 {
+            // Nothing left shares an id with the new tail.
+            for left in group.chains().collect::<Vec<_>>() {
+                settle(chains, left, &source);
+            }
+            continue;
+        }
+        if group.len() == 0 {
+            continue;
+        }
+        group.reanchor(&mut members, chains, &tail.hash_ids, new_hashes);
+        let merged = match groups.remove(&new_tail) {
+            Some(there) => there.merge(group, &mut members),
+            None => group,
+        };
+        groups.insert(new_tail.clone(), merged);
+        done.remove(&new_tail);
+        keys.insert(new_tail);
+    }
+    for (source, group) in &groups {
+        for chain in group.chains() {
+            settle(chains, chain, source);
+        }
+    }
+}
+
+/// [`splice_seams`] by scanning every fork of a source at each election.
+#[cfg(test)]
+fn splice_seams_by_scan(
     chains: &mut [Chain],
     forks: &mut HashMap<String, Vec<usize>>,
     owner: &mut HashMap<String, usize>,
@@ -350,9 +625,10 @@ fn splice_seams(
                     chains[*a].fork.as_ref().expect("a fork"),
                     chains[*b].fork.as_ref().expect("a fork"),
                 );
+                let start = |i: usize| chains[i].requests[0].request.t;
                 fa.depth
                     .cmp(&fb.depth)
-                    .then_with(|| fb.time.total_cmp(&fa.time))
+                    .then_with(|| start(*b).total_cmp(&start(*a)))
                     .then_with(|| b.cmp(a))
             });
         let Some(elected) = elected else {
@@ -415,6 +691,22 @@ fn splice_seams(
 
 /// The streams of one session's requests; `prefix` names them (`root`, or a sub-agent's).
 pub(super) fn streams(namespace: &str, prefix: &str, requests: Vec<Placed>) -> Vec<Stream> {
+    streams_with(namespace, prefix, requests, splice_seams)
+}
+
+type Splice = fn(
+    &mut [Chain],
+    &mut HashMap<String, Vec<usize>>,
+    &mut HashMap<String, usize>,
+    &HashMap<String, Recorded>,
+);
+
+fn streams_with(
+    namespace: &str,
+    prefix: &str,
+    requests: Vec<Placed>,
+    splice: Splice,
+) -> Vec<Stream> {
     let (preamble, mut requests) = split_preamble(requests);
     requests.sort_by(order);
     let mut chains: Vec<Chain> = Vec::new();
@@ -446,7 +738,6 @@ pub(super) fn streams(namespace: &str, prefix: &str, requests: Vec<Placed>) -> V
                     fork: Some(Fork {
                         source: source.clone(),
                         depth,
-                        time: placed.request.t,
                     }),
                     ..Chain::default()
                 });
@@ -465,7 +756,7 @@ pub(super) fn streams(namespace: &str, prefix: &str, requests: Vec<Placed>) -> V
         }
         chains[index].push(placed);
     }
-    splice_seams(&mut chains, &mut forks, &mut owner, &by_source);
+    splice(&mut chains, &mut forks, &mut owner, &by_source);
     let mut live: Vec<usize> = (0..chains.len()).filter(|i| !chains[*i].spliced).collect();
     live.sort_by(|a, b| order(&chains[*a].requests[0], &chains[*b].requests[0]));
     let scope = format!("{namespace}:scope:{prefix}");
@@ -549,20 +840,29 @@ pub(super) fn barriers(streams: &[Stream], edges: &mut HashMap<String, Vec<Edge>
                     .iter()
                     .map(|c| c.request.t)
                     .fold(f64::NEG_INFINITY, f64::max);
+                let edges = edges.entry(target.source_id.clone()).or_default();
+                // Each candidate is of another stream, so only the edges already there can
+                // repeat one: looked up, not scanned (a request may wait on many streams).
+                let mut there: HashSet<String> = edges
+                    .iter()
+                    .filter(|e| {
+                        e.trigger == Trigger::Completion && e.relation == Relation::ReplayBarrier
+                    })
+                    .map(|e| e.on.clone())
+                    .collect();
                 for candidate in &frontier {
                     let c = &candidate.request;
                     if latest > c.t && c.end() <= latest + EPSILON_S {
                         continue;
                     }
-                    add(
-                        edges.entry(target.source_id.clone()).or_default(),
-                        Edge {
+                    if there.insert(candidate.source_id.clone()) {
+                        edges.push(Edge {
                             on: candidate.source_id.clone(),
                             trigger: Trigger::Completion,
                             delay_ms: 0.0,
                             relation: Relation::ReplayBarrier,
-                        },
-                    );
+                        });
+                    }
                 }
             }
         }
@@ -573,6 +873,63 @@ pub(super) fn barriers(streams: &[Stream], edges: &mut HashMap<String, Vec<Edge>
 mod tests {
     use super::*;
     use routerlab_core::rng::SeededRng;
+
+    /// Sessions drawn from a small alphabet of ids, a few models and starts that overlap,
+    /// follow closely and lie hours apart (so forks nest, tie, re-anchor and fail each
+    /// seam rule): the grouped splicing gives the scan's streams, fork sources included.
+    #[test]
+    fn the_grouped_splice_answers_as_the_scan() {
+        let mut rng = SeededRng::new(11);
+        let mut spliced = 0;
+        for session in 0..6000 {
+            let n = 2 + rng.below(40) as usize;
+            let mut seen: Vec<Vec<u64>> = vec![(0..rng.below(4)).map(|_| rng.below(3)).collect()];
+            let mut t = 0.0;
+            let requests: Vec<Placed> = (0..n)
+                .map(|i| {
+                    t += match rng.below(6) {
+                        0 => 0.0,
+                        1 => 5000.0,
+                        _ => rng.below(4) as f64,
+                    };
+                    // An earlier prompt, kept, cut short or not, and grown.
+                    let mut hash_ids = seen[rng.below(seen.len() as u64) as usize].clone();
+                    if rng.below(3) < 2 {
+                        hash_ids.truncate(rng.below(hash_ids.len() as u64 + 1) as usize);
+                    }
+                    hash_ids.extend((0..rng.below(4)).map(|_| rng.below(3)));
+                    seen.push(hash_ids.clone());
+                    Placed {
+                        source_id: format!("s:{i}"),
+                        order: i,
+                        request: Recorded {
+                            t,
+                            model: if rng.below(6) == 0 { "b" } else { "a" }.into(),
+                            input: 1,
+                            output: 1 + rng.below(100),
+                            hash_ids,
+                            api_time: Some(rng.below(4) as f64 * 0.5),
+                        },
+                    }
+                })
+                .collect();
+            let view = |streams: Vec<Stream>| -> Vec<(String, Vec<String>, Option<String>)> {
+                streams
+                    .into_iter()
+                    .map(|s| {
+                        let ids = s.requests.iter().map(|r| r.source_id.clone()).collect();
+                        (s.session, ids, s.fork_source)
+                    })
+                    .collect()
+            };
+            let grouped = view(streams_with("n", "root", requests.clone(), splice_seams));
+            let scanned = view(streams_with("n", "root", requests, splice_seams_by_scan));
+            spliced += usize::from(grouped.len() < n);
+            assert_eq!(grouped, scanned, "session {session}");
+        }
+        // Most sessions splice something: the comparison is not of untouched chains.
+        assert!(spliced > 3000, "{spliced} of 6000 sessions spliced a seam");
+    }
 
     /// Chains and requests drawn from a small alphabet of ids (so tails share prefixes,
     /// are equal, and extend one another): the index answers as the scans do, after every
