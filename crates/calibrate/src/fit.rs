@@ -1,4 +1,6 @@
-//! The search that fits a batched step-time model's terms to what a measured run took.
+//! The search that fits a step-time model's terms to what a measured run took: a batched
+//! model's costs, or what a GPU achieves of its limits in the analytical roofline (a
+//! profile of that GPU that carries to other models and sizes).
 
 use routerlab_core::SeededRng;
 use routerlab_engine::{EngineConfig, Experts, StepTime};
@@ -25,12 +27,26 @@ fn terms(model: &StepTime) -> Vec<f64> {
             terms.extend(experts.map(|e| e.ms));
             terms
         }
+        StepTime::Roofline(r) => vec![
+            r.efficiency.compute,
+            r.efficiency.memory,
+            r.efficiency.overhead_ms,
+        ],
         _ => vec![1.0, 0.05, 0.1, 0.01],
     }
 }
 
-/// The model of `terms`, with `shape`'s experts (count and per token) when it has a fifth.
-fn model(terms: &[f64], shape: Option<Experts>) -> StepTime {
+/// The model of `terms`: a roofline's efficiencies (achieved compute and memory fractions,
+/// the step's overhead) over `base`'s, else the batched terms with `shape`'s experts (count
+/// and per token) when it has a fifth.
+fn model(terms: &[f64], shape: Option<Experts>, base: &StepTime) -> StepTime {
+    if let StepTime::Roofline(r) = base {
+        let mut r = r.clone();
+        r.efficiency.compute = terms[0];
+        r.efficiency.memory = terms[1];
+        r.efficiency.overhead_ms = terms[2];
+        return StepTime::Roofline(r);
+    }
     StepTime::Batched {
         overhead_ms: terms[0],
         prefill_ms_per_token: terms[1],
@@ -79,7 +95,7 @@ pub fn fit(
     let engine_at = |x: &[f64]| -> EngineConfig {
         let values: Vec<f64> = x.iter().map(|v| v.exp()).collect();
         let mut engine = EngineConfig {
-            step_time: model(&values, shape),
+            step_time: model(&values, shape, &base.step_time),
             ..base.clone()
         };
         if fit_kv_blocks && let Some(blocks) = values.last() {

@@ -55,6 +55,9 @@ pub struct RunSettings {
     pub kv_cache_dtype: Option<String>,
     /// Memory of one GPU that is not KV cache, GiB.
     pub non_kv_memory_gib: Option<f64>,
+    /// The GPU the run ran on: with --model-config, the step time is the analytical
+    /// roofline (and the GPU's memory the default for the KV blocks).
+    pub gpu: Option<routerlab_engine::Gpu>,
 }
 
 impl Default for RunSettings {
@@ -74,6 +77,7 @@ impl Default for RunSettings {
             gpu_memory_utilization: 0.9,
             kv_cache_dtype: None,
             non_kv_memory_gib: None,
+            gpu: None,
         }
     }
 }
@@ -86,6 +90,9 @@ impl RunSettings {
         &self,
         run: &MeasuredRun,
     ) -> Result<routerlab_engine::StepTime, CalibrateError> {
+        if let Some(roofline) = self.roofline(run)? {
+            return Ok(routerlab_engine::StepTime::Roofline(Box::new(roofline)));
+        }
         let mut guess = run.initial_guess();
         let Some(path) = &self.model_config else {
             return Ok(guess);
@@ -112,6 +119,63 @@ impl RunSettings {
             *experts = Some(term);
         }
         Ok(guess)
+    }
+
+    /// The analytical step time of --gpu and --model-config (`None` without --gpu), at the
+    /// run's tensor- and expert-parallel sizes unless the flags say, with the default
+    /// efficiencies.
+    pub fn roofline(
+        &self,
+        run: &MeasuredRun,
+    ) -> Result<Option<routerlab_engine::Roofline>, CalibrateError> {
+        let Some(gpu) = &self.gpu else {
+            return Ok(None);
+        };
+        let Some(path) = &self.model_config else {
+            return Err(CalibrateError::input(
+                "--gpu needs --model-config (the model's config.json)",
+            ));
+        };
+        let text = routerlab_engine::read_model_config(path).map_err(CalibrateError::Input)?;
+        let at = |e: routerlab_engine::ModelConfigError| {
+            CalibrateError::input(format!("{}: {e}", path.display()))
+        };
+        let shape = routerlab_engine::ModelShape::from_config(&text).map_err(at)?;
+        let kv = routerlab_engine::kv_from_model_config(&text, self.kv_cache_dtype.as_deref())
+            .map_err(at)?;
+        let (tensor_parallel, expert_parallel) = self.parallel(run)?;
+        let roofline = routerlab_engine::Roofline {
+            gpu: gpu.clone(),
+            shape,
+            tensor_parallel,
+            expert_parallel,
+            kv_bytes: kv.dtype_bytes as u32,
+            efficiency: routerlab_engine::Efficiency::default(),
+        };
+        roofline
+            .validate()
+            .map_err(|e| CalibrateError::input(format!("{}: {e}", path.display())))?;
+        Ok(Some(roofline))
+    }
+
+    /// The tensor- and expert-parallel sizes: the flags, else the run's.
+    fn parallel(&self, run: &MeasuredRun) -> Result<(u32, u32), CalibrateError> {
+        let tensor_parallel = self
+            .tensor_parallel_size
+            .or(run.tensor_parallel)
+            .unwrap_or(1);
+        let data_parallel = self.data_parallel_size.unwrap_or(run.data_parallel);
+        let expert_parallel = match self.expert_parallel_size {
+            Some(n) => n,
+            None if run.expert_parallel => tensor_parallel.saturating_mul(data_parallel),
+            None => 1,
+        };
+        if tensor_parallel == 0 || expert_parallel == 0 {
+            return Err(CalibrateError::input(
+                "--tensor-parallel-size and --expert-parallel-size must be at least 1",
+            ));
+        }
+        Ok((tensor_parallel, expert_parallel))
     }
 
     /// The KV cache of the engine that ran `run`, in blocks and tokens a block, and how it
@@ -162,12 +226,13 @@ impl RunSettings {
             }
             return Ok(None);
         };
-        let gpu_memory_bytes = match (self.gpu_memory_gib, run.gpu_memory_bytes) {
-            (Some(gib), _) => gib_bytes("--gpu-memory-gib", gib)?,
-            (None, Some(bytes)) => bytes,
-            (None, None) => {
+        let gpu_memory_bytes = match (self.gpu_memory_gib, run.gpu_memory_bytes, &self.gpu) {
+            (Some(gib), _, _) => gib_bytes("--gpu-memory-gib", gib)?,
+            (None, Some(bytes), _) => bytes,
+            (None, None, Some(gpu)) => gpu.memory_bytes(),
+            (None, None, None) => {
                 return Err(CalibrateError::input(
-                    "--model-config needs --gpu-memory-gib (the run does not record its GPU's memory)",
+                    "--model-config needs --gpu or --gpu-memory-gib (the run does not record its GPU's memory)",
                 ));
             }
         };
@@ -177,21 +242,7 @@ impl RunSettings {
                 "--gpu-memory-utilization must be above 0 and at most 1",
             ));
         }
-        let tensor_parallel = self
-            .tensor_parallel_size
-            .or(run.tensor_parallel)
-            .unwrap_or(1);
-        let data_parallel = self.data_parallel_size.unwrap_or(run.data_parallel);
-        let expert_parallel = match self.expert_parallel_size {
-            Some(n) => n,
-            None if run.expert_parallel => tensor_parallel.saturating_mul(data_parallel),
-            None => 1,
-        };
-        if tensor_parallel == 0 || expert_parallel == 0 {
-            return Err(CalibrateError::input(
-                "--tensor-parallel-size and --expert-parallel-size must be at least 1",
-            ));
-        }
+        let (tensor_parallel, expert_parallel) = self.parallel(run)?;
         let budget = routerlab_engine::GpuBudget {
             gpu_memory_bytes,
             utilization,

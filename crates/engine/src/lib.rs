@@ -23,16 +23,18 @@
 //!
 //! [`config`] owns the settings (one declaration, the preset, one `validate`),
 //! [`step_time`] the step-time models, [`kv`] the KV cache, [`host`] the host and shared
-//! tiers below it, [`forecast`] the forecast a simulating router asks for, [`lora`] the LoRA adapter slots, [`model`] a model's KV bytes per token, [`scheduler`] the engine, and
+//! tiers below it, [`forecast`] the forecast a simulating router asks for, [`lora`] the LoRA adapter slots, [`model`] a model's KV bytes per token, [`hardware`] GPUs' limits, [`roofline`] the analytical step time from a model's shape and a GPU's limits, [`scheduler`] the engine, and
 //! [`transfer`] the KV's move between the pools of a disaggregated fleet.
 
 pub mod config;
 pub mod forecast;
+pub mod hardware;
 pub mod host;
 pub mod kv;
 pub mod lora;
 pub mod memory;
 pub mod model;
+pub mod roofline;
 pub mod scheduler;
 mod sequence;
 pub mod step_time;
@@ -40,11 +42,13 @@ mod tiers;
 pub mod transfer;
 
 pub use config::{EngineConfig, Overrides, Preset, Scheduler};
+pub use hardware::Gpu;
 pub use host::{HostCache, HostTier, SharedStore};
 pub use kv::{KvCache, KvEvent};
 pub use lora::{LoraConfig, LoraStatus};
 pub use memory::{GpuBudget, KvBudget, experts_of, kv_budget};
 pub use model::{ModelConfigError, ModelKv, kv_from_model_config, read_model_config};
+pub use roofline::{Efficiency, ModelShape, Roofline};
 pub use scheduler::{Engine, EngineStatus, Sequence};
 pub use step_time::{Batch, Experts, StepTime};
 pub use transfer::{KvTransfer, TransferMode};

@@ -46,6 +46,9 @@ pub enum StepTime {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         experts: Option<Experts>,
     },
+    /// From the model's shape and the GPU's limits ([`crate::roofline`]): no measured run
+    /// needed.
+    Roofline(Box<crate::roofline::Roofline>),
 }
 
 /// The experts a step's tokens touch, for a mixture-of-experts model: each of the `P + D`
@@ -83,6 +86,10 @@ pub struct Batch {
     pub decode_seqs: u64,
     /// Tokens of context the step's sequences attend to.
     pub context_tokens: u64,
+    /// Query–key pairs the step's attention computes: each prompt token computed attends
+    /// to the context before it and to itself, each decoded token to its context (0: taken
+    /// as `context_tokens`).
+    pub attention_pairs: u64,
     /// KV-cache usage, 0 to 1.
     pub kv_usage: f64,
 }
@@ -118,6 +125,24 @@ impl StepTime {
         max_seqs: u32,
         max_context: u64,
     ) -> Result<(), String> {
+        if let StepTime::Roofline(roofline) = self {
+            roofline.validate()?;
+            let longest = roofline
+                .parts(&Batch {
+                    prefill_tokens: u64::from(max_batched),
+                    decode_seqs: u64::from(max_seqs),
+                    context_tokens: max_context,
+                    attention_pairs: max_context.saturating_mul(u64::from(max_batched.max(1))),
+                    kv_usage: 1.0,
+                })
+                .total();
+            if !longest.is_finite() || longest > MAX_STEP_MS {
+                return Err(format!(
+                    "engine `step_time` gives a step of up to {longest:.3e} ms, more than an hour"
+                ));
+            }
+            return Ok(());
+        }
         if let StepTime::Batched {
             overhead_ms,
             prefill_ms_per_token,
@@ -195,7 +220,7 @@ impl StepTime {
                     "decode_ms",
                 ],
             ),
-            StepTime::Batched { .. } => unreachable!("checked above"),
+            StepTime::Batched { .. } | StepTime::Roofline(_) => unreachable!("checked above"),
         };
         for (value, name) in prefill.iter().chain(&decode).zip(names) {
             if !value.is_finite() {
@@ -273,6 +298,7 @@ impl StepTime {
                         e.ms * e.touched(prefill_tokens + batch.decode_seqs)
                     })
             }
+            StepTime::Roofline(roofline) => roofline.parts(batch).total(),
         }
     }
 

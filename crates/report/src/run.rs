@@ -290,6 +290,27 @@ pub enum StepTimeRun {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         experts: Option<ExpertsRun>,
     },
+    /// From the model's shape and the GPU's limits: what it was given.
+    Roofline {
+        /// The GPU's name.
+        gpu: String,
+        /// The model's parameters.
+        params: u64,
+        /// GPUs the model is split over.
+        tensor_parallel: u32,
+        /// GPUs the routed experts are split over (1: the tensor-parallel ones).
+        expert_parallel: u32,
+        /// Bytes of one weight.
+        weight_bytes: u32,
+        /// Bytes of one KV element.
+        kv_bytes: u32,
+        /// Fraction of the matrix throughput achieved.
+        compute_efficiency: f64,
+        /// Fraction of the memory bandwidth achieved.
+        memory_efficiency: f64,
+        /// Fixed cost of a step (ms).
+        overhead_ms: f64,
+    },
 }
 
 /// The expert term of a batched step-time model, as recorded.

@@ -535,11 +535,22 @@ pub mod recorded {
             engine_block_size: *engine_block_size,
             max_num_seqs: *max_num_seqs,
             max_num_batched_tokens: *max_num_batched_tokens,
-            step_time: match *step_time {
-                StepTime::Polynomial { prefill, decode } => {
+            step_time: match step_time {
+                StepTime::Roofline(r) => StepTimeRun::Roofline {
+                    gpu: r.gpu.name.clone(),
+                    params: r.shape.total_params,
+                    tensor_parallel: r.tensor_parallel,
+                    expert_parallel: r.expert_parallel,
+                    weight_bytes: r.shape.weight_bytes,
+                    kv_bytes: r.kv_bytes,
+                    compute_efficiency: r.efficiency.compute,
+                    memory_efficiency: r.efficiency.memory,
+                    overhead_ms: r.efficiency.overhead_ms,
+                },
+                &StepTime::Polynomial { prefill, decode } => {
                     StepTimeRun::Polynomial { prefill, decode }
                 }
-                StepTime::Linear {
+                &StepTime::Linear {
                     overhead_ms,
                     prefill_ms_per_token,
                     decode_ms,
@@ -548,7 +559,7 @@ pub mod recorded {
                     prefill_ms_per_token,
                     decode_ms,
                 },
-                StepTime::Batched {
+                &StepTime::Batched {
                     overhead_ms,
                     prefill_ms_per_token,
                     decode_ms_per_seq,

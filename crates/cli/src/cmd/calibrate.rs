@@ -82,7 +82,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
     if let Some(n) = args.run_args.max_num_batched_tokens {
         run.max_num_batched_tokens = n;
     }
-    let (blocks, block_size, how) = args.run_args.settings().kv_capacity(&run)?;
+    let (blocks, block_size, how) = args.run_args.settings()?.kv_capacity(&run)?;
     let searched = if args.run_args.fit_num_gpu_blocks {
         "searched from "
     } else {
@@ -119,7 +119,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         engine_block_size: block_size,
         max_num_seqs: run.max_num_seqs,
         max_num_batched_tokens: run.max_num_batched_tokens,
-        step_time: args.run_args.settings().step_time_guess(&run)?,
+        step_time: args.run_args.settings()?.step_time_guess(&run)?,
         kv_bytes_per_token: None,
         host_tier: None,
         shared_tier: None,

@@ -117,6 +117,10 @@ pub struct RunArgs {
     /// of --gpu-memory-gib (with --tensor-parallel-size, --gpu-memory-utilization).
     #[arg(long, value_name = "PATH")]
     pub model_config: Option<PathBuf>,
+    /// The GPU the engines ran on, one of the table (the guide's list) or a YAML file describing one: with --model-config, the step time is the
+    /// analytical roofline of the model on it, not a fit of the run.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub gpu: Option<String>,
     /// GPUs each engine's model is split over [default: the run's meta.json, else 1].
     #[arg(long, value_name = "N")]
     pub tensor_parallel_size: Option<u32>,
@@ -153,9 +157,15 @@ impl RunArgs {
         }
     }
 
-    /// What the calibrate crate reads runs with.
-    pub fn settings(&self) -> RunSettings {
-        RunSettings {
+    /// What the calibrate crate reads runs with; an unknown --gpu is refused.
+    pub fn settings(&self) -> Result<RunSettings, Failure> {
+        let gpu = self
+            .gpu
+            .as_deref()
+            .map(routerlab_engine::Gpu::resolve)
+            .transpose()
+            .map_err(|e| Failure::input(format!("--gpu: {e}")))?;
+        Ok(RunSettings {
             layout: self.run_format.into(),
             fmperf_requests: self.fmperf_requests.clone(),
             max_num_seqs: self.max_num_seqs,
@@ -170,14 +180,15 @@ impl RunArgs {
             gpu_memory_utilization: self.gpu_memory_utilization,
             kv_cache_dtype: self.kv_cache_dtype.clone(),
             non_kv_memory_gib: self.non_kv_memory_gib,
-        }
+            gpu,
+        })
     }
 }
 
 /// The runs `path` holds (one, or one per benchmark of a GuideLLM report), each load point
 /// that left requests out said so on stderr.
 pub fn load(path: &Path, args: &RunArgs) -> Result<Vec<LoadedRun>, Failure> {
-    let runs = load::load(path, &args.settings()).map_err(Failure::from)?;
+    let runs = load::load(path, &args.settings()?).map_err(Failure::from)?;
     for run in &runs {
         if let Some(note) = &run.left_out {
             eprintln!("{}: {note}", run.label);

@@ -2,6 +2,11 @@
 //! runs and predicts the others, each replayed from its own requests (arrival, prompt and
 //! output tokens), and prints per run TTFT and end-to-end latency measured vs simulated,
 //! with absolute percentage errors and, over the predicted runs, their median.
+//!
+//! With `--gpu` and `--model-config` the engine model is the analytical roofline: without
+//! `--fit` every run is predicted zero-shot (no run of that GPU and model used); with it,
+//! the fit finds what the GPU achieves of its limits (a profile of the GPU) and the other
+//! runs are predicted with it.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -19,8 +24,9 @@ use crate::exit::Failure;
 /// `routerlab validate`.
 #[derive(Args, Debug)]
 pub struct ValidateArgs {
-    /// A run to fit the engine model on (repeat for several; fitted together).
-    #[arg(long = "fit", value_name = "RUN", required = true)]
+    /// A run to fit the engine model on (repeat for several; fitted together) [required
+    /// unless --gpu: then, without it, every run is predicted zero-shot].
+    #[arg(long = "fit", value_name = "RUN")]
     pub fit: Vec<PathBuf>,
     /// Runs to predict with the fitted model.
     #[arg(value_name = "RUN")]
@@ -94,6 +100,11 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
         return Err(Failure::input("--budget must be at least 10 replays"));
     }
     let scheduler = args.run.scheduler()?;
+    if args.fit.is_empty() && (args.run.gpu.is_none() || args.runs.is_empty()) {
+        return Err(Failure::input(
+            "give --fit RUN, or --gpu and --model-config with the runs to predict zero-shot",
+        ));
+    }
     refuse_inputs_as_output(&args)?;
     let mut fitted = Vec::new();
     let mut predicted = Vec::new();
@@ -110,7 +121,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
             let measured = loaded.measured;
             if base.is_none() {
                 data_parallel = measured.data_parallel;
-                let (blocks, size, how) = args.run.settings().kv_capacity(&measured)?;
+                let (blocks, size, how) = args.run.settings()?.kv_capacity(&measured)?;
                 let searched = if args.run.fit_num_gpu_blocks {
                     "searched from "
                 } else {
@@ -126,7 +137,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
                         .run
                         .max_num_batched_tokens
                         .unwrap_or(measured.max_num_batched_tokens),
-                    step_time: args.run.settings().step_time_guess(&measured)?,
+                    step_time: args.run.settings()?.step_time_guess(&measured)?,
                     kv_bytes_per_token: None,
                     host_tier: None,
                     shared_tier: None,
@@ -150,25 +161,31 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
             }
         }
     }
-    let base = base.expect("--fit is required");
+    let base = base.expect("a run was read");
     let engines = args.run.data_parallel_size.unwrap_or(data_parallel);
     let mut fleet = runs::fleet(engines, args.run.router.as_deref())?;
     // Again now that the router's plugin is loaded: its library is an input too.
     refuse_inputs_as_output(&args)?;
     let fit_runs: Vec<&Run> = fitted.iter().collect();
-    let measured = joined(fit_runs.iter().map(|r| r.measured.samples()));
-    let result = fit(
-        &base,
-        &measured,
-        args.seed,
-        args.budget,
-        args.run.fit_num_gpu_blocks,
-        |engine| simulate_all(&fit_runs, &mut fleet, engine),
-    )
-    .ok_or_else(|| {
-        Failure::input("the engine model could not replay the fitted runs with the starting guess")
-    })?;
-    let engine = result.engine;
+    let (engine, evaluations) = if fit_runs.is_empty() {
+        (base, 0)
+    } else {
+        let measured = joined(fit_runs.iter().map(|r| r.measured.samples()));
+        let result = fit(
+            &base,
+            &measured,
+            args.seed,
+            args.budget,
+            args.run.fit_num_gpu_blocks,
+            |engine| simulate_all(&fit_runs, &mut fleet, engine),
+        )
+        .ok_or_else(|| {
+            Failure::input(
+                "the engine model could not replay the fitted runs with the starting guess",
+            )
+        })?;
+        (result.engine, result.evaluations)
+    };
     if args.run.fit_num_gpu_blocks {
         eprintln!("KV cache: {} blocks fitted", engine.num_gpu_blocks);
     }
@@ -212,7 +229,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
         crate::cmd::write_output(out, yaml.as_bytes(), "the engine config")?;
     }
     let text = match args.format {
-        OutputFormat::Human => human(&checks, result.evaluations, args.seed),
+        OutputFormat::Human => human(&checks, evaluations, args.seed),
         OutputFormat::Json => {
             serde_json::to_string_pretty(&document(&checks, &engine)).expect("a report serialises")
                 + "\n"

@@ -609,6 +609,20 @@ impl Engine {
             )
             .sum::<u64>()
             + decode.len() as u64 * (steps - 1) / 2;
+        // Query-key pairs: a chunk of n tokens after c computed attends to c + 1 .. c + n;
+        // a decoded token to its context (the run's middle step for a run).
+        let pairs: u64 = prefill
+            .iter()
+            .map(|(pos, tokens)| {
+                let (c, n) = (u64::from(self.running[*pos].computed), u64::from(*tokens));
+                n * c + n * (n + 1) / 2
+            })
+            .sum::<u64>()
+            + decode
+                .iter()
+                .map(|pos| u64::from(self.running[*pos].computed) + 1)
+                .sum::<u64>()
+            + decode.len() as u64 * (steps - 1) / 2;
         // A moved-in prompt that completes here samples its first token: a decode's work.
         let arrived_kv = prefill
             .iter()
@@ -621,6 +635,7 @@ impl Engine {
             prefill_tokens,
             decode_seqs: decode.len() as u64 + arrived_kv,
             context_tokens: context,
+            attention_pairs: pairs,
             kv_usage: usage,
         });
         if let Some(lora) = &self.lora {

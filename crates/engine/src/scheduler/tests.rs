@@ -210,6 +210,7 @@ fn the_batched_model_charges_overhead_prompt_sequences_and_context() {
         prefill_tokens: 100,
         decode_seqs: 10,
         context_tokens: 5000,
+        attention_pairs: 0,
         kv_usage: 0.0,
     };
     // 5 + 10 + 2 + 10 ms.
@@ -508,6 +509,7 @@ fn polynomial_matches_dynamos_published_coefficients() {
         prefill_tokens,
         decode_seqs,
         context_tokens: 0,
+        attention_pairs: 0,
         kv_usage: 0.5,
     };
     assert_eq!(model.step_ns(&batch(1000, 0)), 32_101_000);

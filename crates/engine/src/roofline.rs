@@ -1,0 +1,533 @@
+//! An analytical step time from a model's shape and a GPU's limits: no measured run of that
+//! GPU and model needed.
+//!
+//! A step is the sum of its parts, each the roofline of its work: the time to do its
+//! arithmetic at the GPU's achieved matrix throughput or to read its bytes at the achieved
+//! memory bandwidth, whichever is longer.
+//!
+//! | part | arithmetic (FLOPs) | bytes read |
+//! | --- | --- | --- |
+//! | the layers' dense weights | `2 × N × W` | `W × weight bytes` |
+//! | routed experts (MoE) | `2 × N × k × E_p × L_moe` | experts touched × `E_p × L_moe × weight bytes` |
+//! | attention | `A × pairs × L_attn` | context tokens × KV bytes per token |
+//! | output head | `2 × S × V × H` | `V × H × weight bytes` |
+//!
+//! `N` tokens go through the layers in the step (prompt tokens computed and one per decoding
+//! sequence); `W` are the layers' parameters outside routed experts (attention
+//! projections, dense MLP, shared experts, routers, norms); `k` of the `count` experts of a
+//! layer serve each token, so a step touches `count × (1 − (1 − k/count)^N)` of them a layer
+//! (routing taken as uniform); `pairs` are the query–key pairs attention computes (a prompt
+//! token attends to the context before it and itself, a decoded one to the context), `A`
+//! the FLOPs of one pair in one layer (`2 × heads × (qk dim + v dim)`); `S` sequences sample
+//! a token from the `V × H` output head.
+//!
+//! Tensor parallelism over `tp` GPUs splits all of it `tp` ways (KV heads at least one a
+//! GPU) and adds two all-reduces a layer of the step's activations (a ring moves
+//! `2 (tp − 1) / tp` of them through each GPU's link, plus a fixed latency each); expert
+//! parallelism splits the routed experts over `ep` GPUs instead. The step adds a fixed
+//! overhead (scheduling, sampling, kernel launches). What the GPU achieves of its published
+//! throughput and bandwidth, and the overhead, are the [`Efficiency`] a `calibrate` fit
+//! refines on a measured run of that GPU; the defaults are typical of vLLM on a data-centre
+//! GPU.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::hardware::Gpu;
+use crate::model::{ModelConfigError, dtype_bytes};
+
+/// The routed experts of a mixture-of-experts model.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpertShape {
+    /// Experts a layer.
+    pub count: u32,
+    /// Experts each token is routed to.
+    pub per_token: u32,
+    /// Parameters of one expert in one layer.
+    pub params: u64,
+    /// Layers with routed experts.
+    pub layers: u32,
+}
+
+/// What the step time needs of a model, from its Hugging Face `config.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelShape {
+    /// Decoder layers.
+    pub layers: u32,
+    /// Layers that attend over a per-token KV cache (all but a hybrid's linear ones).
+    pub attention_layers: u32,
+    /// Hidden size.
+    pub hidden: u32,
+    /// Query heads.
+    pub heads: u32,
+    /// KV heads (1 for latent attention's shared latent).
+    pub kv_heads: u32,
+    /// Vocabulary.
+    pub vocab: u32,
+    /// FLOPs of one query–key pair in one attention layer.
+    pub pair_flops: u64,
+    /// KV elements one token keeps in one attention layer, all KV heads.
+    pub kv_elements_per_layer: u64,
+    /// Parameters of the layers outside routed experts, every layer.
+    pub layer_params: u64,
+    /// Every parameter (embeddings, output head, experts).
+    pub total_params: u64,
+    /// The routed experts, when it has them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experts: Option<ExpertShape>,
+    /// Bytes of one weight (`torch_dtype`, or the quantization's bits).
+    pub weight_bytes: u32,
+}
+
+struct Keys<'a> {
+    keys: &'a Map<String, Value>,
+    prefix: &'static str,
+}
+
+impl Keys<'_> {
+    fn fail(&self, name: &str, why: &str) -> ModelConfigError {
+        ModelConfigError::Field {
+            field: format!("{}{name}", self.prefix),
+            why: why.to_owned(),
+        }
+    }
+
+    fn number(&self, name: &str) -> Result<Option<u64>, ModelConfigError> {
+        match self.keys.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(value) => value
+                .as_u64()
+                .filter(|n| *n > 0 && *n <= u64::from(u32::MAX))
+                .map(Some)
+                .ok_or_else(|| {
+                    self.fail(
+                        name,
+                        &format!("must be a whole number from 1 to 2^32 − 1, not {value}"),
+                    )
+                }),
+        }
+    }
+
+    fn required(&self, name: &str) -> Result<u64, ModelConfigError> {
+        self.number(name)?.ok_or_else(|| self.fail(name, "missing"))
+    }
+
+    fn first(&self, names: &[&str]) -> Result<Option<u64>, ModelConfigError> {
+        for name in names {
+            if let Some(n) = self.number(name)? {
+                return Ok(Some(n));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The layer kinds of a hybrid model's `layer_types` that keep a per-token KV cache.
+const ATTENTION_LAYERS: [&str; 4] = [
+    "full_attention",
+    "sliding_attention",
+    "chunked_attention",
+    "attention",
+];
+
+impl ModelShape {
+    /// The shape of the model config `text`: dense, grouped-query, mixture-of-experts
+    /// (routed, shared and dense-first layers), latent attention (`kv_lora_rank`), hybrid
+    /// (`layer_types`), a multimodal config's `text_config`; weights in `torch_dtype` (or
+    /// `dtype`), or the bits of a `quantization_config`.
+    pub fn from_config(text: &str) -> Result<ModelShape, ModelConfigError> {
+        let root: Value =
+            serde_json::from_str(text).map_err(|e| ModelConfigError::Json(e.to_string()))?;
+        let Value::Object(root) = root else {
+            return Err(ModelConfigError::Json(
+                "the top level is not an object".into(),
+            ));
+        };
+        let keys = match root.get("text_config") {
+            Some(Value::Object(text)) => Keys {
+                keys: text,
+                prefix: "text_config.",
+            },
+            _ => Keys {
+                keys: &root,
+                prefix: "",
+            },
+        };
+        let hidden = keys.required("hidden_size")?;
+        let layers = keys.required("num_hidden_layers")?;
+        let heads = keys.required("num_attention_heads")?;
+        let vocab = keys.required("vocab_size")?;
+        let tied = keys
+            .keys
+            .get("tie_word_embeddings")
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        // Attention: grouped-query, or a latent shared by the heads.
+        let (attention, pair_flops, kv_heads, kv_elements) = match keys.number("kv_lora_rank")? {
+            Some(rank) => {
+                let rope = keys.required("qk_rope_head_dim")?;
+                let nope = keys.required("qk_nope_head_dim")?;
+                let v = keys.number("v_head_dim")?.unwrap_or(nope);
+                let q = match keys.number("q_lora_rank")? {
+                    Some(q_rank) => hidden * q_rank + q_rank * heads * (nope + rope),
+                    None => hidden * heads * (nope + rope),
+                };
+                let weights =
+                    q + hidden * (rank + rope) + rank * heads * (nope + v) + heads * v * hidden;
+                // Decoding attends in the latent: keys of rank + rope, values of rank.
+                (weights, 2 * heads * (2 * rank + rope), 1, rank + rope)
+            }
+            None => {
+                let kv_heads = keys.number("num_key_value_heads")?.unwrap_or(heads);
+                let head_dim = keys.number("head_dim")?.unwrap_or(hidden / heads);
+                if head_dim == 0 {
+                    return Err(keys.fail("hidden_size", "smaller than the heads"));
+                }
+                let weights = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim;
+                (
+                    weights,
+                    4 * heads * head_dim,
+                    kv_heads,
+                    2 * kv_heads * head_dim,
+                )
+            }
+        };
+        let attention_layers = match keys.keys.get("layer_types") {
+            Some(Value::Array(types)) => {
+                if types.len() as u64 != layers {
+                    return Err(keys.fail(
+                        "layer_types",
+                        &format!("{} entries for {layers} layers", types.len()),
+                    ));
+                }
+                types
+                    .iter()
+                    .filter(|t| t.as_str().is_some_and(|t| ATTENTION_LAYERS.contains(&t)))
+                    .count() as u64
+            }
+            Some(other) => return Err(keys.fail("layer_types", &format!("not a list: {other}"))),
+            None => layers,
+        };
+        let gated = !matches!(
+            keys.keys.get("model_type").and_then(Value::as_str),
+            Some("opt" | "gpt2" | "gpt_neox" | "falcon")
+        );
+        let dense_mlp = match keys.number("ffn_dim")? {
+            Some(ffn) => 2 * hidden * ffn,
+            None => {
+                let inter = keys.number("intermediate_size")?.unwrap_or(4 * hidden);
+                (if gated { 3 } else { 2 }) * hidden * inter
+            }
+        };
+        let count = keys.first(&["num_experts", "num_local_experts", "n_routed_experts"])?;
+        let dense_first = keys
+            .number("first_k_dense_replace")?
+            .unwrap_or(0)
+            .min(layers);
+        let norms = 2 * hidden;
+        let (moe_layer, experts) = match count {
+            None => (None, None),
+            Some(count) => {
+                let per_token = keys.required("num_experts_per_tok")?;
+                if per_token > count {
+                    return Err(keys.fail(
+                        "num_experts_per_tok",
+                        &format!("{per_token} is more than the {count} experts"),
+                    ));
+                }
+                let expert = match keys.number("moe_intermediate_size")? {
+                    Some(i) => 3 * hidden * i,
+                    None => dense_mlp,
+                };
+                let shared = match keys.number("shared_expert_intermediate_size")? {
+                    Some(i) => 3 * hidden * i + hidden,
+                    None => keys.number("n_shared_experts")?.unwrap_or(0) * expert,
+                };
+                let moe_layers = layers - dense_first;
+                (
+                    Some(attention + shared + hidden * count + norms),
+                    Some(ExpertShape {
+                        count: count as u32,
+                        per_token: per_token as u32,
+                        params: expert,
+                        layers: moe_layers as u32,
+                    }),
+                )
+            }
+        };
+        let dense_layer = attention + dense_mlp + norms;
+        let layer_params = match (moe_layer, experts) {
+            (Some(moe), Some(e)) => dense_first * dense_layer + u64::from(e.layers) * moe,
+            _ => layers * dense_layer,
+        };
+        let routed = experts.map_or(0, |e| u64::from(e.count) * e.params * u64::from(e.layers));
+        let embeddings = vocab * hidden * if tied { 1 } else { 2 };
+        let positions = if keys.keys.get("model_type").and_then(Value::as_str) == Some("opt") {
+            (keys.number("max_position_embeddings")?.unwrap_or(2048) + 2) * hidden
+        } else {
+            0
+        };
+        let weight_bytes = match root
+            .get("quantization_config")
+            .and_then(|q| q.get("bits").or_else(|| q.get("weight_bits")))
+            .and_then(Value::as_u64)
+        {
+            Some(bits) if (4..=16).contains(&bits) => bits.div_ceil(8),
+            Some(bits) => {
+                return Err(ModelConfigError::Field {
+                    field: "quantization_config.bits".into(),
+                    why: format!("{bits} bits a weight is not 4 to 16"),
+                });
+            }
+            None if root.get("quantization_config").is_some() => {
+                // fp8 checkpoints (`quant_method: fp8`) say no bits.
+                let method = root["quantization_config"]
+                    .get("quant_method")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if method.contains("fp8") {
+                    1
+                } else {
+                    return Err(ModelConfigError::Field {
+                        field: "quantization_config".into(),
+                        why: format!("quant_method `{method}` says no bits a weight"),
+                    });
+                }
+            }
+            None => match [keys.keys, &root].iter().find_map(|m| {
+                m.get("torch_dtype")
+                    .or_else(|| m.get("dtype"))
+                    .and_then(Value::as_str)
+            }) {
+                Some(name) => dtype_bytes(name)?,
+                None => return Err(keys.fail("torch_dtype", "missing (nor `dtype`)")),
+            },
+        };
+        let narrow = |n: u64, what: &str| -> Result<u32, ModelConfigError> {
+            u32::try_from(n).map_err(|_| keys.fail(what, "too large"))
+        };
+        Ok(ModelShape {
+            layers: narrow(layers, "num_hidden_layers")?,
+            attention_layers: narrow(attention_layers, "layer_types")?,
+            hidden: narrow(hidden, "hidden_size")?,
+            heads: narrow(heads, "num_attention_heads")?,
+            kv_heads: narrow(kv_heads, "num_key_value_heads")?,
+            vocab: narrow(vocab, "vocab_size")?,
+            pair_flops,
+            kv_elements_per_layer: kv_elements,
+            layer_params,
+            total_params: layer_params + routed + embeddings + positions + hidden,
+            experts,
+            weight_bytes: weight_bytes as u32,
+        })
+    }
+
+    /// Parameters in routed experts.
+    pub fn routed_params(&self) -> u64 {
+        self.experts
+            .map_or(0, |e| u64::from(e.count) * e.params * u64::from(e.layers))
+    }
+}
+
+/// What a GPU achieves of its published limits, and the fixed cost of a step.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Efficiency {
+    /// Fraction of the matrix throughput achieved (0 to 1).
+    pub compute: f64,
+    /// Fraction of the memory bandwidth achieved (0 to 1).
+    pub memory: f64,
+    /// Fixed cost of any step, ms.
+    pub overhead_ms: f64,
+    /// Fixed cost of one all-reduce between tensor-parallel GPUs, µs.
+    pub allreduce_us: f64,
+}
+
+impl Default for Efficiency {
+    /// Typical of vLLM with CUDA graphs: large matrix multiplies reach about 60% of the
+    /// dense peak, weight and KV reads about 80% of the bandwidth; about a millisecond a
+    /// step of scheduling, sampling and launches; NCCL's small all-reduces take ~10 µs.
+    fn default() -> Self {
+        Efficiency {
+            compute: 0.6,
+            memory: 0.8,
+            overhead_ms: 1.0,
+            allreduce_us: 10.0,
+        }
+    }
+}
+
+/// The analytical step time of one engine: a model on `tensor_parallel` GPUs of one kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Roofline {
+    /// The GPU.
+    pub gpu: Gpu,
+    /// The model.
+    pub shape: ModelShape,
+    /// GPUs the model is split over.
+    pub tensor_parallel: u32,
+    /// GPUs the routed experts are split over (the tensor-parallel ones when 1).
+    #[serde(default = "one")]
+    pub expert_parallel: u32,
+    /// Bytes of one KV element.
+    pub kv_bytes: u32,
+    /// What the GPU achieves.
+    #[serde(default)]
+    pub efficiency: Efficiency,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// One step's work, split as the model's parts (for tests and `--explain`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Parts {
+    /// Dense layers, ms.
+    pub layers_ms: f64,
+    /// Routed experts, ms.
+    pub experts_ms: f64,
+    /// Attention, ms.
+    pub attention_ms: f64,
+    /// Output head, ms.
+    pub head_ms: f64,
+    /// All-reduces, ms.
+    pub allreduce_ms: f64,
+    /// The fixed overhead, ms.
+    pub overhead_ms: f64,
+}
+
+impl Parts {
+    /// The step, ms.
+    pub fn total(&self) -> f64 {
+        self.layers_ms
+            + self.experts_ms
+            + self.attention_ms
+            + self.head_ms
+            + self.allreduce_ms
+            + self.overhead_ms
+    }
+}
+
+impl Roofline {
+    /// Checks the GPU's figures, the efficiencies (0 to 1, overheads non-negative) and the
+    /// split (KV heads and experts divide over the GPUs).
+    pub fn validate(&self) -> Result<(), String> {
+        self.gpu.validate()?;
+        let e = &self.efficiency;
+        for (key, value) in [("compute", e.compute), ("memory", e.memory)] {
+            if !value.is_finite() || value <= 0.0 || value > 1.0 {
+                return Err(format!(
+                    "engine `step_time.efficiency.{key}` must be above 0 and at most 1, not {value}"
+                ));
+            }
+        }
+        for (key, value) in [
+            ("overhead_ms", e.overhead_ms),
+            ("allreduce_us", e.allreduce_us),
+        ] {
+            if !value.is_finite() || value < 0.0 {
+                return Err(format!(
+                    "engine `step_time.efficiency.{key}` must be a finite, non-negative number, not {value}"
+                ));
+            }
+        }
+        let tp = self.tensor_parallel;
+        if tp == 0 || self.expert_parallel == 0 {
+            return Err(
+                "engine `step_time`: tensor and expert parallel sizes must be at least 1".into(),
+            );
+        }
+        if self.shape.kv_heads > tp && !self.shape.kv_heads.is_multiple_of(tp) {
+            return Err(format!(
+                "engine `step_time`: {} KV heads do not split over {tp} GPUs",
+                self.shape.kv_heads
+            ));
+        }
+        if !(1..=16).contains(&self.kv_bytes) || !(1..=16).contains(&self.shape.weight_bytes) {
+            return Err("engine `step_time`: weight and KV bytes must be 1 to 16".into());
+        }
+        Ok(())
+    }
+
+    /// KV bytes of one token on one GPU (every attention layer; KV heads split over the
+    /// tensor-parallel GPUs, at least one each).
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        let s = &self.shape;
+        let tp = u64::from(self.tensor_parallel.max(1));
+        let per_head = s.kv_elements_per_layer / u64::from(s.kv_heads.max(1));
+        let heads = (u64::from(s.kv_heads) / tp).max(1);
+        u64::from(s.attention_layers) * per_head * heads * u64::from(self.kv_bytes)
+    }
+
+    /// The step's parts, ms.
+    pub fn parts(&self, batch: &crate::step_time::Batch) -> Parts {
+        let s = &self.shape;
+        let e = &self.efficiency;
+        let tp = f64::from(self.tensor_parallel.max(1));
+        let ep = if self.expert_parallel > 1 {
+            f64::from(self.expert_parallel)
+        } else {
+            tp
+        };
+        let tflops = if s.weight_bytes == 1 {
+            self.gpu.fp8_tflops
+        } else {
+            self.gpu.bf16_tflops
+        };
+        let flops_per_ms = tflops * 1e9 * e.compute;
+        let bytes_per_ms = self.gpu.memory_gb_s * 1e6 * e.memory;
+        let roof = |flops: f64, bytes: f64| (flops / flops_per_ms).max(bytes / bytes_per_ms);
+        let tokens = (batch.prefill_tokens + batch.decode_seqs) as f64;
+        let wb = f64::from(s.weight_bytes);
+        let layers_ms = roof(
+            2.0 * tokens * s.layer_params as f64 / tp,
+            s.layer_params as f64 * wb / tp,
+        );
+        let experts_ms = s.experts.map_or(0.0, |x| {
+            let count = f64::from(x.count.max(1));
+            let miss = 1.0 - f64::from(x.per_token.min(x.count)) / count;
+            let touched = count * (1.0 - miss.powf(tokens));
+            let per_expert = x.params as f64 * f64::from(x.layers);
+            roof(
+                2.0 * tokens * f64::from(x.per_token) * per_expert / ep,
+                touched * per_expert * wb / ep,
+            )
+        });
+        let pairs = if batch.attention_pairs > 0 {
+            batch.attention_pairs
+        } else {
+            batch.context_tokens
+        } as f64;
+        let attention_ms = roof(
+            pairs * s.pair_flops as f64 * f64::from(s.attention_layers) / tp,
+            batch.context_tokens as f64 * self.kv_bytes_per_token() as f64,
+        );
+        // The sequences that sample: each decoding one, and a prompt finishing (one, at
+        // least, when the step prefills).
+        let sampling = (batch.decode_seqs + u64::from(batch.prefill_tokens > 0)) as f64;
+        let head = f64::from(s.vocab) * f64::from(s.hidden);
+        let head_ms = roof(2.0 * sampling * head / tp, head * wb / tp);
+        let allreduce_ms = if self.tensor_parallel > 1 {
+            let bytes = tokens * f64::from(s.hidden) * 2.0 * 2.0 * (tp - 1.0) / tp;
+            let per_ms = self.gpu.interconnect_gb_s * 1e6;
+            2.0 * f64::from(s.layers) * (bytes / per_ms + e.allreduce_us / 1e3)
+        } else {
+            0.0
+        };
+        Parts {
+            layers_ms,
+            experts_ms,
+            attention_ms,
+            head_ms,
+            allreduce_ms,
+            overhead_ms: e.overhead_ms,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
