@@ -20,6 +20,8 @@ use crate::exit::Failure;
 
 /// The help heading of the settings that only the timed replay reads.
 pub const TIMED: &str = "Timed replay";
+/// The help heading of the flags that describe the model and GPU an engine runs.
+pub const ENGINE_MODEL: &str = "Engine model";
 /// The help heading of the plugins and their configs.
 pub const PLUGINS: &str = "Plugins";
 /// The help heading of the trace and how it is read.
@@ -179,15 +181,10 @@ pub struct TimedArgs {
     #[arg(long, value_name = "YAML", help_heading = TIMED)]
     #[serde(skip)]
     pub engine_config: Option<String>,
-    /// A model's Hugging Face config.json: every engine's `kv_bytes_per_token` (unless an
-    /// engine setting gives it) and the KV transfer's (unless --kv-bytes-per-token does),
-    /// from its layers, KV heads, head size and dtype.
-    #[arg(long, value_name = "PATH", help_heading = TIMED)]
-    pub model_config: Option<PathBuf>,
-    /// The KV cache's data type with --model-config: auto (the model's), bfloat16, float16,
-    /// float32 or fp8 [default: auto].
-    #[arg(long, value_name = "DTYPE", help_heading = TIMED)]
-    pub kv_cache_dtype: Option<String>,
+    /// The model and the GPU the engines run.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub model: ModelArgs,
     /// Precise policies see the engines' KV cache stores and removals MS milliseconds late,
     /// as a router fed by KV events [default: 0].
     #[arg(long, value_name = "MS", help_heading = TIMED)]
@@ -206,6 +203,37 @@ pub struct TimedArgs {
     /// Output tokens of requests whose trace line has none [default: 128].
     #[arg(long, value_name = "N", help_heading = TIMED)]
     pub output_tokens: Option<u64>,
+}
+
+/// The model and the GPU an engine runs (`replay`, `compare`, `sweep`, `serve`, `engine`).
+#[derive(Args, Debug, Default, Clone, Serialize)]
+pub struct ModelArgs {
+    /// A model's Hugging Face config.json: every engine's `kv_bytes_per_token` (unless an
+    /// engine setting gives it) and the KV transfer's (unless --kv-bytes-per-token does),
+    /// from its layers, KV heads, head size and dtype.
+    #[arg(long, value_name = "PATH", help_heading = ENGINE_MODEL)]
+    pub model_config: Option<PathBuf>,
+    /// The KV cache's data type with --model-config: auto (the model's), bfloat16, float16,
+    /// float32 or fp8 [default: auto].
+    #[arg(long, value_name = "DTYPE", help_heading = ENGINE_MODEL)]
+    pub kv_cache_dtype: Option<String>,
+    /// The GPU every engine runs on: a name of the table (A100-40GB, A100-80GB, H100-SXM,
+    /// H100-PCIe, H200, B200, L40S, L4, RTX-4090, RTX-PRO-6000, MI300X) or a YAML file
+    /// describing one. With --model-config the step time is the roofline of the model on it
+    /// and the KV blocks what vLLM would make of its memory (shown on stderr), unless an
+    /// engine setting gives them.
+    #[arg(long, value_name = "NAME|FILE", help_heading = ENGINE_MODEL)]
+    pub gpu: Option<String>,
+    /// GPUs each engine's model is split over, with --gpu [default: 1].
+    #[arg(long, value_name = "N", help_heading = ENGINE_MODEL)]
+    pub tensor_parallel_size: Option<u32>,
+    /// GPUs a mixture of experts' experts are split over, with --gpu [default: 1: the
+    /// tensor-parallel ones].
+    #[arg(long, value_name = "N", help_heading = ENGINE_MODEL)]
+    pub expert_parallel_size: Option<u32>,
+    /// The fraction of the GPU's memory vLLM may use, with --gpu [default: 0.9].
+    #[arg(long, value_name = "F", help_heading = ENGINE_MODEL)]
+    pub gpu_memory_utilization: Option<f64>,
 }
 
 /// Where results go.

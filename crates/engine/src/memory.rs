@@ -22,15 +22,16 @@
 //! other run checks it. When the run's vLLM log is at hand, its `Total non KV cache memory`
 //! (or `# GPU blocks`) is the better number.
 //!
-//! Weights are counted for dense and mixture-of-experts decoders: embeddings (and an untied
-//! output head), attention projections, gated or plain MLPs (OPT's `ffn_dim`), experts,
-//! shared experts and routers. Latent attention (`kv_lora_rank`), hybrid layers
-//! (`layer_types`) and quantized checkpoints (`quantization_config`) are refused rather
-//! than estimated.
+//! Weights are counted as [`crate::roofline::ModelShape`] counts them (one count for both):
+//! embeddings (and an untied output head), attention projections (grouped-query or latent),
+//! gated or plain MLPs (OPT's `ffn_dim`), experts, shared experts and routers, at the bits
+//! of the checkpoint's dtype or quantization. A latent is kept whole on every GPU; a
+//! hybrid's linear layers keep no per-token cache.
 
 use serde_json::{Map, Value};
 
-use crate::model::{ModelConfigError, dtype_bytes, kv_from_model_config};
+use crate::model::{ModelConfigError, kv_from_model_config};
+use crate::roofline::ModelShape;
 
 /// What a GPU and an engine's limits give the KV cache.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,72 +119,6 @@ impl Keys<'_> {
     }
 }
 
-/// Parameters of the model whose config is `keys` (all of them, and those in routed
-/// experts), and its KV heads and head size.
-fn parameters(keys: &Keys<'_>) -> Result<(u64, u64, u64, u64, u64), ModelConfigError> {
-    let hidden = keys.required("hidden_size")?;
-    let layers = keys.required("num_hidden_layers")?;
-    let heads = keys.required("num_attention_heads")?;
-    let kv_heads = keys.number("num_key_value_heads")?.unwrap_or(heads);
-    let head_dim = match keys.number("head_dim")? {
-        Some(d) => d,
-        None => hidden / heads,
-    };
-    let vocab = keys.required("vocab_size")?;
-    // Embeddings tie unless the config says not (Hugging Face's default).
-    let tied = keys
-        .keys
-        .get("tie_word_embeddings")
-        .and_then(Value::as_bool)
-        .unwrap_or(true);
-    let attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2;
-    let dense = match keys.number("ffn_dim")? {
-        Some(ffn) => 2 * hidden * ffn,
-        None => 3 * hidden * keys.required("intermediate_size")?,
-    };
-    let experts = keys.first(&["num_experts", "num_local_experts", "n_routed_experts"])?;
-    let (mlp, routed) = match experts {
-        None => (dense, 0),
-        Some(experts) => {
-            let expert = keys
-                .first(&["moe_intermediate_size"])?
-                .map_or(Ok(dense), |i| Ok::<u64, ModelConfigError>(3 * hidden * i))?;
-            let shared = match keys.first(&["shared_expert_intermediate_size"])? {
-                Some(i) => 3 * hidden * i + hidden,
-                None => keys.first(&["n_shared_experts"])?.unwrap_or(0) * expert,
-            };
-            (
-                experts * expert + shared + hidden * experts,
-                experts * expert,
-            )
-        }
-    };
-    let dense_layers = keys
-        .number("first_k_dense_replace")?
-        .unwrap_or(0)
-        .min(layers);
-    let norms = 2 * hidden;
-    let per_layer = |m: u64| attention + m + norms;
-    let embeddings = vocab * hidden * if tied { 1 } else { 2 };
-    let positions = if keys.keys.get("model_type").and_then(Value::as_str) == Some("opt") {
-        (keys.number("max_position_embeddings")?.unwrap_or(2048) + 2) * hidden
-    } else {
-        0
-    };
-    let total = dense_layers * per_layer(dense)
-        + (layers - dense_layers) * per_layer(mlp)
-        + embeddings
-        + positions
-        + hidden;
-    Ok((
-        total,
-        (layers - dense_layers) * routed,
-        kv_heads,
-        head_dim,
-        hidden,
-    ))
-}
-
 /// The config `text`'s top-level object.
 fn object(text: &str) -> Result<Map<String, Value>, ModelConfigError> {
     match serde_json::from_str(text).map_err(|e| ModelConfigError::Json(e.to_string()))? {
@@ -230,51 +165,32 @@ pub fn experts_of(text: &str) -> Result<Option<(u32, u32)>, ModelConfigError> {
 pub fn kv_budget(text: &str, budget: &GpuBudget) -> Result<KvBudget, ModelConfigError> {
     let root = object(text)?;
     let keys = language_keys(&root);
-    let root = &root;
-    for (name, why) in [
-        (
-            "kv_lora_rank",
-            "latent attention: its weights are not estimated; give --num-gpu-blocks",
-        ),
-        (
-            "layer_types",
-            "hybrid layers: their weights are not estimated; give --num-gpu-blocks",
-        ),
-    ] {
-        if keys.keys.contains_key(name) {
-            return Err(keys.field(name, why));
-        }
-    }
-    if root.contains_key("quantization_config") {
-        return Err(ModelConfigError::Field {
-            field: "quantization_config".into(),
-            why: "a quantized checkpoint: its weights are not estimated; give --num-gpu-blocks"
-                .into(),
-        });
-    }
     let tp = u64::from(budget.tensor_parallel.max(1));
     let kv = kv_from_model_config(text, budget.kv_dtype.as_deref())?;
-    let weight_dtype = match [keys.keys, root].iter().find_map(|m| {
-        m.get("torch_dtype")
-            .or_else(|| m.get("dtype"))
-            .and_then(Value::as_str)
-    }) {
-        Some(name) => dtype_bytes(name)?,
-        None => return Err(keys.field("torch_dtype", "missing (nor `dtype`)")),
-    };
-    let (params, routed, kv_heads, head_dim, hidden) = parameters(&keys)?;
-    if kv_heads > tp && kv_heads % tp != 0 {
+    let shape = ModelShape::from_config(text)?;
+    let (params, routed, hidden) = (
+        shape.total_params,
+        shape.routed_params(),
+        u64::from(shape.hidden),
+    );
+    let weight_bits = u64::from(shape.weight_bits);
+    let kv_heads = u64::from(shape.kv_heads);
+    if kv_heads > tp && !kv_heads.is_multiple_of(tp) {
         return Err(keys.field(
             "num_key_value_heads",
             &format!("{kv_heads} KV heads do not split over {tp} GPUs"),
         ));
     }
+    // Each GPU keeps its share of the KV heads, at least one (a latent is one "head").
     let heads_per_gpu = (kv_heads / tp).max(1);
-    let bytes_per_token = kv.kv_layers * 2 * heads_per_gpu * head_dim * kv.dtype_bytes;
+    let bytes_per_token =
+        kv.kv_layers * (kv.elements_per_layer / kv_heads.max(1)) * heads_per_gpu * kv.dtype_bytes;
     // Routed experts are split over the expert-parallel GPUs, the rest over the tensor
     // parallel ones.
     let ep = u64::from(budget.expert_parallel.max(1));
-    let weight_bytes = ((params - routed) / tp + routed / ep) * weight_dtype;
+    let weight_bytes = ((params - routed) / tp + routed / ep) * weight_bits / 8;
+    // Activations are 16-bit under weights quantized narrower.
+    let weight_dtype = weight_bits.max(16) / 8;
     let activation_bytes = match budget.non_kv_bytes {
         Some(_) => 0,
         None => {
@@ -461,16 +377,55 @@ mod tests {
         );
     }
 
+    /// Latent attention keeps one latent a token a layer on every GPU; a hybrid's linear
+    /// layers keep none; a 4-bit checkpoint's weights are a quarter of bf16's (packing overheads left out).
+    #[test]
+    fn latent_hybrid_and_quantized_models_are_counted() {
+        let file = |name: &str| {
+            std::fs::read_to_string(format!(
+                "{}/../../traces/models/{name}.json",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap()
+        };
+        let deepseek = file("DeepSeek-V3.2-Exp-16L64E");
+        let one = kv_budget(&deepseek, &budget(80.0, 1)).unwrap();
+        let two = kv_budget(&deepseek, &budget(80.0, 2)).unwrap();
+        let kv = kv_from_model_config(&deepseek, None).unwrap();
+        assert_eq!(one.bytes_per_token, kv.bytes_per_token);
+        assert_eq!(
+            two.bytes_per_token, one.bytes_per_token,
+            "the latent is not split"
+        );
+        assert!(two.weight_bytes < one.weight_bytes);
+        let hybrid = file("Qwen3.8-27B");
+        let budget_h = kv_budget(&hybrid, &budget(80.0, 1)).unwrap();
+        assert_eq!(
+            budget_h.bytes_per_token,
+            kv_from_model_config(&hybrid, None).unwrap().bytes_per_token
+        );
+        let awq = QWEN25_7B.replace(
+            "{\"arch",
+            "{\"quantization_config\": {\"bits\": 4, \"quant_method\": \"awq\"}, \"arch",
+        );
+        let q = kv_budget(&awq, &budget(80.0, 1)).unwrap().weight_bytes;
+        assert_eq!(
+            q * 4,
+            kv_budget(QWEN25_7B, &budget(80.0, 1)).unwrap().weight_bytes
+        );
+    }
+
     #[test]
     fn models_it_cannot_count_are_refused_by_field() {
         let err = |text: &str| kv_budget(text, &budget(80.0, 1)).unwrap_err().to_string();
+        // Latent attention needs its head sizes; a quantization must say its bits.
         assert!(
             err(&QWEN25_7B.replace("\"vocab_size\"", "\"kv_lora_rank\": 512, \"vocab_size\""))
-                .starts_with("field `kv_lora_rank`: latent attention")
+                .starts_with("field `qk_rope_head_dim`: missing")
         );
         assert!(
             err(&QWEN25_7B.replace("{\"arch", "{\"quantization_config\": {}, \"arch"))
-                .starts_with("field `quantization_config`: a quantized checkpoint")
+                .starts_with("field `quantization_config`: quant_method `` says no bits")
         );
         assert!(
             err(&QWEN25_7B.replace("\"vocab_size\": 152064,", ""))

@@ -77,8 +77,8 @@ pub struct ModelShape {
     /// The routed experts, when it has them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub experts: Option<ExpertShape>,
-    /// Bytes of one weight (`torch_dtype`, or the quantization's bits).
-    pub weight_bytes: u32,
+    /// Bits of one weight (`torch_dtype`, or the quantization's bits).
+    pub weight_bits: u32,
 }
 
 struct Keys<'a> {
@@ -269,16 +269,16 @@ impl ModelShape {
         } else {
             0
         };
-        let weight_bytes = match root
+        let weight_bits = match root
             .get("quantization_config")
             .and_then(|q| q.get("bits").or_else(|| q.get("weight_bits")))
             .and_then(Value::as_u64)
         {
-            Some(bits) if (4..=16).contains(&bits) => bits.div_ceil(8),
+            Some(bits) if (2..=16).contains(&bits) => bits,
             Some(bits) => {
                 return Err(ModelConfigError::Field {
                     field: "quantization_config.bits".into(),
-                    why: format!("{bits} bits a weight is not 4 to 16"),
+                    why: format!("{bits} bits a weight is not 2 to 16"),
                 });
             }
             None if root.get("quantization_config").is_some() => {
@@ -288,7 +288,7 @@ impl ModelShape {
                     .and_then(Value::as_str)
                     .unwrap_or("");
                 if method.contains("fp8") {
-                    1
+                    8
                 } else {
                     return Err(ModelConfigError::Field {
                         field: "quantization_config".into(),
@@ -301,7 +301,7 @@ impl ModelShape {
                     .or_else(|| m.get("dtype"))
                     .and_then(Value::as_str)
             }) {
-                Some(name) => dtype_bytes(name)?,
+                Some(name) => 8 * dtype_bytes(name)?,
                 None => return Err(keys.fail("torch_dtype", "missing (nor `dtype`)")),
             },
         };
@@ -320,7 +320,7 @@ impl ModelShape {
             layer_params,
             total_params: layer_params + routed + embeddings + positions + hidden,
             experts,
-            weight_bytes: weight_bytes as u32,
+            weight_bits: weight_bits as u32,
         })
     }
 
@@ -447,8 +447,10 @@ impl Roofline {
                 self.shape.kv_heads
             ));
         }
-        if !(1..=16).contains(&self.kv_bytes) || !(1..=16).contains(&self.shape.weight_bytes) {
-            return Err("engine `step_time`: weight and KV bytes must be 1 to 16".into());
+        if !(1..=16).contains(&self.kv_bytes) || !(2..=32).contains(&self.shape.weight_bits) {
+            return Err(
+                "engine `step_time`: KV bytes must be 1 to 16 and weight bits 2 to 32".into(),
+            );
         }
         Ok(())
     }
@@ -473,7 +475,8 @@ impl Roofline {
         } else {
             tp
         };
-        let tflops = if s.weight_bytes == 1 {
+        // 8-bit weights multiply at the fp8 rate; narrower ones are widened to 16 bits.
+        let tflops = if s.weight_bits == 8 {
             self.gpu.fp8_tflops
         } else {
             self.gpu.bf16_tflops
@@ -482,7 +485,7 @@ impl Roofline {
         let bytes_per_ms = self.gpu.memory_gb_s * 1e6 * e.memory;
         let roof = |flops: f64, bytes: f64| (flops / flops_per_ms).max(bytes / bytes_per_ms);
         let tokens = (batch.prefill_tokens + batch.decode_seqs) as f64;
-        let wb = f64::from(s.weight_bytes);
+        let wb = f64::from(s.weight_bits) / 8.0;
         let layers_ms = roof(
             2.0 * tokens * s.layer_params as f64 / tp,
             s.layer_params as f64 * wb / tp,

@@ -177,6 +177,17 @@ pub struct Experiment {
     pub model_config: Option<PathBuf>,
     /// The KV cache's data type with `model_config`.
     pub kv_cache_dtype: Option<String>,
+    /// The GPU every engine runs on (a name of the table or a YAML file): with
+    /// `model_config`, the step time is the roofline of the model on it and the KV blocks
+    /// are what vLLM would make of its memory (unless `engine` gives them).
+    pub gpu: Option<String>,
+    /// GPUs each engine's model is split over, with `gpu`.
+    pub tensor_parallel_size: Option<u32>,
+    /// GPUs a mixture of experts' experts are split over, with `gpu` [default: 1, the
+    /// tensor-parallel ones].
+    pub expert_parallel_size: Option<u32>,
+    /// The fraction of the GPU's memory vLLM may use, with `gpu` [default: 0.9].
+    pub gpu_memory_utilization: Option<f64>,
     /// Engine settings (and `preset`) for every endpoint (`--engine` sets its `preset`,
     /// `--engine-config` its other keys).
     pub engine: Option<Overrides>,
@@ -304,16 +315,25 @@ fn at_directory(layer: &mut Mapping, dir: &Path) {
             *path = dir.join(&*path).to_string_lossy().into_owned();
         }
     }
+    // `gpu` is a name of the table or a YAML file: only a file name is a path.
+    if let Some(Value::String(gpu)) = layer.get_mut("gpu")
+        && (gpu.ends_with(".yaml") || gpu.ends_with(".yml"))
+    {
+        *gpu = dir.join(&*gpu).to_string_lossy().into_owned();
+    }
 }
 
 impl Experiment {
     /// Every file the run reads, whatever key named it (the trace, the model config): none
     /// may be an output. The experiment file itself is its reader's to add.
     pub fn inputs(&self) -> Vec<&Path> {
-        [&self.trace, &self.model_config]
+        let mut inputs: Vec<&Path> = [&self.trace, &self.model_config]
             .into_iter()
             .filter_map(|p| p.as_deref())
-            .collect()
+            .collect();
+        // A GPU described in a file.
+        inputs.extend(self.gpu.as_deref().map(Path::new).filter(|p| p.is_file()));
+        inputs
     }
 
     /// This description with `policy`'s plugins instead of its own (what the layers gave

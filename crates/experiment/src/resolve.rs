@@ -169,9 +169,9 @@ fn resolve_timed(
     }
     let slo = slo(opts.slo_ttft_ms, opts.slo_tpot_ms)?;
     let arrivals = arrivals(opts.speedup, opts.rate, opts.concurrency)?;
-    let model_kv = model_kv_bytes(opts)?;
+    let model = model_engine(opts)?;
     let kv_transfer = KvTransfer {
-        kv_bytes_per_token: opts.kv_bytes_per_token.or(model_kv).unwrap_or(0),
+        kv_bytes_per_token: opts.kv_bytes_per_token.or(model.kv_bytes).unwrap_or(0),
         bandwidth_gbps: opts.kv_transfer_gbps.unwrap_or(0.0),
         latency_ms: opts.kv_transfer_latency_ms.unwrap_or(0.0),
         mode: opts.kv_transfer_mode.unwrap_or_default(),
@@ -181,7 +181,7 @@ fn resolve_timed(
             "{e} (--kv-transfer-gbps, --kv-transfer-latency-ms, --kv-bytes-per-token)"
         ))
     })?;
-    let engines = resolve_engines(opts, endpoints, prefill, model_kv)?;
+    let engines = resolve_engines(opts, endpoints, prefill, &model)?;
     Ok(Some(TimedSettings {
         engines,
         arrivals,
@@ -206,6 +206,10 @@ pub const TIMED_ONLY: &[&str] = &[
     "think_time_s",
     "model_config",
     "kv_cache_dtype",
+    "gpu",
+    "tensor_parallel_size",
+    "expert_parallel_size",
+    "gpu_memory_utilization",
     "engine",
     "engines",
     "metrics_interval_ms",
@@ -311,21 +315,152 @@ pub fn arrivals(
     }
 }
 
-/// The KV bytes of one token of `--model-config`'s model, when given.
-pub(crate) fn model_kv_bytes(opts: &Experiment) -> Result<Option<u64>, ExperimentError> {
+/// What `model_config` (and `gpu`) say of every engine: the KV bytes of one token, and on
+/// a GPU the roofline step time and what the KV cache is sized from.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ModelEngine {
+    /// KV bytes of one token, every layer.
+    pub kv_bytes: Option<u64>,
+    /// The roofline step time, with `gpu`.
+    pub roofline: Option<routerlab_engine::Roofline>,
+    /// The config's text, with `gpu` (the KV blocks are sized from it).
+    text: String,
+    /// `gpu_memory_utilization`.
+    utilization: f64,
+}
+
+/// The engines' model, from `model_config`, `kv_cache_dtype`, `gpu`,
+/// `tensor_parallel_size`, `expert_parallel_size` and `gpu_memory_utilization`.
+pub(crate) fn model_engine(opts: &Experiment) -> Result<ModelEngine, ExperimentError> {
     let Some(path) = &opts.model_config else {
-        if opts.kv_cache_dtype.is_some() {
-            return Err(ExperimentError::invalid(
-                "--kv-cache-dtype needs --model-config",
-            ));
+        for (given, flag) in [
+            (opts.kv_cache_dtype.is_some(), "--kv-cache-dtype"),
+            (opts.gpu.is_some(), "--gpu"),
+        ] {
+            if given {
+                return Err(ExperimentError::invalid(format!(
+                    "{flag} needs --model-config"
+                )));
+            }
         }
-        return Ok(None);
+        return Ok(ModelEngine::default());
     };
+    if opts.gpu.is_none() {
+        for (given, flag) in [
+            (
+                opts.tensor_parallel_size.is_some(),
+                "--tensor-parallel-size",
+            ),
+            (
+                opts.expert_parallel_size.is_some(),
+                "--expert-parallel-size",
+            ),
+            (
+                opts.gpu_memory_utilization.is_some(),
+                "--gpu-memory-utilization",
+            ),
+        ] {
+            if given {
+                return Err(ExperimentError::invalid(format!("{flag} needs --gpu")));
+            }
+        }
+    }
     let text = routerlab_engine::read_model_config(path).map_err(ExperimentError::Invalid)?;
     let fail = |why: String| ExperimentError::invalid(format!("{}: {why}", path.display()));
     let kv = routerlab_engine::kv_from_model_config(&text, opts.kv_cache_dtype.as_deref())
         .map_err(|e| fail(e.to_string()))?;
-    Ok(Some(kv.bytes_per_token))
+    let Some(gpu) = &opts.gpu else {
+        return Ok(ModelEngine {
+            kv_bytes: Some(kv.bytes_per_token),
+            ..ModelEngine::default()
+        });
+    };
+    let gpu = routerlab_engine::Gpu::resolve(gpu)
+        .map_err(|e| ExperimentError::invalid(format!("--gpu: {e}")))?;
+    let utilization = opts.gpu_memory_utilization.unwrap_or(0.9);
+    if !(utilization > 0.0 && utilization <= 1.0) {
+        return Err(ExperimentError::invalid(
+            "--gpu-memory-utilization must be above 0 and at most 1",
+        ));
+    }
+    let (tensor_parallel, expert_parallel) = (
+        opts.tensor_parallel_size.unwrap_or(1),
+        opts.expert_parallel_size.unwrap_or(1),
+    );
+    if tensor_parallel == 0 || expert_parallel == 0 {
+        return Err(ExperimentError::invalid(
+            "--tensor-parallel-size and --expert-parallel-size must be at least 1",
+        ));
+    }
+    let roofline = routerlab_engine::Roofline {
+        gpu,
+        shape: routerlab_engine::ModelShape::from_config(&text).map_err(|e| fail(e.to_string()))?,
+        tensor_parallel,
+        expert_parallel,
+        kv_bytes: kv.dtype_bytes as u32,
+        efficiency: routerlab_engine::Efficiency::default(),
+    };
+    roofline.validate().map_err(fail)?;
+    Ok(ModelEngine {
+        kv_bytes: Some(kv.bytes_per_token),
+        roofline: Some(roofline),
+        text,
+        utilization,
+    })
+}
+
+impl ModelEngine {
+    /// The KV blocks vLLM would make for `engine` on the GPU, and how (each term), when a
+    /// GPU is given.
+    pub(crate) fn kv_blocks(
+        &self,
+        engine: &EngineConfig,
+    ) -> Result<Option<(u32, String)>, ExperimentError> {
+        let Some(roofline) = &self.roofline else {
+            return Ok(None);
+        };
+        let budget = routerlab_engine::GpuBudget {
+            gpu_memory_bytes: roofline.gpu.memory_bytes(),
+            utilization: self.utilization,
+            tensor_parallel: roofline.tensor_parallel,
+            expert_parallel: roofline.expert_parallel,
+            max_num_batched_tokens: engine.max_num_batched_tokens,
+            max_num_seqs: engine.max_num_seqs,
+            block_size: engine.engine_block_size,
+            kv_dtype: None,
+            non_kv_bytes: None,
+        };
+        let kv = routerlab_engine::kv_budget(&self.text, &budget)
+            .map_err(|e| ExperimentError::invalid(format!("--model-config on --gpu: {e}")))?;
+        // Bytes a token on one GPU with the KV cache's own dtype.
+        let bytes_per_token = roofline.kv_bytes_per_token();
+        let blocks = routerlab_engine::memory::blocks_in(
+            kv.available_bytes,
+            bytes_per_token,
+            engine.engine_block_size,
+        )
+        .min(1 << 24) as u32;
+        if blocks == 0 {
+            return Err(ExperimentError::invalid(format!(
+                "--model-config on --gpu: no KV block fits in the {:.2} GiB left",
+                kv.available_bytes as f64 / (1u64 << 30) as f64
+            )));
+        }
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        Ok(Some((
+            blocks,
+            format!(
+                "{:.2} GiB for KV of {} {:.2} GiB at {}, less weights {:.2} GiB and an activation estimate {:.2} GiB; {} KV bytes a token per GPU",
+                gib(kv.available_bytes),
+                roofline.gpu.name,
+                roofline.gpu.memory_gib,
+                self.utilization,
+                gib(kv.weight_bytes),
+                gib(kv.activation_bytes),
+                bytes_per_token
+            ),
+        )))
+    }
 }
 
 /// One engine per endpoint, each validated here (a bad setting fails before any trace is
@@ -336,9 +471,9 @@ fn resolve_engines(
     opts: &Experiment,
     endpoints: &[String],
     prefill: Option<usize>,
-    model_kv: Option<u64>,
+    model: &ModelEngine,
 ) -> Result<Vec<EngineConfig>, ExperimentError> {
-    let base = base_engine(opts, model_kv);
+    let base = base_engine(opts, model)?;
     // A disaggregated fleet's pools may have engines of their own (other GPUs).
     let pool_base = |pos: usize| {
         match prefill {
@@ -372,18 +507,31 @@ fn resolve_engines(
 }
 
 /// Every endpoint's engine before its pool's and its own settings: the preset (the
-/// `engine.preset` key, which `--engine` sets, else dynamo), the KV bytes of `model_config`,
-/// then the rest of `engine` (the file's keys, `--engine-config`'s over them).
-pub(crate) fn base_engine(opts: &Experiment, model_kv: Option<u64>) -> EngineConfig {
+/// `engine.preset` key, which `--engine` sets, else dynamo), the KV bytes of `model_config`
+/// (and on a `gpu`, its roofline step time), then the rest of `engine` (the file's keys,
+/// `--engine-config`'s over them); on a `gpu`, the KV blocks vLLM would make of its memory
+/// unless `engine` gives `num_gpu_blocks`.
+pub(crate) fn base_engine(
+    opts: &Experiment,
+    model: &ModelEngine,
+) -> Result<EngineConfig, ExperimentError> {
     let engine = opts.engine.clone().unwrap_or_default();
     let mut preset = engine.preset.unwrap_or(Preset::Dynamo).config();
-    if model_kv.is_some() {
-        preset.kv_bytes_per_token = model_kv;
+    if model.kv_bytes.is_some() {
+        preset.kv_bytes_per_token = model.kv_bytes;
     }
-    preset.with(&Overrides {
+    if let Some(roofline) = &model.roofline {
+        preset.step_time = routerlab_engine::StepTime::Roofline(Box::new(roofline.clone()));
+    }
+    let blocks_given = engine.num_gpu_blocks.is_some();
+    let mut config = preset.with(&Overrides {
         preset: None,
         ..engine
-    })
+    });
+    if !blocks_given && let Some((blocks, _)) = model.kv_blocks(&config)? {
+        config.num_gpu_blocks = blocks;
+    }
+    Ok(config)
 }
 
 /// A plugin's config as given (a mapping, or nothing), as a mapping; the scenario adds the
@@ -635,7 +783,7 @@ mod tests {
                 "respect_parents" => "true",
                 "engine" | "prefill_engine" | "decode_engine" => "{}",
                 "engines" => "[]",
-                "model_config" | "kv_cache_dtype" => "x",
+                "model_config" | "kv_cache_dtype" | "gpu" => "x",
                 "kv_transfer_mode" => "missing",
                 _ => "1",
             };

@@ -9,7 +9,7 @@ use serde_yaml::Mapping;
 
 use crate::ExperimentError;
 use crate::file::Experiment;
-use crate::resolve::{Given, base_engine, fleet, given_endpoints, model_kv_bytes, plugin_config};
+use crate::resolve::{Given, base_engine, fleet, given_endpoints, model_engine, plugin_config};
 
 /// The keys `serve` honours; any other given is refused.
 pub const SERVE_KEYS: &[&str] = &[
@@ -28,6 +28,10 @@ pub const SERVE_KEYS: &[&str] = &[
     "engine",
     "model_config",
     "kv_cache_dtype",
+    "gpu",
+    "tensor_parallel_size",
+    "expert_parallel_size",
+    "gpu_memory_utilization",
 ];
 
 /// How often `serve` scrapes the engines' metrics unless told.
@@ -62,10 +66,30 @@ pub struct Serving {
 }
 
 impl Experiment {
-    /// One engine from the engine keys (`engine`, `model_config`, `kv_cache_dtype`), as
+    /// How the KV cache of the engines is sized when `gpu` and `model_config` size it (the
+    /// blocks and each term), for the command to show; `None` when they do not.
+    pub fn kv_explained(&self) -> Result<Option<String>, ExperimentError> {
+        let model = model_engine(self)?;
+        if self
+            .engine
+            .as_ref()
+            .is_some_and(|e| e.num_gpu_blocks.is_some())
+        {
+            return Ok(None);
+        }
+        let engine = base_engine(self, &model)?;
+        Ok(model.kv_blocks(&engine)?.map(|(blocks, how)| {
+            format!(
+                "KV cache: {blocks} blocks of {} tokens an engine ({how})",
+                engine.engine_block_size
+            )
+        }))
+    }
+
+    /// One engine from the engine keys (`engine`, `model_config`, `kv_cache_dtype`, `gpu`), as
     /// the replay's first: what `routerlab engine` simulates and `serve` forecasts with.
     pub fn engine_model(&self) -> Result<EngineConfig, ExperimentError> {
-        let engine = base_engine(self, model_kv_bytes(self)?);
+        let engine = base_engine(self, &model_engine(self)?)?;
         engine
             .validate()
             .map_err(|e| ExperimentError::invalid(format!("--engine-config: {e}")))?;

@@ -300,8 +300,8 @@ pub enum StepTimeRun {
         tensor_parallel: u32,
         /// GPUs the routed experts are split over (1: the tensor-parallel ones).
         expert_parallel: u32,
-        /// Bytes of one weight.
-        weight_bytes: u32,
+        /// Bits of one weight.
+        weight_bits: u32,
         /// Bytes of one KV element.
         kv_bytes: u32,
         /// Fraction of the matrix throughput achieved.

@@ -541,7 +541,7 @@ pub mod recorded {
                     params: r.shape.total_params,
                     tensor_parallel: r.tensor_parallel,
                     expert_parallel: r.expert_parallel,
-                    weight_bytes: r.shape.weight_bytes,
+                    weight_bits: r.shape.weight_bits,
                     kv_bytes: r.kv_bytes,
                     compute_efficiency: r.efficiency.compute,
                     memory_efficiency: r.efficiency.memory,

@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde_yaml::{Mapping, Value};
 
 use crate::exit::Failure;
-use crate::opts::{PLUGINS, PluginArgs, PolicyArgs, layer_of};
+use crate::opts::{ModelArgs, PLUGINS, PluginArgs, PolicyArgs, layer_of};
 
 /// `routerlab engine`.
 #[derive(Args, Debug)]
@@ -37,6 +37,9 @@ pub struct EngineArgs {
     /// Engine settings over the `dynamo` preset, YAML (as `replay --engine-config`).
     #[arg(long, value_name = "YAML", help_heading = "Engine model")]
     pub engine_config: Option<String>,
+    /// The model and GPU the engine models (as `replay`'s).
+    #[command(flatten)]
+    pub engine_model: ModelArgs,
     /// Model time per wall time: 10 runs the model ten times faster than it says
     /// (`--speedup` is the old name; replay's `--speedup` compresses a trace's times).
     #[arg(
@@ -158,6 +161,9 @@ pub struct ServeArgs {
     /// The engines.
     #[command(flatten)]
     pub fleet: ServeFleetArgs,
+    /// The model and GPU of the engine model a simulating policy forecasts with.
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// Milliseconds one scrape may take (all engines are scraped at once).
     #[arg(long, help_heading = HEALTH, value_name = "MS", default_value_t = 1000)]
     pub scrape_timeout_ms: u64,
@@ -300,9 +306,13 @@ fn without_kv_events(flag: &'static str) -> Result<(), Failure> {
 
 /// `routerlab engine`.
 pub fn engine(args: EngineArgs) -> Result<(), Failure> {
-    let config = engine_layer(args.engine_config.as_deref())
-        .and_then(|layer| crate::opts::experiment(None, layer))?
-        .engine_model()?;
+    let mut layer = engine_layer(args.engine_config.as_deref())?;
+    layer.extend(layer_of(&args.engine_model));
+    let experiment = crate::opts::experiment(None, layer)?;
+    if let Some(kv) = experiment.kv_explained()? {
+        eprintln!("{kv}");
+    }
+    let config = experiment.engine_model()?;
     routerlab_live::engine::check_config(&config).map_err(Failure::from)?;
     if !(args.model_speedup.is_finite() && args.model_speedup > 0.0) {
         return Err(Failure::input(format!(
@@ -389,6 +399,7 @@ fn serving(args: &ServeArgs) -> Result<Serving, Failure> {
     layer.extend(layer_of(&args.plugins));
     layer.extend(layer_of(&args.fleet));
     layer.extend(engine_layer(args.fleet.engine_config.as_deref())?);
+    layer.extend(layer_of(&args.model));
     let mut serving = crate::opts::experiment(args.config.as_deref(), layer)?.serving()?;
     // Addresses, each named by the flag that gave it.
     let mut seen: Vec<String> = Vec::with_capacity(serving.endpoints.len());

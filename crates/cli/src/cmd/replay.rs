@@ -58,6 +58,9 @@ pub(crate) fn replay(flags: ReplayArgs) -> Result<Replayed, Failure> {
     let (quiet, plot, config_file) = (settings.output.quiet, settings.output.plot, settings.config);
     crate::cmd::run::watch_plugins(opts.plugin_timeout_ms);
     let spec = resolve(&opts)?;
+    if let Some(kv) = opts.kv_explained()? {
+        eprintln!("{kv}");
+    }
     let mut replicas = crate::cmd::build_replicas(&spec)?;
     if let Some(dir) = &plot {
         crate::cmd::plot::check_dir(dir, &spec.trace)?;

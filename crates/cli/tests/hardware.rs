@@ -1,0 +1,210 @@
+//! A GPU and a model nobody measured: `--gpu`, `--model-config` and
+//! `--tensor-parallel-size` make every engine's step time the roofline of the model on the
+//! GPU and size its KV cache as vLLM would, wherever an engine is described (replay, the
+//! experiment file, `engine`, `serve`). The numbers follow from the GPU table and the
+//! model's config.json: a faster GPU and more GPUs per engine answer sooner.
+
+mod support;
+
+use serde_json::Value;
+use support::{project_trace, routerlab, texts};
+
+/// A timed replay of the 300-request Mooncake sample over two engines of Qwen3-32B on
+/// `gpu`, `extra` flags added; its report and stderr.
+fn replay(gpu: &str, extra: &[&str]) -> (Value, String) {
+    let trace = project_trace("mooncake-small.jsonl");
+    let config = project_trace("models/Qwen3-32B.json");
+    let mut args = vec![
+        "replay",
+        "--matcher",
+        "round-robin",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--timing",
+        "trace",
+        "--endpoints",
+        "2",
+        "--gpu",
+        gpu,
+        "--model-config",
+        config.to_str().unwrap(),
+        "--format",
+        "json",
+    ];
+    args.extend(extra);
+    let output = routerlab(&args);
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "{gpu} {extra:?}: {stderr}");
+    (serde_json::from_str(&stdout).unwrap(), stderr)
+}
+
+fn ttft_p50(report: &Value) -> f64 {
+    report["timed"]["ttft"]["p50"].as_f64().unwrap()
+}
+
+/// Qwen3-32B (32.8 B parameters, 64 layers of 8 KV heads of 128) at TP 4 with an fp8 cache
+/// on an H100 SXM (79.6 GiB at 0.9): 15.26 GiB of weights a GPU, 2 KV heads a GPU of one
+/// byte, 64 × 2 × 2 × 128 = 32,768 bytes a token, the rest in blocks of 64 tokens.
+#[test]
+fn the_kv_cache_is_derived_and_each_term_shown() {
+    let (report, stderr) = replay(
+        "H100-SXM",
+        &["--tensor-parallel-size", "4", "--kv-cache-dtype", "fp8"],
+    );
+    assert!(
+        stderr.starts_with(
+            "KV cache: 28074 blocks of 64 tokens an engine (54.83 GiB for KV of H100-SXM 79.60 GiB at 0.9, less weights 15.26 GiB and an activation estimate 1.55 GiB; 32768 KV bytes a token per GPU)"
+        ),
+        "{stderr}"
+    );
+    let engine = &report["run"]["timed"]["engines"][0];
+    assert_eq!(engine["num_gpu_blocks"], 28074, "{engine}");
+    let step = &engine["step_time"];
+    assert_eq!(step["model"], "roofline", "{step}");
+    assert_eq!(step["gpu"], "H100-SXM", "{step}");
+    assert_eq!(step["tensor_parallel"], 4, "{step}");
+    // Blocks given are kept, and then nothing is derived or said.
+    let (report, stderr) = replay(
+        "H100-SXM",
+        &[
+            "--tensor-parallel-size",
+            "4",
+            "--engine-config",
+            "{num_gpu_blocks: 1000}",
+        ],
+    );
+    assert!(!stderr.contains("KV cache:"), "{stderr}");
+    assert_eq!(report["run"]["timed"]["engines"][0]["num_gpu_blocks"], 1000);
+}
+
+/// The question the flags answer: the same traffic on other hardware. An H100 answers
+/// before an A100, four GPUs an engine before two, and the same inputs give the same bytes.
+#[test]
+fn faster_gpus_and_more_of_them_answer_sooner() {
+    let (a100, _) = replay("A100-80GB", &["--tensor-parallel-size", "2"]);
+    let (h100, _) = replay("H100-SXM", &["--tensor-parallel-size", "2"]);
+    let (h100_tp4, _) = replay("H100-SXM", &["--tensor-parallel-size", "4"]);
+    let (a, h, h4) = (ttft_p50(&a100), ttft_p50(&h100), ttft_p50(&h100_tp4));
+    assert!(h < a, "H100 {h} ms, A100 {a} ms");
+    assert!(h4 < h, "TP4 {h4} ms, TP2 {h} ms");
+    assert_eq!(
+        replay("H100-SXM", &["--tensor-parallel-size", "4"]).0,
+        h100_tp4
+    );
+}
+
+/// A GPU of one's own, from a YAML file, named in the experiment file beside it.
+#[test]
+fn a_gpu_file_beside_an_experiment_file_is_read() {
+    let dir = std::env::temp_dir().join(format!("routerlab-gpu-exp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("mine.yaml"),
+        "name: mine\nbf16_tflops: 400\nfp8_tflops: 800\nmemory_gb_s: 2000\nmemory_gib: 80\ninterconnect_gb_s: 100\n",
+    )
+    .unwrap();
+    let experiment = dir.join("exp.yaml");
+    std::fs::write(
+        &experiment,
+        format!(
+            "matcher: round-robin\ntrace: {}\ntiming: trace\nendpoints: 2\ngpu: mine.yaml\nmodel_config: {}\ntensor_parallel_size: 2\n",
+            project_trace("mooncake-small.jsonl").display(),
+            project_trace("models/Qwen3-32B.json").display()
+        ),
+    )
+    .unwrap();
+    let output = routerlab(&[
+        "replay",
+        "--config",
+        experiment.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("KV cache: ") && stderr.contains("of mine 80.00 GiB"),
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["run"]["timed"]["engines"][0]["step_time"]["gpu"], "mine");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Each flag that needs another says which; an unknown GPU lists the known ones; the
+/// time-free replay refuses what only the timed one reads; `engine` checks the same.
+#[test]
+fn flags_missing_their_partner_are_refused_by_name() {
+    let trace = project_trace("mooncake-small.jsonl");
+    let config = project_trace("models/Qwen3-32B.json");
+    let (trace, config) = (trace.to_str().unwrap(), config.to_str().unwrap());
+    let base = ["replay", "--matcher", "round-robin", "--trace", trace];
+    for (extra, says) in [
+        (
+            &["--timing", "trace", "--gpu", "H100-SXM"][..],
+            "--gpu needs --model-config",
+        ),
+        (
+            &[
+                "--timing",
+                "trace",
+                "--model-config",
+                config,
+                "--tensor-parallel-size",
+                "2",
+            ][..],
+            "--tensor-parallel-size needs --gpu",
+        ),
+        (
+            &[
+                "--timing",
+                "trace",
+                "--model-config",
+                config,
+                "--gpu",
+                "V100",
+            ][..],
+            "--gpu: unknown GPU `V100`: one of A100-40GB",
+        ),
+        (
+            &[
+                "--timing",
+                "trace",
+                "--model-config",
+                config,
+                "--gpu",
+                "L4",
+                "--tensor-parallel-size",
+                "3",
+            ][..],
+            "8 KV heads do not split over 3 GPUs",
+        ),
+        (
+            &["--gpu", "H100-SXM", "--model-config", config][..],
+            "add --timing trace",
+        ),
+    ] {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        let output = routerlab(&args);
+        let (stdout, stderr) = texts(&output);
+        assert_eq!(output.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stdout.is_empty(), "{extra:?}: {stdout}");
+        assert!(stderr.contains(says), "{extra:?}: {stderr}");
+    }
+    let output = routerlab(&[
+        "engine",
+        "--listen",
+        "127.0.0.1:0",
+        "--gpu",
+        "V100",
+        "--model-config",
+        config,
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", texts(&output).1);
+    assert!(
+        texts(&output).1.contains("--gpu: unknown GPU `V100`"),
+        "{}",
+        texts(&output).1
+    );
+}
