@@ -122,8 +122,8 @@ impl RunSettings {
     }
 
     /// The analytical step time of --gpu and --model-config (`None` without --gpu), at the
-    /// run's tensor- and expert-parallel sizes unless the flags say, with the default
-    /// efficiencies.
+    /// run's tensor- and expert-parallel sizes unless the flags say, at the efficiencies of
+    /// the GPU's profile when --gpu is one, else the defaults.
     pub fn roofline(
         &self,
         run: &MeasuredRun,
@@ -144,14 +144,13 @@ impl RunSettings {
         let kv = routerlab_engine::kv_from_model_config(&text, self.kv_cache_dtype.as_deref())
             .map_err(at)?;
         let (tensor_parallel, expert_parallel) = self.parallel(run)?;
-        let roofline = routerlab_engine::Roofline {
-            gpu: gpu.clone(),
+        let roofline = routerlab_engine::Roofline::new(
+            gpu.clone(),
             shape,
             tensor_parallel,
             expert_parallel,
-            kv_bytes: kv.dtype_bytes as u32,
-            efficiency: routerlab_engine::Efficiency::default(),
-        };
+            kv.dtype_bytes as u32,
+        );
         roofline
             .validate()
             .map_err(|e| CalibrateError::input(format!("{}: {e}", path.display())))?;

@@ -127,7 +127,10 @@ fn a_gpu_file_beside_an_experiment_file_is_read() {
         "{stderr}"
     );
     let report: Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(report["run"]["timed"]["engines"][0]["step_time"]["gpu"], "mine");
+    assert_eq!(
+        report["run"]["timed"]["engines"][0]["step_time"]["gpu"],
+        "mine"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

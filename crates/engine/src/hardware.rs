@@ -6,7 +6,8 @@
 //! published. Throughput is dense (the datasheets' "with sparsity" figures halved) and, for
 //! GeForce cards, with 32-bit accumulation (what vLLM's kernels use). A GPU not in the table
 //! is described by a small YAML file with the same keys as [`Gpu`] (`routerlab replay --gpu
-//! my-gpu.yaml`).
+//! my-gpu.yaml`); a profile is such a file with the efficiencies a fit on a measured run of
+//! that GPU found.
 
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +31,11 @@ pub struct Gpu {
     /// Where the figures come from.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub source: String,
+    /// What it achieved of its limits on a measured run (a profile, which `calibrate
+    /// --gpu-profile-out` writes): the analytical step time's efficiencies on this GPU
+    /// [default: typical ones].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub efficiency: Option<crate::roofline::Efficiency>,
 }
 
 /// The largest GPU description read, bytes.
@@ -151,6 +157,7 @@ pub fn known_gpus() -> Vec<Gpu> {
             memory_gib: gib,
             interconnect_gb_s: link,
             source: source.into(),
+            efficiency: None,
         })
         .collect()
 }

@@ -24,9 +24,11 @@
 //! Tensor parallelism over `tp` GPUs splits all of it `tp` ways (KV heads at least one a
 //! GPU) and adds two all-reduces a layer of the step's activations (a ring moves
 //! `2 (tp − 1) / tp` of them through each GPU's link, plus a fixed latency each); expert
-//! parallelism splits the routed experts over `ep` GPUs instead. The step adds a fixed
+//! parallelism splits the routed experts over `ep` GPUs instead and adds two all-to-alls a
+//! mixture layer (dispatching each token's activations to the GPUs of its experts and
+//! combining them back: `(ep − 1) / ep` of `k` copies leave the GPU, plus the latency). The step adds a fixed
 //! overhead (scheduling, sampling, kernel launches). What the GPU achieves of its published
-//! throughput and bandwidth, and the overhead, are the [`Efficiency`] a `calibrate` fit
+//! throughput, memory bandwidth and link, and the overhead, are the [`Efficiency`] a fit
 //! refines on a measured run of that GPU; the defaults are typical of vLLM on a data-centre
 //! GPU.
 
@@ -341,20 +343,30 @@ pub struct Efficiency {
     pub memory: f64,
     /// Fixed cost of any step, ms.
     pub overhead_ms: f64,
-    /// Fixed cost of one all-reduce between tensor-parallel GPUs, µs.
+    /// Fixed cost of one all-reduce or all-to-all between GPUs of an engine, µs.
     pub allreduce_us: f64,
+    /// Fraction of the interconnect's bandwidth collectives achieve (0 to 1).
+    #[serde(default = "half")]
+    pub interconnect: f64,
+}
+
+fn half() -> f64 {
+    0.5
 }
 
 impl Default for Efficiency {
     /// Typical of vLLM with CUDA graphs: large matrix multiplies reach about 60% of the
     /// dense peak, weight and KV reads about 80% of the bandwidth; about a millisecond a
-    /// step of scheduling, sampling and launches; NCCL's small all-reduces take ~10 µs.
+    /// step of scheduling, sampling and launches; NCCL's small all-reduces take ~10 µs and
+    /// its large ones reach about half the nominal link (28 to 35 GB/s of PCIe 5.0's 64 on
+    /// eight or four GPUs, NVIDIA/nccl#1639; NVLink does better, where the time is small).
     fn default() -> Self {
         Efficiency {
             compute: 0.6,
             memory: 0.8,
             overhead_ms: 1.0,
             allreduce_us: 10.0,
+            interconnect: 0.5,
         }
     }
 }
@@ -394,8 +406,10 @@ pub struct Parts {
     pub attention_ms: f64,
     /// Output head, ms.
     pub head_ms: f64,
-    /// All-reduces, ms.
+    /// All-reduces between tensor-parallel GPUs, ms.
     pub allreduce_ms: f64,
+    /// All-to-alls between expert-parallel GPUs, ms.
+    pub all_to_all_ms: f64,
     /// The fixed overhead, ms.
     pub overhead_ms: f64,
 }
@@ -408,17 +422,53 @@ impl Parts {
             + self.attention_ms
             + self.head_ms
             + self.allreduce_ms
+            + self.all_to_all_ms
             + self.overhead_ms
     }
 }
 
 impl Roofline {
+    /// The model `shape` on `tensor_parallel` (and `expert_parallel`) GPUs `gpu`, its KV
+    /// elements `kv_bytes` each, at the GPU's profiled efficiencies (else the defaults).
+    pub fn new(
+        gpu: Gpu,
+        shape: ModelShape,
+        tensor_parallel: u32,
+        expert_parallel: u32,
+        kv_bytes: u32,
+    ) -> Roofline {
+        let efficiency = gpu.efficiency.unwrap_or_default();
+        Roofline {
+            gpu: Gpu {
+                efficiency: None,
+                ..gpu
+            },
+            shape,
+            tensor_parallel,
+            expert_parallel,
+            kv_bytes,
+            efficiency,
+        }
+    }
+
+    /// Its GPU with the efficiencies it runs at: a profile of the GPU.
+    pub fn profile(&self) -> Gpu {
+        Gpu {
+            efficiency: Some(self.efficiency),
+            ..self.gpu.clone()
+        }
+    }
+
     /// Checks the GPU's figures, the efficiencies (0 to 1, overheads non-negative) and the
     /// split (KV heads and experts divide over the GPUs).
     pub fn validate(&self) -> Result<(), String> {
         self.gpu.validate()?;
         let e = &self.efficiency;
-        for (key, value) in [("compute", e.compute), ("memory", e.memory)] {
+        for (key, value) in [
+            ("compute", e.compute),
+            ("memory", e.memory),
+            ("interconnect", e.interconnect),
+        ] {
             if !value.is_finite() || value <= 0.0 || value > 1.0 {
                 return Err(format!(
                     "engine `step_time.efficiency.{key}` must be above 0 and at most 1, not {value}"
@@ -516,10 +566,19 @@ impl Roofline {
         let head_ms = roof(2.0 * sampling * head / tp, head * wb / tp);
         let allreduce_ms = if self.tensor_parallel > 1 {
             let bytes = tokens * f64::from(s.hidden) * 2.0 * 2.0 * (tp - 1.0) / tp;
-            let per_ms = self.gpu.interconnect_gb_s * 1e6;
+            let per_ms = self.gpu.interconnect_gb_s * 1e6 * e.interconnect;
             2.0 * f64::from(s.layers) * (bytes / per_ms + e.allreduce_us / 1e3)
         } else {
             0.0
+        };
+        let all_to_all_ms = match s.experts {
+            Some(x) if self.expert_parallel > 1 => {
+                let share = (ep - 1.0) / ep;
+                let bytes = tokens * f64::from(x.per_token) * f64::from(s.hidden) * 2.0 * share;
+                let per_ms = self.gpu.interconnect_gb_s * 1e6 * e.interconnect;
+                2.0 * f64::from(x.layers) * (bytes / per_ms + e.allreduce_us / 1e3)
+            }
+            _ => 0.0,
         };
         Parts {
             layers_ms,
@@ -527,6 +586,7 @@ impl Roofline {
             attention_ms,
             head_ms,
             allreduce_ms,
+            all_to_all_ms,
             overhead_ms: e.overhead_ms,
         }
     }

@@ -392,14 +392,13 @@ pub(crate) fn model_engine(opts: &Experiment) -> Result<ModelEngine, ExperimentE
             "--tensor-parallel-size and --expert-parallel-size must be at least 1",
         ));
     }
-    let roofline = routerlab_engine::Roofline {
+    let roofline = routerlab_engine::Roofline::new(
         gpu,
-        shape: routerlab_engine::ModelShape::from_config(&text).map_err(|e| fail(e.to_string()))?,
+        routerlab_engine::ModelShape::from_config(&text).map_err(|e| fail(e.to_string()))?,
         tensor_parallel,
         expert_parallel,
-        kv_bytes: kv.dtype_bytes as u32,
-        efficiency: routerlab_engine::Efficiency::default(),
-    };
+        kv.dtype_bytes as u32,
+    );
     roofline.validate().map_err(fail)?;
     Ok(ModelEngine {
         kv_bytes: Some(kv.bytes_per_token),

@@ -43,24 +43,52 @@ pub struct CalibrateArgs {
     /// Write the engine config here [default: stdout].
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// With --gpu, also write the GPU's profile here (its figures and the efficiencies
+    /// fitted): `--gpu FILE` then predicts other models, sizes and loads on that GPU.
+    #[arg(long, value_name = "FILE")]
+    pub gpu_profile_out: Option<PathBuf>,
 }
 
 /// Refuses an `--output` that is one of the files read: the run (any file in its
 /// directory), the workload, a request file, the model config, a plugin library loaded.
 fn refuse_inputs_as_output(args: &CalibrateArgs) -> Result<(), Failure> {
-    let Some(out) = &args.output else {
-        return Ok(());
-    };
     let mut inputs: Vec<&Path> = vec![&args.run];
     inputs.extend(args.workload.as_deref());
     inputs.extend(args.run_args.fmperf_requests.iter().map(PathBuf::as_path));
     inputs.extend(args.run_args.model_config.as_deref());
-    crate::cmd::refuse_input_as_output("--output", out, &inputs)
+    inputs.extend(
+        args.run_args
+            .gpu
+            .as_deref()
+            .map(Path::new)
+            .filter(|p| p.is_file()),
+    );
+    for (flag, out) in [
+        ("--output", &args.output),
+        ("--gpu-profile-out", &args.gpu_profile_out),
+    ] {
+        if let Some(out) = out {
+            crate::cmd::refuse_input_as_output(flag, out, &inputs)?;
+        }
+    }
+    if let (Some(a), Some(b)) = (&args.output, &args.gpu_profile_out)
+        && a == b
+    {
+        return Err(Failure::input(
+            "--output and --gpu-profile-out name the same file",
+        ));
+    }
+    Ok(())
 }
 
 /// Runs the command.
 pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
     refuse_inputs_as_output(&args)?;
+    if args.gpu_profile_out.is_some() && args.run_args.gpu.is_none() {
+        return Err(Failure::input(
+            "--gpu-profile-out needs --gpu and --model-config (a roofline to profile)",
+        ));
+    }
     if args.budget < 10 {
         return Err(Failure::input("--budget must be at least 10 replays"));
     }
@@ -171,6 +199,9 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         header_error(measured.tpot_p50, simulated.tpot_p50),
         serde_yaml::to_string(&fitted.engine).expect("an engine config serialises")
     );
+    if let Some(path) = &args.gpu_profile_out {
+        crate::cmd::runs::write_gpu_profile(path, &fitted.engine, &args.run.display().to_string())?;
+    }
     match &args.output {
         Some(path) => crate::cmd::write_output(path, yaml.as_bytes(), "the engine config"),
         None => crate::cmd::print_stdout(&yaml, "the engine config"),

@@ -209,3 +209,24 @@ pub fn fleet(engines: u32, router: Option<&str>) -> Result<ServingFleet, Failure
     }
     Ok(fleet)
 }
+
+/// Writes the GPU profile of `engine`'s roofline step time (the GPU and the efficiencies
+/// fitted) to `path`, `fitted_on` said in its first line; refused when the step time is no
+/// roofline (no `--gpu`).
+pub fn write_gpu_profile(
+    path: &Path,
+    engine: &routerlab_engine::EngineConfig,
+    fitted_on: &str,
+) -> Result<(), Failure> {
+    let routerlab_engine::StepTime::Roofline(roofline) = &engine.step_time else {
+        return Err(Failure::input(
+            "--gpu-profile-out needs --gpu and --model-config (a roofline to profile)",
+        ));
+    };
+    let yaml = format!(
+        "# routerlab GPU profile, fitted on {fitted_on} (TP {}); give it to --gpu\n{}",
+        roofline.tensor_parallel,
+        serde_yaml::to_string(&roofline.profile()).expect("a GPU serialises")
+    );
+    crate::cmd::write_output(path, yaml.as_bytes(), "the GPU profile")
+}

@@ -47,6 +47,10 @@ pub struct ValidateArgs {
     /// Also write the fitted engine config (YAML) here.
     #[arg(long, value_name = "FILE")]
     pub engine_out: Option<PathBuf>,
+    /// With --gpu and --fit, also write the GPU's profile here (its figures and the
+    /// efficiencies fitted), for `--gpu FILE` on other models of that GPU.
+    #[arg(long, value_name = "FILE")]
+    pub gpu_profile_out: Option<PathBuf>,
 }
 
 /// A run as read: its requests and its own length-form workload.
@@ -80,10 +84,7 @@ fn simulate_all(runs: &[&Run], fleet: &mut ServingFleet, engine: &EngineConfig) 
 /// Refuses an `--engine-out` that is one of the files read: a run (any file of a run
 /// directory), a request file, the model config, a plugin library loaded so far.
 fn refuse_inputs_as_output(args: &ValidateArgs) -> Result<(), Failure> {
-    let Some(out) = &args.engine_out else {
-        return Ok(());
-    };
-    let inputs: Vec<&Path> = args
+    let mut inputs: Vec<&Path> = args
         .fit
         .iter()
         .chain(&args.runs)
@@ -91,7 +92,29 @@ fn refuse_inputs_as_output(args: &ValidateArgs) -> Result<(), Failure> {
         .chain(&args.run.model_config)
         .map(PathBuf::as_path)
         .collect();
-    crate::cmd::refuse_input_as_output("--engine-out", out, &inputs)
+    inputs.extend(
+        args.run
+            .gpu
+            .as_deref()
+            .map(Path::new)
+            .filter(|p| p.is_file()),
+    );
+    for (flag, out) in [
+        ("--engine-out", &args.engine_out),
+        ("--gpu-profile-out", &args.gpu_profile_out),
+    ] {
+        if let Some(out) = out {
+            crate::cmd::refuse_input_as_output(flag, out, &inputs)?;
+        }
+    }
+    if let (Some(a), Some(b)) = (&args.engine_out, &args.gpu_profile_out)
+        && a == b
+    {
+        return Err(Failure::input(
+            "--engine-out and --gpu-profile-out name the same file",
+        ));
+    }
+    Ok(())
 }
 
 /// Runs the command.
@@ -103,6 +126,11 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
     if args.fit.is_empty() && (args.run.gpu.is_none() || args.runs.is_empty()) {
         return Err(Failure::input(
             "give --fit RUN, or --gpu and --model-config with the runs to predict zero-shot",
+        ));
+    }
+    if args.gpu_profile_out.is_some() && (args.run.gpu.is_none() || args.fit.is_empty()) {
+        return Err(Failure::input(
+            "--gpu-profile-out needs --gpu, --model-config and --fit (a roofline fitted to profile)",
         ));
     }
     refuse_inputs_as_output(&args)?;
@@ -189,7 +217,21 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
     if args.run.fit_num_gpu_blocks {
         eprintln!("KV cache: {} blocks fitted", engine.num_gpu_blocks);
     }
+    // Beside a fitted or profiled roofline, what the table's figures alone predict.
+    let zero_shot = match &engine.step_time {
+        routerlab_engine::StepTime::Roofline(r)
+            if r.efficiency != routerlab_engine::Efficiency::default() =>
+        {
+            let mut plain = engine.clone();
+            let mut roofline = r.clone();
+            roofline.efficiency = routerlab_engine::Efficiency::default();
+            plain.step_time = routerlab_engine::StepTime::Roofline(roofline);
+            Some(plain)
+        }
+        _ => None,
+    };
     let mut checks = Vec::new();
+    let mut zero_shot_errors = Vec::new();
     for (run, fit_on) in fitted
         .iter()
         .map(|r| (r, true))
@@ -213,7 +255,34 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
                 run.label
             )));
         }
+        if let Some(plain) = &zero_shot {
+            let simulated = fleet.simulate(&run.workload, plain).ok_or_else(|| {
+                Failure::input(format!(
+                    "{}: the zero-shot engine could not replay every request of this run",
+                    run.label
+                ))
+            })?;
+            let plain = RunCheck::new(
+                run.label.clone(),
+                fit_on,
+                &run.measured.samples(),
+                &simulated,
+            );
+            zero_shot_errors.push(plain.errors());
+        }
         checks.push(check);
+    }
+    if let Some(path) = &args.gpu_profile_out {
+        crate::cmd::runs::write_gpu_profile(
+            path,
+            &engine,
+            &args
+                .fit
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        )?;
     }
     let engine_yaml = serde_yaml::to_string(&engine).expect("an engine config serialises");
     if let Some(out) = &args.engine_out {
@@ -229,36 +298,46 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
         crate::cmd::write_output(out, yaml.as_bytes(), "the engine config")?;
     }
     let text = match args.format {
-        OutputFormat::Human => human(&checks, evaluations, args.seed),
+        OutputFormat::Human => human(&checks, &zero_shot_errors, evaluations, args.seed),
         OutputFormat::Json => {
-            serde_json::to_string_pretty(&document(&checks, &engine)).expect("a report serialises")
+            serde_json::to_string_pretty(&document(&checks, &zero_shot_errors, &engine))
+                .expect("a report serialises")
                 + "\n"
         }
-        OutputFormat::Yaml => {
-            serde_yaml::to_string(&document(&checks, &engine)).expect("a report serialises")
-        }
+        OutputFormat::Yaml => serde_yaml::to_string(&document(&checks, &zero_shot_errors, &engine))
+            .expect("a report serialises"),
         OutputFormat::Csv => csv(&checks),
     };
     crate::cmd::print_stdout(&text, "the validation report")
 }
 
-fn human(checks: &[RunCheck], evaluations: usize, seed: u64) -> String {
+/// The report for people; with `zero_shot` (one row of errors per check), a column of
+/// what the GPU's published figures alone gave beside the fitted or profiled ones.
+fn human(checks: &[RunCheck], zero_shot: &[[f64; 8]], evaluations: usize, seed: u64) -> String {
     let mut out = String::new();
-    for check in checks {
+    for (k, check) in checks.iter().enumerate() {
         let role = if check.fitted { "fitted" } else { "predicted" };
         let _ = writeln!(out, "{} ({role}, {} requests)", check.run, check.requests);
-        let _ = writeln!(
+        let plain = zero_shot.get(k);
+        let _ = write!(
             out,
             "  {:<16}{:>12}{:>12}{:>9}",
             "", "measured", "simulated", "error"
         );
+        let _ = writeln!(out, "{}", if plain.is_some() { "  zero-shot" } else { "" });
         let errors = check.errors();
         for (i, (name, _)) in METRICS.iter().enumerate() {
-            let _ = writeln!(
+            let _ = write!(
                 out,
                 "  {name:<16}{:>12.1}{:>12.1}{:>8.1}%",
                 check.measured[i], check.simulated[i], errors[i]
             );
+            match plain {
+                Some(row) => {
+                    let _ = writeln!(out, "{:>10.1}%", row[i]);
+                }
+                None => out.push('\n'),
+            }
         }
     }
     let (medians, judged) = median_errors(checks);
@@ -275,22 +354,28 @@ fn human(checks: &[RunCheck], evaluations: usize, seed: u64) -> String {
     out
 }
 
-/// The report as one document (`--format json` and `yaml`).
-fn document(checks: &[RunCheck], engine: &EngineConfig) -> serde_json::Value {
-    let metrics = |check: &RunCheck| -> serde_json::Value {
+/// The report as one document (`--format json` and `yaml`); with `zero_shot`, each
+/// metric's `zero_shot_abs_error_pct` beside its error.
+fn document(
+    checks: &[RunCheck],
+    zero_shot: &[[f64; 8]],
+    engine: &EngineConfig,
+) -> serde_json::Value {
+    let metrics = |k: usize, check: &RunCheck| -> serde_json::Value {
         let errors = check.errors();
         METRICS
             .iter()
             .enumerate()
             .map(|(i, (_, key))| {
-                (
-                    (*key).to_owned(),
-                    serde_json::json!({
-                        "measured": check.measured[i],
-                        "simulated": check.simulated[i],
-                        "abs_error_pct": errors[i],
-                    }),
-                )
+                let mut entry = serde_json::json!({
+                    "measured": check.measured[i],
+                    "simulated": check.simulated[i],
+                    "abs_error_pct": errors[i],
+                });
+                if let Some(row) = zero_shot.get(k) {
+                    entry["zero_shot_abs_error_pct"] = serde_json::json!(row[i]);
+                }
+                ((*key).to_owned(), entry)
             })
             .collect::<serde_json::Map<_, _>>()
             .into()
@@ -298,11 +383,11 @@ fn document(checks: &[RunCheck], engine: &EngineConfig) -> serde_json::Value {
     let (medians, judged) = median_errors(checks);
     serde_json::json!({
         "engine": engine,
-        "runs": checks.iter().map(|c| serde_json::json!({
+        "runs": checks.iter().enumerate().map(|(k, c)| serde_json::json!({
             "run": c.run,
             "role": if c.fitted { "fitted" } else { "predicted" },
             "requests": c.requests,
-            "metrics": metrics(c),
+            "metrics": metrics(k, c),
         })).collect::<Vec<_>>(),
         "median_abs_error_pct": METRICS.iter().enumerate()
             .map(|(i, (_, key))| ((*key).to_owned(), serde_json::json!(medians[i])))

@@ -16,6 +16,7 @@ fn gpu() -> Gpu {
         memory_gib: 80.0,
         interconnect_gb_s: 100.0,
         source: String::new(),
+        efficiency: None,
     }
 }
 
@@ -32,6 +33,7 @@ fn ideal(config: &str, tp: u32) -> Roofline {
             memory: 1.0,
             overhead_ms: 0.0,
             allreduce_us: 5.0,
+            interconnect: 1.0,
         },
     }
 }
@@ -160,7 +162,10 @@ fn a_mixture_of_experts_reads_the_experts_its_tokens_touch() {
         ..Batch::default()
     });
     assert!(close(many.experts_ms, 0.125_829_12), "{many:?}");
-    // Split over 4 expert-parallel GPUs: a quarter each.
+    assert_eq!(many.all_to_all_ms, 0.0);
+    // Split over 4 expert-parallel GPUs: a quarter each, and two all-to-alls a layer, each
+    // sending 3/4 of 1,000 tokens × 2 experts × 1,024 bf16 values (3,072,000 bytes, at
+    // 10^8 a ms) plus 5 µs.
     let mut ep = model.clone();
     ep.expert_parallel = 4;
     let split = ep.parts(&Batch {
@@ -168,6 +173,10 @@ fn a_mixture_of_experts_reads_the_experts_its_tokens_touch() {
         ..Batch::default()
     });
     assert!(close(split.experts_ms, 0.125_829_12 / 4.0), "{split:?}");
+    assert!(
+        close(split.all_to_all_ms, 4.0 * (0.030_72 + 0.005)),
+        "{split:?}"
+    );
 }
 
 fn model_file(name: &str) -> String {
