@@ -58,6 +58,46 @@ fn model(terms: &[f64], shape: Option<Experts>, base: &StepTime) -> StepTime {
     }
 }
 
+/// Whether and how far the fit searches the KV cache's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvSearch {
+    /// As given.
+    Fixed,
+    /// Any size: nothing says what the cache held.
+    Free,
+    /// Within a band around a size the model's arithmetic derived.
+    Within {
+        /// The fewest blocks.
+        lo: u32,
+        /// The most blocks.
+        hi: u32,
+    },
+}
+
+impl KvSearch {
+    /// Within `band` (a fraction, 0.2 = ±20%) of `blocks`.
+    pub fn around(blocks: u32, band: f64) -> KvSearch {
+        let at = |f: f64| {
+            (f64::from(blocks) * f)
+                .round()
+                .clamp(1.0, f64::from(1u32 << 24)) as u32
+        };
+        KvSearch::Within {
+            lo: at(1.0 - band),
+            hi: at(1.0 + band),
+        }
+    }
+
+    /// The blocks the search may take, when it searches.
+    fn range(self) -> Option<(u32, u32)> {
+        match self {
+            KvSearch::Fixed => None,
+            KvSearch::Free => Some((1, 1 << 24)),
+            KvSearch::Within { lo, hi } => Some((lo, hi)),
+        }
+    }
+}
+
 /// The result of a fit.
 #[derive(Debug, Clone)]
 pub struct Fit {
@@ -77,14 +117,15 @@ pub struct Fit {
 /// search around the start picks where to begin; then Nelder-Mead in log space (the terms
 /// trade off against each other along narrow valleys, which coordinate steps crawl
 /// along), restarted from its best point while the budget of `budget` replays lasts.
-/// With `fit_kv_blocks`, the KV cache's size is searched too, from `base`'s, for a run
-/// that does not record it (a smaller cache makes a loaded run queue and preempt sooner).
+/// With `kv_search`, the KV cache's size is searched too, from `base`'s, for a run that
+/// does not record it (a smaller cache makes a loaded run queue and preempt sooner),
+/// within its band when it has one.
 pub fn fit(
     base: &EngineConfig,
     measured: &Samples,
     seed: u64,
     budget: usize,
-    fit_kv_blocks: bool,
+    kv_search: KvSearch,
     mut simulate: impl FnMut(&EngineConfig) -> Option<Samples>,
 ) -> Option<Fit> {
     let shape = match &base.step_time {
@@ -98,8 +139,8 @@ pub fn fit(
             step_time: model(&values, shape, &base.step_time),
             ..base.clone()
         };
-        if fit_kv_blocks && let Some(blocks) = values.last() {
-            engine.num_gpu_blocks = blocks.round().clamp(1.0, f64::from(1u32 << 24)) as u32;
+        if let (Some((lo, hi)), Some(blocks)) = (kv_search.range(), values.last()) {
+            engine.num_gpu_blocks = blocks.round().clamp(f64::from(lo), f64::from(hi)) as u32;
         }
         engine
     };
@@ -122,7 +163,7 @@ pub fn fit(
         d
     };
     let mut start = terms(&base.step_time);
-    if fit_kv_blocks {
+    if kv_search != KvSearch::Fixed {
         start.push(f64::from(base.num_gpu_blocks));
     }
     let start: Vec<f64> = start.iter().map(|t| t.max(1e-9).ln()).collect();

@@ -20,7 +20,7 @@ mod measured;
 pub mod validate;
 
 pub use error::CalibrateError;
-pub use fit::{Fit, fit};
+pub use fit::{Fit, KvSearch, fit};
 pub use fleet::ServingFleet;
 pub use measured::{
     Figures, MeasuredRequest, MeasuredRun, MeasuredRunError, Sample, Samples, quantile,

@@ -888,3 +888,56 @@ fn a_gpu_profile_fitted_on_one_model_predicts_another() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A cache derived from the model config is refined by the fit only within ±20%, and the
+/// run says so; the same number given as a guess is searched freely. DistServe's loaded
+/// run said to have twice an A100's memory: the free search shrinks the cache to what the
+/// queueing says (about 3,400 blocks), the banded one stops at 80% of the 10,204 derived.
+#[test]
+fn a_derived_kv_cache_is_searched_only_within_its_band() {
+    let config = support::scratch_file("band-opt-13b.json", OPT_13B.as_bytes());
+    let run = project_trace("distserve/vllm-400-4.exp");
+    let fit = |extra: &[&str]| -> (u64, String) {
+        let mut args = vec![
+            "validate",
+            "--fit",
+            run.to_str().unwrap(),
+            "--max-num-seqs",
+            "1024",
+            "--max-num-batched-tokens",
+            "16384",
+            "--fit-num-gpu-blocks",
+            "--budget",
+            "40",
+            "--format",
+            "json",
+        ];
+        args.extend(extra);
+        let output = routerlab(&args);
+        let (stdout, stderr) = texts(&output);
+        assert!(output.status.success(), "{stderr}");
+        let report: Value = serde_json::from_str(&stdout).unwrap();
+        (report["engine"]["num_gpu_blocks"].as_u64().unwrap(), stderr)
+    };
+    let (banded, stderr) = fit(&[
+        "--model-config",
+        config.to_str().unwrap(),
+        "--gpu-memory-gib",
+        "160",
+        "--gpu-memory-utilization",
+        "0.95",
+    ]);
+    assert!(
+        stderr.starts_with(
+            "KV cache: searched within ±20% of 10204 blocks of 16 tokens (--model-config: "
+        ),
+        "{stderr}"
+    );
+    assert_eq!(banded, 8163, "10,204 × 0.8");
+    let (free, stderr) = fit(&["--num-gpu-blocks", "10204"]);
+    assert!(
+        stderr.starts_with("KV cache: searched from 10204 blocks"),
+        "{stderr}"
+    );
+    assert!(free < 8163, "{free}");
+}

@@ -111,11 +111,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         run.max_num_batched_tokens = n;
     }
     let (blocks, block_size, how) = args.run_args.settings()?.kv_capacity(&run)?;
-    let searched = if args.run_args.fit_num_gpu_blocks {
-        "searched from "
-    } else {
-        ""
-    };
+    let (kv_search, searched) = runs::kv_search(&args.run_args, blocks, &how);
     eprintln!("KV cache: {searched}{blocks} blocks of {block_size} tokens ({how})");
     let workload = match &args.workload {
         Some(path) => {
@@ -162,7 +158,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         &measured,
         args.seed,
         args.budget,
-        args.run_args.fit_num_gpu_blocks,
+        kv_search,
         |engine| fleet.simulate(&workload, engine),
     )
     .ok_or_else(|| {

@@ -102,7 +102,8 @@ pub struct RunArgs {
     pub num_gpu_blocks: Option<u32>,
     /// Search the KV cache's size too, from the blocks the run, the flags or the estimate
     /// give, when the run does not record the engine's: the fit then finds what the
-    /// measured queueing and preemption say the cache held.
+    /// measured queueing and preemption say the cache held (within ±20% of what
+    /// --model-config derives, when it does).
     #[arg(long)]
     pub fit_num_gpu_blocks: bool,
     /// Tokens per KV block (`--block-size` is the old name).
@@ -229,4 +230,30 @@ pub fn write_gpu_profile(
         serde_yaml::to_string(&roofline.profile()).expect("a GPU serialises")
     );
     crate::cmd::write_output(path, yaml.as_bytes(), "the GPU profile")
+}
+
+/// How far `--fit-num-gpu-blocks` may move a KV cache derived from `--model-config`: the
+/// model's arithmetic leaves the activation peak and what lies outside PyTorch estimated,
+/// not the weights, so the fit refines it, no more.
+pub const KV_BAND: f64 = 0.2;
+
+/// Whether and how far the fit searches the KV cache of `blocks` found as `how`, and what
+/// to say of it before the blocks: searched freely from a guess, within [`KV_BAND`] of
+/// what the model config derives, or not at all.
+pub fn kv_search(
+    args: &RunArgs,
+    blocks: u32,
+    how: &str,
+) -> (routerlab_calibrate::KvSearch, String) {
+    use routerlab_calibrate::KvSearch;
+    if !args.fit_num_gpu_blocks {
+        (KvSearch::Fixed, String::new())
+    } else if how.starts_with("--model-config") {
+        (
+            KvSearch::around(blocks, KV_BAND),
+            format!("searched within ±{:.0}% of ", KV_BAND * 100.0),
+        )
+    } else {
+        (KvSearch::Free, "searched from ".into())
+    }
 }

@@ -139,6 +139,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
     let mut block_size = args.run.kv_block_tokens;
     let mut base: Option<EngineConfig> = None;
     let mut data_parallel = 1;
+    let mut kv_search = routerlab_calibrate::KvSearch::Fixed;
     for (path, fit_on) in args
         .fit
         .iter()
@@ -150,11 +151,8 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
             if base.is_none() {
                 data_parallel = measured.data_parallel;
                 let (blocks, size, how) = args.run.settings()?.kv_capacity(&measured)?;
-                let searched = if args.run.fit_num_gpu_blocks {
-                    "searched from "
-                } else {
-                    ""
-                };
+                let searched;
+                (kv_search, searched) = runs::kv_search(&args.run, blocks, &how);
                 eprintln!("KV cache: {searched}{blocks} blocks of {size} tokens ({how})");
                 block_size = size;
                 base = Some(EngineConfig {
@@ -204,7 +202,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
             &measured,
             args.seed,
             args.budget,
-            args.run.fit_num_gpu_blocks,
+            kv_search,
             |engine| simulate_all(&fit_runs, &mut fleet, engine),
         )
         .ok_or_else(|| {
