@@ -211,3 +211,54 @@ fn flags_missing_their_partner_are_refused_by_name() {
         texts(&output).1
     );
 }
+
+/// Speculative decoding set in the engine settings: EAGLE drafting 3 tokens accepted at
+/// 0.7 each (2.533 tokens a step as the rates say) on the H100 roofline. The report says
+/// what the steps yielded (a little under the mean: a request's last step yields no more
+/// than it has left), and the time per output token falls.
+#[test]
+fn speculative_decoding_shows_its_yield_and_shortens_decoding() {
+    let spec = "{speculative: {method: eagle, num_tokens: 3, acceptance: [0.7]}}";
+    let (plain, _) = replay("H100-SXM", &["--tensor-parallel-size", "2"]);
+    let (fast, _) = replay(
+        "H100-SXM",
+        &["--tensor-parallel-size", "2", "--engine-config", spec],
+    );
+    let run = &fast["run"]["timed"]["engines"][0]["speculative"];
+    assert_eq!(run["method"], "eagle", "{run}");
+    let expected = run["tokens_per_step"].as_f64().unwrap();
+    assert!((expected - 2.533).abs() < 1e-9, "{expected}");
+    for endpoint in fast["timed"]["per_endpoint"].as_array().unwrap() {
+        let got = endpoint["tokens_per_decode_step"].as_f64().unwrap();
+        assert!(got > 2.3 && got <= expected, "{got}");
+    }
+    assert!(plain["timed"]["per_endpoint"][0]["tokens_per_decode_step"].is_null());
+    let tpot = |r: &Value| r["timed"]["tpot"]["p50"].as_f64().unwrap();
+    assert!(
+        tpot(&fast) < 0.6 * tpot(&plain),
+        "{} vs {}",
+        tpot(&fast),
+        tpot(&plain)
+    );
+    // A bad setting is named.
+    let trace = project_trace("mooncake-small.jsonl");
+    let output = routerlab(&[
+        "replay",
+        "--matcher",
+        "round-robin",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--timing",
+        "trace",
+        "--engine-config",
+        "{speculative: {method: draft, num_tokens: 3, acceptance: [0.7]}}",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        texts(&output)
+            .1
+            .contains("`speculative.draft_cost` is needed with method `draft`"),
+        "{}",
+        texts(&output).1
+    );
+}

@@ -27,6 +27,7 @@ fn small_engine() -> EngineConfig {
         prefix_caching: true,
         max_paddings: None,
         lora: None,
+        speculative: None,
     }
 }
 

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::host::HostTier;
 use crate::lora::LoraConfig;
+use crate::speculative::Speculative;
 use crate::step_time::StepTime;
 
 /// One engine's settings.
@@ -55,6 +56,10 @@ pub struct EngineConfig {
     /// an adapter run as the base model's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<LoraConfig>,
+    /// Speculative decoding (added in 0.6; see [`crate::speculative`]); without, one token a
+    /// decode step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<Speculative>,
 }
 
 fn yes() -> bool {
@@ -107,6 +112,7 @@ impl EngineConfig {
             prefix_caching: true,
             max_paddings: None,
             lora: None,
+            speculative: None,
         }
     }
 
@@ -141,6 +147,9 @@ impl EngineConfig {
         }
         if let Some(lora) = &self.lora {
             lora.validate()?;
+        }
+        if let Some(speculative) = &self.speculative {
+            speculative.validate()?;
         }
         if self.max_paddings.is_some() && self.scheduler != Scheduler::V0 {
             return Err(
@@ -242,6 +251,8 @@ pub struct Overrides {
     pub max_paddings: Option<u32>,
     /// LoRA adapter slots.
     pub lora: Option<LoraConfig>,
+    /// Speculative decoding.
+    pub speculative: Option<Speculative>,
 }
 
 impl EngineConfig {
@@ -261,6 +272,7 @@ impl EngineConfig {
             prefix_caching,
             max_paddings,
             lora,
+            speculative,
         } = overrides;
         if let Some(preset) = preset {
             self = preset.config();
@@ -278,6 +290,7 @@ impl EngineConfig {
             prefix_caching: caching,
             max_paddings: paddings,
             lora: adapters,
+            speculative: drafts,
         } = &mut self;
         if let Some(v) = num_gpu_blocks {
             *blocks = *v;
@@ -315,6 +328,9 @@ impl EngineConfig {
         if let Some(v) = lora {
             *adapters = Some(*v);
         }
+        if let Some(v) = speculative {
+            *drafts = Some(v.clone());
+        }
         self
     }
 }
@@ -335,6 +351,7 @@ impl From<&EngineConfig> for Overrides {
             prefix_caching,
             max_paddings,
             lora,
+            speculative,
         } = config;
         Overrides {
             preset: None,
@@ -350,6 +367,7 @@ impl From<&EngineConfig> for Overrides {
             prefix_caching: Some(*prefix_caching),
             max_paddings: *max_paddings,
             lora: *lora,
+            speculative: speculative.clone(),
         }
     }
 }
@@ -390,6 +408,12 @@ mod tests {
                 slots: 4,
                 load_ms: 30.0,
                 step_overhead: 0.05,
+            }),
+            speculative: Some(Speculative {
+                method: crate::speculative::Method::Ngram,
+                num_tokens: 3,
+                acceptance: vec![0.6],
+                draft_cost: None,
             }),
         };
         assert_eq!(

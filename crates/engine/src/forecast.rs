@@ -118,6 +118,7 @@ pub fn ttft_ns(config: &EngineConfig, outlook: Outlook, own_tokens: u64) -> u64 
             decode_seqs: decoding,
             context_tokens,
             attention_pairs: 0,
+            decode_tokens: 0,
             kv_usage,
         });
         step += 1;
@@ -147,6 +148,7 @@ pub fn tpot_ns(config: &EngineConfig, batch_seqs: u64, context_tokens: u64, kv_u
         decode_seqs: batch_seqs.min(u64::from(config.max_num_seqs)),
         context_tokens,
         attention_pairs: 0,
+        decode_tokens: 0,
         kv_usage,
     })
 }

@@ -23,7 +23,7 @@
 //!
 //! [`config`] owns the settings (one declaration, the preset, one `validate`),
 //! [`step_time`] the step-time models, [`kv`] the KV cache, [`host`] the host and shared
-//! tiers below it, [`forecast`] the forecast a simulating router asks for, [`lora`] the LoRA adapter slots, [`model`] a model's KV bytes per token, [`hardware`] GPUs' limits, [`roofline`] the analytical step time from a model's shape and a GPU's limits, [`scheduler`] the engine, and
+//! tiers below it, [`forecast`] the forecast a simulating router asks for, [`lora`] the LoRA adapter slots, [`model`] a model's KV bytes per token, [`hardware`] GPUs' limits, [`roofline`] the analytical step time from a model's shape and a GPU's limits, [`speculative`] speculative decoding, [`scheduler`] the engine, and
 //! [`transfer`] the KV's move between the pools of a disaggregated fleet.
 
 pub mod config;
@@ -37,6 +37,7 @@ pub mod model;
 pub mod roofline;
 pub mod scheduler;
 mod sequence;
+pub mod speculative;
 pub mod step_time;
 mod tiers;
 pub mod transfer;
@@ -50,5 +51,6 @@ pub use memory::{GpuBudget, KvBudget, experts_of, kv_budget};
 pub use model::{ModelConfigError, ModelKv, kv_from_model_config, read_model_config};
 pub use roofline::{Efficiency, ModelShape, Roofline};
 pub use scheduler::{Engine, EngineStatus, Sequence};
+pub use speculative::Speculative;
 pub use step_time::{Batch, Experts, StepTime};
 pub use transfer::{KvTransfer, TransferMode};

@@ -534,7 +534,8 @@ impl Roofline {
         let flops_per_ms = tflops * 1e9 * e.compute;
         let bytes_per_ms = self.gpu.memory_gb_s * 1e6 * e.memory;
         let roof = |flops: f64, bytes: f64| (flops / flops_per_ms).max(bytes / bytes_per_ms);
-        let tokens = (batch.prefill_tokens + batch.decode_seqs) as f64;
+        let decoding = batch.decode_tokens.max(batch.decode_seqs);
+        let tokens = (batch.prefill_tokens + decoding) as f64;
         let wb = f64::from(s.weight_bits) / 8.0;
         let layers_ms = roof(
             2.0 * tokens * s.layer_params as f64 / tp,
@@ -559,9 +560,9 @@ impl Roofline {
             pairs * s.pair_flops as f64 * f64::from(s.attention_layers) / tp,
             batch.context_tokens as f64 * self.kv_bytes_per_token() as f64,
         );
-        // The sequences that sample: each decoding one, and a prompt finishing (one, at
-        // least, when the step prefills).
-        let sampling = (batch.decode_seqs + u64::from(batch.prefill_tokens > 0)) as f64;
+        // The positions that sample: each decoding one (and each draft verified), and a
+        // prompt finishing (one, at least, when the step prefills).
+        let sampling = (decoding + u64::from(batch.prefill_tokens > 0)) as f64;
         let head = f64::from(s.vocab) * f64::from(s.hidden);
         let head_ms = roof(2.0 * sampling * head / tp, head * wb / tp);
         let allreduce_ms = if self.tensor_parallel > 1 {

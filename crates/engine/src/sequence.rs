@@ -55,6 +55,9 @@ pub struct Sequence {
     pub(crate) ready_ns: u64,
     /// The LoRA adapter it runs with (0: the base model; see [`crate::lora`]).
     pub adapter: u32,
+    /// Speculating: the tokens its decode steps have yielded on average so far, of which
+    /// it has had the whole ones (see [`crate::speculative`]).
+    pub(crate) spec_credit: f64,
 }
 
 impl Sequence {
@@ -89,6 +92,7 @@ impl Sequence {
             load_ns: 0,
             ready_ns: 0,
             adapter: 0,
+            spec_credit: 0.0,
         }
     }
 

@@ -84,6 +84,9 @@ pub struct Batch {
     pub prefill_tokens: u64,
     /// Sequences that decode one token in the step.
     pub decode_seqs: u64,
+    /// Tokens those sequences compute: one each, and the drafts they verify when
+    /// speculating (0: taken as `decode_seqs`).
+    pub decode_tokens: u64,
     /// Tokens of context the step's sequences attend to.
     pub context_tokens: u64,
     /// Query–key pairs the step's attention computes: each prompt token computed attends
@@ -133,6 +136,7 @@ impl StepTime {
                     decode_seqs: u64::from(max_seqs),
                     context_tokens: max_context,
                     attention_pairs: max_context.saturating_mul(u64::from(max_batched.max(1))),
+                    decode_tokens: 0,
                     kv_usage: 1.0,
                 })
                 .total();

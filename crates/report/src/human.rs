@@ -205,6 +205,21 @@ fn timed_human(out: &mut String, timed: &TimedReport) {
             e.preemptions
         );
     }
+    let speculating: Vec<String> = timed
+        .per_endpoint
+        .iter()
+        .filter_map(|e| {
+            e.tokens_per_decode_step
+                .map(|t| format!("{} {t:.2}", e.name))
+        })
+        .collect();
+    if !speculating.is_empty() {
+        let _ = writeln!(
+            out,
+            "speculative decoding, tokens a decode step: {}",
+            speculating.join(", ")
+        );
+    }
     if let Some(pools) = &timed.pools {
         pools_human(out, pools);
     }

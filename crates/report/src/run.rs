@@ -226,6 +226,24 @@ pub struct EngineRun {
     /// LoRA adapter slots (added in 0.5; absent when adapters were not modelled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<LoraRun>,
+    /// Speculative decoding, when on (added in 0.6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<SpeculativeRun>,
+}
+
+/// An engine's speculative decoding, as run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpeculativeRun {
+    /// How drafts are proposed: ngram, eagle, mtp or draft.
+    pub method: String,
+    /// Draft tokens a step.
+    pub num_tokens: u32,
+    /// Acceptance rates, one or one per position.
+    pub acceptance: Vec<f64>,
+    /// A draft pass's cost as a fraction of a decode step.
+    pub draft_cost: f64,
+    /// Tokens a decoding sequence yields a step, on average, as the rates say.
+    pub tokens_per_step: f64,
 }
 
 /// An engine's LoRA adapter slots, as run.

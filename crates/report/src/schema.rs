@@ -203,6 +203,10 @@ pub struct EndpointTimed {
     pub evictions: u64,
     /// Sequences preempted and recomputed.
     pub preemptions: u64,
+    /// Speculating: tokens a decoding sequence got a decode step, on average (added in
+    /// 0.6; absent without speculative decoding).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_decode_step: Option<f64>,
 }
 
 /// The timed part of the report.

@@ -504,6 +504,7 @@ pub mod recorded {
             prefix_caching,
             max_paddings,
             lora,
+            speculative,
         } = config;
         let tier = |tier: HostTier| {
             let HostTier {
@@ -531,6 +532,15 @@ pub mod recorded {
                 load_ms: l.load_ms,
                 step_overhead: l.step_overhead,
             }),
+            speculative: speculative
+                .as_ref()
+                .map(|s| routerlab_report::run::SpeculativeRun {
+                    method: s.method.name().to_owned(),
+                    num_tokens: s.num_tokens,
+                    acceptance: s.acceptance.clone(),
+                    draft_cost: s.draft_cost(),
+                    tokens_per_step: s.tokens_per_step(),
+                }),
             num_gpu_blocks: *num_gpu_blocks,
             engine_block_size: *engine_block_size,
             max_num_seqs: *max_num_seqs,

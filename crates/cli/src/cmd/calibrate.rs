@@ -151,6 +151,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         prefix_caching: !args.run_args.no_prefix_caching,
         max_paddings: args.run_args.max_paddings,
         lora: None,
+        speculative: None,
     };
     let measured = run.samples();
     let fitted = fit(

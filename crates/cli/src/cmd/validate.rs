@@ -171,6 +171,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
                     prefix_caching: !args.run.no_prefix_caching,
                     max_paddings: args.run.max_paddings,
                     lora: None,
+                    speculative: None,
                 });
             }
             let workload =

@@ -227,3 +227,31 @@ fn a_roofline_step_time_reads_back_from_yaml() {
     let back: StepTime = serde_yaml::from_str(&yaml).unwrap();
     assert_eq!(back, step);
 }
+
+/// Verifying drafts: a decoding sequence's 4 tokens (1 and 3 drafts) go through the layers
+/// and the head together. One sequence is memory-bound, so the drafts cost nothing more
+/// there; 256 sequences are compute-bound on the layers already (2 × 256 × 33,558,528
+/// FLOPs: 0.17181966336 ms at 10^11 a ms, over the 0.067117056 ms of reading the weights),
+/// and their 1,024 tokens with drafts cost four times that.
+#[test]
+fn verifying_drafts_costs_what_the_extra_tokens_compute() {
+    let model = ideal(SMALL, 1);
+    let step = |seqs: u64, tokens: u64| {
+        model.parts(&Batch {
+            decode_seqs: seqs,
+            decode_tokens: tokens,
+            ..Batch::default()
+        })
+    };
+    assert_eq!(step(1, 4).layers_ms, step(1, 1).layers_ms);
+    assert!(
+        close(step(256, 256).layers_ms, 0.171_819_663_36),
+        "{:?}",
+        step(256, 256)
+    );
+    assert!(
+        close(step(256, 1024).layers_ms, 0.687_278_653_44),
+        "{:?}",
+        step(256, 1024)
+    );
+}

@@ -37,6 +37,8 @@ struct Plan {
     prefill: Vec<(usize, u32)>,
     /// Running positions of the sequences decoding in this step.
     decode: Vec<usize>,
+    /// With speculative decoding, the draft tokens each of `decode` verifies.
+    drafts: Vec<u32>,
     /// Whether the plan is pure decode (and so may be cut short).
     pure_decode: bool,
 }
@@ -54,6 +56,8 @@ pub struct Engine {
     spare: (Vec<(usize, u32)>, Vec<usize>),
     /// Sequences preempted (recomputed).
     pub preemptions: u64,
+    /// With speculative decoding: sequence-steps of decoding, and the tokens they yielded.
+    pub speculated: (u64, u64),
     /// Largest KV usage seen (fraction).
     pub peak_usage: f64,
     usage_integral: f64,
@@ -82,6 +86,7 @@ impl Engine {
             plan: None,
             spare: (Vec::new(), Vec::new()),
             preemptions: 0,
+            speculated: (0, 0),
             peak_usage: 0.0,
             usage_integral: 0.0,
             usage_since_ns: 0,
@@ -340,10 +345,23 @@ impl Engine {
                 }
             }
         }
-        for pos in &plan.decode {
+        for (i, pos) in plan.decode.iter().enumerate() {
             let seq = &mut self.running[*pos];
-            seq.computed += plan.steps as u32;
-            seq.generated += plan.steps as u32;
+            let tokens = match (&self.config.speculative, plan.drafts.get(i)) {
+                (Some(spec), Some(&drafts)) => {
+                    // The whole tokens the mean yield has earned it, never past its output.
+                    let before = seq.spec_credit.floor();
+                    seq.spec_credit += spec.tokens_per_step_with(drafts);
+                    let earned = (seq.spec_credit.floor() - before) as u32;
+                    let tokens = earned.clamp(1, seq.output_tokens - seq.generated);
+                    self.speculated.0 += 1;
+                    self.speculated.1 += u64::from(tokens);
+                    tokens
+                }
+                _ => plan.steps as u32,
+            };
+            seq.computed += tokens;
+            seq.generated += tokens;
         }
         let (mut prefill, mut decode) = (plan.prefill, plan.decode);
         prefill.clear();
@@ -385,6 +403,9 @@ impl Engine {
         let mut budget = self.config.max_num_batched_tokens;
         let (mut prefill, mut decode) = std::mem::take(&mut self.spare);
         let mut prefill_tokens = 0u64;
+        let speculating = self.config.speculative.is_some();
+        let lookahead = self.config.speculative.as_ref().map_or(0, |s| s.num_tokens);
+        let mut drafts_of: Vec<u32> = Vec::new();
         // Running sequences first, in admission order.
         let mut pos = 0;
         while !prefills_only && pos < self.running.len() && budget > 0 {
@@ -404,10 +425,16 @@ impl Engine {
                 pos += 1;
                 continue;
             }
-            // Decoding computes one more token: room for it, preempting from the back if needed.
-            let needed = (self.running[pos].computed + 1).div_ceil(block_tokens);
+            // Decoding computes one more token (and verifies the drafts, speculating): room
+            // for them, preempting from the back if needed.
+            let drafts = lookahead.min(budget - 1);
+            let needed = (self.running[pos].computed + 1 + drafts).div_ceil(block_tokens);
             if needed as usize > self.running[pos].held() {
-                match self.grow(pos) {
+                let mut grown = Some(true);
+                while grown == Some(true) && needed as usize > self.running[pos].held() {
+                    grown = self.grow(pos);
+                }
+                match grown {
                     Some(true) => {}
                     Some(false) => continue, // `pos` itself was preempted; the next moved in
                     None => break,
@@ -419,7 +446,10 @@ impl Engine {
                     self.compute_after_ns = self.compute_after_ns.max(fence);
                 }
             }
-            budget -= 1;
+            budget -= 1 + drafts;
+            if speculating {
+                drafts_of.push(drafts);
+            }
             decode.push(pos);
             pos += 1;
         }
@@ -582,12 +612,15 @@ impl Engine {
                 steps: 1,
                 prefill,
                 decode,
+                drafts: drafts_of,
                 pure_decode: false,
             });
             return Some(ready);
         }
         // Every running sequence decodes and nothing else happens: identical steps follow.
-        let pure_decode = prefill.is_empty() && !admitted && decode.len() == self.running.len();
+        // (Speculating, each step yields what its sequences have earned: one at a time.)
+        let pure_decode =
+            prefill.is_empty() && !admitted && decode.len() == self.running.len() && !speculating;
         let steps = if pure_decode {
             self.reserve_decode_run(now_ns)
         } else {
@@ -622,7 +655,18 @@ impl Engine {
                 .iter()
                 .map(|pos| u64::from(self.running[*pos].computed) + 1)
                 .sum::<u64>()
-            + decode.len() as u64 * (steps - 1) / 2;
+            + decode.len() as u64 * (steps - 1) / 2
+            // A sequence verifying d drafts attends from d more positions, each one further.
+            + drafts_of
+                .iter()
+                .zip(&decode)
+                .map(|(&d, pos)| {
+                    let d = u64::from(d);
+                    d * (u64::from(self.running[*pos].computed) + 1) + d * (d + 1) / 2
+                })
+                .sum::<u64>();
+        let decode_tokens =
+            decode.len() as u64 + drafts_of.iter().map(|&d| u64::from(d)).sum::<u64>();
         // A moved-in prompt that completes here samples its first token: a decode's work.
         let arrived_kv = prefill
             .iter()
@@ -634,10 +678,26 @@ impl Engine {
         let mut step_ns = self.config.step_time.step_ns(&Batch {
             prefill_tokens,
             decode_seqs: decode.len() as u64 + arrived_kv,
+            decode_tokens: decode_tokens + arrived_kv,
             context_tokens: context,
             attention_pairs: pairs,
             kv_usage: usage,
         });
+        if let Some(spec) = &self.config.speculative
+            && !decode.is_empty()
+        {
+            // The drafts: as many passes as the most drafts a sequence has, each a share of
+            // a plain decode step of the batch.
+            let passes = drafts_of.iter().copied().max().unwrap_or(0);
+            let plain = self.config.step_time.step_ns(&Batch {
+                decode_seqs: decode.len() as u64,
+                decode_tokens: decode.len() as u64,
+                context_tokens: context,
+                kv_usage: usage,
+                ..Batch::default()
+            });
+            step_ns += (f64::from(passes) * spec.draft_cost() * plain as f64).round() as u64;
+        }
         if let Some(lora) = &self.lora {
             step_ns = lora.step_ns(step_ns);
         }
@@ -649,6 +709,7 @@ impl Engine {
             steps,
             prefill,
             decode,
+            drafts: drafts_of,
             pure_decode,
         });
         Some(start_ns + steps * step_ns)

@@ -721,6 +721,12 @@ impl Sim<'_> {
                     mean_kv_usage: round6(engine.mean_usage(end)),
                     evictions: engine.evictions(),
                     preemptions: engine.preemptions,
+                    tokens_per_decode_step: engine.config().speculative.as_ref().map(|_| {
+                        match engine.speculated {
+                            (0, _) => 0.0,
+                            (steps, tokens) => round6(tokens as f64 / steps as f64),
+                        }
+                    }),
                 })
                 .collect(),
             pools: self
