@@ -1,3 +1,5 @@
+//! The roofline step time, part by part, with the figures worked out by hand.
+
 use super::*;
 use crate::step_time::{Batch, StepTime};
 

@@ -19,6 +19,7 @@
 //! have one block size. Directories are walked in name order, symlinks refused.
 
 mod graph;
+mod seams;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
