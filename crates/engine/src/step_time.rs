@@ -93,7 +93,8 @@ pub struct Batch {
     /// to the context before it and to itself, each decoded token to its context (0: taken
     /// as `context_tokens`).
     pub attention_pairs: u64,
-    /// KV-cache usage, 0 to 1.
+    /// The blocks the running sequences hold over the cache's capacity, a block shared by
+    /// several counted for each (what their attention reads; may pass 1).
     pub kv_usage: f64,
 }
 
@@ -267,7 +268,8 @@ impl StepTime {
                 } else {
                     0.0
                 };
-                let u = kv_usage;
+                // Past a full cache (sharing counted per sequence), as a full one.
+                let u = kv_usage.clamp(0.0, 1.0);
                 let d = if decoding {
                     decode[0] * u * u + decode[1] * u + decode[2]
                 } else {

@@ -218,6 +218,15 @@ impl Engine {
         f64::from(self.kv.used()) / f64::from(self.kv.capacity())
     }
 
+    /// The blocks the running sequences hold, a block counted once for every sequence that
+    /// holds it, over the capacity: what a step's attention reads, as Dynamo's mocker
+    /// counts its utilisation for the polynomial decode time (a prefix many sequences
+    /// share is read by each; it can pass 1).
+    fn held_usage(&self) -> f64 {
+        let held: usize = self.running.iter().map(Sequence::held).sum();
+        held as f64 / f64::from(self.kv.capacity())
+    }
+
     /// Time-weighted mean KV usage from the first arrival to `now`.
     pub fn mean_usage(&self, now_ns: u64) -> f64 {
         let Some(first) = self.first_ns else {
@@ -681,7 +690,7 @@ impl Engine {
             decode_tokens: decode_tokens + arrived_kv,
             context_tokens: context,
             attention_pairs: pairs,
-            kv_usage: usage,
+            kv_usage: self.held_usage(),
         });
         if let Some(spec) = &self.config.speculative
             && !decode.is_empty()
@@ -693,7 +702,7 @@ impl Engine {
                 decode_seqs: decode.len() as u64,
                 decode_tokens: decode.len() as u64,
                 context_tokens: context,
-                kv_usage: usage,
+                kv_usage: self.held_usage(),
                 ..Batch::default()
             });
             step_ns += (f64::from(passes) * spec.draft_cost() * plain as f64).round() as u64;

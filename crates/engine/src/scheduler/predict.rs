@@ -79,7 +79,7 @@ impl Engine {
             decoders,
             seated_others,
             context_tokens,
-            kv_usage: self.usage(),
+            kv_usage: self.held_usage(),
         };
         forecast::ttft_ns(&self.config, outlook, prompt - cached)
     }
@@ -97,6 +97,6 @@ impl Engine {
             .map(|s| u64::from(s.computed.max(s.prefill_target)))
             .sum::<u64>()
             + u64::from(prompt_tokens);
-        forecast::tpot_ns(&self.config, batch, context, self.usage())
+        forecast::tpot_ns(&self.config, batch, context, self.held_usage())
     }
 }
