@@ -837,8 +837,13 @@ fn readme(args: &[String]) -> Result<(), String> {
     let result = documents
         .iter()
         .try_for_each(|doc| run_document(doc, &home, bless));
+    // Said, since a file made in the checkout by anything else while the blocks ran is
+    // taken for theirs.
     for created in untracked()?.difference(&before) {
         let path = root().join(created);
+        eprintln!(
+            "xtask readme: removing {created}, which appeared in the checkout while the blocks ran"
+        );
         let _ = if path.is_dir() {
             std::fs::remove_dir_all(&path)
         } else {
