@@ -14,6 +14,8 @@ use crate::{CalibrateError, Samples};
 /// engine of the same config with requests balanced to the one with the fewest in flight
 /// (as vLLM's own balancer does, which weighs waiting and running requests).
 pub struct ServingFleet {
+    scenario: Scenario,
+    search: SearchPath,
     replicas: Replicas,
     engines: usize,
     matcher: String,
@@ -42,11 +44,14 @@ impl ServingFleet {
             when_unavailable: WhenUnavailable::Queue,
             ..Scenario::default()
         };
-        let replicas = scenario.routers(&SearchPath::from_env())?;
+        let search = SearchPath::from_env();
+        let replicas = scenario.routers(&search)?;
         Ok(ServingFleet {
+            matcher: scenario.matcher.clone(),
+            scenario,
+            search,
             replicas,
             engines,
-            matcher: scenario.matcher,
         })
     }
 
@@ -61,8 +66,11 @@ impl ServingFleet {
     }
 
     /// Replays `workload` on the fleet, every engine `engine`, and returns what its
-    /// requests took.
+    /// requests took. Each replay starts from routers as new (a policy's state, such as
+    /// where its round robin stands, is not carried from one replay to the next), so the
+    /// same engine always gives the same answer.
     pub fn simulate(&mut self, workload: &Workload, engine: &EngineConfig) -> Option<Samples> {
+        self.replicas = self.scenario.routers(&self.search).ok()?;
         let settings = TimedSettings::at_trace_times(vec![engine.clone(); self.engines]);
         let mut recorder = Recorder::default();
         let report = replay_timed(workload, &mut self.replicas, &settings, &mut recorder).ok()?;

@@ -859,6 +859,26 @@ fn a_gpu_profile_fitted_on_one_model_predicts_another() {
         "profiled {profiled}%, zero-shot {zero_shot}%"
     );
     assert!(profiled <= 10.0, "profiled {profiled}%");
+    // The zero-shot column is what a zero-shot run says: each replay starts from routers
+    // as new (the two engines' balancer kept its state from one replay to the next).
+    let output = routerlab(&[
+        "validate",
+        "--gpu",
+        "RTX-PRO-6000",
+        "--model-config",
+        moe.to_str().unwrap(),
+        run.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let alone: Value = serde_json::from_str(&texts(&output).0).unwrap();
+    for metric in ["ttft_p50_ms", "e2e_mean_ms", "ttft_p99_ms"] {
+        assert_eq!(
+            alone["runs"][0]["metrics"][metric]["abs_error_pct"],
+            report["runs"][0]["metrics"][metric]["zero_shot_abs_error_pct"],
+            "{metric}"
+        );
+    }
     // The profile is an input: never written over; and it needs a roofline to come from.
     let output = routerlab(&[
         "validate",
