@@ -28,9 +28,7 @@
 //! of the checkpoint's dtype or quantization. A latent is kept whole on every GPU; a
 //! hybrid's linear layers keep no per-token cache.
 
-use serde_json::{Map, Value};
-
-use crate::model::{ModelConfigError, kv_from_model_config};
+use crate::model::{ModelConfigError, kv_from_model_config, language_keys, object};
 use crate::roofline::ModelShape;
 
 /// What a GPU and an engine's limits give the KV cache.
@@ -77,70 +75,6 @@ pub struct KvBudget {
 /// `block_size` tokens a block: whole blocks, rounded down.
 pub fn blocks_in(available_bytes: u64, bytes_per_token: u64, block_size: u32) -> u64 {
     available_bytes / (bytes_per_token * u64::from(block_size)).max(1)
-}
-
-struct Keys<'a> {
-    keys: &'a Map<String, Value>,
-    prefix: &'static str,
-}
-
-impl Keys<'_> {
-    fn field(&self, name: &str, why: &str) -> ModelConfigError {
-        ModelConfigError::Field {
-            field: format!("{}{name}", self.prefix),
-            why: why.to_owned(),
-        }
-    }
-
-    fn number(&self, name: &str) -> Result<Option<u64>, ModelConfigError> {
-        match self.keys.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(value) => value.as_u64().filter(|n| *n > 0).map(Some).ok_or_else(|| {
-                self.field(
-                    name,
-                    &format!("must be a positive whole number, not {value}"),
-                )
-            }),
-        }
-    }
-
-    fn required(&self, name: &str) -> Result<u64, ModelConfigError> {
-        self.number(name)?
-            .ok_or_else(|| self.field(name, "missing"))
-    }
-
-    fn first(&self, names: &[&str]) -> Result<Option<u64>, ModelConfigError> {
-        for name in names {
-            if let Some(n) = self.number(name)? {
-                return Ok(Some(n));
-            }
-        }
-        Ok(None)
-    }
-}
-
-/// The config `text`'s top-level object.
-fn object(text: &str) -> Result<Map<String, Value>, ModelConfigError> {
-    match serde_json::from_str(text).map_err(|e| ModelConfigError::Json(e.to_string()))? {
-        Value::Object(root) => Ok(root),
-        _ => Err(ModelConfigError::Json(
-            "the top level is not an object".into(),
-        )),
-    }
-}
-
-/// The language model's keys: a multimodal config's `text_config`, else the top level.
-fn language_keys(root: &Map<String, Value>) -> Keys<'_> {
-    match root.get("text_config") {
-        Some(Value::Object(text)) => Keys {
-            keys: text,
-            prefix: "text_config.",
-        },
-        _ => Keys {
-            keys: root,
-            prefix: "",
-        },
-    }
 }
 
 /// A mixture-of-experts model's experts a layer and experts a token, from its config

@@ -222,6 +222,72 @@ fn text_of<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
     map.get(key).and_then(Value::as_str)
 }
 
+/// A config's keys (the top level's, or a multimodal config's `text_config`), read as
+/// whole numbers; errors name the key with its place.
+pub(crate) struct Keys<'a> {
+    pub(crate) keys: &'a Map<String, Value>,
+    pub(crate) prefix: &'static str,
+}
+
+impl Keys<'_> {
+    pub(crate) fn field(&self, name: &str, why: &str) -> ModelConfigError {
+        ModelConfigError::Field {
+            field: format!("{}{name}", self.prefix),
+            why: why.to_owned(),
+        }
+    }
+
+    pub(crate) fn number(&self, name: &str) -> Result<Option<u64>, ModelConfigError> {
+        match self.keys.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(value) => value.as_u64().filter(|n| *n > 0).map(Some).ok_or_else(|| {
+                self.field(
+                    name,
+                    &format!("must be a positive whole number, not {value}"),
+                )
+            }),
+        }
+    }
+
+    pub(crate) fn required(&self, name: &str) -> Result<u64, ModelConfigError> {
+        self.number(name)?
+            .ok_or_else(|| self.field(name, "missing"))
+    }
+
+    pub(crate) fn first(&self, names: &[&str]) -> Result<Option<u64>, ModelConfigError> {
+        for name in names {
+            if let Some(n) = self.number(name)? {
+                return Ok(Some(n));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The config `text`'s top-level object.
+pub(crate) fn object(text: &str) -> Result<Map<String, Value>, ModelConfigError> {
+    match serde_json::from_str(text).map_err(|e| ModelConfigError::Json(e.to_string()))? {
+        Value::Object(root) => Ok(root),
+        _ => Err(ModelConfigError::Json(
+            "the top level is not an object".into(),
+        )),
+    }
+}
+
+/// The language model's keys: a multimodal config's `text_config`, else the top level.
+pub(crate) fn language_keys(root: &Map<String, Value>) -> Keys<'_> {
+    match root.get("text_config") {
+        Some(Value::Object(text)) => Keys {
+            keys: text,
+            prefix: "text_config.",
+        },
+        _ => Keys {
+            keys: root,
+            prefix: "",
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,10 +33,10 @@
 //! GPU.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::hardware::Gpu;
-use crate::model::{ModelConfigError, dtype_bytes};
+use crate::model::{ModelConfigError, dtype_bytes, language_keys, object};
 
 /// The routed experts of a mixture-of-experts model.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -83,49 +83,6 @@ pub struct ModelShape {
     pub weight_bits: u32,
 }
 
-struct Keys<'a> {
-    keys: &'a Map<String, Value>,
-    prefix: &'static str,
-}
-
-impl Keys<'_> {
-    fn fail(&self, name: &str, why: &str) -> ModelConfigError {
-        ModelConfigError::Field {
-            field: format!("{}{name}", self.prefix),
-            why: why.to_owned(),
-        }
-    }
-
-    fn number(&self, name: &str) -> Result<Option<u64>, ModelConfigError> {
-        match self.keys.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(value) => value
-                .as_u64()
-                .filter(|n| *n > 0 && *n <= u64::from(u32::MAX))
-                .map(Some)
-                .ok_or_else(|| {
-                    self.fail(
-                        name,
-                        &format!("must be a whole number from 1 to 2^32 − 1, not {value}"),
-                    )
-                }),
-        }
-    }
-
-    fn required(&self, name: &str) -> Result<u64, ModelConfigError> {
-        self.number(name)?.ok_or_else(|| self.fail(name, "missing"))
-    }
-
-    fn first(&self, names: &[&str]) -> Result<Option<u64>, ModelConfigError> {
-        for name in names {
-            if let Some(n) = self.number(name)? {
-                return Ok(Some(n));
-            }
-        }
-        Ok(None)
-    }
-}
-
 /// The layer kinds of a hybrid model's `layer_types` that keep a per-token KV cache.
 const ATTENTION_LAYERS: [&str; 4] = [
     "full_attention",
@@ -140,23 +97,8 @@ impl ModelShape {
     /// (`layer_types`), a multimodal config's `text_config`; weights in `torch_dtype` (or
     /// `dtype`), or the bits of a `quantization_config`.
     pub fn from_config(text: &str) -> Result<ModelShape, ModelConfigError> {
-        let root: Value =
-            serde_json::from_str(text).map_err(|e| ModelConfigError::Json(e.to_string()))?;
-        let Value::Object(root) = root else {
-            return Err(ModelConfigError::Json(
-                "the top level is not an object".into(),
-            ));
-        };
-        let keys = match root.get("text_config") {
-            Some(Value::Object(text)) => Keys {
-                keys: text,
-                prefix: "text_config.",
-            },
-            _ => Keys {
-                keys: &root,
-                prefix: "",
-            },
-        };
+        let root = object(text)?;
+        let keys = language_keys(&root);
         let hidden = keys.required("hidden_size")?;
         let layers = keys.required("num_hidden_layers")?;
         let heads = keys.required("num_attention_heads")?;
@@ -185,7 +127,7 @@ impl ModelShape {
                 let kv_heads = keys.number("num_key_value_heads")?.unwrap_or(heads);
                 let head_dim = keys.number("head_dim")?.unwrap_or(hidden / heads);
                 if head_dim == 0 {
-                    return Err(keys.fail("hidden_size", "smaller than the heads"));
+                    return Err(keys.field("hidden_size", "smaller than the heads"));
                 }
                 let weights = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim;
                 (
@@ -199,7 +141,7 @@ impl ModelShape {
         let attention_layers = match keys.keys.get("layer_types") {
             Some(Value::Array(types)) => {
                 if types.len() as u64 != layers {
-                    return Err(keys.fail(
+                    return Err(keys.field(
                         "layer_types",
                         &format!("{} entries for {layers} layers", types.len()),
                     ));
@@ -209,7 +151,7 @@ impl ModelShape {
                     .filter(|t| t.as_str().is_some_and(|t| ATTENTION_LAYERS.contains(&t)))
                     .count() as u64
             }
-            Some(other) => return Err(keys.fail("layer_types", &format!("not a list: {other}"))),
+            Some(other) => return Err(keys.field("layer_types", &format!("not a list: {other}"))),
             None => layers,
         };
         let gated = !matches!(
@@ -234,7 +176,7 @@ impl ModelShape {
             Some(count) => {
                 let per_token = keys.required("num_experts_per_tok")?;
                 if per_token > count {
-                    return Err(keys.fail(
+                    return Err(keys.field(
                         "num_experts_per_tok",
                         &format!("{per_token} is more than the {count} experts"),
                     ));
@@ -304,11 +246,11 @@ impl ModelShape {
                     .and_then(Value::as_str)
             }) {
                 Some(name) => 8 * dtype_bytes(name)?,
-                None => return Err(keys.fail("torch_dtype", "missing (nor `dtype`)")),
+                None => return Err(keys.field("torch_dtype", "missing (nor `dtype`)")),
             },
         };
         let narrow = |n: u64, what: &str| -> Result<u32, ModelConfigError> {
-            u32::try_from(n).map_err(|_| keys.fail(what, "too large"))
+            u32::try_from(n).map_err(|_| keys.field(what, "too large"))
         };
         Ok(ModelShape {
             layers: narrow(layers, "num_hidden_layers")?,

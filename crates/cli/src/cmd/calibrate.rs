@@ -63,22 +63,13 @@ fn refuse_inputs_as_output(args: &CalibrateArgs) -> Result<(), Failure> {
             .map(Path::new)
             .filter(|p| p.is_file()),
     );
-    for (flag, out) in [
-        ("--output", &args.output),
-        ("--gpu-profile-out", &args.gpu_profile_out),
-    ] {
-        if let Some(out) = out {
-            crate::cmd::refuse_input_as_output(flag, out, &inputs)?;
-        }
-    }
-    if let (Some(a), Some(b)) = (&args.output, &args.gpu_profile_out)
-        && a == b
-    {
-        return Err(Failure::input(
-            "--output and --gpu-profile-out name the same file",
-        ));
-    }
-    Ok(())
+    runs::refuse_outputs(
+        &inputs,
+        &[
+            ("--output", &args.output),
+            ("--gpu-profile-out", &args.gpu_profile_out),
+        ],
+    )
 }
 
 /// Runs the command.

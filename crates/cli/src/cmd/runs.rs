@@ -257,3 +257,26 @@ pub fn kv_search(
         (KvSearch::Free, "searched from ".into())
     }
 }
+
+/// Refuses each output (its flag, its path when given) that is one of `inputs`, and two
+/// outputs that name one file.
+pub fn refuse_outputs(
+    inputs: &[&Path],
+    outputs: &[(&str, &Option<PathBuf>)],
+) -> Result<(), Failure> {
+    for (flag, out) in outputs {
+        if let Some(out) = out {
+            crate::cmd::refuse_input_as_output(flag, out, inputs)?;
+        }
+    }
+    for (i, (flag, out)) in outputs.iter().enumerate() {
+        for (other, then) in &outputs[i + 1..] {
+            if out.is_some() && *out == *then {
+                return Err(Failure::input(format!(
+                    "{flag} and {other} name the same file"
+                )));
+            }
+        }
+    }
+    Ok(())
+}

@@ -99,22 +99,13 @@ fn refuse_inputs_as_output(args: &ValidateArgs) -> Result<(), Failure> {
             .map(Path::new)
             .filter(|p| p.is_file()),
     );
-    for (flag, out) in [
-        ("--engine-out", &args.engine_out),
-        ("--gpu-profile-out", &args.gpu_profile_out),
-    ] {
-        if let Some(out) = out {
-            crate::cmd::refuse_input_as_output(flag, out, &inputs)?;
-        }
-    }
-    if let (Some(a), Some(b)) = (&args.engine_out, &args.gpu_profile_out)
-        && a == b
-    {
-        return Err(Failure::input(
-            "--engine-out and --gpu-profile-out name the same file",
-        ));
-    }
-    Ok(())
+    runs::refuse_outputs(
+        &inputs,
+        &[
+            ("--engine-out", &args.engine_out),
+            ("--gpu-profile-out", &args.gpu_profile_out),
+        ],
+    )
 }
 
 /// Runs the command.

@@ -195,6 +195,41 @@ impl Group {
     }
 }
 
+/// The chain whose last request is `source` (following the splices made), if any.
+fn ending_at(
+    chains: &[Chain],
+    owner: &HashMap<String, usize>,
+    alias: &HashMap<usize, usize>,
+    source: &str,
+) -> Option<usize> {
+    let mut chain = owner[source];
+    while let Some(next) = alias.get(&chain) {
+        chain = *next;
+    }
+    (chains[chain].tail_source.as_deref() == Some(source)).then_some(chain)
+}
+
+/// Chain `elected` continues `chain`: its requests follow, its last request ends it.
+fn splice(
+    chains: &mut [Chain],
+    owner: &mut HashMap<String, usize>,
+    alias: &mut HashMap<usize, usize>,
+    chain: usize,
+    elected: usize,
+) {
+    let moved = std::mem::take(&mut chains[elected].requests);
+    for request in &moved {
+        owner.insert(request.source_id.clone(), chain);
+    }
+    chains[chain].requests.extend(moved);
+    chains[chain].tail_source = chains[elected].tail_source.clone();
+    chains[chain].tail_hashes = chains[elected].tail_hashes.clone();
+    chains[chain].tail_end = chains[elected].tail_end;
+    chains[chain].tail_model = chains[elected].tail_model.clone();
+    chains[elected].spliced = true;
+    alias.insert(elected, chain);
+}
+
 /// Splices seams into their parents, repeatedly: the deepest eligible fork of a source
 /// (the earliest on a tie, then the first made) continues its chain, and the source's other
 /// forks that began after the new tail are re-anchored on it. Sources are taken in the
@@ -240,13 +275,9 @@ pub(super) fn splice_seams(
         if !done.insert(source.clone()) {
             continue;
         }
-        let mut chain = owner[&source];
-        while let Some(next) = alias.get(&chain) {
-            chain = *next;
-        }
-        if chains[chain].tail_source.as_deref() != Some(source.as_str()) {
+        let Some(chain) = ending_at(chains, owner, &alias, &source) else {
             continue;
-        }
+        };
         let tail = &by_source[&source];
         let Some(group) = groups.get(&source) else {
             continue;
@@ -258,17 +289,7 @@ pub(super) fn splice_seams(
         // again: its forks that are not moved on stay its forks.
         let mut group = groups.remove(&source).expect("the group elected from");
         group.remove(&members, elected);
-        let moved = std::mem::take(&mut chains[elected].requests);
-        for request in &moved {
-            owner.insert(request.source_id.clone(), chain);
-        }
-        chains[chain].requests.extend(moved);
-        chains[chain].tail_source = chains[elected].tail_source.clone();
-        chains[chain].tail_hashes = chains[elected].tail_hashes.clone();
-        chains[chain].tail_end = chains[elected].tail_end;
-        chains[chain].tail_model = chains[elected].tail_model.clone();
-        chains[elected].spliced = true;
-        alias.insert(elected, chain);
+        splice(chains, owner, &mut alias, chain, elected);
         let Some(new_tail) = chains[chain].tail_source.clone() else {
             for left in group.chains().collect::<Vec<_>>() {
                 settle(chains, left, &source);
@@ -320,13 +341,9 @@ pub(super) fn splice_seams_by_scan(
         if !done.insert(source.clone()) {
             continue;
         }
-        let mut chain = owner[&source];
-        while let Some(next) = alias.get(&chain) {
-            chain = *next;
-        }
-        if chains[chain].tail_source.as_deref() != Some(source.as_str()) {
+        let Some(chain) = ending_at(chains, owner, &alias, &source) else {
             continue;
-        }
+        };
         let tail = &by_source[&source];
         let Some(listed) = forks.get(&source) else {
             continue;
@@ -358,17 +375,7 @@ pub(super) fn splice_seams_by_scan(
         // The source is no chain's last request from here on, so it is never a source
         // again: its list goes (the forks moved on are listed under their new source).
         forks.remove(&source);
-        let moved = std::mem::take(&mut chains[elected].requests);
-        for request in &moved {
-            owner.insert(request.source_id.clone(), chain);
-        }
-        chains[chain].requests.extend(moved);
-        chains[chain].tail_source = chains[elected].tail_source.clone();
-        chains[chain].tail_hashes = chains[elected].tail_hashes.clone();
-        chains[chain].tail_end = chains[elected].tail_end;
-        chains[chain].tail_model = chains[elected].tail_model.clone();
-        chains[elected].spliced = true;
-        alias.insert(elected, chain);
+        splice(chains, owner, &mut alias, chain, elected);
         let Some(new_tail) = chains[chain].tail_source.clone() else {
             continue;
         };
