@@ -74,6 +74,17 @@ fuzz_target!(|data: &[u8]| {
             load_ms: f64::from(byte(head, 13)) / 10.0,
             step_overhead: f64::from(byte(head, 15) % 26) / 100.0,
         }),
+        // Sometimes speculative decoding: 1 to 8 drafts, any acceptance.
+        speculative: (byte(head, 10) % 4 == 0).then(|| routerlab_engine::Speculative {
+            method: if byte(head, 11) % 2 == 0 {
+                routerlab_engine::speculative::Method::Ngram
+            } else {
+                routerlab_engine::speculative::Method::Eagle
+            },
+            num_tokens: 1 + byte(head, 12) % 8,
+            acceptance: vec![f64::from(byte(head, 13)) / 255.0],
+            draft_cost: None,
+        }),
     };
     if engine.validate().is_err() {
         return;

@@ -351,3 +351,48 @@ fn follow_and_route(isolation: &str, lossy: bool) {
         assert_eq!(resyncs, 0.0, "{metrics}");
     }
 }
+
+/// Both of vLLM's layouts, each release's as msgspec encodes its own definitions
+/// (`python/vllm_kv_event_releases.py`: events as tagged arrays up to 0.23, as maps from
+/// 0.24, with the fields each release added): every batch decodes to the same changes, the
+/// CPU tier's store left out. An array-layout batch was undecodable before ("invalid type:
+/// unit value, expected u32"), and precise routing over such an engine fell back to its
+/// own guess without a word.
+#[test]
+fn every_vllm_releases_event_layout_decodes() {
+    use routerlab_live::kv_events::{Change, decode_batch};
+    let dir = std::env::temp_dir().join(format!("routerlab-kv-layouts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script =
+        support::workspace_root().join("crates/cli/tests/python/vllm_kv_event_releases.py");
+    let output = std::process::Command::new(python())
+        .arg(&script)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let releases = [
+        "0.10", "0.11", "0.14", "0.17", "0.20", "0.22", "0.24", "0.26",
+    ];
+    for release in releases {
+        let bytes = std::fs::read(dir.join(format!("{release}.msgpack"))).unwrap();
+        let changes = decode_batch(&bytes).unwrap_or_else(|e| panic!("vLLM {release}: {e}"));
+        assert_eq!(
+            changes,
+            [
+                Change::Stored {
+                    hashes: vec![11, 12],
+                    block_size: 16,
+                },
+                Change::Removed { hashes: vec![11] },
+                Change::Cleared,
+            ],
+            "vLLM {release}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -169,11 +169,84 @@ impl<'de> serde::Deserialize<'de> for InHash {
 #[derive(serde::Deserialize)]
 struct InBatch(
     #[allow(dead_code)] f64,
-    Vec<InEvent>,
+    Vec<AnyEvent>,
     #[serde(default)]
     #[allow(dead_code)]
     Option<i64>,
 );
+
+/// An event in either of vLLM's layouts: a tagged array (`array_like`, up to vLLM 0.23) or
+/// a map tagged by `type` (from 0.24).
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum AnyEvent {
+    Array(ArrayEvent),
+    Map(InEvent),
+}
+
+impl AnyEvent {
+    fn event(self) -> InEvent {
+        match self {
+            AnyEvent::Array(ArrayEvent(event)) | AnyEvent::Map(event) => event,
+        }
+    }
+}
+
+/// An event as a tagged array: its type's name, then its fields in declaration order, the
+/// trailing defaults possibly left out. As each release declares them (its sdist's
+/// `vllm/distributed/kv_events.py`): `BlockStored` is `[block_hashes, parent_block_hash,
+/// token_ids, block_size, lora_id]` in 0.10, then `medium` (0.11), `lora_name` (0.14),
+/// `extra_keys` (0.17), `group_idx` (0.20), `kv_cache_spec_kind` and
+/// `kv_cache_spec_sliding_window` (0.22); `BlockRemoved` is `[block_hashes]`, then `medium`
+/// (0.11) and `group_idx` (0.20). Fields past those read are skipped.
+struct ArrayEvent(InEvent);
+
+impl<'de> serde::Deserialize<'de> for ArrayEvent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ArrayEvent, D::Error> {
+        use serde::de::{Error, IgnoredAny, SeqAccess};
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = ArrayEvent;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a KV event as a tagged array")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ArrayEvent, A::Error> {
+                let tag: String = seq
+                    .next_element()?
+                    .ok_or_else(|| A::Error::invalid_length(0, &self))?;
+                let field = |n: usize| move || A::Error::invalid_length(n, &"more fields");
+                let event = match tag.as_str() {
+                    "BlockStored" => {
+                        let block_hashes: Vec<InHash> = seq.next_element()?.ok_or_else(field(1))?;
+                        let _parent: IgnoredAny = seq.next_element()?.ok_or_else(field(2))?;
+                        let _tokens: IgnoredAny = seq.next_element()?.ok_or_else(field(3))?;
+                        let block_size: u32 = seq.next_element()?.ok_or_else(field(4))?;
+                        let _lora: Option<IgnoredAny> = seq.next_element()?;
+                        let medium: Option<Option<String>> = seq.next_element()?;
+                        InEvent::BlockStored {
+                            block_hashes,
+                            block_size,
+                            medium: medium.flatten(),
+                        }
+                    }
+                    "BlockRemoved" => {
+                        let block_hashes: Vec<InHash> = seq.next_element()?.ok_or_else(field(1))?;
+                        let medium: Option<Option<String>> = seq.next_element()?;
+                        InEvent::BlockRemoved {
+                            block_hashes,
+                            medium: medium.flatten(),
+                        }
+                    }
+                    "AllBlocksCleared" => InEvent::AllBlocksCleared {},
+                    _ => InEvent::Other,
+                };
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(ArrayEvent(event))
+            }
+        }
+        d.deserialize_seq(Visit)
+    }
+}
 
 #[derive(serde::Deserialize)]
 #[serde(tag = "type")]
@@ -199,13 +272,14 @@ fn on_gpu(medium: Option<&str>) -> bool {
     medium.is_none_or(|m| m.eq_ignore_ascii_case("gpu"))
 }
 
-/// The GPU-tier changes in one `KVEventBatch` as vLLM (or `routerlab engine`) sends it;
-/// other tiers' events and unknown event types are skipped.
+/// The GPU-tier changes in one `KVEventBatch` as vLLM (or `routerlab engine`) sends it,
+/// its events in either layout; other tiers' events and unknown event types are skipped.
 pub fn decode_batch(payload: &[u8]) -> Result<Vec<Change>, String> {
     let batch: InBatch = rmp_serde::from_slice(payload).map_err(|e| e.to_string())?;
     Ok(batch
         .1
         .into_iter()
+        .map(AnyEvent::event)
         .filter_map(|event| match event {
             InEvent::BlockStored {
                 block_hashes,
@@ -429,6 +503,61 @@ fn send_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The array layout (vLLM up to 0.23): a tagged array per event, fields in order, as
+    /// short as the oldest release's and as long as the newest's; a truncated one is an
+    /// error, not an event.
+    #[test]
+    fn tagged_array_events_decode() {
+        let none: Option<u64> = None;
+        let oldest = (
+            "BlockStored",
+            vec![1u64, 2],
+            none,
+            Vec::<u32>::new(),
+            16u32,
+            none,
+        );
+        let cpu = (
+            "BlockStored",
+            vec![3u64],
+            Some(2u64),
+            Vec::<u32>::new(),
+            16u32,
+            none,
+            "CPU",
+            none,
+            none,
+            Some(0u64),
+            none,
+            none,
+        );
+        let removed = ("BlockRemoved", vec![1u64], "GPU", Some(0u64));
+        let batch = rmp_serde::to_vec(&(
+            1.0f64,
+            (
+                oldest,
+                cpu,
+                removed,
+                ("AllBlocksCleared",),
+                ("Future", 1, 2),
+            ),
+        ))
+        .unwrap();
+        assert_eq!(
+            decode_batch(&batch).unwrap(),
+            [
+                Change::Stored {
+                    hashes: vec![1, 2],
+                    block_size: 16
+                },
+                Change::Removed { hashes: vec![1] },
+                Change::Cleared,
+            ]
+        );
+        let short = rmp_serde::to_vec(&(1.0f64, (("BlockStored", vec![1u64], none),))).unwrap();
+        assert!(decode_batch(&short).is_err());
+    }
 
     #[test]
     fn stores_of_one_chain_group_and_removals_group() {

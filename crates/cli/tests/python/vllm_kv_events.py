@@ -1,8 +1,9 @@
 """vLLM's KV-event message types, copied field for field.
 
-From `vllm/distributed/kv_events.py` as of vLLM 0.19: the fields NVIDIA Dynamo 1.6.1's
-compatibility test pins, in order, with their defaults. `EventBatch` is an array
-(`array_like`), events are maps tagged by `type`. Imported by the tests' Python scripts.
+The fields NVIDIA Dynamo 1.6.1's compatibility test pins, in order, with their defaults.
+`EventBatch` is an array (`array_like`); events are maps tagged by `type`, vLLM's layout
+from 0.24 (up to 0.23 each event was a tagged array: `vllm_kv_event_releases.py` has every
+release's). Imported by the tests' Python scripts.
 """
 
 from typing import Any, Union
