@@ -189,6 +189,12 @@ pub struct TimedArgs {
     /// as a router fed by KV events [default: 0].
     #[arg(long, value_name = "MS", help_heading = TIMED)]
     pub kv_event_lag_ms: Option<f64>,
+    /// The routing path's latency: a request reaches its router MS milliseconds after it
+    /// is sent (a gateway's hop in front of the engines), and its TTFT and end-to-end
+    /// latency count from when it was sent; or a measured preset by name: `serve`
+    /// (routerlab's own router, 0.22 ms) [default: 0].
+    #[arg(long, value_name = "MS|PRESET", help_heading = TIMED)]
+    pub router_hop_ms: Option<routerlab_experiment::RouterHop>,
     /// SLO: a request meets it with its TTFT at most MS milliseconds (the report's
     /// `timed.slo`, and `compare`'s SLO attainment).
     #[arg(long, value_name = "MS", help_heading = TIMED)]

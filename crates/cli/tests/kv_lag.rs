@@ -1,7 +1,8 @@
-//! A KV-event-fed router that sees the engines late (`--kv-event-lag-ms`), against NVIDIA
-//! Dynamo 1.6.1's replay with the same lag (`run_disagg.py --agg-workers 4 --router-mode
-//! kv_router --kv-event-lag-ms L`, mocker defaults, trace block size 512) on Mooncake's
-//! conversation trace.
+//! The router's view of time: a KV-event-fed router that sees the engines late
+//! (`--kv-event-lag-ms`), against NVIDIA Dynamo 1.6.1's replay with the same lag
+//! (`run_disagg.py --agg-workers 4 --router-mode kv_router --kv-event-lag-ms L`, mocker
+//! defaults, trace block size 512) on Mooncake's conversation trace; and the routing
+//! path's own latency in front of the router (`--router-hop-ms`).
 
 mod support;
 
@@ -50,5 +51,66 @@ fn a_late_kv_event_index_agrees_with_dynamos_lagged_router() {
         support::texts(&output)
             .1
             .contains("--kv-event-lag-ms must be from 0")
+    );
+}
+
+#[test]
+fn a_router_hop_adds_its_latency_to_every_request_and_changes_nothing_else() {
+    let chat = project_trace("chat.jsonl");
+    let run = |hop: &str| {
+        Replay::new("lcp", &chat)
+            .args(&["--timing", "trace", "--endpoints", "4", "--rate", "20"])
+            .args(&["--router-hop-ms", hop, "-q"])
+            .report()
+    };
+    let direct = run("0");
+    assert!(direct["run"]["timed"]["router_hop_ms"].is_null());
+    // Open loop: every request reaches the router 25 ms later than it was sent, the
+    // engines see the same schedule shifted, and each latency counts from the send.
+    for (hop, ms) in [("25", 25.0), ("serve", 0.22)] {
+        let hopped = run(hop);
+        assert_eq!(hopped["run"]["timed"]["router_hop_ms"], ms);
+        assert_eq!(hopped["hit_ratio"], direct["hit_ratio"]);
+        for latency in ["ttft", "e2e"] {
+            let shift = hopped["timed"][latency]["mean"].as_f64().unwrap()
+                - direct["timed"][latency]["mean"].as_f64().unwrap();
+            assert!(
+                (shift - ms).abs() < 1e-3,
+                "{hop}: {latency} moved {shift} ms"
+            );
+        }
+        assert_eq!(hopped["timed"]["tpot"], direct["timed"]["tpot"]);
+    }
+    // A closed loop of one sends the next request when the last finishes: the hop
+    // stretches the run.
+    let closed = |hop: &str| {
+        Replay::new("lcp", &chat)
+            .args(&["--timing", "trace", "--concurrency", "1"])
+            .args(&["--router-hop-ms", hop, "-q"])
+            .report()["timed"]["makespan_s"]
+            .as_f64()
+            .unwrap()
+    };
+    let stretch = closed("10") - closed("0");
+    // 2,200 requests, each 10 ms later than its predecessor's end.
+    assert!(
+        (stretch - 22.0).abs() < 0.01,
+        "closed loop stretched by {stretch} s"
+    );
+    let unknown = Replay::new("lcp", &chat)
+        .args(&[
+            "--timing",
+            "trace",
+            "--rate",
+            "20",
+            "--router-hop-ms",
+            "gateway",
+        ])
+        .run();
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        support::texts(&unknown)
+            .1
+            .contains("--router-hop-ms: no preset `gateway`")
     );
 }

@@ -18,6 +18,7 @@ use serde_yaml::{Mapping, Value};
 
 use crate::ExperimentError;
 use crate::error::one_line;
+use crate::hop::RouterHop;
 use crate::policy::{Policy, PolicyEntry};
 
 /// The experiment file's schema version this build reads (the file's `version`, optional).
@@ -195,6 +196,8 @@ pub struct Experiment {
     pub engines: Option<Vec<Overrides>>,
     /// KV events seen this late, ms.
     pub kv_event_lag_ms: Option<f64>,
+    /// The routing path's latency in front of the routers (a gateway's hop), ms.
+    pub router_hop_ms: Option<RouterHop>,
     /// SLO on TTFT, ms.
     pub slo_ttft_ms: Option<f64>,
     /// SLO on time per output token, ms.

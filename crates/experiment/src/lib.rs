@@ -13,6 +13,7 @@
 pub mod batch;
 mod error;
 mod file;
+mod hop;
 pub mod policy;
 mod resolve;
 mod serve;
@@ -22,6 +23,7 @@ pub use error::{ExperimentError, one_line};
 pub use file::{
     Assign, Experiment, Layers, OutputFormat, Timing, Unavailable, VERSION, parse_mapping,
 };
+pub use hop::{HOP_PRESETS, RouterHop};
 pub use policy::config_text;
 pub use resolve::{Run, TIMED_ONLY, arrivals, resolve, slo};
 pub use serve::{DEFAULT_SCRAPE_INTERVAL_MS, SERVE_KEYS, Serving};

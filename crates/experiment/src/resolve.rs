@@ -18,6 +18,7 @@ use serde_yaml::{Mapping, Value};
 use crate::ExperimentError;
 use crate::error::one_line;
 use crate::file::{Experiment, OutputFormat, Timing, Unavailable};
+use crate::hop::{self, RouterHop};
 
 /// Everything a replay needs, resolved: the library's [`Scenario`], and where the
 /// command line puts its results.
@@ -159,14 +160,8 @@ fn resolve_timed(
             clock_s * 1e3
         )));
     }
-    if opts
-        .kv_event_lag_ms
-        .is_some_and(|t| !(t.is_finite() && (0.0..=3_600_000.0).contains(&t)))
-    {
-        return Err(ExperimentError::invalid(
-            "--kv-event-lag-ms must be from 0 to 3600000 (an hour)",
-        ));
-    }
+    let kv_event_lag_ns = hop::kv_event_lag_ns(opts.kv_event_lag_ms)?;
+    let router_hop_ns = opts.router_hop_ms.as_ref().map_or(Ok(0), RouterHop::ns)?;
     let slo = slo(opts.slo_ttft_ms, opts.slo_tpot_ms)?;
     let arrivals = arrivals(opts.speedup, opts.rate, opts.concurrency)?;
     let model = model_engine(opts)?;
@@ -188,7 +183,8 @@ fn resolve_timed(
         respect_parents: opts.respect_parents,
         think_time_ns: (opts.think_time_s.unwrap_or(0.0) * 1e9).round() as u64,
         metrics_interval_ns: (opts.metrics_interval_ms.unwrap_or(0.0) * 1e6).round() as u64,
-        kv_event_lag_ns: (opts.kv_event_lag_ms.unwrap_or(0.0) * 1e6).round() as u64,
+        kv_event_lag_ns,
+        router_hop_ns,
         slo,
         default_output_tokens: opts.output_tokens.unwrap_or(128),
         seed,
@@ -214,6 +210,7 @@ pub const TIMED_ONLY: &[&str] = &[
     "engines",
     "metrics_interval_ms",
     "kv_event_lag_ms",
+    "router_hop_ms",
     "slo_ttft_ms",
     "slo_tpot_ms",
     "output_tokens",

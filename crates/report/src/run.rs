@@ -109,6 +109,10 @@ pub struct TimedRun {
     /// when at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_event_lag_ms: Option<f64>,
+    /// The routing path's latency in front of the routers, ms (added in 0.6; absent when
+    /// none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router_hop_ms: Option<f64>,
 }
 
 /// A disaggregated fleet's split, as run.

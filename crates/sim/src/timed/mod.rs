@@ -64,6 +64,8 @@ use tally::{EndpointTally, SpreadTally, TiersTally, TimedStats};
 #[derive(Debug, Default)]
 struct RequestState {
     arrival_ns: u64,
+    /// With a routing hop: when it was sent, the hop still ahead of it.
+    sent_ns: Option<u64>,
     output_tokens: u32,
     /// The router replica the balancer gave it to.
     replica: usize,
@@ -351,16 +353,32 @@ impl Sim<'_> {
                     }
                 }
                 Event::Arrival(index) => {
+                    let hop = self.settings.router_hop_ns;
+                    if hop > 0 && self.requests[index].sent_ns.is_none() {
+                        // Sent now: it reaches the router after the hop.
+                        self.requests[index].sent_ns = Some(now);
+                        self.stats.latency.arrived(now);
+                        if let Some(graph) = &mut self.agentic {
+                            graph.dispatched(self.feed.workload(), index, now, &mut self.released);
+                            self.release(now);
+                        }
+                        self.events.push(now + hop, Event::Arrival(index));
+                        continue;
+                    }
                     let r = replicas.place(Placement {
                         session: self.feed.request(index).session,
                         conversation: self.conversation_of[index],
                     });
                     self.requests[index].replica = r;
-                    self.requests[index].arrival_ns = now;
-                    self.stats.latency.arrived(now);
-                    if let Some(graph) = &mut self.agentic {
-                        graph.dispatched(self.feed.workload(), index, now, &mut self.released);
-                        self.release(now);
+                    if let Some(sent) = self.requests[index].sent_ns {
+                        self.requests[index].arrival_ns = sent;
+                    } else {
+                        self.requests[index].arrival_ns = now;
+                        self.stats.latency.arrived(now);
+                        if let Some(graph) = &mut self.agentic {
+                            graph.dispatched(self.feed.workload(), index, now, &mut self.released);
+                            self.release(now);
+                        }
                     }
                     let prompt = self.feed.request(index).prompt_tokens;
                     let output = self.requests[index].output_tokens;

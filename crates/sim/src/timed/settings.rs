@@ -31,6 +31,10 @@ pub struct TimedSettings {
     pub kv_event_lag_ns: u64,
     /// Latency targets each finished request is judged by (the report's `timed.slo`).
     pub slo: Option<routerlab_report::Slo>,
+    /// The routing path's latency, ns: a request reaches its router this long after it is
+    /// sent (a gateway's hop in front of the engines), and its latencies count from when
+    /// it was sent (0: the router is the client's first stop).
+    pub router_hop_ns: u64,
 }
 
 impl TimedSettings {
@@ -48,6 +52,7 @@ impl TimedSettings {
             kv_transfer: KvTransfer::default(),
             kv_event_lag_ns: 0,
             slo: None,
+            router_hop_ns: 0,
         }
     }
 
