@@ -61,7 +61,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "routerlab-sim",
         ],
     ),
-    // How a run is described: over the simulator it resolves into, never live.
+    // How a run is described: over the simulator it resolves into (and the measured runs
+    // a trace may name), never live.
     (
         "crates/experiment",
         &[
@@ -72,6 +73,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "routerlab-route",
             "routerlab-report",
             "routerlab-sim",
+            "routerlab-calibrate",
         ],
     ),
     // What the command line's tests and benches share: nothing of routerlab's.

@@ -11,6 +11,7 @@
 //! Nothing here prints or knows a flag's spelling beyond naming it in an error; the
 //! command line keeps the flags.
 
+pub mod as_trace;
 mod error;
 mod fit;
 mod fleet;
@@ -23,5 +24,5 @@ pub use error::CalibrateError;
 pub use fit::{Fit, KvSearch, fit};
 pub use fleet::ServingFleet;
 pub use measured::{
-    Figures, MeasuredRequest, MeasuredRun, MeasuredRunError, Sample, Samples, quantile,
+    Figures, MeasuredRequest, MeasuredRun, MeasuredRunError, Sample, Samples, Session, quantile,
 };

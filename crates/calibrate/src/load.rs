@@ -3,7 +3,6 @@
 //! cache it does not record ([`RunSettings`]), and the run's own length-form workload
 //! ([`own_workload`]).
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use routerlab_trace::{TraceFormat, TraceOptions, TraceReader, Workload};
@@ -295,6 +294,7 @@ impl RunSettings {
 }
 
 /// A measured run as read, with what to call it.
+#[derive(Debug, Clone, PartialEq)]
 pub struct LoadedRun {
     /// The path, with `#K` for the K-th benchmark of a report that holds several.
     pub label: String,
@@ -303,6 +303,9 @@ pub struct LoadedRun {
     /// Requests the file records but the run is read without (failed, cancelled, warm-up),
     /// and why, for the user to be told.
     pub left_out: Option<String>,
+    /// How its log falls short of what was offered, when it shows
+    /// ([`crate::as_trace::shortfall`]): such a run is not fitted unless asked.
+    pub partial: Option<String>,
 }
 
 fn read(path: &Path) -> Result<String, CalibrateError> {
@@ -312,7 +315,7 @@ fn read(path: &Path) -> Result<String, CalibrateError> {
 
 /// `FILE#K` names the K-th (1-based) load point of FILE, unless a file of that very name
 /// exists.
-fn selector(path: &Path) -> (PathBuf, Option<usize>) {
+pub(crate) fn selector(path: &Path) -> (PathBuf, Option<usize>) {
     if path.exists() {
         return (path.to_owned(), None);
     }
@@ -342,6 +345,7 @@ pub fn load(path: &Path, args: &RunSettings) -> Result<Vec<LoadedRun>, Calibrate
         return Ok(vec![LoadedRun {
             label: file.display().to_string(),
             left_out: None,
+            partial: crate::as_trace::shortfall(&measured.requests),
             measured,
         }]);
     }
@@ -411,6 +415,7 @@ pub fn load(path: &Path, args: &RunSettings) -> Result<Vec<LoadedRun>, Calibrate
             LoadedRun {
                 label,
                 left_out: part.left_out,
+                partial: crate::as_trace::shortfall(&part.requests),
                 measured: MeasuredRun {
                     requests: part.requests,
                     samples: Vec::new(),
@@ -475,42 +480,23 @@ pub fn fed_workload(
     Ok(workload)
 }
 
-/// The run's own workload: each request's arrival, prompt and output tokens, in Mooncake
-/// form with block ids of its own (no prefix is shared).
+/// The run's own workload: each request's arrival, prompt and output tokens, as
+/// [`crate::as_trace::mooncake_text`] makes it (conversations, where the tool records
+/// them, sharing their previous rounds' prompts; nothing else shared).
 pub fn own_workload(
     label: &str,
     run: &MeasuredRun,
     block_size: u32,
 ) -> Result<Workload, CalibrateError> {
-    let start = run
-        .requests
-        .iter()
-        .map(|r| r.queued_ts)
-        .fold(f64::INFINITY, f64::min);
-    let mut text = String::new();
-    let mut next_id = 0u64;
-    for r in &run.requests {
-        let blocks = r.input_toks.div_ceil(512);
-        let ids: Vec<String> = (next_id..next_id + blocks).map(|i| i.to_string()).collect();
-        next_id += blocks;
-        let _ = writeln!(
-            text,
-            "{{\"timestamp\": {}, \"input_length\": {}, \"output_length\": {}, \"hash_ids\": [{}]}}",
-            (r.queued_ts - start) * 1e3,
-            r.input_toks,
-            r.output_toks,
-            ids.join(", ")
-        );
-    }
     let options = TraceOptions {
         format: Some(TraceFormat::Mooncake),
-        trace_block_size: 512,
+        trace_block_size: crate::as_trace::RUN_TRACE_BLOCK_TOKENS,
         ..TraceOptions::default()
     };
     let reader = TraceReader::in_memory(
         Path::new(label),
         TraceFormat::Mooncake,
-        text.into_bytes(),
+        crate::as_trace::mooncake_text(&run.requests),
         options,
     );
     Ok(Workload::load(reader, &[block_size])?)

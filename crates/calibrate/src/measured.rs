@@ -22,6 +22,19 @@ pub struct MeasuredRequest {
     pub first_token_ts: f64,
     /// Last token out, seconds.
     pub last_token_ts: f64,
+    /// The conversation it is a round of, where the tool records one (LMBench's
+    /// `user_id`, `question_id`).
+    #[serde(skip)]
+    pub session: Option<Session>,
+}
+
+/// A request's place in a conversation: the user and the round (its question).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Session {
+    /// The conversation (LMBench's `user_id`).
+    pub user: u64,
+    /// The round in it (LMBench's `question_id`).
+    pub round: u64,
 }
 
 /// One second of a measured run's time series.

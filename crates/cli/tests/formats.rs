@@ -1,5 +1,6 @@
-//! Traces as users download them: gzip and zstd files read as they are decompressed, and
-//! the Azure and BurstGPT CSVs replayed as load-only traffic, through the real binary.
+//! Traces as users download them: gzip and zstd files read as they are decompressed, the
+//! Azure and BurstGPT CSVs replayed as load-only traffic, and measured runs (every format
+//! `validate` reads) replayed as traces, through the real binary.
 
 mod support;
 
@@ -131,4 +132,105 @@ fn csv_arrivals_count_from_the_first_request_and_bad_cells_are_named() {
     assert!(texts(&output).1.contains(
         ":1: azure-csv traces start with the header `TIMESTAMP,ContextTokens,GeneratedTokens`"
     ));
+}
+
+/// An LMBench multi-round QA run replays as its conversations: each round shares its
+/// previous round's prompt blocks (the documented token model), so one endpoint's hit
+/// ratio is what that model computes from the file itself, at the replay's block size.
+#[test]
+fn a_measured_lmbench_run_replays_with_its_conversations() {
+    let run = project_trace("llm-d-benchmark/vllm-70b-2replicas/LMBench_short_input_qps10.csv");
+    let text = std::fs::read_to_string(&run).unwrap();
+    let mut rows: Vec<(f64, u64, u64)> = text
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let cells: Vec<&str> = line.split(',').collect();
+            let number = |i: usize| cells[i].parse::<f64>().unwrap();
+            (number(6), number(4) as u64, number(0) as u64)
+        })
+        .collect();
+    rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let expected = |block: u64| {
+        let mut last = std::collections::HashMap::new();
+        let (mut shared, mut total) = (0, 0);
+        for &(_, user, prompt) in &rows {
+            if let Some(previous) = last.insert(user, prompt) {
+                shared += (previous / 16).min(prompt / 16) * 16 / block * block;
+            }
+            total += prompt;
+        }
+        shared as f64 / total as f64
+    };
+    // Time-free: 16-token blocks; timed: the engine's 64-token blocks.
+    for (timing, block) in [("off", 16), ("trace", 64)] {
+        let (report, stderr) = Replay::new("lcp", &run)
+            .args(&["--endpoints", "1", "--timing", timing, "-q"])
+            .json();
+        assert_eq!(report["requests"], rows.len() as u64, "{stderr}");
+        let hit = report["hit_ratio"].as_f64().unwrap();
+        assert!((hit - expected(block)).abs() < 1e-6, "{timing}: {hit}");
+        assert!(hit > 0.3, "{timing}: {hit}");
+    }
+    // Its arrivals are the run's launches: 100 s of them.
+    let timed = Replay::new("lcp", &run)
+        .args(&["--endpoints", "2", "--timing", "trace", "-q"])
+        .report();
+    let makespan = timed["timed"]["makespan_s"].as_f64().unwrap();
+    assert!((100.0..101.0).contains(&makespan), "{makespan}");
+}
+
+/// LLMServingSim's run directory and its `requests.jsonl` replay as the same run (its
+/// requests, not a chat trace), and a log short of what was offered is named partial,
+/// replayed with a note, and refused for fitting unless asked.
+#[test]
+fn measured_runs_replay_directly_and_a_partial_one_says_so() {
+    let dir = project_trace("llmservingsim/RTXPRO6000-Llama-3.1-8B-vllm");
+    let args = ["--endpoints", "1", "--timing", "trace", "-q"];
+    let whole = Replay::new("lcp", &dir).args(&args).report();
+    let file = Replay::new("lcp", &dir.join("requests.jsonl"))
+        .args(&args)
+        .report();
+    assert_eq!(whole["requests"], 300);
+    assert_eq!(whole["run"]["trace"]["format"], "mooncake");
+    assert_eq!(statistics(whole), statistics(file));
+
+    let partial =
+        project_trace("llm-d-benchmark/llm-d-70b-2replicas/LMBench_sharegpt_output_2.csv");
+    let (report, stderr) = Replay::new("lcp", &partial).args(&args).json();
+    assert_eq!(report["requests"], 203);
+    assert!(
+        stderr.contains(
+            "LMBench_sharegpt_output_2.csv: partial: 203 requests logged, at least 33 more were offered"
+        ),
+        "{stderr}"
+    );
+    let fit = |extra: &[&str]| {
+        let mut args = vec!["validate", "--fit", partial.to_str().unwrap()];
+        args.extend(["--max-num-seqs", "256", "--max-num-batched-tokens", "8192"]);
+        args.extend(["--budget", "10", "--format", "json"]);
+        args.extend(extra);
+        routerlab(&args)
+    };
+    let refused = fit(&[]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        texts(&refused).1.contains("not fitted on"),
+        "{}",
+        texts(&refused).1
+    );
+    let allowed = fit(&["--allow-partial"]);
+    assert!(allowed.status.success(), "{}", texts(&allowed).1);
+
+    // A report of several load points replays one of them, named.
+    let guidellm = fixture("guidellm-benchmarks.json");
+    let several = Replay::new("lcp", &guidellm).args(&args).run();
+    assert_eq!(several.status.code(), Some(2));
+    assert!(
+        texts(&several).1.contains("replay one as FILE#K"),
+        "{}",
+        texts(&several).1
+    );
+    let one = PathBuf::from(format!("{}#1", guidellm.display()));
+    assert_eq!(Replay::new("lcp", &one).args(&args).report()["requests"], 3);
 }

@@ -379,6 +379,14 @@ fn third_party_traces_are_the_published_bytes() {
             "54e9a6d2a4bd06ba1e060304b900abbc74cbea53de96506e60fe5bb4f2277fb6",
         ),
         (
+            "llm-d-benchmark/vllm-70b-2replicas/LMBench_short_input_qps10.csv",
+            "2b9842bdbbe7208ad40f11479437fec6a64554ed49a16a68ccd70da86cfa3966",
+        ),
+        (
+            "llm-d-benchmark/llm-d-70b-2replicas/LMBench_sharegpt_output_2.csv",
+            "51428f0ce02b5c8da0fefd8caafaa429f70e5a021fc06d27cad91ce0d11aabd0",
+        ),
+        (
             "models/Llama-3.1-8B.json",
             "54acfad3cffe057640904ca8a1e83525e6551c70c7a04c641f5a9eda0bbf64bd",
         ),

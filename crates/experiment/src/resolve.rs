@@ -30,6 +30,8 @@ pub struct Run {
     pub format: OutputFormat,
     /// Per-request output file.
     pub requests_out: Option<PathBuf>,
+    /// What a measured run read as the trace has to say (left out, partial), for the user.
+    pub trace_note: Option<String>,
 }
 
 impl std::ops::Deref for Run {
@@ -97,7 +99,7 @@ pub fn resolve(opts: &Experiment) -> Result<Run, ExperimentError> {
         (None, false) if timed.is_some() => WhenUnavailable::Queue,
         (None, false) => WhenUnavailable::Reject,
     };
-    Ok(Run {
+    Run {
         scenario: Scenario {
             matcher,
             matcher_config,
@@ -112,6 +114,7 @@ pub fn resolve(opts: &Experiment) -> Result<Run, ExperimentError> {
                 skip_invalid: opts.skip_invalid,
                 max_line_bytes: opts.max_line_bytes.unwrap_or(DEFAULT_MAX_LINE_BYTES),
             },
+            trace_text: None,
             endpoints,
             cache_blocks: opts.cache_blocks,
             when_unavailable,
@@ -122,7 +125,9 @@ pub fn resolve(opts: &Experiment) -> Result<Run, ExperimentError> {
         },
         format: opts.format.unwrap_or(OutputFormat::Human),
         requests_out: opts.requests_out.clone(),
-    })
+        trace_note: None,
+    }
+    .measured_run_as_trace(opts.trace_format.is_some())
 }
 
 /// The timed-replay settings, or `None` for the time-free replay. Timed-only settings

@@ -65,6 +65,9 @@ pub struct Scenario {
     pub trace: PathBuf,
     /// How to read it.
     pub trace_options: TraceOptions,
+    /// The trace made in memory from the measured run at `trace` (Mooncake's form, read
+    /// as `trace_options` say); `None` reads `trace` itself.
+    pub trace_text: Option<std::sync::Arc<[u8]>>,
     /// Endpoint names.
     pub endpoints: Vec<String>,
     /// Time-free prefix-cache capacity per endpoint; `None` = unbounded.
@@ -94,6 +97,7 @@ impl Default for Scenario {
             seed: 0,
             trace: PathBuf::new(),
             trace_options: TraceOptions::default(),
+            trace_text: None,
             endpoints: default_endpoints(DEFAULT_ENDPOINTS),
             cache_blocks: None,
             when_unavailable: WhenUnavailable::Reject,
@@ -295,9 +299,17 @@ impl Scenario {
         )?)
     }
 
-    /// Opens the trace.
+    /// Opens the trace: the file, or the trace made from it in memory.
     pub fn reader(&self) -> Result<TraceReader, SimError> {
-        Ok(TraceReader::open(&self.trace, self.trace_options.clone())?)
+        Ok(match &self.trace_text {
+            Some(text) => TraceReader::in_memory(
+                &self.trace,
+                routerlab_trace::TraceFormat::Mooncake,
+                text.to_vec(),
+                self.trace_options.clone(),
+            ),
+            None => TraceReader::open(&self.trace, self.trace_options.clone())?,
+        })
     }
 
     /// Loads the whole trace for a timed replay, with the chains its engines need.

@@ -54,6 +54,7 @@ pub(crate) fn request(
         scheduled_ts: start,
         first_token_ts: first,
         last_token_ts: last,
+        session: None,
     })
 }
 

@@ -98,6 +98,7 @@ pub fn parse(text: &str) -> Result<Vec<MeasuredRequest>, String> {
             scheduled_ts: row.issue_time,
             first_token_ts: row.first_token_time,
             last_token_ts: row.complete_time,
+            session: None,
         });
     }
     in_arrival_order(&mut requests).map_err(|why| format!("1: {why}"))?;

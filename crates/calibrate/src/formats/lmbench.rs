@@ -1,15 +1,16 @@
 //! LMBench's multi-round QA summary (`multi-round-qa.py --output summary.csv`, the same
 //! script as vLLM production-stack's benchmark): a CSV with a header, one row per finished
 //! request, grouped by user. Columns read: `prompt_tokens`, `generation_tokens` (tokens),
-//! `ttft` and `generation_time` (seconds) and `launch_time` (epoch seconds); others
-//! (`user_id`, `question_id`, `finish_time`, a pandas index) are ignored.
+//! `ttft` and `generation_time` (seconds) and `launch_time` (epoch seconds), and where
+//! both are present `user_id` and `question_id` (whole numbers: the conversation and its
+//! round, the request's [`Session`]); others (`finish_time`, a pandas index) are ignored.
 //!
 //! A request's first token came at launch + TTFT, its last `generation_time` later. A row
 //! with no generated tokens is a request that failed (the script writes a TTFT of 0 for
 //! it) and is left out, counted.
 
 use super::common::request;
-use crate::measured::{MeasuredRequest, in_arrival_order};
+use crate::measured::{MeasuredRequest, Session, in_arrival_order};
 
 const COLUMNS: [&str; 5] = [
     "prompt_tokens",
@@ -45,6 +46,7 @@ pub fn parse(text: &str) -> Result<(Vec<MeasuredRequest>, usize), String> {
             .position(|h| *h == name)
             .ok_or_else(|| format!("1: no `{name}` column"))?;
     }
+    let session_columns = ["user_id", "question_id"].map(|c| names.iter().position(|h| *h == c));
     let mut requests = Vec::new();
     let mut failed = 0;
     for (i, line) in text.lines().enumerate().skip(1) {
@@ -71,6 +73,25 @@ pub fn parse(text: &str) -> Result<(Vec<MeasuredRequest>, usize), String> {
             Ok(v as u64)
         };
         let (input, output) = (count(0)?, count(1)?);
+        let session = match session_columns {
+            [Some(user), Some(round)] => {
+                let whole = |c: usize, name: &str| -> Result<u64, String> {
+                    cells
+                        .get(c)
+                        .and_then(|v| v.parse::<f64>().ok())
+                        .filter(|v| v.is_finite() && *v >= 0.0 && v.fract() == 0.0 && *v < 9.0e15)
+                        .map(|v| v as u64)
+                        .ok_or_else(|| {
+                            format!("{n}: field `{name}`: not a whole, non-negative number")
+                        })
+                };
+                Some(Session {
+                    user: whole(user, "user_id")?,
+                    round: whole(round, "question_id")?,
+                })
+            }
+            _ => None,
+        };
         let (ttft, generation, launch) = (cell(2)?, cell(3)?, cell(4)?);
         if output == 0 {
             failed += 1;
@@ -83,6 +104,7 @@ pub fn parse(text: &str) -> Result<(Vec<MeasuredRequest>, usize), String> {
             launch + ttft,
             launch + ttft + generation,
         )
+        .map(|r| MeasuredRequest { session, ..r })
         .map_err(|(role, why)| {
             let column = match role {
                 "input" => "prompt_tokens",
@@ -118,6 +140,7 @@ mod tests {
         assert_eq!(failed, 1);
         assert_eq!(requests[0].input_toks, 900);
         assert_eq!(requests[0].first_token_ts, 1_700_000_005.5);
+        assert_eq!(requests[0].session, Some(Session { user: 2, round: 1 }));
         assert_eq!(requests[1].last_token_ts, 1_700_000_012.75);
     }
 

@@ -108,6 +108,7 @@ pub fn parse(text: &str) -> std::result::Result<(Vec<MeasuredRequest>, usize), S
             scheduled_ts: start,
             first_token_ts: start + ttft,
             last_token_ts: start + ttft + decode,
+            session: None,
         });
     }
     if requests.is_empty() {

@@ -84,7 +84,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         return Err(Failure::input("--budget must be at least 10 replays"));
     }
     let scheduler = args.run_args.scheduler()?;
-    let mut loaded = runs::load(&args.run, &args.run_args)?;
+    let mut loaded = runs::load(&args.run, &args.run_args, true)?;
     if loaded.len() != 1 {
         return Err(Failure::input(format!(
             "{}: the file holds {} load points: name one as FILE#K (1 to {}), or fit them together with `routerlab validate --fit`",

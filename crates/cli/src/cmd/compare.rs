@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use routerlab_report::compare::{Comparison, Entry, find_metric};
 use routerlab_sim::Report;
-use routerlab_trace::{TraceReader, Workload};
+use routerlab_trace::Workload;
 
 use routerlab_experiment::policy::{self, Policy, PolicyEntry};
 use routerlab_experiment::{Experiment, OutputFormat, one_line};
@@ -104,7 +104,10 @@ pub(crate) fn compare(opts: CompareOpts) -> Result<(Comparison, OutputFormat), F
     if let Some(dir) = &plot_dir {
         crate::cmd::plot::check_dir(dir, &first.trace)?;
     }
-    let reader = TraceReader::open(&first.trace, first.trace_options.clone())?;
+    if let Some(note) = &first.trace_note {
+        eprintln!("{note}");
+    }
+    let reader = first.reader()?;
     crate::cmd::note_load_only(&first.trace, reader.format());
     let sizes = first
         .timed

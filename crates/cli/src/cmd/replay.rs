@@ -11,7 +11,7 @@ use routerlab_report::compare::{Comparison, Entry};
 use routerlab_sim::observer::{JsonLines, NoObserver, Observer, Recorder, Tee};
 use routerlab_sim::timed::{replay_timed, replay_timed_streamed, streams};
 use routerlab_sim::timefree;
-use routerlab_trace::{TraceReader, Workload};
+use routerlab_trace::Workload;
 
 use routerlab_experiment::{OutputFormat, Run, resolve};
 
@@ -71,7 +71,10 @@ pub(crate) fn replay(flags: ReplayArgs) -> Result<Replayed, Failure> {
         crate::cmd::refuse_input_as_output("--requests-out", out, &inputs)?;
     }
     let started = Instant::now();
-    let mut reader = TraceReader::open(&spec.trace, spec.trace_options.clone())?;
+    if let Some(note) = &spec.trace_note {
+        eprintln!("{note}");
+    }
+    let mut reader = spec.reader()?;
     crate::cmd::note_load_only(&spec.trace, reader.format());
     let bars = Bars::new(quiet);
     // Only a plot needs every finished request kept to the end.
@@ -110,7 +113,7 @@ pub(crate) fn replay(flags: ReplayArgs) -> Result<Replayed, Failure> {
         // A timed replay reads the trace as it goes, unless it is an agentic trace (its
         // requests may wait for others further down the file).
         Some(timed) if streams(reader.format()) => {
-            let reopen = || Ok(TraceReader::open(&spec.trace, spec.trace_options.clone())?);
+            let reopen = || spec.reader();
             let mut bar = bars.bar(&spec.matcher, None);
             let mut watchers = Tee(&mut bar, keep);
             let mut read = None;

@@ -106,6 +106,11 @@ pub struct RunArgs {
     /// --model-config derives, when it does).
     #[arg(long)]
     pub fit_num_gpu_blocks: bool,
+    /// Fit on a run whose log falls short of what was offered (rounds missing from its
+    /// conversations, gaps in its paced launches): refused by default, the missing
+    /// requests being the ones that failed or timed out.
+    #[arg(long)]
+    pub allow_partial: bool,
     /// Tokens per KV block (`--block-size` is the old name).
     #[arg(
         long,
@@ -187,12 +192,23 @@ impl RunArgs {
 }
 
 /// The runs `path` holds (one, or one per benchmark of a GuideLLM report), each load point
-/// that left requests out said so on stderr.
-pub fn load(path: &Path, args: &RunArgs) -> Result<Vec<LoadedRun>, Failure> {
+/// that left requests out or is partial said so on stderr; a partial run to `fit` is
+/// refused unless `--allow-partial`.
+pub fn load(path: &Path, args: &RunArgs, fit: bool) -> Result<Vec<LoadedRun>, Failure> {
     let runs = load::load(path, &args.settings()?).map_err(Failure::from)?;
     for run in &runs {
         if let Some(note) = &run.left_out {
             eprintln!("{}: {note}", run.label);
+        }
+        match &run.partial {
+            Some(note) if fit && !args.allow_partial => {
+                return Err(Failure::input(format!(
+                    "{}: {note}: not fitted on (its missing requests are the slow ones); give --allow-partial to fit on it anyway",
+                    run.label
+                )));
+            }
+            Some(note) => eprintln!("{}: {note}", run.label),
+            None => {}
         }
     }
     Ok(runs)

@@ -17,7 +17,7 @@ use routerlab_experiment::sweep::{GridRun, Partition, ShardSet, SweepId, expand}
 use routerlab_plot::Curves;
 use routerlab_report::Report;
 use routerlab_report::compare::{Comparison, Entry};
-use routerlab_trace::{TraceReader, Workload};
+use routerlab_trace::Workload;
 use serde::{Deserialize, Serialize};
 
 use crate::cmd::OutputFile;
@@ -286,12 +286,15 @@ fn load_workloads(prepared: &mut [Prepared]) -> Result<Vec<Workload>, Failure> {
     }
     let mut workloads = Vec::with_capacity(keys.len());
     for (trace, _, sizes) in keys {
-        let options = prepared
+        let run = &prepared
             .iter()
             .find(|p| p.run.trace == trace)
-            .map(|p| p.run.trace_options.clone())
-            .expect("a run reads it");
-        let reader = TraceReader::open(&trace, options)?;
+            .expect("a run reads it")
+            .run;
+        if let Some(note) = &run.trace_note {
+            eprintln!("{note}");
+        }
+        let reader = run.reader()?;
         crate::cmd::note_load_only(&trace, reader.format());
         workloads.push(Workload::load(reader, &sizes)?);
     }

@@ -137,7 +137,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
         .map(|p| (p, true))
         .chain(args.runs.iter().map(|p| (p, false)))
     {
-        for loaded in runs::load(path, &args.run)? {
+        for loaded in runs::load(path, &args.run, fit_on)? {
             let measured = loaded.measured;
             if base.is_none() {
                 data_parallel = measured.data_parallel;
