@@ -47,6 +47,11 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "YAML", help_heading = PLUGINS)]
     #[serde(skip)]
     pub matcher_config: Option<String>,
+    /// A real router's configuration, imported as the matcher and its settings: llm-d's
+    /// EndpointPickerConfig, a Dynamo `router:` block, or Dynamo's or SGLang's router
+    /// command line in a file (instead of --matcher).
+    #[arg(long, value_name = "FILE", help_heading = PLUGINS)]
+    pub router_config: Option<PathBuf>,
     /// Detector plugin that flags overloaded endpoints (none by default).
     #[arg(long, value_name = "NAME", help_heading = PLUGINS)]
     pub detector: Option<String>,

@@ -108,6 +108,8 @@ pub struct Experiment {
     pub matcher: Option<String>,
     /// Matcher config, a mapping.
     pub matcher_config: Option<Value>,
+    /// A real router's configuration file, imported as the matcher and its config.
+    pub router_config: Option<PathBuf>,
     /// Detector plugin.
     pub detector: Option<String>,
     /// Detector config, a mapping.
@@ -218,7 +220,7 @@ pub struct Experiment {
 }
 
 /// The keys whose values are paths, taken from the experiment file's directory.
-const PATH_KEYS: [&str; 3] = ["trace", "requests_out", "model_config"];
+const PATH_KEYS: [&str; 4] = ["trace", "requests_out", "model_config", "router_config"];
 
 /// The keys whose mappings the next layer merges into key by key.
 const MERGED_KEYS: [&str; 3] = ["engine", "prefill_engine", "decode_engine"];
@@ -330,7 +332,7 @@ impl Experiment {
     /// Every file the run reads, whatever key named it (the trace, the model config): none
     /// may be an output. The experiment file itself is its reader's to add.
     pub fn inputs(&self) -> Vec<&Path> {
-        let mut inputs: Vec<&Path> = [&self.trace, &self.model_config]
+        let mut inputs: Vec<&Path> = [&self.trace, &self.model_config, &self.router_config]
             .into_iter()
             .filter_map(|p| p.as_deref())
             .collect();

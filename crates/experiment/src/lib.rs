@@ -14,6 +14,7 @@ pub mod batch;
 mod error;
 mod file;
 mod hop;
+pub mod import;
 mod measured;
 pub mod policy;
 mod resolve;

@@ -43,16 +43,11 @@ impl std::ops::Deref for Run {
 
 /// Resolves a description into a run.
 pub fn resolve(opts: &Experiment) -> Result<Run, ExperimentError> {
-    let matcher = opts.matcher.clone().ok_or_else(|| {
-        ExperimentError::invalid(
-            "no matcher: pass --matcher NAME (see `routerlab plugins` for what is installed)",
-        )
-    })?;
+    let (matcher, matcher_config) = crate::import::matcher_of(opts)?;
     let trace = opts.trace.clone().ok_or_else(|| {
         ExperimentError::invalid("no trace: pass --trace PATH (e.g. traces/chat.jsonl)")
     })?;
     let seed = opts.seed.unwrap_or(0);
-    let matcher_config = plugin_config(opts.matcher_config.clone(), "matcher")?;
     let detector_config = plugin_config(opts.detector_config.clone(), "detector")?;
     let (endpoints, prefill) = fleet(opts)?;
     let pools = prefill.map(|p| (p, endpoints.len() - p));

@@ -16,6 +16,7 @@ pub const SERVE_KEYS: &[&str] = &[
     "version",
     "matcher",
     "matcher_config",
+    "router_config",
     "detector",
     "detector_config",
     "seed",
@@ -104,9 +105,7 @@ impl Experiment {
                 SERVE_KEYS[1..].join(", ")
             )));
         }
-        let matcher = self.matcher.clone().ok_or_else(|| {
-            ExperimentError::invalid("no matcher: pass --matcher NAME (or `matcher` in --config)")
-        })?;
+        let (matcher, matcher_config) = crate::import::matcher_of(self)?;
         if self.endpoints.is_none() && self.prefill_endpoints.is_none() {
             return Err(ExperimentError::invalid(
                 "serve needs its engines: --endpoints host:port,... (or --prefill-endpoints with --decode-endpoints)",
@@ -161,7 +160,7 @@ impl Experiment {
         let engine = self.engine_model()?;
         Ok(Serving {
             matcher,
-            matcher_config: plugin_config(self.matcher_config.clone(), "matcher")?,
+            matcher_config,
             detector: self.detector.clone(),
             detector_config: plugin_config(self.detector_config.clone(), "detector")?,
             seed: self.seed.unwrap_or(0),

@@ -33,14 +33,23 @@
 //! the decode phase it is the worker's active blocks plus the request's, each request's
 //! blocks counted whole (overlap weight 0, no assumed reuse, no prefill tokens).
 //!
-//! With KV tiers (ABI 1.3 `cached_tiers`), `host_overlap_weight` (0 to 1, default 0: the
-//! GPU cache alone, as Dynamo's router sees its workers' events) counts each block the
-//! endpoint would load instead of computing, from its host tier or the fleet's shared one,
-//! as that fraction of a GPU block.
+//! With KV tiers (ABI 1.3 `cached_tiers`), each block the endpoint would load instead of
+//! computing counts as a fraction of a GPU block: `host_overlap_weight` from its host tier
+//! (0.75, Dynamo's `host_cache_hit_weight`), `shared_overlap_weight` from the fleet's shared
+//! tier (0.25, Dynamo's `disk_cache_hit_weight`); `overlap_score_credit` (1.0) is what a GPU
+//! block counts for. The overlap in the cost is `credit·gpu + host_weight·host +
+//! shared_weight·shared`, in blocks.
 //!
-//! Config keys: `seed` (0), `overlap_score_weight` (1.0), `host_overlap_weight` (0.0), `temperature` (0.0), `mode`
-//! (`precise` or `approximate`; default precise), `block_size` (tokens, 64: the
-//! `dynamo` engine preset's), `ttl_s` (120), `max_tree_size` (1,048,576).
+//! Config keys: `seed` (0), `overlap_score_weight` (1.0; Dynamo's `prefill_load_scale`, the
+//! deprecated `kv_overlap_score_weight`), `overlap_score_credit` (1.0),
+//! `host_overlap_weight` (0.75), `shared_overlap_weight` (0.25), `temperature` (0.0),
+//! `mode` (`precise` or `approximate`; default precise), `block_size` (tokens, 64: the
+//! `dynamo` engine preset's), `ttl_s` (120), `max_tree_size` (1,048,576). The defaults are
+//! Dynamo 1.6.1's (`dynamo/common/configuration/groups/kv_router_args.py` in the
+//! `ai-dynamo` 1.6.1 wheel: `--router-kv-overlap-score-credit` 1.0,
+//! `--router-prefill-load-scale` 1.0, `--router-host-cache-hit-weight` 0.75,
+//! `--router-disk-cache-hit-weight` 0.25, `--router-temperature` 0.0, `--router-kv-events`
+//! on, `--router-ttl-secs` 120).
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -76,6 +85,10 @@ pub struct DynamoKv {
     weight: f64,
     /// What a block held in the endpoint's host tier counts for, against one on its GPU.
     host_weight: f64,
+    /// What a block in the fleet's shared tier counts for (Dynamo's disk tier).
+    shared_weight: f64,
+    /// What a block on the endpoint's GPU counts for.
+    credit: f64,
     temperature: f64,
     precise: bool,
     block: u64,
@@ -128,9 +141,19 @@ impl Matcher for DynamoKv {
     fn create(_name: &str, config: &mut PluginConfig) -> Result<Self, String> {
         let seed = config.seed()?;
         let weight = config.f64("overlap_score_weight", 1.0)?;
-        let host_weight = config.f64("host_overlap_weight", 0.0)?;
-        if !(0.0..=1.0).contains(&host_weight) {
-            return Err("config: host_overlap_weight must be from 0 to 1".into());
+        // Dynamo 1.6.1's `--router-host-cache-hit-weight` and `--router-disk-cache-hit-weight`
+        // defaults, and `--router-kv-overlap-score-credit`'s.
+        let host_weight = config.f64("host_overlap_weight", 0.75)?;
+        let shared_weight = config.f64("shared_overlap_weight", 0.25)?;
+        let credit = config.f64("overlap_score_credit", 1.0)?;
+        for (key, value) in [
+            ("host_overlap_weight", host_weight),
+            ("shared_overlap_weight", shared_weight),
+            ("overlap_score_credit", credit),
+        ] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(format!("config: {key} must be from 0 to 1, not {value}"));
+            }
         }
         let temperature = config.f64("temperature", 0.0)?;
         let precise = config.choice("mode", &["precise", "approximate"], "precise")? == "precise";
@@ -150,6 +173,8 @@ impl Matcher for DynamoKv {
             rng: SeededRng::new(seed),
             weight,
             host_weight,
+            shared_weight,
+            credit,
             temperature,
             precise,
             block,
@@ -181,16 +206,17 @@ impl Matcher for DynamoKv {
                 Some(units) => {
                     // A block in the host tier saves its prefill too, at a load's price.
                     // Asked only when it counts: each answer costs the host a walk.
-                    let tiers = (self.host_weight > 0.0)
+                    let tiers = (self.host_weight > 0.0 || self.shared_weight > 0.0)
                         .then(|| request.cached_tiers(id))
                         .flatten();
-                    let host = match tiers {
+                    let loaded = match tiers {
                         Some(tiers) => {
-                            tokens(request, tiers.host + tiers.shared) as f64 * self.host_weight
+                            tokens(request, tiers.host) as f64 * self.host_weight
+                                + tokens(request, tiers.shared) as f64 * self.shared_weight
                         }
                         None => 0.0,
                     };
-                    (tokens(request, units) as f64 + host) as u64 / self.block
+                    (tokens(request, units) as f64 * self.credit + loaded) as u64 / self.block
                 }
                 None => self.indexed_overlap(request, &ids, id),
             };
@@ -347,16 +373,19 @@ mod tests {
     }
 
     #[test]
-    fn a_host_tier_counts_when_asked_to() {
+    fn each_tier_counts_at_its_weight_dynamos_by_default() {
         // Worker 0 holds 4 blocks on its GPU; worker 1 holds 2 on its GPU and 6 more in
-        // its host tier. Alone the GPU decides (0); with host blocks at full weight,
-        // worker 1 holds 8 (it wins); at half weight 2 + 3 = 5 (it still wins).
-        let request = request(1, 0, 10)
+        // its host tier; worker 2 has 14 in the shared tier. By default (Dynamo 1.6.1's
+        // weights: host 0.75, disk 0.25): 4, 2 + 4.5 = 6.5, 3.5: worker 1. The GPU alone
+        // (host and shared 0) decides for 0; the shared store at full weight for 2.
+        let request = request(1, 0, 16)
             .cached(0, 4 * 64)
             .cached(1, 2 * 64)
+            .cached(2, 0)
             .cached_tiers(0, 4 * 64, 0, 0)
-            .cached_tiers(1, 2 * 64, 6 * 64, 0);
-        let fleet = EndpointsBuilder::new(2);
+            .cached_tiers(1, 2 * 64, 6 * 64, 0)
+            .cached_tiers(2, 0, 0, 14 * 64);
+        let fleet = EndpointsBuilder::new(3);
         let pick = |config: &str| {
             let mut kv: DynamoKv = create_matcher(config).unwrap();
             kv.match_request(&request.view(), &fleet.view())
@@ -364,10 +393,22 @@ mod tests {
                 .unwrap()
                 .get()
         };
-        assert_eq!(pick(""), 0);
-        assert_eq!(pick("host_overlap_weight: 1"), 1);
-        assert_eq!(pick("host_overlap_weight: 0.5"), 1);
-        assert!(create_matcher::<DynamoKv>("host_overlap_weight: 2").is_err());
+        assert_eq!(pick(""), 1);
+        assert_eq!(
+            pick("{host_overlap_weight: 0, shared_overlap_weight: 0}"),
+            0
+        );
+        assert_eq!(pick("host_overlap_weight: 0.25"), 0);
+        assert_eq!(pick("shared_overlap_weight: 1"), 2);
+        // A GPU block worth nothing: the host tier's 4.5 still wins over the shared 3.5.
+        assert_eq!(pick("overlap_score_credit: 0"), 1);
+        for bad in [
+            "host_overlap_weight: 2",
+            "shared_overlap_weight: -1",
+            "overlap_score_credit: 3",
+        ] {
+            assert!(create_matcher::<DynamoKv>(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

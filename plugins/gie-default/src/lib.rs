@@ -27,23 +27,85 @@
 //! auto-tuned to each pod's `num_gpu_blocks`.
 //!
 //! Config keys: `seed` (0), `variant` (`default`), `lru_capacity` (31,250 blocks),
-//! `max_prefix_blocks` (256), `cpu_weight` (0.8) and `shared_weight` (1.0), each 0 to 1.
+//! `max_prefix_blocks` (256), `cpu_weight` (0.8) and `shared_weight` (1.0), each 0 to 1;
+//! and a weight per scorer, each replacing its variant's (0 turns the scorer off), as an
+//! `EndpointPickerConfig`'s scheduling profile weighs them (`--router-config` imports
+//! one): `prefix_weight`, `precise_prefix_weight`, `queue_weight`, `kv_cache_weight`,
+//! `load_aware_weight`.
+//!
+//! The defaults are GIE's at `84436a9` (kubernetes-sigs/gateway-api-inference-extension,
+//! its default plugins config: `queue-scorer` 2, `kv-cache-utilization-scorer` 2,
+//! `prefix-cache-scorer` 3 since GIE #1827; the prefix scorer's `maxPrefixBlocksToMatch`
+//! 256 and `lruCapacityPerServer` 31,250).
 
 use routerlab_core::{EndpointId, Endpoints, Matcher, PluginConfig, Request, SeededRng};
 use routerlab_policy_kit::{DenseIds, PodPrefixIndex, Score, pick_min, range_of};
 
-/// Which scorers, with which weights.
+/// Each scorer's weight in the sum (0: not run).
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Variant {
-    Default,
-    Estimate,
-    Precise,
+struct Weights {
+    prefix: f64,
+    precise_prefix: f64,
+    queue: f64,
+    kv_cache: f64,
+    load_aware: f64,
+}
+
+/// The scorer keys, each a weight that replaces its variant's.
+const WEIGHT_KEYS: [&str; 5] = [
+    "prefix_weight",
+    "precise_prefix_weight",
+    "queue_weight",
+    "kv_cache_weight",
+    "load_aware_weight",
+];
+
+impl Weights {
+    /// A variant's scorers and weights.
+    fn of(variant: &str) -> Weights {
+        let none = Weights {
+            prefix: 0.0,
+            precise_prefix: 0.0,
+            queue: 0.0,
+            kv_cache: 0.0,
+            load_aware: 0.0,
+        };
+        match variant {
+            "estimate" => Weights {
+                prefix: 1.0,
+                load_aware: 1.0,
+                ..none
+            },
+            "precise" => Weights {
+                precise_prefix: 2.0,
+                kv_cache: 1.0,
+                queue: 1.0,
+                ..none
+            },
+            _ => Weights {
+                prefix: 3.0,
+                queue: 2.0,
+                kv_cache: 2.0,
+                ..none
+            },
+        }
+    }
+
+    fn slot(&mut self, key: &str) -> &mut f64 {
+        match key {
+            "prefix_weight" => &mut self.prefix,
+            "precise_prefix_weight" => &mut self.precise_prefix,
+            "queue_weight" => &mut self.queue,
+            "kv_cache_weight" => &mut self.kv_cache,
+            _ => &mut self.load_aware,
+        }
+    }
 }
 
 /// The GIE / llm-d endpoint picker.
 pub struct GieDefault {
     rng: SeededRng,
-    variant: Variant,
+    weights: Weights,
     index: PodPrefixIndex,
     ids: DenseIds,
     counts: Vec<u64>,
@@ -54,12 +116,18 @@ pub struct GieDefault {
 impl Matcher for GieDefault {
     fn create(_name: &str, config: &mut PluginConfig) -> Result<Self, String> {
         let rng = SeededRng::new(config.seed()?);
-        let variant =
-            match config.choice("variant", &["default", "estimate", "precise"], "default")? {
-                "default" => Variant::Default,
-                "estimate" => Variant::Estimate,
-                _ => Variant::Precise,
-            };
+        let variant = config.choice("variant", &["default", "estimate", "precise"], "default")?;
+        let mut weights = Weights::of(variant);
+        for key in WEIGHT_KEYS {
+            if let Some(weight) = config.optional_f64(key)? {
+                if !(weight.is_finite() && (0.0..=1e6).contains(&weight)) {
+                    return Err(format!(
+                        "config: {key} must be from 0 to 1000000, not {weight}"
+                    ));
+                }
+                *weights.slot(key) = weight;
+            }
+        }
         let capacity = config.u64("lru_capacity", 31_250)?;
         let max_blocks = config.u64("max_prefix_blocks", 256)?;
         if capacity == 0 || max_blocks == 0 {
@@ -74,7 +142,7 @@ impl Matcher for GieDefault {
         }
         Ok(GieDefault {
             rng,
-            variant,
+            weights,
             index: PodPrefixIndex::new(
                 usize::try_from(capacity).unwrap_or(usize::MAX),
                 usize::try_from(max_blocks).unwrap_or(usize::MAX),
@@ -109,29 +177,30 @@ impl Matcher for GieDefault {
                     (max_q - q) as f64 / (max_q - min_q) as f64
                 };
                 let kv = 1.0 - e.kv_usage();
-                let score = match self.variant {
-                    Variant::Default => 3.0 * approximate + 2.0 * queue + 2.0 * kv,
-                    Variant::Estimate => {
-                        let load = if q == 0 {
-                            0.5
-                        } else {
-                            0.5 * (1.0 - q.min(128) as f64 / 128.0)
-                        };
-                        approximate + load
-                    }
-                    Variant::Precise => {
-                        let (cpu, shared) = self.tier_weights;
-                        let precise = match (request.cached_tiers(id), request.cached_prefix(id)) {
-                            (Some(t), _) => {
-                                (t.gpu as f64 + cpu * t.host as f64 + shared * t.shared as f64)
-                                    / prompt
-                            }
-                            (None, Some(c)) => c as f64 / prompt,
-                            (None, None) => approximate,
-                        };
-                        2.0 * precise + kv + queue
-                    }
+                let w = self.weights;
+                let load = if q == 0 {
+                    0.5
+                } else {
+                    0.5 * (1.0 - q.min(128) as f64 / 128.0)
                 };
+                // Asked of the host only when it counts: each answer costs a walk.
+                let precise = if w.precise_prefix > 0.0 {
+                    let (cpu, shared) = self.tier_weights;
+                    match (request.cached_tiers(id), request.cached_prefix(id)) {
+                        (Some(t), _) => {
+                            (t.gpu as f64 + cpu * t.host as f64 + shared * t.shared as f64) / prompt
+                        }
+                        (None, Some(c)) => c as f64 / prompt,
+                        (None, None) => approximate,
+                    }
+                } else {
+                    0.0
+                };
+                let score = w.prefix * approximate
+                    + w.precise_prefix * precise
+                    + w.queue * queue
+                    + w.kv_cache * kv
+                    + w.load_aware * load;
                 // The max-score picker: the smallest negated score.
                 (id, Score(-score))
             })
@@ -185,6 +254,39 @@ mod tests {
             gie.match_request(&again.view(), &idle.view()).unwrap(),
             Some(EndpointId(0))
         );
+    }
+
+    #[test]
+    fn a_profiles_weights_replace_the_variants() {
+        // llm-d's sample profile: prefix 2, load-aware 1. Endpoint 0 holds the prefix
+        // with 64 requests waiting: 2·1 + 0.25 = 2.25 against 1's 0 + 0.5.
+        let mut gie: GieDefault = create_matcher(
+            "{prefix_weight: 2, queue_weight: 0, kv_cache_weight: 0, load_aware_weight: 1}",
+        )
+        .unwrap();
+        gie.update(&request(1, &[1, 2]).view(), EndpointId(0))
+            .unwrap();
+        let fleet = EndpointsBuilder::new(2).waiting(0, 64);
+        let again = request(2, &[1, 2]);
+        assert_eq!(
+            gie.match_request(&again.view(), &fleet.view()).unwrap(),
+            Some(EndpointId(0))
+        );
+        // Load alone (prefix 0) sends it to the idle endpoint.
+        let mut load_only: GieDefault = create_matcher(
+            "{prefix_weight: 0, queue_weight: 0, kv_cache_weight: 0, load_aware_weight: 1}",
+        )
+        .unwrap();
+        load_only
+            .update(&request(1, &[1, 2]).view(), EndpointId(0))
+            .unwrap();
+        assert_eq!(
+            load_only
+                .match_request(&again.view(), &fleet.view())
+                .unwrap(),
+            Some(EndpointId(1))
+        );
+        assert!(create_matcher::<GieDefault>("queue_weight: -1").is_err());
     }
 
     #[test]
