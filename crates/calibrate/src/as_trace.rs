@@ -7,7 +7,10 @@
 //! sharing under one token model: a round's prompt starts with the previous round's
 //! prompt (the history it was asked after), so it shares that prompt's whole blocks, up to
 //! its own length; the previous answer, the new question and everything of other users
-//! are blocks of its own. Without conversations nothing is shared.
+//! are blocks of its own. Without conversations nothing is shared within a run, and a
+//! prompt's blocks are named by its length and its place among the prompts of that length:
+//! a benchmark that sends the same prompts at each load point of a sweep logs the same
+//! blocks at each, so one point's run warms the caches for the next (`--warm-up`).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -115,6 +118,7 @@ pub fn mooncake_text(requests: &[MeasuredRequest]) -> Vec<u8> {
     // Each conversation's last prompt: its blocks, and how many of them are whole.
     let mut last_prompt: HashMap<u64, (Vec<u64>, u64)> = HashMap::new();
     let mut next_id = 0u64;
+    let mut seen: HashMap<u64, u64> = HashMap::new();
     let mut text = String::new();
     for r in requests {
         let blocks = r.input_toks.div_ceil(block);
@@ -124,9 +128,20 @@ pub fn mooncake_text(requests: &[MeasuredRequest]) -> Vec<u8> {
             let shared = (*whole).min(r.input_toks / block);
             ids.extend_from_slice(&previous[..shared as usize]);
         }
-        while (ids.len() as u64) < blocks {
-            ids.push(next_id);
-            next_id += 1;
+        match r.session {
+            Some(_) => {
+                while (ids.len() as u64) < blocks {
+                    ids.push(next_id);
+                    next_id += 1;
+                }
+            }
+            // Named by what is known of its prompt, the k-th of its length, so the same
+            // prompts logged at another load point (a sweep's runs) are the same blocks.
+            None => {
+                let k = seen.entry(r.input_toks).or_insert(0u64);
+                *k += 1;
+                ids.extend((0..blocks).map(|b| content_id(r.input_toks, *k, b)));
+            }
         }
         let _ = write!(
             text,
@@ -144,6 +159,20 @@ pub fn mooncake_text(requests: &[MeasuredRequest]) -> Vec<u8> {
         }
     }
     text.into_bytes()
+}
+
+/// A block id from the prompt's length, its place among the prompts of that length, and
+/// the block's place in it: above 2^62, apart from a conversation's ids, which count up
+/// from 0.
+fn content_id(length: u64, k: u64, block: u64) -> u64 {
+    let mut h = length
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add(k.wrapping_mul(0xbf58_476d_1ce4_e5b9))
+        .wrapping_add(block.wrapping_mul(0x94d0_49bb_1331_11eb));
+    h ^= h >> 31;
+    h = h.wrapping_mul(0xd6e8_feb8_6659_fd93);
+    h ^= h >> 32;
+    (1 << 62) | (h >> 2)
 }
 
 /// How far `requests` (in arrival order) fall short of what was offered, when the log
@@ -234,6 +263,29 @@ mod tests {
                 r#"{"timestamp": 2000, "input_length": 70, "output_length": 20, "hash_ids": [0, 1, 5, 6, 7]}"#,
             ]
         );
+    }
+
+    #[test]
+    fn a_prompt_without_a_conversation_is_named_by_its_length_and_place() {
+        let ids = |requests: &[MeasuredRequest]| -> Vec<String> {
+            String::from_utf8(mooncake_text(requests))
+                .unwrap()
+                .lines()
+                .map(|l| l.split("hash_ids").nth(1).unwrap().to_owned())
+                .collect()
+        };
+        let run = ids(&[
+            request(0.0, 40, None),
+            request(1.0, 40, None),
+            request(2.0, 17, None),
+        ]);
+        // Two prompts of one length are two prompts; each a chain of its own.
+        assert_ne!(run[0], run[1]);
+        // Logged at another load point without the first: the others keep their blocks
+        // but the second 40-token prompt is now the first of its length.
+        let other = ids(&[request(0.0, 40, None), request(0.5, 17, None)]);
+        assert_eq!(other[1], run[2]);
+        assert_eq!(other[0], run[0]);
     }
 
     #[test]

@@ -82,6 +82,11 @@ pub struct TraceArgs {
     /// CSV (gzip or zstd compressed or not), or a Weka session file or directory.
     #[arg(long, value_name = "PATH", help_heading = TRACE)]
     pub trace: Option<PathBuf>,
+    /// A trace (or measured run) replayed first through the same fleet and routers, not
+    /// measured, so the run starts with the caches it left (GPU, host and shared tiers),
+    /// as a benchmark's load point follows the one before (timed replays).
+    #[arg(long, value_name = "PATH", help_heading = TRACE)]
+    pub warm_up: Option<PathBuf>,
     /// Trace format: chat, mooncake, agentic-mooncake, weka, token-ids, azure-csv or
     /// burstgpt; detected from the first line (a directory: weka) by default.
     #[arg(long, value_name = "FORMAT", help_heading = TRACE)]

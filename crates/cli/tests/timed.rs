@@ -267,7 +267,7 @@ fn timed_input_errors() {
     let cases: [(&[&str], &str); 5] = [
         (
             &["--rate", "5"],
-            "error: engine, arrival and latency settings need the timed replay: add --timing trace",
+            "error: --rate (an engine, arrival or latency setting) needs the timed replay: add --timing trace",
         ),
         (
             &["--timing", "trace"],
@@ -486,4 +486,66 @@ fn running_spread_by_hand() {
         report["timed"]["running_spread"],
         serde_json::json!({"max_minus_min": 1.0, "cv": 1.0})
     );
+}
+
+/// A warm-up trace replayed first leaves the engines' caches (and the routers' state) as a
+/// benchmark's previous load point would: llm-d-benchmark sends the same 252 ShareGPT
+/// prompts at each load point, so a point replayed after the one before finds them cached,
+/// while the report counts the point alone.
+#[test]
+fn a_warm_up_leaves_the_caches_and_the_report_counts_the_run_alone() {
+    let point =
+        support::project_trace("llm-d-benchmark/llm-d-70b-2replicas/LMBench_sharegpt_output_2.csv");
+    let dir = std::env::temp_dir().join(format!("routerlab-warm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |warm: Option<&std::path::Path>, out: &str| {
+        let out = dir.join(out);
+        let mut args = vec!["--timing", "trace", "--endpoints", "2", "-q"];
+        args.extend(["--requests-out", out.to_str().unwrap()]);
+        if let Some(warm) = warm {
+            args.extend(["--warm-up", warm.to_str().unwrap()]);
+        }
+        let report = Replay::new("lcp", &point).args(&args).report();
+        let first_arrival = std::fs::read_to_string(&out)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["arrival_s"]
+                    .as_f64()
+                    .unwrap()
+            })
+            .fold(f64::INFINITY, f64::min);
+        (report, first_arrival)
+    };
+    let (cold, cold_first) = run(None, "cold.jsonl");
+    let (warm, warm_first) = run(Some(&point), "warm.jsonl");
+    // Nothing repeats inside the point; after itself, every prompt's whole blocks hit.
+    assert_eq!(cold["hit_ratio"], 0.0);
+    let hit = warm["hit_ratio"].as_f64().unwrap();
+    assert!(hit > 0.95, "{hit}");
+    // The point alone: its requests, its makespan, its times from its own start.
+    assert_eq!(warm["requests"], cold["requests"]);
+    let makespan = |r: &serde_json::Value| r["timed"]["makespan_s"].as_f64().unwrap();
+    assert!((makespan(&warm) - makespan(&cold)).abs() < 0.5);
+    assert_eq!(warm_first, cold_first);
+    let ttft = |r: &serde_json::Value| r["timed"]["ttft"]["mean"].as_f64().unwrap();
+    assert!(
+        ttft(&warm) < ttft(&cold) * 0.8,
+        "{} vs {}",
+        ttft(&warm),
+        ttft(&cold)
+    );
+    // The same inputs, the same bytes.
+    assert_eq!(run(Some(&point), "again.jsonl").0, warm);
+    // Only a timed replay warms anything.
+    let output = Replay::new("lcp", &point)
+        .args(&["--warm-up", point.to_str().unwrap()])
+        .run();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        support::texts(&output).1.contains("--warm-up"),
+        "{}",
+        support::texts(&output).1
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use routerlab_host::SearchPath;
 use routerlab_sim::observer::{NoObserver, Observer, Recorder, RequestRecord, Tee};
-use routerlab_sim::timed::replay_timed;
 use routerlab_sim::{Replicas, Report, SimError, timefree};
 use routerlab_trace::Workload;
 
@@ -157,13 +156,14 @@ fn run_one(
         None => {
             timefree::replay_workload(workload, &mut job.replicas, job.run.cache_blocks, observer)?
         }
-        Some(timed) if keep_records => replay_timed(
+        Some(_) if keep_records => job.run.replay_loaded(
             workload,
             &mut job.replicas,
-            timed,
             &mut Tee(observer, &mut recorder),
         )?,
-        Some(timed) => replay_timed(workload, &mut job.replicas, timed, observer)?,
+        Some(_) => job
+            .run
+            .replay_loaded(workload, &mut job.replicas, observer)?,
     };
     Ok(Outcome {
         report,

@@ -118,6 +118,8 @@ pub struct Experiment {
     pub trace: Option<PathBuf>,
     /// Trace format.
     pub trace_format: Option<TraceFormat>,
+    /// A trace replayed first, unmeasured, to warm the caches (timed).
+    pub warm_up: Option<PathBuf>,
     /// Endpoints: a count, a list of names, or their text (`4`, `a,b`).
     pub endpoints: Option<Value>,
     /// Disaggregated fleet: the prefill pool, a count or names (with `endpoints`, a count:
@@ -220,7 +222,13 @@ pub struct Experiment {
 }
 
 /// The keys whose values are paths, taken from the experiment file's directory.
-const PATH_KEYS: [&str; 4] = ["trace", "requests_out", "model_config", "router_config"];
+const PATH_KEYS: [&str; 5] = [
+    "trace",
+    "requests_out",
+    "model_config",
+    "router_config",
+    "warm_up",
+];
 
 /// The keys whose mappings the next layer merges into key by key.
 const MERGED_KEYS: [&str; 3] = ["engine", "prefill_engine", "decode_engine"];
@@ -332,10 +340,15 @@ impl Experiment {
     /// Every file the run reads, whatever key named it (the trace, the model config): none
     /// may be an output. The experiment file itself is its reader's to add.
     pub fn inputs(&self) -> Vec<&Path> {
-        let mut inputs: Vec<&Path> = [&self.trace, &self.model_config, &self.router_config]
-            .into_iter()
-            .filter_map(|p| p.as_deref())
-            .collect();
+        let mut inputs: Vec<&Path> = [
+            &self.trace,
+            &self.model_config,
+            &self.router_config,
+            &self.warm_up,
+        ]
+        .into_iter()
+        .filter_map(|p| p.as_deref())
+        .collect();
         // A GPU described in a file.
         inputs.extend(self.gpu.as_deref().map(Path::new).filter(|p| p.is_file()));
         inputs

@@ -1,37 +1,70 @@
-//! A measured run given as a run's trace (`--trace RUN`): every format `validate` reads
-//! replays directly, as the calibrate crate makes it a trace.
+//! The run's traces as files or measured runs: a measured run given as the trace
+//! (`--trace RUN`) or the warm-up (`--warm-up RUN`) is made a trace by the calibrate crate,
+//! so every format `validate` reads replays directly.
 
+use std::path::Path;
 use std::sync::Arc;
 
-use routerlab_calibrate::as_trace::{RUN_TRACE_BLOCK_TOKENS, run_trace};
-use routerlab_trace::TraceFormat;
+use routerlab_calibrate::as_trace::{RUN_TRACE_BLOCK_TOKENS, RunTrace, run_trace};
+use routerlab_sim::scenario::WarmUp;
+use routerlab_trace::{TraceFormat, TraceOptions};
 
 use crate::ExperimentError;
+use crate::file::Experiment;
 use crate::resolve::Run;
 
+/// `path` as a measured run's trace, unless a trace format was given (`forced`) or it is
+/// not one.
+fn measured(path: &Path, forced: bool) -> Result<Option<RunTrace>, ExperimentError> {
+    if forced {
+        return Ok(None);
+    }
+    run_trace(path, None).map_err(|e| ExperimentError::invalid(e.to_string()))
+}
+
+/// How a measured run's trace is read: Mooncake's form in its own blocks.
+fn as_run(options: &mut TraceOptions) {
+    options.format = Some(TraceFormat::Mooncake);
+    options.trace_block_size = RUN_TRACE_BLOCK_TOKENS;
+}
+
+/// What reading `trace` has to say: requests left out, a partial log.
+fn note(trace: &RunTrace) -> Option<String> {
+    let notes: Vec<&str> = [&trace.run.left_out, &trace.run.partial]
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    (!notes.is_empty()).then(|| format!("{}: {}", trace.run.label, notes.join("; ")))
+}
+
 impl Run {
-    /// This run with its trace made from the measured run it names, if it names one (a
-    /// directory in LLMServingSim's layout, or a file a benchmark tool wrote), unless a
-    /// trace format was given (`forced`).
-    pub(crate) fn measured_run_as_trace(mut self, forced: bool) -> Result<Run, ExperimentError> {
-        if forced {
-            return Ok(self);
+    /// This run with its trace, and its warm-up trace when `opts` gives one, each made from
+    /// the measured run it names if it names one (a directory in LLMServingSim's layout,
+    /// or a file a benchmark tool wrote), unless a trace format was given.
+    pub(crate) fn read_traces(mut self, opts: &Experiment) -> Result<Run, ExperimentError> {
+        let forced = opts.trace_format.is_some();
+        let mut notes = Vec::new();
+        if let Some(trace) = measured(&self.scenario.trace, forced)? {
+            as_run(&mut self.scenario.trace_options);
+            notes.extend(note(&trace));
+            self.scenario.trace_text = Some(Arc::from(trace.text));
         }
-        let Some(trace) = run_trace(&self.scenario.trace, None)
-            .map_err(|e| ExperimentError::invalid(e.to_string()))?
-        else {
-            return Ok(self);
-        };
-        let options = &mut self.scenario.trace_options;
-        options.format = Some(TraceFormat::Mooncake);
-        options.trace_block_size = RUN_TRACE_BLOCK_TOKENS;
-        self.scenario.trace_text = Some(Arc::from(trace.text));
-        let notes: Vec<String> = [trace.run.left_out, trace.run.partial]
-            .into_iter()
-            .flatten()
-            .collect();
-        self.trace_note =
-            (!notes.is_empty()).then(|| format!("{}: {}", trace.run.label, notes.join("; ")));
+        if let Some(path) = &opts.warm_up {
+            let mut warm = WarmUp {
+                trace: path.clone(),
+                options: self.scenario.trace_options.clone(),
+                text: None,
+            };
+            warm.options.format = opts.trace_format;
+            if let Some(trace) = measured(path, forced)? {
+                as_run(&mut warm.options);
+                notes.extend(note(&trace).map(|n| format!("warm-up {n}")));
+                warm.text = Some(Arc::from(trace.text));
+            }
+            self.scenario.warm_up = Some(warm);
+        }
+        self.trace_note = (!notes.is_empty()).then(|| notes.join("\n"));
         Ok(self)
     }
 }

@@ -110,6 +110,7 @@ pub fn resolve(opts: &Experiment) -> Result<Run, ExperimentError> {
                 max_line_bytes: opts.max_line_bytes.unwrap_or(DEFAULT_MAX_LINE_BYTES),
             },
             trace_text: None,
+            warm_up: None,
             endpoints,
             cache_blocks: opts.cache_blocks,
             when_unavailable,
@@ -122,7 +123,7 @@ pub fn resolve(opts: &Experiment) -> Result<Run, ExperimentError> {
         requests_out: opts.requests_out.clone(),
         trace_note: None,
     }
-    .measured_run_as_trace(opts.trace_format.is_some())
+    .read_traces(opts)
 }
 
 /// The timed-replay settings, or `None` for the time-free replay. Timed-only settings
@@ -134,10 +135,11 @@ fn resolve_timed(
     prefill: Option<usize>,
 ) -> Result<Option<TimedSettings>, ExperimentError> {
     if opts.timing.unwrap_or(Timing::Off) == Timing::Off {
-        if timed_only_given(opts) {
-            return Err(ExperimentError::invalid(
-                "engine, arrival and latency settings need the timed replay: add --timing trace",
-            ));
+        if let Some(key) = timed_only_given(opts) {
+            return Err(ExperimentError::invalid(format!(
+                "--{} (an engine, arrival or latency setting) needs the timed replay: add --timing trace",
+                key.replace('_', "-")
+            )));
         }
         return Ok(None);
     }
@@ -211,6 +213,7 @@ pub const TIMED_ONLY: &[&str] = &[
     "metrics_interval_ms",
     "kv_event_lag_ms",
     "router_hop_ms",
+    "warm_up",
     "slo_ttft_ms",
     "slo_tpot_ms",
     "output_tokens",
@@ -231,9 +234,10 @@ const KV_TRANSFER: [&str; 4] = [
 ];
 
 /// Whether a setting only the timed replay reads is given.
-fn timed_only_given(opts: &Experiment) -> bool {
-    TIMED_ONLY.iter().any(|key| opts.given(key))
-        || opts.when_unavailable == Some(Unavailable::Queue)
+fn timed_only_given(opts: &Experiment) -> Option<&'static str> {
+    let queue = opts.when_unavailable == Some(Unavailable::Queue);
+    (TIMED_ONLY.iter().find(|key| opts.given(key)).copied())
+        .or(queue.then_some("when_unavailable queue"))
 }
 
 /// The SLO of `--slo-ttft-ms` and `--slo-tpot-ms`, each checked; `None` without either.
@@ -779,7 +783,7 @@ mod tests {
                 "respect_parents" => "true",
                 "engine" | "prefill_engine" | "decode_engine" => "{}",
                 "engines" => "[]",
-                "model_config" | "kv_cache_dtype" | "gpu" => "x",
+                "model_config" | "kv_cache_dtype" | "gpu" | "warm_up" => "x",
                 "kv_transfer_mode" => "missing",
                 _ => "1",
             };

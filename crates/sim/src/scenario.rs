@@ -35,7 +35,9 @@ use serde_yaml::{Mapping, Value};
 
 use crate::SimError;
 use crate::observer::Observer;
-use crate::timed::{TimedSettings, replay_timed, replay_timed_streamed, streams};
+use crate::timed::{
+    TimedSettings, replay_timed, replay_timed_streamed, replay_timed_warm, streams,
+};
 use crate::timefree;
 
 /// Endpoints of a fleet by default.
@@ -45,6 +47,17 @@ pub const DEFAULT_ENDPOINTS: usize = 10;
 /// count.
 pub fn default_endpoints(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("localhost:{}", 8000 + i)).collect()
+}
+
+/// A warm-up trace and how to read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WarmUp {
+    /// Its file (or the measured run its text was made from).
+    pub trace: PathBuf,
+    /// How to read it.
+    pub options: TraceOptions,
+    /// Made in memory from a measured run, as [`Scenario::trace_text`].
+    pub text: Option<std::sync::Arc<[u8]>>,
 }
 
 /// One run, fully resolved.
@@ -68,6 +81,9 @@ pub struct Scenario {
     /// The trace made in memory from the measured run at `trace` (Mooncake's form, read
     /// as `trace_options` say); `None` reads `trace` itself.
     pub trace_text: Option<std::sync::Arc<[u8]>>,
+    /// A trace replayed first, unmeasured, to warm the engines' caches and the routers
+    /// (timed replays; [`crate::timed::replay_timed_warm`]).
+    pub warm_up: Option<WarmUp>,
     /// Endpoint names.
     pub endpoints: Vec<String>,
     /// Time-free prefix-cache capacity per endpoint; `None` = unbounded.
@@ -98,6 +114,7 @@ impl Default for Scenario {
             trace: PathBuf::new(),
             trace_options: TraceOptions::default(),
             trace_text: None,
+            warm_up: None,
             endpoints: default_endpoints(DEFAULT_ENDPOINTS),
             cache_blocks: None,
             when_unavailable: WhenUnavailable::Reject,
@@ -312,6 +329,33 @@ impl Scenario {
         })
     }
 
+    /// The timed replay of the loaded `workload` (from [`Scenario::workload`]), after the
+    /// warm-up trace when there is one.
+    pub fn replay_loaded(
+        &self,
+        workload: &Workload,
+        replicas: &mut Replicas,
+        observer: &mut dyn Observer,
+    ) -> Result<Report, SimError> {
+        let Some(timed) = &self.timed else {
+            return Err(SimError::Input("a loaded replay is a timed one".into()));
+        };
+        let Some(warm) = &self.warm_up else {
+            return replay_timed(workload, replicas, timed, observer);
+        };
+        let reader = match &warm.text {
+            Some(text) => TraceReader::in_memory(
+                &warm.trace,
+                routerlab_trace::TraceFormat::Mooncake,
+                text.to_vec(),
+                warm.options.clone(),
+            ),
+            None => TraceReader::open(&warm.trace, warm.options.clone())?,
+        };
+        let warm_up = self.workload(reader)?;
+        replay_timed_warm(&warm_up, workload, replicas, timed, observer)
+    }
+
     /// Loads the whole trace for a timed replay, with the chains its engines need.
     pub fn workload(&self, reader: TraceReader) -> Result<Workload, SimError> {
         let sizes = self
@@ -337,15 +381,15 @@ impl Scenario {
                 (report, reader.skipped().clone(), reader.source())
             }
             // Read as it goes, unless an agentic trace's requests may wait for later ones.
-            Some(timed) if streams(reader.format()) => {
+            Some(timed) if streams(reader.format()) && self.warm_up.is_none() => {
                 let reopen = || self.reader();
                 let (report, read) =
                     replay_timed_streamed(reader, &reopen, replicas, timed, observer)?;
                 (report, read.skipped, read.source)
             }
-            Some(timed) => {
+            Some(_) => {
                 let workload = self.workload(reader)?;
-                let report = replay_timed(&workload, replicas, timed, observer)?;
+                let report = self.replay_loaded(&workload, replicas, observer)?;
                 (report, workload.skipped.clone(), workload.source.clone())
             }
         };

@@ -9,7 +9,7 @@ use std::time::Instant;
 use routerlab_report::Report;
 use routerlab_report::compare::{Comparison, Entry};
 use routerlab_sim::observer::{JsonLines, NoObserver, Observer, Recorder, Tee};
-use routerlab_sim::timed::{replay_timed, replay_timed_streamed, streams};
+use routerlab_sim::timed::{replay_timed_streamed, streams};
 use routerlab_sim::timefree;
 use routerlab_trace::Workload;
 
@@ -112,7 +112,7 @@ pub(crate) fn replay(flags: ReplayArgs) -> Result<Replayed, Failure> {
         }
         // A timed replay reads the trace as it goes, unless it is an agentic trace (its
         // requests may wait for others further down the file).
-        Some(timed) if streams(reader.format()) => {
+        Some(timed) if streams(reader.format()) && spec.warm_up.is_none() => {
             let reopen = || spec.reader();
             let mut bar = bars.bar(&spec.matcher, None);
             let mut watchers = Tee(&mut bar, keep);
@@ -132,7 +132,7 @@ pub(crate) fn replay(flags: ReplayArgs) -> Result<Replayed, Failure> {
             let mut bar = bars.bar(&spec.matcher, Some(workload.requests.len() as u64));
             let mut watchers = Tee(&mut bar, keep);
             let report = with_records(spec.requests_out.as_deref(), &mut watchers, |watchers| {
-                replay_timed(&workload, &mut replicas, timed, watchers)
+                spec.replay_loaded(&workload, &mut replicas, watchers)
             })?;
             bar.finish();
             loaded(report, &workload)

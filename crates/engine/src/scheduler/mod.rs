@@ -154,6 +154,30 @@ impl Engine {
         self.kv.evictions
     }
 
+    /// Counts again from `now` (a warm-up's end): what it holds stays, what it counted
+    /// (peak and mean KV usage, evictions, preemptions, speculated steps, its tiers'
+    /// stores, evictions and peaks) starts over.
+    pub fn restart_counters(&mut self, now_ns: u64) {
+        self.preemptions = 0;
+        self.speculated = (0, 0);
+        self.peak_usage = self.usage();
+        self.usage_integral = 0.0;
+        self.first_ns = None;
+        self.usage_since_ns = now_ns;
+        self.kv.evictions = 0;
+        let restart = |tier: &mut HostCache| {
+            tier.stores = 0;
+            tier.evictions = 0;
+            tier.peak = tier.len() as u64;
+        };
+        if let Some(host) = &mut self.tiers.host {
+            restart(host);
+        }
+        if let Some(shared) = &self.tiers.shared {
+            restart(&mut shared.lock());
+        }
+    }
+
     /// The host tier, when configured.
     pub fn host(&self) -> Option<&HostCache> {
         self.tiers.host.as_ref()

@@ -50,6 +50,7 @@ mod tally;
 #[cfg(test)]
 mod tests;
 mod view;
+mod warm;
 
 use disagg::PdRun;
 use events::{Event, Events};
@@ -59,6 +60,7 @@ pub use settings::TimedSettings;
 use settings::validate;
 pub use streamed::{StreamedTrace, replay_timed_streamed, streams};
 use tally::{EndpointTally, SpreadTally, TiersTally, TimedStats};
+pub use warm::replay_timed_warm;
 
 /// What one request of the workload did in this run.
 #[derive(Debug, Default)]
@@ -118,6 +120,8 @@ struct Sim<'a> {
     sharing: Option<&'a OnceLock<Sharing>>,
     /// The request being routed and its shared lead, if known (`Sim::note_sharing`).
     sharing_of: (usize, Option<usize>),
+    /// The clock's origin: what came before (a warm-up) is not this run's.
+    origin_ns: u64,
 }
 
 /// Runs a timed replay of `workload` through the router `replicas`; `observer` sees each
@@ -130,6 +134,22 @@ pub fn replay_timed(
     settings: &TimedSettings,
     observer: &mut dyn Observer,
 ) -> Result<Report, SimError> {
+    let sharing = sharing::of_workload(workload);
+    let mut sim = loaded(workload, &sharing, replicas, settings, observer, 0)?;
+    sim.run(replicas)?;
+    Ok(routerlab_report::checked(sim.report(replicas)))
+}
+
+/// A run of the loaded `workload` (`sharing` its [`sharing::of_workload`]), its clock's
+/// origin at `origin` ns (its arrivals after it), not started.
+fn loaded<'a>(
+    workload: &'a Workload,
+    sharing: &'a OnceLock<Sharing>,
+    replicas: &mut Replicas,
+    settings: &'a TimedSettings,
+    observer: &'a mut dyn Observer,
+    origin: u64,
+) -> Result<Sim<'a>, SimError> {
     validate(replicas, settings)?;
     // Engine chains are derived when the trace is loaded (`Scenario::workload` loads the sizes
     // its engines need); a workload loaded for other engines is refused, not failed mid-run.
@@ -148,7 +168,10 @@ pub fn replay_timed(
         .schedule(&workload.requests, settings.seed)
         .map_err(|e| arrival_error(&workload.source.path, e))?;
     // A closed loop's requests are released as earlier ones finish, from time 0.
-    let base_arrival = scheduled.unwrap_or_else(|| vec![0; workload.requests.len()]);
+    let mut base_arrival = scheduled.unwrap_or_else(|| vec![0; workload.requests.len()]);
+    base_arrival
+        .iter_mut()
+        .for_each(|t| *t = t.saturating_add(origin));
     // An agentic trace's requests go when their dependencies allow, on the trace's clock.
     let agentic = match settings.arrivals {
         Arrivals::Trace { speedup } => agentic::Agentic::of(workload, &base_arrival, speedup),
@@ -159,9 +182,8 @@ pub fn replay_timed(
         }
         _ => None,
     };
-    let sharing = sharing::of_workload(workload);
     let mut sim = Sim::new(Feed::loaded(workload), replicas, settings, observer);
-    sim.sharing = Some(&sharing);
+    sim.sharing = Some(sharing);
     sim.requests = (workload.requests.iter())
         .zip(&base_arrival)
         .map(|(request, &base)| sim.state_of(request, base))
@@ -181,8 +203,8 @@ pub fn replay_timed(
     }
     sim.base_arrival = base_arrival;
     sim.agentic = agentic;
-    sim.run(replicas)?;
-    Ok(routerlab_report::checked(sim.report(replicas)))
+    sim.origin_ns = origin;
+    Ok(sim)
 }
 
 /// The one message for a schedule that cannot be worked out.
@@ -253,6 +275,7 @@ impl<'a> Sim<'a> {
             lagged: None,
             sharing: None,
             sharing_of: (usize::MAX, None),
+            origin_ns: 0,
         };
         if settings.kv_event_lag_ns > 0 {
             let lag = settings.kv_event_lag_ns;
@@ -287,7 +310,7 @@ impl Sim<'_> {
         match self.settings.arrivals {
             Arrivals::Closed { concurrency } => {
                 for _ in 0..concurrency {
-                    self.release_next_closed(0)?;
+                    self.release_next_closed(self.origin_ns)?;
                 }
             }
             _ => {
@@ -312,7 +335,7 @@ impl Sim<'_> {
             let count = replicas.len() as u64;
             for r in 0..replicas.len() {
                 let phase = (u128::from(interval) * r as u128 / u128::from(count)) as u64;
-                self.events.push(phase, Event::Refresh(r));
+                self.events.push(self.origin_ns + phase, Event::Refresh(r));
             }
         }
         loop {
@@ -647,7 +670,7 @@ impl Sim<'_> {
             self.observer.finished(&RequestRecord {
                 id: RequestSeq::of_index(index).0,
                 line: request.line,
-                arrival_s: round6(arrival as f64 / 1e9),
+                arrival_s: round6((arrival - self.origin_ns) as f64 / 1e9),
                 endpoint: Some(replicas.router(r).table().name(pos).to_owned()),
                 prefill_endpoint: (computed_at != pos)
                     .then(|| replicas.router(r).table().name(computed_at).to_owned()),
@@ -656,7 +679,7 @@ impl Sim<'_> {
                 hit_tokens: hit,
                 queue_ms: round6((scheduled - arrival) as f64 / 1e6),
                 ttft_ms: round6((first_token - arrival) as f64 / 1e6),
-                finish_s: round6(now as f64 / 1e9),
+                finish_s: round6((now - self.origin_ns) as f64 / 1e9),
             })?;
         }
         self.feed
