@@ -117,7 +117,7 @@ pub fn mooncake_text(requests: &[MeasuredRequest]) -> Vec<u8> {
         .fold(f64::INFINITY, f64::min);
     // Each conversation's last prompt: its blocks, and how many of them are whole.
     let mut last_prompt: HashMap<u64, (Vec<u64>, u64)> = HashMap::new();
-    let mut next_id = 0u64;
+    let mut made_by: HashMap<u64, u64> = HashMap::new();
     let mut seen: HashMap<u64, u64> = HashMap::new();
     let mut text = String::new();
     for r in requests {
@@ -129,10 +129,13 @@ pub fn mooncake_text(requests: &[MeasuredRequest]) -> Vec<u8> {
             ids.extend_from_slice(&previous[..shared as usize]);
         }
         match r.session {
-            Some(_) => {
+            // A conversation's own blocks, numbered in it: no other's, in this run or
+            // another (a user id names one conversation of one run).
+            Some(session) => {
+                let made = made_by.entry(session.user).or_insert(0u64);
                 while (ids.len() as u64) < blocks {
-                    ids.push(next_id);
-                    next_id += 1;
+                    ids.push(content_id(session.user, u64::MAX, *made));
+                    *made += 1;
                 }
             }
             // Named by what is known of its prompt, the k-th of its length, so the same
@@ -162,8 +165,8 @@ pub fn mooncake_text(requests: &[MeasuredRequest]) -> Vec<u8> {
 }
 
 /// A block id from the prompt's length, its place among the prompts of that length, and
-/// the block's place in it: above 2^62, apart from a conversation's ids, which count up
-/// from 0.
+/// the block's place in it (a conversation's: its user, `u64::MAX`, and the block's place
+/// among those it made).
 fn content_id(length: u64, k: u64, block: u64) -> u64 {
     let mut h = length
         .wrapping_mul(0x9e37_79b9_7f4a_7c15)
@@ -252,17 +255,34 @@ mod tests {
             request(10.5, 20, Some((8, 1))),
             request(12.0, 70, Some((7, 2))),
         ]);
-        let lines: Vec<&str> = std::str::from_utf8(&text).unwrap().lines().collect();
-        // 40 tokens: blocks 0, 1 whole, 2 partial; user 8 its own; round 2 of user 7
+        let ids: Vec<Vec<u64>> = std::str::from_utf8(&text)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let list = l
+                    .split("\"hash_ids\": [")
+                    .nth(1)
+                    .unwrap()
+                    .trim_end_matches("]}");
+                list.split(", ").map(|id| id.parse().unwrap()).collect()
+            })
+            .collect();
+        // 40 tokens: blocks 0, 1 whole, 2 partial; user 8 its own two; round 2 of user 7
         // shares the two whole blocks of round 1 and has three of its own (70 tokens).
-        assert_eq!(
-            lines,
-            [
-                r#"{"timestamp": 0, "input_length": 40, "output_length": 20, "hash_ids": [0, 1, 2]}"#,
-                r#"{"timestamp": 500, "input_length": 20, "output_length": 20, "hash_ids": [3, 4]}"#,
-                r#"{"timestamp": 2000, "input_length": 70, "output_length": 20, "hash_ids": [0, 1, 5, 6, 7]}"#,
-            ]
-        );
+        assert_eq!(ids.iter().map(Vec::len).collect::<Vec<_>>(), [3, 2, 5]);
+        assert_eq!(ids[2][..2], ids[0][..2]);
+        let mut all: Vec<u64> = ids[0]
+            .iter()
+            .chain(&ids[1])
+            .chain(&ids[2][2..])
+            .copied()
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 3 + 2 + 3, "every other block its own");
+        assert!(std::str::from_utf8(&text).unwrap().starts_with(
+            r#"{"timestamp": 0, "input_length": 40, "output_length": 20, "hash_ids": ["#
+        ));
     }
 
     #[test]

@@ -387,6 +387,14 @@ fn third_party_traces_are_the_published_bytes() {
             "51428f0ce02b5c8da0fefd8caafaa429f70e5a021fc06d27cad91ce0d11aabd0",
         ),
         (
+            "llm-d-benchmark/llm-d-70b-2replicas/LMBench_short_input_qps10.csv",
+            "dfc6068e0cfb9cca91e530be196bf8b1d353d72443aa476d9c4d635731d1c2a0",
+        ),
+        (
+            "models/Llama-3.1-70B.json",
+            "26738542ebe0f45dab3d138460883943763ef03126797a92e70301957d039410",
+        ),
+        (
             "models/Llama-3.1-8B.json",
             "54acfad3cffe057640904ca8a1e83525e6551c70c7a04c641f5a9eda0bbf64bd",
         ),

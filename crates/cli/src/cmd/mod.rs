@@ -14,6 +14,7 @@ pub mod replay;
 pub mod run;
 pub(crate) mod runs;
 pub mod snapshot;
+pub mod stacks;
 pub mod sweep;
 pub mod validate;
 

@@ -51,6 +51,15 @@ pub struct ValidateArgs {
     /// efficiencies fitted), for `--gpu FILE` on other models of that GPU.
     #[arg(long, value_name = "FILE")]
     pub gpu_profile_out: Option<PathBuf>,
+    /// Two stacks measured at the same load points, each as DIR=CONFIG (its runs, one file
+    /// name per point in both; the experiment file describing its fleet), stack A first:
+    /// per point the measured and simulated TTFT p50 ratio B/A, instead of a fit.
+    #[arg(long = "stack", value_name = "DIR=CONFIG")]
+    pub stacks: Vec<String>,
+    /// With --stack: replay each point after the stack's previous one (by offered load),
+    /// unmeasured, as a benchmark's sweep leaves the caches.
+    #[arg(long, requires = "stacks")]
+    pub warm_up_previous: bool,
 }
 
 /// A run as read: its requests and its own length-form workload.
@@ -110,6 +119,9 @@ fn refuse_inputs_as_output(args: &ValidateArgs) -> Result<(), Failure> {
 
 /// Runs the command.
 pub fn run(args: ValidateArgs) -> Result<(), Failure> {
+    if !args.stacks.is_empty() {
+        return crate::cmd::stacks::run(&args);
+    }
     if args.budget < 10 {
         return Err(Failure::input("--budget must be at least 10 replays"));
     }

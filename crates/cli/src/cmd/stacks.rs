@@ -1,0 +1,283 @@
+//! `routerlab validate --stack DIR=CONFIG --stack DIR=CONFIG`: two serving stacks measured
+//! at the same load points (a run of one file name in each directory), each point replayed
+//! as each stack's experiment file describes its fleet (policy, engines, tiers, the routing
+//! path's hop) on that point's own measured requests. Per point: the measured ratio B/A of
+//! a latency, the simulated one, how far apart, and whether they agree in sign (both above
+//! 1, both below, or both within 1% of it). A partial run's point is left out unless
+//! `--allow-partial`; `--warm-up-previous` replays each point after the stack's previous
+//! one (by offered load), as a benchmark's sweep leaves the caches.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use routerlab_calibrate::as_trace::run_trace;
+use routerlab_calibrate::quantile;
+use routerlab_experiment::{OutputFormat, resolve};
+use routerlab_sim::observer::NoObserver;
+use serde::Serialize;
+use serde_yaml::{Mapping, Value};
+
+use crate::cmd::validate::ValidateArgs;
+use crate::exit::Failure;
+
+/// How far apart the two ratios may be and still count as reproduced.
+const WITHIN: f64 = 0.10;
+
+/// One stack: its measured runs and the experiment file that describes it.
+struct Stack {
+    dir: PathBuf,
+    config: PathBuf,
+}
+
+/// A measured point of one stack.
+struct Point {
+    path: PathBuf,
+    /// Requests a second it was offered (logged requests over their launches' span).
+    rate: f64,
+    measured: f64,
+    partial: Option<String>,
+}
+
+/// One load point of the comparison.
+#[derive(Debug, Serialize)]
+struct Row {
+    point: String,
+    measured_a_ms: f64,
+    measured_b_ms: f64,
+    simulated_a_ms: Option<f64>,
+    simulated_b_ms: Option<f64>,
+    measured_ratio: f64,
+    simulated_ratio: Option<f64>,
+    /// |simulated − measured| ratio.
+    gap: Option<f64>,
+    sign_agrees: Option<bool>,
+    /// Why it was not simulated (a partial run).
+    skipped: Option<String>,
+}
+
+/// The comparison's summary.
+#[derive(Debug, Serialize)]
+struct Summary {
+    metric: &'static str,
+    points: usize,
+    compared: usize,
+    within: usize,
+    sign_agrees: usize,
+    rows: Vec<Row>,
+}
+
+fn stack(text: &str) -> Result<Stack, Failure> {
+    let (dir, config) = text.split_once('=').ok_or_else(|| {
+        Failure::input(format!(
+            "--stack {text}: give DIR=CONFIG (the stack's runs, its experiment file)"
+        ))
+    })?;
+    let stack = Stack {
+        dir: PathBuf::from(dir),
+        config: PathBuf::from(config),
+    };
+    if !stack.dir.is_dir() {
+        return Err(Failure::input(format!(
+            "--stack {text}: {dir} is not a directory of runs"
+        )));
+    }
+    Ok(stack)
+}
+
+/// The median TTFT of the run at `path` (measured), its offered rate and whether it is
+/// partial.
+fn point(path: &Path) -> Result<Point, Failure> {
+    let trace = run_trace(path, None)
+        .map_err(Failure::from)?
+        .ok_or_else(|| Failure::input(format!("{}: not a measured run", path.display())))?;
+    let requests = &trace.run.measured.requests;
+    let first = requests
+        .iter()
+        .map(|r| r.queued_ts)
+        .fold(f64::INFINITY, f64::min);
+    let last = requests.iter().map(|r| r.queued_ts).fold(0.0, f64::max);
+    let mut ttft = trace.run.measured.samples().ttft_ms;
+    Ok(Point {
+        path: path.to_owned(),
+        rate: if last > first {
+            requests.len() as f64 / (last - first)
+        } else {
+            0.0
+        },
+        measured: quantile(&mut ttft, 0.5),
+        partial: trace.run.partial,
+    })
+}
+
+/// The simulated median TTFT of `point` as `stack`'s file describes the fleet, after
+/// `warm` when given.
+fn simulate(stack: &Stack, point: &Path, warm: Option<&Path>) -> Result<f64, Failure> {
+    let mut layer = Mapping::new();
+    let text = |p: &Path| Value::from(p.to_string_lossy().into_owned());
+    layer.insert("trace".into(), text(point));
+    layer.insert("timing".into(), "trace".into());
+    if let Some(warm) = warm {
+        layer.insert("warm_up".into(), text(warm));
+    }
+    let experiment = crate::opts::experiment(Some(&stack.config), layer)?;
+    let run = resolve(&experiment)?;
+    let mut replicas = crate::cmd::build_replicas(&run)?;
+    let report = run.replay(&mut replicas, &mut NoObserver)?;
+    report
+        .timed
+        .and_then(|t| t.ttft)
+        .map(|l| l.p50)
+        .ok_or_else(|| Failure::input(format!("{}: no request finished", point.display())))
+}
+
+/// The comparison of `args.stacks`.
+pub fn run(args: &ValidateArgs) -> Result<(), Failure> {
+    let [a, b] = args.stacks.as_slice() else {
+        return Err(Failure::input(
+            "--stack: give two (DIR=CONFIG each), stack A then stack B",
+        ));
+    };
+    if !args.fit.is_empty() || !args.runs.is_empty() {
+        return Err(Failure::input(
+            "--stack compares two stacks' runs through their experiment files: give no --fit or RUN",
+        ));
+    }
+    let (a, b) = (stack(a)?, stack(b)?);
+    let mut names: Vec<String> = std::fs::read_dir(&a.dir)
+        .map_err(|e| Failure::input(format!("{}: {e}", a.dir.display())))?
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| b.dir.join(name).is_file() && !name.ends_with(".md"))
+        .collect();
+    names.sort();
+    if names.is_empty() {
+        return Err(Failure::input(format!(
+            "no run of one name in both {} and {}",
+            a.dir.display(),
+            b.dir.display()
+        )));
+    }
+    let load = |stack: &Stack| -> Result<Vec<Point>, Failure> {
+        names.iter().map(|n| point(&stack.dir.join(n))).collect()
+    };
+    let (points_a, points_b) = (load(&a)?, load(&b)?);
+    // Each stack's points by offered load: the one before a point is its warm-up.
+    let previous = |points: &[Point]| -> Vec<Option<PathBuf>> {
+        let mut order: Vec<usize> = (0..points.len()).collect();
+        order.sort_by(|&i, &j| points[i].rate.total_cmp(&points[j].rate));
+        let mut before = vec![None; points.len()];
+        for pair in order.windows(2) {
+            before[pair[1]] = Some(points[pair[0]].path.clone());
+        }
+        before
+    };
+    let (warm_a, warm_b) = (previous(&points_a), previous(&points_b));
+    let mut rows = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let (pa, pb) = (&points_a[i], &points_b[i]);
+        let partial = [&pa.partial, &pb.partial]
+            .into_iter()
+            .flatten()
+            .next()
+            .filter(|_| !args.run.allow_partial);
+        let simulated = match partial {
+            Some(_) => None,
+            None => {
+                let warm = |w: &Option<PathBuf>| w.clone().filter(|_| args.warm_up_previous);
+                let sa = simulate(&a, &pa.path, warm(&warm_a[i]).as_deref())?;
+                let sb = simulate(&b, &pb.path, warm(&warm_b[i]).as_deref())?;
+                Some((sa, sb))
+            }
+        };
+        let measured_ratio = pb.measured / pa.measured;
+        let simulated_ratio = simulated.map(|(sa, sb)| sb / sa);
+        let side = |r: f64| {
+            if (r - 1.0).abs() <= 0.01 {
+                0
+            } else if r > 1.0 {
+                1
+            } else {
+                -1
+            }
+        };
+        rows.push(Row {
+            point: name.clone(),
+            measured_a_ms: pa.measured,
+            measured_b_ms: pb.measured,
+            simulated_a_ms: simulated.map(|s| s.0),
+            simulated_b_ms: simulated.map(|s| s.1),
+            measured_ratio,
+            simulated_ratio,
+            gap: simulated_ratio.map(|s| (s - measured_ratio).abs()),
+            sign_agrees: simulated_ratio.map(|s| side(s) == side(measured_ratio)),
+            skipped: partial.map(|p| format!("partial ({p})")),
+        });
+    }
+    let compared: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.simulated_ratio.is_some())
+        .collect();
+    let summary = Summary {
+        metric: "ttft_p50",
+        points: rows.len(),
+        compared: compared.len(),
+        within: compared
+            .iter()
+            .filter(|r| r.gap.is_some_and(|g| g <= WITHIN))
+            .count(),
+        sign_agrees: compared
+            .iter()
+            .filter(|r| r.sign_agrees == Some(true))
+            .count(),
+        rows,
+    };
+    let out = match args.format {
+        OutputFormat::Json => serde_json::to_string_pretty(&summary).expect("serialises") + "\n",
+        OutputFormat::Yaml => serde_yaml::to_string(&summary).expect("serialises"),
+        _ => human(&summary),
+    };
+    print!("{out}");
+    Ok(())
+}
+
+fn human(summary: &Summary) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<36} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>6}  sign",
+        "point (TTFT p50, ms)",
+        "meas. A",
+        "meas. B",
+        "sim. A",
+        "sim. B",
+        "meas. ×",
+        "sim. ×",
+        "gap"
+    );
+    for r in &summary.rows {
+        let cell =
+            |v: Option<f64>, digits: usize| v.map_or("-".to_owned(), |v| format!("{v:.digits$}"));
+        let _ = writeln!(
+            out,
+            "{:<36} {:>9.1} {:>9.1} {:>9} {:>9} {:>8.3} {:>8} {:>6}  {}",
+            r.point,
+            r.measured_a_ms,
+            r.measured_b_ms,
+            cell(r.simulated_a_ms, 1),
+            cell(r.simulated_b_ms, 1),
+            r.measured_ratio,
+            cell(r.simulated_ratio, 3),
+            cell(r.gap, 3),
+            match (&r.skipped, r.sign_agrees) {
+                (Some(why), _) => why.clone(),
+                (None, Some(true)) => "agrees".into(),
+                _ => "differs".into(),
+            }
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n{} of {} points compared: ratio within ±{WITHIN:.2} at {}, sign agrees at {}",
+        summary.compared, summary.points, summary.within, summary.sign_agrees
+    );
+    out
+}
