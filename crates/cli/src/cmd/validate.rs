@@ -62,11 +62,35 @@ pub struct ValidateArgs {
     pub warm_up_previous: bool,
 }
 
-/// A run as read: its requests and its own length-form workload.
+/// A run as read: its requests, its own length-form workload, and the engine limits it
+/// ran with.
 struct Run {
     label: String,
     measured: MeasuredRun,
     workload: Workload,
+    limits: Limits,
+}
+
+/// A run's own engine limits: each run is replayed with its own, never another's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Limits {
+    max_num_seqs: u32,
+    max_num_batched_tokens: u32,
+    /// Its KV cache in blocks, when it is the run's own (not given by a flag or fitted).
+    num_gpu_blocks: Option<u32>,
+}
+
+impl Limits {
+    /// `engine` with these limits.
+    fn on(&self, engine: &EngineConfig) -> EngineConfig {
+        let mut engine = engine.clone();
+        engine.max_num_seqs = self.max_num_seqs;
+        engine.max_num_batched_tokens = self.max_num_batched_tokens;
+        if let Some(blocks) = self.num_gpu_blocks {
+            engine.num_gpu_blocks = blocks;
+        }
+        engine
+    }
 }
 
 /// The runs' samples one after another (and their makespans summed): what a fit on several
@@ -85,7 +109,12 @@ fn joined(parts: impl IntoIterator<Item = Samples>) -> Samples {
 fn simulate_all(runs: &[&Run], fleet: &mut ServingFleet, engine: &EngineConfig) -> Option<Samples> {
     let mut parts = Vec::with_capacity(runs.len());
     for run in runs {
-        parts.push(fleet.simulate(&run.workload, engine)?);
+        let own = if runs.len() > 1 {
+            run.limits.on(engine)
+        } else {
+            engine.clone()
+        };
+        parts.push(fleet.simulate(&run.workload, &own)?);
     }
     Some(joined(parts))
 }
@@ -177,12 +206,48 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
                     speculative: None,
                 });
             }
+            // This run's own limits, said when they are not the first run's.
+            let (blocks, size, how) = args.run.settings()?.kv_capacity(&measured)?;
+            if size != block_size {
+                return Err(Failure::input(format!(
+                    "{}: KV blocks of {size} tokens, the first run's {block_size}: validate runs of one block size together",
+                    loaded.label
+                )));
+            }
+            if measured.data_parallel != data_parallel && args.run.data_parallel_size.is_none() {
+                return Err(Failure::input(format!(
+                    "{}: {} engines (data parallel), the first run's {data_parallel}: validate them apart, or give --data-parallel-size",
+                    loaded.label, measured.data_parallel
+                )));
+            }
+            let limits = Limits {
+                max_num_seqs: args.run.max_num_seqs.unwrap_or(measured.max_num_seqs),
+                max_num_batched_tokens: args
+                    .run
+                    .max_num_batched_tokens
+                    .unwrap_or(measured.max_num_batched_tokens),
+                num_gpu_blocks: (args.run.num_gpu_blocks.is_none() && !args.run.fit_num_gpu_blocks)
+                    .then_some(blocks),
+            };
+            let first = base.as_ref().expect("the first run made the base");
+            if limits.max_num_seqs != first.max_num_seqs
+                || limits.max_num_batched_tokens != first.max_num_batched_tokens
+                || limits
+                    .num_gpu_blocks
+                    .is_some_and(|b| b != first.num_gpu_blocks)
+            {
+                eprintln!(
+                    "{}: replayed with its own limits: max_num_seqs {}, max_num_batched_tokens {}, KV cache {blocks} blocks ({how})",
+                    loaded.label, limits.max_num_seqs, limits.max_num_batched_tokens
+                );
+            }
             let workload =
                 routerlab_calibrate::load::own_workload(&loaded.label, &measured, block_size)?;
             let run = Run {
                 label: loaded.label,
                 measured,
                 workload,
+                limits,
             };
             if fit_on {
                 fitted.push(run);
@@ -239,7 +304,8 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
         .map(|r| (r, true))
         .chain(predicted.iter().map(|r| (r, false)))
     {
-        let simulated = fleet.simulate(&run.workload, &engine).ok_or_else(|| {
+        let own = run.limits.on(&engine);
+        let simulated = fleet.simulate(&run.workload, &own).ok_or_else(|| {
             Failure::input(format!(
                 "{}: the fitted engine could not replay every request of this run",
                 run.label
@@ -258,12 +324,14 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
             )));
         }
         if let Some(plain) = &zero_shot {
-            let simulated = fleet.simulate(&run.workload, plain).ok_or_else(|| {
-                Failure::input(format!(
-                    "{}: the zero-shot engine could not replay every request of this run",
-                    run.label
-                ))
-            })?;
+            let simulated = fleet
+                .simulate(&run.workload, &run.limits.on(plain))
+                .ok_or_else(|| {
+                    Failure::input(format!(
+                        "{}: the zero-shot engine could not replay every request of this run",
+                        run.label
+                    ))
+                })?;
             let plain = RunCheck::new(
                 run.label.clone(),
                 fit_on,
