@@ -5,7 +5,8 @@
 //! a latency, the simulated one, how far apart, and whether they agree in sign (both above
 //! 1, both below, or both within 1% of it). A partial run's point is left out unless
 //! `--allow-partial`; `--warm-up-previous` replays each point after the stack's previous
-//! one (by offered load), as a benchmark's sweep leaves the caches.
+//! one of its sweep (the runs whose names differ only in their numbers, by offered load),
+//! as a benchmark's sweep leaves the caches.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -32,7 +33,7 @@ struct Stack {
 /// A measured point of one stack.
 struct Point {
     path: PathBuf,
-    /// Requests a second it was offered (logged requests over their launches' span).
+    /// Requests a second it was offered (one over the launches' median interval).
     rate: f64,
     measured: f64,
     partial: Option<String>,
@@ -90,19 +91,23 @@ fn point(path: &Path) -> Result<Point, Failure> {
     let trace = run_trace(path, None)
         .map_err(Failure::from)?
         .ok_or_else(|| Failure::input(format!("{}: not a measured run", path.display())))?;
-    let requests = &trace.run.measured.requests;
-    let first = requests
-        .iter()
-        .map(|r| r.queued_ts)
-        .fold(f64::INFINITY, f64::min);
-    let last = requests.iter().map(|r| r.queued_ts).fold(0.0, f64::max);
+    // The offered rate from the launches' median interval: a partial log's gaps (the
+    // requests that failed) do not slow it down.
+    let mut gaps: Vec<f64> = (trace.run.measured.requests.windows(2))
+        .map(|w| w[1].queued_ts - w[0].queued_ts)
+        .collect();
+    let median_gap = if gaps.is_empty() {
+        0.0
+    } else {
+        quantile(&mut gaps, 0.5)
+    };
     let mut ttft = trace.run.measured.samples().ttft_ms;
     Ok(Point {
         path: path.to_owned(),
-        rate: if last > first {
-            requests.len() as f64 / (last - first)
+        rate: if median_gap > 0.0 {
+            1.0 / median_gap
         } else {
-            0.0
+            f64::INFINITY
         },
         measured: quantile(&mut ttft, 0.5),
         partial: trace.run.partial,
@@ -160,13 +165,24 @@ pub fn run(args: &ValidateArgs) -> Result<(), Failure> {
         names.iter().map(|n| point(&stack.dir.join(n))).collect()
     };
     let (points_a, points_b) = (load(&a)?, load(&b)?);
-    // Each stack's points by offered load: the one before a point is its warm-up.
+    // Each stack's points of one sweep (names alike but for their numbers) by offered
+    // load: the one before a point is its warm-up.
+    let sweep = |name: &str| -> String {
+        name.chars()
+            .filter(|c| !c.is_ascii_digit() && *c != '.')
+            .collect()
+    };
     let previous = |points: &[Point]| -> Vec<Option<PathBuf>> {
         let mut order: Vec<usize> = (0..points.len()).collect();
-        order.sort_by(|&i, &j| points[i].rate.total_cmp(&points[j].rate));
+        order.sort_by(|&i, &j| {
+            (sweep(&names[i]).cmp(&sweep(&names[j])))
+                .then(points[i].rate.total_cmp(&points[j].rate))
+        });
         let mut before = vec![None; points.len()];
         for pair in order.windows(2) {
-            before[pair[1]] = Some(points[pair[0]].path.clone());
+            if sweep(&names[pair[0]]) == sweep(&names[pair[1]]) {
+                before[pair[1]] = Some(points[pair[0]].path.clone());
+            }
         }
         before
     };
