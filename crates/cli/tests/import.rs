@@ -142,6 +142,18 @@ fn what_a_port_does_not_model_is_refused_by_name() {
             "{name}: {stderr}"
         );
     }
+    // Not a configuration at all: an endless file is not read whole.
+    let mut command = vec!["replay", "--trace", trace.to_str().unwrap()];
+    command.extend(["--router-config", "/dev/zero"]);
+    let output = routerlab(&command);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        texts(&output)
+            .1
+            .contains("/dev/zero: larger than 1048576 bytes"),
+        "{}",
+        texts(&output).1
+    );
     // Both a matcher and a router's config: which one?
     let output = routerlab(&[
         "replay",

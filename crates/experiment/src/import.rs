@@ -13,6 +13,7 @@
 //!
 //! A key or flag the port does not model is refused by name, never ignored.
 
+use std::io::Read as _;
 use std::path::Path;
 
 use serde_yaml::{Mapping, Value};
@@ -20,6 +21,9 @@ use serde_yaml::{Mapping, Value};
 use crate::ExperimentError;
 use crate::file::Experiment;
 use crate::resolve::plugin_config;
+
+/// The largest router configuration read, bytes.
+const MAX_BYTES: u64 = 1 << 20;
 
 /// The run's matcher and its config: imported from `router_config`, or as given.
 pub(crate) fn matcher_of(opts: &Experiment) -> Result<(String, Mapping), ExperimentError> {
@@ -39,18 +43,24 @@ pub(crate) fn matcher_of(opts: &Experiment) -> Result<(String, Mapping), Experim
             "--router-config sets the matcher and its config: give it or --matcher, not both",
         ));
     }
-    let (matcher, mut config) = import(path)?;
-    // The run's seed reaches an imported policy as any other.
-    config.remove("seed");
-    Ok((matcher, config))
+    import(path)
 }
 
 /// The matcher and config `path` describes.
 pub fn import(path: &Path) -> Result<(String, Mapping), ExperimentError> {
     let name = path.display();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ExperimentError::invalid(format!("{name}: cannot read: {e}")))?;
     let fail = |why: String| ExperimentError::invalid(format!("{name}: {why}"));
+    // A router's configuration is a page or two: more is not one (and is not read whole).
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|e| fail(format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > MAX_BYTES {
+        return Err(fail(format!(
+            "larger than {MAX_BYTES} bytes: not a router's configuration"
+        )));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| fail(format!("not UTF-8: {e}")))?;
     if text.trim_start().starts_with("--") || first_word_is_a_program(&text) {
         return flags(&text).map_err(fail);
     }
