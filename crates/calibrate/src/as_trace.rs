@@ -49,6 +49,10 @@ fn run_path(path: &Path) -> Result<Option<std::path::PathBuf>, CalibrateError> {
             .is_file()
             .then(|| path.to_owned()));
     }
+    // A pipe or a device is read once, by the trace reader: never looked into here.
+    if !meta.is_file() {
+        return Ok(None);
+    }
     let mut head = Vec::new();
     std::fs::File::open(&file)
         .and_then(|f| f.take(HEAD_BYTES).read_to_end(&mut head))
