@@ -1,6 +1,6 @@
 //! A real router's configuration imported as the matcher (`--router-config`): llm-d's
-//! endpoint picker configs, Dynamo's frontend flags and router block, SGLang's router
-//! flags, each replaying exactly as the port with the settings it names; what a port does
+//! endpoint picker configs, Dynamo's frontend flags and router block, SGLang's router and
+//! vllm-router's flags, each replaying exactly as the port with the settings it names; what a port does
 //! not model refused by name.
 
 mod support;
@@ -67,6 +67,7 @@ fn each_routers_config_replays_as_its_port_with_those_settings() {
             "sglang-cache-aware",
             "{cache_threshold: 0.5, balance_abs_threshold: 32, balance_rel_threshold: 1.1}",
         ),
+        ("vllm-router.txt", "vr-ttft-aware", "{}"),
     ] {
         let path = router(file);
         let imported = report(&["--router-config", path.to_str().unwrap()]);
@@ -123,7 +124,7 @@ fn what_a_port_does_not_model_is_refused_by_name() {
         (
             "import-sglang.txt",
             "--policy cache_aware --eviction-interval-secs 60\n",
-            "`--eviction-interval-secs` is not modelled by the SGLang router's ports",
+            "`--eviction-interval-secs` is not modelled by the SGLang and vllm-router ports",
         ),
         (
             "import-nothing.yaml",

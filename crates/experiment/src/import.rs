@@ -8,8 +8,9 @@
 //!   `--router-policy-config` settings): `dynamo-kv`, `round-robin` or `random`;
 //! - a router's command line, a text file of flags (`python -m dynamo.frontend
 //!   --router-mode kv --router-temperature 0.5`, `python -m sglang_router.launch_router
-//!   --policy cache_aware --cache-threshold 0.5`): Dynamo's frontend or SGLang's router,
-//!   by its flags.
+//!   --policy cache_aware --cache-threshold 0.5`, `vllm-router --policy ttft_aware`):
+//!   Dynamo's frontend, or SGLang's router and vllm-router (which grew from it), by its
+//!   flags.
 //!
 //! A key or flag the port does not model is refused by name, never ignored.
 
@@ -85,6 +86,7 @@ fn first_word_is_a_program(text: &str) -> bool {
         "dynamo-frontend",
         "sglang-router",
         "sglang_router",
+        "vllm-router",
     ]
     .iter()
     .any(|p| first.ends_with(p))
@@ -385,19 +387,26 @@ fn sglang(pairs: &[(String, String)]) -> Result<(String, Mapping), String> {
             "host" | "port" | "worker-urls" => {}
             other => {
                 return Err(format!(
-                    "`--{other}` is not modelled by the SGLang router's ports"
+                    "`--{other}` is not modelled by the SGLang and vllm-router ports"
                 ));
             }
         }
     }
+    // vllm-router (vllm-project/router) grew from SGLang's router: the same flags, and
+    // policies of its own whose ports take their settings as plugin keys.
     let matcher = match policy {
         "cache_aware" => "sglang-cache-aware",
         "round_robin" => "round-robin",
         "random" => "random",
         "power_of_two" => "power-of-two",
+        "ttft_aware" => "vr-ttft-aware",
+        "precise_cache_aware" => "vllm-precise",
+        "smetric" => "vr-smetric",
+        "least_conn_sticky" => "vr-least-conn-sticky",
+        "sticky_least_loaded" => "vr-sticky-least-loaded",
         other => {
             return Err(format!(
-                "`--policy {other}`: not a policy routerlab ports (cache_aware, round_robin, random, power_of_two)"
+                "`--policy {other}`: not a policy routerlab ports (cache_aware, round_robin, random, power_of_two; vllm-router's ttft_aware, precise_cache_aware, smetric, least_conn_sticky, sticky_least_loaded)"
             ));
         }
     };
