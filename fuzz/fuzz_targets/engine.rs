@@ -132,6 +132,7 @@ fuzz_target!(|data: &[u8]| {
         // Sometimes a router that sees the KV events up to 255 ms late.
         kv_event_lag_ns: u64::from(byte(head, 24)) * 1_000_000,
         router_hop_ns: 0,
+        router_decision_ns: 0,
         // Sometimes SLO targets, each 0 to 255 ms or none.
         slo: (byte(head, 24) % 2 == 1).then(|| routerlab_report::Slo {
             ttft_ms: (byte(head, 18) % 2 == 0).then(|| f64::from(byte(head, 19))),

@@ -205,6 +205,10 @@ pub struct TimedArgs {
     /// (routerlab's own router, 0.22 ms) [default: 0].
     #[arg(long, value_name = "MS|PRESET", help_heading = TIMED)]
     pub router_hop_ms: Option<routerlab_experiment::RouterHop>,
+    /// Each routing decision's own time on top of the hop: once a request, twice in a
+    /// disaggregated fleet (its prefill and its decode pick) [default: 0].
+    #[arg(long, value_name = "MS", help_heading = TIMED)]
+    pub router_decision_ms: Option<f64>,
     /// SLO: a request meets it with its TTFT at most MS milliseconds (the report's
     /// `timed.slo`, and `compare`'s SLO attainment).
     #[arg(long, value_name = "MS", help_heading = TIMED)]

@@ -97,6 +97,35 @@ fn a_router_hop_adds_its_latency_to_every_request_and_changes_nothing_else() {
         (stretch - 22.0).abs() < 0.01,
         "closed loop stretched by {stretch} s"
     );
+    // Each routing decision's own time on top: one a request, two in a disaggregated
+    // fleet (its prefill and its decode pick).
+    let ttft_mean = |args: &[&str]| {
+        Replay::new("lcp", &chat)
+            .args(&["--timing", "trace", "--rate", "20", "-q"])
+            .args(args)
+            .report()["timed"]["ttft"]["mean"]
+            .as_f64()
+            .unwrap()
+    };
+    let decided = Replay::new("lcp", &chat)
+        .args(&[
+            "--timing",
+            "trace",
+            "--endpoints",
+            "4",
+            "--rate",
+            "20",
+            "-q",
+        ])
+        .args(&["--router-hop-ms", "10", "--router-decision-ms", "2"])
+        .report();
+    assert_eq!(decided["run"]["timed"]["router_decision_ms"], 2.0);
+    let shift = decided["timed"]["ttft"]["mean"].as_f64().unwrap()
+        - direct["timed"]["ttft"]["mean"].as_f64().unwrap();
+    assert!((shift - 12.0).abs() < 1e-3, "aggregated: {shift} ms");
+    let pd = ["--prefill-endpoints", "2", "--decode-endpoints", "2"];
+    let split = ttft_mean(&[&pd[..], &["--router-decision-ms", "2"]].concat()) - ttft_mean(&pd);
+    assert!((split - 4.0).abs() < 1e-3, "disaggregated: {split} ms");
     let unknown = Replay::new("lcp", &chat)
         .args(&[
             "--timing",

@@ -202,6 +202,8 @@ pub struct Experiment {
     pub kv_event_lag_ms: Option<f64>,
     /// The routing path's latency in front of the routers (a gateway's hop), ms.
     pub router_hop_ms: Option<RouterHop>,
+    /// Each routing decision's own time, ms.
+    pub router_decision_ms: Option<f64>,
     /// SLO on TTFT, ms.
     pub slo_ttft_ms: Option<f64>,
     /// SLO on time per output token, ms.

@@ -8,6 +8,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::ExperimentError;
+use crate::file::Experiment;
 
 /// The presets `router_hop_ms` takes by name: each a measured median, with where it was
 /// measured.
@@ -51,6 +52,29 @@ impl RouterHop {
             ));
         }
         Ok((ms * 1e6).round() as u64)
+    }
+}
+
+/// The router's view of time in nanoseconds, each checked: `kv_event_lag_ms`,
+/// `router_hop_ms` and `router_decision_ms` (0 when not given).
+pub(crate) fn router_time(opts: &Experiment) -> Result<(u64, u64, u64), ExperimentError> {
+    Ok((
+        kv_event_lag_ns(opts.kv_event_lag_ms)?,
+        opts.router_hop_ms.as_ref().map_or(Ok(0), RouterHop::ns)?,
+        decision_ns(opts.router_decision_ms)?,
+    ))
+}
+
+/// `router_decision_ms` in nanoseconds, checked: 0 to a minute (0 when not given).
+pub(crate) fn decision_ns(ms: Option<f64>) -> Result<u64, ExperimentError> {
+    match ms {
+        None => Ok(0),
+        Some(ms) if ms.is_finite() && (0.0..=60_000.0).contains(&ms) => {
+            Ok((ms * 1e6).round() as u64)
+        }
+        Some(_) => Err(ExperimentError::invalid(
+            "--router-decision-ms must be from 0 to 60000 (a minute)",
+        )),
     }
 }
 

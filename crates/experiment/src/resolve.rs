@@ -18,7 +18,7 @@ use serde_yaml::{Mapping, Value};
 use crate::ExperimentError;
 use crate::error::one_line;
 use crate::file::{Experiment, OutputFormat, Timing, Unavailable};
-use crate::hop::{self, RouterHop};
+use crate::hop;
 
 /// Everything a replay needs, resolved: the library's [`Scenario`], and where the
 /// command line puts its results.
@@ -162,8 +162,7 @@ fn resolve_timed(
             clock_s * 1e3
         )));
     }
-    let kv_event_lag_ns = hop::kv_event_lag_ns(opts.kv_event_lag_ms)?;
-    let router_hop_ns = opts.router_hop_ms.as_ref().map_or(Ok(0), RouterHop::ns)?;
+    let (kv_event_lag_ns, router_hop_ns, router_decision_ns) = hop::router_time(opts)?;
     let slo = slo(opts.slo_ttft_ms, opts.slo_tpot_ms)?;
     let arrivals = arrivals(opts.speedup, opts.rate, opts.concurrency)?;
     let model = model_engine(opts)?;
@@ -187,6 +186,7 @@ fn resolve_timed(
         metrics_interval_ns: (opts.metrics_interval_ms.unwrap_or(0.0) * 1e6).round() as u64,
         kv_event_lag_ns,
         router_hop_ns,
+        router_decision_ns,
         slo,
         default_output_tokens: opts.output_tokens.unwrap_or(128),
         seed,
@@ -213,6 +213,7 @@ pub const TIMED_ONLY: &[&str] = &[
     "metrics_interval_ms",
     "kv_event_lag_ms",
     "router_hop_ms",
+    "router_decision_ms",
     "warm_up",
     "slo_ttft_ms",
     "slo_tpot_ms",

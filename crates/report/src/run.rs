@@ -113,6 +113,9 @@ pub struct TimedRun {
     /// none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub router_hop_ms: Option<f64>,
+    /// Each routing decision's own time, ms (added in 0.6; absent when none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router_decision_ms: Option<f64>,
 }
 
 /// A disaggregated fleet's split, as run.

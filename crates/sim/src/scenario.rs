@@ -435,6 +435,8 @@ impl Scenario {
                 kv_transfer: self.pools.map(|_| recorded::kv_transfer(&t.kv_transfer)),
                 kv_event_lag_ms: (t.kv_event_lag_ns > 0).then(|| t.kv_event_lag_ns as f64 / 1e6),
                 router_hop_ms: (t.router_hop_ns > 0).then(|| t.router_hop_ns as f64 / 1e6),
+                router_decision_ms: (t.router_decision_ns > 0)
+                    .then(|| t.router_decision_ns as f64 / 1e6),
             }),
             pools: self.pools.map(|p| PoolsRun {
                 prefill_endpoints: p.prefill as u64,

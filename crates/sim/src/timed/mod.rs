@@ -376,7 +376,7 @@ impl Sim<'_> {
                     }
                 }
                 Event::Arrival(index) => {
-                    let hop = self.settings.router_hop_ns;
+                    let hop = self.settings.hop_ns(self.pd.is_some());
                     if hop > 0 && self.requests[index].sent_ns.is_none() {
                         // Sent now: it reaches the router after the hop.
                         self.requests[index].sent_ns = Some(now);

@@ -35,9 +35,19 @@ pub struct TimedSettings {
     /// sent (a gateway's hop in front of the engines), and its latencies count from when
     /// it was sent (0: the router is the client's first stop).
     pub router_hop_ns: u64,
+    /// Each routing decision's own time, ns, on top of the hop: once a request, twice in a
+    /// disaggregated fleet (its prefill and its decode pick).
+    pub router_decision_ns: u64,
 }
 
 impl TimedSettings {
+    /// A request's routing path, ns: the hop and its decisions' time (two when
+    /// `disaggregated`).
+    pub fn hop_ns(&self, disaggregated: bool) -> u64 {
+        let decisions = if disaggregated { 2 } else { 1 };
+        (self.router_hop_ns).saturating_add(self.router_decision_ns.saturating_mul(decisions))
+    }
+
     /// `engines` (one per endpoint) at the trace's own times, live metrics, no parent held,
     /// 128 output tokens where none are given, seed 0: what calibrations and snapshots use.
     pub fn at_trace_times(engines: Vec<EngineConfig>) -> TimedSettings {
@@ -53,6 +63,7 @@ impl TimedSettings {
             kv_event_lag_ns: 0,
             slo: None,
             router_hop_ns: 0,
+            router_decision_ns: 0,
         }
     }
 

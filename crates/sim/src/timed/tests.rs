@@ -234,6 +234,7 @@ fn a_lagged_kv_event_index_misses_a_store_made_just_before_the_decision() {
             .timed(super::TimedSettings {
                 kv_event_lag_ns: lag_ms * 1_000_000,
                 router_hop_ns: 0,
+                router_decision_ns: 0,
                 ..super::TimedSettings::at_trace_times(engines)
             });
         requests_per_endpoint(&replay::<Longest>(&scenario, "longest").unwrap())
