@@ -55,39 +55,34 @@ impl RouterHop {
     }
 }
 
-/// The router's view of time in nanoseconds, each checked: `kv_event_lag_ms`,
-/// `router_hop_ms` and `router_decision_ms` (0 when not given).
+/// The router's view of time in nanoseconds, each checked: `kv_event_lag_ms` (to an hour),
+/// `router_hop_ms` and `router_decision_ms` (to a minute); 0 when not given.
 pub(crate) fn router_time(opts: &Experiment) -> Result<(u64, u64, u64), ExperimentError> {
     Ok((
-        kv_event_lag_ns(opts.kv_event_lag_ms)?,
+        ns(
+            opts.kv_event_lag_ms,
+            "kv-event-lag-ms",
+            3_600_000.0,
+            "an hour",
+        )?,
         opts.router_hop_ms.as_ref().map_or(Ok(0), RouterHop::ns)?,
-        decision_ns(opts.router_decision_ms)?,
+        ns(
+            opts.router_decision_ms,
+            "router-decision-ms",
+            60_000.0,
+            "a minute",
+        )?,
     ))
 }
 
-/// `router_decision_ms` in nanoseconds, checked: 0 to a minute (0 when not given).
-pub(crate) fn decision_ns(ms: Option<f64>) -> Result<u64, ExperimentError> {
+/// `ms` (the flag `--FLAG`) in nanoseconds, from 0 to `max` ms (`span` in words).
+fn ns(ms: Option<f64>, flag: &str, max: f64, span: &str) -> Result<u64, ExperimentError> {
     match ms {
         None => Ok(0),
-        Some(ms) if ms.is_finite() && (0.0..=60_000.0).contains(&ms) => {
-            Ok((ms * 1e6).round() as u64)
-        }
-        Some(_) => Err(ExperimentError::invalid(
-            "--router-decision-ms must be from 0 to 60000 (a minute)",
-        )),
-    }
-}
-
-/// `kv_event_lag_ms` in nanoseconds, checked: 0 to an hour (0 when not given).
-pub(crate) fn kv_event_lag_ns(ms: Option<f64>) -> Result<u64, ExperimentError> {
-    match ms {
-        None => Ok(0),
-        Some(ms) if ms.is_finite() && (0.0..=3_600_000.0).contains(&ms) => {
-            Ok((ms * 1e6).round() as u64)
-        }
-        Some(_) => Err(ExperimentError::invalid(
-            "--kv-event-lag-ms must be from 0 to 3600000 (an hour)",
-        )),
+        Some(ms) if ms.is_finite() && (0.0..=max).contains(&ms) => Ok((ms * 1e6).round() as u64),
+        Some(_) => Err(ExperimentError::invalid(format!(
+            "--{flag} must be from 0 to {max} ({span})"
+        ))),
     }
 }
 
