@@ -54,15 +54,7 @@ pub struct CalibrateArgs {
 fn refuse_inputs_as_output(args: &CalibrateArgs) -> Result<(), Failure> {
     let mut inputs: Vec<&Path> = vec![&args.run];
     inputs.extend(args.workload.as_deref());
-    inputs.extend(args.run_args.fmperf_requests.iter().map(PathBuf::as_path));
-    inputs.extend(args.run_args.model_config.as_deref());
-    inputs.extend(
-        args.run_args
-            .gpu
-            .as_deref()
-            .map(Path::new)
-            .filter(|p| p.is_file()),
-    );
+    inputs.extend(args.run_args.inputs());
     runs::refuse_outputs(
         &inputs,
         &[

@@ -163,6 +163,17 @@ impl RunArgs {
         }
     }
 
+    /// The files these flags name that a command reads: fmperf's requests, the model
+    /// config, a GPU described in a file.
+    pub fn inputs(&self) -> Vec<&Path> {
+        let mut inputs: Vec<&Path> = [&self.fmperf_requests, &self.model_config]
+            .into_iter()
+            .filter_map(|p| p.as_deref())
+            .collect();
+        inputs.extend(self.gpu.as_deref().map(Path::new).filter(|p| p.is_file()));
+        inputs
+    }
+
     /// What the calibrate crate reads runs with; an unknown --gpu is refused.
     pub fn settings(&self) -> Result<RunSettings, Failure> {
         let gpu = self

@@ -126,17 +126,9 @@ fn refuse_inputs_as_output(args: &ValidateArgs) -> Result<(), Failure> {
         .fit
         .iter()
         .chain(&args.runs)
-        .chain(&args.run.fmperf_requests)
-        .chain(&args.run.model_config)
         .map(PathBuf::as_path)
         .collect();
-    inputs.extend(
-        args.run
-            .gpu
-            .as_deref()
-            .map(Path::new)
-            .filter(|p| p.is_file()),
-    );
+    inputs.extend(args.run.inputs());
     runs::refuse_outputs(
         &inputs,
         &[
