@@ -1353,6 +1353,34 @@ mod tidy {
         }
     }
 
+    /// Every plugin says where its defaults come from (`upstream.yaml`: the router, release
+    /// and file, or `router: none`) and tests them against it.
+    #[test]
+    fn every_plugin_cites_its_defaults_and_tests_them() {
+        let ws = workspace();
+        let plugins: Vec<_> = ws
+            .crates
+            .iter()
+            .filter(|c| c.dir.starts_with("plugins/"))
+            .collect();
+        assert!(plugins.len() >= 20, "found {} plugin crates", plugins.len());
+        for plugin in plugins {
+            let dir = super::root().join(&plugin.dir);
+            assert!(
+                dir.join("upstream.yaml").is_file(),
+                "{}: no upstream.yaml saying where its defaults come from",
+                plugin.dir
+            );
+            let lib = std::fs::read_to_string(dir.join("src/lib.rs")).unwrap();
+            assert!(
+                lib.contains("include_str!(\"../upstream.yaml\")")
+                    && lib.contains("_defaults::<"),
+                "{}: no test checks its defaults against upstream.yaml",
+                plugin.dir
+            );
+        }
+    }
+
     /// A version as (major, minor, patch) from `X.Y` or `X.Y.Z`.
     fn version(text: &str) -> Option<(u32, u32, u32)> {
         let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());

@@ -21,6 +21,7 @@ pub const SEED_KEY: &str = "seed";
 pub struct PluginConfig {
     entries: BTreeMap<String, Value>,
     known: Vec<&'static str>,
+    defaults: Vec<(&'static str, Value)>,
 }
 
 impl PluginConfig {
@@ -58,16 +59,20 @@ impl PluginConfig {
         Ok(PluginConfig {
             entries,
             known: Vec::new(),
+            defaults: Vec::new(),
         })
     }
 
     /// A non-negative integer, or `default` when the key is absent.
     pub fn u64(&mut self, key: &'static str, default: u64) -> Result<u64, String> {
-        Ok(self.optional_u64(key)?.unwrap_or(default))
+        let value = self.optional_u64(key)?;
+        self.record(key, Value::Number(default.into()));
+        Ok(value.unwrap_or(default))
     }
 
     /// A non-negative integer, or `None` when the key is absent (or `null`).
     pub fn optional_u64(&mut self, key: &'static str) -> Result<Option<u64>, String> {
+        self.record(key, Value::Null);
         match self.take(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64()),
@@ -80,11 +85,14 @@ impl PluginConfig {
 
     /// A finite number, or `default` when the key is absent.
     pub fn f64(&mut self, key: &'static str, default: f64) -> Result<f64, String> {
-        Ok(self.optional_f64(key)?.unwrap_or(default))
+        let value = self.optional_f64(key)?;
+        self.record(key, Value::Number(default.into()));
+        Ok(value.unwrap_or(default))
     }
 
     /// A finite number, or `None` when the key is absent (or `null`).
     pub fn optional_f64(&mut self, key: &'static str) -> Result<Option<f64>, String> {
+        self.record(key, Value::Null);
         match self.take(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Number(n)) if n.as_f64().is_some_and(f64::is_finite) => Ok(n.as_f64()),
@@ -102,6 +110,7 @@ impl PluginConfig {
         options: &[&'static str],
         default: &'static str,
     ) -> Result<&'static str, String> {
+        self.record(key, Value::String(default.to_owned()));
         match self.take(key) {
             None | Some(Value::Null) => Ok(default),
             Some(Value::String(text)) => {
@@ -162,6 +171,19 @@ impl PluginConfig {
             "unknown config key `{}` (known keys: {known})",
             unknown.join("`, `")
         ))
+    }
+
+    /// The keys read so far, each with the value it takes when absent (`null`: unset), in
+    /// the order first read. A key read twice keeps its last default.
+    pub fn defaults(&self) -> &[(&'static str, Value)] {
+        &self.defaults
+    }
+
+    fn record(&mut self, key: &'static str, default: Value) {
+        match self.defaults.iter_mut().find(|(k, _)| *k == key) {
+            Some(entry) => entry.1 = default,
+            None => self.defaults.push((key, default)),
+        }
     }
 
     fn take(&mut self, key: &'static str) -> Option<Value> {

@@ -17,6 +17,10 @@
 //! assert_eq!(endpoints.available().count(), 2);
 //! ```
 
+mod upstream;
+
+pub use upstream::{check_detector_defaults, check_matcher_defaults};
+
 use crate::PluginConfig;
 use crate::abi::*;
 use crate::sdk::views::zeroed_request;

@@ -59,3 +59,16 @@ mod tests {
         assert_eq!(flags, [false, false, false]);
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_detector_defaults::<super::AibrixImbalance>(
+            "aibrix-imbalance",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -184,3 +184,16 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::AibrixPrefixCache>(
+            "aibrix-prefix-cache",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

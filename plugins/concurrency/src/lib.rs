@@ -76,3 +76,16 @@ mod tests {
         assert_eq!(flags, [true, false]);
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_detector_defaults::<super::Concurrency>(
+            "concurrency",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

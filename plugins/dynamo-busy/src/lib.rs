@@ -80,3 +80,16 @@ mod tests {
         assert_eq!(flags, [false, true]);
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_detector_defaults::<super::DynamoBusy>(
+            "dynamo-busy",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

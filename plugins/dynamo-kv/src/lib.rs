@@ -512,3 +512,16 @@ mod tests {
         assert_eq!(kv.last_overlap.1[pick.get() as usize], 0);
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::DynamoKv>(
+            "dynamo-kv",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

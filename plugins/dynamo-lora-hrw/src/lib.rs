@@ -382,3 +382,16 @@ mod tests {
         assert!(create_matcher::<DynamoLoraHrw>("interval_s: 0").is_err());
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::DynamoLoraHrw>(
+            "dynamo-lora-hrw",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -341,3 +341,16 @@ mod tests {
         assert!(create_matcher::<GieDefault>("cpu_weight: 1.5").is_err());
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::GieDefault>(
+            "gie-default",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -152,3 +152,16 @@ mod tests {
         assert!(create_matcher::<GieLoraAffinity>("weight: 2").is_err());
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::GieLoraAffinity>(
+            "gie-lora-affinity",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -160,3 +160,14 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked =
+            routerlab_core::testing::check_matcher_defaults::<super::Lcp>("lcp", upstream);
+        assert_eq!(checked, Ok(()));
+    }
+}

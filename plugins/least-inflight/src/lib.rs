@@ -64,3 +64,16 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::LeastInflight>(
+            "least-inflight",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -168,3 +168,16 @@ mod tests {
         assert!(err.contains("`window_ms`"), "{err}");
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::LlmdBurst>(
+            "llmd-burst",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -460,3 +460,16 @@ mod tests {
         assert!(err.contains("`exploration`"), "{err}");
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::LlmdLatency>(
+            "llmd-latency",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

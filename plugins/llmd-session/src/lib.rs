@@ -192,3 +192,16 @@ mod tests {
         assert!(err.contains("`queue_weight`"), "{err}");
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::LlmdSession>(
+            "llmd-session",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -98,3 +98,16 @@ mod tests {
         assert!(refused.contains("min_waiting_adapters"), "{refused}");
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_detector_defaults::<super::LoraSaturation>(
+            "lora-saturation",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

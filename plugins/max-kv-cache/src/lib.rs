@@ -86,3 +86,16 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_detector_defaults::<super::MaxKvCache>(
+            "max-kv-cache",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -54,3 +54,16 @@ mod tests {
         assert_eq!(default.max_running, 400);
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_detector_defaults::<super::NumRequests>(
+            "num-requests",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -91,3 +91,16 @@ mod tests {
         assert_eq!(chosen, Some(EndpointId(1)));
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::PowerOfTwo>(
+            "power-of-two",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -63,3 +63,16 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::RoundRobin>(
+            "round-robin",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -75,3 +75,16 @@ mod tests {
         assert_eq!(flags, [false, false], "60 − 0 is not above 64");
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_detector_defaults::<super::SglangImbalance>(
+            "sglang-imbalance",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -120,3 +120,16 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::SglangPrefixHash>(
+            "sglang-prefix-hash",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -193,3 +193,16 @@ mod tests {
         assert!(create_matcher::<SimLatency>("horizon_ms: 5").is_err());
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::SimLatency>(
+            "sim-latency",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -153,3 +153,14 @@ mod tests {
         assert_eq!(simhash(std::iter::empty()), 0);
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked =
+            routerlab_core::testing::check_matcher_defaults::<super::Simhash>("simhash", upstream);
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -199,3 +199,16 @@ mod tests {
         assert!(err.contains("min-group"), "{err}");
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::SmgManual>(
+            "smg-manual",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -77,3 +77,16 @@ mod tests {
         assert_eq!(flags, [false, false], "fails open");
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_detector_defaults::<super::Utilization>(
+            "utilization",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -197,3 +197,16 @@ mod tests {
         assert!(create_matcher::<VllmPrecise>("speculative_ttl_s: -1").is_err());
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::VllmPrecise>(
+            "vllm-precise",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -141,3 +141,16 @@ mod tests {
         assert_eq!(m.match_request(&r.view(), &none.view()), Ok(None));
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::VrLeastConnSticky>(
+            "vr-least-conn-sticky",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

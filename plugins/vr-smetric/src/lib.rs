@@ -408,3 +408,16 @@ mod tests {
         assert_eq!(m.cost(400.0, 200.0), 260.0);
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::VrSmetric>(
+            "vr-smetric",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -273,3 +273,16 @@ mod tests {
         assert!(err.contains("session_ttl_s"), "{err}");
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::VrStickyLeastLoaded>(
+            "vr-sticky-least-loaded",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -125,3 +125,16 @@ mod tests {
         assert!(create_matcher::<VrTtftAware>("chars_per_token: 4").is_err());
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_matcher_defaults::<super::VrTtftAware>(
+            "vr-ttft-aware",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}

@@ -52,3 +52,16 @@ mod tests {
         assert_eq!(flags, [false, true]);
     }
 }
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_detector_defaults::<super::WaitingThreshold>(
+            "waiting-threshold",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}
