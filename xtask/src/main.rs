@@ -1373,8 +1373,7 @@ mod tidy {
             );
             let lib = std::fs::read_to_string(dir.join("src/lib.rs")).unwrap();
             assert!(
-                lib.contains("include_str!(\"../upstream.yaml\")")
-                    && lib.contains("_defaults::<"),
+                lib.contains("include_str!(\"../upstream.yaml\")") && lib.contains("_defaults::<"),
                 "{}: no test checks its defaults against upstream.yaml",
                 plugin.dir
             );
@@ -1523,8 +1522,8 @@ mod tidy {
             );
         }
         assert_eq!(
-            markers, 4,
-            "the Rust and the C example, the Rust example's snapshot test and its own Cargo.toml"
+            markers, 5,
+            "the Rust and the C example, the Rust example's snapshot test and its own Cargo.toml, and the recommend file"
         );
     }
 }

@@ -40,6 +40,9 @@ pub enum Command {
     Sweep(crate::cmd::sweep::SweepArgs),
     /// Put the shards of a sweep back together: the whole sweep's table, CSV or plots.
     Merge(crate::cmd::sweep::MergeArgs),
+    /// Search fleet shapes, GPUs, policies and their settings for an objective (least cost
+    /// at an SLO, goodput per GPU, or a cost front) and rank what was found.
+    Recommend(Box<crate::cmd::recommend::RecommendArgs>),
     /// Summarise a trace before routing it: requests, conversations, arrivals, lengths, and
     /// the most prefix reuse any router could realise.
     Inspect(crate::cmd::inspect::InspectArgs),
@@ -82,6 +85,7 @@ pub fn main() -> ExitCode {
         Command::Compare(opts) => cmd::compare::run(*opts),
         Command::Sweep(args) => cmd::sweep::run(args),
         Command::Merge(args) => cmd::sweep::merge(args),
+        Command::Recommend(args) => cmd::recommend::run(*args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Plugins(args) => cmd::plugins::run(args),
         Command::Completions { shell } => {

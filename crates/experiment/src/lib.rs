@@ -5,7 +5,8 @@
 //! of settings laid one over the next and read once ([`Layers`]: the file, then the
 //! command line's flags, then a sweep's grid values), the resolution of a description
 //! into a run with every default ([`resolve`]), the `--policy` grammar ([`policy`]), a
-//! sweep's grid, shards and their gathering ([`sweep`]), and `serve`'s settings from the
+//! sweep's grid, shards and their gathering ([`sweep`]), a search's space and objective
+//! ([`recommend`]), and `serve`'s settings from the
 //! same keys ([`Experiment::serving`]), and batches of described runs driven on threads
 //! ([`batch`]). The command line keeps its flags, printing and
 //! exit codes; whatever varies a run programmatically varies an [`Experiment`].
@@ -17,6 +18,7 @@ mod hop;
 pub mod import;
 mod measured;
 pub mod policy;
+pub mod recommend;
 mod resolve;
 mod serve;
 pub mod sweep;

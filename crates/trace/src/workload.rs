@@ -126,6 +126,21 @@ pub struct Workload {
 }
 
 impl Workload {
+    /// The first `n` requests (all of them if there are fewer), as a workload of its own:
+    /// what a search replays to judge a candidate cheaply before it earns the whole trace.
+    /// Every request's parent and dependencies are earlier ones, so a prefix is whole.
+    pub fn head(&self, n: usize) -> Workload {
+        Workload {
+            source: self.source.clone(),
+            unit: self.unit,
+            block_size: self.block_size,
+            engine_block_sizes: self.engine_block_sizes.clone(),
+            requests: self.requests[..n.min(self.requests.len())].to_vec(),
+            skipped: self.skipped.clone(),
+            adapters: self.adapters.clone(),
+        }
+    }
+
     /// Reads the whole trace and derives engine chains for each of `engine_block_sizes`
     /// (tokens; duplicates are merged).
     pub fn load(

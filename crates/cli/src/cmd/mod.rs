@@ -10,6 +10,7 @@ pub mod live;
 pub(crate) mod output;
 pub mod plot;
 pub mod plugins;
+pub mod recommend;
 pub mod replay;
 pub mod run;
 pub(crate) mod runs;

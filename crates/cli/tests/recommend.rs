@@ -1,0 +1,144 @@
+//! `routerlab recommend` through the binary: a search over fleet size and policy on a real
+//! trace, the ranking it prints, and the winner it writes replayed on its own.
+
+mod support;
+
+use serde_json::Value;
+use support::{project_trace, routerlab, scratch_file, texts};
+
+/// A space of 64 points: 1 to 16 endpoints, four policies; 90% of requests under 60 ms TTFT.
+fn space(name: &str) -> std::path::PathBuf {
+    let text = format!(
+        "trace: {}\ntiming: trace\nengine: {{preset: dynamo}}\nslo_ttft_ms: 60\n\
+         search:\n  endpoints: {{int: [1, 16]}}\n  policy: {{choice: [round-robin, random, dynamo-kv, lcp]}}\n\
+         objective: {{goal: least-cost, attainment: 0.9}}\n",
+        project_trace("mooncake-sessions.jsonl").display()
+    );
+    scratch_file(name, text.as_bytes())
+}
+
+/// The table's rows: (cost, attainment, the candidate's name).
+fn rows(table: &str) -> Vec<(f64, f64, String)> {
+    table
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            let name = l.split("  ").last().unwrap().trim().to_owned();
+            (cells[1].parse().unwrap(), cells[3].parse().unwrap(), name)
+        })
+        .collect()
+}
+
+#[test]
+fn the_grid_winner_is_the_cheapest_fleet_meeting_the_slo_and_replays_alone_to_meet_it() {
+    let file = space("grid.yaml");
+    let winner = file.with_file_name("winner.yaml");
+    let out = routerlab(&[
+        "recommend",
+        file.to_str().unwrap(),
+        "--sampler",
+        "grid",
+        "--trials",
+        "100",
+        "--top",
+        "64",
+        "--winner",
+        winner.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("64 candidates: 64 ranked on the whole trace"),
+        "{stdout}"
+    );
+    let rows = rows(&stdout);
+    assert_eq!(rows.len(), 64, "{stdout}");
+    let (cost, attainment, name) = rows[0].clone();
+    assert!(attainment >= 0.9, "{stdout}");
+    // Every cheaper fleet misses the SLO, and at the winner's cost none attains more.
+    for (c, a, n) in &rows[1..] {
+        assert!(
+            *c >= cost || *a < 0.9,
+            "{n} is cheaper than {name} and meets the SLO"
+        );
+        assert!(*c != cost || *a <= attainment, "{n} beats {name}");
+    }
+    assert!(
+        rows.iter().any(|(c, a, _)| *c < cost && *a < 0.9),
+        "the SLO binds: {stdout}"
+    );
+
+    // The winner file is an experiment file `replay` takes unchanged, and meets the SLO.
+    let text = std::fs::read_to_string(&winner).unwrap();
+    assert!(
+        text.starts_with("# The winner of `routerlab recommend"),
+        "{text}"
+    );
+    let replay = routerlab(&[
+        "replay",
+        "--config",
+        winner.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let (json, stderr) = texts(&replay);
+    assert!(replay.status.success(), "{stderr}");
+    let report: Value = serde_json::from_str(&json).unwrap();
+    let alone = report["timed"]["slo"]["attainment"].as_f64().unwrap();
+    assert!(
+        (alone - attainment).abs() < 0.0005,
+        "{alone} vs {attainment}"
+    );
+    assert_eq!(report["endpoints"].as_f64().unwrap(), cost);
+}
+
+#[test]
+fn a_seeded_search_prints_the_same_ranking_twice_and_halving_saves_replays() {
+    let file = space("tpe.yaml");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["recommend", file.to_str().unwrap(), "--trials", "27"];
+        args.extend(extra);
+        let out = routerlab(&args);
+        let (stdout, stderr) = texts(&out);
+        assert!(out.status.success(), "{stderr}");
+        stdout
+    };
+    assert_eq!(
+        run(&["--search-seed", "3"]),
+        run(&["--search-seed", "3", "--jobs", "1"])
+    );
+    let halved = run(&["--sampler", "random", "--rungs", "3"]);
+    // 27 on a ninth, 9 on a third, 3 on the whole trace: 39 replays, 9 whole-trace's worth.
+    assert!(
+        halved.contains("27 candidates: 3 ranked on the whole trace, 18 stopped on the first 11% of the trace, 6 stopped on the first 33% of the trace; 39 replays, 9.0 whole-trace equivalents"),
+        "{halved}"
+    );
+}
+
+#[test]
+fn a_file_without_an_slo_or_with_a_bad_range_is_refused_by_name() {
+    let bad = scratch_file(
+        "bad.yaml",
+        b"trace: x.jsonl\nsearch: {endpoints: {int: [4, 1]}}\npolicy: lcp\nobjective: {goal: least-cost, attainment: 0.9}\nslo_ttft_ms: 1\n",
+    );
+    let out = routerlab(&["recommend", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = texts(&out).1;
+    assert!(
+        stderr.contains("search `endpoints`: `int` takes [LO, HI], integers with LO <= HI"),
+        "{stderr}"
+    );
+    let no_slo = scratch_file(
+        "no-slo.yaml",
+        b"trace: x.jsonl\nsearch: {endpoints: {int: [1, 4]}}\npolicy: lcp\nobjective: {goal: least-cost, attainment: 0.9}\n",
+    );
+    let out = routerlab(&["recommend", no_slo.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        texts(&out)
+            .1
+            .contains("set `slo_ttft_ms` and/or `slo_tpot_ms`")
+    );
+}
