@@ -135,10 +135,15 @@ pub fn run(args: RecommendArgs) -> Result<(), Failure> {
         let first = trials.len();
         for _ in 0..n {
             // A point already tried is drawn again (a sampler converging does that), a
-            // few times, before it is taken as the next candidate anyway.
+            // few times, then uniformly, before it is taken as the next candidate anyway.
             let mut drawn = None;
-            for _ in 0..REDRAWS {
-                let Some(picks) = sampler.ask(&rec.space) else {
+            for attempt in 0..2 * REDRAWS {
+                let picks = if attempt < REDRAWS {
+                    sampler.ask(&rec.space)
+                } else {
+                    sampler.explore(&rec.space)
+                };
+                let Some(picks) = picks else {
                     break;
                 };
                 let candidate = rec.candidate(&picks)?;

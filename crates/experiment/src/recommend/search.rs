@@ -83,16 +83,22 @@ pub struct Measured {
     pub goodput_per_gpu: f64,
 }
 
+/// The score of every fleet that misses the SLO starts here, above any price.
+const MISSES: f64 = 1e15;
+
 impl Goal {
     /// One number per trial, lower better: what halving keeps and TPE learns from.
     pub fn score(&self, m: &Measured, max_cost: f64) -> f64 {
         let attainment = m.attainment.unwrap_or(0.0);
         match *self {
-            // A fleet that misses ranks after every one that meets, by how far it misses.
+            // A fleet that misses ranks after every one that meets, by how far it misses
+            // (only the order of scores matters, to halving and to TPE alike).
             Goal::LeastCost(target) if attainment + 1e-12 < target => {
-                max_cost * 2.0 + (target - attainment) * max_cost
+                MISSES + (target - attainment) * MISSES
             }
-            Goal::LeastCost(_) => m.cost,
+            // Of two fleets that cost the same, the one that attains more (a tenth of a
+            // percent of cost at most, so never over a cheaper fleet's price step).
+            Goal::LeastCost(_) => m.cost * (1.0 + 0.001 * (1.0 - attainment)),
             Goal::GoodputPerGpu => -m.goodput_per_gpu,
             // Scalarised for the sampler only: the front itself is ranked by dominance.
             Goal::Pareto(metric) => {
@@ -120,12 +126,16 @@ impl Goal {
     }
 }
 
+/// Uniform draws TPE starts from, as the crate advises (and Optuna does by default).
+pub const STARTUP: usize = 10;
+
 /// Draws candidates.
 pub enum Sampler {
     /// Each parameter uniformly.
     Random(StdRng),
-    /// TPE, one estimator per parameter (the crate's own per-parameter design).
-    Tpe(StdRng, Vec<tpe::TpeOptimizer>),
+    /// TPE, one estimator per parameter (the crate's own per-parameter design), after
+    /// [`STARTUP`] uniform draws (how many it has made so far).
+    Tpe(StdRng, Vec<tpe::TpeOptimizer>, usize),
     /// Every point of a finite space in turn (the grid a sweep would run).
     Grid(std::vec::IntoIter<Vec<Option<Pick>>>),
 }
@@ -151,7 +161,7 @@ impl Sampler {
                     };
                     optimizers.push(tpe::TpeOptimizer::new(estimator, range));
                 }
-                Ok(Sampler::Tpe(rng, optimizers))
+                Ok(Sampler::Tpe(rng, optimizers, 0))
             }
             "grid" => space
                 .points(1_000_000)
@@ -167,9 +177,28 @@ impl Sampler {
     /// One candidate: a pick for each parameter that exists under the earlier picks.
     /// A grid that has given every point gives `None`.
     pub fn ask(&mut self, space: &Space) -> Option<Vec<Option<Pick>>> {
+        self.draw(space, false)
+    }
+
+    /// A candidate drawn uniformly whatever the sampler (a grid gives its next point): what
+    /// a converged model-based sampler falls back on when it keeps proposing points tried.
+    pub fn explore(&mut self, space: &Space) -> Option<Vec<Option<Pick>>> {
+        self.draw(space, true)
+    }
+
+    fn draw(&mut self, space: &Space, uniformly: bool) -> Option<Vec<Option<Pick>>> {
         if let Sampler::Grid(points) = self {
             return points.next();
         }
+        let startup = uniformly
+            || match self {
+                Sampler::Tpe(_, _, asked) => {
+                    *asked += 1;
+                    *asked <= STARTUP
+                }
+                // Random draws are all uniform.
+                _ => true,
+            };
         let mut picks: Vec<Option<Pick>> = Vec::with_capacity(space.params.len());
         for (index, param) in space.params.iter().enumerate() {
             if !space.active(index, &picks) {
@@ -177,16 +206,10 @@ impl Sampler {
                 continue;
             }
             let unit = match self {
-                Sampler::Random(rng) => match param.domain {
-                    Domain::Int(lo, hi) => {
-                        lo as f64 + rng.random::<f64>() * ((hi - lo) as f64 + 1.0)
-                    }
-                    Domain::Float(lo, hi) => lo + rng.random::<f64>() * (hi - lo),
-                    Domain::Choice(n) => rng.random::<f64>() * n as f64,
-                },
-                Sampler::Tpe(rng, optimizers) => optimizers[index]
+                Sampler::Tpe(rng, optimizers, _) if !startup => optimizers[index]
                     .ask(rng)
                     .expect("the crate's estimators cannot fail to sample"),
+                Sampler::Random(rng) | Sampler::Tpe(rng, _, _) => uniform(rng, &param.domain),
                 Sampler::Grid(_) => unreachable!("returned above"),
             };
             picks.push(Some(snap(&param.domain, unit)));
@@ -196,22 +219,34 @@ impl Sampler {
 
     /// Tells the sampler how a candidate did (`score`, lower better).
     pub fn tell(&mut self, space: &Space, picks: &[Option<Pick>], score: f64) {
-        let Sampler::Tpe(_, optimizers) = self else {
+        let Sampler::Tpe(_, optimizers, _) = self else {
             return;
         };
+        if !score.is_finite() {
+            return;
+        }
         for ((pick, optimizer), param) in picks.iter().zip(optimizers).zip(&space.params) {
             let value = match (pick, &param.domain) {
                 // The middle of the integer's unit interval, within the range told.
                 (Some(Pick::Int(i)), _) => *i as f64 + 0.5,
                 (Some(Pick::Float(x)), _) => *x,
-                (Some(Pick::Choice(c)), _) => *c as f64,
-                (None, _) => continue,
+                (Some(Pick::Choice(c)), _) => *c as f64 + 0.5,
+                // Not in this candidate: the crate's way to say so, so that its split into
+                // better and worse still counts the candidate.
+                (None, _) => f64::NAN,
             };
-            // A value outside the range cannot come from `ask`; an infinite score is not told.
-            if score.is_finite() {
-                let _ = optimizer.tell(value, score);
-            }
+            // A value outside the range cannot come from `ask`.
+            let _ = optimizer.tell(value, score);
         }
+    }
+}
+
+/// A number drawn uniformly over a domain (a choice's alternatives as unit intervals).
+fn uniform(rng: &mut StdRng, domain: &Domain) -> f64 {
+    match *domain {
+        Domain::Int(lo, hi) => lo as f64 + rng.random::<f64>() * ((hi - lo) as f64 + 1.0),
+        Domain::Float(lo, hi) => lo + rng.random::<f64>() * (hi - lo),
+        Domain::Choice(n) => rng.random::<f64>() * n as f64,
     }
 }
 
