@@ -200,40 +200,23 @@ fn run(command: &mut Command) {
     );
 }
 
-/// The guide's job file: its `bash` block that starts `# sweep.sbatch`.
-fn readme_job() -> String {
-    let readme =
-        std::fs::read_to_string(workspace_root().join("docs/guide/compare-and-sweep.md")).unwrap();
+/// A guide's job file: its `bash` block that starts `# NAME`.
+fn readme_job(guide: &str, name: &str) -> String {
+    let readme = std::fs::read_to_string(workspace_root().join("docs/guide").join(guide)).unwrap();
     let start = readme
-        .find("```bash\n#!/bin/bash\n# sweep.sbatch")
+        .find(&format!("```bash\n#!/bin/bash\n# {name}"))
         .expect("the guide's Slurm job file");
     let body = &readme[start + "```bash\n".len()..];
     body[..body.find("```").unwrap()].to_owned()
 }
 
-#[test]
-fn the_readmes_slurm_job_array_merges_into_the_whole_sweep() {
-    let dir = std::env::temp_dir().join(format!("routerlab-slurm-{}", std::process::id()));
-    let cluster = Cluster::start(&dir.join("cluster"));
-    // The job runs where the guide's commands run: a directory with `examples/` (whose
-    // sweep names `../traces/`), `routerlab` and its plugins on `PATH`.
-    let work = dir.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    for sub in ["examples", "traces"] {
-        std::os::unix::fs::symlink(workspace_root().join(sub), work.join(sub)).unwrap();
-    }
-    std::fs::write(work.join("sweep.sbatch"), readme_job()).unwrap();
-    let bin = Path::new(env!("CARGO_BIN_EXE_routerlab")).parent().unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+/// Submits `file` as a job array and waits until it has left the queue; its job id.
+fn submit(cluster: &Cluster, work: &Path, path: &str, array: &str, file: &str) -> String {
     let submitted = cluster
         .slurm("sbatch")
-        .args(["--array=0-7", "--parsable", "sweep.sbatch"])
-        .current_dir(&work)
-        .env("PATH", &path)
+        .args([array, "--parsable", file])
+        .current_dir(work)
+        .env("PATH", path)
         .output()
         .unwrap();
     assert!(
@@ -261,6 +244,37 @@ fn the_readmes_slurm_job_array_merges_into_the_whole_sweep() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
+    job
+}
+
+#[test]
+fn the_readmes_slurm_job_array_merges_into_the_whole_sweep() {
+    let dir = std::env::temp_dir().join(format!("routerlab-slurm-{}", std::process::id()));
+    let cluster = Cluster::start(&dir.join("cluster"));
+    // The job runs where the guide's commands run: a directory with `examples/` (whose
+    // sweep names `../traces/`), `routerlab` and its plugins on `PATH`.
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    for sub in ["examples", "traces"] {
+        std::os::unix::fs::symlink(workspace_root().join(sub), work.join(sub)).unwrap();
+    }
+    std::fs::write(
+        work.join("sweep.sbatch"),
+        readme_job("compare-and-sweep.md", "sweep.sbatch"),
+    )
+    .unwrap();
+    std::fs::write(
+        work.join("recommend.sbatch"),
+        readme_job("recommend.md", "recommend.sbatch"),
+    )
+    .unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_routerlab")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let job = submit(&cluster, &work, &path, "--array=0-7", "sweep.sbatch");
     let shards: Vec<String> = (0..8)
         .map(|i| work.join(format!("shard-{i}.jsonl")).display().to_string())
         .collect();
@@ -281,6 +295,53 @@ fn the_readmes_slurm_job_array_merges_into_the_whole_sweep() {
         texts(&merged).0,
         texts(&whole).0,
         "the merged shards print what the whole sweep prints"
+    );
+
+    // The guide's recommend job: four shards of one search, ranked by `--merge` exactly as
+    // the same four shards run here one after the other.
+    let job = submit(&cluster, &work, &path, "--array=0-3", "recommend.sbatch");
+    let file = workspace_root().join("examples/recommend.yaml");
+    let file = file.to_str().unwrap();
+    let merge = |shards: &[String]| {
+        let mut args = vec!["recommend", file, "--trials", "64", "--merge"];
+        args.extend(shards.iter().map(String::as_str));
+        let out = routerlab(&args);
+        assert!(out.status.success(), "merge: {}", texts(&out).1);
+        texts(&out).0
+    };
+    let on_slurm: Vec<String> = (0..4)
+        .map(|i| work.join(format!("search-{i}.jsonl")).display().to_string())
+        .collect();
+    for (i, shard) in on_slurm.iter().enumerate() {
+        let log =
+            std::fs::read_to_string(work.join(format!("slurm-{job}_{i}.out"))).unwrap_or_default();
+        assert!(Path::new(shard).exists(), "task {i} wrote no shard: {log}");
+    }
+    let here: Vec<String> = (1..=4)
+        .map(|i| {
+            let out = dir.join(format!("here-{i}.jsonl"));
+            let shard = format!("{i}/4");
+            let ran = routerlab(&[
+                "recommend",
+                file,
+                "--trials",
+                "64",
+                "--quiet",
+                "--partition",
+                &shard,
+                "-o",
+                out.to_str().unwrap(),
+            ]);
+            assert!(ran.status.success(), "{}", texts(&ran).1);
+            out.display().to_string()
+        })
+        .collect();
+    let ranking = merge(&on_slurm);
+    assert!(ranking.contains("64 candidates:"), "{ranking}");
+    assert_eq!(
+        ranking,
+        merge(&here),
+        "the shards ranked as the same shards run here"
     );
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);

@@ -11,15 +11,18 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::IsTerminal as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
+use routerlab_core::hash::hash64;
 use routerlab_experiment::batch::Prepared;
 use routerlab_experiment::recommend::search::{Goal, Measured, Sampler, rungs};
 use routerlab_experiment::recommend::space::Pick;
 use routerlab_experiment::recommend::{Candidate, Recommend};
+use routerlab_experiment::sweep::{Dealing, Partition};
 use routerlab_report::Report;
 use routerlab_trace::Workload;
+use serde::{Deserialize, Serialize};
 
 use crate::cmd::OutputFile;
 use crate::cmd::run::prepare;
@@ -62,6 +65,17 @@ pub struct RecommendArgs {
     /// Write the winner as an experiment file that `replay`, `compare` and `serve` take.
     #[arg(long, value_name = "FILE", help_heading = "Output")]
     pub winner: Option<PathBuf>,
+    /// Run only shard I of N of the search (each a seeded slice of its candidates) and
+    /// write its candidates as JSON lines; `--merge` ranks the N files.
+    #[arg(long, value_name = "I/N", help_heading = "Running")]
+    pub partition: Option<String>,
+    /// Where the JSON lines of `--partition` go [default: stdout].
+    #[arg(long, short, value_name = "FILE", help_heading = "Output")]
+    pub output: Option<PathBuf>,
+    /// Rank the candidates of these shards' files (all N of one search, run with the same
+    /// file and search flags) instead of searching.
+    #[arg(long, value_name = "SHARD.jsonl", num_args = 1.., help_heading = "Running")]
+    pub merge: Vec<PathBuf>,
     /// Rows of the ranked table [default: 20].
     #[arg(long, value_name = "N", default_value_t = 20, help_heading = "Output")]
     pub top: usize,
@@ -82,7 +96,7 @@ struct Trial {
     over_budget: bool,
 }
 
-/// Runs the search.
+/// Runs the search, a shard of it, or the ranking of shards' lines.
 pub fn run(args: RecommendArgs) -> Result<(), Failure> {
     let bytes = std::fs::read(&args.file).map_err(|e| {
         Failure::input(format!(
@@ -99,57 +113,137 @@ pub fn run(args: RecommendArgs) -> Result<(), Failure> {
             "--batch must be at least 1 and --rungs from 1 to 6",
         ));
     }
+    if let Some(path) = &args.winner {
+        crate::cmd::refuse_input_as_output("--winner", path, &[args.file.as_path()])?;
+    }
+    let id = SearchId {
+        file: args.file.display().to_string(),
+        hash: format!("{:016x}", hash64(&bytes, 0)),
+        trials: args.trials,
+        sampler: args.sampler.clone(),
+        rungs: args.rungs,
+        batch: args.batch,
+        search_seed: args.search_seed,
+        shard: String::new(),
+    };
+    if !args.merge.is_empty() {
+        if args.partition.is_some() || args.output.is_some() {
+            return Err(Failure::input(
+                "--merge ranks shards' lines: it takes no --partition or --output",
+            ));
+        }
+        let (trials, replays) = merge(&rec, &id, &args.merge)?;
+        return finish(&rec, &args, &trials, replays);
+    }
+    let partition = args
+        .partition
+        .as_deref()
+        .map(Partition::parse)
+        .transpose()
+        .map_err(Failure::from)?;
+    if partition.is_some_and(|p| p.dealing != Dealing::Count) {
+        return Err(Failure::input(
+            "--partition I/N: a search is dealt by count (each shard a seeded slice of it)",
+        ));
+    }
+    if partition.is_none() && args.output.is_some() {
+        return Err(Failure::input(
+            "--output is where --partition writes its JSON lines; a whole search prints its ranking",
+        ));
+    }
+    if partition.is_some() && args.winner.is_some() {
+        return Err(Failure::input(
+            "a shard writes JSON lines; --winner belongs to `recommend --merge`",
+        ));
+    }
     let jobs = match args.jobs {
         Some(0) => return Err(Failure::input("--jobs must be at least 1")),
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, usize::from),
     };
-    if let Some(path) = &args.winner {
-        crate::cmd::refuse_input_as_output("--winner", path, &[args.file.as_path()])?;
-    }
-    let mut sampler =
-        Sampler::new(&args.sampler, &rec.space, args.search_seed).map_err(Failure::input)?;
-    let plan = rungs(
-        args.trials.min(
-            rec.space
-                .size()
-                .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX))
-                .max(1),
-        ),
-        3,
-        args.rungs,
-    );
+    let (shard, of) = partition.map_or((1, 1), |p| (p.shard, p.of));
+    // Shard I of N: its share of the candidates, from a seed of its own (a grid's points
+    // are dealt instead: point k to shard k mod N + 1).
+    let here = args.trials / of + usize::from(shard <= args.trials % of);
+    let seed = if of == 1 {
+        args.search_seed
+    } else {
+        hash64(&args.search_seed.to_le_bytes(), shard as u64)
+    };
+    let mut sampler = Sampler::new(&args.sampler, &rec.space, seed).map_err(Failure::input)?;
     let progress = !args.quiet && std::io::stderr().is_terminal();
+    let (trials, replays) = search(&rec, &args, &mut sampler, here, (shard, of), jobs, progress)?;
+    match partition {
+        None => finish(&rec, &args, &trials, replays),
+        Some(_) => {
+            let id = SearchId {
+                shard: format!("{shard}/{of}"),
+                ..id
+            };
+            write_lines(&id, &trials, args.output.as_deref())
+        }
+    }
+}
+
+/// Draws `count` candidates and replays them rung by rung; returns them and the replays.
+fn search(
+    rec: &Recommend,
+    args: &RecommendArgs,
+    sampler: &mut Sampler,
+    count: usize,
+    (shard, of): (usize, usize),
+    jobs: usize,
+    progress: bool,
+) -> Result<(Vec<Trial>, usize), Failure> {
+    let size = rec
+        .space
+        .size()
+        .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
+    let plan = rungs(count.min(size).max(1), 3, args.rungs);
     let started = std::time::Instant::now();
+    let grid = args.sampler == "grid";
+    let mut dealt = 0usize;
+    let mut next = |sampler: &mut Sampler, explore: bool| {
+        if grid {
+            // A grid's points in turn, those of this shard only.
+            loop {
+                let point = sampler.ask(&rec.space)?;
+                dealt += 1;
+                if (dealt - 1) % of + 1 == shard {
+                    return Some(point);
+                }
+            }
+        }
+        if explore {
+            sampler.explore(&rec.space)
+        } else {
+            sampler.ask(&rec.space)
+        }
+    };
 
     // Draw every candidate: in batches, each replayed on the first rung before the next
     // batch is drawn, so the sampler learns as it goes.
-    let mut trials: Vec<Trial> = Vec::with_capacity(args.trials);
+    let mut trials: Vec<Trial> = Vec::with_capacity(count);
     let mut data = Data::default();
     let mut max_cost = 0.0f64;
     let mut replays = 0usize;
     let mut exhausted = false;
     let mut tried = std::collections::BTreeSet::new();
-    while trials.len() < args.trials && !exhausted {
-        let n = args.batch.min(args.trials - trials.len());
+    while trials.len() < count && !exhausted {
+        let n = args.batch.min(count - trials.len());
         let first = trials.len();
         for _ in 0..n {
             // A point already tried is drawn again (a sampler converging does that), a
             // few times, then uniformly, before it is taken as the next candidate anyway.
             let mut drawn = None;
             for attempt in 0..2 * REDRAWS {
-                let picks = if attempt < REDRAWS {
-                    sampler.ask(&rec.space)
-                } else {
-                    sampler.explore(&rec.space)
-                };
-                let Some(picks) = picks else {
+                let Some(picks) = next(sampler, attempt >= REDRAWS) else {
                     break;
                 };
                 let candidate = rec.candidate(&picks)?;
                 let fresh = tried.insert(candidate.label.clone());
                 drawn = Some((picks, candidate));
-                if fresh {
+                if fresh || grid {
                     break;
                 }
             }
@@ -183,7 +277,7 @@ pub fn run(args: RecommendArgs) -> Result<(), Failure> {
                 "\rrung 1 of {}: {} of {} candidates",
                 plan.len(),
                 trials.len(),
-                args.trials
+                count
             );
         }
     }
@@ -226,23 +320,28 @@ pub fn run(args: RecommendArgs) -> Result<(), Failure> {
             " ".repeat(20)
         );
     }
+    Ok((trials, replays))
+}
 
-    let last = plan.len() - 1;
-    let ranked = rank(&rec, &trials, last, max_cost.max(1.0));
-    let table = table(&rec, &trials, &ranked, last, &plan, args.top, replays);
+/// The ranking of `trials`, printed, and the winner written when asked.
+fn finish(
+    rec: &Recommend,
+    args: &RecommendArgs,
+    trials: &[Trial],
+    replays: usize,
+) -> Result<(), Failure> {
+    let last = args.rungs.max(1) as usize - 1;
+    let max_cost = trials
+        .iter()
+        .map(|t| t.candidate.cost)
+        .fold(1.0f64, f64::max);
+    let ranked = rank(rec, trials, last, max_cost);
+    let shares: Vec<f64> = rungs(1, 3, args.rungs).iter().map(|r| r.0).collect();
+    let table = table(rec, trials, &ranked, &shares, args.top, replays);
     crate::cmd::print_stdout(&table, "the ranking")?;
     if let (Some(path), Some(&best)) = (&args.winner, ranked.first()) {
         let text = rec.winner_file(&trials[best].candidate)?;
-        let fail = |source| Failure::Output {
-            what: "the winner",
-            path: path.clone(),
-            source,
-        };
-        let file = OutputFile::create(path).map_err(fail)?;
-        let mut writer = file.writer().map_err(fail)?;
-        std::io::Write::write_all(&mut writer, text.as_bytes()).map_err(fail)?;
-        drop(writer);
-        file.commit().map_err(fail)?;
+        write_file(path, &text, "the winner")?;
     }
     if ranked.is_empty() {
         return Err(Failure::input(
@@ -250,6 +349,158 @@ pub fn run(args: RecommendArgs) -> Result<(), Failure> {
         ));
     }
     Ok(())
+}
+
+/// Which search a shard's line comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct SearchId {
+    file: String,
+    /// Of the recommend file's bytes.
+    hash: String,
+    trials: usize,
+    sampler: String,
+    rungs: u32,
+    batch: usize,
+    search_seed: u64,
+    /// `I/N`.
+    shard: String,
+}
+
+/// One candidate of a shard, as a JSON line.
+#[derive(Debug, Serialize, Deserialize)]
+struct Line {
+    recommend: SearchId,
+    label: String,
+    picks: Vec<Option<Pick>>,
+    over_budget: bool,
+    /// The last rung it ran on, and what it measured there (absent: never ran).
+    rung: Option<usize>,
+    measured: Option<Measured>,
+}
+
+/// A shard's candidates as JSON lines, to `path` or stdout.
+fn write_lines(id: &SearchId, trials: &[Trial], path: Option<&Path>) -> Result<(), Failure> {
+    let mut text = String::new();
+    for t in trials {
+        let line = Line {
+            recommend: id.clone(),
+            label: t.candidate.label.clone(),
+            picks: t.picks.clone(),
+            over_budget: t.over_budget,
+            rung: t.reached.as_ref().map(|r| r.0),
+            measured: t.reached.as_ref().map(|r| r.1.clone()),
+        };
+        text.push_str(&serde_json::to_string(&line).expect("a line serialises"));
+        text.push('\n');
+    }
+    match path {
+        None => crate::cmd::print_stdout(&text, "the shard's candidates"),
+        Some(path) => write_file(path, &text, "the shard's candidates"),
+    }
+}
+
+/// Writes `text` to `path` through a temporary file, renamed when complete.
+fn write_file(path: &Path, text: &str, what: &'static str) -> Result<(), Failure> {
+    let fail = |source| Failure::Output {
+        what,
+        path: path.to_owned(),
+        source,
+    };
+    let file = OutputFile::create(path).map_err(fail)?;
+    let mut writer = file.writer().map_err(fail)?;
+    std::io::Write::write_all(&mut writer, text.as_bytes()).map_err(fail)?;
+    drop(writer);
+    file.commit().map_err(fail)
+}
+
+/// The candidates of every shard of the search `id` describes, from their files: each
+/// shard once, all of one search.
+fn merge(
+    rec: &Recommend,
+    id: &SearchId,
+    files: &[PathBuf],
+) -> Result<(Vec<Trial>, usize), Failure> {
+    let mut by_shard: BTreeMap<usize, (PathBuf, Vec<Line>)> = BTreeMap::new();
+    let mut of = None;
+    for path in files {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Failure::input(format!("{}: cannot read shard: {e}", path.display())))?;
+        let mut shard = None;
+        let mut lines = Vec::new();
+        for (n, raw) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
+            let at = |what: String| {
+                Failure::input(format!("{}: line {}: {what}", path.display(), n + 1))
+            };
+            let line: Line = serde_json::from_str(raw).map_err(|e| {
+                at(format!(
+                    "not a recommend shard line: {}",
+                    routerlab_experiment::one_line(&e.to_string())
+                ))
+            })?;
+            let (i, total) = line
+                .recommend
+                .shard
+                .split_once('/')
+                .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
+                .filter(|(i, n)| (1..=*n).contains(i))
+                .ok_or_else(|| at(format!("shard `{}` is not I/N", line.recommend.shard)))?;
+            let same = SearchId {
+                shard: String::new(),
+                file: id.file.clone(),
+                ..line.recommend.clone()
+            };
+            if same != *id {
+                return Err(at("from another search (its file, trials, sampler, rungs, batch or seed differ from these flags')".into()));
+            }
+            if *of.get_or_insert(total) != total || *shard.get_or_insert(i) != i {
+                return Err(at("shards of other partitions mixed in one search".into()));
+            }
+            lines.push(line);
+        }
+        let Some(i) = shard else {
+            return Err(Failure::input(format!("{}: no candidates", path.display())));
+        };
+        if let Some((other, _)) = by_shard.insert(i, (path.clone(), lines)) {
+            return Err(Failure::input(format!(
+                "{}: shard {i} is also {}",
+                path.display(),
+                other.display()
+            )));
+        }
+    }
+    let of = of.unwrap_or(1);
+    if by_shard.len() != of {
+        let missing: Vec<String> = (1..=of)
+            .filter(|i| !by_shard.contains_key(i))
+            .map(|i| i.to_string())
+            .collect();
+        return Err(Failure::input(format!(
+            "shards missing: {} of {of}",
+            missing.join(", ")
+        )));
+    }
+    let shares: Vec<f64> = rungs(1, 3, id.rungs).iter().map(|r| r.0).collect();
+    let mut trials = Vec::new();
+    let mut replays = 0;
+    for (_, (_, lines)) in by_shard {
+        for line in lines {
+            let candidate = rec.candidate(&line.picks)?;
+            if let Some(rung) = line.rung {
+                replays += rung.min(shares.len() - 1) + 1;
+            }
+            trials.push(Trial {
+                picks: line.picks,
+                candidate,
+                reached: line.rung.zip(line.measured),
+                over_budget: line.over_budget,
+            });
+        }
+    }
+    Ok((trials, replays))
 }
 
 /// The trace, loaded once, and its prefixes by share.
@@ -409,11 +660,11 @@ fn table(
     rec: &Recommend,
     trials: &[Trial],
     ranked: &[usize],
-    last: usize,
-    plan: &[(f64, usize)],
+    shares: &[f64],
     top: usize,
     replays: usize,
 ) -> String {
+    let last = shares.len() - 1;
     let mut out = String::new();
     let head = [
         "rank",
@@ -507,11 +758,16 @@ fn table(
                 .count();
             format!(
                 "{n} stopped on the first {:.0}% of the trace",
-                plan[r].0 * 100.0
+                shares[r] * 100.0
             )
         })
         .collect();
-    let full_equivalent: f64 = plan.iter().map(|(share, n)| share * *n as f64).sum();
+    // Each replay as the share of the trace it read.
+    let full_equivalent: f64 = trials
+        .iter()
+        .filter_map(|t| t.reached.as_ref())
+        .map(|(r, _)| shares[..=(*r).min(last)].iter().sum::<f64>())
+        .sum();
     let _ = writeln!(
         out,
         "\n{} candidates: {} ranked on the whole trace{}{}; {replays} replays, {:.1} whole-trace equivalents",
@@ -527,7 +783,7 @@ fn table(
         } else {
             String::new()
         },
-        full_equivalent.min(replays as f64),
+        full_equivalent,
     );
     out
 }

@@ -66,7 +66,7 @@ impl Metric {
 }
 
 /// What a trial's run gave, as the objective reads it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Measured {
     /// GPUs the fleet takes.
     pub gpus: u64,

@@ -34,7 +34,8 @@ pub struct Param {
 }
 
 /// One value drawn for a parameter.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Pick {
     /// For [`Domain::Int`].
     Int(i64),
