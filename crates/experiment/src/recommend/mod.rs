@@ -14,6 +14,7 @@
 //! budget: {gpus: 8}
 //! ```
 
+pub mod rank;
 pub mod search;
 pub mod space;
 
