@@ -166,3 +166,55 @@ fn a_file_without_an_slo_or_with_a_bad_range_is_refused_by_name() {
             .contains("set `slo_ttft_ms` and/or `slo_tpot_ms`")
     );
 }
+
+#[test]
+fn a_pareto_search_ranks_its_front_first_and_plots_it() {
+    let text = format!(
+        "trace: {}\ntiming: trace\nengine: {{preset: dynamo}}\n\
+         search:\n  endpoints: {{int: [1, 8]}}\n  policy: {{choice: [round-robin, dynamo-kv]}}\n\
+         objective: {{goal: pareto, against: ttft_p90_ms}}\n",
+        project_trace("mooncake-sessions.jsonl").display()
+    );
+    let file = scratch_file("pareto.yaml", text.as_bytes());
+    let plots = file.with_file_name("pareto-plots");
+    let out = routerlab(&[
+        "recommend",
+        file.to_str().unwrap(),
+        "--sampler",
+        "grid",
+        "--top",
+        "16",
+        "--plot",
+        plots.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    // The rows on the front come first, and none of them is beaten on cost and TTFT p90.
+    let body: Vec<&str> = stdout.lines().skip(1).take(16).collect();
+    let on_front = body
+        .iter()
+        .take_while(|l| l.contains("best") || l.contains("on the front"))
+        .count();
+    assert!(on_front >= 2, "{stdout}");
+    assert!(
+        body[on_front..]
+            .iter()
+            .all(|l| l.contains("beaten on cost and the metric")),
+        "{stdout}"
+    );
+    let cells = |l: &str| -> (f64, f64) {
+        let c: Vec<&str> = l.split_whitespace().collect();
+        (c[1].parse().unwrap(), c[5].parse().unwrap())
+    };
+    for a in &body[..on_front] {
+        for b in &body {
+            // The table rounds to the millisecond: better means by more than that.
+            let ((ca, pa), (cb, pb)) = (cells(a), cells(b));
+            assert!(!(cb <= ca && pb < pa - 1.0), "{b} beats {a}");
+        }
+    }
+    let svg = std::fs::read_to_string(plots.join("front.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("TTFT p90 (ms)") && svg.contains("ranked first")
+    );
+}

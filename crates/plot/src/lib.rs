@@ -16,7 +16,10 @@ use routerlab_report::Report;
 use routerlab_report::records::RequestRecord;
 use serde::{Deserialize, Serialize};
 
+mod front;
 mod key;
+
+pub use front::{FRONT, FrontPoint, write_front};
 
 use key::{Marker, colour, marker};
 

@@ -17,9 +17,10 @@ use routerlab_core::hash::hash64;
 use routerlab_experiment::batch::Prepared;
 use routerlab_experiment::recommend::Recommend;
 use routerlab_experiment::recommend::rank::{Trial, measured, rank, table};
-use routerlab_experiment::recommend::search::{Measured, Sampler, rungs};
+use routerlab_experiment::recommend::search::{Goal, Measured, Metric, Sampler, rungs};
 use routerlab_experiment::recommend::space::Pick;
 use routerlab_experiment::sweep::{Dealing, Partition};
+use routerlab_plot::FrontPoint;
 use routerlab_trace::Workload;
 use serde::{Deserialize, Serialize};
 
@@ -75,6 +76,10 @@ pub struct RecommendArgs {
     /// file and search flags) instead of searching.
     #[arg(long, value_name = "SHARD.jsonl", num_args = 1.., help_heading = "Running")]
     pub merge: Vec<PathBuf>,
+    /// Write the candidates ranked on the whole trace as an SVG plot of cost against the
+    /// front's figure (the objective's `against`, else attainment) into DIR.
+    #[arg(long, value_name = "DIR", help_heading = "Output")]
+    pub plot: Option<PathBuf>,
     /// Rows of the ranked table [default: 20].
     #[arg(long, value_name = "N", default_value_t = 20, help_heading = "Output")]
     pub top: usize,
@@ -329,6 +334,9 @@ fn finish(
     let shares: Vec<f64> = rungs(1, 3, args.rungs).iter().map(|r| r.0).collect();
     let table = table(rec, trials, &ranked, &shares, args.top, replays);
     crate::cmd::print_stdout(&table, "the ranking")?;
+    if let Some(dir) = &args.plot {
+        plot(dir, rec, trials, &ranked)?;
+    }
     if let (Some(path), Some(&best)) = (&args.winner, ranked.first()) {
         let text = rec.winner_file(&trials[best].candidate)?;
         write_file(path, &text, "the winner")?;
@@ -338,6 +346,51 @@ fn finish(
             "no candidate within the budget ran on the whole trace: widen the budget or the space",
         ));
     }
+    Ok(())
+}
+
+/// The front plot of the ranked candidates.
+fn plot(dir: &Path, rec: &Recommend, trials: &[Trial], ranked: &[usize]) -> Result<(), Failure> {
+    crate::cmd::plot::check_dir(dir, &rec.path)?;
+    std::fs::create_dir_all(dir).map_err(|e| {
+        Failure::input(format!(
+            "--plot {}: cannot create the directory: {e}",
+            dir.display()
+        ))
+    })?;
+    let metric = match rec.goal {
+        Goal::Pareto(metric) => metric,
+        _ => Metric::Attainment,
+    };
+    let measured: Vec<&Measured> = ranked
+        .iter()
+        .map(|&i| &trials[i].reached.as_ref().expect("ranked").1)
+        .collect();
+    let points: Vec<FrontPoint> = measured
+        .iter()
+        .enumerate()
+        .filter_map(|(n, m)| {
+            let others: Vec<&Measured> = measured
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| *k != n)
+                .map(|(_, o)| *o)
+                .collect();
+            Some(FrontPoint {
+                cost: m.cost,
+                value: metric.value(m)?,
+                on_front: Goal::on_front(metric, m, &others),
+                winner: n == 0,
+            })
+        })
+        .collect();
+    let cost = if rec.prices.is_empty() {
+        "GPUs"
+    } else {
+        "cost per hour"
+    };
+    routerlab_plot::write_front(dir, &points, cost, metric.title())
+        .map_err(|e| Failure::input(e.to_string()))?;
     Ok(())
 }
 

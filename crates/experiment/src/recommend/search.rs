@@ -53,6 +53,34 @@ impl Metric {
         })
     }
 
+    /// Its name in the recommend file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Attainment => "attainment",
+            Metric::TtftP50 => "ttft_p50_ms",
+            Metric::TtftP90 => "ttft_p90_ms",
+            Metric::TtftP99 => "ttft_p99_ms",
+            Metric::E2eP90 => "e2e_p90_ms",
+        }
+    }
+
+    /// Its name on a plot's axis.
+    pub fn title(self) -> &'static str {
+        match self {
+            Metric::Attainment => "SLO attainment",
+            Metric::TtftP50 => "TTFT p50 (ms)",
+            Metric::TtftP90 => "TTFT p90 (ms)",
+            Metric::TtftP99 => "TTFT p99 (ms)",
+            Metric::E2eP90 => "E2E p90 (ms)",
+        }
+    }
+
+    /// Its value as the run measured it; `None` when the run has none.
+    pub fn value(self, m: &Measured) -> Option<f64> {
+        self.lower_better(m)
+            .map(|v| if self == Metric::Attainment { -v } else { v })
+    }
+
     /// Its value, lower better (attainment negated); `None` when the run has none.
     fn lower_better(self, m: &Measured) -> Option<f64> {
         match self {
@@ -257,7 +285,9 @@ fn snap(domain: &Domain, x: f64) -> Pick {
         // A thousandth of the range is as fine as a fleet's knob needs, and keeps names short.
         Domain::Float(lo, hi) => {
             let step = (hi - lo) / 1000.0;
-            Pick::Float((lo + ((x - lo) / step).round() * step).clamp(lo, hi))
+            let snapped = lo + ((x - lo) / step).round() * step;
+            // To nine decimals, so 0.954 is not 0.9540000000000001 in a name.
+            Pick::Float(((snapped * 1e9).round() / 1e9).clamp(lo, hi))
         }
         Domain::Choice(n) => Pick::Choice((x.floor().max(0.0) as usize).min(n - 1)),
     }
