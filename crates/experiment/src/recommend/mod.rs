@@ -118,8 +118,13 @@ impl Recommend {
             ));
         }
         let space = Space::new(search).map_err(at)?;
-        if matches!(goal, Goal::LeastCost(_) | Goal::GoodputPerGpu)
-            && !base.contains_key("slo_ttft_ms")
+        if matches!(
+            goal,
+            Goal::LeastCost(_)
+                | Goal::GoodputPerGpu
+                | Goal::Lowest(Metric::Attainment)
+                | Goal::Pareto(Metric::Attainment)
+        ) && !base.contains_key("slo_ttft_ms")
             && !base.contains_key("slo_tpot_ms")
         {
             return Err(at(
@@ -249,15 +254,15 @@ impl Recommend {
 
 fn goal(value: Option<Value>) -> Result<Goal, String> {
     let Some(Value::Mapping(map)) = value else {
-        return Err("give one, e.g. `objective: {goal: least-cost, attainment: 0.9}` (goals: least-cost, goodput-per-gpu, pareto)".into());
+        return Err("give one, e.g. `objective: {goal: least-cost, attainment: 0.9}` (goals: least-cost, goodput-per-gpu, lowest, pareto)".into());
     };
-    let known = ["goal", "attainment", "against"];
+    let known = ["goal", "attainment", "against", "metric"];
     if let Some(k) = map
         .keys()
         .find(|k| !k.as_str().is_some_and(|k| known.contains(&k)))
     {
         return Err(format!(
-            "unknown key {} (keys: goal, attainment, against)",
+            "unknown key {} (keys: goal, attainment, against, metric)",
             compact(k)
         ));
     }
@@ -267,16 +272,23 @@ fn goal(value: Option<Value>) -> Result<Goal, String> {
             _ => Err("least-cost needs `attainment`, a fraction above 0 and at most 1".into()),
         },
         Some("goodput-per-gpu") => Ok(Goal::GoodputPerGpu),
-        Some("pareto") => {
-            let name = map
-                .get("against")
-                .and_then(Value::as_str)
-                .unwrap_or("attainment");
-            Metric::parse(name).map(Goal::Pareto).ok_or_else(|| {
-                format!("against `{name}`: expected attainment, ttft_p50_ms, ttft_p90_ms, ttft_p99_ms or e2e_p90_ms")
+        Some(goal @ ("pareto" | "lowest")) => {
+            let key = if goal == "pareto" {
+                "against"
+            } else {
+                "metric"
+            };
+            let name = map.get(key).and_then(Value::as_str).unwrap_or("attainment");
+            let metric = Metric::parse(name).ok_or_else(|| {
+                format!("{key} `{name}`: expected attainment, ttft_mean_ms, ttft_p50_ms, ttft_p90_ms, ttft_p99_ms or e2e_p90_ms")
+            })?;
+            Ok(if goal == "pareto" {
+                Goal::Pareto(metric)
+            } else {
+                Goal::Lowest(metric)
             })
         }
-        _ => Err("`goal` is least-cost, goodput-per-gpu or pareto".into()),
+        _ => Err("`goal` is least-cost, goodput-per-gpu, lowest or pareto".into()),
     }
 }
 

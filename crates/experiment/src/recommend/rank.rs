@@ -7,7 +7,7 @@ use routerlab_report::Report;
 
 use super::Candidate;
 use super::Recommend;
-use super::search::{Goal, Measured};
+use super::search::{Goal, Measured, Metric};
 use super::space::Pick;
 
 /// One candidate and what became of it.
@@ -36,6 +36,7 @@ pub fn measured(report: &Report, gpus: u64, cost: f64) -> Measured {
         ttft_ms: timed
             .and_then(|t| t.ttft.as_ref())
             .map(|l| [l.p50, l.p90, l.p99]),
+        ttft_mean_ms: timed.and_then(|t| t.ttft.as_ref()).map(|l| l.mean),
         e2e_p90_ms: timed.and_then(|t| t.e2e.as_ref()).map(|l| l.p90),
         goodput_per_gpu: if makespan > 0.0 && gpus > 0 && finished.is_some() {
             good as f64 / makespan / gpus as f64
@@ -108,7 +109,8 @@ pub fn table(
         "cost",
         "GPUs",
         "attain.",
-        "TTFT p50",
+        "TTFT mean",
+        "p50",
         "p90",
         "p99",
         "E2E p90",
@@ -141,6 +143,17 @@ pub fn table(
                 "{:.1}% less goodput per GPU",
                 100.0 * (1.0 - m.goodput_per_gpu / b.goodput_per_gpu.max(f64::MIN_POSITIVE))
             ),
+            (_, Goal::Lowest(metric), Some(b)) => match (metric.value(m), metric.value(b)) {
+                (Some(v), Some(w)) if metric == Metric::Attainment => {
+                    format!("{:.3} lower attainment", w - v)
+                }
+                (Some(v), Some(w)) => format!(
+                    "{} {:.1} ms higher",
+                    metric.title().trim_end_matches(" (ms)"),
+                    v - w
+                ),
+                _ => format!("no {}", metric.name()),
+            },
             (_, Goal::Pareto(metric), _) => {
                 let others: Vec<&Measured> = ranked
                     .iter()
@@ -160,11 +173,14 @@ pub fn table(
             fmt_cost(m.cost),
             m.gpus.to_string(),
             m.attainment.map_or("-".to_owned(), |a| format!("{a:.3}")),
+            ms(m.ttft_mean_ms),
             ms(m.ttft_ms.map(|t| t[0])),
             ms(m.ttft_ms.map(|t| t[1])),
             ms(m.ttft_ms.map(|t| t[2])),
             ms(m.e2e_p90_ms),
-            format!("{:.3}", m.goodput_per_gpu),
+            // Goodput counts requests meeting the SLO: none without one.
+            m.attainment
+                .map_or("-".to_owned(), |_| format!("{:.3}", m.goodput_per_gpu)),
             format!("{why}  {}", trials[i].candidate.label),
         ]);
     }

@@ -23,6 +23,8 @@ pub enum Goal {
     GoodputPerGpu,
     /// The front of cost against the metric: no candidate on it is beaten on both.
     Pareto(Metric),
+    /// The lowest value of the metric (the highest, for attainment) within the budget.
+    Lowest(Metric),
 }
 
 /// A figure of a run that a front may be drawn against.
@@ -30,6 +32,8 @@ pub enum Goal {
 pub enum Metric {
     /// SLO attainment (higher is better).
     Attainment,
+    /// TTFT, mean, ms.
+    TtftMean,
     /// TTFT, 50th percentile, ms.
     TtftP50,
     /// TTFT, 90th percentile, ms.
@@ -45,6 +49,7 @@ impl Metric {
     pub fn parse(name: &str) -> Option<Metric> {
         Some(match name {
             "attainment" => Metric::Attainment,
+            "ttft_mean_ms" => Metric::TtftMean,
             "ttft_p50_ms" => Metric::TtftP50,
             "ttft_p90_ms" => Metric::TtftP90,
             "ttft_p99_ms" => Metric::TtftP99,
@@ -57,6 +62,7 @@ impl Metric {
     pub fn name(self) -> &'static str {
         match self {
             Metric::Attainment => "attainment",
+            Metric::TtftMean => "ttft_mean_ms",
             Metric::TtftP50 => "ttft_p50_ms",
             Metric::TtftP90 => "ttft_p90_ms",
             Metric::TtftP99 => "ttft_p99_ms",
@@ -68,6 +74,7 @@ impl Metric {
     pub fn title(self) -> &'static str {
         match self {
             Metric::Attainment => "SLO attainment",
+            Metric::TtftMean => "TTFT mean (ms)",
             Metric::TtftP50 => "TTFT p50 (ms)",
             Metric::TtftP90 => "TTFT p90 (ms)",
             Metric::TtftP99 => "TTFT p99 (ms)",
@@ -85,6 +92,7 @@ impl Metric {
     fn lower_better(self, m: &Measured) -> Option<f64> {
         match self {
             Metric::Attainment => m.attainment.map(|a| -a),
+            Metric::TtftMean => m.ttft_mean_ms,
             Metric::TtftP50 => m.ttft_ms.map(|t| t[0]),
             Metric::TtftP90 => m.ttft_ms.map(|t| t[1]),
             Metric::TtftP99 => m.ttft_ms.map(|t| t[2]),
@@ -104,6 +112,8 @@ pub struct Measured {
     pub attainment: Option<f64>,
     /// TTFT p50, p90, p99 in ms (`None` when no request finished).
     pub ttft_ms: Option<[f64; 3]>,
+    /// TTFT mean in ms.
+    pub ttft_mean_ms: Option<f64>,
     /// E2E p90 in ms.
     pub e2e_p90_ms: Option<f64>,
     /// Requests meeting the SLO (every finished one without targets) per second of the
@@ -128,6 +138,7 @@ impl Goal {
             // percent of cost at most, so never over a cheaper fleet's price step).
             Goal::LeastCost(_) => m.cost * (1.0 + 0.001 * (1.0 - attainment)),
             Goal::GoodputPerGpu => -m.goodput_per_gpu,
+            Goal::Lowest(metric) => metric.lower_better(m).unwrap_or(MISSES),
             // Scalarised for the sampler only: the front itself is ranked by dominance.
             Goal::Pareto(metric) => {
                 let value = metric.lower_better(m).unwrap_or(f64::MAX / 4.0);
@@ -317,6 +328,7 @@ mod tests {
             cost,
             attainment: Some(attainment),
             ttft_ms: Some([ttft, ttft, ttft]),
+            ttft_mean_ms: Some(ttft),
             e2e_p90_ms: Some(ttft),
             goodput_per_gpu: attainment / cost,
         }
