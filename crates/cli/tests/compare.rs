@@ -246,19 +246,33 @@ fn bad_policies_and_settings_are_refused_before_anything_runs() {
     ]);
     assert_eq!(output.status.code(), Some(2));
     assert!(texts(&output).1.contains("unexpected argument '--matcher'"));
-    // ... and an experiment file's `matcher` is refused by name.
+    // An experiment file's own `matcher` (a replay's, or recommend's winner) is compared
+    // first, beside each --policy; given again as a --policy it is a duplicate.
     let file = scratch_file("one-policy.yaml", b"matcher: lcp\n");
+    let file = file.to_string_lossy();
+    let own = ["--trace", &trace, "--config", &file, "--policy", "lcp"];
+    let err = refused(&own);
+    assert!(err.contains("policy `lcp` is given twice"), "{err}");
+    let mut args = vec!["compare"];
+    args.extend_from_slice(&own[..5]);
+    args.push("random");
+    let output = routerlab(&args);
+    let (table, stderr) = texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    let head: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(head, ["metric", "lcp", "random"], "{table}");
+    let config = scratch_file("config-only.yaml", b"matcher_config: {seed: 1}\n");
     let err = refused(&[
         "--trace",
         &trace,
         "--config",
-        &file.to_string_lossy(),
+        &config.to_string_lossy(),
         "--policy",
         "lcp",
         "--policy",
         "random",
     ]);
-    assert!(err.contains("not --matcher (`matcher`)"), "{err}");
+    assert!(err.contains("--matcher-config without a matcher"), "{err}");
 }
 
 /// With latency targets, each report judges its requests by them, and `compare` ranks the

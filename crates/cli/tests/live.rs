@@ -382,8 +382,8 @@ fn serve_honours_the_experiment_file_or_refuses_a_key_by_name() {
             "--engine-config: engine `max_num_seqs` must be at least 1",
         ),
         (
-            "matcher: lcp\nendpoints: [127.0.0.1:9]\ntrace: t.jsonl\n",
-            "`trace` is a replay setting that serve cannot honour",
+            "matcher: lcp\nendpoints: [127.0.0.1:9]\ntrace: t.jsonl\nrouter_hop_ms: 5\n",
+            "`router_hop_ms` is a replay setting that serve cannot honour",
         ),
         (
             "matcher: lcp\nendpoints: 4\n",

@@ -116,6 +116,17 @@ fn the_grid_winner_is_the_cheapest_fleet_meeting_the_slo_and_replays_alone_to_me
         "{alone} vs {attainment}"
     );
     assert_eq!(report["endpoints"].as_f64().unwrap(), cost);
+    // `compare` takes it too: its policy first, beside another.
+    let compared = routerlab(&[
+        "compare",
+        "--config",
+        winner.to_str().unwrap(),
+        "--policy",
+        "random",
+    ]);
+    assert!(compared.status.success(), "{}", texts(&compared).1);
+    let head = texts(&compared).0.lines().next().unwrap().to_owned();
+    assert!(head.contains("random"), "{head}");
 }
 
 #[test]

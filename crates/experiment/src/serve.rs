@@ -35,6 +35,30 @@ pub const SERVE_KEYS: &[&str] = &[
     "gpu_memory_utilization",
 ];
 
+/// Keys that describe the traffic a replay offers and how it is measured, not the router:
+/// live, the clients bring the traffic. `serve` takes a file that sets them (a replay's, or
+/// `recommend`'s winner) and says on stderr it does not use them
+/// ([`Experiment::traffic_keys`]); the fleet keys it cannot honour are refused.
+pub const TRAFFIC_KEYS: &[&str] = &[
+    "trace",
+    "trace_format",
+    "warm_up",
+    "timing",
+    "speedup",
+    "rate",
+    "concurrency",
+    "respect_parents",
+    "think_time_s",
+    "output_tokens",
+    "slo_ttft_ms",
+    "slo_tpot_ms",
+    "format",
+    "skip_invalid",
+    "max_line_bytes",
+    "requests_out",
+    "trace_block_size",
+];
+
 /// How often `serve` scrapes the engines' metrics unless told.
 pub const DEFAULT_SCRAPE_INTERVAL_MS: f64 = 500.0;
 
@@ -97,9 +121,21 @@ impl Experiment {
         Ok(engine)
     }
 
-    /// `serve`'s settings: a key given that `serve` cannot honour is an error naming it.
+    /// The traffic keys ([`TRAFFIC_KEYS`]) this description sets, which `serve` leaves to
+    /// its clients.
+    pub fn traffic_keys(&self) -> Vec<&str> {
+        self.given_keys()
+            .filter(|k| TRAFFIC_KEYS.contains(k))
+            .collect()
+    }
+
+    /// `serve`'s settings: a key given that `serve` cannot honour is an error naming it
+    /// (the traffic keys excepted: see [`TRAFFIC_KEYS`]).
     pub fn serving(&self) -> Result<Serving, ExperimentError> {
-        if let Some(key) = self.given_keys().find(|k| !SERVE_KEYS.contains(k)) {
+        if let Some(key) = self
+            .given_keys()
+            .find(|k| !SERVE_KEYS.contains(k) && !TRAFFIC_KEYS.contains(k))
+        {
             return Err(ExperimentError::invalid(format!(
                 "`{key}` is a replay setting that serve cannot honour: remove it from the experiment file (serve reads {})",
                 SERVE_KEYS[1..].join(", ")
@@ -214,11 +250,7 @@ mod tests {
             "{matcher: sim-latency, endpoints: 'a:1,b:2', timing: trace, trace: t, engine: {preset: dynamo, max_num_seqs: 7, num_gpu_blocks: 321}}",
         );
         let replayed = resolve(&e).unwrap().scenario.timed.unwrap().engines[0].clone();
-        let mut served = e.clone();
-        served.timing = None;
-        served.trace = None;
-        served.given.remove("timing");
-        served.given.remove("trace");
+        let served = e.clone();
         let serving = served.serving().unwrap();
         assert_eq!(serving.engine, replayed);
         assert_eq!(serving.engine.max_num_seqs, 7);
@@ -227,14 +259,18 @@ mod tests {
 
     #[test]
     fn a_key_serve_cannot_honour_is_refused_by_name() {
-        let err = experiment("{matcher: lcp, endpoints: 'a:1', rate: 3}")
+        let err = experiment("{matcher: lcp, endpoints: 'a:1', rate: 3, cache_blocks: 9}")
             .serving()
             .unwrap_err()
             .to_string();
         assert!(
-            err.starts_with("`rate` is a replay setting that serve cannot honour"),
+            err.starts_with("`cache_blocks` is a replay setting that serve cannot honour"),
             "{err}"
         );
+        // The traffic is the clients': named, not refused.
+        let file = experiment("{matcher: lcp, endpoints: 'a:1', rate: 3, slo_ttft_ms: 9}");
+        assert_eq!(file.traffic_keys(), ["rate", "slo_ttft_ms"]);
+        assert!(file.serving().is_ok());
         let err = experiment("{matcher: lcp, endpoints: 4}")
             .serving()
             .unwrap_err()

@@ -14,7 +14,7 @@ use routerlab_report::compare::{Comparison, Entry, find_metric};
 use routerlab_sim::Report;
 use routerlab_trace::Workload;
 
-use routerlab_experiment::policy::{self, Policy, PolicyEntry};
+use routerlab_experiment::policy::{self, Policy, PolicyEntry, PolicyParts};
 use routerlab_experiment::{Experiment, OutputFormat, one_line};
 
 use crate::cmd::run::{prepare, run_all};
@@ -65,16 +65,19 @@ pub fn run(opts: CompareOpts) -> Result<(), Failure> {
 pub(crate) fn compare(opts: CompareOpts) -> Result<(Comparison, OutputFormat), Failure> {
     let merged = opts.settings.experiment()?;
     crate::cmd::run::watch_plugins(merged.plugin_timeout_ms);
+    if merged.given("requests_out") {
+        return Err(Failure::input(
+            "compare keeps no requests: --requests-out belongs to replay",
+        ));
+    }
     for (key, flag) in [
-        ("matcher", "--matcher (`matcher`)"),
         ("detector", "--detector (`detector`)"),
         ("matcher_config", "--matcher-config"),
         ("detector_config", "--detector-config"),
-        ("requests_out", "--requests-out"),
     ] {
-        if merged.given(key) {
+        if merged.given(key) && !merged.given("matcher") {
             return Err(Failure::input(format!(
-                "compare takes its plugins from --policy (or `policies` in the experiment file), not {flag}"
+                "{flag} without a matcher: compare's policies come from --policy (or `policies`), and a run's own `matcher` is one more"
             )));
         }
     }
@@ -175,6 +178,21 @@ fn policies_of(opts: &CompareOpts, merged: &Experiment) -> Result<Vec<Policy>, F
             .collect::<Result<_, _>>()
             .map_err(|e| Failure::input(format!("experiment `policies`: {e}")))?
     };
+    // A described run's own policy (an experiment file's `matcher`, as `recommend`'s winner
+    // has) is compared first, beside the others.
+    let mut policies = policies;
+    if let Some(matcher) = merged.matcher.clone().filter(|_| merged.given("matcher")) {
+        let own = PolicyEntry::Parts(PolicyParts {
+            matcher,
+            matcher_config: merged.matcher_config.clone(),
+            detector: merged.detector.clone(),
+            detector_config: merged.detector_config.clone(),
+            label: None,
+        })
+        .resolve()
+        .map_err(|e| Failure::input(format!("the run's own matcher: {e}")))?;
+        policies.insert(0, own);
+    }
     if policies.len() < 2 {
         return Err(Failure::input(format!(
             "compare needs two or more policies (got {}): pass --policy once per policy, or list them under `policies` in the experiment file",

@@ -148,8 +148,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// A replay experiment file: serve honours its plugins, seed, block size, endpoints,
-    /// plugin deadline, metrics interval and engine keys (flags override), and refuses any
-    /// other key by name.
+    /// plugin deadline, metrics interval and engine keys (flags override), names its
+    /// traffic keys (trace, timing, rate, SLO, ...) as not used live, and refuses any other
+    /// key by name.
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
     /// The plugins, as for replay.
@@ -400,7 +401,15 @@ fn serving(args: &ServeArgs) -> Result<Serving, Failure> {
     layer.extend(layer_of(&args.fleet));
     layer.extend(engine_layer(args.fleet.engine_config.as_deref())?);
     layer.extend(layer_of(&args.model));
-    let mut serving = crate::opts::experiment(args.config.as_deref(), layer)?.serving()?;
+    let experiment = crate::opts::experiment(args.config.as_deref(), layer)?;
+    let traffic = experiment.traffic_keys();
+    if !traffic.is_empty() {
+        eprintln!(
+            "note: the experiment file's traffic settings are the clients' live, not used: {}",
+            traffic.join(", ")
+        );
+    }
+    let mut serving = experiment.serving()?;
     // Addresses, each named by the flag that gave it.
     let mut seen: Vec<String> = Vec::with_capacity(serving.endpoints.len());
     for (i, name) in serving.endpoints.iter().enumerate() {
