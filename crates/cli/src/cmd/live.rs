@@ -402,13 +402,6 @@ fn serving(args: &ServeArgs) -> Result<Serving, Failure> {
     layer.extend(engine_layer(args.fleet.engine_config.as_deref())?);
     layer.extend(layer_of(&args.model));
     let experiment = crate::opts::experiment(args.config.as_deref(), layer)?;
-    let traffic = experiment.traffic_keys();
-    if !traffic.is_empty() {
-        eprintln!(
-            "note: the experiment file's traffic settings are the clients' live, not used: {}",
-            traffic.join(", ")
-        );
-    }
     let mut serving = experiment.serving()?;
     // Addresses, each named by the flag that gave it.
     let mut seen: Vec<String> = Vec::with_capacity(serving.endpoints.len());
@@ -427,6 +420,14 @@ fn serving(args: &ServeArgs) -> Result<Serving, Failure> {
         seen.push(address);
     }
     serving.endpoints = seen;
+    // Said once the settings are known good, so a refusal stays one line.
+    let traffic = experiment.traffic_keys();
+    if !traffic.is_empty() {
+        eprintln!(
+            "note: the experiment file's traffic settings are the clients' live, not used: {}",
+            traffic.join(", ")
+        );
+    }
     Ok(serving)
 }
 
