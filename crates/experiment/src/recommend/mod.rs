@@ -148,7 +148,8 @@ impl Recommend {
     pub fn candidate(&self, picks: &[Option<Pick>]) -> Result<Candidate, ExperimentError> {
         let at =
             |what: String| ExperimentError::invalid(format!("{}: {what}", self.path.display()));
-        let settings = self.space.settings(picks);
+        let settings = flatten(self.space.settings(picks))
+            .map_err(|e| at(format!("search `{VARIANT}`: {e}")))?;
         let mut values = settings.clone();
         let policy = values.remove("policy").or_else(|| self.base_policy.clone());
         let raw = settings
@@ -341,6 +342,27 @@ fn prices(value: Option<Value>) -> Result<BTreeMap<String, f64>, String> {
     Ok(out)
 }
 
+/// The search key whose choices are groups of settings taken together (an aggregated
+/// fleet, or a disaggregated one with its split): the chosen group's keys join the rest.
+pub const VARIANT: &str = "variant";
+
+/// The chosen [`VARIANT`]'s settings laid beside the others.
+fn flatten(mut settings: Mapping) -> Result<Mapping, String> {
+    let Some(variant) = settings.remove(VARIANT) else {
+        return Ok(settings);
+    };
+    let Value::Mapping(group) = variant else {
+        return Err("each alternative is a mapping of settings".into());
+    };
+    for (key, value) in group {
+        if settings.contains_key(&key) {
+            return Err(format!("{} is searched beside it too", compact(&key)));
+        }
+        settings.insert(key, value);
+    }
+    Ok(settings)
+}
+
 /// A value as it appears in a candidate's name.
 fn compact(value: &Value) -> String {
     match value {
@@ -349,5 +371,26 @@ fn compact(value: &Value) -> String {
         Value::Bool(b) => b.to_string(),
         Value::Null => "null".to_owned(),
         other => serde_json::to_string(other).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_variant_lays_its_group_beside_the_other_settings_or_names_a_clash() {
+        let settings = |text: &str| serde_yaml::from_str::<Mapping>(text).unwrap();
+        let flat = flatten(settings(
+            "variant: {prefill_endpoints: 1, decode_endpoints: 3}\npolicy: lcp",
+        ))
+        .unwrap();
+        assert_eq!(
+            serde_yaml::to_string(&flat).unwrap(),
+            "policy: lcp\nprefill_endpoints: 1\ndecode_endpoints: 3\n"
+        );
+        let clash = flatten(settings("variant: {endpoints: 2}\nendpoints: 4")).unwrap_err();
+        assert_eq!(clash, "endpoints is searched beside it too");
+        assert!(flatten(settings("variant: 3")).is_err());
     }
 }
