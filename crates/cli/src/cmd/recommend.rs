@@ -592,7 +592,7 @@ impl Data {
             );
             if p.run.timed.is_none() {
                 return Err(Failure::input(format!(
-                    "{}: recommend judges latency: set `timing` (engine or trace)",
+                    "{}: recommend judges latency: set `timing: trace`",
                     p.label
                 )));
             }

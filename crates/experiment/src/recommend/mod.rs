@@ -4,8 +4,8 @@
 //! sweep's grid values are ([`crate::sweep`]).
 //!
 //! ```yaml
-//! trace: traces/conversation.jsonl
-//! timing: engine
+//! trace: traces/mooncake-conversation.jsonl
+//! timing: trace
 //! slo_ttft_ms: 2000
 //! search:
 //!   endpoints: {int: [1, 8]}
@@ -117,6 +117,9 @@ impl Recommend {
                 "budget `cost` needs `prices` (per GPU-hour, by GPU name)".into(),
             ));
         }
+        let slo_given = ["slo_ttft_ms", "slo_tpot_ms"]
+            .iter()
+            .any(|k| base.contains_key(*k) || search.contains_key(*k));
         let space = Space::new(search).map_err(at)?;
         if matches!(
             goal,
@@ -124,8 +127,7 @@ impl Recommend {
                 | Goal::GoodputPerGpu
                 | Goal::Lowest(Metric::Attainment)
                 | Goal::Pareto(Metric::Attainment)
-        ) && !base.contains_key("slo_ttft_ms")
-            && !base.contains_key("slo_tpot_ms")
+        ) && !slo_given
         {
             return Err(at(
                 "this objective judges requests by an SLO: set `slo_ttft_ms` and/or `slo_tpot_ms`"
