@@ -390,8 +390,8 @@ pub fn expand(path: &Path, bytes: &[u8]) -> Result<Vec<GridRun>, ExperimentError
     Ok(runs)
 }
 
-/// A grid value as it appears in a run's name.
-fn compact(value: &Value) -> String {
+/// A grid value as it appears in a run's name (a recommend candidate's too).
+pub(crate) fn compact(value: &Value) -> String {
     match value {
         Value::String(s) => s.clone(),
         Value::Number(n) => n.to_string(),

@@ -46,6 +46,8 @@ fn generated(requests: u64, sessions: bool) -> PathBuf {
             sessions,
             adapters: 0,
             samples: 1,
+            rate: 20.0,
+            pattern: routerlab_trace::synth::RatePattern::Constant,
         };
         write_mooncake(&workload, &mut out).expect("write trace");
     }

@@ -188,6 +188,93 @@ pub struct MooncakeWorkload {
     /// Requests sent at once for each prompt (1: one): the samples of an RL rollout step
     /// or of best-of-N, the same line but for its output length.
     pub samples: u64,
+    /// Prompts a second, Poisson (at the pattern's peak): 20 unless set.
+    pub rate: f64,
+    /// How the rate changes over the stream.
+    pub pattern: RatePattern,
+}
+
+/// How a generated stream's arrival rate changes over time; arrivals stay Poisson at the
+/// rate of the moment (drawn by thinning a Poisson stream at the peak rate).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RatePattern {
+    /// The same rate throughout.
+    Constant,
+    /// From the rate to `to` prompts/s in a straight line over `seconds`, then `to`.
+    Ramp {
+        /// The rate reached.
+        to: f64,
+        /// Over how long.
+        seconds: f64,
+    },
+    /// A day's swell: the rate at its peak at half of each `period_s`, at `low` of it at
+    /// the start and end, along a cosine.
+    Diurnal {
+        /// One cycle, seconds.
+        period_s: f64,
+        /// The trough as a share of the peak, 0 to 1.
+        low: f64,
+    },
+}
+
+impl RatePattern {
+    /// `constant`, `ramp:TO:SECONDS` or `diurnal:PERIOD_S:LOW`.
+    pub fn parse(text: &str) -> Result<RatePattern, String> {
+        let parts: Vec<&str> = text.split(':').collect();
+        let num = |s: &str, what: &str| -> Result<f64, String> {
+            s.parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| format!("{text}: {what} `{s}` is not a number 0 or more"))
+        };
+        match parts.as_slice() {
+            ["constant"] => Ok(RatePattern::Constant),
+            ["ramp", to, seconds] => {
+                let (to, seconds) = (
+                    num(to, "the rate reached")?,
+                    num(seconds, "the ramp's seconds")?,
+                );
+                if to <= 0.0 || seconds <= 0.0 {
+                    return Err(format!(
+                        "{text}: the rate reached and the seconds must be above 0"
+                    ));
+                }
+                Ok(RatePattern::Ramp { to, seconds })
+            }
+            ["diurnal", period, low] => {
+                let (period_s, low) = (num(period, "the period")?, num(low, "the trough")?);
+                if period_s <= 0.0 || low > 1.0 {
+                    return Err(format!(
+                        "{text}: the period must be above 0 and the trough within 0..=1"
+                    ));
+                }
+                Ok(RatePattern::Diurnal { period_s, low })
+            }
+            _ => Err(format!(
+                "{text}: expected constant, ramp:TO:SECONDS or diurnal:PERIOD_S:LOW"
+            )),
+        }
+    }
+
+    /// The rate at `t_s` seconds, for a stream whose base rate is `rate`.
+    pub fn rate_at(self, rate: f64, t_s: f64) -> f64 {
+        match self {
+            RatePattern::Constant => rate,
+            RatePattern::Ramp { to, seconds } => rate + (to - rate) * (t_s / seconds).min(1.0),
+            RatePattern::Diurnal { period_s, low } => {
+                let phase = (t_s / period_s).fract() * std::f64::consts::TAU;
+                rate * (low + (1.0 - low) * (1.0 - phase.cos()) / 2.0)
+            }
+        }
+    }
+
+    /// The highest rate the pattern reaches.
+    fn peak(self, rate: f64) -> f64 {
+        match self {
+            RatePattern::Ramp { to, .. } => rate.max(to),
+            _ => rate,
+        }
+    }
 }
 
 /// The most samples a generated prompt may have.
@@ -196,12 +283,26 @@ pub const MAX_SYNTH_SAMPLES: u64 = 1024;
 /// Tokens per hash id in the generated stream (Mooncake's block size).
 pub const MOONCAKE_BLOCK: u64 = 512;
 
+/// The next arrival after `clock_ms`: a Poisson stream at the pattern's peak, each
+/// arrival kept with probability rate now / peak (a constant rate keeps every one).
+fn next_arrival(rng: &mut SeededRng, mut clock_ms: f64, rate: f64, pattern: RatePattern) -> f64 {
+    let peak = pattern.peak(rate);
+    loop {
+        clock_ms += -(1.0 - rng.unit_f64()).ln() * 1000.0 / peak;
+        if pattern == RatePattern::Constant
+            || rng.unit_f64() * peak < pattern.rate_at(rate, clock_ms / 1000.0)
+        {
+            return clock_ms;
+        }
+    }
+}
+
 /// Writes a Mooncake-format stream: 8 shared system prefixes of 4 blocks; conversations grow
 /// by 1–2 blocks a turn up to 64 blocks; continuations pick one of the 1,024 most recent
 /// conversations (and share its `session_id`), so memory stays bounded however long the
-/// stream. Arrivals are Poisson at 20 prompts/s; with `samples` N, each prompt is N
-/// requests arriving together (each with an output length of its own), `requests` of them
-/// in all.
+/// stream. Arrivals are Poisson at `rate` prompts/s, changing over time as `pattern` says;
+/// with `samples` N, each prompt is N requests arriving together (each with an output
+/// length of its own), `requests` of them in all.
 pub fn write_mooncake(workload: &MooncakeWorkload, out: &mut impl Write) -> io::Result<()> {
     const RECENT: usize = 1024;
     const SYSTEMS: u64 = 8;
@@ -239,7 +340,7 @@ pub fn write_mooncake(workload: &MooncakeWorkload, out: &mut impl Write) -> io::
         }
         let input_length = ids.len() as u64 * MOONCAKE_BLOCK - rng.below(MOONCAKE_BLOCK);
         let mut output_length = 50 + rng.below(450);
-        clock_ms += -(1.0 - rng.unit_f64()).ln() * 50.0;
+        clock_ms = next_arrival(&mut rng, clock_ms, workload.rate, workload.pattern);
         for sample in 0..samples.min(workload.requests - written) {
             if sample > 0 {
                 output_length = 50 + rng.below(450);
@@ -354,6 +455,8 @@ mod tests {
             sessions: true,
             adapters: 3,
             samples: 1,
+            rate: 20.0,
+            pattern: RatePattern::Constant,
         };
         write_mooncake(&workload, &mut mooncake).unwrap();
         let text = String::from_utf8(mooncake).unwrap();
@@ -376,6 +479,8 @@ mod tests {
                 sessions: true,
                 adapters: 0,
                 samples,
+                rate: 20.0,
+                pattern: RatePattern::Constant,
             };
             write_mooncake(&workload, &mut out).unwrap();
             String::from_utf8(out)
@@ -406,5 +511,84 @@ mod tests {
         assert_ne!(grouped[8]["timestamp"], grouped[0]["timestamp"]);
         // The first line is the stream's without samples (later ones draw more lengths).
         assert_eq!(lines(1)[0], grouped[0]);
+    }
+
+    /// Arrival times (s) of a generated stream.
+    fn arrivals(requests: u64, rate: f64, pattern: RatePattern) -> Vec<f64> {
+        let mut out = Vec::new();
+        let workload = MooncakeWorkload {
+            requests,
+            continue_chat_probability: 0.0,
+            seed: 11,
+            sessions: false,
+            adapters: 0,
+            samples: 1,
+            rate,
+            pattern,
+        };
+        write_mooncake(&workload, &mut out).unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["timestamp"]
+                    .as_f64()
+                    .unwrap()
+                    / 1e3
+            })
+            .collect()
+    }
+
+    /// Requests arrived in [from, to) seconds.
+    fn count(times: &[f64], from: f64, to: f64) -> f64 {
+        times.iter().filter(|t| (from..to).contains(*t)).count() as f64
+    }
+
+    #[test]
+    fn a_ramp_and_a_day_bring_the_arrivals_their_rate_says() {
+        // From 10 to 100 prompts/s over 100 s: in [0, 10) s the rate averages 14.5, so 145
+        // arrivals are expected; in [90, 100) s, 95.5 a second: 955; then 100 a second.
+        let ramp = arrivals(20_000, 10.0, RatePattern::parse("ramp:100:100").unwrap());
+        for (from, to, expected) in [
+            (0.0, 10.0, 145.0),
+            (90.0, 100.0, 955.0),
+            (110.0, 120.0, 1000.0),
+        ] {
+            let n = count(&ramp, from, to);
+            // Poisson: within 4 standard deviations.
+            assert!(
+                (n - expected).abs() < 4.0 * expected.sqrt(),
+                "[{from}, {to}): {n} of {expected}"
+            );
+        }
+        // A 100-s day from 20% to 100% of 50 a second: 10 a second at 0 s, 50 at 50 s.
+        let day = arrivals(20_000, 50.0, RatePattern::parse("diurnal:100:0.2").unwrap());
+        let rate = |t: f64| {
+            RatePattern::Diurnal {
+                period_s: 100.0,
+                low: 0.2,
+            }
+            .rate_at(50.0, t)
+        };
+        assert_eq!((rate(0.0), rate(50.0), rate(100.0)), (10.0, 50.0, 10.0));
+        for (from, to) in [(0.0, 10.0), (45.0, 55.0), (145.0, 155.0), (195.0, 205.0)] {
+            // The expected count: the rate's integral, summed over tenths of a second.
+            let expected: f64 = (0..100)
+                .map(|i| rate(from + (f64::from(i) + 0.5) / 10.0) / 10.0)
+                .sum();
+            let n = count(&day, from, to);
+            assert!(
+                (n - expected).abs() < 4.0 * expected.sqrt(),
+                "[{from}, {to}): {n} of {expected:.0}"
+            );
+        }
+        // A constant rate is the stream it always was.
+        assert_eq!(
+            arrivals(500, 20.0, RatePattern::Constant),
+            arrivals(500, 20.0, RatePattern::parse("constant").unwrap())
+        );
+        for bad in ["ramp:0:10", "ramp:5", "diurnal:100:1.5", "wave", "ramp:x:1"] {
+            assert!(RatePattern::parse(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use routerlab_trace::TraceFormat;
 use routerlab_trace::synth::{
-    ChatWorkload, MAX_SYNTH_ADAPTERS, MAX_SYNTH_SAMPLES, MooncakeWorkload, write_chat,
+    ChatWorkload, MAX_SYNTH_ADAPTERS, MAX_SYNTH_SAMPLES, MooncakeWorkload, RatePattern, write_chat,
     write_mooncake,
 };
 use routerlab_trace::synth_agentic::{AgenticWorkload, write_agentic};
@@ -97,6 +97,18 @@ pub struct GenTraceArgs {
         help_heading = "Chat and Mooncake traces"
     )]
     pub samples: u64,
+    /// Mooncake format: prompts a second at the peak, Poisson [default: 20].
+    #[arg(long, value_name = "R", help_heading = "Chat and Mooncake traces")]
+    pub rate: Option<f64>,
+    /// Mooncake format: how the rate changes: `constant`, `ramp:TO:SECONDS` (from --rate to
+    /// TO prompts/s over SECONDS, then TO) or `diurnal:PERIOD_S:LOW` (a cosine swell from
+    /// LOW × --rate up to --rate and back, every PERIOD_S seconds).
+    #[arg(
+        long,
+        value_name = "PATTERN",
+        help_heading = "Chat and Mooncake traces"
+    )]
+    pub rate_pattern: Option<String>,
     /// The agentic format's knobs.
     #[command(flatten)]
     pub agentic: AgenticArgs,
@@ -215,6 +227,25 @@ pub fn run(args: GenTraceArgs) -> Result<(), Failure> {
     if args.samples > 1 && args.trace_format != TraceFormat::Mooncake {
         return Err(Failure::input("--samples needs --trace-format mooncake"));
     }
+    if (args.rate.is_some() || args.rate_pattern.is_some())
+        && args.trace_format != TraceFormat::Mooncake
+    {
+        return Err(Failure::input(
+            "--rate and --rate-pattern need --trace-format mooncake (agentic plays have --play-rate)",
+        ));
+    }
+    let rate = args.rate.unwrap_or(20.0);
+    if !(rate.is_finite() && rate > 0.0 && rate <= 1e6) {
+        return Err(Failure::input(format!(
+            "--rate {rate}: give prompts a second above 0, at most 1,000,000"
+        )));
+    }
+    let pattern = match &args.rate_pattern {
+        None => RatePattern::Constant,
+        Some(text) => {
+            RatePattern::parse(text).map_err(|e| Failure::input(format!("--rate-pattern {e}")))?
+        }
+    };
     let agentic = args.agentic.workload(args.seed);
     match args.trace_format {
         TraceFormat::AgenticMooncake => agentic.validate().map_err(Failure::input)?,
@@ -258,6 +289,8 @@ pub fn run(args: GenTraceArgs) -> Result<(), Failure> {
                 sessions: !args.plain,
                 adapters: args.adapters,
                 samples: args.samples,
+                rate,
+                pattern,
             },
             &mut sink,
         ),

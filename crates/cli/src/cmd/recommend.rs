@@ -80,7 +80,7 @@ pub struct RecommendArgs {
     /// front's figure (the objective's `against`, else attainment) into DIR.
     #[arg(long, value_name = "DIR", help_heading = "Output")]
     pub plot: Option<PathBuf>,
-    /// Rows of the ranked table [default: 20].
+    /// Rows of the ranked table.
     #[arg(long, value_name = "N", default_value_t = 20, help_heading = "Output")]
     pub top: usize,
     /// No progress lines.
@@ -110,6 +110,11 @@ pub fn run(args: RecommendArgs) -> Result<(), Failure> {
     }
     if let Some(path) = &args.winner {
         crate::cmd::refuse_input_as_output("--winner", path, &[args.file.as_path()])?;
+    }
+    if let Some(path) = &args.output {
+        let mut inputs = vec![args.file.as_path()];
+        inputs.extend(args.merge.iter().map(PathBuf::as_path));
+        crate::cmd::refuse_input_as_output("--output", path, &inputs)?;
     }
     let id = SearchId {
         file: args.file.display().to_string(),
@@ -157,6 +162,12 @@ pub fn run(args: RecommendArgs) -> Result<(), Failure> {
         None => std::thread::available_parallelism().map_or(1, usize::from),
     };
     let (shard, of) = partition.map_or((1, 1), |p| (p.shard, p.of));
+    if of > args.trials {
+        return Err(Failure::input(format!(
+            "--partition {shard}/{of}: more shards than --trials {}",
+            args.trials
+        )));
+    }
     // Shard I of N: its share of the candidates, from a seed of its own (a grid's points
     // are dealt instead: point k to shard k mod N + 1).
     let here = args.trials / of + usize::from(shard <= args.trials % of);
@@ -338,7 +349,11 @@ fn finish(
         plot(dir, rec, trials, &ranked)?;
     }
     if let (Some(path), Some(&best)) = (&args.winner, ranked.first()) {
-        let text = rec.winner_file(&trials[best].candidate)?;
+        let candidate = &trials[best].candidate;
+        let mut inputs = candidate.experiment.inputs();
+        inputs.push(&rec.path);
+        crate::cmd::refuse_input_as_output("--winner", path, &inputs)?;
+        let text = rec.winner_file(candidate)?;
         write_file(path, &text, "the winner")?;
     }
     if ranked.is_empty() {

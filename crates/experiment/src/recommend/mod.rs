@@ -27,6 +27,7 @@ use crate::ExperimentError;
 use crate::error::one_line;
 use crate::file::{Experiment, Layers};
 use crate::policy::{Policy, PolicyEntry};
+use crate::sweep::compact;
 use search::{Goal, Metric};
 use space::{Pick, Space};
 
@@ -363,17 +364,6 @@ fn flatten(mut settings: Mapping) -> Result<Mapping, String> {
         settings.insert(key, value);
     }
     Ok(settings)
-}
-
-/// A value as it appears in a candidate's name.
-fn compact(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        Value::Bool(b) => b.to_string(),
-        Value::Null => "null".to_owned(),
-        other => serde_json::to_string(other).unwrap_or_default(),
-    }
 }
 
 #[cfg(test)]
