@@ -260,3 +260,55 @@ fn the_search_aisimulate_ran_has_the_winner_aisimulate_found() {
         "{stdout}"
     );
 }
+
+#[test]
+fn shards_merge_into_one_ranking_and_a_wrong_set_is_refused_by_name() {
+    let file = space("shards.yaml");
+    let f = file.to_str().unwrap();
+    let shard = |i: usize, of: usize, extra: &[&str]| {
+        let out = file.with_file_name(format!("shard-{i}-of-{of}.jsonl"));
+        let part = format!("{i}/{of}");
+        let mut args = vec!["recommend", f, "--trials", "12", "--partition", &part, "-o"];
+        let path = out.to_str().unwrap().to_owned();
+        args.push(&path);
+        args.extend(extra);
+        let ran = routerlab(&args);
+        assert!(ran.status.success(), "{}", texts(&ran).1);
+        path
+    };
+    let (a, b) = (shard(1, 2, &[]), shard(2, 2, &[]));
+    let merge = |files: &[&str], extra: &[&str]| {
+        let mut args = vec!["recommend", f, "--trials", "12"];
+        args.extend(extra);
+        args.push("--merge");
+        args.extend(files);
+        routerlab(&args)
+    };
+    let merged = merge(&[&a, &b], &[]);
+    let (table, stderr) = texts(&merged);
+    assert!(merged.status.success(), "{stderr}");
+    assert!(table.contains("12 candidates:"), "{table}");
+    // The same shards in the other order rank the same.
+    assert_eq!(texts(&merge(&[&b, &a], &[])).0, table);
+    for (files, extra, why) in [
+        (vec![a.as_str()], vec![], "shards missing: 2 of 2"),
+        (vec![a.as_str(), a.as_str()], vec![], "shard 1 is also"),
+        (
+            vec![a.as_str(), b.as_str()],
+            vec!["--search-seed", "9"],
+            "from another search",
+        ),
+    ] {
+        let out = merge(&files, &extra);
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = texts(&out).1;
+        assert!(stderr.contains(why), "{why}: {stderr}");
+    }
+    let other = shard(1, 3, &[]);
+    let out = merge(&[&other, &b], &[]);
+    assert!(
+        texts(&out).1.contains("other partitions"),
+        "{}",
+        texts(&out).1
+    );
+}
