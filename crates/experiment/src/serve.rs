@@ -121,7 +121,7 @@ impl Experiment {
         Ok(engine)
     }
 
-    /// The traffic keys ([`TRAFFIC_KEYS`]) this description sets, which `serve` leaves to
+    /// The traffic keys (`TRAFFIC_KEYS`) this description sets, which `serve` leaves to
     /// its clients.
     pub fn traffic_keys(&self) -> Vec<&str> {
         self.given_keys()
@@ -130,7 +130,7 @@ impl Experiment {
     }
 
     /// `serve`'s settings: a key given that `serve` cannot honour is an error naming it
-    /// (the traffic keys excepted: see [`TRAFFIC_KEYS`]).
+    /// (the traffic keys, `TRAFFIC_KEYS`, excepted).
     pub fn serving(&self) -> Result<Serving, ExperimentError> {
         if let Some(key) = self
             .given_keys()
