@@ -757,6 +757,23 @@ const SMOKE_SECONDS: u32 = 10;
 /// Each fuzz target for `seconds`, after a debug build of the workspace with `features`
 /// (`ci` passes its own, so nothing is built twice).
 fn fuzz_for(seconds: u32, features: &[&str]) -> Result<(), String> {
+    // The fuzz crate is outside the workspace, so its lock file is not kept current by the
+    // workspace's builds: a dependency added to a crate it uses must be committed there
+    // too, or a clean clone's run rewrites it.
+    let mut locked = cargo_bare();
+    locked.args([
+        "metadata",
+        "--locked",
+        "--format-version",
+        "1",
+        "--manifest-path",
+    ]);
+    locked
+        .arg(root().join("fuzz/Cargo.toml"))
+        .stdout(Stdio::null());
+    run(locked).map_err(|e| {
+        format!("{e}: fuzz/Cargo.lock is out of date: a cargo command in fuzz/ (`cd fuzz && cargo +nightly check`) updates it; commit it")
+    })?;
     // The engine target loads the workspace's debug plugins.
     let mut build = cargo_bare();
     build.args(["build", "--workspace"]);
