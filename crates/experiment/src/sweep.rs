@@ -283,15 +283,31 @@ pub struct GridRun {
     pub policy: Policy,
 }
 
+/// Keys a run's plugins come from, or a replay's own output: a sweep's or a search's
+/// candidates take their plugins from `policy` instead.
+pub(crate) const PLUGIN_KEYS: [&str; 6] = [
+    "policies",
+    "matcher",
+    "detector",
+    "matcher_config",
+    "detector_config",
+    "requests_out",
+];
+
+/// A sweep's or a search's file as a mapping of settings beside its `section`.
+pub(crate) fn settings_with(bytes: &[u8], section: &str) -> Result<Mapping, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_owned())?;
+    routerlab_core::config::check_nesting(text)?;
+    match serde_yaml::from_str(text).map_err(|e| one_line(&e.to_string()))? {
+        Value::Mapping(map) => Ok(map),
+        _ => Err(format!("expected a mapping of settings with a `{section}`")),
+    }
+}
+
 /// The runs of the sweep file at `path` holding `bytes`, in grid order.
 pub fn expand(path: &Path, bytes: &[u8]) -> Result<Vec<GridRun>, ExperimentError> {
     let at = |what: String| ExperimentError::invalid(format!("{}: {what}", path.display()));
-    let text = std::str::from_utf8(bytes).map_err(|_| at("not UTF-8 text".into()))?;
-    routerlab_core::config::check_nesting(text).map_err(at)?;
-    let root: Value = serde_yaml::from_str(text).map_err(|e| at(one_line(&e.to_string())))?;
-    let Value::Mapping(mut base) = root else {
-        return Err(at("expected a mapping of settings with a `grid`".into()));
-    };
+    let mut base = settings_with(bytes, "grid").map_err(at)?;
     let grid = match base.remove("grid") {
         Some(Value::Mapping(grid)) if !grid.is_empty() => grid,
         Some(_) => return Err(at("`grid` must map settings to lists of values".into())),
@@ -302,14 +318,7 @@ pub fn expand(path: &Path, bytes: &[u8]) -> Result<Vec<GridRun>, ExperimentError
         }
     };
     let base_policy = base.remove("policy");
-    for key in [
-        "policies",
-        "matcher",
-        "detector",
-        "matcher_config",
-        "detector_config",
-        "requests_out",
-    ] {
+    for key in PLUGIN_KEYS {
         if base.contains_key(key) || grid.contains_key(key) {
             return Err(at(format!(
                 "`{key}` has no place in a sweep: a run's plugins come from `policy` (in the grid or beside it)"

@@ -24,7 +24,6 @@ use routerlab_plot::FrontPoint;
 use routerlab_trace::Workload;
 use serde::{Deserialize, Serialize};
 
-use crate::cmd::OutputFile;
 use crate::cmd::run::prepare;
 use crate::exit::Failure;
 use crate::progress::Bars;
@@ -354,7 +353,7 @@ fn finish(
         inputs.push(&rec.path);
         crate::cmd::refuse_input_as_output("--winner", path, &inputs)?;
         let text = rec.winner_file(candidate)?;
-        write_file(path, &text, "the winner")?;
+        crate::cmd::write_output(path, text.as_bytes(), "the winner")?;
     }
     if ranked.is_empty() {
         return Err(Failure::input(
@@ -453,22 +452,8 @@ fn write_lines(id: &SearchId, trials: &[Trial], path: Option<&Path>) -> Result<(
     }
     match path {
         None => crate::cmd::print_stdout(&text, "the shard's candidates"),
-        Some(path) => write_file(path, &text, "the shard's candidates"),
+        Some(path) => crate::cmd::write_output(path, text.as_bytes(), "the shard's candidates"),
     }
-}
-
-/// Writes `text` to `path` through a temporary file, renamed when complete.
-fn write_file(path: &Path, text: &str, what: &'static str) -> Result<(), Failure> {
-    let fail = |source| Failure::Output {
-        what,
-        path: path.to_owned(),
-        source,
-    };
-    let file = OutputFile::create(path).map_err(fail)?;
-    let mut writer = file.writer().map_err(fail)?;
-    std::io::Write::write_all(&mut writer, text.as_bytes()).map_err(fail)?;
-    drop(writer);
-    file.commit().map_err(fail)
 }
 
 /// The candidates of every shard of the search `id` describes, from their files: each

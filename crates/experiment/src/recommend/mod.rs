@@ -27,7 +27,7 @@ use crate::ExperimentError;
 use crate::error::one_line;
 use crate::file::{Experiment, Layers};
 use crate::policy::{Policy, PolicyEntry};
-use crate::sweep::compact;
+use crate::sweep::{PLUGIN_KEYS, compact, settings_with};
 use search::{Goal, Metric};
 use space::{Pick, Space};
 
@@ -72,12 +72,7 @@ impl Recommend {
     /// Reads the recommend file at `path` holding `bytes`.
     pub fn read(path: &Path, bytes: &[u8]) -> Result<Recommend, ExperimentError> {
         let at = |what: String| ExperimentError::invalid(format!("{}: {what}", path.display()));
-        let text = std::str::from_utf8(bytes).map_err(|_| at("not UTF-8 text".into()))?;
-        routerlab_core::config::check_nesting(text).map_err(at)?;
-        let root: Value = serde_yaml::from_str(text).map_err(|e| at(one_line(&e.to_string())))?;
-        let Value::Mapping(mut base) = root else {
-            return Err(at("expected a mapping of settings with a `search`".into()));
-        };
+        let mut base = settings_with(bytes, "search").map_err(at)?;
         let search = match base.remove("search") {
             Some(Value::Mapping(m)) => m,
             Some(_) => return Err(at("`search` must map settings to ranges or choices".into())),
@@ -88,15 +83,7 @@ impl Recommend {
                 ));
             }
         };
-        for key in [
-            "grid",
-            "policies",
-            "matcher",
-            "detector",
-            "matcher_config",
-            "detector_config",
-            "requests_out",
-        ] {
+        for key in PLUGIN_KEYS.into_iter().chain(["grid"]) {
             if base.contains_key(key) || search.contains_key(key) {
                 return Err(at(format!(
                     "`{key}` has no place in a recommend file: a candidate's plugins come from `policy` (searched, or one beside `search`)"

@@ -26,7 +26,6 @@ pub struct Trial {
 pub fn measured(report: &Report, gpus: u64, cost: f64) -> Measured {
     let timed = report.timed.as_ref();
     let slo = timed.and_then(|t| t.slo.as_ref());
-    let finished = timed.and_then(|t| t.e2e.as_ref()).map(|_| ());
     let makespan = timed.map_or(0.0, |t| t.makespan_s);
     let good = slo.map_or(0, |s| s.met);
     Measured {
@@ -38,7 +37,7 @@ pub fn measured(report: &Report, gpus: u64, cost: f64) -> Measured {
             .map(|l| [l.p50, l.p90, l.p99]),
         ttft_mean_ms: timed.and_then(|t| t.ttft.as_ref()).map(|l| l.mean),
         e2e_p90_ms: timed.and_then(|t| t.e2e.as_ref()).map(|l| l.p90),
-        goodput_per_gpu: if makespan > 0.0 && gpus > 0 && finished.is_some() {
+        goodput_per_gpu: if makespan > 0.0 && gpus > 0 && timed.is_some_and(|t| t.e2e.is_some()) {
             good as f64 / makespan / gpus as f64
         } else {
             0.0
