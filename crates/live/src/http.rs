@@ -147,15 +147,31 @@ const OUT_OF_DESCRIPTORS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-
 /// Out of descriptors (`EMFILE`, `ENFILE`), it gives up the one it keeps in reserve,
 /// answers the waiting connections 503 and closes them, one after another, then takes its
 /// reserve back: a client learns at once that the router is full (it waited for seconds).
-/// With no reserve to give it retries every [`RESERVE_RETRY`]; any other error waits
-/// [`ACCEPT_BACKOFF`] before the next try.
+/// It accepts nothing until it holds its reserve again, trying every [`RESERVE_RETRY`];
+/// any other error waits [`ACCEPT_BACKOFF`] before the next try.
 pub async fn serve<H, F>(listener: TcpListener, header_read_timeout: Duration, handler: H)
 where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    let mut reserve = std::fs::File::open("/dev/null").ok();
+    let mut reserve = None;
     loop {
+        // The reserve is taken back before anything is accepted: a connection accepted
+        // without it would hold the descriptor, and the next client would wait in the
+        // backlog, unanswered, until some connection closed (seconds).
+        if reserve.is_none() {
+            match std::fs::File::open("/dev/null") {
+                Ok(file) => reserve = Some(file),
+                // Another part of the process (a health probe, an engine connection) holds
+                // the last descriptor: such a hold is brief, so it is tried again soon.
+                Err(e) if routerlab_os::process::out_of_descriptors(&e) => {
+                    tokio::time::sleep(RESERVE_RETRY).await;
+                    continue;
+                }
+                // No /dev/null to hold: serve without a reserve.
+                Err(_) => {}
+            }
+        }
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(e) if is_connection_error(&e) => continue,
@@ -166,17 +182,12 @@ where
                         drop(freed);
                         shed(&listener).await;
                     }
-                    // Another part of the process (a health probe, an engine connection)
-                    // took the freed descriptor: such a hold is brief, so the reserve is
-                    // tried again soon, not after a whole backoff.
                     None => tokio::time::sleep(RESERVE_RETRY).await,
                 }
-                reserve = std::fs::File::open("/dev/null").ok();
                 continue;
             }
             Err(_) => {
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
-                reserve = reserve.or_else(|| std::fs::File::open("/dev/null").ok());
                 continue;
             }
         };
@@ -204,15 +215,28 @@ async fn shed(listener: &TcpListener) {
         let Ok(Ok((stream, _))) = accepted else {
             return;
         };
+        // The request is read before the connection is closed: closing over unread bytes,
+        // or with bytes still on their way, resets the connection, and a reset can discard
+        // the answer before the client reads it. A client sends its request as soon as it
+        // has connected, so the wait is short; one that says nothing costs that much only.
+        let _ = tokio::time::timeout(SHED_REQUEST_WAIT, stream.readable()).await;
+        drain(&stream);
         // A best effort: a full send buffer or a peer already gone loses nothing here.
         let _ = stream.try_write(OUT_OF_DESCRIPTORS);
-        // What the client sent already is read first: closing over unread bytes would
-        // reset the connection, and a reset can discard the answer before it is read.
-        let mut sink = [0u8; 4096];
-        for _ in 0..16 {
-            if !matches!(stream.try_read(&mut sink), Ok(1..)) {
-                break;
-            }
+        drain(&stream);
+    }
+}
+
+/// How long a connection answered 503 for want of descriptors is given to send its request
+/// before the answer and the close.
+const SHED_REQUEST_WAIT: Duration = Duration::from_millis(10);
+
+/// Reads and discards what a connection has sent so far (up to 64 KiB).
+fn drain(stream: &tokio::net::TcpStream) {
+    let mut sink = [0u8; 4096];
+    for _ in 0..16 {
+        if !matches!(stream.try_read(&mut sink), Ok(1..)) {
+            break;
         }
     }
 }

@@ -174,12 +174,13 @@ pub fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
 pub fn exchange(addr: &str, method: &str, path: &str, body: &str) -> (u16, String, String) {
     use std::io::{Read as _, Write as _};
     let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-    write!(
-        stream,
+    // One write, as an HTTP client sends a request: a server that answers and closes early
+    // must not find half a request and the rest still coming.
+    let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
-    )
-    .expect("send");
+    );
+    stream.write_all(request.as_bytes()).expect("send");
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read");
     let status = response
