@@ -27,7 +27,7 @@ pub const RL_MAGIC: u32 = 0x524C_4142;
 pub const RL_ABI_MAJOR: u32 = 1;
 /// Minor version: minors only append fields and constants, or give a meaning to a field
 /// reserved as zero (which older hosts then still write).
-pub const RL_ABI_MINOR: u32 = 6;
+pub const RL_ABI_MINOR: u32 = 7;
 /// The symbol every plugin library exports (NUL-terminated for `dlsym`).
 pub const RL_ENTRY_SYMBOL: &[u8] = b"routerlab_plugin_entry_v1\0";
 
@@ -52,6 +52,8 @@ pub const RL_ERR_POISONED: RlStatus = -5;
 pub const RL_KIND_MATCHER: u32 = 1;
 /// Plugin kind: flags overloaded endpoints.
 pub const RL_KIND_DETECTOR: u32 = 2;
+/// Plugin kind (ABI 1.7): answers, on a tick, how many endpoints each pool should have.
+pub const RL_KIND_SCALER: u32 = 3;
 
 /// Unit of `RlRequest::block_size` and `prompt_len`: bytes of prompt text.
 pub const RL_UNIT_BYTES: u32 = 0;
@@ -510,13 +512,116 @@ pub struct RlDetectorVtable {
     pub create_with: RlCreateWithFn,
 }
 
+/// One pool of the fleet as a scaler sees it on a tick (ABI 1.7). Pools are listed with a
+/// stride, so fields can be appended.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RlPoolState {
+    /// `size_of::<RlPoolState>()` of the host that built it.
+    pub struct_size: u32,
+    /// `RL_ROLE_AGGREGATED`, `RL_ROLE_PREFILL` or `RL_ROLE_DECODE`.
+    pub role: u32,
+    /// Endpoints serving now (in `endpoints`).
+    pub ready: u32,
+    /// Endpoints started and not serving yet (their start-up delay runs).
+    pub starting: u32,
+    /// Endpoints taking no new requests, finishing what they run before they go.
+    pub draining: u32,
+    /// The fewest endpoints the host keeps.
+    pub min_endpoints: u32,
+    /// The most endpoints the host may run: its GPU ceiling over `gpus_per_endpoint`.
+    pub max_endpoints: u32,
+    /// GPUs one endpoint takes.
+    pub gpus_per_endpoint: u32,
+    /// Requests waiting at the router for this pool now.
+    pub waiting_at_router: u64,
+    /// Requests that arrived during the last interval.
+    pub arrivals: u64,
+    /// Requests that finished during the last interval.
+    pub finished: u64,
+    /// Mean prompt tokens of the last interval's arrivals (0 with none).
+    pub prompt_tokens_mean: f64,
+    /// Mean output tokens of the last interval's arrivals (0 with none).
+    pub output_tokens_mean: f64,
+    /// Mean TTFT in ms of the last interval's finished requests (0 with none).
+    pub ttft_mean_ms: f64,
+    /// Mean time per output token in ms of the last interval's finished requests (0 with
+    /// none).
+    pub tpot_mean_ms: f64,
+    /// Prompt tokens the last interval's finished requests found cached, over their prompt
+    /// tokens (0 with none).
+    pub hit_ratio: f64,
+    /// Share of all finished requests so far that met the run's SLO; -1 without an SLO or
+    /// before anything finished.
+    pub slo_attainment: f64,
+    /// The serving endpoints, with their loads as the engines report them now.
+    pub endpoints: RlEndpointList,
+}
+
+/// What a scaler is given on each tick (ABI 1.7). Borrowed for the call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RlScalerTick {
+    /// `size_of::<RlScalerTick>()` of the host that built it.
+    pub struct_size: u32,
+    /// Reserved, zero.
+    pub _reserved: u32,
+    /// Time of the tick in logical nanoseconds since the start of the trace.
+    pub now_ns: u64,
+    /// Nanoseconds since the previous tick: the "last interval" of each pool's figures.
+    pub interval_ns: u64,
+    /// First pool: one for an aggregated fleet, prefill then decode for a disaggregated one.
+    pub pools: *const RlPoolState,
+    /// Number of pools.
+    pub pool_count: u64,
+    /// Distance in bytes between pools; step by it, never by your own `sizeof`.
+    pub pool_stride: u64,
+}
+
+/// `scale(instance, tick, out_desired, err)`: writes one desired endpoint count per pool of
+/// `tick` into `out_desired` (which holds each pool's current count, `ready + starting`,
+/// on entry). The host keeps each within the pool's `min_endpoints..=max_endpoints`.
+pub type RlScaleFn = Option<
+    unsafe extern "C" fn(
+        instance: *mut c_void,
+        tick: *const RlScalerTick,
+        out_desired: *mut u32,
+        err: *const RlErrorSink,
+    ) -> RlStatus,
+>;
+
+/// Entry points of a scaler (ABI 1.7). Every field is required but one of the two creates.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RlScalerVtable {
+    /// `size_of::<RlScalerVtable>()` of the plugin's ABI version.
+    pub struct_size: u32,
+    /// Reserved, zero.
+    pub _reserved: u32,
+    /// Creates an instance (or NULL when `create_with` is given).
+    pub create: RlCreateFn,
+    /// Frees an instance.
+    pub destroy: RlDestroyFn,
+    /// As `RlMatcherVtable::create_with`.
+    pub create_with: RlCreateWithFn,
+    /// Answers the desired endpoint count of each pool.
+    pub scale: RlScaleFn,
+}
+
+/// `RlPoolState::struct_size` of an ABI 1.7 host, the smallest a plugin may receive.
+pub const RL_POOL_STATE_SIZE_V1_7: u32 = 128;
+/// `RlScalerTick::struct_size` of an ABI 1.7 host, the smallest a plugin may receive.
+pub const RL_SCALER_TICK_SIZE_V1_7: u32 = 48;
+/// `RlScalerVtable::struct_size` of an ABI 1.7 plugin, the smallest a host accepts.
+pub const RL_SCALER_VTABLE_SIZE_V1_7: u32 = 40;
+
 /// Describes one plugin of a library. All strings are static and NUL-terminated.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct RlPluginDescriptor {
     /// `size_of::<RlPluginDescriptor>()` of the plugin's ABI version.
     pub struct_size: u32,
-    /// `RL_KIND_MATCHER` or `RL_KIND_DETECTOR`.
+    /// `RL_KIND_MATCHER`, `RL_KIND_DETECTOR` or (ABI 1.7) `RL_KIND_SCALER`.
     pub kind: u32,
     /// Name the plugin is loaded by: `[a-z0-9-]{1,64}`.
     pub name: *const c_char,
@@ -524,7 +629,8 @@ pub struct RlPluginDescriptor {
     pub version: *const c_char,
     /// One line saying what the plugin does.
     pub description: *const c_char,
-    /// `*const RlMatcherVtable` or `*const RlDetectorVtable`, according to `kind`.
+    /// `*const RlMatcherVtable`, `*const RlDetectorVtable` or `*const RlScalerVtable`,
+    /// according to `kind`.
     pub vtable: *const c_void,
 }
 
@@ -597,6 +703,9 @@ const _: () = {
     assert!(size_of::<RlDetectorVtable>() == 40);
     assert!(offset_of!(RlDetectorVtable, create_with) == RL_DETECTOR_VTABLE_SIZE_V1_0 as usize);
     assert!(size_of::<RlCreateInfo>() == 48);
+    assert!(size_of::<RlPoolState>() == RL_POOL_STATE_SIZE_V1_7 as usize);
+    assert!(size_of::<RlScalerTick>() == RL_SCALER_TICK_SIZE_V1_7 as usize);
+    assert!(size_of::<RlScalerVtable>() == RL_SCALER_VTABLE_SIZE_V1_7 as usize);
     assert!(size_of::<RlPluginDescriptor>() == 40);
     assert!(size_of::<RlModule>() == 32);
 };

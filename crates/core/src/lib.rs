@@ -23,5 +23,5 @@ pub use config::PluginConfig;
 pub use rng::SeededRng;
 pub use sdk::{
     BYTES_PER_TOKEN, Detector, EndpointId, EndpointStatus, Endpoints, LoraSlots, Matcher, Phase,
-    Request, Role, Unit,
+    Pool, Request, Role, Scaler, Tick, Unit,
 };

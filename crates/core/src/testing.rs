@@ -19,7 +19,7 @@
 
 mod upstream;
 
-pub use upstream::{check_detector_defaults, check_matcher_defaults};
+pub use upstream::{check_detector_defaults, check_matcher_defaults, check_scaler_defaults};
 
 use crate::PluginConfig;
 use crate::abi::*;
@@ -40,6 +40,14 @@ pub fn create_detector<D: Detector>(config: &str) -> Result<D, String> {
     let detector = D::create("test", &mut config)?;
     config.finish()?;
     Ok(detector)
+}
+
+/// Builds scaler `S` from `config` as the SDK does, unknown keys rejected.
+pub fn create_scaler<S: crate::Scaler>(config: &str) -> Result<S, String> {
+    let mut config = PluginConfig::parse(config)?;
+    let scaler = S::create("test", &mut config)?;
+    config.finish()?;
+    Ok(scaler)
 }
 
 /// An owned request from which [`Request`] views are lent.

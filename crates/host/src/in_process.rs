@@ -21,13 +21,13 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use routerlab_core::abi::{
-    RL_ABI_MAJOR, RL_ABI_MINOR, RL_KIND_DETECTOR, RL_KIND_MATCHER, RL_MAGIC, RlDescriptorRef,
-    RlModule, RlPluginDescriptor,
+    RL_ABI_MAJOR, RL_ABI_MINOR, RL_KIND_DETECTOR, RL_KIND_MATCHER, RL_KIND_SCALER, RL_MAGIC,
+    RlDescriptorRef, RlModule, RlPluginDescriptor,
 };
-use routerlab_core::sdk::{Detector, DetectorExport, Matcher, MatcherExport};
+use routerlab_core::sdk::{Detector, DetectorExport, Matcher, MatcherExport, Scaler, ScalerExport};
 
 use crate::loader::{Library, PluginKind, validate_module};
-use crate::{DetectorInstance, MatcherInstance, PluginError};
+use crate::{DetectorInstance, MatcherInstance, PluginError, ScalerInstance};
 
 /// Modules built so far, by plugin type and name.
 static BUILT: Mutex<Option<HashMap<(TypeId, String), &'static Library>>> = Mutex::new(None);
@@ -45,6 +45,13 @@ pub fn detector<D: Detector>(name: &str, config: &str) -> Result<DetectorInstanc
     let vtable: &'static _ = Box::leak(Box::new(DetectorExport::<D>::VTABLE));
     let library = library::<D>(name, RL_KIND_DETECTOR, std::ptr::from_ref(vtable).cast())?;
     DetectorInstance::create(library, library.plugin(name, PluginKind::Detector)?, config)
+}
+
+/// A scaler of type `S`, loaded as `name` with `config`; as [`matcher`].
+pub fn scaler<S: Scaler>(name: &str, config: &str) -> Result<ScalerInstance, PluginError> {
+    let vtable: &'static _ = Box::leak(Box::new(ScalerExport::<S>::VTABLE));
+    let library = library::<S>(name, RL_KIND_SCALER, std::ptr::from_ref(vtable).cast())?;
+    ScalerInstance::create(library, library.plugin(name, PluginKind::Scaler)?, config)
 }
 
 /// The one-plugin library of type `T` named `name`, built and validated on first use.

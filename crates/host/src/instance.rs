@@ -15,6 +15,9 @@ use crate::loader::{Library, PluginInfo, Vtable};
 use crate::request::RequestData;
 use crate::{CallFailure, PluginError};
 
+mod scaler;
+pub use scaler::{PoolObservation, ScalerInstance};
+
 /// Load figures of one endpoint, as plugins see them.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct EndpointLoad {

@@ -24,7 +24,9 @@ mod request;
 
 pub use discovery::{PLUGIN_PATH_ENV, PluginSpec, SearchPath, is_valid_name, library_file_name};
 pub use error::{CallFailure, LibraryFault, PluginError};
-pub use instance::{DetectorInstance, EndpointLoad, EndpointTable, MatcherInstance};
+pub use instance::{
+    DetectorInstance, EndpointLoad, EndpointTable, MatcherInstance, PoolObservation, ScalerInstance,
+};
 pub use loader::{Library, PluginInfo, PluginKind, load_library, loaded_library_paths};
 pub use request::{AdapterState, CachedPrefix, CachedTiers, Lora, Predict, RequestData};
 
@@ -76,6 +78,17 @@ pub fn load_detector(
 ) -> Result<DetectorInstance, PluginError> {
     let (library, plugin) = find_plugin(spec, PluginKind::Detector, search)?;
     DetectorInstance::create(library, plugin, config)
+}
+
+/// Loads a scaler (ABI 1.7) and creates an instance with `config` (YAML or JSON text; may
+/// be empty).
+pub fn load_scaler(
+    spec: &str,
+    config: &str,
+    search: &SearchPath,
+) -> Result<ScalerInstance, PluginError> {
+    let (library, plugin) = find_plugin(spec, PluginKind::Scaler, search)?;
+    ScalerInstance::create(library, plugin, config)
 }
 
 /// Every plugin library on the search path, loaded, or the error that stopped each one.

@@ -18,21 +18,24 @@ use routerlab_core::abi::*;
 use crate::discovery::is_valid_name;
 use crate::{LibraryFault, PluginError};
 
-/// Matcher or detector.
+/// Matcher, detector or scaler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum PluginKind {
     /// Picks endpoints.
     Matcher,
     /// Flags unavailable endpoints.
     Detector,
+    /// Sizes the fleet (ABI 1.7).
+    Scaler,
 }
 
 impl PluginKind {
-    /// `matcher` or `detector`.
+    /// `matcher`, `detector` or `scaler`.
     pub fn as_str(self) -> &'static str {
         match self {
             PluginKind::Matcher => "matcher",
             PluginKind::Detector => "detector",
+            PluginKind::Scaler => "scaler",
         }
     }
 }
@@ -42,6 +45,7 @@ impl PluginKind {
 pub(crate) enum Vtable {
     Matcher(RlMatcherVtable),
     Detector(RlDetectorVtable),
+    Scaler(RlScalerVtable),
 }
 
 /// One plugin of a loaded library.
@@ -289,6 +293,7 @@ fn validate_descriptor(
     let kind = match descriptor.kind {
         RL_KIND_MATCHER => PluginKind::Matcher,
         RL_KIND_DETECTOR => PluginKind::Detector,
+        RL_KIND_SCALER => PluginKind::Scaler,
         other => return Err(LibraryFault::UnknownKind { index, kind: other }),
     };
     if descriptor.name.is_null() {
@@ -374,6 +379,33 @@ fn validate_descriptor(
                 }
             }
             Vtable::Detector(v)
+        }
+        PluginKind::Scaler => {
+            check_size(
+                &format!("plugin `{name}` vtable"),
+                vtable_size,
+                RL_SCALER_VTABLE_SIZE_V1_7 as usize,
+            )?;
+            let mut v = RlScalerVtable {
+                struct_size: 0,
+                _reserved: 0,
+                create: None,
+                destroy: None,
+                create_with: None,
+                scale: None,
+            };
+            // SAFETY: as for the matcher vtable.
+            unsafe { copy_prefix(descriptor.vtable, &mut v, vtable_size) };
+            for (slot, present) in [
+                ("create", v.create.is_some() || v.create_with.is_some()),
+                ("destroy", v.destroy.is_some()),
+                ("scale", v.scale.is_some()),
+            ] {
+                if !present {
+                    return Err(missing(slot));
+                }
+            }
+            Vtable::Scaler(v)
         }
     };
     Ok(PluginInfo {

@@ -17,6 +17,7 @@ pub mod pick;
 pub mod pod_index;
 pub mod rate;
 pub mod ring;
+pub mod scaling;
 pub mod threshold;
 pub mod trie;
 
@@ -30,5 +31,6 @@ pub use pick::{pick_min, pick_uniform};
 pub use pod_index::PodPrefixIndex;
 pub use rate::RateWindow;
 pub use ring::HashRing;
+pub use scaling::{Behavior, Hpa};
 pub use threshold::flag_where;
 pub use trie::PrefixTrie;

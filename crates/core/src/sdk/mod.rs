@@ -19,10 +19,12 @@
 //! `unsafe`, so a plugin crate can unit-test its rule.
 
 mod export;
+mod scaler;
 mod traits;
 pub(crate) mod views;
 
-pub use export::{DetectorExport, MatcherExport};
+pub use export::{DetectorExport, MatcherExport, ScalerExport};
+pub use scaler::{Pool, Scaler, Tick};
 pub use traits::{Detector, Matcher};
 pub use views::{
     BYTES_PER_TOKEN, EndpointId, EndpointStatus, Endpoints, LoraSlots, Phase, Request, Role, Unit,

@@ -28,7 +28,7 @@ use serde_yaml::{Mapping, Value};
 
 use crate::PluginConfig;
 use crate::config::SEED_KEY;
-use crate::sdk::{Detector, Matcher};
+use crate::sdk::{Detector, Matcher, Scaler};
 
 /// Checks matcher `M`'s defaults against `upstream` (the text of its `upstream.yaml`).
 pub fn check_matcher_defaults<M: Matcher>(plugin: &str, upstream: &str) -> Result<(), String> {
@@ -41,6 +41,13 @@ pub fn check_matcher_defaults<M: Matcher>(plugin: &str, upstream: &str) -> Resul
 pub fn check_detector_defaults<D: Detector>(plugin: &str, upstream: &str) -> Result<(), String> {
     check(plugin, upstream, |config| {
         D::create(plugin, config).map(drop)
+    })
+}
+
+/// Checks scaler `S`'s defaults against `upstream` (the text of its `upstream.yaml`).
+pub fn check_scaler_defaults<S: Scaler>(plugin: &str, upstream: &str) -> Result<(), String> {
+    check(plugin, upstream, |config| {
+        S::create(plugin, config).map(drop)
     })
 }
 

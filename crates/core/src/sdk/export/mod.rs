@@ -9,7 +9,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::PluginConfig;
 use crate::abi::*;
-use crate::sdk::{Detector, EndpointId, Endpoints, Matcher, Request, raw_bytes};
+use crate::sdk::{Detector, EndpointId, Endpoints, Matcher, Request, Scaler, Tick, raw_bytes};
 
 /// Builds the vtable of a matcher type; used by [`export_plugins!`](crate::export_plugins).
 pub struct MatcherExport<M>(PhantomData<M>);
@@ -44,6 +44,21 @@ impl<D: Detector> DetectorExport<D> {
         destroy: Some(destroy_shim::<D>),
         detect: Some(detect_shim::<D>),
         create_with: Some(create_with_shim::<D, DetectorKind>),
+    };
+}
+
+/// Builds the vtable of a scaler type; used by [`export_plugins!`](crate::export_plugins).
+pub struct ScalerExport<S>(PhantomData<S>);
+
+impl<S: Scaler> ScalerExport<S> {
+    /// The scaler's vtable.
+    pub const VTABLE: RlScalerVtable = RlScalerVtable {
+        struct_size: size_of::<RlScalerVtable>() as u32,
+        _reserved: 0,
+        create: Some(create_shim::<S, ScalerKind>),
+        destroy: Some(destroy_shim::<S>),
+        create_with: Some(create_with_shim::<S, ScalerKind>),
+        scale: Some(scale_shim::<S>),
     };
 }
 
@@ -107,17 +122,22 @@ macro_rules! export_plugins {
     };
     (@kind matcher) => { $crate::abi::RL_KIND_MATCHER };
     (@kind detector) => { $crate::abi::RL_KIND_DETECTOR };
+    (@kind scaler) => { $crate::abi::RL_KIND_SCALER };
     (@vtable matcher $ty:ty) => {
         (&$crate::sdk::MatcherExport::<$ty>::VTABLE as *const $crate::abi::RlMatcherVtable).cast()
     };
     (@vtable detector $ty:ty) => {
         (&$crate::sdk::DetectorExport::<$ty>::VTABLE as *const $crate::abi::RlDetectorVtable).cast()
     };
+    (@vtable scaler $ty:ty) => {
+        (&$crate::sdk::ScalerExport::<$ty>::VTABLE as *const $crate::abi::RlScalerVtable).cast()
+    };
 }
 
 /// Selects which trait's `create` a `create_shim` calls.
 struct MatcherKind;
 struct DetectorKind;
+struct ScalerKind;
 trait CreateVia<T> {
     fn create(name: &str, config: &mut PluginConfig) -> Result<T, String>;
 }
@@ -129,6 +149,12 @@ impl<M: Matcher> CreateVia<M> for MatcherKind {
 impl<D: Detector> CreateVia<D> for DetectorKind {
     fn create(name: &str, config: &mut PluginConfig) -> Result<D, String> {
         D::create(name, config)
+    }
+}
+
+impl<S: Scaler> CreateVia<S> for ScalerKind {
+    fn create(name: &str, config: &mut PluginConfig) -> Result<S, String> {
+        S::create(name, config)
     }
 }
 
@@ -518,6 +544,27 @@ unsafe extern "C" fn detect_shim<D: Detector>(
             std::slice::from_raw_parts_mut(out_unavailable.cast::<bool>(), eps.len())
         };
         d.detect(&eps, flags).map(|()| RL_OK)
+    })
+}
+
+unsafe extern "C" fn scale_shim<S: Scaler>(
+    instance: *mut c_void,
+    tick: *const RlScalerTick,
+    out_desired: *mut u32,
+    err: *const RlErrorSink,
+) -> RlStatus {
+    with_instance::<S>(instance, err, |s| {
+        // SAFETY: the host passes a valid tick, its pools and their lists for the call.
+        let tick = unsafe { Tick::read(tick) }?;
+        if tick.pools.is_empty() {
+            return s.scale(&tick, &mut []).map(|()| RL_OK);
+        }
+        if out_desired.is_null() {
+            return Err("scale: out_desired is null".into());
+        }
+        // SAFETY: the host provides one writable, initialised u32 per pool for the call.
+        let desired = unsafe { std::slice::from_raw_parts_mut(out_desired, tick.pools.len()) };
+        s.scale(&tick, desired).map(|()| RL_OK)
     })
 }
 

@@ -1,0 +1,225 @@
+//! `dynamo-planner`: NVIDIA Dynamo Planner's throughput-based rule. Every
+//! `adjustment_interval_s` it predicts the next interval's request count from the last
+//! ones (the `constant` predictor: the last interval's count), turns it into a demand in
+//! requests per second, and asks for `max(ceil(demand / engine_rps), min_endpoint)`
+//! endpoints per pool, where `engine_rps` is what one engine serves within the SLA (Dynamo
+//! reads it from its profiler's results; here it is given). A disaggregated fleet sizes
+//! its prefill and decode pools each from its own rate. The GPU budget then caps the total:
+//! one pool is capped at `max_gpu_budget / gpus per endpoint`, two are shrunk in proportion
+//! (Dynamo's `proportional_clamp_pair`, its ceiling path). Between adjustments the pools
+//! keep their size.
+//!
+//! Read from ai-dynamo's `planner/core/throughput_scaling.py` (`_throughput_agg`,
+//! `_compute_prefill_replicas`, `_compute_decode_replicas`), `planner/core/budget.py` and
+//! `planner/config/defaults.py`.
+//!
+//! Config keys: `adjustment_interval_s`, `engine_rps` (aggregated), `prefill_engine_rps`,
+//! `decode_engine_rps`, `min_endpoint`, `max_gpu_budget`.
+
+use routerlab_core::{PluginConfig, Role, Scaler, Tick};
+use routerlab_policy_kit::seconds_ns;
+
+/// The planner's throughput rule.
+pub struct DynamoPlanner {
+    interval_ns: u64,
+    engine_rps: f64,
+    prefill_engine_rps: f64,
+    decode_engine_rps: f64,
+    min_endpoint: u32,
+    max_gpu_budget: u32,
+    /// Requests that arrived since the last adjustment, per pool (the first pool's count is
+    /// the demand of an aggregated fleet and of a prefill pool; requests reach both pools).
+    arrivals: Vec<u64>,
+    /// Time covered since the last adjustment.
+    elapsed_ns: u64,
+}
+
+fn rate(config: &mut PluginConfig, key: &'static str) -> Result<f64, String> {
+    let value = config.f64(key, 1.0)?;
+    if !(value.is_finite() && value > 0.0) {
+        return Err(format!("config key `{key}`: must be above 0, not {value}"));
+    }
+    Ok(value)
+}
+
+impl Scaler for DynamoPlanner {
+    fn create(_name: &str, config: &mut PluginConfig) -> Result<Self, String> {
+        let interval_ns = seconds_ns(config, "adjustment_interval_s", 180.0, false)?;
+        let engine_rps = rate(config, "engine_rps")?;
+        let prefill_engine_rps = rate(config, "prefill_engine_rps")?;
+        let decode_engine_rps = rate(config, "decode_engine_rps")?;
+        let min_endpoint = config.u64("min_endpoint", 1)?;
+        let max_gpu_budget = config.u64("max_gpu_budget", 8)?;
+        let small = |key: &str, v: u64| {
+            u32::try_from(v).map_err(|_| format!("config key `{key}`: {v} is too large"))
+        };
+        Ok(DynamoPlanner {
+            interval_ns,
+            engine_rps,
+            prefill_engine_rps,
+            decode_engine_rps,
+            min_endpoint: small("min_endpoint", min_endpoint)?,
+            max_gpu_budget: small("max_gpu_budget", max_gpu_budget)?,
+            arrivals: Vec::new(),
+            elapsed_ns: 0,
+        })
+    }
+
+    fn scale(&mut self, tick: &Tick<'_>, desired: &mut [u32]) -> Result<(), String> {
+        self.arrivals.resize(tick.pools.len(), 0);
+        for (sum, pool) in self.arrivals.iter_mut().zip(&tick.pools) {
+            *sum += pool.arrivals;
+        }
+        self.elapsed_ns = self.elapsed_ns.saturating_add(tick.interval_ns);
+        if self.elapsed_ns < self.interval_ns {
+            return Ok(());
+        }
+        let duration_s = self.elapsed_ns as f64 / 1e9;
+        // The `constant` predictor: the next interval brings what the last one did.
+        let demand = self.arrivals.first().copied().unwrap_or(0) as f64 / duration_s;
+        self.arrivals.iter_mut().for_each(|a| *a = 0);
+        self.elapsed_ns = 0;
+        let replicas = |engine_rps: f64| {
+            ((demand / engine_rps).ceil().min(f64::from(u32::MAX)) as u32).max(self.min_endpoint)
+        };
+        let proposed: Vec<u32> = tick
+            .pools
+            .iter()
+            .map(|pool| match pool.role {
+                Role::Prefill => replicas(self.prefill_engine_rps),
+                Role::Decode => replicas(self.decode_engine_rps),
+                _ => replicas(self.engine_rps),
+            })
+            .collect();
+        let budget = self.max_gpu_budget;
+        match tick.pools.as_slice() {
+            [pool] => {
+                let gpus = pool.gpus_per_endpoint.max(1);
+                desired[0] = proposed[0].min(budget / gpus);
+            }
+            [p, d] => {
+                let (pg, dg) = (p.gpus_per_endpoint.max(1), d.gpus_per_endpoint.max(1));
+                let (num_p, num_d) = (proposed[0], proposed[1]);
+                let total = u64::from(num_p) * u64::from(pg) + u64::from(num_d) * u64::from(dg);
+                if total <= u64::from(budget) {
+                    desired[0] = num_p;
+                    desired[1] = num_d;
+                } else {
+                    // The ceiling path: shrink in proportion, the prefill pool first, the
+                    // decode pool taking what is left.
+                    let (target, min) = (f64::from(budget), self.min_endpoint);
+                    let scale = target / total as f64;
+                    let max_p = ((target - f64::from(min) * f64::from(dg)) / f64::from(pg)).floor();
+                    let new_p = (f64::from(num_p) * scale)
+                        .floor()
+                        .min(max_p)
+                        .max(f64::from(min));
+                    let remaining = target - new_p * f64::from(pg);
+                    let new_d = (remaining / f64::from(dg)).floor().max(f64::from(min));
+                    desired[0] = new_p as u32;
+                    desired[1] = new_d as u32;
+                }
+            }
+            _ => {
+                for (d, p) in desired.iter_mut().zip(proposed) {
+                    *d = p;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+routerlab_core::export_plugins! {
+    scaler DynamoPlanner {
+        name: "dynamo-planner",
+        description: "NVIDIA Dynamo Planner's throughput rule: ceil(predicted requests/s over one engine's SLA-meeting rate), within a GPU budget",
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use routerlab_core::testing::{EndpointsBuilder, create_scaler};
+    use routerlab_core::{Pool, Role, Scaler, Tick};
+
+    use super::DynamoPlanner;
+
+    fn pool(endpoints: &EndpointsBuilder, role: Role, ready: u32, arrivals: u64) -> Pool<'_> {
+        Pool {
+            role,
+            ready,
+            starting: 0,
+            draining: 0,
+            min_endpoints: 1,
+            max_endpoints: 16,
+            gpus_per_endpoint: 1,
+            waiting_at_router: 0,
+            arrivals,
+            finished: 0,
+            prompt_tokens_mean: 0.0,
+            output_tokens_mean: 0.0,
+            ttft_mean_ms: 0.0,
+            tpot_mean_ms: 0.0,
+            hit_ratio: 0.0,
+            slo_attainment: None,
+            endpoints: endpoints.view(),
+        }
+    }
+
+    #[test]
+    fn demand_over_one_engines_rate_at_each_adjustment() {
+        let mut planner: DynamoPlanner =
+            create_scaler("{adjustment_interval_s: 60, engine_rps: 2.5}").unwrap();
+        let endpoints = EndpointsBuilder::new(2);
+        let mut desired = [2];
+        // 30 s in, 300 arrivals: no adjustment yet.
+        let tick = |now, n| Tick {
+            now_ns: now * 1_000_000_000u64,
+            interval_ns: 30_000_000_000,
+            pools: vec![pool(&endpoints, Role::Aggregated, 2, n)],
+        };
+        planner.scale(&tick(30, 300), &mut desired).unwrap();
+        assert_eq!(desired, [2]);
+        // 60 s: 300 + 330 = 630 in 60 s is 10.5/s, over 2.5/s: 5 (4.2 up); budget 8.
+        planner.scale(&tick(60, 330), &mut desired).unwrap();
+        assert_eq!(desired, [5]);
+        // 120 s: 1,200 in 60 s is 20/s: 8, capped by the 8-GPU budget at 8.
+        planner.scale(&tick(90, 600), &mut desired).unwrap();
+        planner.scale(&tick(120, 600), &mut desired).unwrap();
+        assert_eq!(desired, [8]);
+    }
+
+    #[test]
+    fn two_pools_are_shrunk_in_proportion_to_the_budget() {
+        let mut planner: DynamoPlanner = create_scaler(
+            "{adjustment_interval_s: 10, prefill_engine_rps: 1, decode_engine_rps: 2, max_gpu_budget: 6}",
+        )
+        .unwrap();
+        let endpoints = EndpointsBuilder::new(1);
+        let tick = Tick {
+            now_ns: 10_000_000_000,
+            interval_ns: 10_000_000_000,
+            pools: vec![
+                pool(&endpoints, Role::Prefill, 1, 60),
+                pool(&endpoints, Role::Decode, 1, 60),
+            ],
+        };
+        let mut desired = [1, 1];
+        planner.scale(&tick, &mut desired).unwrap();
+        // 6/s: prefill 6, decode 3, 9 GPUs over 6: p = floor(6 × 6/9) = 4, d = 6 - 4 = 2.
+        assert_eq!(desired, [4, 2]);
+    }
+}
+
+#[cfg(test)]
+mod upstream {
+    #[test]
+    fn defaults_are_the_routers() {
+        let upstream = include_str!("../upstream.yaml");
+        let checked = routerlab_core::testing::check_scaler_defaults::<super::DynamoPlanner>(
+            "dynamo-planner",
+            upstream,
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}
