@@ -33,7 +33,7 @@
  * Minor version: minors only append fields and constants, or give a meaning to a field
  * reserved as zero (which older hosts then still write).
  */
-#define RL_ABI_MINOR 6
+#define RL_ABI_MINOR 7
 
 /**
  * Plugin kind: picks an endpoint for each request.
@@ -44,6 +44,11 @@
  * Plugin kind: flags overloaded endpoints.
  */
 #define RL_KIND_DETECTOR 2
+
+/**
+ * Plugin kind (ABI 1.7): answers, on a tick, how many endpoints each pool should have.
+ */
+#define RL_KIND_SCALER 3
 
 /**
  * Unit of `RlRequest::block_size` and `prompt_len`: bytes of prompt text.
@@ -150,6 +155,21 @@
  * `RlDetectorVtable::struct_size` of an ABI 1.0 or 1.1 plugin, the smallest a host accepts.
  */
 #define RL_DETECTOR_VTABLE_SIZE_V1_0 32
+
+/**
+ * `RlPoolState::struct_size` of an ABI 1.7 host, the smallest a plugin may receive.
+ */
+#define RL_POOL_STATE_SIZE_V1_7 128
+
+/**
+ * `RlScalerTick::struct_size` of an ABI 1.7 host, the smallest a plugin may receive.
+ */
+#define RL_SCALER_TICK_SIZE_V1_7 48
+
+/**
+ * `RlScalerVtable::struct_size` of an ABI 1.7 plugin, the smallest a host accepts.
+ */
+#define RL_SCALER_VTABLE_SIZE_V1_7 40
 
 /**
  * Status returned by every fallible call.
@@ -721,7 +741,7 @@ typedef struct RlPluginDescriptor {
    */
   uint32_t struct_size;
   /**
-   * `RL_KIND_MATCHER` or `RL_KIND_DETECTOR`.
+   * `RL_KIND_MATCHER`, `RL_KIND_DETECTOR` or (ABI 1.7) `RL_KIND_SCALER`.
    */
   uint32_t kind;
   /**
@@ -737,7 +757,8 @@ typedef struct RlPluginDescriptor {
    */
   const char *description;
   /**
-   * `*const RlMatcherVtable` or `*const RlDetectorVtable`, according to `kind`.
+   * `*const RlMatcherVtable`, `*const RlDetectorVtable` or `*const RlScalerVtable`,
+   * according to `kind`.
    */
   const void *vtable;
 } RlPluginDescriptor;

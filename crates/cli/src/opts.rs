@@ -47,6 +47,15 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "YAML", help_heading = PLUGINS)]
     #[serde(skip)]
     pub matcher_config: Option<String>,
+    /// Scaler plugin (timed replay): sizes the fleet on each tick, between --min-endpoints
+    /// and the endpoints --max-gpus allows, starting from --endpoints (e.g. hpa,
+    /// keda-queue, dynamo-planner).
+    #[arg(long, value_name = "NAME|PATH", help_heading = PLUGINS)]
+    pub scaler: Option<String>,
+    /// Scaler config, YAML or JSON text (e.g. '{metric: running, target: 8}').
+    #[arg(long, value_name = "YAML", help_heading = PLUGINS)]
+    #[serde(skip)]
+    pub scaler_config: Option<String>,
     /// A real router's configuration, imported as the matcher and its settings: llm-d's
     /// EndpointPickerConfig, a Dynamo `router:` block, or Dynamo's or SGLang's router
     /// command line in a file (instead of --matcher).
@@ -223,6 +232,18 @@ pub struct TimedArgs {
     /// Output tokens of requests whose trace line has none [default: 128].
     #[arg(long, value_name = "N", help_heading = TIMED)]
     pub output_tokens: Option<u64>,
+    /// With --scaler: seconds between its ticks [default: 15, the HPA's sync period].
+    #[arg(long, value_name = "S", help_heading = TIMED)]
+    pub scale_interval_s: Option<f64>,
+    /// With --scaler: seconds a started endpoint takes before it serves [default: 0].
+    #[arg(long, value_name = "S", help_heading = TIMED)]
+    pub startup_s: Option<f64>,
+    /// With --scaler: the fewest endpoints kept [default: 1].
+    #[arg(long, value_name = "N", help_heading = TIMED)]
+    pub min_endpoints: Option<u64>,
+    /// With --scaler: the GPU ceiling; endpoints take --tensor-parallel-size GPUs each.
+    #[arg(long, value_name = "N", help_heading = TIMED)]
+    pub max_gpus: Option<u64>,
 }
 
 /// The model and the GPU an engine runs (`replay`, `compare`, `sweep`, `serve`, `engine`).
@@ -330,6 +351,7 @@ impl PolicyArgs {
         for (key, text, which) in [
             ("matcher_config", &self.matcher_config, "matcher"),
             ("detector_config", &self.detector_config, "detector"),
+            ("scaler_config", &self.scaler_config, "scaler"),
         ] {
             if let Some(text) = text {
                 layer.insert(key.into(), config_text(text, which)?);

@@ -57,6 +57,11 @@ pub(crate) struct Tiers {
 }
 
 impl Tiers {
+    /// Forgets when stores into GPU blocks end: the GPU cache they read is gone.
+    pub(crate) fn reset_fences(&mut self) {
+        self.fence_ns.iter_mut().for_each(|f| *f = 0);
+    }
+
     pub(crate) fn new(config: &EngineConfig) -> Tiers {
         let any = config.host_tier.is_some() || config.shared_tier.is_some();
         Tiers {

@@ -108,6 +108,18 @@ pub struct Experiment {
     pub matcher: Option<String>,
     /// Matcher config, a mapping.
     pub matcher_config: Option<Value>,
+    /// Scaler plugin (timed replay).
+    pub scaler: Option<String>,
+    /// Scaler config, a mapping.
+    pub scaler_config: Option<Value>,
+    /// Seconds between the scaler's ticks.
+    pub scale_interval_s: Option<f64>,
+    /// Seconds a started endpoint takes before it serves.
+    pub startup_s: Option<f64>,
+    /// The fewest endpoints a scaled fleet keeps.
+    pub min_endpoints: Option<u64>,
+    /// A scaled fleet's GPU ceiling.
+    pub max_gpus: Option<u64>,
     /// A real router's configuration file, imported as the matcher and its config.
     pub router_config: Option<PathBuf>,
     /// Detector plugin.

@@ -14,12 +14,14 @@
 pub mod batch;
 mod error;
 mod file;
+mod fleet;
 mod hop;
 pub mod import;
 mod measured;
 pub mod policy;
 pub mod recommend;
 mod resolve;
+mod scaling;
 mod serve;
 pub mod sweep;
 

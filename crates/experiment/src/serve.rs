@@ -9,7 +9,8 @@ use serde_yaml::Mapping;
 
 use crate::ExperimentError;
 use crate::file::Experiment;
-use crate::resolve::{Given, base_engine, fleet, given_endpoints, model_engine, plugin_config};
+use crate::fleet::fleet;
+use crate::resolve::{Given, base_engine, given_endpoints, model_engine, plugin_config};
 
 /// The keys `serve` honours; any other given is refused.
 pub const SERVE_KEYS: &[&str] = &[

@@ -108,7 +108,7 @@ impl Hpa {
     /// `total` is the metric summed over the ready replicas, `target` its per-replica goal.
     pub fn recommend(&self, total: f64, target: f64, ready: u32, starting: u32) -> Option<u32> {
         let current = ready.saturating_add(starting);
-        if ready == 0 || !(target > 0.0) || !total.is_finite() {
+        if ready == 0 || target.is_nan() || target <= 0.0 || !total.is_finite() {
             return None;
         }
         let tolerance = self.behavior.tolerance;
@@ -131,7 +131,7 @@ impl Hpa {
     /// feeds an HPA): `current` within the tolerance of `total / (target × current)`, else
     /// `ceil(total / target)`.
     pub fn recommend_average(&self, total: f64, target: f64, current: u32) -> Option<u32> {
-        if current == 0 || !(target > 0.0) || !total.is_finite() {
+        if current == 0 || target.is_nan() || target <= 0.0 || !total.is_finite() {
             return None;
         }
         let ratio = total / (target * f64::from(current));

@@ -249,6 +249,63 @@ pub struct TimedReport {
     /// without targets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slo: Option<crate::slo::SloReport>,
+    /// What the scaler did with the fleet (added in 0.6; absent for a fixed fleet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<ScalingReport>,
+}
+
+/// A scaled fleet over the run: its size, what it cost, and each decision.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ScalingReport {
+    /// The scaler plugin.
+    pub scaler: String,
+    /// How often it was asked, seconds.
+    pub interval_s: f64,
+    /// How long a started endpoint took to serve, seconds.
+    pub startup_s: f64,
+    /// GPUs one endpoint takes.
+    pub gpus_per_endpoint: u32,
+    /// The ceiling: endpoints the GPUs allow.
+    pub max_endpoints: u32,
+    /// GPU-hours the endpoints held (starting, serving and draining) from the run's start
+    /// to its end: the last finish, or the last change to the fleet after it.
+    pub gpu_hours: f64,
+    /// Endpoints held, time-weighted mean over the same span.
+    pub mean_endpoints: f64,
+    /// Most endpoints held at once.
+    pub peak_endpoints: u32,
+    /// Requests that arrived while endpoints the scaler asked for were still starting.
+    pub waited_for_capacity: u64,
+    /// The fleet after each change, and at each tick where the scaler answered.
+    pub timeline: Vec<ScalingPoint>,
+    /// Every start, cancel, ready, drain and stop, in time order.
+    pub events: Vec<ScalingEvent>,
+}
+
+/// The fleet's size at one time.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ScalingPoint {
+    /// Seconds since the run's start.
+    pub t_s: f64,
+    /// What the scaler wanted then (after the pool's bounds).
+    pub desired: u32,
+    /// Endpoints serving.
+    pub ready: u32,
+    /// Endpoints starting.
+    pub starting: u32,
+    /// Endpoints draining.
+    pub draining: u32,
+}
+
+/// One change to one endpoint.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ScalingEvent {
+    /// Seconds since the run's start.
+    pub t_s: f64,
+    /// The endpoint.
+    pub endpoint: String,
+    /// `start`, `cancel` (stopped before it served), `ready`, `drain` or `stop`.
+    pub what: String,
 }
 
 /// Where reused prompt tokens came from, when engines keep KV in host memory too: the

@@ -328,6 +328,13 @@ impl TimedTally {
         self.start_ns = Some(self.start_ns.map_or(at_ns, |s| s.min(at_ns)));
     }
 
+    /// The share of the requests finished so far that met the SLO; `None` without one or
+    /// before any finished.
+    pub fn slo_attainment(&self) -> Option<f64> {
+        let slo = self.slo.as_ref()?;
+        (slo.requests > 0).then(|| slo.met as f64 / slo.requests as f64)
+    }
+
     /// The latest finish so far (0 before any).
     pub fn end_ns(&self) -> u64 {
         self.end_ns
@@ -408,6 +415,7 @@ impl TimedTally {
                 met: slo.met,
                 attainment: ratio(slo.met, slo.requests),
             }),
+            scaling: None,
         }
     }
 }

@@ -72,6 +72,8 @@ pub struct Replicas {
     assign: ReplicaAssign,
     rng: SeededRng,
     turn: usize,
+    /// What sizes the fleet, when it is not fixed.
+    scaler: Option<routerlab_host::ScalerInstance>,
 }
 
 impl From<Router> for Replicas {
@@ -84,6 +86,7 @@ impl From<Router> for Replicas {
             assign: ReplicaAssign::RoundRobin,
             rng: SeededRng::new(0),
             turn: 0,
+            scaler: None,
         }
     }
 }
@@ -120,7 +123,24 @@ impl Replicas {
             // Its own stream: the balancer must not echo the arrival process's draws.
             rng: SeededRng::new(seed ^ 0x5245_504c_4943_4153),
             turn: 0,
+            scaler: None,
         })
+    }
+
+    /// The fleet's size follows `scaler` (a timed replay, or `serve`).
+    pub fn with_scaler(mut self, scaler: routerlab_host::ScalerInstance) -> Replicas {
+        self.scaler = Some(scaler);
+        self
+    }
+
+    /// The scaler's plugin name, when the fleet has one.
+    pub fn scaler_name(&self) -> Option<&str> {
+        self.scaler.as_ref().map(|s| s.name())
+    }
+
+    /// The scaler, when the fleet has one.
+    pub fn scaler_mut(&mut self) -> Option<&mut routerlab_host::ScalerInstance> {
+        self.scaler.as_mut()
     }
 
     /// A disaggregated fleet split as `pools` says: `self`'s routers (made the prefill

@@ -220,6 +220,15 @@ impl Router {
         Ok(())
     }
 
+    /// Stops offering the endpoint with stable index `index` (one draining before it goes):
+    /// it stays listed, so the matcher still hears of its requests finishing, but it is
+    /// never a candidate again. [`Router::remove_endpoint`] takes it out once it is empty.
+    pub fn retire(&mut self, index: EndpointIndex) {
+        if let Some(pos) = self.table.position(index.0) {
+            self.none_unavailable[pos] = true;
+        }
+    }
+
     /// Adds an endpoint named `name` (one that came back): it gets a new stable index, which
     /// is returned, and the matcher is told.
     pub fn add_endpoint(&mut self, name: String) -> Result<EndpointIndex, PluginError> {

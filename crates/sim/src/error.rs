@@ -61,6 +61,12 @@ impl From<RouteError> for SimError {
 }
 
 impl SimError {
+    /// A failure of the scaler, or of a router told of an endpoint the scaler started or
+    /// stopped.
+    pub fn scaler(source: PluginError) -> SimError {
+        SimError::plugin("scaling", source)
+    }
+
     /// A plugin failure at `location`.
     pub fn plugin(location: impl Into<String>, source: PluginError) -> SimError {
         SimError::Plugin {

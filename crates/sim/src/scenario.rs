@@ -99,6 +99,9 @@ pub struct Scenario {
     /// The fleet split into a prefill pool (its first endpoints) and a decode pool; `None`
     /// = aggregated.
     pub pools: Option<Pools>,
+    /// The scaler plugin and its config, for a timed replay whose fleet it sizes
+    /// (`timed.scaling` says how); `None` = a fixed fleet.
+    pub scaler: Option<(String, Mapping)>,
 }
 
 impl Default for Scenario {
@@ -122,6 +125,7 @@ impl Default for Scenario {
             replica_assign: ReplicaAssign::RoundRobin,
             timed: None,
             pools: None,
+            scaler: None,
         }
     }
 }
@@ -202,7 +206,17 @@ impl Scenario {
     /// The run's router replicas, each with plugin instances of its own loaded from
     /// `search` (see [`Scenario::plugin_configs`] for their seeds).
     pub fn routers(&self, search: &SearchPath) -> Result<Replicas, SimError> {
-        self.routers_with(|matcher, detector| self.load(search, matcher, detector))
+        let replicas =
+            self.routers_with(|matcher, detector| self.load(search, matcher, detector))?;
+        Ok(match &self.scaler {
+            Some((name, config)) => {
+                let config = with_seed(config, self.seed);
+                let scaler =
+                    routerlab_host::load_scaler(name, &config, search).map_err(SimError::Load)?;
+                replicas.with_scaler(scaler)
+            }
+            None => replicas,
+        })
     }
 
     /// One router (replica 0's plugins) loaded from `search`: what `serve` deploys.

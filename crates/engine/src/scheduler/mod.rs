@@ -149,6 +149,26 @@ impl Engine {
         self.kv.take_events(into);
     }
 
+    /// Starts again as a new process would, its GPU cache and host tier empty (a shared
+    /// tier outlives it); what it counted so far stays. Only an idle engine restarts.
+    pub fn cold_start(&mut self) {
+        debug_assert!(self.is_idle(), "only an idle engine restarts");
+        let recording = self.kv.recording();
+        let evictions = self.kv.evictions;
+        self.kv = KvCache::new(self.config.num_gpu_blocks);
+        self.kv.evictions = evictions;
+        if recording {
+            self.kv.record_events();
+        }
+        if let Some(host) = &mut self.tiers.host {
+            let mut fresh = HostCache::new(host.capacity() as u32);
+            (fresh.peak, fresh.stores, fresh.evictions) = (host.peak, host.stores, host.evictions);
+            *host = fresh;
+        }
+        self.tiers.reset_fences();
+        self.lora = self.config.lora.map(Residency::new);
+    }
+
     /// Cached blocks evicted so far.
     pub fn evictions(&self) -> u64 {
         self.kv.evictions

@@ -18,6 +18,10 @@ pub(super) enum Event {
     Handoff(usize),
     /// An idle engine starts its step, after the requests that arrived at the same time.
     Start(usize),
+    /// The scaler's tick.
+    Tick,
+    /// A started endpoint's start-up delay is over (its engine slot).
+    Ready(usize),
 }
 
 /// The pending events, earliest first.

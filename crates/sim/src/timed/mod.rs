@@ -23,10 +23,10 @@ use std::collections::VecDeque;
 use std::sync::OnceLock;
 
 use routerlab_core::Unit;
-use routerlab_engine::{HostCache, Sequence};
+use routerlab_engine::Sequence;
 use routerlab_host::RequestData;
 use routerlab_report::stats::{Finished, Tally, TimedTally};
-use routerlab_report::{EndpointTimed, HostTierTimed, Report, TimedReport, round6};
+use routerlab_report::{Report, round6};
 use routerlab_route::{
     Decision, ListPos, Placement, Replicas, RequestSeq, Router, WhenUnavailable,
 };
@@ -43,6 +43,8 @@ mod events;
 mod feed;
 mod fleet;
 mod lagged;
+mod report;
+mod scaling;
 mod settings;
 mod sharing;
 mod streamed;
@@ -56,6 +58,7 @@ use disagg::PdRun;
 use events::{Event, Events};
 use feed::Feed;
 use fleet::Fleet;
+pub use scaling::ScalingSettings;
 pub use settings::TimedSettings;
 use settings::validate;
 pub use streamed::{StreamedTrace, replay_timed_streamed, streams};
@@ -100,8 +103,19 @@ struct Sim<'a> {
     conversation_of: Vec<u64>,
     stats: TimedStats,
     next_closed: usize,
-    /// Stable endpoint index -> list position.
+    /// Stable endpoint index -> engine slot, while the endpoint is listed.
     position_of: Vec<Option<usize>>,
+    /// The routers' list positions -> engine slots (the same in every router: they add and
+    /// remove alike). The identity unless the fleet is scaled.
+    listed: Vec<usize>,
+    /// Engine slot -> its list position, while listed.
+    pos_of: Vec<Option<usize>>,
+    /// Engine slot -> its stable index, while listed.
+    stable: Vec<Option<u32>>,
+    /// Engine slot -> its endpoint's name.
+    names: Vec<String>,
+    /// The scaled fleet, when a scaler sizes it.
+    autoscale: Option<scaling::Autoscale>,
     /// Scratch: requests whose first token an engine step produced.
     first_tokens: Vec<usize>,
     /// Requests finished or rejected, for the observer's progress.
@@ -265,6 +279,16 @@ impl<'a> Sim<'a> {
                 }
                 position_of
             },
+            listed: (0..n).collect(),
+            pos_of: (0..n).map(Some).collect(),
+            stable: (0..n).map(|pos| Some(router.table().index(pos))).collect(),
+            names: (0..n)
+                .map(|pos| router.table().name(pos).to_owned())
+                .collect(),
+            autoscale: settings.scaling.map(|scaling| {
+                let name = replicas.scaler_name().unwrap_or_default().to_owned();
+                scaling::Autoscale::new(scaling, name, n)
+            }),
             first_tokens: Vec::new(),
             done: 0,
             pd: (replicas.pools())
@@ -338,6 +362,7 @@ impl Sim<'_> {
                 self.events.push(self.origin_ns + phase, Event::Refresh(r));
             }
         }
+        self.start_scaling(replicas)?;
         loop {
             self.admit()?;
             let Some((now, event)) = self.events.pop() else {
@@ -357,6 +382,8 @@ impl Sim<'_> {
                 .advance(now, engines.iter().map(|e| e.running().len() as u64));
             match event {
                 Event::Handoff(index) => self.handoff(index, now),
+                Event::Tick => self.tick(now, replicas)?,
+                Event::Ready(slot) => self.endpoint_ready(slot, now, replicas)?,
                 Event::Start(pos) => self.fleet.start(pos, now, &mut self.events),
                 Event::Refresh(r) => {
                     let changed = self.fleet.refresh(r);
@@ -393,6 +420,10 @@ impl Sim<'_> {
                         conversation: self.conversation_of[index],
                     });
                     self.requests[index].replica = r;
+                    if let Some(auto) = &mut self.autoscale {
+                        let prompt = self.feed.request(index).prompt_tokens;
+                        auto.arrived(now, prompt, self.requests[index].output_tokens);
+                    }
                     if let Some(sent) = self.requests[index].sent_ns {
                         self.requests[index].arrival_ns = sent;
                     } else {
@@ -435,10 +466,11 @@ impl Sim<'_> {
                     }
                     let mut first_tokens = std::mem::take(&mut self.first_tokens);
                     self.fleet.engines[pos].take_first_tokens(&mut first_tokens);
+                    let listed = self.pos_of[pos].expect("an engine at work is listed");
                     for index in first_tokens.drain(..) {
                         replicas
-                            .router_for(self.requests[index].replica, pos)
-                            .first_token(&self.data(index, now, None), ListPos(pos))
+                            .router_for(self.requests[index].replica, listed)
+                            .first_token(&self.data(index, now, None), ListPos(listed))
                             .map_err(self.plugin_error(index))?;
                     }
                     self.first_tokens = first_tokens;
@@ -448,6 +480,9 @@ impl Sim<'_> {
                         } else {
                             self.complete(sequence, pos, now, replicas)?;
                         }
+                    }
+                    if self.autoscale.as_ref().is_some_and(|a| a.is_draining(pos)) {
+                        self.stop_if_drained(pos, now, replicas)?;
                     }
                     for r in 0..replicas.len() {
                         self.drain_decode_queue(now, replicas, r)?;
@@ -513,9 +548,10 @@ impl Sim<'_> {
         let output_tokens = self.requests[index].output_tokens;
         let decision = self.decide_with(router, index, now)?;
         self.requests[index].constrained = decision.constrained;
-        let Some(ListPos(pos)) = decision.endpoint else {
+        let Some(ListPos(listed)) = decision.endpoint else {
             return Ok(false);
         };
+        let pos = self.listed[listed];
         if !self.fleet.engines[pos].can_ever_fit(prompt_tokens, output_tokens) {
             // The matcher chose an engine too small for it (possible in mixed fleets).
             self.stats.too_long += 1;
@@ -524,7 +560,7 @@ impl Sim<'_> {
         }
         if !decision.learned {
             router
-                .learn(&self.data(index, now, None), ListPos(pos))
+                .learn(&self.data(index, now, None), ListPos(listed))
                 .map_err(self.plugin_error(index))?;
         }
         self.judge(index, pos, &decision, router.unavailable());
@@ -554,10 +590,10 @@ impl Sim<'_> {
     ) -> Result<Decision, SimError> {
         let r = self.requests[index].replica;
         let live = self.settings.metrics_interval_ns == 0;
-        for pos in 0..self.fleet.engines.len() {
+        for (listed, &pos) in self.listed.iter().enumerate() {
             router
                 .table_mut()
-                .set_load(pos, self.fleet.load(pos, live, r));
+                .set_load(listed, self.fleet.load(pos, live, r));
         }
         let prompt_tokens = self.feed.request(index).prompt_tokens;
         let output_tokens = self.requests[index].output_tokens;
@@ -598,9 +634,10 @@ impl Sim<'_> {
     ) -> Result<(), SimError> {
         let index = sequence.request;
         let r = self.requests[index].replica;
+        let listed = self.pos_of[pos].expect("an engine at work is listed");
         replicas
-            .router_for(r, pos)
-            .complete(&self.data(index, now, None), ListPos(pos))
+            .router_for(r, listed)
+            .complete(&self.data(index, now, None), ListPos(listed))
             .map_err(self.plugin_error(index))?;
         if let Some(tiers) = &mut self.stats.tiers {
             tiers.add(&sequence);
@@ -643,6 +680,13 @@ impl Sim<'_> {
         let tally = &mut stats.per_endpoint[pos];
         tally.requests += 1;
         tally.prompt_tokens += u64::from(prompt_tokens);
+        if let Some(auto) = &mut self.autoscale {
+            let tpot_ms = match state.output_tokens {
+                0 | 1 => 0.0,
+                n => (now - first_token) as f64 / 1e6 / f64::from(n - 1),
+            };
+            auto.finished(first_token - arrival, tpot_ms, prompt_tokens, hit);
+        }
         stats.latency.finished(Finished {
             arrival_ns: arrival,
             scheduled_ns: Some(scheduled),
@@ -671,9 +715,8 @@ impl Sim<'_> {
                 id: RequestSeq::of_index(index).0,
                 line: request.line,
                 arrival_s: round6((arrival - self.origin_ns) as f64 / 1e9),
-                endpoint: Some(replicas.router(r).table().name(pos).to_owned()),
-                prefill_endpoint: (computed_at != pos)
-                    .then(|| replicas.router(r).table().name(computed_at).to_owned()),
+                endpoint: Some(self.names[pos].clone()),
+                prefill_endpoint: (computed_at != pos).then(|| self.names[computed_at].clone()),
                 replica: (replicas.len() > 1).then_some(r as u32),
                 prompt_tokens,
                 hit_tokens: hit,
@@ -738,63 +781,5 @@ impl Sim<'_> {
             self.events.push(now, Event::Arrival(index));
         }
         Ok(())
-    }
-
-    fn report(self, replicas: &Replicas) -> Report {
-        let router = replicas.router(0);
-        let stats = self.stats;
-        let mut report = stats.base.finish();
-        let end = stats.latency.end_ns();
-        report.timed = Some(TimedReport {
-            router_queued: stats.router_queued,
-            too_long: stats.too_long,
-            running_spread: stats.spread.finish(),
-            per_endpoint: self
-                .fleet
-                .engines
-                .iter()
-                .enumerate()
-                .map(|(pos, engine)| EndpointTimed {
-                    name: router.table().name(pos).to_owned(),
-                    requests: stats.per_endpoint[pos].requests,
-                    prompt_tokens: stats.per_endpoint[pos].prompt_tokens,
-                    peak_kv_usage: round6(engine.peak_usage),
-                    mean_kv_usage: round6(engine.mean_usage(end)),
-                    evictions: engine.evictions(),
-                    preemptions: engine.preemptions,
-                    tokens_per_decode_step: engine.config().speculative.as_ref().map(|_| {
-                        match engine.speculated {
-                            (0, _) => 0.0,
-                            (steps, tokens) => round6(tokens as f64 / steps as f64),
-                        }
-                    }),
-                })
-                .collect(),
-            pools: self
-                .pd
-                .as_ref()
-                .map(|pd| pd.report(self.fleet.engines.len())),
-            agentic: self.agentic.as_ref().map(agentic::Agentic::report),
-            tiers: stats.tiers.as_ref().map(|tiers| {
-                let occupancy = |name: &str, tier: &HostCache| HostTierTimed {
-                    name: name.to_owned(),
-                    blocks: tier.capacity() as u64,
-                    peak_blocks: tier.peak,
-                    stores: tier.stores,
-                    evictions: tier.evictions,
-                };
-                let per_endpoint = (self.fleet.engines.iter().enumerate())
-                    .filter_map(|(pos, engine)| {
-                        Some(occupancy(router.table().name(pos), engine.host()?))
-                    })
-                    .collect();
-                let shared = (self.fleet.engines.iter())
-                    .find_map(|engine| engine.shared())
-                    .map(|store| occupancy("shared", &store.lock()));
-                tiers.report(per_endpoint, shared)
-            }),
-            ..stats.latency.report()
-        });
-        report
     }
 }

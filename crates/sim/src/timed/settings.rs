@@ -38,6 +38,9 @@ pub struct TimedSettings {
     /// Each routing decision's own time, ns, on top of the hop: once a request, twice in a
     /// disaggregated fleet (its prefill and its decode pick).
     pub router_decision_ns: u64,
+    /// A fleet a scaler sizes: `engines` are then the slots the GPU ceiling allows, of
+    /// which the scaler's answer decides how many run (`None`: all of them, always).
+    pub scaling: Option<super::ScalingSettings>,
 }
 
 impl TimedSettings {
@@ -64,6 +67,7 @@ impl TimedSettings {
             slo: None,
             router_hop_ns: 0,
             router_decision_ns: 0,
+            scaling: None,
         }
     }
 
@@ -92,6 +96,40 @@ pub(super) fn validate(replicas: &Replicas, settings: &TimedSettings) -> Result<
         engine.validate().map_err(|e| {
             SimError::Input(format!("endpoint `{}`: {e}", router.table().name(pos)))
         })?;
+    }
+    if let Some(scaling) = &settings.scaling {
+        let slots = n as u64;
+        let problem = if replicas.is_disaggregated() {
+            Some(
+                "a disaggregated fleet's pools cannot be scaled yet (scale an aggregated fleet)"
+                    .to_owned(),
+            )
+        } else if replicas.scaler_name().is_none() {
+            Some("scaling settings without a scaler".to_owned())
+        } else if scaling.interval_ns == 0 {
+            Some("the scaler's interval must be above 0".to_owned())
+        } else if scaling.min_endpoints == 0 {
+            Some("a scaled fleet keeps at least 1 endpoint".to_owned())
+        } else if u64::from(scaling.min_endpoints) > slots || u64::from(scaling.initial) > slots {
+            Some(format!(
+                "{} endpoints at the start and at least {} kept, but the GPU ceiling allows {slots}",
+                scaling.initial, scaling.min_endpoints
+            ))
+        } else if scaling.initial < scaling.min_endpoints {
+            Some(format!(
+                "{} endpoints at the start, fewer than the {} kept",
+                scaling.initial, scaling.min_endpoints
+            ))
+        } else if settings.kv_event_lag_ns > 0 {
+            Some("KV-event lag with a scaled fleet is not modelled yet".to_owned())
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(SimError::Input(problem));
+        }
+    } else if replicas.scaler_name().is_some() {
+        return Err(SimError::Input("a scaler without scaling settings".into()));
     }
     // One shared store for the fleet: its capacity is the same wherever it is named.
     let mut shared = (settings.engines.iter().enumerate())

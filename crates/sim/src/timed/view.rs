@@ -9,13 +9,14 @@ use routerlab_route::{Decision, ListPos, RequestSeq};
 use super::Sim;
 
 impl Sim<'_> {
-    /// Records how good the pick of list position `pos` was, against the endpoints the
+    /// Records how good the pick of engine slot `pos` was, against the endpoints the
     /// matcher could choose, in blocks of the trace's block size.
     pub(super) fn judge(&mut self, index: usize, pos: usize, decision: &Decision, flags: &[bool]) {
         let r = self.requests[index].replica;
         self.note_sharing(index);
         let block = u64::from(self.feed.workload().block_size.max(1));
-        let achieved = if decision.allowed(flags, ListPos(pos)) {
+        let picked = self.pos_of[pos].expect("a picked endpoint is listed");
+        let achieved = if decision.allowed(flags, ListPos(picked)) {
             self.cached_units(index, pos) / block
         } else {
             0
@@ -30,8 +31,8 @@ impl Sim<'_> {
         let past = (achieved + 1) * block;
         // The engine block size `reach` was found for.
         let (mut asked, mut reach) = (None, Reach::Never);
-        for p in 0..self.fleet.engines.len() {
-            if p == pos || !decision.allowed(flags, ListPos(p)) {
+        for (listed, &p) in self.listed.iter().enumerate() {
+            if p == pos || !decision.allowed(flags, ListPos(listed)) {
                 continue;
             }
             let engine_block = self.settings.engines[p].engine_block_size;

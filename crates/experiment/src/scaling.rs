@@ -1,0 +1,100 @@
+//! A scaled fleet's description: the scaler and its settings (`scaler`, `scaler_config`,
+//! `scale_interval_s`, `startup_s`, `min_endpoints`, `max_gpus`), resolved into the
+//! scenario. The fleet then has one engine slot per endpoint the GPU ceiling allows,
+//! named as `endpoints` names them, of which `endpoints` serve at the start.
+
+use routerlab_sim::scenario::Scenario;
+use routerlab_sim::timed::{MAX_CLOCK_NS, ScalingSettings};
+
+use crate::{Experiment, ExperimentError};
+
+/// Resolves the scaling keys of `opts` into `scenario` (already resolved without them).
+pub(crate) fn apply(opts: &Experiment, scenario: &mut Scenario) -> Result<(), ExperimentError> {
+    let given = [
+        ("scaler_config", opts.scaler_config.is_some()),
+        ("scale_interval_s", opts.scale_interval_s.is_some()),
+        ("startup_s", opts.startup_s.is_some()),
+        ("min_endpoints", opts.min_endpoints.is_some()),
+        ("max_gpus", opts.max_gpus.is_some()),
+    ];
+    let Some(scaler) = &opts.scaler else {
+        if let Some((key, _)) = given.iter().find(|(_, g)| *g) {
+            return Err(ExperimentError::invalid(format!(
+                "--{} sets the scaler: add --scaler NAME",
+                key.replace('_', "-")
+            )));
+        }
+        return Ok(());
+    };
+    let Some(timed) = scenario.timed.as_mut() else {
+        return Err(ExperimentError::invalid(
+            "--scaler sizes the fleet of a timed replay: add --timing trace",
+        ));
+    };
+    if scenario.pools.is_some() {
+        return Err(ExperimentError::invalid(
+            "--scaler: a disaggregated fleet's pools cannot be scaled yet (scale an aggregated fleet)",
+        ));
+    }
+    let Some(max_gpus) = opts.max_gpus else {
+        return Err(ExperimentError::invalid(
+            "--scaler needs --max-gpus N, the GPU ceiling the fleet may grow to",
+        ));
+    };
+    let tp = u64::from(opts.tensor_parallel_size.unwrap_or(1).max(1));
+    let initial = scenario.endpoints.len() as u64;
+    let slots = max_gpus / tp;
+    if slots < initial || slots > routerlab_sim::MAX_ENDPOINTS as u64 {
+        return Err(ExperimentError::invalid(format!(
+            "--max-gpus {max_gpus} allows {slots} endpoints of {tp} GPUs: it must allow the {initial} of --endpoints, and at most {}",
+            routerlab_sim::MAX_ENDPOINTS
+        )));
+    }
+    let seconds = |key: &str, value: Option<f64>, default: f64, zero: bool| {
+        let s = value.unwrap_or(default);
+        let least = if zero { s >= 0.0 } else { s > 0.0 };
+        if s.is_finite() && least && s * 1e9 <= MAX_CLOCK_NS as f64 {
+            Ok((s * 1e9).round() as u64)
+        } else {
+            Err(ExperimentError::invalid(format!(
+                "--{} must be {} seconds within the clock's range, not {s}",
+                key.replace('_', "-"),
+                if zero { "0 or more" } else { "above 0" }
+            )))
+        }
+    };
+    let interval_ns = seconds("scale_interval_s", opts.scale_interval_s, 15.0, false)?;
+    let startup_ns = seconds("startup_s", opts.startup_s, 0.0, true)?;
+    let min_endpoints = opts.min_endpoints.unwrap_or(1);
+    if min_endpoints == 0 || min_endpoints > initial {
+        return Err(ExperimentError::invalid(format!(
+            "--min-endpoints must be from 1 to the {initial} endpoints the fleet starts with, not {min_endpoints}"
+        )));
+    }
+    let config = crate::resolve::plugin_config(opts.scaler_config.clone(), "scaler")?;
+    // The slots beyond the first endpoints are named as a count names them.
+    let names = routerlab_sim::scenario::default_endpoints(slots as usize);
+    for name in names.into_iter().skip(initial as usize) {
+        if scenario.endpoints.contains(&name) {
+            return Err(ExperimentError::invalid(format!(
+                "--scaler: the endpoint `{name}` is both given and a slot the scaler may start"
+            )));
+        }
+        scenario.endpoints.push(name);
+    }
+    let engine = timed
+        .engines
+        .last()
+        .cloned()
+        .expect("one engine per endpoint");
+    timed.engines.resize(scenario.endpoints.len(), engine);
+    timed.scaling = Some(ScalingSettings {
+        interval_ns,
+        startup_ns,
+        initial: initial as u32,
+        min_endpoints: min_endpoints as u32,
+        gpus_per_endpoint: tp as u32,
+    });
+    scenario.scaler = Some((scaler.clone(), config));
+    Ok(())
+}
