@@ -12,7 +12,7 @@ fn round6(x: f64) -> f64 {
 
 /// 20 requests a second for 30 s (at 0.025 s, 0.075 s, ...), each 64 prompt tokens of a
 /// block of its own and 4 output tokens.
-fn steady_trace() -> std::path::PathBuf {
+fn steady_trace(test: &str) -> std::path::PathBuf {
     let lines: String = (0..600)
         .map(|i| {
             format!(
@@ -21,7 +21,8 @@ fn steady_trace() -> std::path::PathBuf {
             )
         })
         .collect();
-    scratch_file("steady.jsonl", lines.as_bytes())
+    // One file per test: tests run side by side in one process.
+    scratch_file(&format!("steady-{test}.jsonl"), lines.as_bytes())
 }
 
 fn planner_run(trace: &std::path::Path) -> Replay {
@@ -45,7 +46,7 @@ fn planner_run(trace: &std::path::Path) -> Replay {
 
 #[test]
 fn the_planner_starts_what_the_load_asks_for_after_the_start_up_delay() {
-    let trace = steady_trace();
+    let trace = steady_trace("planner");
     let report = planner_run(&trace).report();
     let timed = &report["timed"];
     let scaling = &timed["scaling"];
@@ -96,14 +97,14 @@ fn the_planner_starts_what_the_load_asks_for_after_the_start_up_delay() {
 
 #[test]
 fn a_scaled_run_is_byte_identical_when_repeated() {
-    let trace = steady_trace();
+    let trace = steady_trace("identical");
     let run = planner_run(&trace).args(&["--format", "json"]);
     assert_eq!(run.stdout(), run.stdout());
 }
 
 #[test]
 fn scaling_settings_that_cannot_work_are_refused_by_flag() {
-    let trace = steady_trace();
+    let trace = steady_trace("refused");
     let trace = trace.to_string_lossy();
     for (args, says) in [
         (vec!["--timing", "trace", "--scaler", "hpa"], "--max-gpus"),

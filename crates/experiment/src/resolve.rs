@@ -236,6 +236,12 @@ pub const TIMED_ONLY: &[&str] = &[
     "kv_transfer_mode",
     "prefill_engine",
     "decode_engine",
+    "scaler",
+    "scaler_config",
+    "scale_interval_s",
+    "startup_s",
+    "min_endpoints",
+    "max_gpus",
 ];
 
 /// The keys of the KV transfer between pools.
@@ -718,7 +724,8 @@ mod tests {
                 "respect_parents" => "true",
                 "engine" | "prefill_engine" | "decode_engine" => "{}",
                 "engines" => "[]",
-                "model_config" | "kv_cache_dtype" | "gpu" | "warm_up" => "x",
+                "model_config" | "kv_cache_dtype" | "gpu" | "warm_up" | "scaler" => "x",
+                "scaler_config" => "{}",
                 "kv_transfer_mode" => "missing",
                 _ => "1",
             };

@@ -18,8 +18,10 @@ use serde::{Deserialize, Serialize};
 
 mod front;
 mod key;
+mod scaling;
 
 pub use front::{FRONT, FrontPoint, write_front};
+pub use scaling::{SCALING, write_scaling};
 
 use key::{Marker, colour, marker};
 

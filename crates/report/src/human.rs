@@ -176,6 +176,24 @@ fn timed_human(out: &mut String, timed: &TimedReport) {
             slo.tpot_met
         );
     }
+    if let Some(scaling) = &timed.scaling {
+        let counted = |what: &str| scaling.events.iter().filter(|e| e.what == what).count();
+        let _ = writeln!(
+            out,
+            "scaling ({}, every {} s, start-up {} s, at most {} endpoints of {} GPU): {:.2} endpoints on average, {} at most; {:.3} GPU-hours; {} started, {} stopped; {} arrived while capacity was starting",
+            scaling.scaler,
+            scaling.interval_s,
+            scaling.startup_s,
+            scaling.max_endpoints,
+            scaling.gpus_per_endpoint,
+            scaling.mean_endpoints,
+            scaling.peak_endpoints,
+            scaling.gpu_hours,
+            counted("start"),
+            counted("stop"),
+            scaling.waited_for_capacity
+        );
+    }
     if timed.per_endpoint.is_empty() {
         // A client's measurements: no engine figures.
         return;

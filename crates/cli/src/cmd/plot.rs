@@ -47,6 +47,26 @@ pub fn curves_of(report: &Report, records: &[RequestRecord]) -> Option<Curves> {
     Some(Curves::from_records(records, &names))
 }
 
+/// Draws a scaled run's endpoints over time into `dir` (nothing for a fixed fleet) and
+/// says on stderr where.
+pub fn write_scaling(dir: &Path, report: &Report) -> Result<(), Failure> {
+    let Some(timed) = &report.timed else {
+        return Ok(());
+    };
+    let Some(scaling) = &timed.scaling else {
+        return Ok(());
+    };
+    let path = routerlab_plot::write_scaling(dir, scaling, timed.makespan_s).map_err(|e| {
+        Failure::Output {
+            what: "a plot",
+            path: e.path.clone(),
+            source: std::io::Error::other(e.cause),
+        }
+    })?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
 /// Draws the comparison's plots into `dir` and says on stderr what was written; `curves`
 /// are by label.
 pub fn write_plots(

@@ -161,6 +161,7 @@ pub(crate) fn replay(flags: ReplayArgs) -> Result<Replayed, Failure> {
         let entry = &single.policies[0];
         let curves = crate::cmd::plot::curves_of(&entry.report, &recorder.records);
         crate::cmd::plot::write_plots(dir, &single, &[(entry.label.clone(), curves)])?;
+        crate::cmd::plot::write_scaling(dir, &entry.report)?;
     }
     Ok(Replayed {
         single,
