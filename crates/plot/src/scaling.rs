@@ -46,7 +46,8 @@ pub fn write_scaling(
     let held = series(|p| p.ready + p.starting + p.draining);
     let ready = series(|p| p.ready);
     let desired = series(|p| p.desired);
-    let top = held.iter().chain(&desired).map(|p| p.1).fold(1.0, f64::max) + 1.0;
+    // Room above the lines for the key.
+    let top = held.iter().chain(&desired).map(|p| p.1).fold(1.0, f64::max) * 1.35 + 1.0;
     write_svg(dir, SCALING, (900, 480), |root| {
         let mut chart = ChartBuilder::on(root)
             .caption(
@@ -86,7 +87,7 @@ pub fn write_scaling(
             .configure_series_labels()
             .background_style(WHITE.mix(0.9))
             .border_style(BLACK)
-            .position(SeriesLabelPosition::LowerRight)
+            .position(SeriesLabelPosition::UpperLeft)
             .draw()?;
         Ok(())
     })

@@ -180,7 +180,7 @@ fn timed_human(out: &mut String, timed: &TimedReport) {
         let counted = |what: &str| scaling.events.iter().filter(|e| e.what == what).count();
         let _ = writeln!(
             out,
-            "scaling ({}, every {} s, start-up {} s, at most {} endpoints of {} GPU): {:.2} endpoints on average, {} at most; {:.3} GPU-hours; {} started, {} stopped; {} arrived while capacity was starting",
+            "scaling ({} every {} s, start-up {} s, at most {} endpoints of {} GPU): {:.2} endpoints on average, {} at most, {:.3} GPU-hours\n  {} started, {} stopped; {} requests arrived while capacity was starting",
             scaling.scaler,
             scaling.interval_s,
             scaling.startup_s,
