@@ -34,7 +34,7 @@ fn planner_run(trace: &std::path::Path) -> Replay {
         "--scaler",
         "dynamo-planner",
         "--scaler-config",
-        "{adjustment_interval_s: 10, engine_rps: 4}",
+        "{optimization_target: sla, throughput_adjustment_interval_s: 10, engine_rps: 4}",
         "--scale-interval-s",
         "10",
         "--startup-s",

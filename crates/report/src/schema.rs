@@ -276,7 +276,7 @@ pub struct ScalingReport {
     pub peak_endpoints: u32,
     /// Requests that arrived while endpoints the scaler asked for were still starting.
     pub waited_for_capacity: u64,
-    /// The fleet after each change, and at each tick where the scaler answered.
+    /// The fleet after each change: what the scaler wanted, and what held GPUs.
     pub timeline: Vec<ScalingPoint>,
     /// Every start, cancel, ready, drain and stop, in time order.
     pub events: Vec<ScalingEvent>,

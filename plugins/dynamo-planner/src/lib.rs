@@ -1,26 +1,54 @@
-//! `dynamo-planner`: NVIDIA Dynamo Planner's throughput-based rule. Every
-//! `adjustment_interval_s` it predicts the next interval's request count from the last
-//! ones (the `constant` predictor: the last interval's count), turns it into a demand in
-//! requests per second, and asks for `max(ceil(demand / engine_rps), min_endpoint)`
-//! endpoints per pool, where `engine_rps` is what one engine serves within the SLA (Dynamo
-//! reads it from its profiler's results; here it is given). A disaggregated fleet sizes
-//! its prefill and decode pools each from its own rate. The GPU budget then caps the total:
-//! one pool is capped at `max_gpu_budget / gpus per endpoint`, two are shrunk in proportion
-//! (Dynamo's `proportional_clamp_pair`, its ceiling path). Between adjustments the pools
-//! keep their size.
+//! `dynamo-planner`: NVIDIA Dynamo Planner's scaling rules, as its `optimization_target`
+//! chooses them.
 //!
-//! Read from ai-dynamo's `planner/core/throughput_scaling.py` (`_throughput_agg`,
-//! `_compute_prefill_replicas`, `_compute_decode_replicas`), `planner/core/budget.py` and
-//! `planner/config/defaults.py`.
+//! - `throughput` (the default) and `latency`: the load rule of "easy mode", every
+//!   `load_adjustment_interval_s`. Each serving endpoint's utilisation is the prompt tokens
+//!   of its unfinished requests, running or queued, over its KV cache in tokens. Dynamo
+//!   sums its forward pass metrics: the KV tokens of the running requests (each request's
+//!   whole context, a shared prefix counted for each) and of queued ones, plus the queued
+//!   prompt tokens, over `max_kv_tokens`; the output tokens generated so far are what the
+//!   prompt tokens leave out. One endpoint above the scale-up threshold (1.0; `latency`: 0.4)
+//!   adds one; all below the scale-down threshold (0.6; `latency`: 0.1) remove one, unless
+//!   the survivors' load would cross the scale-up threshold. Nothing is decided while an
+//!   endpoint is starting.
+//! - `sla`: the throughput rule, every `throughput_adjustment_interval_s`: the last
+//!   interval's requests per second (the `constant` predictor) over what one engine serves
+//!   within the SLA (`engine_rps`; Dynamo reads it from its profiler's results, here it is
+//!   given): `max(ceil(demand / engine_rps), min_endpoint)` per pool, a prefill and a
+//!   decode pool each by its own rate.
 //!
-//! Config keys: `adjustment_interval_s`, `engine_rps` (aggregated), `prefill_engine_rps`,
+//! Either way the GPU budget caps the answer: one pool at `max_gpu_budget / gpus per
+//! endpoint`, two shrunk in proportion (Dynamo's `proportional_clamp_pair`, its ceiling
+//! path). Between decisions the pools keep their size.
+//!
+//! Read from ai-dynamo 1.7.0.dev20261026 (the wheel AISimulate's Dynamo stack runs):
+//! `planner/core/load_scaling.py` (`_agg_easy_decision`,
+//! `_consolidation_safe_easy_target`), `planner/core/throughput_scaling.py`
+//! (`_throughput_agg`, `_compute_prefill_replicas`, `_compute_decode_replicas`),
+//! `planner/core/budget.py` and `planner/config/planner_config.py`.
+//!
+//! Config keys: `optimization_target`, `load_adjustment_interval_s`,
+//! `throughput_adjustment_interval_s`, `engine_rps` (aggregated), `prefill_engine_rps`,
 //! `decode_engine_rps`, `min_endpoint`, `max_gpu_budget`.
 
-use routerlab_core::{PluginConfig, Role, Scaler, Tick};
+use routerlab_core::{PluginConfig, Pool, Role, Scaler, Tick};
 use routerlab_policy_kit::seconds_ns;
 
-/// The planner's throughput rule.
+/// Which of the planner's rules decides.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Target {
+    /// The load rule with these scale-up and scale-down utilisations.
+    Load { up: f64, down: f64 },
+    /// The throughput rule.
+    Sla,
+}
+
+/// The planner's rules.
 pub struct DynamoPlanner {
+    target: Target,
+    load_interval_ns: u64,
+    /// Time since the last load decision.
+    load_elapsed_ns: u64,
     interval_ns: u64,
     engine_rps: f64,
     prefill_engine_rps: f64,
@@ -44,7 +72,17 @@ fn rate(config: &mut PluginConfig, key: &'static str) -> Result<f64, String> {
 
 impl Scaler for DynamoPlanner {
     fn create(_name: &str, config: &mut PluginConfig) -> Result<Self, String> {
-        let interval_ns = seconds_ns(config, "adjustment_interval_s", 180.0, false)?;
+        let target = match config.choice(
+            "optimization_target",
+            &["throughput", "latency", "sla"],
+            "throughput",
+        )? {
+            "latency" => Target::Load { up: 0.4, down: 0.1 },
+            "sla" => Target::Sla,
+            _ => Target::Load { up: 1.0, down: 0.6 },
+        };
+        let load_interval_ns = seconds_ns(config, "load_adjustment_interval_s", 5.0, false)?;
+        let interval_ns = seconds_ns(config, "throughput_adjustment_interval_s", 180.0, false)?;
         let engine_rps = rate(config, "engine_rps")?;
         let prefill_engine_rps = rate(config, "prefill_engine_rps")?;
         let decode_engine_rps = rate(config, "decode_engine_rps")?;
@@ -54,6 +92,9 @@ impl Scaler for DynamoPlanner {
             u32::try_from(v).map_err(|_| format!("config key `{key}`: {v} is too large"))
         };
         Ok(DynamoPlanner {
+            target,
+            load_interval_ns,
+            load_elapsed_ns: 0,
             interval_ns,
             engine_rps,
             prefill_engine_rps,
@@ -66,6 +107,18 @@ impl Scaler for DynamoPlanner {
     }
 
     fn scale(&mut self, tick: &Tick<'_>, desired: &mut [u32]) -> Result<(), String> {
+        if let Target::Load { up, down } = self.target {
+            self.load_elapsed_ns = self.load_elapsed_ns.saturating_add(tick.interval_ns);
+            if self.load_elapsed_ns < self.load_interval_ns {
+                return Ok(());
+            }
+            self.load_elapsed_ns = 0;
+            let proposed: Vec<u32> = (tick.pools.iter().zip(desired.iter()))
+                .map(|(pool, &now)| self.load_rule(pool, up, down).unwrap_or(now))
+                .collect();
+            self.within_budget(tick, &proposed, desired);
+            return Ok(());
+        }
         self.arrivals.resize(tick.pools.len(), 0);
         for (sum, pool) in self.arrivals.iter_mut().zip(&tick.pools) {
             *sum += pool.arrivals;
@@ -79,9 +132,8 @@ impl Scaler for DynamoPlanner {
         let demand = self.arrivals.first().copied().unwrap_or(0) as f64 / duration_s;
         self.arrivals.iter_mut().for_each(|a| *a = 0);
         self.elapsed_ns = 0;
-        let replicas = |engine_rps: f64| {
-            ((demand / engine_rps).ceil().min(f64::from(u32::MAX)) as u32).max(self.min_endpoint)
-        };
+        let replicas =
+            |engine_rps: f64| (demand / engine_rps).ceil().min(f64::from(u32::MAX)) as u32;
         let proposed: Vec<u32> = tick
             .pools
             .iter()
@@ -91,6 +143,50 @@ impl Scaler for DynamoPlanner {
                 _ => replicas(self.engine_rps),
             })
             .collect();
+        self.within_budget(tick, &proposed, desired);
+        Ok(())
+    }
+}
+
+impl DynamoPlanner {
+    /// The load rule for one pool: its new size, or `None` for no change.
+    fn load_rule(&self, pool: &Pool<'_>, up: f64, down: f64) -> Option<u32> {
+        // A start in flight: the planner only observes until it settles.
+        if pool.starting > 0 || pool.ready == 0 {
+            return None;
+        }
+        let utils: Vec<f64> = pool
+            .endpoints
+            .iter()
+            .filter_map(|e| {
+                let capacity = e.kv_blocks_total() as f64 * e.kv_block_tokens()? as f64;
+                let held = e.inflight_prompt_tokens() as f64;
+                (capacity > 0.0).then(|| held / capacity)
+            })
+            .collect();
+        if utils.is_empty() {
+            return None;
+        }
+        let ready = pool.ready;
+        if utils.iter().any(|&u| u > up) {
+            return Some(ready + 1);
+        }
+        if ready > 1 && utils.iter().all(|&u| u < down) {
+            let wanted = (ready - 1).max(self.min_endpoint).max(1);
+            // Draining one must not push the others straight past the scale-up line.
+            let busiest = utils.iter().copied().fold(0.0, f64::max);
+            if wanted < ready && busiest * f64::from(ready) / f64::from(wanted) >= up {
+                return None;
+            }
+            return Some(wanted);
+        }
+        None
+    }
+
+    /// `proposed` (one count per pool, at least `min_endpoint`) within the GPU budget,
+    /// into `desired`.
+    fn within_budget(&self, tick: &Tick<'_>, proposed: &[u32], desired: &mut [u32]) {
+        let proposed: Vec<u32> = proposed.iter().map(|&p| p.max(self.min_endpoint)).collect();
         let budget = self.max_gpu_budget;
         match tick.pools.as_slice() {
             [pool] => {
@@ -107,26 +203,18 @@ impl Scaler for DynamoPlanner {
                 } else {
                     // The ceiling path: shrink in proportion, the prefill pool first, the
                     // decode pool taking what is left.
-                    let (target, min) = (f64::from(budget), self.min_endpoint);
+                    let (target, min) = (f64::from(budget), f64::from(self.min_endpoint));
                     let scale = target / total as f64;
-                    let max_p = ((target - f64::from(min) * f64::from(dg)) / f64::from(pg)).floor();
-                    let new_p = (f64::from(num_p) * scale)
-                        .floor()
-                        .min(max_p)
-                        .max(f64::from(min));
+                    let max_p = ((target - min * f64::from(dg)) / f64::from(pg)).floor();
+                    let new_p = (f64::from(num_p) * scale).floor().min(max_p).max(min);
                     let remaining = target - new_p * f64::from(pg);
-                    let new_d = (remaining / f64::from(dg)).floor().max(f64::from(min));
+                    let new_d = (remaining / f64::from(dg)).floor().max(min);
                     desired[0] = new_p as u32;
                     desired[1] = new_d as u32;
                 }
             }
-            _ => {
-                for (d, p) in desired.iter_mut().zip(proposed) {
-                    *d = p;
-                }
-            }
+            _ => desired.copy_from_slice(&proposed),
         }
-        Ok(())
     }
 }
 
@@ -168,8 +256,10 @@ mod tests {
 
     #[test]
     fn demand_over_one_engines_rate_at_each_adjustment() {
-        let mut planner: DynamoPlanner =
-            create_scaler("{adjustment_interval_s: 60, engine_rps: 2.5}").unwrap();
+        let mut planner: DynamoPlanner = create_scaler(
+            "{optimization_target: sla, throughput_adjustment_interval_s: 60, engine_rps: 2.5}",
+        )
+        .unwrap();
         let endpoints = EndpointsBuilder::new(2);
         let mut desired = [2];
         // 30 s in, 300 arrivals: no adjustment yet.
@@ -192,7 +282,7 @@ mod tests {
     #[test]
     fn two_pools_are_shrunk_in_proportion_to_the_budget() {
         let mut planner: DynamoPlanner = create_scaler(
-            "{adjustment_interval_s: 10, prefill_engine_rps: 1, decode_engine_rps: 2, max_gpu_budget: 6}",
+            "{optimization_target: sla, throughput_adjustment_interval_s: 10, prefill_engine_rps: 1, decode_engine_rps: 2, max_gpu_budget: 6}",
         )
         .unwrap();
         let endpoints = EndpointsBuilder::new(1);

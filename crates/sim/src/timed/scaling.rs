@@ -162,7 +162,12 @@ impl Autoscale {
             starting: self.starting(),
             draining: self.draining(),
         };
-        if self.timeline.last() != Some(&point) {
+        // A point only when something changed since the last.
+        let same = |last: &ScalingPoint| {
+            (last.desired, last.ready, last.starting, last.draining)
+                == (point.desired, point.ready, point.starting, point.draining)
+        };
+        if !self.timeline.last().is_some_and(same) {
             self.timeline.push(point);
         }
     }
