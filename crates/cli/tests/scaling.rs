@@ -144,3 +144,176 @@ fn scaling_settings_that_cannot_work_are_refused_by_flag() {
         assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
     }
 }
+
+/// Bursts a second apart, each between 0.3 s and 0.7 s into its second (after one request
+/// at 0, which starts the clocks), of `sizes[k]` requests in second `k`: counts per second
+/// that neither a replay's ticks nor a live router's, a second apart, can split differently.
+fn bursts(sizes: &[usize], name: &str) -> std::path::PathBuf {
+    let mut lines = vec![
+        "{\"timestamp\": 0, \"input_length\": 64, \"output_length\": 2, \"hash_ids\": [0]}"
+            .to_owned(),
+    ];
+    let mut id = 1;
+    for (second, &n) in sizes.iter().enumerate() {
+        for i in 0..n {
+            let ms = second * 1000 + 300 + 400 * i / n.max(1);
+            lines.push(format!(
+                "{{\"timestamp\": {ms}, \"input_length\": 64, \"output_length\": 2, \"hash_ids\": [{id}]}}"
+            ));
+            id += 1;
+        }
+    }
+    scratch_file(name, (lines.join("\n") + "\n").as_bytes())
+}
+
+/// The step function of `(time, value)` changes at `t`.
+fn value_at(changes: &[(f64, u64)], t: f64) -> Option<u64> {
+    changes
+        .iter()
+        .rev()
+        .find(|(at, _)| *at <= t + 1e-9)
+        .map(|(_, v)| *v)
+}
+
+/// The same scaler, the Planner's throughput rule (a decision from the arrivals alone),
+/// wants the same endpoint counts at the same ticks in a replay and under `serve` in front
+/// of `routerlab engine`s driven by the same trace at its own pace.
+#[test]
+fn serve_runs_the_scaler_a_replay_runs_and_wants_what_it_wanted() {
+    use support::server::ROUTERLAB;
+    let trace = bursts(&[3, 3, 9, 9, 5, 1], "bursts.jsonl");
+    let scaler = [
+        "--scaler",
+        "dynamo-planner",
+        "--scaler-config",
+        "{optimization_target: sla, throughput_adjustment_interval_s: 1, engine_rps: 2}",
+        "--scale-interval-s",
+        "1",
+        "--max-gpus",
+        "8",
+    ];
+    let mut args = vec!["--timing", "trace", "--endpoints", "2"];
+    args.extend_from_slice(&scaler);
+    let report = Replay::new("round-robin", &trace).args(&args).report();
+    let replayed: Vec<(f64, u64)> = report["timed"]["scaling"]["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["t_s"].as_f64().unwrap(), p["desired"].as_u64().unwrap()))
+        .collect();
+
+    let engines: Vec<_> = (0..2)
+        .map(|_| ROUTERLAB.start(&["engine", "--model-speedup", "200"]))
+        .collect();
+    let endpoints = format!("{},{}", engines[0].addr, engines[1].addr);
+    let mut serve = vec![
+        "serve",
+        "--endpoints",
+        &endpoints,
+        "--matcher",
+        "round-robin",
+    ];
+    serve.extend_from_slice(&scaler);
+    let router = ROUTERLAB.start(&serve);
+    let trace_arg = trace.to_string_lossy();
+    let output = routerlab(&["drive", "--url", &router.url(), "--trace", &trace_arg]);
+    assert!(output.status.success(), "{}", texts(&output).1);
+    // The last burst is in second 5: its tick is at 6 s from the first request.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let log = router.stderr();
+    let live: Vec<(f64, u64)> = log
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("scaler dynamo-planner: at ")?;
+            let (at, rest) = rest.split_once(" s desired ")?;
+            let (desired, _) = rest.split_once(' ')?;
+            Some((at.parse().ok()?, desired.parse().ok()?))
+        })
+        .collect();
+    assert!(!live.is_empty(), "{log}");
+    // 1 + 3 in second 0: 2; 3: 2; 9: 5; 9: 5; 5: 3; 1: 1.
+    let wanted = [2, 2, 5, 5, 3, 1];
+    for (k, want) in wanted.iter().enumerate() {
+        let t = (k + 1) as f64;
+        assert_eq!(
+            value_at(&replayed, t),
+            Some(*want),
+            "replay at {t} s: {replayed:?}"
+        );
+        assert_eq!(
+            value_at(&live, t),
+            Some(*want),
+            "serve at {t} s: {live:?}\n{log}"
+        );
+    }
+    let (_, metrics) = http(&router.addr, "GET", "/metrics", "");
+    assert!(
+        metrics.contains("routerlab_scaler_desired_endpoints{scaler=\"dynamo-planner\"} 1"),
+        "{metrics}"
+    );
+}
+
+/// The HPA on a step in load, worked out by hand from its documented rule: 2 requests a
+/// second for 30 s, then 20. The metric is the arrival rate per endpoint, target 4.
+#[test]
+fn the_hpa_follows_a_step_in_load_as_its_rule_says() {
+    let mut lines = Vec::new();
+    for i in 0..60u64 {
+        lines.push(25 + 500 * i);
+    }
+    for i in 0..600u64 {
+        lines.push(30_025 + 50 * i);
+    }
+    let text: String = lines
+        .iter()
+        .enumerate()
+        .map(|(id, ms)| {
+            format!("{{\"timestamp\": {ms}, \"input_length\": 64, \"output_length\": 2, \"hash_ids\": [{id}]}}\n")
+        })
+        .collect();
+    let trace = scratch_file("step.jsonl", text.as_bytes());
+    let report = Replay::new("round-robin", &trace)
+        .args(&[
+            "--timing",
+            "trace",
+            "--endpoints",
+            "1",
+            "--scaler",
+            "hpa",
+            "--scaler-config",
+            "{metric: arrival_rate, target: 4}",
+            "--startup-s",
+            "10",
+            "--max-gpus",
+            "16",
+        ])
+        .report();
+    let scaling = &report["timed"]["scaling"];
+    let points: Vec<(f64, u64, u64, u64)> = scaling["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let n = |k: &str| p[k].as_u64().unwrap();
+            (
+                p["t_s"].as_f64().unwrap(),
+                n("desired"),
+                n("ready"),
+                n("starting"),
+            )
+        })
+        .collect();
+    // 15 s and 30 s: 2/s over 1 endpoint is 0.5 of the target: ceil(0.5 × 1) = 1, no
+    // change. 45 s: 20/s is 5 times it: ceil(5 × 1) = 5, within the first scale-up's limit
+    // (max(2 × 1, 1 + 4) = 5); four start, ready 10 s later. 60 s: 20/s over 5 is on
+    // target.
+    assert_eq!(
+        points[..3],
+        [(0.0, 1, 1, 0), (45.0, 5, 1, 4), (55.0, 5, 5, 0)],
+        "{scaling:#}"
+    );
+    let starts = (scaling["events"].as_array().unwrap().iter())
+        .filter(|e| e["what"] == "start" && e["t_s"] == 45.0)
+        .count();
+    assert_eq!(starts, 4);
+}

@@ -32,6 +32,7 @@ pub use file::{
 pub use hop::{HOP_PRESETS, RouterHop};
 pub use policy::config_text;
 pub use resolve::{Run, TIMED_ONLY, arrivals, resolve, slo};
+pub use scaling::ScalerSpec;
 pub use serve::{DEFAULT_SCRAPE_INTERVAL_MS, SERVE_KEYS, Serving};
 
 /// The deadline on one plugin call unless one is given, in every command that calls

@@ -1,15 +1,47 @@
 //! A scaled fleet's description: the scaler and its settings (`scaler`, `scaler_config`,
 //! `scale_interval_s`, `startup_s`, `min_endpoints`, `max_gpus`), resolved into the
-//! scenario. The fleet then has one engine slot per endpoint the GPU ceiling allows,
-//! named as `endpoints` names them, of which `endpoints` serve at the start.
+//! scenario of a timed replay, or into `serve`'s settings. In a replay the fleet then has
+//! one engine slot per endpoint the GPU ceiling allows, named as `endpoints` names them, of
+//! which `endpoints` serve at the start.
 
 use routerlab_sim::scenario::Scenario;
 use routerlab_sim::timed::{MAX_CLOCK_NS, ScalingSettings};
+use serde::{Deserialize, Serialize};
+use serde_yaml::Mapping;
 
 use crate::{Experiment, ExperimentError};
 
-/// Resolves the scaling keys of `opts` into `scenario` (already resolved without them).
-pub(crate) fn apply(opts: &Experiment, scenario: &mut Scenario) -> Result<(), ExperimentError> {
+/// The scaler a description names, and how it is run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScalerSpec {
+    /// The scaler plugin.
+    pub name: String,
+    /// Its config (without the seed).
+    pub config: Mapping,
+    /// The tick, the start-up delay, the fleet's first size and floor, GPUs per endpoint.
+    #[serde(with = "SettingsDef")]
+    pub settings: ScalingSettings,
+    /// The most endpoints the GPU ceiling allows.
+    pub max_endpoints: u32,
+}
+
+/// [`ScalingSettings`]' fields, for serde (the sim crate has no serde).
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "ScalingSettings")]
+struct SettingsDef {
+    interval_ns: u64,
+    startup_ns: u64,
+    initial: u32,
+    min_endpoints: u32,
+    gpus_per_endpoint: u32,
+}
+
+/// The scaling keys of `opts`, checked, for a fleet of `initial` endpoints; `None` without
+/// a scaler (a scaling key without one is refused).
+pub(crate) fn spec(
+    opts: &Experiment,
+    initial: usize,
+) -> Result<Option<ScalerSpec>, ExperimentError> {
     let given = [
         ("scaler_config", opts.scaler_config.is_some()),
         ("scale_interval_s", opts.scale_interval_s.is_some()),
@@ -24,25 +56,15 @@ pub(crate) fn apply(opts: &Experiment, scenario: &mut Scenario) -> Result<(), Ex
                 key.replace('_', "-")
             )));
         }
-        return Ok(());
+        return Ok(None);
     };
-    let Some(timed) = scenario.timed.as_mut() else {
-        return Err(ExperimentError::invalid(
-            "--scaler sizes the fleet of a timed replay: add --timing trace",
-        ));
-    };
-    if scenario.pools.is_some() {
-        return Err(ExperimentError::invalid(
-            "--scaler: a disaggregated fleet's pools cannot be scaled yet (scale an aggregated fleet)",
-        ));
-    }
     let Some(max_gpus) = opts.max_gpus else {
         return Err(ExperimentError::invalid(
             "--scaler needs --max-gpus N, the GPU ceiling the fleet may grow to",
         ));
     };
     let tp = u64::from(opts.tensor_parallel_size.unwrap_or(1).max(1));
-    let initial = scenario.endpoints.len() as u64;
+    let initial = initial as u64;
     let slots = max_gpus / tp;
     if slots < initial || slots > routerlab_sim::MAX_ENDPOINTS as u64 {
         return Err(ExperimentError::invalid(format!(
@@ -71,10 +93,39 @@ pub(crate) fn apply(opts: &Experiment, scenario: &mut Scenario) -> Result<(), Ex
             "--min-endpoints must be from 1 to the {initial} endpoints the fleet starts with, not {min_endpoints}"
         )));
     }
-    let config = crate::resolve::plugin_config(opts.scaler_config.clone(), "scaler")?;
+    Ok(Some(ScalerSpec {
+        name: scaler.clone(),
+        config: crate::resolve::plugin_config(opts.scaler_config.clone(), "scaler")?,
+        settings: ScalingSettings {
+            interval_ns,
+            startup_ns,
+            initial: initial as u32,
+            min_endpoints: min_endpoints as u32,
+            gpus_per_endpoint: tp as u32,
+        },
+        max_endpoints: slots as u32,
+    }))
+}
+
+/// Resolves the scaling keys of `opts` into `scenario` (already resolved without them).
+pub(crate) fn apply(opts: &Experiment, scenario: &mut Scenario) -> Result<(), ExperimentError> {
+    let Some(spec) = spec(opts, scenario.endpoints.len())? else {
+        return Ok(());
+    };
+    let Some(timed) = scenario.timed.as_mut() else {
+        return Err(ExperimentError::invalid(
+            "--scaler sizes the fleet of a timed replay: add --timing trace",
+        ));
+    };
+    if scenario.pools.is_some() {
+        return Err(ExperimentError::invalid(
+            "--scaler: a disaggregated fleet's pools cannot be scaled yet (scale an aggregated fleet)",
+        ));
+    }
     // The slots beyond the first endpoints are named as a count names them.
-    let names = routerlab_sim::scenario::default_endpoints(slots as usize);
-    for name in names.into_iter().skip(initial as usize) {
+    let initial = scenario.endpoints.len();
+    let names = routerlab_sim::scenario::default_endpoints(spec.max_endpoints as usize);
+    for name in names.into_iter().skip(initial) {
         if scenario.endpoints.contains(&name) {
             return Err(ExperimentError::invalid(format!(
                 "--scaler: the endpoint `{name}` is both given and a slot the scaler may start"
@@ -88,13 +139,7 @@ pub(crate) fn apply(opts: &Experiment, scenario: &mut Scenario) -> Result<(), Ex
         .cloned()
         .expect("one engine per endpoint");
     timed.engines.resize(scenario.endpoints.len(), engine);
-    timed.scaling = Some(ScalingSettings {
-        interval_ns,
-        startup_ns,
-        initial: initial as u32,
-        min_endpoints: min_endpoints as u32,
-        gpus_per_endpoint: tp as u32,
-    });
-    scenario.scaler = Some((scaler.clone(), config));
+    timed.scaling = Some(spec.settings);
+    scenario.scaler = Some((spec.name, spec.config));
     Ok(())
 }

@@ -34,6 +34,11 @@ pub const SERVE_KEYS: &[&str] = &[
     "tensor_parallel_size",
     "expert_parallel_size",
     "gpu_memory_utilization",
+    "scaler",
+    "scaler_config",
+    "scale_interval_s",
+    "min_endpoints",
+    "max_gpus",
 ];
 
 /// Keys that describe the traffic a replay offers and how it is measured, not the router:
@@ -58,6 +63,7 @@ pub const TRAFFIC_KEYS: &[&str] = &[
     "max_line_bytes",
     "requests_out",
     "trace_block_size",
+    "startup_s",
 ];
 
 /// How often `serve` scrapes the engines' metrics unless told.
@@ -89,6 +95,8 @@ pub struct Serving {
     /// The engine model whose forecasts answer a simulating matcher's `predict`: the
     /// replay's first engine, from the same keys.
     pub engine: EngineConfig,
+    /// The scaler whose desired endpoint count `serve` publishes, if any.
+    pub scaler: Option<crate::ScalerSpec>,
 }
 
 impl Experiment {
@@ -195,6 +203,12 @@ impl Experiment {
             ));
         }
         let engine = self.engine_model()?;
+        let scaler = crate::scaling::spec(self, endpoints.len())?;
+        if scaler.is_some() && prefill.is_some() {
+            return Err(ExperimentError::invalid(
+                "--scaler: a disaggregated fleet's pools cannot be scaled yet (scale an aggregated fleet)",
+            ));
+        }
         Ok(Serving {
             matcher,
             matcher_config,
@@ -207,6 +221,7 @@ impl Experiment {
             plugin_timeout: Duration::from_millis(plugin_timeout_ms),
             metrics_interval: Duration::from_secs_f64(interval / 1e3),
             engine,
+            scaler,
         })
     }
 }

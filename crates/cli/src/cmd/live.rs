@@ -255,6 +255,15 @@ pub struct ServeFleetArgs {
     /// statuses plugins see [default: 500].
     #[arg(long, value_name = "MS")]
     pub metrics_interval_ms: Option<f64>,
+    /// With --scaler: seconds between its ticks, from the first request [default: 15].
+    #[arg(long, value_name = "S")]
+    pub scale_interval_s: Option<f64>,
+    /// With --scaler: the fewest endpoints it may ask for [default: 1].
+    #[arg(long, value_name = "N")]
+    pub min_endpoints: Option<u64>,
+    /// With --scaler: the GPU ceiling; endpoints take --tensor-parallel-size GPUs each.
+    #[arg(long, value_name = "N")]
+    pub max_gpus: Option<u64>,
     /// Engine settings over the preset, YAML (as replay's; the config `calibrate` fits,
     /// for one): the engine model whose forecasts, over the router's mirror of each
     /// engine, answer a simulating matcher's `predict` (in process only).
@@ -505,6 +514,22 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
         }
         _ => None,
     };
+    let scaling = match &serving.scaler {
+        Some(spec) => {
+            let config = routerlab_sim::scenario::with_seed(&spec.config, serving.seed);
+            let scaler = routerlab_host::load_scaler(&spec.name, &config, &SearchPath::from_env())
+                .map_err(Failure::Plugin)?;
+            Some(routerlab_live::serve::ServeScaling {
+                scaler,
+                interval: Duration::from_nanos(spec.settings.interval_ns),
+                min_endpoints: spec.settings.min_endpoints,
+                max_endpoints: spec.max_endpoints,
+                gpus_per_endpoint: spec.settings.gpus_per_endpoint,
+                deadline: serving.plugin_timeout,
+            })
+        }
+        None => None,
+    };
     let (listener, _) = bound(args.listen, "serve")?;
     let settings = ServeSettings {
         endpoints: serving.endpoints,
@@ -533,6 +558,7 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
             settings,
             plugins,
             decode_plugins,
+            scaling,
         ))
         .map_err(Failure::from)
 }

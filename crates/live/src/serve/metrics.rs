@@ -12,6 +12,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use super::kv_index::KvCounts;
 use prometheus_client::registry::Registry;
 
+use super::scaling::ScalerFigures;
 use super::state::{State, Upstream};
 
 /// Upper bounds of the decision-time buckets, seconds: 10 µs to 10 ms.
@@ -190,8 +191,49 @@ impl Collector for Counts {
     }
 }
 
+impl std::fmt::Debug for ScalerFigures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScalerFigures")
+            .field("name", &self.name)
+            .field("desired", &self.desired)
+            .field("ticks", &self.ticks)
+            .finish()
+    }
+}
+
+impl Collector for ScalerFigures {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let labels = [("scaler", self.name.as_str())];
+        // Before the first tick the scaler has wanted nothing yet: no sample.
+        if let Some(desired) = self.desired {
+            let gauge = ConstGauge::new(i64::from(desired));
+            let mut family = encoder.encode_descriptor(
+                "routerlab_scaler_desired_endpoints",
+                "the endpoints the scaler wants, as of its last tick",
+                None,
+                gauge.metric_type(),
+            )?;
+            gauge.encode(family.encode_family(&labels)?)?;
+        }
+        let ticks = ConstCounter::new(self.ticks);
+        let mut family = encoder.encode_descriptor(
+            "routerlab_scaler_ticks",
+            "times the scaler was asked",
+            None,
+            ticks.metric_type(),
+        )?;
+        ticks.encode(family.encode_family(&labels)?)?;
+        Ok(())
+    }
+}
+
 /// The text of `/metrics`: `state`'s counts, and `decisions`.
-pub(super) fn text(state: &State, matcher: &str, decisions: &Histogram) -> String {
+pub(super) fn text(
+    state: &State,
+    matcher: &str,
+    decisions: &Histogram,
+    scaler: Option<ScalerFigures>,
+) -> String {
     let counts = Counts {
         endpoints: state
             .upstreams
@@ -212,6 +254,9 @@ pub(super) fn text(state: &State, matcher: &str, decisions: &Histogram) -> Strin
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(counts));
+    if let Some(scaler) = scaler {
+        registry.register_collector(Box::new(scaler));
+    }
     registry.register(
         "routerlab_decision_seconds",
         "time the detector and matcher took",
@@ -254,7 +299,17 @@ mod tests {
         let decisions = decision_histogram();
         decisions.observe(20e-6);
         decisions.observe(1.0);
-        let text = text(&state, "/lib/my \"odd\"\\policy.so#p", &decisions);
+        let scaler = ScalerFigures {
+            name: "hpa".into(),
+            desired: Some(3),
+            ticks: 2,
+        };
+        let text = text(
+            &state,
+            "/lib/my \"odd\"\\policy.so#p",
+            &decisions,
+            Some(scaler),
+        );
         for line in [
             "routerlab_requests_total{endpoint=\"b:2\"} 7",
             "routerlab_requests_total{endpoint=\"a:1\"} 0",
@@ -265,6 +320,8 @@ mod tests {
             "routerlab_decision_seconds_bucket{le=\"+Inf\"} 2",
             "routerlab_decision_seconds_count 2",
             "# TYPE routerlab_retries counter",
+            "routerlab_scaler_desired_endpoints{scaler=\"hpa\"} 3",
+            "routerlab_scaler_ticks_total{scaler=\"hpa\"} 2",
             "# EOF",
         ] {
             assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");

@@ -30,11 +30,13 @@ mod pd;
 mod plugin_thread;
 mod plugins;
 mod routed;
+mod scaling;
 mod state;
 #[cfg(test)]
 mod tests;
 mod tracked;
 
+pub use scaling::ServeScaling;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -141,6 +143,10 @@ struct Shared {
     decisions: Histogram,
     /// Turns at the tokenizer ([`TOKENIZING_AT_ONCE`]).
     tokenizing: tokio::sync::Semaphore,
+    /// The scaler, when one runs.
+    scaling: Option<std::sync::Mutex<scaling::Scaling>>,
+    /// Told at the first request: the scaler's clock starts.
+    first_request: Arc<tokio::sync::Notify>,
 }
 
 impl Shared {
@@ -165,6 +171,18 @@ impl Shared {
     async fn pick(&self, routed: &Routed, tried: &[usize]) -> Result<usize, Refusal> {
         let mut state = self.lock().await;
         if tried.is_empty() {
+            if let Some(scaling) = &self.scaling {
+                let prompt = routerlab_trace::blocks::prompt_tokens(
+                    routerlab_core::Unit::Bytes,
+                    routed.prompt.len() as u64,
+                );
+                let first = (scaling.lock())
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .arrived(prompt, routed.output_tokens);
+                if first {
+                    self.first_request.notify_one();
+                }
+            }
             let started = Instant::now();
             let pick = state.decide(routed, self.now_ns(), self.settings.on_plugin_error);
             self.decisions.observe(started.elapsed().as_secs_f64());
@@ -221,12 +239,13 @@ impl Shared {
 
 /// Runs the router on `listener` (bound already) until the process ends; with
 /// `decode_plugins`, the decode pool's plugins of a disaggregated fleet (and `plugins` the
-/// prefill pool's).
+/// prefill pool's); with `scaling`, a scaler whose desired count it publishes.
 pub async fn run_on(
     listener: std::net::TcpListener,
     settings: ServeSettings,
     plugins: Plugins,
     decode_plugins: Option<Plugins>,
+    scaling: Option<ServeScaling>,
 ) -> Result<(), LiveError> {
     if settings.endpoints.is_empty() {
         return Err(LiveError::Settings(
@@ -260,7 +279,11 @@ pub async fn run_on(
             settings.kv_keys.clone(),
         )?);
     }
+    let scaling = scaling.map(scaling::Scaling::new);
+    let first_request = Arc::new(tokio::sync::Notify::new());
     let shared = Arc::new(Shared {
+        scaling: scaling.map(std::sync::Mutex::new),
+        first_request: first_request.clone(),
         settings,
         state: tokio::sync::Mutex::new(state),
         client,
@@ -271,6 +294,7 @@ pub async fn run_on(
         tokenizing: tokio::sync::Semaphore::new(TOKENIZING_AT_ONCE),
     });
     tokio::spawn(health::scrape_loop(shared.clone()));
+    tokio::spawn(scaling::tick_loop(shared.clone(), first_request));
     http::serve(listener, http::HEADER_READ_TIMEOUT, move |request| {
         let shared = shared.clone();
         async move { handle(shared, request).await }
@@ -301,10 +325,14 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
             ),
         },
         (&Method::GET, "/metrics") => {
-            let fresh = shared
-                .lock_within(STATUS_WAIT)
-                .await
-                .map(|state| metrics::text(&state, &shared.matcher, &shared.decisions));
+            let fresh = shared.lock_within(STATUS_WAIT).await.map(|state| {
+                let scaler = (shared.scaling.as_ref()).map(|s| {
+                    s.lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .figures()
+                });
+                metrics::text(&state, &shared.matcher, &shared.decisions, scaler)
+            });
             let mut last = shared
                 .last_metrics
                 .lock()

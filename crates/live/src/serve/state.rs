@@ -633,7 +633,7 @@ impl State {
     }
 
     /// Every endpoint in the fleet with its current figures, for the plugins to read.
-    fn loads(&self) -> Vec<(EndpointIndex, EndpointLoad)> {
+    pub(super) fn loads(&self) -> Vec<(EndpointIndex, EndpointLoad)> {
         self.upstreams
             .iter()
             .enumerate()

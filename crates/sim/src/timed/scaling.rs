@@ -167,8 +167,11 @@ impl Autoscale {
             (last.desired, last.ready, last.starting, last.draining)
                 == (point.desired, point.ready, point.starting, point.draining)
         };
-        if !self.timeline.last().is_some_and(same) {
-            self.timeline.push(point);
+        match self.timeline.last_mut() {
+            Some(last) if same(last) => {}
+            // Several changes at one instant are one point: the state after them all.
+            Some(last) if last.t_s == point.t_s => *last = point,
+            _ => self.timeline.push(point),
         }
     }
 
