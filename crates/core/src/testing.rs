@@ -42,6 +42,32 @@ pub fn create_detector<D: Detector>(config: &str) -> Result<D, String> {
     Ok(detector)
 }
 
+/// An aggregated pool of `endpoints`, all serving, kept between 1 and 16 endpoints of one
+/// GPU, with no traffic observed: what a scaler's unit test starts from (`Pool { ready: 2,
+/// arrivals: 30, ..pool(&endpoints) }`).
+pub fn pool(endpoints: &EndpointsBuilder) -> crate::Pool<'_> {
+    let view = endpoints.view();
+    crate::Pool {
+        role: Role::Aggregated,
+        ready: view.len() as u32,
+        starting: 0,
+        draining: 0,
+        min_endpoints: 1,
+        max_endpoints: 16,
+        gpus_per_endpoint: 1,
+        waiting_at_router: 0,
+        arrivals: 0,
+        finished: 0,
+        prompt_tokens_mean: 0.0,
+        output_tokens_mean: 0.0,
+        ttft_mean_ms: 0.0,
+        tpot_mean_ms: 0.0,
+        hit_ratio: 0.0,
+        slo_attainment: None,
+        endpoints: view,
+    }
+}
+
 /// Builds scaler `S` from `config` as the SDK does, unknown keys rejected.
 pub fn create_scaler<S: crate::Scaler>(config: &str) -> Result<S, String> {
     let mut config = PluginConfig::parse(config)?;

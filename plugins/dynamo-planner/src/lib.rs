@@ -227,7 +227,7 @@ routerlab_core::export_plugins! {
 
 #[cfg(test)]
 mod tests {
-    use routerlab_core::testing::{EndpointsBuilder, create_scaler};
+    use routerlab_core::testing::{self, EndpointsBuilder, create_scaler};
     use routerlab_core::{Pool, Role, Scaler, Tick};
 
     use super::DynamoPlanner;
@@ -236,21 +236,8 @@ mod tests {
         Pool {
             role,
             ready,
-            starting: 0,
-            draining: 0,
-            min_endpoints: 1,
-            max_endpoints: 16,
-            gpus_per_endpoint: 1,
-            waiting_at_router: 0,
             arrivals,
-            finished: 0,
-            prompt_tokens_mean: 0.0,
-            output_tokens_mean: 0.0,
-            ttft_mean_ms: 0.0,
-            tpot_mean_ms: 0.0,
-            hit_ratio: 0.0,
-            slo_attainment: None,
-            endpoints: endpoints.view(),
+            ..testing::pool(endpoints)
         }
     }
 

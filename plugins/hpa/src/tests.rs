@@ -1,30 +1,17 @@
 //! The HPA rule on hand-computed cases.
 
-use routerlab_core::testing::{EndpointsBuilder, create_scaler};
-use routerlab_core::{Pool, Role, Scaler, Tick};
+use routerlab_core::testing::{self, EndpointsBuilder, create_scaler};
+use routerlab_core::{Pool, Scaler, Tick};
 
 use super::HpaScaler;
 
-/// A pool of `ready` serving endpoints, each running `running`, with `starting` more.
-fn pool<'a>(endpoints: &'a EndpointsBuilder, ready: u32, starting: u32) -> Pool<'a> {
+/// A pool of `ready` serving endpoints with `starting` more, at most 20.
+fn pool(endpoints: &EndpointsBuilder, ready: u32, starting: u32) -> Pool<'_> {
     Pool {
-        role: Role::Aggregated,
         ready,
         starting,
-        draining: 0,
-        min_endpoints: 1,
         max_endpoints: 20,
-        gpus_per_endpoint: 1,
-        waiting_at_router: 0,
-        arrivals: 0,
-        finished: 0,
-        prompt_tokens_mean: 0.0,
-        output_tokens_mean: 0.0,
-        ttft_mean_ms: 0.0,
-        tpot_mean_ms: 0.0,
-        hit_ratio: 0.0,
-        slo_attainment: None,
-        endpoints: endpoints.view(),
+        ..testing::pool(endpoints)
     }
 }
 

@@ -81,8 +81,8 @@ routerlab_core::export_plugins! {
 
 #[cfg(test)]
 mod tests {
-    use routerlab_core::testing::{EndpointsBuilder, create_scaler};
-    use routerlab_core::{Pool, Role, Scaler, Tick};
+    use routerlab_core::testing::{self, EndpointsBuilder, create_scaler};
+    use routerlab_core::{Pool, Scaler, Tick};
 
     use super::KedaQueue;
 
@@ -91,23 +91,11 @@ mod tests {
             now_ns: now_s * 1_000_000_000,
             interval_ns: 15_000_000_000,
             pools: vec![Pool {
-                role: Role::Aggregated,
                 ready,
-                starting: 0,
-                draining: 0,
-                min_endpoints: 1,
                 max_endpoints: 8,
                 gpus_per_endpoint: 2,
                 waiting_at_router: at_router,
-                arrivals: 0,
-                finished: 0,
-                prompt_tokens_mean: 0.0,
-                output_tokens_mean: 0.0,
-                ttft_mean_ms: 0.0,
-                tpot_mean_ms: 0.0,
-                hit_ratio: 0.0,
-                slo_attainment: None,
-                endpoints: endpoints.view(),
+                ..testing::pool(endpoints)
             }],
         }
     }

@@ -151,7 +151,7 @@ pub fn replay_timed(
     let sharing = sharing::of_workload(workload);
     let mut sim = loaded(workload, &sharing, replicas, settings, observer, 0)?;
     sim.run(replicas)?;
-    Ok(routerlab_report::checked(sim.report(replicas)))
+    Ok(routerlab_report::checked(sim.report()))
 }
 
 /// A run of the loaded `workload` (`sharing` its [`sharing::of_workload`]), its clock's

@@ -2,13 +2,12 @@
 
 use routerlab_engine::HostCache;
 use routerlab_report::{EndpointTimed, HostTierTimed, Report, TimedReport, round6};
-use routerlab_route::Replicas;
 
 use super::{Sim, agentic};
 
 impl Sim<'_> {
-    pub(super) fn report(self, replicas: &Replicas) -> Report {
-        let _ = replicas;
+    /// The run's report, once it is over.
+    pub(super) fn report(self) -> Report {
         let stats = self.stats;
         let mut report = stats.base.finish();
         let end = stats.latency.end_ns();

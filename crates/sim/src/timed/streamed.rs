@@ -125,7 +125,7 @@ pub fn replay_timed_streamed(
             sim.events = Events::streamed();
             sim.sharing = Some(&sharing);
             sim.run(replicas)?;
-            Ok::<_, SimError>(Some(routerlab_report::checked(sim.report(replicas))))
+            Ok::<_, SimError>(Some(routerlab_report::checked(sim.report())))
         };
         let report = run();
         stop.store(true, Ordering::Relaxed);

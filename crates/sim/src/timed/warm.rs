@@ -41,5 +41,5 @@ pub fn replay_timed_warm(
     sim.fleet = fleet;
     sim.lagged = lagged;
     sim.run(replicas)?;
-    Ok(routerlab_report::checked(sim.report(replicas)))
+    Ok(routerlab_report::checked(sim.report()))
 }
