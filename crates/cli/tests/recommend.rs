@@ -312,3 +312,51 @@ fn shards_merge_into_one_ranking_and_a_wrong_set_is_refused_by_name() {
         texts(&out).1
     );
 }
+
+/// A fleet a scaler sizes costs the GPUs it held on average (its replay's
+/// `timed.scaling.mean_endpoints`), not its ceiling, so it can win against a fixed fleet.
+#[test]
+fn a_scaled_candidate_costs_the_gpus_it_held_on_average() {
+    let trace = project_trace("mooncake-sessions.jsonl");
+    let text = format!(
+        "trace: {}\ntiming: trace\nengine: {{preset: dynamo}}\nslo_ttft_ms: 60\npolicy: round-robin\n\
+         search:\n  variant: {{choice: [{{endpoints: 4}}, {{endpoints: 1, scaler: hpa, max_gpus: 8, startup_s: 0, scaler_config: {{metric: inflight, target: 2}}}}]}}\n\
+         objective: {{goal: lowest, metric: ttft_mean_ms}}\n",
+        trace.display()
+    );
+    let file = scratch_file("scaled-variant.yaml", text.as_bytes());
+    let out = routerlab(&["recommend", file.to_str().unwrap(), "--sampler", "grid"]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    let scaled = rows(&stdout)
+        .into_iter()
+        .find(|(_, _, name)| name.contains("scaler"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let report = support::Replay::new("round-robin", &trace)
+        .args(&[
+            "--timing",
+            "trace",
+            "--engine",
+            "dynamo",
+            "--slo-ttft-ms",
+            "60",
+            "--endpoints",
+            "1",
+            "--scaler",
+            "hpa",
+            "--max-gpus",
+            "8",
+            "--scaler-config",
+            "{metric: inflight, target: 2}",
+        ])
+        .report();
+    let mean = report["timed"]["scaling"]["mean_endpoints"]
+        .as_f64()
+        .unwrap();
+    assert!(mean > 1.0 && mean < 8.0, "{mean}");
+    assert!(
+        (scaled.0 - mean).abs() < 0.006,
+        "{} against {mean}: {stdout}",
+        scaled.0
+    );
+}

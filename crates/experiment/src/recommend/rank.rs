@@ -22,9 +22,20 @@ pub struct Trial {
     pub over_budget: bool,
 }
 
-/// What the objective reads of a report.
+/// What the objective reads of a report of a candidate of `gpus` GPUs costing `cost`. A
+/// scaled fleet costs the GPUs it held on average over its run, and its goodput is per those
+/// (`gpus` is then its ceiling).
 pub fn measured(report: &Report, gpus: u64, cost: f64) -> Measured {
     let timed = report.timed.as_ref();
+    let held = match timed.and_then(|t| t.scaling.as_ref()) {
+        Some(s) if gpus > 0 => s.mean_endpoints * f64::from(s.gpus_per_endpoint),
+        _ => gpus as f64,
+    };
+    let cost = if gpus > 0 {
+        cost * held / gpus as f64
+    } else {
+        cost
+    };
     let slo = timed.and_then(|t| t.slo.as_ref());
     let makespan = timed.map_or(0.0, |t| t.makespan_s);
     let good = slo.map_or(0, |s| s.met);
@@ -37,8 +48,8 @@ pub fn measured(report: &Report, gpus: u64, cost: f64) -> Measured {
             .map(|l| [l.p50, l.p90, l.p99]),
         ttft_mean_ms: timed.and_then(|t| t.ttft.as_ref()).map(|l| l.mean),
         e2e_p90_ms: timed.and_then(|t| t.e2e.as_ref()).map(|l| l.p90),
-        goodput_per_gpu: if makespan > 0.0 && gpus > 0 && timed.is_some_and(|t| t.e2e.is_some()) {
-            good as f64 / makespan / gpus as f64
+        goodput_per_gpu: if makespan > 0.0 && held > 0.0 && timed.is_some_and(|t| t.e2e.is_some()) {
+            good as f64 / makespan / held
         } else {
             0.0
         },
