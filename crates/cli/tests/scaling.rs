@@ -317,3 +317,72 @@ fn the_hpa_follows_a_step_in_load_as_its_rule_says() {
         .count();
     assert_eq!(starts, 4);
 }
+
+/// A disaggregated fleet's pools scale apart within the GPU ceiling they share: the
+/// Planner's throughput rule sizes each by its own engine rate and shrinks both to its budget.
+#[test]
+fn prefill_and_decode_pools_scale_apart_within_one_ceiling() {
+    let trace = steady_trace("pools");
+    let report = Replay::new("round-robin", &trace)
+        .args(&[
+            "--timing",
+            "trace",
+            "--prefill-endpoints",
+            "1",
+            "--decode-endpoints",
+            "1",
+            "--scaler",
+            "dynamo-planner",
+            "--scaler-config",
+            "{optimization_target: sla, throughput_adjustment_interval_s: 10, prefill_engine_rps: 2, decode_engine_rps: 4}",
+            "--scale-interval-s",
+            "10",
+            "--max-gpus",
+            "8",
+        ])
+        .report();
+    let scaling = &report["timed"]["scaling"];
+    // At 10 s: 20 requests/s asks for 10 prefill and 5 decode endpoints, 15 GPUs over the
+    // budget of 8: prefill floor(10 × 8/15) = 5, decode the 3 left.
+    let at_10 = scaling["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["t_s"] == 10.0)
+        .unwrap_or_else(|| panic!("{scaling:#}"));
+    let pools: Vec<(String, u64, u64)> = at_10["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let n = |k: &str| p[k].as_u64().unwrap();
+            (
+                p["pool"].as_str().unwrap().to_owned(),
+                n("desired"),
+                n("ready") + n("starting"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        pools,
+        [("prefill".to_owned(), 5, 5), ("decode".to_owned(), 3, 3)],
+        "{scaling:#}"
+    );
+    let started: Vec<&str> = (scaling["events"].as_array().unwrap().iter())
+        .filter(|e| e["what"] == "start")
+        .map(|e| e["endpoint"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        started,
+        [
+            "prefill-1",
+            "prefill-2",
+            "prefill-3",
+            "prefill-4",
+            "decode-1",
+            "decode-2"
+        ]
+    );
+    // Every request was served, by both pools.
+    assert_eq!(report["timed"]["pools"]["decode"]["requests"], 600);
+}

@@ -34,6 +34,8 @@ struct SettingsDef {
     initial: u32,
     min_endpoints: u32,
     gpus_per_endpoint: u32,
+    prefill: Option<(u32, u32)>,
+    max_endpoints: u32,
 }
 
 /// The scaling keys of `opts`, checked, for a fleet of `initial` endpoints; `None` without
@@ -102,6 +104,8 @@ pub(crate) fn spec(
             initial: initial as u32,
             min_endpoints: min_endpoints as u32,
             gpus_per_endpoint: tp as u32,
+            prefill: None,
+            max_endpoints: slots as u32,
         },
         max_endpoints: slots as u32,
     }))
@@ -109,7 +113,7 @@ pub(crate) fn spec(
 
 /// Resolves the scaling keys of `opts` into `scenario` (already resolved without them).
 pub(crate) fn apply(opts: &Experiment, scenario: &mut Scenario) -> Result<(), ExperimentError> {
-    let Some(spec) = spec(opts, scenario.endpoints.len())? else {
+    let Some(mut spec) = spec(opts, scenario.endpoints.len())? else {
         return Ok(());
     };
     let Some(timed) = scenario.timed.as_mut() else {
@@ -117,28 +121,63 @@ pub(crate) fn apply(opts: &Experiment, scenario: &mut Scenario) -> Result<(), Ex
             "--scaler sizes the fleet of a timed replay: add --timing trace",
         ));
     };
-    if scenario.pools.is_some() {
-        return Err(ExperimentError::invalid(
-            "--scaler: a disaggregated fleet's pools cannot be scaled yet (scale an aggregated fleet)",
-        ));
-    }
-    // The slots beyond the first endpoints are named as a count names them.
-    let initial = scenario.endpoints.len();
-    let names = routerlab_sim::scenario::default_endpoints(spec.max_endpoints as usize);
-    for name in names.into_iter().skip(initial) {
-        if scenario.endpoints.contains(&name) {
-            return Err(ExperimentError::invalid(format!(
-                "--scaler: the endpoint `{name}` is both given and a slot the scaler may start"
-            )));
+    let ceiling = spec.max_endpoints as usize;
+    let min = spec.settings.min_endpoints as usize;
+    let given = std::mem::take(&mut scenario.endpoints);
+    // Slot names beyond the given endpoints, as a count names them, never a given one.
+    let named = |names: Vec<String>, from: usize| -> Result<Vec<String>, ExperimentError> {
+        let mut out = Vec::new();
+        for name in names.into_iter().skip(from) {
+            if given.contains(&name) {
+                return Err(ExperimentError::invalid(format!(
+                    "--scaler: the endpoint `{name}` is both given and a slot the scaler may start"
+                )));
+            }
+            out.push(name);
         }
-        scenario.endpoints.push(name);
+        Ok(out)
+    };
+    match scenario.pools.as_mut() {
+        None => {
+            let extra = named(
+                routerlab_sim::scenario::default_endpoints(ceiling),
+                given.len(),
+            )?;
+            scenario.endpoints = given;
+            scenario.endpoints.extend(extra);
+            let engine = timed
+                .engines
+                .last()
+                .cloned()
+                .expect("one engine per endpoint");
+            timed.engines.resize(scenario.endpoints.len(), engine);
+        }
+        Some(pools) => {
+            // Each pool may grow until the other is at its floor.
+            let (p, d) = (pools.prefill, given.len() - pools.prefill);
+            if p < min || d < min {
+                return Err(ExperimentError::invalid(format!(
+                    "--min-endpoints {min} is kept in each pool: the fleet starts with {p} prefill and {d} decode endpoints"
+                )));
+            }
+            let (p_slots, d_slots) = ((ceiling - min).max(p), (ceiling - min).max(d));
+            let slot_names = |role: &str, n: usize| (0..n).map(|i| format!("{role}-{i}")).collect();
+            let prefill_extra = named(slot_names("prefill", p_slots), p)?;
+            let decode_extra = named(slot_names("decode", d_slots), d)?;
+            let (prefill_engine, decode_engine) =
+                (timed.engines[0].clone(), timed.engines[p].clone());
+            scenario.endpoints = (given[..p].iter().cloned())
+                .chain(prefill_extra)
+                .chain(given[p..].iter().cloned())
+                .chain(decode_extra)
+                .collect();
+            timed.engines = std::iter::repeat_n(prefill_engine, p_slots)
+                .chain(std::iter::repeat_n(decode_engine, d_slots))
+                .collect();
+            pools.prefill = p_slots;
+            spec.settings.prefill = Some((p_slots as u32, p as u32));
+        }
     }
-    let engine = timed
-        .engines
-        .last()
-        .cloned()
-        .expect("one engine per endpoint");
-    timed.engines.resize(scenario.endpoints.len(), engine);
     timed.scaling = Some(spec.settings);
     scenario.scaler = Some((spec.name, spec.config));
     Ok(())

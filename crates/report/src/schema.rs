@@ -265,7 +265,7 @@ pub struct ScalingReport {
     pub startup_s: f64,
     /// GPUs one endpoint takes.
     pub gpus_per_endpoint: u32,
-    /// The ceiling: endpoints the GPUs allow.
+    /// The ceiling: endpoints the GPUs allow, the pools together.
     pub max_endpoints: u32,
     /// GPU-hours the endpoints held (starting, serving and draining) from the run's start
     /// to its end: the last finish, or the last change to the fleet after it.
@@ -294,6 +294,24 @@ pub struct ScalingPoint {
     /// Endpoints starting.
     pub starting: u32,
     /// Endpoints draining.
+    pub draining: u32,
+    /// A disaggregated fleet's pools, each on its own (absent for an aggregated one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<PoolPoint>,
+}
+
+/// One pool's size at one time.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PoolPoint {
+    /// `prefill` or `decode`.
+    pub pool: String,
+    /// What the scaler wanted of it then.
+    pub desired: u32,
+    /// Its endpoints serving.
+    pub ready: u32,
+    /// Starting.
+    pub starting: u32,
+    /// Draining.
     pub draining: u32,
 }
 

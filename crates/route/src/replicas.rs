@@ -133,6 +133,12 @@ impl Replicas {
         self
     }
 
+    /// Every router: each replica's (of the prefill pool when disaggregated), then each
+    /// replica's decode-pool router.
+    pub fn all_routers_mut(&mut self) -> impl Iterator<Item = &mut Router> {
+        self.routers.iter_mut().chain(self.decode.iter_mut())
+    }
+
     /// The scaler's plugin name, when the fleet has one.
     pub fn scaler_name(&self) -> Option<&str> {
         self.scaler.as_ref().map(|s| s.name())

@@ -99,11 +99,16 @@ pub(super) fn validate(replicas: &Replicas, settings: &TimedSettings) -> Result<
     }
     if let Some(scaling) = &settings.scaling {
         let slots = n as u64;
-        let problem = if replicas.is_disaggregated() {
-            Some(
-                "a disaggregated fleet's pools cannot be scaled yet (scale an aggregated fleet)"
-                    .to_owned(),
-            )
+        let prefill_slots = replicas.pools().map(|p| p.prefill as u64);
+        let problem = if prefill_slots != scaling.prefill.map(|(p, _)| u64::from(p)) {
+            Some("the scaling settings' prefill slots are not the fleet's prefill pool".to_owned())
+        } else if u64::from(scaling.max_endpoints) > slots
+            || scaling.max_endpoints < scaling.initial
+        {
+            Some(format!(
+                "a ceiling of {} endpoints for {slots} slots and {} at the start",
+                scaling.max_endpoints, scaling.initial
+            ))
         } else if replicas.scaler_name().is_none() {
             Some("scaling settings without a scaler".to_owned())
         } else if scaling.interval_ns == 0 {

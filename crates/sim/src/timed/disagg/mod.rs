@@ -35,7 +35,7 @@ enum Pick {
     Nothing,
     /// The endpoint chosen could never hold it (counted as too long).
     TooLong,
-    /// This list position took it.
+    /// This engine slot took it.
     At(usize),
 }
 
@@ -142,7 +142,7 @@ impl Sim<'_> {
         self.pd.as_mut().expect("a disaggregated run")
     }
 
-    /// Whether list position `pos` is in the prefill pool.
+    /// Whether engine slot `pos` is in the prefill pool (its slots come first).
     pub(super) fn is_prefill_pos(&self, pos: usize) -> bool {
         self.pd.as_ref().is_some_and(|pd| pos < pd.pools.prefill)
     }
@@ -217,9 +217,10 @@ impl Sim<'_> {
         };
         let decision = self.decide_with(router, index, now)?;
         self.requests[index].constrained |= decision.constrained;
-        let Some(ListPos(pos)) = decision.endpoint else {
+        let Some(ListPos(listed)) = decision.endpoint else {
             return Ok(Pick::Nothing);
         };
+        let pos = self.listed[listed];
         // A prefill holds the prompt and one token; a decode the prompt and the output.
         let holds = if phase == Phase::Prefill {
             1
@@ -233,7 +234,7 @@ impl Sim<'_> {
         }
         if !decision.learned {
             router
-                .learn(&self.data(index, now, None), ListPos(pos))
+                .learn(&self.data(index, now, None), ListPos(listed))
                 .map_err(self.plugin_error(index))?;
         }
         let flags = router.unavailable().to_vec();
@@ -294,9 +295,10 @@ impl Sim<'_> {
     ) -> Result<(), SimError> {
         let index = sequence.request;
         let r = self.requests[index].replica;
+        let listed = self.pos_of[pos].expect("an engine at work is listed");
         replicas
             .router_mut(r)
-            .complete(&self.data(index, now, None), ListPos(pos))
+            .complete(&self.data(index, now, None), ListPos(listed))
             .map_err(self.plugin_error(index))?;
         if let Some(tiers) = &mut self.stats.tiers {
             tiers.add(&sequence);
