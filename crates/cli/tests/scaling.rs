@@ -386,3 +386,45 @@ fn prefill_and_decode_pools_scale_apart_within_one_ceiling() {
     // Every request was served, by both pools.
     assert_eq!(report["timed"]["pools"]["decode"]["requests"], 600);
 }
+
+/// Saved runs of one policy under two scalers compare side by side, each labelled by its
+/// scaler, with the GPU-hours each fleet held.
+#[test]
+fn compare_puts_two_scalers_side_by_side_with_their_gpu_hours() {
+    let trace = steady_trace("compare");
+    let mut saved = Vec::new();
+    for (scaler, config) in [
+        (
+            "dynamo-planner",
+            "{optimization_target: sla, throughput_adjustment_interval_s: 10, engine_rps: 4}",
+        ),
+        ("hpa", "{metric: arrival_rate, target: 10}"),
+    ] {
+        let report = Replay::new("round-robin", &trace)
+            .args(&["--timing", "trace", "--endpoints", "1", "--max-gpus", "8"])
+            .args(&[
+                "--scale-interval-s",
+                "10",
+                "--scaler",
+                scaler,
+                "--scaler-config",
+                config,
+            ])
+            .args(&["--format", "json"])
+            .stdout();
+        saved.push(scratch_file(&format!("compare-{scaler}.json"), &report));
+    }
+    let (a, b) = (saved[0].to_string_lossy(), saved[1].to_string_lossy());
+    let output = routerlab(&["compare", "--from", &a, &b]);
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    let header = stdout.lines().next().unwrap_or_default();
+    assert!(
+        header.contains("round-robin ~ dynamo-planner") && header.contains("round-robin ~ hpa"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.lines().any(|l| l.starts_with("GPU-hours")),
+        "{stdout}"
+    );
+}

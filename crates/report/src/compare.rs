@@ -116,6 +116,18 @@ pub const METRICS: &[Metric] = &[
     metric("timed.slo.ttft_met", "met the TTFT target", Better::Higher),
     metric("timed.slo.tpot_met", "met the TPOT target", Better::Higher),
     metric("timed.router_queued", "waited at the router", Better::Lower),
+    // A scaled fleet (present only when a scaler sized it).
+    metric("timed.scaling.gpu_hours", "GPU-hours", Better::Lower),
+    metric(
+        "timed.scaling.mean_endpoints",
+        "endpoints held, mean",
+        Better::Lower,
+    ),
+    metric(
+        "timed.scaling.waited_for_capacity",
+        "arrived while starting",
+        Better::Lower,
+    ),
     metric("timed.too_long", "too long for an engine", Better::Lower),
     // KV tiers (present only when an engine has a host or shared tier).
     metric(

@@ -276,13 +276,17 @@ fn read_saved(path: &Path) -> Result<Vec<Entry>, Failure> {
         return Ok(comparison.policies);
     }
     let report: Report = serde_yaml::from_value(tree).map_err(bad)?;
-    let label = report.run.as_ref().map_or_else(
+    let mut label = report.run.as_ref().map_or_else(
         || {
             path.file_stem()
                 .map_or_else(String::new, |s| s.to_string_lossy().into_owned())
         },
         label_of_run,
     );
+    // A fleet a scaler sized is that scaler's as much as the policy's.
+    if let Some(scaling) = report.timed.as_ref().and_then(|t| t.scaling.as_ref()) {
+        label = format!("{label} ~ {}", scaling.scaler);
+    }
     Ok(vec![Entry { label, report }])
 }
 
