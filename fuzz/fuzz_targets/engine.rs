@@ -149,6 +149,7 @@ fuzz_target!(|data: &[u8]| {
                 TransferMode::Missing
             },
         },
+        scaling: None,
     };
     let library = ROUND_ROBIN.get_or_init(|| {
         // The built-in plugins of the workspace's debug build (`cargo build` first). Found
