@@ -31,6 +31,6 @@ pub use pick::{pick_min, pick_uniform};
 pub use pod_index::PodPrefixIndex;
 pub use rate::RateWindow;
 pub use ring::HashRing;
-pub use scaling::{Behavior, Hpa};
+pub use scaling::{Behavior, Hpa, HpaPools};
 pub use threshold::flag_where;
 pub use trie::PrefixTrie;

@@ -8,7 +8,7 @@
 //! `calculateScaleUpLimitWithScalingRules`, `calculateScaleDownLimitWithBehaviors`) and
 //! `replica_calculator.go` (the tolerance, unready pods counted as idle on a scale-up).
 
-use routerlab_core::PluginConfig;
+use routerlab_core::{PluginConfig, Pool, Tick};
 
 use crate::duration::seconds_ns;
 
@@ -214,4 +214,46 @@ impl Hpa {
 /// `ceil(x)` as a replica count: at least 0, at most `u32::MAX`.
 fn ceil_u32(x: f64) -> u32 {
     x.ceil().clamp(0.0, f64::from(u32::MAX)) as u32
+}
+
+/// One [`Hpa`] per pool of a scaler's ticks, each made when its pool first appears.
+#[derive(Debug, Clone)]
+pub struct HpaPools {
+    behavior: Behavior,
+    pools: Vec<Hpa>,
+}
+
+impl HpaPools {
+    /// No pool seen yet.
+    pub fn new(behavior: Behavior) -> HpaPools {
+        HpaPools {
+            behavior,
+            pools: Vec::new(),
+        }
+    }
+
+    /// Each pool's HPA scales it to what `recommend` (given that HPA and the pool) asks
+    /// for, into `desired`; `None` leaves the pool as it is.
+    pub fn scale(
+        &mut self,
+        tick: &Tick<'_>,
+        desired: &mut [u32],
+        mut recommend: impl FnMut(&Hpa, &Pool<'_>) -> Option<u32>,
+    ) {
+        while self.pools.len() < tick.pools.len() {
+            self.pools.push(Hpa::new(self.behavior.clone()));
+        }
+        for ((hpa, pool), desired) in self.pools.iter_mut().zip(&tick.pools).zip(desired) {
+            let Some(recommendation) = recommend(hpa, pool) else {
+                continue;
+            };
+            *desired = hpa.decide(
+                tick.now_ns,
+                pool.current(),
+                recommendation,
+                pool.min_endpoints,
+                pool.max_endpoints,
+            );
+        }
+    }
 }

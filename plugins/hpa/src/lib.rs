@@ -9,7 +9,7 @@
 //! `scale_up_pods`, `scale_up_period_s`, `scale_down_percent`, `scale_down_period_s`.
 
 use routerlab_core::{PluginConfig, Pool, Scaler, Tick};
-use routerlab_policy_kit::{Behavior, Hpa};
+use routerlab_policy_kit::{Behavior, HpaPools};
 
 /// What the HPA averages over the serving endpoints.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -25,16 +25,14 @@ enum Metric {
 pub struct HpaScaler {
     metric: Metric,
     target: f64,
-    behavior: Behavior,
-    /// Per pool, its HPA's memory (made on the first tick).
-    pools: Vec<Hpa>,
+    pools: HpaPools,
 }
 
-impl HpaScaler {
+impl Metric {
     /// The metric summed over `pool`'s serving endpoints.
-    fn total(&self, pool: &Pool<'_>, interval_ns: u64) -> f64 {
+    fn total(self, pool: &Pool<'_>, interval_ns: u64) -> f64 {
         let each = pool.endpoints.iter();
-        match self.metric {
+        match self {
             Metric::Running => each.map(|e| e.running() as f64).sum(),
             Metric::Waiting => each.map(|e| e.waiting() as f64).sum(),
             Metric::Inflight => each.map(|e| (e.running() + e.waiting()) as f64).sum(),
@@ -66,31 +64,17 @@ impl Scaler for HpaScaler {
         Ok(HpaScaler {
             metric,
             target,
-            behavior: Behavior::from_config(config)?,
-            pools: Vec::new(),
+            pools: HpaPools::new(Behavior::from_config(config)?),
         })
     }
 
     fn scale(&mut self, tick: &Tick<'_>, desired: &mut [u32]) -> Result<(), String> {
-        while self.pools.len() < tick.pools.len() {
-            self.pools.push(Hpa::new(self.behavior.clone()));
-        }
-        for (i, pool) in tick.pools.iter().enumerate() {
-            let total = self.total(pool, tick.interval_ns);
-            let hpa = &mut self.pools[i];
-            // No serving endpoint yet: nothing to average, the HPA waits.
-            let Some(recommendation) = hpa.recommend(total, self.target, pool.ready, pool.starting)
-            else {
-                continue;
-            };
-            desired[i] = hpa.decide(
-                tick.now_ns,
-                pool.current(),
-                recommendation,
-                pool.min_endpoints,
-                pool.max_endpoints,
-            );
-        }
+        let (metric, target) = (self.metric, self.target);
+        // No serving endpoint yet: nothing to average, the HPA waits.
+        self.pools.scale(tick, desired, |hpa, pool| {
+            let total = metric.total(pool, tick.interval_ns);
+            hpa.recommend(total, target, pool.ready, pool.starting)
+        });
         Ok(())
     }
 }

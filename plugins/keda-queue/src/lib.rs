@@ -10,14 +10,13 @@
 //! behaviour keys (`tolerance`, `scale_up_stabilization_s`, ...; see `hpa`).
 
 use routerlab_core::{PluginConfig, Scaler, Tick};
-use routerlab_policy_kit::{Behavior, Hpa};
+use routerlab_policy_kit::{Behavior, HpaPools};
 
 /// KEDA's queue rule, one HPA per pool.
 pub struct KedaQueue {
     threshold: f64,
     activation: f64,
-    behavior: Behavior,
-    pools: Vec<Hpa>,
+    pools: HpaPools,
 }
 
 impl Scaler for KedaQueue {
@@ -37,37 +36,22 @@ impl Scaler for KedaQueue {
         Ok(KedaQueue {
             threshold,
             activation,
-            behavior: Behavior::from_config(config)?,
-            pools: Vec::new(),
+            pools: HpaPools::new(Behavior::from_config(config)?),
         })
     }
 
     fn scale(&mut self, tick: &Tick<'_>, desired: &mut [u32]) -> Result<(), String> {
-        while self.pools.len() < tick.pools.len() {
-            self.pools.push(Hpa::new(self.behavior.clone()));
-        }
-        for (i, pool) in tick.pools.iter().enumerate() {
+        let (threshold, activation) = (self.threshold, self.activation);
+        self.pools.scale(tick, desired, |hpa, pool| {
             let engines: u64 = pool.endpoints.iter().map(|e| e.waiting()).sum();
             let queue = (pool.waiting_at_router + engines) as f64;
-            let hpa = &mut self.pools[i];
-            let current = pool.current();
-            let recommendation = if queue <= self.activation {
+            if queue <= activation {
                 // Not active: KEDA lets the HPA go to its minimum.
-                pool.min_endpoints
+                Some(pool.min_endpoints)
             } else {
-                match hpa.recommend_average(queue, self.threshold, current) {
-                    Some(r) => r,
-                    None => continue,
-                }
-            };
-            desired[i] = hpa.decide(
-                tick.now_ns,
-                current,
-                recommendation,
-                pool.min_endpoints,
-                pool.max_endpoints,
-            );
-        }
+                hpa.recommend_average(queue, threshold, pool.current())
+            }
+        });
         Ok(())
     }
 }
