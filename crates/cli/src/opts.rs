@@ -160,6 +160,29 @@ pub struct FleetArgs {
     /// How the balancer in front of the replicas spreads requests [default: round-robin].
     #[arg(long, value_name = "RULE", help_heading = FLEET)]
     pub replica_assign: Option<Assign>,
+    /// How the replicas share their state (timed replay): `periodic` snapshots, `delta`
+    /// batches, `broadcast` of each change, one `shared` store, or a router's preset
+    /// (`llm-d`, `dynamo`) [default: none].
+    #[arg(long, value_name = "STRATEGY", help_heading = FLEET)]
+    pub replica_sync: Option<routerlab_experiment::Sync>,
+    /// What the replicas' sync carries: in-flight `loads`, or `decisions` too (each
+    /// matcher learns its peers' picks) [default: decisions; loads for llm-d].
+    #[arg(long, value_name = "WHAT", help_heading = FLEET)]
+    pub sync_scope: Option<routerlab_experiment::SyncWhat>,
+    /// Milliseconds between the replicas' sync publications (periodic, delta)
+    /// [default: 200].
+    #[arg(long, value_name = "MS", help_heading = FLEET)]
+    pub sync_interval_ms: Option<f64>,
+    /// Milliseconds from a sync message's send to its arrival [default: 0].
+    #[arg(long, value_name = "MS", help_heading = FLEET)]
+    pub sync_delay_ms: Option<f64>,
+    /// The chance a sync message is lost, from 0 to below 1 [default: 0].
+    #[arg(long, value_name = "P", help_heading = FLEET)]
+    pub sync_loss: Option<f64>,
+    /// Milliseconds a periodic snapshot lasts unless replaced; 0 = until replaced
+    /// [default: 0; 2000 for llm-d].
+    #[arg(long, value_name = "MS", help_heading = FLEET)]
+    pub sync_ttl_ms: Option<f64>,
     /// When no endpoint is available: wait at the router (timed replay only), reject, or
     /// route anyway [default: queue in the timed replay, reject in the time-free one].
     #[arg(long, value_name = "POLICY", help_heading = FLEET)]

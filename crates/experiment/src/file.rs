@@ -86,6 +86,40 @@ pub enum Assign {
     Session,
 }
 
+/// How router replicas share their state: a strategy, or a real router's preset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
+pub enum Sync {
+    /// Each replica alone.
+    None,
+    /// A full snapshot of each replica's state published and read every interval.
+    Periodic,
+    /// The changes since the last send, every interval; a lost batch is lost for good.
+    Delta,
+    /// Each change sent to every peer as it happens.
+    Broadcast,
+    /// One store every replica reads and writes.
+    Shared,
+    /// llm-d's cross-replica syncer: periodic loads every 200 ms, 2 s time to live.
+    #[serde(rename = "llm-d")]
+    #[cfg_attr(feature = "clap", value(name = "llm-d"))]
+    LlmD,
+    /// Dynamo's replica sync: every decision broadcast as it happens.
+    Dynamo,
+}
+
+/// What a replica sync carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
+pub enum SyncWhat {
+    /// The in-flight counts per endpoint.
+    Loads,
+    /// The counts and the decisions: each matcher learns its peers' picks too.
+    Decisions,
+}
+
 impl From<Assign> for routerlab_sim::ReplicaAssign {
     fn from(arg: Assign) -> routerlab_sim::ReplicaAssign {
         match arg {
@@ -120,6 +154,18 @@ pub struct Experiment {
     pub min_endpoints: Option<u64>,
     /// A scaled fleet's GPU ceiling.
     pub max_gpus: Option<u64>,
+    /// How router replicas share their state.
+    pub replica_sync: Option<Sync>,
+    /// What their sync carries.
+    pub sync_scope: Option<SyncWhat>,
+    /// Between sync publications, ms.
+    pub sync_interval_ms: Option<f64>,
+    /// From a sync send to its arrival, ms.
+    pub sync_delay_ms: Option<f64>,
+    /// The chance a sync message is lost.
+    pub sync_loss: Option<f64>,
+    /// How long a periodic snapshot lasts, ms.
+    pub sync_ttl_ms: Option<f64>,
     /// A real router's configuration file, imported as the matcher and its config.
     pub router_config: Option<PathBuf>,
     /// Detector plugin.

@@ -20,6 +20,7 @@ pub mod import;
 mod measured;
 pub mod policy;
 pub mod recommend;
+mod replica_sync;
 mod resolve;
 mod scaling;
 mod serve;
@@ -27,7 +28,8 @@ pub mod sweep;
 
 pub use error::{ExperimentError, one_line};
 pub use file::{
-    Assign, Experiment, Layers, OutputFormat, Timing, Unavailable, VERSION, parse_mapping,
+    Assign, Experiment, Layers, OutputFormat, Sync, SyncWhat, Timing, Unavailable, VERSION,
+    parse_mapping,
 };
 pub use hop::{HOP_PRESETS, RouterHop};
 pub use policy::config_text;

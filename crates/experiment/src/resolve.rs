@@ -117,6 +117,7 @@ pub fn resolve(opts: &Experiment) -> Result<Run, ExperimentError> {
             when_unavailable,
             router_replicas,
             replica_assign: opts.replica_assign.map(Into::into).unwrap_or_default(),
+            replica_sync: crate::replica_sync::resolve(opts, router_replicas)?,
             timed,
             pools,
             scaler: None,
@@ -242,6 +243,12 @@ pub const TIMED_ONLY: &[&str] = &[
     "startup_s",
     "min_endpoints",
     "max_gpus",
+    "replica_sync",
+    "sync_scope",
+    "sync_interval_ms",
+    "sync_delay_ms",
+    "sync_loss",
+    "sync_ttl_ms",
 ];
 
 /// The keys of the KV transfer between pools.
@@ -727,6 +734,8 @@ mod tests {
                 "model_config" | "kv_cache_dtype" | "gpu" | "warm_up" | "scaler" => "x",
                 "scaler_config" => "{}",
                 "kv_transfer_mode" => "missing",
+                "replica_sync" => "shared",
+                "sync_scope" => "loads",
                 _ => "1",
             };
             // A disaggregated fleet, so that pool settings pass their own check first.

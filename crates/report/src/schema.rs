@@ -252,6 +252,42 @@ pub struct TimedReport {
     /// What the scaler did with the fleet (added in 0.6; absent for a fixed fleet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling: Option<ScalingReport>,
+    /// How the router replicas shared their state and how stale it was (added in 0.6;
+    /// absent when they did not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<SyncReport>,
+}
+
+/// What router replicas sharing their state did: the settings, the messages, and how stale
+/// each replica's picture of its peers was.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SyncReport {
+    /// `periodic`, `delta`, `broadcast` or `shared`.
+    pub strategy: String,
+    /// `loads` (in-flight counts) or `decisions` (and the matchers learn the peers' picks).
+    pub scope: String,
+    /// Between publications, ms (0 for strategies without one).
+    pub interval_ms: f64,
+    /// From a send to its arrival, ms.
+    pub delay_ms: f64,
+    /// The chance a message was lost.
+    pub loss: f64,
+    /// How long a periodic snapshot lasted, ms; 0 = until replaced.
+    pub ttl_ms: f64,
+    /// Messages sent: deliveries (`broadcast`, `shared`), batches (`delta`), reads
+    /// (`periodic`).
+    pub messages: u64,
+    /// Of them, lost.
+    pub lost: u64,
+    /// Changes (a routing, a first token, a finish) that reached a peer.
+    pub delivered: u64,
+    /// Mean time from a change to its arrival at a peer, ms.
+    pub mean_lag_ms: f64,
+    /// The longest such time, ms.
+    pub max_lag_ms: f64,
+    /// Per decision, summed over endpoints: how many of its peers' in-flight requests the
+    /// deciding replica had wrong (missed or phantom), on average.
+    pub mean_unseen_requests: f64,
 }
 
 /// A scaled fleet over the run: its size, what it cost, and each decision.

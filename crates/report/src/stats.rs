@@ -416,6 +416,7 @@ impl TimedTally {
                 attainment: ratio(slo.met, slo.requests),
             }),
             scaling: None,
+            sync: None,
         }
     }
 }

@@ -11,9 +11,11 @@ pub mod ids;
 pub mod pd;
 pub mod replicas;
 pub mod router;
+pub mod sync;
 
 pub use error::RouteError;
 pub use ids::{EndpointIndex, ListPos, RequestSeq};
 pub use pd::{PdDecision, Pools};
 pub use replicas::{MAX_REPLICAS, Placement, ReplicaAssign, Replicas};
 pub use router::{Decision, MAX_ENDPOINTS, Pool, Router, WhenUnavailable};
+pub use sync::{ReplicaSync, SyncScope, SyncStats, SyncStrategy, Syncer};

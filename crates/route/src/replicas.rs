@@ -74,6 +74,8 @@ pub struct Replicas {
     turn: usize,
     /// What sizes the fleet, when it is not fixed.
     scaler: Option<routerlab_host::ScalerInstance>,
+    /// How the replicas share their state.
+    sync: crate::ReplicaSync,
 }
 
 impl From<Router> for Replicas {
@@ -87,6 +89,7 @@ impl From<Router> for Replicas {
             rng: SeededRng::new(0),
             turn: 0,
             scaler: None,
+            sync: crate::ReplicaSync::none(),
         }
     }
 }
@@ -124,6 +127,7 @@ impl Replicas {
             rng: SeededRng::new(seed ^ 0x5245_504c_4943_4153),
             turn: 0,
             scaler: None,
+            sync: crate::ReplicaSync::none(),
         })
     }
 
@@ -131,6 +135,17 @@ impl Replicas {
     pub fn with_scaler(mut self, scaler: routerlab_host::ScalerInstance) -> Replicas {
         self.scaler = Some(scaler);
         self
+    }
+
+    /// The replicas share their state as `sync` says (a timed replay, or `serve`).
+    pub fn with_sync(mut self, sync: crate::ReplicaSync) -> Replicas {
+        self.sync = sync;
+        self
+    }
+
+    /// How the replicas share their state.
+    pub fn sync(&self) -> &crate::ReplicaSync {
+        &self.sync
     }
 
     /// Every router: each replica's (of the prefill pool when disaggregated), then each

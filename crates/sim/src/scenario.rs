@@ -94,6 +94,8 @@ pub struct Scenario {
     pub router_replicas: usize,
     /// How the balancer spreads requests over them.
     pub replica_assign: ReplicaAssign,
+    /// How they share their state (timed replays).
+    pub replica_sync: routerlab_route::ReplicaSync,
     /// Present for the timed replay.
     pub timed: Option<TimedSettings>,
     /// The fleet split into a prefill pool (its first endpoints) and a decode pool; `None`
@@ -123,6 +125,7 @@ impl Default for Scenario {
             when_unavailable: WhenUnavailable::Reject,
             router_replicas: 1,
             replica_assign: ReplicaAssign::RoundRobin,
+            replica_sync: routerlab_route::ReplicaSync::none(),
             timed: None,
             pools: None,
             scaler: None,
@@ -280,7 +283,8 @@ impl Scenario {
             let (matcher, detector) = make(&matcher_config, &detector_config)?;
             routers.push(self.router_of(matcher, detector)?);
         }
-        let replicas = Replicas::new(routers, self.replica_assign, self.seed)?;
+        let replicas =
+            Replicas::new(routers, self.replica_assign, self.seed)?.with_sync(self.replica_sync);
         let Some(pools) = self.pools else {
             return Ok(replicas);
         };
@@ -389,6 +393,12 @@ impl Scenario {
     ) -> Result<Report, SimError> {
         let mut reader = self.reader()?;
         let block_size = reader.block_size();
+        let sync = replicas.sync();
+        if sync.is_on() && self.timed.is_none() {
+            return Err(SimError::Input(
+                "router replicas share state only in the timed replay (--timing trace)".into(),
+            ));
+        }
         let (mut report, skipped, source) = match &self.timed {
             None => {
                 let report = timefree::replay(&mut reader, replicas, self.cache_blocks, observer)?;

@@ -19,6 +19,8 @@ pub(super) struct Fleet {
     pub(super) inflight_tokens: Vec<Vec<u64>>,
     /// Per replica: requests it routed to each endpoint and not finished.
     pub(super) inflight_requests: Vec<Vec<u64>>,
+    /// What each replica knows of its peers, when they share their state.
+    pub(super) sync: Option<Box<routerlab_route::Syncer>>,
     /// The smallest engine's KV cache in tokens: a request holding no more fits in every
     /// engine (asked at each decision, where asking each engine costs a division each).
     room_everywhere: u64,
@@ -46,6 +48,7 @@ impl Fleet {
             snapshots: vec![vec![EngineStatus::default(); n]; replicas],
             inflight_tokens: vec![vec![0; n]; replicas],
             inflight_requests: vec![vec![0; n]; replicas],
+            sync: None,
         }
     }
 
@@ -72,13 +75,15 @@ impl Fleet {
         } else {
             self.snapshots[r][pos]
         };
+        let (peer_tokens, peer_requests) =
+            (self.sync.as_ref()).map_or((0, 0), |s| s.peer_load(r, pos));
         EndpointLoad {
             running: status.running,
             waiting: status.waiting,
             kv_blocks_used: status.kv_blocks_used,
             kv_blocks_total: status.kv_blocks_total,
-            inflight_prompt_tokens: self.inflight_tokens[r][pos],
-            inflight_requests: self.inflight_requests[r][pos],
+            inflight_prompt_tokens: self.inflight_tokens[r][pos] + peer_tokens,
+            inflight_requests: self.inflight_requests[r][pos] + peer_requests,
             kv_block_tokens: u64::from(self.engines[pos].block_tokens()),
             lora: {
                 let small = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);

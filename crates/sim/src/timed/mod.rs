@@ -27,6 +27,7 @@ use routerlab_engine::Sequence;
 use routerlab_host::RequestData;
 use routerlab_report::stats::{Finished, Tally, TimedTally};
 use routerlab_report::{Report, round6};
+use routerlab_route::sync::Change;
 use routerlab_route::{
     Decision, ListPos, Placement, Replicas, RequestSeq, Router, WhenUnavailable,
 };
@@ -48,6 +49,7 @@ mod scaling;
 mod settings;
 mod sharing;
 mod streamed;
+mod synced;
 mod tally;
 #[cfg(test)]
 mod tests;
@@ -363,6 +365,7 @@ impl Sim<'_> {
             }
         }
         self.start_scaling(replicas)?;
+        self.start_sync(replicas);
         loop {
             self.admit()?;
             let Some((now, event)) = self.events.pop() else {
@@ -373,6 +376,7 @@ impl Sim<'_> {
                     "the simulated time passed {CLOCK_RANGE}: an engine's steps, or its KV tier loads and stores, take too long for this workload"
                 )));
             }
+            self.sync_until(now, replicas)?;
             if let Some(lagged) = &mut self.lagged {
                 lagged.advance(now);
             }
@@ -468,10 +472,12 @@ impl Sim<'_> {
                     self.fleet.engines[pos].take_first_tokens(&mut first_tokens);
                     let listed = self.pos_of[pos].expect("an engine at work is listed");
                     for index in first_tokens.drain(..) {
+                        let r = self.requests[index].replica;
                         replicas
-                            .router_for(self.requests[index].replica, listed)
+                            .router_for(r, listed)
                             .first_token(&self.data(index, now, None), ListPos(listed))
                             .map_err(self.plugin_error(index))?;
+                        self.synced(Change::FirstToken, index, r, pos, now);
                     }
                     self.first_tokens = first_tokens;
                     for sequence in finished {
@@ -543,6 +549,7 @@ impl Sim<'_> {
             return self.try_route_pd(index, now, replicas);
         }
         let r = self.requests[index].replica;
+        self.sync_deciding(r);
         let router = replicas.router_mut(r);
         let prompt_tokens = self.feed.request(index).prompt_tokens;
         let output_tokens = self.requests[index].output_tokens;
@@ -567,6 +574,7 @@ impl Sim<'_> {
         self.requests[index].endpoint = Some(pos);
         self.fleet.inflight_tokens[r][pos] += u64::from(prompt_tokens);
         self.fleet.inflight_requests[r][pos] += 1;
+        self.synced(Change::Routed, index, r, pos, now);
         let engine_block = self.settings.engines[pos].engine_block_size;
         // The engine keeps the chain; the request is not asked about again.
         let chain = self.feed.take_chain(index, engine_block);
@@ -725,6 +733,7 @@ impl Sim<'_> {
                 finish_s: round6((now - self.origin_ns) as f64 / 1e9),
             })?;
         }
+        self.synced(Change::Finished, index, r, pos, now);
         self.feed
             .recycle_chain(std::mem::take(&mut sequence.hashes));
         self.after_done(index, now)

@@ -8,6 +8,7 @@ use super::{Sim, agentic};
 impl Sim<'_> {
     /// The run's report, once it is over.
     pub(super) fn report(self) -> Report {
+        let sync = self.sync_report();
         let stats = self.stats;
         let mut report = stats.base.finish();
         let end = stats.latency.end_ns();
@@ -59,6 +60,7 @@ impl Sim<'_> {
             }),
             scaling: (self.autoscale)
                 .map(|auto| auto.report(self.origin_ns, end.max(self.origin_ns))),
+            sync,
             ..stats.latency.report()
         });
         report

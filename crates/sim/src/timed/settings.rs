@@ -136,6 +136,15 @@ pub(super) fn validate(replicas: &Replicas, settings: &TimedSettings) -> Result<
     } else if replicas.scaler_name().is_some() {
         return Err(SimError::Input("a scaler without scaling settings".into()));
     }
+    replicas
+        .sync()
+        .check(replicas.len())
+        .map_err(SimError::Input)?;
+    if replicas.sync().is_on() && replicas.is_disaggregated() {
+        return Err(SimError::Input(
+            "router replicas sharing state over a disaggregated fleet are not modelled yet".into(),
+        ));
+    }
     // One shared store for the fleet: its capacity is the same wherever it is named.
     let mut shared = (settings.engines.iter().enumerate())
         .filter_map(|(pos, e)| Some((pos, e.shared_tier?.blocks)));

@@ -58,6 +58,11 @@ pub fn replay_timed_streamed(
     let mut sizes = settings.engine_block_sizes();
     sizes.sort_unstable();
     sizes.dedup();
+    // A matcher told of a peer's change reads the request later, perhaps once it is done.
+    let sync = replicas.sync();
+    if sync.is_on() && sync.scope == routerlab_route::SyncScope::Decisions {
+        return replay_loaded(reader, &sizes, replicas, settings, observer);
+    }
     // The first pass over the times needs a file that can be read again (not a pipe).
     let times_pass = match settings.arrivals {
         Arrivals::Trace { speedup } => match std::fs::metadata(reader.source_path()) {
