@@ -19,9 +19,11 @@ use serde::{Deserialize, Serialize};
 mod front;
 mod key;
 mod scaling;
+mod sync;
 
 pub use front::{FRONT, FrontPoint, write_front};
 pub use scaling::{SCALING, write_scaling};
+pub use sync::{SYNC, SyncPoint, write_sync};
 
 use key::{Marker, colour, marker};
 

@@ -100,5 +100,38 @@ pub fn write_plots(
     for path in written {
         eprintln!("wrote {}", path.display());
     }
+    write_sync(dir, comparison)
+}
+
+/// With replicas sharing state in any run (a sweep over sync settings), what it bought:
+/// `sync.svg`.
+fn write_sync(dir: &Path, comparison: &Comparison) -> Result<(), Failure> {
+    let reports = comparison.policies.iter().map(|entry| &entry.report);
+    if !reports
+        .clone()
+        .any(|r| r.timed.as_ref().is_some_and(|t| t.sync.is_some()))
+    {
+        return Ok(());
+    }
+    let points: Vec<routerlab_plot::SyncPoint> = reports
+        .filter_map(|report| {
+            let timed = report.timed.as_ref()?;
+            Some(routerlab_plot::SyncPoint {
+                replicas: (report.run.as_ref())
+                    .and_then(|run| run.router_replicas.as_ref())
+                    .map_or(1, |r| r.count),
+                lag_ms: timed.sync.as_ref().map(|s| s.mean_lag_ms),
+                hit_ratio: timed.hit_ratio,
+                ttft_p50_ms: timed.ttft.as_ref().map_or(0.0, |l| l.p50),
+                imbalance: report.nreq.max_over_mean,
+            })
+        })
+        .collect();
+    let path = routerlab_plot::write_sync(dir, &points).map_err(|e| Failure::Output {
+        what: "a plot",
+        path: e.path.clone(),
+        source: std::io::Error::other(e.cause),
+    })?;
+    eprintln!("wrote {}", path.display());
     Ok(())
 }
