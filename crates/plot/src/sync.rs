@@ -26,6 +26,9 @@ pub struct SyncPoint {
     pub imbalance: f64,
 }
 
+/// One panel: its name and the figure it draws.
+type Panel = (&'static str, fn(&SyncPoint) -> f64);
+
 /// Writes the three panels (hit ratio, TTFT p50, imbalance against staleness) into `dir`.
 pub fn write_sync(dir: &Path, points: &[SyncPoint]) -> Result<PathBuf, PlotError> {
     let mut counts: Vec<u64> = points.iter().map(|p| p.replicas).collect();
@@ -35,7 +38,7 @@ pub fn write_sync(dir: &Path, points: &[SyncPoint]) -> Result<PathBuf, PlotError
         .fold(0.0, f64::max)
         .max(1.0)
         * 1.05;
-    let panels: [(&str, fn(&SyncPoint) -> f64); 3] = [
+    let panels: [Panel; 3] = [
         ("hit ratio", |p| p.hit_ratio),
         ("TTFT p50 (ms)", |p| p.ttft_p50_ms),
         ("busiest endpoint / mean", |p| p.imbalance),
