@@ -127,12 +127,26 @@ pub fn mooncake_text(requests: &[MeasuredRequest]) -> Vec<u8> {
     for r in requests {
         let blocks = r.input_toks.div_ceil(block);
         let mut ids: Vec<u64> = Vec::with_capacity(blocks as usize);
-        if let Some((previous, whole)) = r.session.and_then(|s| last_prompt.get(&s.user)) {
+        if let Some((tokens, hashes)) = &r.blocks {
+            // A logged chain: each logged block is its tokens' worth of trace blocks, the
+            // same wherever the same prefix was logged; the rest of the prompt its own.
+            let per = u64::from(*tokens) / block;
+            for &hash in hashes {
+                ids.extend((0..per).map(|j| content_id(hash, u64::MAX - 1, j)));
+            }
+            ids.truncate(blocks as usize);
+            let k = seen.entry(r.input_toks).or_insert(0u64);
+            *k += 1;
+            let from = ids.len() as u64;
+            ids.extend((from..blocks).map(|b| content_id(r.input_toks, *k, b)));
+        } else if let Some((previous, whole)) = r.session.and_then(|s| last_prompt.get(&s.user)) {
             // The previous prompt's whole blocks, as far as this prompt goes.
             let shared = (*whole).min(r.input_toks / block);
             ids.extend_from_slice(&previous[..shared as usize]);
         }
         match r.session {
+            // A logged chain is whole already.
+            _ if r.blocks.is_some() => {}
             // A conversation's own blocks, numbered in it: no other's, in this run or
             // another (a user id names one conversation of one run).
             Some(session) => {
@@ -249,6 +263,7 @@ mod tests {
             first_token_ts: t + 0.1,
             last_token_ts: t + 1.0,
             session: session.map(|(user, round)| Session { user, round }),
+            blocks: None,
         }
     }
 

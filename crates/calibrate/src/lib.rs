@@ -16,6 +16,7 @@ mod error;
 mod fit;
 mod fleet;
 pub mod formats;
+pub mod from_log;
 pub mod load;
 mod measured;
 pub mod validate;

@@ -26,6 +26,10 @@ pub struct MeasuredRequest {
     /// `user_id`, `question_id`).
     #[serde(skip)]
     pub session: Option<Session>,
+    /// Its prompt's block chain, where the log records one (`serve`'s decision log): the
+    /// tokens per block and a hash per whole block.
+    #[serde(skip)]
+    pub blocks: Option<(u32, Vec<u64>)>,
 }
 
 /// A request's place in a conversation: the user and the round (its question).

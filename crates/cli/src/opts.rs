@@ -354,7 +354,21 @@ pub struct ReplayArgs {
     /// in the timed replay its arrival, hit tokens, queue, TTFT and finish.
     #[arg(long, value_name = "FILE", help_heading = OUTPUT)]
     pub requests_out: Option<PathBuf>,
+    /// Replay the traffic `serve --decision-log` logged, through this policy: the trace,
+    /// the endpoints and an engine fitted on the log's own latencies (through the logged
+    /// policy) come from LOG, timed; flags given still win.
+    #[arg(long, value_name = "LOG", help_heading = FROM_LOG, conflicts_with = "trace")]
+    pub from_log: Option<PathBuf>,
+    /// With --from-log: the engines' max_num_seqs, which a log does not record.
+    #[arg(long, value_name = "N", help_heading = FROM_LOG, default_value_t = 256, requires = "from_log")]
+    pub log_max_num_seqs: u32,
+    /// With --from-log: the engines' max_num_batched_tokens, which a log does not record.
+    #[arg(long, value_name = "N", help_heading = FROM_LOG, default_value_t = 8192, requires = "from_log")]
+    pub log_max_num_batched_tokens: u32,
 }
+
+/// `replay --from-log`'s help heading.
+const FROM_LOG: &str = "From a decision log";
 
 /// A group of flags as a layer of settings: the flags given, by their keys.
 pub(crate) fn layer_of(group: &impl Serialize) -> Mapping {
@@ -429,6 +443,29 @@ impl ReplayArgs {
             layer.insert(
                 "requests_out".into(),
                 path.to_string_lossy().into_owned().into(),
+            );
+        }
+        if let Some(log) = &self.from_log {
+            let fitted = routerlab_calibrate::from_log::fit_log(
+                log,
+                self.log_max_num_seqs,
+                self.log_max_num_batched_tokens,
+                layer.get("seed").and_then(Value::as_u64).unwrap_or(0),
+                200,
+            )
+            .map_err(|e| Failure::input(format!("--from-log {e}")))?;
+            eprintln!("{}", fitted.summary);
+            let mut add = |key: &str, value: Value| {
+                if !layer.contains_key(key) {
+                    layer.insert(key.into(), value);
+                }
+            };
+            add("trace", log.to_string_lossy().into_owned().into());
+            add("timing", "trace".into());
+            add("endpoints", fitted.endpoints.join(",").into());
+            add(
+                "engine",
+                serde_yaml::to_value(&fitted.engine).expect("an engine config serialises"),
             );
         }
         experiment(self.settings.config.as_deref(), layer)

@@ -13,6 +13,7 @@
 pub mod adapters;
 pub mod arrivals;
 pub mod blocks;
+pub mod decision_log;
 pub mod dependency;
 pub mod diagnose;
 pub mod error;

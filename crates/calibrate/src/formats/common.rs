@@ -55,6 +55,7 @@ pub(crate) fn request(
         first_token_ts: first,
         last_token_ts: last,
         session: None,
+        blocks: None,
     })
 }
 

@@ -99,6 +99,7 @@ pub fn parse(text: &str) -> Result<Vec<MeasuredRequest>, String> {
             first_token_ts: row.first_token_time,
             last_token_ts: row.complete_time,
             session: None,
+            blocks: None,
         });
     }
     in_arrival_order(&mut requests).map_err(|why| format!("1: {why}"))?;

@@ -8,6 +8,7 @@
 
 pub mod aiperf;
 mod common;
+pub mod decision_log;
 pub mod distserve;
 pub mod fmperf;
 pub mod guidellm;
@@ -34,11 +35,14 @@ pub enum RunFileFormat {
     Lmbench,
     /// fmperf's load-generator results (with its requests file: see [`parse_fmperf`]).
     Fmperf,
+    /// `routerlab serve --decision-log`.
+    DecisionLog,
 }
 
 impl RunFileFormat {
     /// Every format, in the order they are tried.
-    pub const ALL: [RunFileFormat; 7] = [
+    pub const ALL: [RunFileFormat; 8] = [
+        RunFileFormat::DecisionLog,
         RunFileFormat::Distserve,
         RunFileFormat::VllmBench,
         RunFileFormat::Aiperf,
@@ -72,6 +76,9 @@ impl RunFileFormat {
             RunFileFormat::Fmperf => {
                 "fmperf's results (a JSON object whose `results` hold records with `worker_idx` and `response_idx`)"
             }
+            RunFileFormat::DecisionLog => {
+                "a `routerlab serve --decision-log` file (lines starting `{\"log\":\"routerlab-decisions/1\"`)"
+            }
         }
     }
 
@@ -84,6 +91,7 @@ impl RunFileFormat {
             RunFileFormat::InferencePerf => inference_perf::detect(text),
             RunFileFormat::Lmbench => lmbench::detect(text),
             RunFileFormat::Fmperf => fmperf::detect(text),
+            RunFileFormat::DecisionLog => decision_log::detect(text),
         }
     }
 }
@@ -108,6 +116,7 @@ pub fn parse(format: RunFileFormat, text: &str) -> Result<Vec<Part>, String> {
         RunFileFormat::Guidellm => guidellm::parse(text),
         RunFileFormat::InferencePerf => inference_perf::parse(text).map(|(r, f)| one(r, f)),
         RunFileFormat::Lmbench => lmbench::parse(text).map(|(r, f)| one(r, f)),
+        RunFileFormat::DecisionLog => decision_log::parse(text).map(|(r, f)| one(r, f)),
         RunFileFormat::Fmperf => Err(
             "field `results`: fmperf's results do not record the prompts' lengths: read them with the requests file the run drew from".into(),
         ),

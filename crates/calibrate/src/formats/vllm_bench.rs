@@ -109,6 +109,7 @@ pub fn parse(text: &str) -> std::result::Result<(Vec<MeasuredRequest>, usize), S
             first_token_ts: start + ttft,
             last_token_ts: start + ttft + decode,
             session: None,
+            blocks: None,
         });
     }
     if requests.is_empty() {

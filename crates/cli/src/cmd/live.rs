@@ -140,6 +140,8 @@ const ENGINES: &str = "Engines";
 const HEALTH: &str = "Health and retries";
 /// `serve`'s help heading of following the engines' KV events.
 const KV: &str = "KV events";
+/// Help heading of the decision log's flags.
+const LOG: &str = "Decision log";
 /// `routerlab serve`.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -229,6 +231,18 @@ pub struct ServeArgs {
     /// name no adapter.
     #[arg(long, help_heading = ENGINES, value_name = "NAME")]
     pub base_model: Vec<String>,
+    /// Write a JSON line per routed request to PATH: its arrival, its prompt's block hashes
+    /// (never the text), every endpoint's load as the router saw it, the endpoint chosen
+    /// (and the chance it had, for `random`), and its TTFT, TPOT and E2E. PATH must not
+    /// exist. `replay --from-log PATH` judges another policy on it.
+    #[arg(long, help_heading = LOG, value_name = "PATH")]
+    pub decision_log: Option<std::path::PathBuf>,
+    /// With --decision-log: the size at which the log moves to PATH.1 and a new one starts.
+    #[arg(long, help_heading = LOG, value_name = "MIB", default_value_t = 256, requires = "decision_log")]
+    pub decision_log_max_mib: u64,
+    /// With --decision-log: older files kept (PATH.1 … PATH.K; 0 keeps none).
+    #[arg(long, help_heading = LOG, value_name = "N", default_value_t = 3, requires = "decision_log")]
+    pub decision_log_keep: u32,
 }
 
 /// The fleet `serve` routes to, and how it sees it: the same keys as a replay's.
@@ -551,6 +565,13 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
         kv_keys,
         engine_model: serving.engine,
         base_models: args.base_model,
+        decision_log: args
+            .decision_log
+            .map(|path| routerlab_live::serve::DecisionLogSettings {
+                path,
+                max_bytes: args.decision_log_max_mib.saturating_mul(1 << 20).max(1),
+                keep: args.decision_log_keep,
+            }),
     };
     runtime()?
         .block_on(routerlab_live::serve::run_on(

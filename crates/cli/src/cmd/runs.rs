@@ -31,6 +31,8 @@ pub enum RunFormat {
     Lmbench,
     /// fmperf's load-generator results (with --fmperf-requests).
     Fmperf,
+    /// `routerlab serve --decision-log`.
+    DecisionLog,
 }
 
 impl From<RunFormat> for Layout {
@@ -45,6 +47,7 @@ impl From<RunFormat> for Layout {
             RunFormat::InferencePerf => Layout::File(RunFileFormat::InferencePerf),
             RunFormat::Lmbench => Layout::File(RunFileFormat::Lmbench),
             RunFormat::Fmperf => Layout::File(RunFileFormat::Fmperf),
+            RunFormat::DecisionLog => Layout::File(RunFileFormat::DecisionLog),
         }
     }
 }

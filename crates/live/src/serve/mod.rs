@@ -21,6 +21,7 @@
 //! call waits at most its deadline, so no request waits without limit.
 
 pub mod addresses;
+mod decision_log;
 pub mod health;
 pub mod kv_index;
 mod lora;
@@ -36,6 +37,7 @@ mod state;
 mod tests;
 mod tracked;
 
+pub use decision_log::DecisionLogSettings;
 pub use scaling::ServeScaling;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -130,6 +132,8 @@ pub struct ServeSettings {
     /// The models the engines serve as their base (`serve --base-model`): a request whose
     /// `model` is another names a LoRA adapter (ABI 1.5); empty, adapters are not followed.
     pub base_models: Vec<String>,
+    /// Where each routed request's decision and measurements go (`--decision-log`).
+    pub decision_log: Option<DecisionLogSettings>,
 }
 
 struct Shared {
@@ -147,6 +151,8 @@ struct Shared {
     scaling: Option<std::sync::Mutex<scaling::Scaling>>,
     /// Told at the first request: the scaler's clock starts.
     first_request: Arc<tokio::sync::Notify>,
+    /// The decision log, when one is written.
+    decision_log: Option<std::sync::Mutex<decision_log::DecisionLog>>,
 }
 
 impl Shared {
@@ -183,9 +189,19 @@ impl Shared {
                     self.first_request.notify_one();
                 }
             }
+            let seen = self.decision_log.as_ref().map(|_| state.candidates());
             let started = Instant::now();
             let pick = state.decide(routed, self.now_ns(), self.settings.on_plugin_error);
             self.decisions.observe(started.elapsed().as_secs_f64());
+            if let (Some(log), Some(seen), Ok(upstream)) = (&self.decision_log, seen, &pick) {
+                // `random` picks uniformly among the endpoints it may choose.
+                let propensity =
+                    (self.matcher == "random").then(|| 1.0 / state.last_choices.max(1) as f64);
+                let name = state.upstreams[*upstream].name.clone();
+                log.lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .decided(routed, self.settings.block_size, seen, &name, propensity);
+            }
             return pick;
         }
         state.next_untried(tried, routed.phase).ok_or_else(|| {
@@ -229,6 +245,13 @@ impl Shared {
             self.client.request(outgoing),
         )
         .await
+    }
+
+    /// Runs `f` on the decision log, when one is written.
+    fn log(&self, f: impl FnOnce(&mut decision_log::DecisionLog)) {
+        if let Some(log) = &self.decision_log {
+            f(&mut log.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        }
     }
 
     /// Nanoseconds since the router started: the arrival and decision times plugins see.
@@ -280,10 +303,17 @@ pub async fn run_on(
         )?);
     }
     let scaling = scaling.map(scaling::Scaling::new);
+    let decision_log = match settings.decision_log.clone() {
+        Some(log) => Some(std::sync::Mutex::new(
+            decision_log::DecisionLog::open(log, &matcher).map_err(LiveError::Settings)?,
+        )),
+        None => None,
+    };
     let first_request = Arc::new(tokio::sync::Notify::new());
     let shared = Arc::new(Shared {
         scaling: scaling.map(std::sync::Mutex::new),
         first_request: first_request.clone(),
+        decision_log,
         settings,
         state: tokio::sync::Mutex::new(state),
         client,
@@ -506,6 +536,7 @@ async fn proxy(
             }
         };
         let name = shared.lock().await.send(upstream, &routed);
+        shared.log(|log| log.sent(routed.seq, &name));
         let sent = shared
             .post(&name, path, authorization.as_ref(), body.clone())
             .await;
@@ -550,6 +581,9 @@ async fn proxy(
                     learned,
                     ended: None,
                     deferred: false,
+                    first_ns: None,
+                    events: 0,
+                    status: status.as_u16(),
                 };
                 if streamed {
                     // Events pass through as they come; a stream broken off ends early
@@ -579,6 +613,7 @@ async fn proxy(
                 state.upstreams[upstream].retries += 1;
                 tried.push(upstream);
                 if tried.len() > shared.settings.retries as usize {
+                    shared.log(|log| log.done(routed.seq, "refused", None, shared.now_ns(), None));
                     return http::error(
                         StatusCode::BAD_GATEWAY,
                         &format!("{name}: {e}; the retries are spent"),
@@ -589,6 +624,7 @@ async fn proxy(
                 let mut state = shared.lock().await;
                 state.release(upstream, &routed);
                 state.upstreams[upstream].errors += 1;
+                shared.log(|log| log.done(routed.seq, "timeout", None, shared.now_ns(), None));
                 return http::error(
                     StatusCode::GATEWAY_TIMEOUT,
                     &format!(

@@ -82,6 +82,8 @@ pub(super) struct State {
     mirror: Mirror,
     /// The base models, and the adapters requests named.
     lora: LoraNames,
+    /// Endpoints the matcher could choose among at the last decision.
+    pub(super) last_choices: usize,
 }
 
 impl State {
@@ -134,6 +136,7 @@ impl State {
             kv_index: None,
             mirror,
             lora: LoraNames::default(),
+            last_choices: 0,
         }
     }
 
@@ -344,6 +347,10 @@ impl State {
         });
         match decided {
             Ok(decided) => {
+                self.last_choices = (0..self.upstreams.len())
+                    .filter(|&u| self.upstreams[u].index.is_some() && self.serves(u, routed.phase))
+                    .count()
+                    .saturating_sub(decided.flagged.len());
                 for index in decided.flagged {
                     if let Some(u) = self.upstream_of(index) {
                         self.upstreams[u].unavailable += 1;
@@ -630,6 +637,20 @@ impl State {
     /// Notices to the plugins, sent without waiting, that failed (every pool's).
     pub(super) fn late_failures(&self) -> u64 {
         self.plugins.late_failures() + self.decode.as_ref().map_or(0, Plugins::late_failures)
+    }
+
+    /// Every endpoint in the fleet as the decision log records it.
+    pub(super) fn candidates(&self) -> Vec<routerlab_trace::decision_log::Candidate> {
+        (self.upstreams.iter())
+            .filter(|u| u.index.is_some())
+            .map(|u| routerlab_trace::decision_log::Candidate {
+                endpoint: u.name.clone(),
+                running: u.scraped.running,
+                waiting: u.scraped.waiting,
+                kv_usage: u.scraped.kv_usage,
+                inflight: u.inflight,
+            })
+            .collect()
     }
 
     /// Every endpoint in the fleet with its current figures, for the plugins to read.

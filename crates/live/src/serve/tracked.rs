@@ -34,6 +34,12 @@ pub(super) struct Tracked {
     /// Whether a call for it waits for the lock in a task of its own: then its later ones
     /// do too, so that they reach the plugins in order.
     pub(super) deferred: bool,
+    /// When its first bytes came, ns (for the decision log).
+    pub(super) first_ns: Option<u64>,
+    /// Server-sent events seen so far (`data:` lines but `[DONE]`).
+    pub(super) events: u64,
+    /// The engine's status.
+    pub(super) status: u16,
 }
 
 /// Runs `f` on the state now if its lock is free, else in a task of its own that waits for
@@ -73,6 +79,16 @@ impl Tracked {
         let now = self.shared.now_ns();
         let (upstream, learned, ended, success) =
             (self.upstream, self.learned, self.ended, self.success);
+        let status = match (ended, self.status) {
+            (_, s) if !(200..300).contains(&s) => format!("http-{s}"),
+            (Some(true), _) => "ok".to_owned(),
+            (Some(false), _) => "broken".to_owned(),
+            (None, _) => "left".to_owned(),
+        };
+        let events = (self.events > 0).then_some(self.events);
+        let (seq, first) = (routed.seq, self.first_ns);
+        self.shared
+            .log(|log| log.done(seq, &status, first, now, events));
         with_state(&self.shared, !self.deferred, move |state| {
             state.complete(&routed, upstream, learned, now);
             // Only the engine's doing counts toward its health, not a client that left.
@@ -97,6 +113,13 @@ impl http_body::Body for Tracked {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+            && this.shared.decision_log.is_some()
+        {
+            this.first_ns.get_or_insert_with(|| this.shared.now_ns());
+            this.events += count_events(data);
+        }
         match &polled {
             Poll::Ready(Some(Ok(frame))) if frame.is_data() && !this.first_seen => {
                 this.first_seen = true;
@@ -128,6 +151,14 @@ impl http_body::Body for Tracked {
         }
         polled.map(|frame| frame.map(|r| r.map_err(|e| Box::new(e) as BoxError)))
     }
+}
+
+/// Server-sent events in `data` that carry an answer: `data:` lines, not `data: [DONE]`.
+fn count_events(data: &[u8]) -> u64 {
+    data.split(|b| *b == b'\n')
+        .filter(|line| line.starts_with(b"data:"))
+        .filter(|line| !line[5..].trim_ascii().eq(b"[DONE]"))
+        .count() as u64
 }
 
 impl Drop for Tracked {
