@@ -29,8 +29,8 @@ pub fn records(text: &str) -> Result<Vec<DecisionRecord>, String> {
         })?;
         let block_tokens = record.block_bytes / BYTES_PER_TOKEN;
         if record.block_bytes == 0
-            || record.block_bytes % BYTES_PER_TOKEN != 0
-            || block_tokens % RUN_TRACE_BLOCK_TOKENS != 0
+            || !record.block_bytes.is_multiple_of(BYTES_PER_TOKEN)
+            || !block_tokens.is_multiple_of(RUN_TRACE_BLOCK_TOKENS)
         {
             return Err(format!(
                 "{}: field `block_bytes`: {} is not a multiple of {} (blocks of whole {}-token trace blocks): log with a serve --block-size that is",
