@@ -11,6 +11,7 @@ pub mod compare;
 mod human;
 mod invariants;
 mod latency;
+pub mod off_policy;
 pub mod records;
 pub mod redact;
 pub mod run;

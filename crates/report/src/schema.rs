@@ -256,6 +256,10 @@ pub struct TimedReport {
     /// absent when they did not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync: Option<SyncReport>,
+    /// A replay from a decision log whose policy chose at random: what this policy's
+    /// decisions would have given, estimated from the logged ones (added in 0.6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off_policy: Option<crate::off_policy::OffPolicyReport>,
 }
 
 /// What router replicas sharing their state did: the settings, the messages, and how stale

@@ -417,6 +417,7 @@ impl TimedTally {
             }),
             scaling: None,
             sync: None,
+            off_policy: None,
         }
     }
 }

@@ -10,6 +10,7 @@
 //! through `routerlab-host`'s safe handles.
 
 pub mod error;
+pub mod logged;
 pub mod observer;
 mod read_ahead;
 pub mod scenario;

@@ -49,6 +49,7 @@ pub(crate) struct Replayed {
 /// Runs a replay (plots and per-request records written as asked) and returns its report.
 pub(crate) fn replay(flags: ReplayArgs) -> Result<Replayed, Failure> {
     let opts = flags.experiment()?;
+    let from_log = flags.from_log.clone();
     if opts.policies.is_some() {
         return Err(Failure::input(
             "experiment `policies` is for `routerlab compare`; replay runs one matcher (`matcher`)",
@@ -150,6 +151,9 @@ pub(crate) fn replay(flags: ReplayArgs) -> Result<Replayed, Failure> {
         );
     }
     report.run = Some(spec.scenario.run_info(source, block_size, &skipped));
+    if let (Some(log), Some(timed)) = (&from_log, &mut report.timed) {
+        timed.off_policy = off_policy(log, &spec)?;
+    }
     let label = match &spec.detector {
         Some(detector) => format!("{} + {detector}", spec.matcher),
         None => spec.matcher.clone(),
@@ -169,6 +173,48 @@ pub(crate) fn replay(flags: ReplayArgs) -> Result<Replayed, Failure> {
         elapsed,
         trace_bytes,
     })
+}
+
+/// With a decision log whose policy chose at random: this run's policy asked in each logged
+/// state, and the estimates of its TTFT from the logged decisions it takes alike.
+fn off_policy(
+    log: &Path,
+    spec: &Run,
+) -> Result<Option<routerlab_report::off_policy::OffPolicyReport>, Failure> {
+    let text = std::fs::read_to_string(log)
+        .map_err(|e| Failure::input(format!("--from-log {}: cannot read: {e}", log.display())))?;
+    let records = routerlab_calibrate::formats::decision_log::records(&text)
+        .map_err(|e| Failure::input(format!("--from-log {}:{e}", log.display())))?;
+    if records.iter().all(|r| r.propensity.is_none()) {
+        return Ok(None);
+    }
+    // A router of its own, its plugins fresh (the replay's learned the replay's choices)
+    // and seeded apart: plugins seeded alike draw alike, and the new policy's draws must
+    // not be the logged policy's own.
+    let mut judged = spec.clone();
+    judged.scenario.seed ^= 0x4a55_4447_4544_0001;
+    let mut replicas = crate::cmd::build_replicas(&judged)?;
+    let router = replicas.router_mut(0);
+    let chosen = routerlab_sim::logged::judge(&records, router)?;
+    let position =
+        |name: &str| (0..router.table().len()).find(|&p| router.table().name(p) == name);
+    let decisions: Vec<routerlab_report::off_policy::LoggedDecision> = (records.iter())
+        .zip(&chosen)
+        .filter(|(r, _)| r.status == "ok")
+        .filter_map(|(r, chosen)| {
+            Some(routerlab_report::off_policy::LoggedDecision {
+                propensity: r.propensity?,
+                logged: position(&r.endpoint)?,
+                chosen: (*chosen)?,
+                value: r.ttft_ms?,
+            })
+        })
+        .collect();
+    Ok(routerlab_report::off_policy::estimate(
+        "ttft_ms",
+        &records[0].policy,
+        &decisions,
+    ))
 }
 
 /// A report of a loaded workload, with what the `run` block takes from the workload.

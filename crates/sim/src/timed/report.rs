@@ -61,6 +61,7 @@ impl Sim<'_> {
             scaling: (self.autoscale)
                 .map(|auto| auto.report(self.origin_ns, end.max(self.origin_ns))),
             sync,
+            off_policy: None,
             ..stats.latency.report()
         });
         report
