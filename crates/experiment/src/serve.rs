@@ -39,6 +39,10 @@ pub const SERVE_KEYS: &[&str] = &[
     "scale_interval_s",
     "min_endpoints",
     "max_gpus",
+    "replica_sync",
+    "sync_scope",
+    "sync_interval_ms",
+    "sync_ttl_ms",
 ];
 
 /// Keys that describe the traffic a replay offers and how it is measured, not the router:
@@ -97,6 +101,9 @@ pub struct Serving {
     pub engine: EngineConfig,
     /// The scaler whose desired endpoint count `serve` publishes, if any.
     pub scaler: Option<crate::ScalerSpec>,
+    /// How this replica shares its state with its peers (none unless asked).
+    #[serde(default)]
+    pub sync: routerlab_route::ReplicaSync,
 }
 
 impl Experiment {
@@ -209,6 +216,13 @@ impl Experiment {
                 "--scaler: a disaggregated fleet's pools cannot be scaled yet (scale an aggregated fleet)",
             ));
         }
+        // Live, the peers are the other replicas: at least one, as the caller checks.
+        let sync = crate::replica_sync::resolve(self, 2)?;
+        if sync.is_on() && prefill.is_some() {
+            return Err(ExperimentError::invalid(
+                "--replica-sync: replicas of a disaggregated fleet's router cannot share state yet",
+            ));
+        }
         Ok(Serving {
             matcher,
             matcher_config,
@@ -222,6 +236,7 @@ impl Experiment {
             metrics_interval: Duration::from_secs_f64(interval / 1e3),
             engine,
             scaler,
+            sync,
         })
     }
 }

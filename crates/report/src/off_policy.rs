@@ -80,7 +80,12 @@ pub fn estimate(
     }
     // The metric's model per endpoint: its logged mean there (the overall mean elsewhere).
     let overall = decisions.iter().map(|d| d.value).sum::<f64>() / decisions.len() as f64;
-    let endpoints = decisions.iter().map(|d| d.logged.max(d.chosen)).max().unwrap_or(0) + 1;
+    let endpoints = decisions
+        .iter()
+        .map(|d| d.logged.max(d.chosen))
+        .max()
+        .unwrap_or(0)
+        + 1;
     let mut sums = vec![(0.0, 0u64); endpoints];
     for d in &decisions {
         sums[d.logged].0 += d.value;
@@ -90,7 +95,13 @@ pub fn estimate(
         (_, 0) => overall,
         (sum, n) => sum / n as f64,
     };
-    let weight = |d: &LoggedDecision| if d.chosen == d.logged { 1.0 / d.propensity } else { 0.0 };
+    let weight = |d: &LoggedDecision| {
+        if d.chosen == d.logged {
+            1.0 / d.propensity
+        } else {
+            0.0
+        }
+    };
     let ips: Vec<f64> = decisions.iter().map(|d| weight(d) * d.value).collect();
     let dr: Vec<f64> = (decisions.iter())
         .map(|d| model(d.chosen) + weight(d) * (d.value - model(d.logged)))
@@ -146,6 +157,16 @@ mod tests {
         let r = estimate("ttft_ms", "random", &never).unwrap();
         assert_eq!((r.ips.value, r.matched), (0.0, 0));
         assert_eq!(r.dr.value, 15.0, "no decision at 1: the overall mean");
-        assert!(estimate("ttft_ms", "lcp", &[LoggedDecision { propensity: 0.0, ..d(0, 0, 1.0) }]).is_none());
+        assert!(
+            estimate(
+                "ttft_ms",
+                "lcp",
+                &[LoggedDecision {
+                    propensity: 0.0,
+                    ..d(0, 0, 1.0)
+                }]
+            )
+            .is_none()
+        );
     }
 }

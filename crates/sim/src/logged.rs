@@ -73,7 +73,9 @@ pub fn judge(log: &[DecisionRecord], router: &mut Router) -> Result<Vec<Option<u
             }
             finishing.pop();
             if let Some(pos) = position(router, &log[j].endpoint) {
-                router.complete(&data(j, end), ListPos(pos)).map_err(fail(j))?;
+                router
+                    .complete(&data(j, end), ListPos(pos))
+                    .map_err(fail(j))?;
             }
         }
         for candidate in &record.candidates {

@@ -142,6 +142,8 @@ const HEALTH: &str = "Health and retries";
 const KV: &str = "KV events";
 /// Help heading of the decision log's flags.
 const LOG: &str = "Decision log";
+/// Help heading of sharing state with other replicas.
+const SYNC: &str = "Replica sync";
 /// `routerlab serve`.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -243,6 +245,10 @@ pub struct ServeArgs {
     /// With --decision-log: older files kept (PATH.1 … PATH.K; 0 keeps none).
     #[arg(long, help_heading = LOG, value_name = "N", default_value_t = 3, requires = "decision_log")]
     pub decision_log_keep: u32,
+    /// The other router replicas, host:port,... (`serve`s with --replica-sync): this one
+    /// posts its changes to them; one that posts here joins them.
+    #[arg(long, help_heading = SYNC, value_name = "LIST", value_delimiter = ',')]
+    pub peers: Vec<String>,
 }
 
 /// The fleet `serve` routes to, and how it sees it: the same keys as a replay's.
@@ -278,6 +284,23 @@ pub struct ServeFleetArgs {
     /// With --scaler: the GPU ceiling; endpoints take --tensor-parallel-size GPUs each.
     #[arg(long, value_name = "N")]
     pub max_gpus: Option<u64>,
+    /// How this replica shares its state with --peers: `broadcast` each change, `shared`
+    /// (each change reaches the peers before the request goes on), `delta` batches or
+    /// `periodic` snapshots every --sync-interval-ms, or a router's preset (`llm-d`,
+    /// `dynamo`) [default: none].
+    #[arg(long, value_name = "STRATEGY", help_heading = SYNC)]
+    pub replica_sync: Option<routerlab_experiment::Sync>,
+    /// What the sync carries: in-flight `loads`, or `decisions` too (the matcher learns
+    /// its peers' picks) [default: decisions; loads for llm-d].
+    #[arg(long, value_name = "WHAT", help_heading = SYNC)]
+    pub sync_scope: Option<routerlab_experiment::SyncWhat>,
+    /// Milliseconds between sends (delta, periodic) [default: 200].
+    #[arg(long, value_name = "MS", help_heading = SYNC)]
+    pub sync_interval_ms: Option<f64>,
+    /// Milliseconds a peer's periodic counts last unless replaced; 0 = until replaced
+    /// [default: 0; 2000 for llm-d].
+    #[arg(long, value_name = "MS", help_heading = SYNC)]
+    pub sync_ttl_ms: Option<f64>,
     /// Engine settings over the preset, YAML (as replay's; the config `calibrate` fits,
     /// for one): the engine model whose forecasts, over the router's mirror of each
     /// engine, answer a simulating matcher's `predict` (in process only).
@@ -544,8 +567,10 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
         }
         None => None,
     };
+    let peers = peer_settings(&serving, &args.peers)?;
     let (listener, _) = bound(args.listen, "serve")?;
     let settings = ServeSettings {
+        peers,
         endpoints: serving.endpoints,
         block_size: serving.block_size,
         metrics_interval: serving.metrics_interval,
@@ -582,6 +607,32 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
             scaling,
         ))
         .map_err(Failure::from)
+}
+
+/// The peers this replica shares its state with, as `serving` and `--peers` say.
+fn peer_settings(
+    serving: &routerlab_experiment::Serving,
+    peers: &[String],
+) -> Result<Option<routerlab_live::serve::PeerSettings>, Failure> {
+    match (serving.sync.is_on(), peers.is_empty()) {
+        (false, true) => Ok(None),
+        (false, false) => Err(Failure::input(
+            "--peers: give a --replica-sync strategy to share state with them",
+        )),
+        (true, _) => {
+            for peer in peers {
+                if peer.parse::<SocketAddr>().is_err() {
+                    return Err(Failure::input(format!(
+                        "--peers: `{peer}` is not a host:port address"
+                    )));
+                }
+            }
+            Ok(Some(routerlab_live::serve::PeerSettings {
+                sync: serving.sync,
+                peers: peers.to_vec(),
+            }))
+        }
+    }
 }
 
 /// `routerlab plugin-host`: loads the plugins as `serve` would and answers its calls.

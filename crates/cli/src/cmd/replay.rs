@@ -196,8 +196,7 @@ fn off_policy(
     let mut replicas = crate::cmd::build_replicas(&judged)?;
     let router = replicas.router_mut(0);
     let chosen = routerlab_sim::logged::judge(&records, router)?;
-    let position =
-        |name: &str| (0..router.table().len()).find(|&p| router.table().name(p) == name);
+    let position = |name: &str| (0..router.table().len()).find(|&p| router.table().name(p) == name);
     let decisions: Vec<routerlab_report::off_policy::LoggedDecision> = (records.iter())
         .zip(&chosen)
         .filter(|(r, _)| r.status == "ok")

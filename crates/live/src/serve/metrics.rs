@@ -227,12 +227,14 @@ impl Collector for ScalerFigures {
     }
 }
 
-/// The text of `/metrics`: `state`'s counts, and `decisions`.
+/// The text of `/metrics`: `state`'s counts, `decisions`, the scaler's figures and, when
+/// the replica shares its state, how many peers it shares with.
 pub(super) fn text(
     state: &State,
     matcher: &str,
     decisions: &Histogram,
     scaler: Option<ScalerFigures>,
+    sync_peers: Option<u64>,
 ) -> String {
     let counts = Counts {
         endpoints: state
@@ -256,6 +258,15 @@ pub(super) fn text(
     registry.register_collector(Box::new(counts));
     if let Some(scaler) = scaler {
         registry.register_collector(Box::new(scaler));
+    }
+    if let Some(peers) = sync_peers {
+        let gauge: prometheus_client::metrics::gauge::Gauge = Default::default();
+        gauge.set(i64::try_from(peers).unwrap_or(i64::MAX));
+        registry.register(
+            "routerlab_sync_peers",
+            "the other router replicas this one shares its state with",
+            gauge,
+        );
     }
     registry.register(
         "routerlab_decision_seconds",
@@ -309,6 +320,7 @@ mod tests {
             "/lib/my \"odd\"\\policy.so#p",
             &decisions,
             Some(scaler),
+            Some(1),
         );
         for line in [
             "routerlab_requests_total{endpoint=\"b:2\"} 7",
@@ -322,6 +334,7 @@ mod tests {
             "# TYPE routerlab_retries counter",
             "routerlab_scaler_desired_endpoints{scaler=\"hpa\"} 3",
             "routerlab_scaler_ticks_total{scaler=\"hpa\"} 2",
+            "routerlab_sync_peers 1",
             "# EOF",
         ] {
             assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");

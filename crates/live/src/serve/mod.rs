@@ -28,6 +28,7 @@ mod lora;
 mod metrics;
 mod mirror;
 mod pd;
+mod peers;
 mod plugin_thread;
 mod plugins;
 mod routed;
@@ -38,6 +39,7 @@ mod tests;
 mod tracked;
 
 pub use decision_log::DecisionLogSettings;
+pub use peers::PeerSettings;
 pub use scaling::ServeScaling;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -134,6 +136,8 @@ pub struct ServeSettings {
     pub base_models: Vec<String>,
     /// Where each routed request's decision and measurements go (`--decision-log`).
     pub decision_log: Option<DecisionLogSettings>,
+    /// The other router replicas this one shares its state with (`--replica-sync`).
+    pub peers: Option<PeerSettings>,
 }
 
 struct Shared {
@@ -153,6 +157,8 @@ struct Shared {
     first_request: Arc<tokio::sync::Notify>,
     /// The decision log, when one is written.
     decision_log: Option<std::sync::Mutex<decision_log::DecisionLog>>,
+    /// The peer replicas and what waits to be sent them, when state is shared.
+    peers: Option<std::sync::Mutex<peers::Outbox>>,
 }
 
 impl Shared {
@@ -282,6 +288,9 @@ pub async fn run_on(
             settings.endpoints.len()
         )));
     }
+    let me = (listener.local_addr())
+        .map_err(|e| LiveError::Settings(format!("the listening socket: {e}")))?
+        .to_string();
     let listener = http::from_std(listener)?;
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(Duration::from_secs(2)));
@@ -314,6 +323,7 @@ pub async fn run_on(
         scaling: scaling.map(std::sync::Mutex::new),
         first_request: first_request.clone(),
         decision_log,
+        peers: (settings.peers.clone()).map(|p| std::sync::Mutex::new(peers::Outbox::new(p, me))),
         settings,
         state: tokio::sync::Mutex::new(state),
         client,
@@ -325,6 +335,7 @@ pub async fn run_on(
     });
     tokio::spawn(health::scrape_loop(shared.clone()));
     tokio::spawn(scaling::tick_loop(shared.clone(), first_request));
+    tokio::spawn(peers::run(shared.clone()));
     http::serve(listener, http::HEADER_READ_TIMEOUT, move |request| {
         let shared = shared.clone();
         async move { handle(shared, request).await }
@@ -336,6 +347,7 @@ pub async fn run_on(
 async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
     let path = request.uri().path().to_owned();
     match (request.method(), path.as_str()) {
+        (&Method::POST, peers::SYNC_PATH) => peers::receive(shared, request).await,
         (&Method::GET, "/health") => match shared.lock_within(STATUS_WAIT).await {
             Some(state) if let Some(stuck) = state.plugins_stuck() => {
                 http::error(StatusCode::SERVICE_UNAVAILABLE, &stuck)
@@ -361,7 +373,8 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
                         .unwrap_or_else(|poisoned| poisoned.into_inner())
                         .figures()
                 });
-                metrics::text(&state, &shared.matcher, &shared.decisions, scaler)
+                let peers = (shared.peers.as_ref()).map(peers::count);
+                metrics::text(&state, &shared.matcher, &shared.decisions, scaler, peers)
             });
             let mut last = shared
                 .last_metrics
@@ -555,6 +568,11 @@ async fn proxy(
                         }
                     }
                 }
+                if learned.is_some() {
+                    let block_size = shared.settings.block_size;
+                    let change = peers::change(peers::Kind::Routed, &routed, &name, block_size);
+                    peers::share(&shared, change).await;
+                }
                 let (mut parts, incoming) = response.into_parts();
                 parts.headers.insert(
                     ENDPOINT_HEADER,
@@ -584,6 +602,7 @@ async fn proxy(
                     first_ns: None,
                     events: 0,
                     status: status.as_u16(),
+                    endpoint: name.clone(),
                 };
                 if streamed {
                     // Events pass through as they come; a stream broken off ends early

@@ -68,6 +68,26 @@ impl Routed {
     }
 }
 
+impl Default for Routed {
+    /// Nothing yet: a whole request with no prompt.
+    fn default() -> Routed {
+        Routed {
+            seq: 0,
+            arrival_ns: 0,
+            prompt: Vec::new(),
+            tokens: None,
+            hashes: Vec::new(),
+            ids: Vec::new(),
+            output_tokens: None,
+            session: 0,
+            parent: 0,
+            phase: Phase::Whole,
+            adapter: None,
+            ends_session: false,
+        }
+    }
+}
+
 /// Why a request gets no endpoint: the status and message of its error response.
 #[derive(Debug, PartialEq)]
 pub(super) struct Refusal(pub(super) u16, pub(super) String);

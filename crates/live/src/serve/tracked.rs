@@ -40,6 +40,8 @@ pub(super) struct Tracked {
     pub(super) events: u64,
     /// The engine's status.
     pub(super) status: u16,
+    /// The engine's name.
+    pub(super) endpoint: String,
 }
 
 /// Runs `f` on the state now if its lock is free, else in a task of its own that waits for
@@ -72,6 +74,23 @@ pub(super) fn with_state(
 }
 
 impl Tracked {
+    /// The peer replicas hear of `kind` (sent from a task: a body's poll never waits).
+    fn tell_peers(&self, kind: super::peers::Kind, routed: &Routed) {
+        if self.shared.peers.is_none() {
+            return;
+        }
+        let change = super::peers::change(
+            kind,
+            routed,
+            &self.endpoint,
+            self.shared.settings.block_size,
+        );
+        let shared = self.shared.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { super::peers::share(&shared, change).await });
+        }
+    }
+
     fn finish(&mut self) {
         let Some(routed) = self.routed.take() else {
             return;
@@ -126,6 +145,7 @@ impl http_body::Body for Tracked {
                 if this.learned.is_some()
                     && let Some(routed) = &this.routed
                 {
+                    this.tell_peers(super::peers::Kind::FirstToken, routed);
                     let now = this.shared.now_ns();
                     let (upstream, learned) = (this.upstream, this.learned);
                     match this.shared.try_state() {

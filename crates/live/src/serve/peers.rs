@@ -1,0 +1,436 @@
+//! Router replicas sharing their state live: `serve --replica-sync STRATEGY --peers
+//! ADDR,...`, the strategies of the replay's [`routerlab_route::sync`] over HTTP between
+//! `serve` processes.
+//!
+//! A change (a request routed, its first token, its finish) is posted to every peer's
+//! `POST /routerlab/sync` as a JSON message: at once (`broadcast`; `shared` waits for the
+//! peers' answers before the request goes on, so the next decision anywhere sees it), or in
+//! batches every interval (`delta`: what changed since the last send, lost with a failed
+//! send; `periodic`: the replica's in-flight counts per endpoint and every change a peer
+//! has not yet had, so a failed send is repaired by the next). A peer adds the counts to
+//! what its plugins see as in flight and, with scope `decisions`, tells its matcher
+//! (`update`, `on_first_token`, `on_complete`) under a request id of the peer's own space.
+//! Live, the network delays and loses: the replay's `sync_delay_ms` and `sync_loss` are not
+//! serve's. A replica learns a peer from its first message; each one posts an empty
+//! message to its `--peers` when it starts, so one address given either way is enough.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use routerlab_policy_kit::LruMap;
+use routerlab_route::{ReplicaSync, SyncScope, SyncStrategy};
+use serde::{Deserialize, Serialize};
+
+use super::Shared;
+use super::routed::Routed;
+use crate::http::{self, Body};
+
+/// Peer requests a replica keeps in flight at once; the oldest past it is forgotten.
+pub const MAX_PEER_REQUESTS: usize = 65_536;
+
+/// The most changes one message carries.
+pub const MAX_CHANGES: usize = 65_536;
+
+/// How the replica shares its state, and with whom.
+#[derive(Debug, Clone)]
+pub struct PeerSettings {
+    /// The strategy, its scope and interval (delay and loss are the network's).
+    pub sync: ReplicaSync,
+    /// The other replicas, `host:port` each (more join by posting to this one).
+    pub peers: Vec<String>,
+}
+
+/// What changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum Kind {
+    Routed,
+    FirstToken,
+    Finished,
+}
+
+/// What a peer needs of a routed request to tell its matcher.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PeerRequest {
+    pub(super) blocks: Vec<u64>,
+    pub(super) block_size: u32,
+    pub(super) prompt_len: u64,
+    pub(super) output_tokens: Option<u64>,
+    pub(super) session: u64,
+    pub(super) parent: u64,
+}
+
+/// One change of a replica's state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Change {
+    pub(super) kind: Kind,
+    /// The origin's number for the request.
+    pub(super) seq: u64,
+    /// The engine, by name.
+    pub(super) endpoint: String,
+    /// Its prompt tokens.
+    pub(super) tokens: u64,
+    /// With `routed`: the request.
+    #[serde(default)]
+    pub(super) request: Option<PeerRequest>,
+}
+
+/// A replica's in-flight requests at one engine (`periodic`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Count {
+    pub(super) endpoint: String,
+    pub(super) requests: u64,
+    pub(super) tokens: u64,
+}
+
+/// What one replica posts to another.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Message {
+    /// The sender's address.
+    pub(super) origin: String,
+    pub(super) changes: Vec<Change>,
+    /// `periodic`: its in-flight counts, which replace the last ones it sent.
+    #[serde(default)]
+    pub(super) counts: Option<Vec<Count>>,
+}
+
+/// A peer's request as this replica keeps it.
+#[derive(Default)]
+pub(super) struct Known {
+    pub(super) upstream: usize,
+    pub(super) tokens: u64,
+    pub(super) routed: Routed,
+}
+
+/// What this replica knows of its peers' state.
+#[derive(Default)]
+pub(super) struct PeerBooks {
+    /// Peer requests in flight, by their id here.
+    pub(super) known: LruMap<Known>,
+    /// Per upstream: the peers' requests and prompt tokens in flight, from their changes.
+    pub(super) inflight: Vec<(u64, u64)>,
+    /// Per origin: its last counts (`periodic`), when received, per upstream.
+    pub(super) snapshots: HashMap<String, (u64, Vec<(u64, u64)>)>,
+    /// The origins heard from, numbered from 1 for their requests' ids here.
+    pub(super) origins: Vec<String>,
+}
+
+impl PeerBooks {
+    /// The id here of `origin`'s request `seq`: its own space per origin.
+    pub(super) fn id(&mut self, origin: &str, seq: u64) -> u64 {
+        let n = match self.origins.iter().position(|o| o == origin) {
+            Some(i) => i + 1,
+            None => {
+                self.origins.push(origin.to_owned());
+                self.origins.len()
+            }
+        };
+        ((n as u64) << 40) | (seq & ((1 << 40) - 1))
+    }
+
+    /// The peers' requests and tokens in flight at upstream `u`.
+    pub(super) fn at(&self, u: usize) -> (u64, u64) {
+        let mut at = self.inflight.get(u).copied().unwrap_or((0, 0));
+        for (_, counts) in self.snapshots.values() {
+            let (r, t) = counts.get(u).copied().unwrap_or((0, 0));
+            at = (at.0 + r, at.1 + t);
+        }
+        at
+    }
+}
+
+/// The sending side: the peers, and the changes waiting for the next send.
+pub(super) struct Outbox {
+    settings: PeerSettings,
+    /// This replica's address, as peers reach it.
+    me: String,
+    peers: Vec<String>,
+    /// Per peer: changes not yet sent (`delta`) or not yet received (`periodic`).
+    waiting: HashMap<String, Vec<Change>>,
+}
+
+impl Outbox {
+    pub(super) fn new(settings: PeerSettings, me: String) -> Outbox {
+        Outbox {
+            peers: settings.peers.clone(),
+            settings,
+            me,
+            waiting: HashMap::new(),
+        }
+    }
+
+    pub(super) fn sync(&self) -> &ReplicaSync {
+        &self.settings.sync
+    }
+
+    fn join(&mut self, peer: &str) {
+        if peer != self.me && !self.peers.iter().any(|p| p == peer) {
+            self.peers.push(peer.to_owned());
+        }
+    }
+}
+
+/// The change `kind` of `routed` at the engine `endpoint`, as a peer gets it.
+pub(super) fn change(kind: Kind, routed: &Routed, endpoint: &str, block_size: u32) -> Change {
+    Change {
+        kind,
+        seq: routed.seq,
+        endpoint: endpoint.to_owned(),
+        tokens: routed.tokens(),
+        request: (kind == Kind::Routed).then(|| PeerRequest {
+            blocks: routed.hashes.clone(),
+            block_size,
+            prompt_len: routed.prompt.len() as u64,
+            output_tokens: routed.output_tokens,
+            session: routed.session,
+            parent: routed.parent,
+        }),
+    }
+}
+
+/// Shares `change`: posted now (`broadcast`, `shared`; with `shared` the returned future
+/// ends when every peer answered), or kept for the next send.
+pub(super) async fn share(shared: &Arc<Shared>, change: Change) {
+    let Some(outbox) = &shared.peers else {
+        return;
+    };
+    let (strategy, peers, me) = {
+        let mut outbox = lock(outbox);
+        let strategy = outbox.sync().strategy;
+        if strategy.is_periodic() {
+            let peers = outbox.peers.clone();
+            for peer in peers {
+                outbox.waiting.entry(peer).or_default().push(change.clone());
+            }
+            return;
+        }
+        (strategy, outbox.peers.clone(), outbox.me.clone())
+    };
+    let message = Message {
+        origin: me,
+        changes: vec![change],
+        counts: None,
+    };
+    let sends = peers
+        .into_iter()
+        .map(|peer| post(shared.clone(), peer, message.clone()));
+    if strategy == SyncStrategy::Shared {
+        futures_join(sends).await;
+    } else {
+        for send in sends {
+            tokio::spawn(send);
+        }
+    }
+}
+
+/// Runs every future, concurrently, to its end.
+async fn futures_join(
+    sends: impl Iterator<Item = impl std::future::Future<Output = bool> + Send + 'static>,
+) {
+    let handles: Vec<_> = sends.map(tokio::spawn).collect();
+    for handle in handles {
+        let _ = handle.await;
+    }
+}
+
+/// The peers `outbox` sends to.
+pub(super) fn count(outbox: &std::sync::Mutex<Outbox>) -> u64 {
+    lock(outbox).peers.len() as u64
+}
+
+fn lock(outbox: &std::sync::Mutex<Outbox>) -> std::sync::MutexGuard<'_, Outbox> {
+    outbox
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Posts `message` to `peer`; whether it took it.
+async fn post(shared: Arc<Shared>, peer: String, message: Message) -> bool {
+    let Ok(body) = serde_json::to_vec(&message) else {
+        return false;
+    };
+    let sent = shared.post(&peer, SYNC_PATH, None, Bytes::from(body)).await;
+    matches!(sent, Ok(Ok(response)) if response.status().is_success())
+}
+
+/// Where peers post.
+pub(super) const SYNC_PATH: &str = "/routerlab/sync";
+
+/// Announces this replica to its peers, then (`delta`, `periodic`) sends what waits every
+/// interval; a `periodic` message carries the replica's in-flight counts.
+pub(super) async fn run(shared: Arc<Shared>) {
+    let Some(outbox) = &shared.peers else {
+        return;
+    };
+    let (me, peers, sync) = {
+        let outbox = lock(outbox);
+        (outbox.me.clone(), outbox.peers.clone(), *outbox.sync())
+    };
+    for peer in peers {
+        let hello = Message {
+            origin: me.clone(),
+            changes: Vec::new(),
+            counts: None,
+        };
+        tokio::spawn(post(shared.clone(), peer, hello));
+    }
+    if !sync.strategy.is_periodic() {
+        return;
+    }
+    let mut ticks = tokio::time::interval(Duration::from_nanos(sync.interval_ns.max(1_000_000)));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let counts = match sync.strategy {
+            SyncStrategy::Periodic => Some(shared.lock().await.own_counts()),
+            _ => None,
+        };
+        if sync.ttl_ns > 0 {
+            shared
+                .lock()
+                .await
+                .expire_peer_counts(sync.ttl_ns, shared.now_ns());
+        }
+        let batches: Vec<(String, Vec<Change>)> = {
+            let mut outbox = lock(outbox);
+            let peers = outbox.peers.clone();
+            peers
+                .into_iter()
+                .map(|peer| {
+                    let waiting = outbox.waiting.entry(peer.clone()).or_default();
+                    let batch = match sync.strategy {
+                        // Whatever it has not had: kept until it is received.
+                        SyncStrategy::Periodic => {
+                            waiting.iter().take(MAX_CHANGES).cloned().collect()
+                        }
+                        _ => std::mem::take(waiting),
+                    };
+                    (peer, batch)
+                })
+                .collect()
+        };
+        for (peer, changes) in batches {
+            let sent = changes.len();
+            let message = Message {
+                origin: me.clone(),
+                changes,
+                counts: counts.clone(),
+            };
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let took = post(shared.clone(), peer.clone(), message).await;
+                if took && sync.strategy == SyncStrategy::Periodic {
+                    let Some(outbox) = &shared.peers else { return };
+                    let mut outbox = lock(outbox);
+                    if let Some(waiting) = outbox.waiting.get_mut(&peer) {
+                        waiting.drain(..sent.min(waiting.len()));
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// `POST /routerlab/sync`: a peer's changes, applied to this replica's books and matcher.
+pub(super) async fn receive(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
+    let Some(outbox) = &shared.peers else {
+        return http::error(
+            StatusCode::NOT_FOUND,
+            "this router shares no state (start it with --replica-sync)",
+        );
+    };
+    let body = match http::read_body(request).await {
+        Ok(body) => body,
+        Err(response) => return *response,
+    };
+    let message: Message = match serde_json::from_slice(&body) {
+        Ok(message) => message,
+        Err(e) => {
+            let e = e.to_string();
+            return http::error(
+                StatusCode::BAD_REQUEST,
+                &format!("a sync message: {}", e.lines().next().unwrap_or("")),
+            );
+        }
+    };
+    if message.changes.len() > MAX_CHANGES {
+        return http::error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("a sync message carries at most {MAX_CHANGES} changes"),
+        );
+    }
+    let scope = {
+        let mut outbox = lock(outbox);
+        outbox.join(&message.origin);
+        outbox.sync().scope
+    };
+    let now = shared.now_ns();
+    let mut state = shared.lock().await;
+    let periodic = message.counts.is_some();
+    if let Some(counts) = &message.counts {
+        state.peer_counts(&message.origin, counts, now);
+    }
+    for change in &message.changes {
+        state.peer_change(
+            &message.origin,
+            change,
+            scope == SyncScope::Decisions,
+            !periodic,
+            now,
+        );
+    }
+    http::json(
+        StatusCode::OK,
+        &serde_json::json!({"applied": message.changes.len()}),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_origin_numbers_its_requests_in_a_space_of_its_own() {
+        let mut books = PeerBooks::default();
+        let (a1, b1, a2) = (books.id("a:1", 1), books.id("b:2", 1), books.id("a:1", 2));
+        assert_ne!(a1, b1);
+        assert_eq!(a2, a1 + 1);
+        assert!(a1 >= 1 << 40, "never a local request's number");
+    }
+
+    #[test]
+    fn a_message_reads_back_as_written_and_unknown_fields_are_refused() {
+        let message = Message {
+            origin: "127.0.0.1:9".into(),
+            changes: vec![Change {
+                kind: Kind::Routed,
+                seq: 3,
+                endpoint: "e:1".into(),
+                tokens: 64,
+                request: Some(PeerRequest {
+                    blocks: vec![1, 2],
+                    block_size: 128,
+                    prompt_len: 256,
+                    output_tokens: Some(4),
+                    session: 0,
+                    parent: 0,
+                }),
+            }],
+            counts: None,
+        };
+        let text = serde_json::to_string(&message).unwrap();
+        assert!(text.contains("\"kind\":\"routed\""), "{text}");
+        assert_eq!(serde_json::from_str::<Message>(&text).unwrap(), message);
+        assert!(
+            serde_json::from_str::<Message>(r#"{"origin":"a","changes":[],"extra":1}"#).is_err()
+        );
+    }
+}
