@@ -26,16 +26,19 @@ listening() {
 }
 # live POLICY: engines, `serve` logging to $WORK/POLICY.log, `drive` -> $WORK/POLICY.live.json
 live() {
-    PIDS="" LIST=""
+    PIDS=""
+    LIST=""
     for i in $(seq 1 "$ENGINES"); do
-        routerlab engine --listen 127.0.0.1:0 2> "$WORK/engine-$i.log" &
-        PIDS="$PIDS $!"
-        LIST="$LIST${LIST:+,}$(listening "$WORK/engine-$i.log" $!)"
+        routerlab engine --listen 127.0.0.1:0 2> "$WORK/$1-engine-$i.log" &
+        E=$!
+        PIDS="$PIDS $E"
+        ADDR=$(listening "$WORK/$1-engine-$i.log" "$E")
+        LIST="$LIST${LIST:+,}$ADDR"
     done
     routerlab serve --listen 127.0.0.1:0 --endpoints "$LIST" --matcher "$1" --block-size 2048 \
-        --decision-log "$WORK/$1.log" 2> "$WORK/router.log" &
+        --decision-log "$WORK/$1.log" 2> "$WORK/$1-router.log" &
     R=$!
-    ROUTER=$(listening "$WORK/router.log" $R)
+    ROUTER=$(listening "$WORK/$1-router.log" "$R")
     routerlab drive --url "http://$ROUTER" --trace "$TRACE" --speedup 2 --format json \
         > "$WORK/$1.live.json"
     kill $PIDS $R

@@ -356,7 +356,8 @@ pub struct ReplayArgs {
     pub requests_out: Option<PathBuf>,
     /// Replay the traffic `serve --decision-log` logged, through this policy: the trace,
     /// the endpoints and an engine fitted on the log's own latencies (through the logged
-    /// policy) come from LOG, timed; flags given still win.
+    /// policy) come from LOG, timed; flags given still win (--engine-config's keys over
+    /// the fitted engine's).
     #[arg(long, value_name = "LOG", help_heading = FROM_LOG, conflicts_with = "trace")]
     pub from_log: Option<PathBuf>,
     /// With --from-log: the engines' max_num_seqs, which a log does not record.
@@ -463,10 +464,14 @@ impl ReplayArgs {
             add("trace", log.to_string_lossy().into_owned().into());
             add("timing", "trace".into());
             add("endpoints", fitted.endpoints.join(",").into());
-            add(
-                "engine",
-                serde_yaml::to_value(&fitted.engine).expect("an engine config serialises"),
-            );
+            // The fitted engine, under the keys an --engine-config gives.
+            let Ok(Value::Mapping(mut engine)) = serde_yaml::to_value(&fitted.engine) else {
+                unreachable!("an engine config serialises to a mapping")
+            };
+            if let Some(Value::Mapping(given)) = layer.get("engine") {
+                engine.extend(given.clone());
+            }
+            layer.insert("engine".into(), Value::Mapping(engine));
         }
         experiment(self.settings.config.as_deref(), layer)
     }

@@ -21,12 +21,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
+use routerlab_core::Phase;
 use routerlab_policy_kit::LruMap;
 use routerlab_route::{ReplicaSync, SyncScope, SyncStrategy};
 use serde::{Deserialize, Serialize};
 
 use super::Shared;
+use super::plugins::Notice;
 use super::routed::Routed;
+use super::state::State;
 use crate::http::{self, Body};
 
 /// Peer requests a replica keeps in flight at once; the oldest past it is forgotten.
@@ -34,6 +37,9 @@ pub const MAX_PEER_REQUESTS: usize = 65_536;
 
 /// The most changes one message carries.
 pub const MAX_CHANGES: usize = 65_536;
+
+/// The most peers a replica shares with; a message from one more is refused.
+pub const MAX_PEERS: usize = 64;
 
 /// How the replica shares its state, and with whom.
 #[derive(Debug, Clone)]
@@ -171,10 +177,16 @@ impl Outbox {
         &self.settings.sync
     }
 
-    fn join(&mut self, peer: &str) {
-        if peer != self.me && !self.peers.iter().any(|p| p == peer) {
-            self.peers.push(peer.to_owned());
+    /// Takes `peer` among the peers; `false` when it is new and there are enough already.
+    fn join(&mut self, peer: &str) -> bool {
+        if peer == self.me || self.peers.iter().any(|p| p == peer) {
+            return true;
         }
+        if self.peers.len() >= MAX_PEERS {
+            return false;
+        }
+        self.peers.push(peer.to_owned());
+        true
     }
 }
 
@@ -367,9 +379,20 @@ pub(super) async fn receive(shared: Arc<Shared>, request: Request<Incoming>) -> 
             &format!("a sync message carries at most {MAX_CHANGES} changes"),
         );
     }
+    if message.origin.parse::<std::net::SocketAddr>().is_err() {
+        return http::error(
+            StatusCode::BAD_REQUEST,
+            "a sync message's `origin` is the sender's host:port address",
+        );
+    }
     let scope = {
         let mut outbox = lock(outbox);
-        outbox.join(&message.origin);
+        if !outbox.join(&message.origin) {
+            return http::error(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!("this replica shares with {MAX_PEERS} peers already"),
+            );
+        }
         outbox.sync().scope
     };
     let now = shared.now_ns();
@@ -391,6 +414,134 @@ pub(super) async fn receive(shared: Arc<Shared>, request: Request<Incoming>) -> 
         StatusCode::OK,
         &serde_json::json!({"applied": message.changes.len()}),
     )
+}
+
+/// What a replica does with its peers' messages, and what it sends them of its own.
+impl State {
+    /// This replica's own requests and prompt tokens in flight, per engine (what a
+    /// `periodic` sync sends).
+    pub(super) fn own_counts(&self) -> Vec<Count> {
+        (self.upstreams.iter())
+            .map(|u| Count {
+                endpoint: u.name.clone(),
+                requests: u.inflight,
+                tokens: u.inflight_tokens,
+            })
+            .collect()
+    }
+
+    /// `origin`'s in-flight counts, received at `now_ns`: they replace its last ones.
+    pub(super) fn peer_counts(&mut self, origin: &str, counts: &[Count], now_ns: u64) {
+        let mut per = vec![(0, 0); self.upstreams.len()];
+        for count in counts {
+            if let Some(u) = self.upstreams.iter().position(|u| u.name == count.endpoint) {
+                per[u] = (count.requests, count.tokens);
+            }
+        }
+        self.peers
+            .snapshots
+            .insert(origin.to_owned(), (now_ns, per));
+    }
+
+    /// Drops the peers' counts older than `ttl_ns` at `now_ns`.
+    pub(super) fn expire_peer_counts(&mut self, ttl_ns: u64, now_ns: u64) {
+        (self.peers.snapshots).retain(|_, (at, _)| now_ns.saturating_sub(*at) <= ttl_ns);
+    }
+
+    /// A peer's change: its in-flight counts move (with `counts`), and its matcher learns it
+    /// (with `decisions`). A first token or finish of a request never heard of is ignored.
+    pub(super) fn peer_change(
+        &mut self,
+        origin: &str,
+        change: &Change,
+        decisions: bool,
+        counts: bool,
+        now_ns: u64,
+    ) {
+        let id = self.peers.id(origin, change.seq);
+        let Some(u) = self
+            .upstreams
+            .iter()
+            .position(|u| u.name == change.endpoint)
+        else {
+            return;
+        };
+        if self.peers.inflight.len() < self.upstreams.len() {
+            self.peers.inflight.resize(self.upstreams.len(), (0, 0));
+        }
+        let notice = match change.kind {
+            Kind::Routed => {
+                let Some(request) = &change.request else {
+                    return;
+                };
+                let mut ids = Vec::new();
+                self.interner.intern_all(&request.blocks, &mut ids);
+                let routed = Routed {
+                    seq: id,
+                    arrival_ns: now_ns,
+                    prompt: Vec::new(),
+                    tokens: None,
+                    hashes: request.blocks.clone(),
+                    ids,
+                    output_tokens: request.output_tokens,
+                    // A peer's sessions and requests are numbered in its own space here.
+                    session: match request.session {
+                        0 => 0,
+                        s => self.peers.id(origin, s),
+                    },
+                    parent: match request.parent {
+                        0 => 0,
+                        p => self.peers.id(origin, p),
+                    },
+                    phase: Phase::Whole,
+                    adapter: None,
+                    ends_session: false,
+                };
+                if self.peers.known.len() >= MAX_PEER_REQUESTS
+                    && let Some((_, old)) = self.peers.known.pop_oldest()
+                    && counts
+                {
+                    let at = &mut self.peers.inflight[old.upstream];
+                    *at = (at.0.saturating_sub(1), at.1.saturating_sub(old.tokens));
+                }
+                if counts {
+                    let at = &mut self.peers.inflight[u];
+                    *at = (at.0 + 1, at.1 + change.tokens);
+                }
+                self.peers.known.remove(id);
+                self.peers.known.touch_or_insert_with(id, || Known {
+                    upstream: u,
+                    tokens: change.tokens,
+                    routed,
+                });
+                Notice::Learn
+            }
+            Kind::FirstToken if self.peers.known.contains(id) => Notice::FirstToken,
+            Kind::Finished if self.peers.known.contains(id) => Notice::Complete,
+            _ => return,
+        };
+        let (Some(known), Some(index)) = (self.peers.known.get(id), self.upstreams[u].index) else {
+            return;
+        };
+        let routed = known.routed.clone();
+        if matches!(notice, Notice::Complete) {
+            let known = self.peers.known.remove(id).expect("known above");
+            if counts {
+                let at = &mut self.peers.inflight[known.upstream];
+                *at = (at.0.saturating_sub(1), at.1.saturating_sub(known.tokens));
+            }
+        }
+        if decisions {
+            let data = routed.data(self.block_size, now_ns);
+            if self
+                .plugins_for(Phase::Whole)
+                .notify(notice, &data, index)
+                .is_err()
+            {
+                self.plugin_errors += 1;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

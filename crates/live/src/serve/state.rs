@@ -65,9 +65,9 @@ pub(super) struct State {
     /// The decode pool's plugins (instances of their own), when the fleet is split.
     pub(super) decode: Option<Plugins>,
     pub(super) upstreams: Vec<Upstream>,
-    block_size: u32,
+    pub(super) block_size: u32,
     health: HealthRule,
-    interner: BlockInterner,
+    pub(super) interner: BlockInterner,
     /// Hash of a session key -> (session number, last request of it), least recently used
     /// first out past [`MAX_SESSIONS`].
     sessions: LruMap<(u64, u64)>,
@@ -85,7 +85,7 @@ pub(super) struct State {
     /// Endpoints the matcher could choose among at the last decision.
     pub(super) last_choices: usize,
     /// What the peer replicas have in flight, when they share it (`--replica-sync`).
-    peers: super::peers::PeerBooks,
+    pub(super) peers: super::peers::PeerBooks,
 }
 
 impl State {
@@ -275,7 +275,7 @@ impl State {
     }
 
     /// The plugins that route `phase`.
-    fn plugins_for(&mut self, phase: Phase) -> &mut Plugins {
+    pub(super) fn plugins_for(&mut self, phase: Phase) -> &mut Plugins {
         pools(&mut self.plugins, &mut self.decode, phase)
     }
 
@@ -640,137 +640,6 @@ impl State {
     /// Notices to the plugins, sent without waiting, that failed (every pool's).
     pub(super) fn late_failures(&self) -> u64 {
         self.plugins.late_failures() + self.decode.as_ref().map_or(0, Plugins::late_failures)
-    }
-
-    /// This replica's own requests and prompt tokens in flight, per engine (what a
-    /// `periodic` sync sends).
-    pub(super) fn own_counts(&self) -> Vec<super::peers::Count> {
-        (self.upstreams.iter())
-            .map(|u| super::peers::Count {
-                endpoint: u.name.clone(),
-                requests: u.inflight,
-                tokens: u.inflight_tokens,
-            })
-            .collect()
-    }
-
-    /// `origin`'s in-flight counts, received at `now_ns`: they replace its last ones.
-    pub(super) fn peer_counts(
-        &mut self,
-        origin: &str,
-        counts: &[super::peers::Count],
-        now_ns: u64,
-    ) {
-        let mut per = vec![(0, 0); self.upstreams.len()];
-        for count in counts {
-            if let Some(u) = self.upstreams.iter().position(|u| u.name == count.endpoint) {
-                per[u] = (count.requests, count.tokens);
-            }
-        }
-        self.peers
-            .snapshots
-            .insert(origin.to_owned(), (now_ns, per));
-    }
-
-    /// Drops the peers' counts older than `ttl_ns` at `now_ns`.
-    pub(super) fn expire_peer_counts(&mut self, ttl_ns: u64, now_ns: u64) {
-        (self.peers.snapshots).retain(|_, (at, _)| now_ns.saturating_sub(*at) <= ttl_ns);
-    }
-
-    /// A peer's change: its in-flight counts move (with `counts`), and its matcher learns it
-    /// (with `decisions`). A first token or finish of a request never heard of is ignored.
-    pub(super) fn peer_change(
-        &mut self,
-        origin: &str,
-        change: &super::peers::Change,
-        decisions: bool,
-        counts: bool,
-        now_ns: u64,
-    ) {
-        use super::peers::{Kind, Known};
-        let id = self.peers.id(origin, change.seq);
-        let Some(u) = self
-            .upstreams
-            .iter()
-            .position(|u| u.name == change.endpoint)
-        else {
-            return;
-        };
-        if self.peers.inflight.len() < self.upstreams.len() {
-            self.peers.inflight.resize(self.upstreams.len(), (0, 0));
-        }
-        let notice = match change.kind {
-            Kind::Routed => {
-                let Some(request) = &change.request else {
-                    return;
-                };
-                let mut ids = Vec::new();
-                self.interner.intern_all(&request.blocks, &mut ids);
-                let routed = Routed {
-                    seq: id,
-                    arrival_ns: now_ns,
-                    prompt: Vec::new(),
-                    tokens: None,
-                    hashes: request.blocks.clone(),
-                    ids,
-                    output_tokens: request.output_tokens,
-                    // A peer's sessions and requests are numbered in its own space here.
-                    session: match request.session {
-                        0 => 0,
-                        s => self.peers.id(origin, s),
-                    },
-                    parent: match request.parent {
-                        0 => 0,
-                        p => self.peers.id(origin, p),
-                    },
-                    phase: Phase::Whole,
-                    adapter: None,
-                    ends_session: false,
-                };
-                if self.peers.known.len() >= super::peers::MAX_PEER_REQUESTS
-                    && let Some((_, old)) = self.peers.known.pop_oldest()
-                    && counts
-                {
-                    let at = &mut self.peers.inflight[old.upstream];
-                    *at = (at.0.saturating_sub(1), at.1.saturating_sub(old.tokens));
-                }
-                if counts {
-                    let at = &mut self.peers.inflight[u];
-                    *at = (at.0 + 1, at.1 + change.tokens);
-                }
-                self.peers.known.remove(id);
-                self.peers.known.touch_or_insert_with(id, || Known {
-                    upstream: u,
-                    tokens: change.tokens,
-                    routed,
-                });
-                Notice::Learn
-            }
-            Kind::FirstToken if self.peers.known.contains(id) => Notice::FirstToken,
-            Kind::Finished if self.peers.known.contains(id) => Notice::Complete,
-            _ => return,
-        };
-        let (Some(known), Some(index)) = (self.peers.known.get(id), self.upstreams[u].index) else {
-            return;
-        };
-        let routed = known.routed.clone();
-        if matches!(notice, Notice::Complete) {
-            let known = self.peers.known.remove(id).expect("known above");
-            if counts {
-                let at = &mut self.peers.inflight[known.upstream];
-                *at = (at.0.saturating_sub(1), at.1.saturating_sub(known.tokens));
-            }
-        }
-        if decisions {
-            let data = routed.data(self.block_size, now_ns);
-            if self
-                .plugins_for(Phase::Whole)
-                .notify(notice, &data, index)
-                .is_err()
-            {
-                self.plugin_errors += 1;
-            }
-        }
     }
 
     /// Every endpoint in the fleet as the decision log records it.
