@@ -200,3 +200,88 @@ fn serve_refuses_peers_without_a_strategy_and_a_replay_only_sync_key() {
         "{stderr}"
     );
 }
+
+/// Polls `addr`'s `/metrics` every 20 ms for up to 5 s until a line is `line`.
+fn until_metric(addr: &str, line: &str) {
+    let seen = (0..250).any(|_| {
+        let (_, metrics) = support::http(addr, "GET", "/metrics", "");
+        let found = metrics.lines().any(|l| l == line);
+        if !found {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        found
+    });
+    assert!(seen, "{addr}: no `{line}` within 5 s");
+}
+
+#[test]
+fn a_periodic_sync_shows_a_replica_its_peers_requests_in_flight() {
+    // Decode steps of 20 ms: a 200-token answer takes 4 s.
+    let engine = ROUTERLAB.start(&[
+        "engine",
+        "--engine-config",
+        "{step_time: {model: linear, overhead_ms: 1, prefill_ms_per_token: 0, decode_ms: 20}}",
+    ]);
+    let sync = [
+        "--replica-sync",
+        "periodic",
+        "--sync-interval-ms",
+        "20",
+        "--sync-scope",
+        "loads",
+    ];
+    let mut args = vec![
+        "serve",
+        "--endpoints",
+        &engine.addr,
+        "--matcher",
+        "least-inflight",
+    ];
+    args.extend_from_slice(&sync);
+    let a = ROUTERLAB.start(&args);
+    let log = fresh("periodic-b.jsonl");
+    let log_arg = log.to_string_lossy().into_owned();
+    args.extend_from_slice(&["--peers", &a.addr, "--decision-log", &log_arg]);
+    let b = ROUTERLAB.start(&args);
+    until_metric(&a.addr, "routerlab_sync_peers 1");
+    // Three long requests through the first replica, left running.
+    for _ in 0..3 {
+        let addr = a.addr.clone();
+        std::thread::spawn(move || {
+            support::http(
+                &addr,
+                "POST",
+                "/v1/completions",
+                r#"{"prompt": "a long one", "max_tokens": 200}"#,
+            )
+        });
+    }
+    let series = format!(
+        "routerlab_inflight_requests{{endpoint=\"{}\"}} 3",
+        engine.addr
+    );
+    until_metric(&a.addr, &series);
+    // Ten of its publications later, the second replica routes one request of its own.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (status, body) = support::http(
+        &b.addr,
+        "POST",
+        "/v1/completions",
+        r#"{"prompt": "a short one", "max_tokens": 2}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    let text = (0..100)
+        .map(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            std::fs::read_to_string(&log).unwrap_or_default()
+        })
+        .find(|t| !t.is_empty())
+        .expect("the second replica logged its request");
+    let record: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    // What it saw in flight at the engine: its peer's three, none of its own yet.
+    assert_eq!(
+        record["candidates"][0]["inflight"].as_u64(),
+        Some(3),
+        "{record}"
+    );
+}

@@ -23,7 +23,8 @@ pub struct Candidate {
     pub waiting: u64,
     /// KV-cache use, 0 to 1, by its last scrape.
     pub kv_usage: f64,
-    /// Requests the router had in flight there.
+    /// Requests in flight there as the router's plugins saw them: its own, and its peer
+    /// replicas' when they share state.
     pub inflight: u64,
 }
 
@@ -47,6 +48,9 @@ pub struct DecisionRecord {
     pub block_bytes: u32,
     /// The prompt's block chain: a hash per whole block.
     pub blocks: Vec<u64>,
+    /// The prompt's text, only when asked for (`serve --decision-log-prompts`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
     /// The tokens it asked for at most, if it said.
     pub max_tokens: Option<u64>,
     /// The matcher that chose.

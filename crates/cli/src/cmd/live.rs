@@ -245,6 +245,10 @@ pub struct ServeArgs {
     /// With --decision-log: older files kept (PATH.1 … PATH.K; 0 keeps none).
     #[arg(long, help_heading = LOG, value_name = "N", default_value_t = 3, requires = "decision_log")]
     pub decision_log_keep: u32,
+    /// With --decision-log: each line carries the prompt's text too (by default only its
+    /// block hashes: the log may then hold what users sent).
+    #[arg(long, help_heading = LOG, requires = "decision_log")]
+    pub decision_log_prompts: bool,
     /// The other router replicas, host:port,... (`serve`s with --replica-sync): this one
     /// posts its changes to them; one that posts here joins them.
     #[arg(long, help_heading = SYNC, value_name = "LIST", value_delimiter = ',')]
@@ -596,6 +600,7 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
                 path,
                 max_bytes: args.decision_log_max_mib.saturating_mul(1 << 20).max(1),
                 keep: args.decision_log_keep,
+                prompts: args.decision_log_prompts,
             }),
     };
     runtime()?

@@ -26,6 +26,8 @@ pub struct DecisionLogSettings {
     pub max_bytes: u64,
     /// Older files kept (`PATH.1` … `PATH.K`).
     pub keep: u32,
+    /// Whether each line carries the prompt's text too (hashes only by default).
+    pub prompts: bool,
 }
 
 /// What the router saw and chose for a request not yet done.
@@ -107,6 +109,8 @@ impl DecisionLog {
             prompt_tokens: routed.tokens(),
             block_bytes,
             blocks: routed.hashes.clone(),
+            prompt: (self.settings.prompts)
+                .then(|| String::from_utf8_lossy(&routed.prompt).into_owned()),
             max_tokens: routed.output_tokens,
             policy: self.policy.clone(),
             candidates,
@@ -263,6 +267,7 @@ mod tests {
             path: path.clone(),
             max_bytes: 1,
             keep: 2,
+            prompts: true,
         };
         let mut log = DecisionLog::open(settings, "random").unwrap();
         for seq in 1..=4 {
@@ -295,6 +300,8 @@ mod tests {
         assert_eq!(line.tpot_ms, Some(2.0 / 9.0));
         assert_eq!((line.output_tokens, line.status.as_str()), (10, "ok"));
         assert_eq!(line.blocks, [4, 7]);
+        // Asked for, the text too.
+        assert_eq!(line.prompt.as_deref(), Some("x".repeat(100).as_str()));
     }
 
     #[test]
@@ -305,6 +312,7 @@ mod tests {
             path: path.clone(),
             max_bytes: 1 << 20,
             keep: 2,
+            prompts: false,
         };
         let Err(e) = DecisionLog::open(settings.clone(), "lcp") else {
             panic!("an existing log file is refused")

@@ -643,15 +643,16 @@ impl State {
     }
 
     /// Every endpoint in the fleet as the decision log records it.
+    /// (`inflight` as the plugins see it: the peers' too, when replicas share).
     pub(super) fn candidates(&self) -> Vec<routerlab_trace::decision_log::Candidate> {
-        (self.upstreams.iter())
-            .filter(|u| u.index.is_some())
-            .map(|u| routerlab_trace::decision_log::Candidate {
+        (self.upstreams.iter().enumerate())
+            .filter(|(_, u)| u.index.is_some())
+            .map(|(i, u)| routerlab_trace::decision_log::Candidate {
                 endpoint: u.name.clone(),
                 running: u.scraped.running,
                 waiting: u.scraped.waiting,
                 kv_usage: u.scraped.kv_usage,
-                inflight: u.inflight,
+                inflight: u.inflight + self.peers.at(i).0,
             })
             .collect()
     }
