@@ -67,5 +67,10 @@ pub fn parse(text: &str) -> Result<(Vec<crate::MeasuredRequest>, usize), String>
         r.blocks = Some((record.block_bytes / BYTES_PER_TOKEN, record.blocks));
         requests.push(r);
     }
+    if requests.is_empty() {
+        return Err(format!(
+            "no request in the log ended whole ({failed} did not): nothing to replay or fit"
+        ));
+    }
     Ok((requests, failed))
 }
