@@ -14,7 +14,7 @@
 //! serve's. A replica learns a peer from its first message; each one posts an empty
 //! message to its `--peers` when it starts, so one address given either way is enough.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,6 +40,13 @@ pub const MAX_CHANGES: usize = 65_536;
 
 /// The most peers a replica shares with; a message from one more is refused.
 pub const MAX_PEERS: usize = 64;
+
+/// Changes kept for one peer until they are sent (`delta`) or taken (`periodic`); past
+/// it the oldest are dropped (a peer that stays away does not grow this replica's memory).
+pub const MAX_WAITING: usize = 65_536;
+
+/// The most bytes of changes one message carries (under a peer's 4 MiB body bound).
+const MAX_MESSAGE_BYTES: usize = 3 << 20;
 
 /// How the replica shares its state, and with whom.
 #[derive(Debug, Clone)]
@@ -159,8 +166,9 @@ pub(super) struct Outbox {
     /// This replica's address, as peers reach it.
     me: String,
     peers: Vec<String>,
-    /// Per peer: changes not yet sent (`delta`) or not yet received (`periodic`).
-    waiting: HashMap<String, Vec<Change>>,
+    /// Per peer: changes not yet sent (`delta`) or not yet received (`periodic`), at most
+    /// [`MAX_WAITING`].
+    waiting: HashMap<String, VecDeque<Change>>,
 }
 
 impl Outbox {
@@ -220,7 +228,11 @@ pub(super) async fn share(shared: &Arc<Shared>, change: Change) {
         if strategy.is_periodic() {
             let peers = outbox.peers.clone();
             for peer in peers {
-                outbox.waiting.entry(peer).or_default().push(change.clone());
+                let waiting = outbox.waiting.entry(peer).or_default();
+                if waiting.len() >= MAX_WAITING {
+                    waiting.pop_front();
+                }
+                waiting.push_back(change.clone());
             }
             return;
         }
@@ -318,13 +330,12 @@ pub(super) async fn run(shared: Arc<Shared>) {
                 .into_iter()
                 .map(|peer| {
                     let waiting = outbox.waiting.entry(peer.clone()).or_default();
-                    let batch = match sync.strategy {
-                        // Whatever it has not had: kept until it is received.
-                        SyncStrategy::Periodic => {
-                            waiting.iter().take(MAX_CHANGES).cloned().collect()
-                        }
-                        _ => std::mem::take(waiting),
-                    };
+                    let batch = first_batch(waiting);
+                    // `delta`: sent once, whatever becomes of it. `periodic`: kept until
+                    // the peer has taken it.
+                    if sync.strategy == SyncStrategy::Delta {
+                        waiting.drain(..batch.len());
+                    }
                     (peer, batch)
                 })
                 .collect()
@@ -349,6 +360,21 @@ pub(super) async fn run(shared: Arc<Shared>) {
             });
         }
     }
+}
+
+/// The changes at the front of `waiting` one message may carry: at most [`MAX_CHANGES`]
+/// and [`MAX_MESSAGE_BYTES`] of them, and at least one.
+fn first_batch(waiting: &VecDeque<Change>) -> Vec<Change> {
+    let mut bytes = 0;
+    let mut batch = Vec::new();
+    for change in waiting.iter().take(MAX_CHANGES) {
+        bytes += serde_json::to_vec(change).map_or(0, |b| b.len() + 1);
+        if bytes > MAX_MESSAGE_BYTES && !batch.is_empty() {
+            break;
+        }
+        batch.push(change.clone());
+    }
+    batch
 }
 
 /// `POST /routerlab/sync`: a peer's changes, applied to this replica's books and matcher.
@@ -555,6 +581,38 @@ mod tests {
         assert_ne!(a1, b1);
         assert_eq!(a2, a1 + 1);
         assert!(a1 >= 1 << 40, "never a local request's number");
+    }
+
+    fn routed(blocks: usize) -> Change {
+        Change {
+            kind: Kind::Routed,
+            seq: 1,
+            endpoint: "e:1".into(),
+            tokens: 64,
+            request: Some(PeerRequest {
+                blocks: vec![u64::MAX; blocks],
+                block_size: 128,
+                prompt_len: 128 * blocks as u64,
+                output_tokens: None,
+                session: 0,
+                parent: 0,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_message_carries_what_fits_a_peers_bound_and_at_least_one_change() {
+        let small: VecDeque<Change> = (0..3).map(|_| routed(4)).collect();
+        assert_eq!(first_batch(&small).len(), 3);
+        // 200,000 hashes of 20 digits: 4 MB of JSON, alone past the bound.
+        let big: VecDeque<Change> = [routed(200_000), routed(4)].into();
+        assert_eq!(first_batch(&big).len(), 1);
+        let behind: VecDeque<Change> = [routed(4), routed(200_000)].into();
+        assert_eq!(
+            first_batch(&behind).len(),
+            1,
+            "the big one waits for the next message"
+        );
     }
 
     #[test]
