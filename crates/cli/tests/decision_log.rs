@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 use support::server::{ROUTERLAB, Server};
-use support::{project_trace, routerlab, scratch_file, texts};
+use support::{fresh_path, json_lines_when, project_trace, routerlab, scratch_file, texts};
 
 /// The first `n` lines of the sessions trace, as a scratch file.
 fn sessions(n: usize, name: &str) -> PathBuf {
@@ -18,35 +18,13 @@ fn sessions(n: usize, name: &str) -> PathBuf {
     scratch_file(name, (lines.join("\n") + "\n").as_bytes())
 }
 
-/// A scratch path that does not exist.
-fn fresh(name: &str) -> PathBuf {
-    let path = scratch_file(name, b"");
-    std::fs::remove_file(&path).unwrap();
-    path
-}
-
-/// The log's lines, once `n` are written (a request's line follows its answer's end).
-fn lines(log: &std::path::Path, n: usize) -> Vec<Value> {
-    for _ in 0..100 {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if text.lines().count() >= n {
-            return text
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect();
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    panic!("{} has not {n} lines within 5 s", log.display());
-}
-
 #[test]
 fn serve_logs_every_decision_and_another_policy_replays_from_the_log() {
     let engines: Vec<Server> = (0..2)
         .map(|_| ROUTERLAB.start(&["engine", "--model-speedup", "200"]))
         .collect();
     let endpoints = format!("{},{}", engines[0].addr, engines[1].addr);
-    let log = fresh("serve-random.decisions.jsonl");
+    let log = fresh_path("serve-random.decisions.jsonl");
     let router = ROUTERLAB.start(&[
         "serve",
         "--endpoints",
@@ -72,7 +50,7 @@ fn serve_logs_every_decision_and_another_policy_replays_from_the_log() {
     ]);
     assert!(output.status.success(), "{}", texts(&output).1);
     let driven: Value = serde_json::from_str(&texts(&output).0).unwrap();
-    let records = lines(&log, 60);
+    let records = json_lines_when(&log, 60);
     assert_eq!(records.len(), 60);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     for r in &records {

@@ -6,40 +6,23 @@ mod support;
 
 use serde_json::Value;
 use support::server::{ROUTERLAB, Server};
-use support::{project_trace, routerlab, scratch_file, texts};
-
-/// A scratch path that does not exist.
-fn fresh(name: &str) -> std::path::PathBuf {
-    let path = scratch_file(name, b"");
-    std::fs::remove_file(&path).unwrap();
-    path
-}
+use support::{fresh_path, json_lines_when, project_trace, routerlab, scratch_file, texts};
 
 /// The engine each logged request went to, by the replica's own order.
 fn logged(log: &std::path::Path, n: usize) -> Vec<String> {
-    for _ in 0..100 {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if text.lines().count() >= n {
-            let mut records: Vec<Value> = text
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect();
-            records.sort_by_key(|r| r["seq"].as_u64());
-            return (records.iter())
-                .map(|r| r["endpoint"].as_str().unwrap().to_owned())
-                .collect();
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    panic!("{} has not {n} lines within 5 s", log.display());
+    let mut records = json_lines_when(log, n);
+    records.sort_by_key(|r| r["seq"].as_u64());
+    (records.iter())
+        .map(|r| r["endpoint"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// The engine of each request when two replicas routed `trace` live with `sync` (the
 /// balancer alternating, one request at a time), in trace order.
 fn live(engines: &str, trace: &std::path::Path, sync: &[&str], tag: &str) -> Vec<String> {
     let (log_a, log_b) = (
-        fresh(&format!("{tag}-a.jsonl")),
-        fresh(&format!("{tag}-b.jsonl")),
+        fresh_path(&format!("{tag}-a.jsonl")),
+        fresh_path(&format!("{tag}-b.jsonl")),
     );
     let replica = |log: &std::path::Path, seed: &str, more: &[&str]| -> Server {
         let log = log.to_string_lossy();
@@ -106,7 +89,7 @@ fn live(engines: &str, trace: &std::path::Path, sync: &[&str], tag: &str) -> Vec
 
 /// The same, replayed (timed) by two replicas sharing as `sync` says.
 fn replayed(engines: &str, trace: &std::path::Path, sync: &str, tag: &str) -> Vec<String> {
-    let out = fresh(&format!("{tag}-replay.jsonl"));
+    let out = fresh_path(&format!("{tag}-replay.jsonl"));
     let output = routerlab(&[
         "replay",
         "--matcher",
@@ -239,7 +222,7 @@ fn a_periodic_sync_shows_a_replica_its_peers_requests_in_flight() {
     ];
     args.extend_from_slice(&sync);
     let a = ROUTERLAB.start(&args);
-    let log = fresh("periodic-b.jsonl");
+    let log = fresh_path("periodic-b.jsonl");
     let log_arg = log.to_string_lossy().into_owned();
     args.extend_from_slice(&["--peers", &a.addr, "--decision-log", &log_arg]);
     let b = ROUTERLAB.start(&args);

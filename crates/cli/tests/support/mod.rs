@@ -62,6 +62,28 @@ pub fn scratch_file(name: &str, contents: &[u8]) -> PathBuf {
     path
 }
 
+/// A scratch path that does not exist (for a file a command must create).
+pub fn fresh_path(name: &str) -> PathBuf {
+    let path = scratch_file(name, b"");
+    std::fs::remove_file(&path).expect("remove the scratch file");
+    path
+}
+
+/// The JSON lines of `path` once it has at least `n` (a server writes them as requests end),
+/// polling every 50 ms for up to 5 s.
+pub fn json_lines_when(path: &Path, n: usize) -> Vec<serde_json::Value> {
+    for _ in 0..100 {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().count() >= n {
+            return (text.lines())
+                .map(|l| serde_json::from_str(l).expect("a JSON line"))
+                .collect();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("{} has not {n} lines within 5 s", path.display());
+}
+
 /// `routerlab replay` with a matcher and a trace, plus whatever a test adds: the argument
 /// list every replay test would otherwise spell out.
 pub struct Replay {
