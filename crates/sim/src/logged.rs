@@ -12,13 +12,9 @@ use routerlab_core::hash::BlockInterner;
 use routerlab_core::{Phase, Unit};
 use routerlab_host::{EndpointLoad, RequestData};
 use routerlab_route::{ListPos, Router};
-use routerlab_trace::decision_log::DecisionRecord;
+use routerlab_trace::decision_log::{DecisionRecord, LIVE_KV_BLOCKS};
 
 use crate::SimError;
-
-/// KV usage arrives as a fraction; plugins see it as this many blocks out of the total (as
-/// `serve` shows it).
-const LIVE_KV_BLOCKS: u64 = 10_000;
 
 /// Per record of `log` (in arrival order), the list position `router` chooses in its
 /// state, or `None` when it chooses nothing; the positions are `router`'s, whose endpoints

@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 /// The first field of every line: the log's format and its version.
 pub const LOG_TAG: &str = "routerlab-decisions/1";
 
+/// A live engine's KV usage arrives as a fraction; `serve`'s plugins see it as this many
+/// blocks out of the total, and a policy asked in a logged state sees it the same way.
+pub const LIVE_KV_BLOCKS: u64 = 10_000;
+
 /// One endpoint as the router saw it when it decided.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -10,6 +10,7 @@ use routerlab_host::{EndpointLoad, RequestData};
 use routerlab_policy_kit::LruMap;
 use routerlab_route::EndpointIndex;
 use routerlab_trace::blocks::{hash_text_blocks, prompt_tokens};
+use routerlab_trace::decision_log::LIVE_KV_BLOCKS;
 
 use super::OnPluginError;
 use super::health::{Health, HealthRule};
@@ -31,9 +32,6 @@ pub const ANSWER_COOLDOWN_NS: u64 = 10_000_000_000;
 
 /// Seed of the session-key hash (any fixed value; it only has to be the same all run).
 const SESSION_KEY_SEED: u64 = 0x5345_5353_494f_4e53;
-
-/// KV usage arrives as a fraction; plugins see it as this many blocks out of the total.
-const LIVE_KV_BLOCKS: u64 = 10_000;
 
 /// One engine, as the router keeps it.
 pub(super) struct Upstream {
@@ -664,14 +662,15 @@ impl State {
             .enumerate()
             .filter_map(|(u, upstream)| {
                 let index = upstream.index?;
+                let peers = self.peers.at(u);
                 let load = EndpointLoad {
                     running: upstream.scraped.running,
                     waiting: upstream.scraped.waiting,
                     kv_blocks_used: (upstream.scraped.kv_usage * LIVE_KV_BLOCKS as f64).round()
                         as u64,
                     kv_blocks_total: LIVE_KV_BLOCKS,
-                    inflight_prompt_tokens: upstream.inflight_tokens + self.peers.at(u).1,
-                    inflight_requests: upstream.inflight + self.peers.at(u).0,
+                    inflight_prompt_tokens: upstream.inflight_tokens + peers.1,
+                    inflight_requests: upstream.inflight + peers.0,
                     kv_block_tokens: 0,
                     lora: self.held(u).map(|held| held.slots()).unwrap_or_default(),
                 };
