@@ -391,6 +391,30 @@ fn third_party_traces_are_the_published_bytes() {
             "dfc6068e0cfb9cca91e530be196bf8b1d353d72443aa476d9c4d635731d1c2a0",
         ),
         (
+            "llm-d-benchmark/vllm-70b-2replicas-sharegpt/LMBench_sharegpt_output_0.5.csv",
+            "9208d7a359de624f2fc5f8dbe8899bd8fe3d7164a0a5271d60d86fd6a979b050",
+        ),
+        (
+            "llm-d-benchmark/vllm-70b-2replicas-sharegpt/LMBench_sharegpt_output_1.csv",
+            "3ca1070ce01570a7f08cb588fba068b87840d200b06b2feefce0bd00b487a01e",
+        ),
+        (
+            "llm-d-benchmark/vllm-70b-2replicas-sharegpt/LMBench_sharegpt_output_2.csv",
+            "9da704ac21f0945105b9f99a22c87e62b68edea9897c8af1ef132bf468ee053a",
+        ),
+        (
+            "llm-d-benchmark/vllm-70b-2replicas-sharegpt/LMBench_sharegpt_output_8.csv",
+            "b1d44a3a57123fee78ab076cda6d691d98c4e7ab9f0bdcee049b7b382e99b7f2",
+        ),
+        (
+            "llm-d-benchmark/vllm-70b-2replicas-sharegpt/LMBench_sharegpt_output_10.csv",
+            "30be1e00b46f53e45b6914a25f831c88737a519321b02653b3c672cbee9270e5",
+        ),
+        (
+            "models/OPT-13B.json",
+            "bbc7bf98c71f3187f9d3d2db4973fb7cd86c72e0b72bab879d2222136e0cb77f",
+        ),
+        (
             "models/Llama-3.1-70B.json",
             "26738542ebe0f45dab3d138460883943763ef03126797a92e70301957d039410",
         ),
