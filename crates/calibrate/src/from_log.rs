@@ -72,7 +72,7 @@ pub fn fit_log(
         engine_block_size: block_size,
         max_num_seqs,
         max_num_batched_tokens,
-        step_time: settings.step_time_guess(&run)?,
+        step_time: settings.step_time_guess(&run, Scheduler::V1)?,
         kv_bytes_per_token: None,
         host_tier: None,
         shared_tier: None,

@@ -88,8 +88,9 @@ impl RunSettings {
     pub fn step_time_guess(
         &self,
         run: &MeasuredRun,
+        scheduler: routerlab_engine::Scheduler,
     ) -> Result<routerlab_engine::StepTime, CalibrateError> {
-        if let Some(roofline) = self.roofline(run)? {
+        if let Some(roofline) = self.roofline(run, scheduler)? {
             return Ok(routerlab_engine::StepTime::Roofline(Box::new(roofline)));
         }
         let mut guess = run.initial_guess();
@@ -122,10 +123,11 @@ impl RunSettings {
 
     /// The analytical step time of --gpu and --model-config (`None` without --gpu), at the
     /// run's tensor- and expert-parallel sizes unless the flags say, at the efficiencies of
-    /// the GPU's profile when --gpu is one, else the defaults.
+    /// the GPU's profile when --gpu is one, else those typical of an engine of `scheduler`.
     pub fn roofline(
         &self,
         run: &MeasuredRun,
+        scheduler: routerlab_engine::Scheduler,
     ) -> Result<Option<routerlab_engine::Roofline>, CalibrateError> {
         let Some(gpu) = &self.gpu else {
             return Ok(None);
@@ -143,13 +145,16 @@ impl RunSettings {
         let kv = routerlab_engine::kv_from_model_config(&text, self.kv_cache_dtype.as_deref())
             .map_err(at)?;
         let (tensor_parallel, expert_parallel) = self.parallel(run)?;
-        let roofline = routerlab_engine::Roofline::new(
+        let mut roofline = routerlab_engine::Roofline::new(
             gpu.clone(),
             shape,
             tensor_parallel,
             expert_parallel,
             kv.dtype_bytes as u32,
         );
+        if gpu.efficiency.is_none() {
+            roofline.efficiency = routerlab_engine::Efficiency::typical(scheduler);
+        }
         roofline
             .validate()
             .map_err(|e| CalibrateError::input(format!("{}: {e}", path.display())))?;

@@ -134,6 +134,57 @@ fn a_gpu_file_beside_an_experiment_file_is_read() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// vLLM's V0 engine did its host work between steps (5 to 13 ms a decode step in which
+/// the GPU waits, vLLM RFC #6854): on a GPU without a profile, a V0 engine's steps pay 9 ms
+/// of overhead where V1's pay 1, in the replay and in `validate`; a profile's own overhead
+/// is kept under either.
+#[test]
+fn a_v0_engine_pays_its_host_loop_unless_a_profile_says() {
+    let overhead =
+        |report: &Value| report["run"]["timed"]["engines"][0]["step_time"]["overhead_ms"].clone();
+    let v0 = [
+        "--tensor-parallel-size",
+        "2",
+        "--engine-config",
+        "{scheduler: v0}",
+    ];
+    assert_eq!(overhead(&replay("A100-80GB", &v0).0), 9.0);
+    assert_eq!(
+        overhead(&replay("A100-80GB", &["--tensor-parallel-size", "2"]).0),
+        1.0
+    );
+    let profile = support::scratch_file(
+        "profiled-a100.yaml",
+        b"name: A100-80GB\nbf16_tflops: 312\nfp8_tflops: 312\nmemory_gb_s: 2039\nmemory_gib: 80\n\
+          interconnect_gb_s: 300\nefficiency: {compute: 0.5, memory: 0.7, overhead_ms: 2.5, allreduce_us: 10}\n",
+    );
+    assert_eq!(overhead(&replay(profile.to_str().unwrap(), &v0).0), 2.5);
+    // `validate`'s engine for DistServe's vLLM 0.2.3 (the V0 scheduler), zero-shot.
+    let output = routerlab(&[
+        "validate",
+        "--gpu",
+        "A100-80GB",
+        "--model-config",
+        project_trace("models/OPT-13B.json").to_str().unwrap(),
+        "--scheduler",
+        "v0",
+        "--max-num-seqs",
+        "1024",
+        "--max-num-batched-tokens",
+        "16384",
+        project_trace("distserve/vllm-100-1.exp").to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    let document: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        document["engine"]["step_time"]["efficiency"]["overhead_ms"],
+        9.0
+    );
+}
+
 /// Each flag that needs another says which; an unknown GPU lists the known ones; the
 /// time-free replay refuses what only the timed one reads; `engine` checks the same.
 #[test]

@@ -35,6 +35,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::config::Scheduler;
 use crate::hardware::Gpu;
 use crate::model::{ModelConfigError, dtype_bytes, language_keys, object};
 
@@ -294,6 +295,24 @@ pub struct Efficiency {
 
 fn half() -> f64 {
     0.5
+}
+
+impl Efficiency {
+    /// What a GPU without a profile typically achieves under an engine of `scheduler`:
+    /// [`Default`]'s under V1, whose host work overlaps the GPU's. vLLM's V0 engine did its
+    /// host work between steps (scheduling, input tensors, sampling's return to the CPU,
+    /// detokenizing, the server's output), and vLLM measured that as 5 to 13 ms a decode
+    /// step in which the GPU waits (vLLM RFC #6854, multi-step scheduling); a step under V0
+    /// pays the middle of that range, 9 ms, for its fixed overhead.
+    pub fn typical(scheduler: Scheduler) -> Efficiency {
+        match scheduler {
+            Scheduler::V1 => Efficiency::default(),
+            Scheduler::V0 => Efficiency {
+                overhead_ms: 9.0,
+                ..Efficiency::default()
+            },
+        }
+    }
 }
 
 impl Default for Efficiency {

@@ -350,6 +350,8 @@ pub(crate) struct ModelEngine {
     pub kv_bytes: Option<u64>,
     /// The roofline step time, with `gpu`.
     pub roofline: Option<routerlab_engine::Roofline>,
+    /// Whether `gpu` is a profile (its efficiencies fitted, not the typical ones).
+    profiled: bool,
     /// The config's text, with `gpu` (the KV blocks are sized from it).
     text: String,
     /// `gpu_memory_utilization`.
@@ -404,6 +406,7 @@ pub(crate) fn model_engine(opts: &Experiment) -> Result<ModelEngine, ExperimentE
     };
     let gpu = routerlab_engine::Gpu::resolve(gpu)
         .map_err(|e| ExperimentError::invalid(format!("--gpu: {e}")))?;
+    let profiled = gpu.efficiency.is_some();
     let utilization = opts.gpu_memory_utilization.unwrap_or(0.9);
     if !(utilization > 0.0 && utilization <= 1.0) {
         return Err(ExperimentError::invalid(
@@ -430,6 +433,7 @@ pub(crate) fn model_engine(opts: &Experiment) -> Result<ModelEngine, ExperimentE
     Ok(ModelEngine {
         kv_bytes: Some(kv.bytes_per_token),
         roofline: Some(roofline),
+        profiled,
         text,
         utilization,
     })
@@ -554,6 +558,15 @@ pub(crate) fn base_engine(
         preset: None,
         ..engine
     });
+    // The model's roofline, left as it is by `engine`, on a GPU without a profile: the
+    // efficiencies typical of the engine's scheduler.
+    if let (Some(roofline), routerlab_engine::StepTime::Roofline(step)) =
+        (&model.roofline, &mut config.step_time)
+        && !model.profiled
+        && **step == *roofline
+    {
+        step.efficiency = routerlab_engine::Efficiency::typical(config.scheduler);
+    }
     if !blocks_given && let Some((blocks, _)) = model.kv_blocks(&config)? {
         config.num_gpu_blocks = blocks;
     }

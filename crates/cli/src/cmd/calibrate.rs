@@ -126,7 +126,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         engine_block_size: block_size,
         max_num_seqs: run.max_num_seqs,
         max_num_batched_tokens: run.max_num_batched_tokens,
-        step_time: args.run_args.settings()?.step_time_guess(&run)?,
+        step_time: args.run_args.settings()?.step_time_guess(&run, scheduler)?,
         kv_bytes_per_token: None,
         host_tier: None,
         shared_tier: None,

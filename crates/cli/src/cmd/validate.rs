@@ -187,7 +187,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
                         .run
                         .max_num_batched_tokens
                         .unwrap_or(measured.max_num_batched_tokens),
-                    step_time: args.run.settings()?.step_time_guess(&measured)?,
+                    step_time: args.run.settings()?.step_time_guess(&measured, scheduler)?,
                     kv_bytes_per_token: None,
                     host_tier: None,
                     shared_tier: None,
@@ -279,11 +279,11 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
     // Beside a fitted or profiled roofline, what the table's figures alone predict.
     let zero_shot = match &engine.step_time {
         routerlab_engine::StepTime::Roofline(r)
-            if r.efficiency != routerlab_engine::Efficiency::default() =>
+            if r.efficiency != routerlab_engine::Efficiency::typical(engine.scheduler) =>
         {
             let mut plain = engine.clone();
             let mut roofline = r.clone();
-            roofline.efficiency = routerlab_engine::Efficiency::default();
+            roofline.efficiency = routerlab_engine::Efficiency::typical(engine.scheduler);
             plain.step_time = routerlab_engine::StepTime::Roofline(roofline);
             Some(plain)
         }
