@@ -123,7 +123,8 @@ impl RunSettings {
 
     /// The analytical step time of --gpu and --model-config (`None` without --gpu), at the
     /// run's tensor- and expert-parallel sizes unless the flags say, at the efficiencies of
-    /// the GPU's profile when --gpu is one, else those typical of an engine of `scheduler`.
+    /// the GPU's profile when --gpu is one (its overhead `scheduler`'s when fitted under
+    /// another), else those typical of an engine of `scheduler`.
     pub fn roofline(
         &self,
         run: &MeasuredRun,
@@ -152,9 +153,10 @@ impl RunSettings {
             expert_parallel,
             kv.dtype_bytes as u32,
         );
-        if gpu.efficiency.is_none() {
-            roofline.efficiency = routerlab_engine::Efficiency::typical(scheduler);
-        }
+        roofline.efficiency = match gpu.efficiency {
+            Some(profile) => profile.under(scheduler),
+            None => routerlab_engine::Efficiency::typical(scheduler),
+        };
         roofline
             .validate()
             .map_err(|e| CalibrateError::input(format!("{}: {e}", path.display())))?;

@@ -136,8 +136,9 @@ fn a_gpu_file_beside_an_experiment_file_is_read() {
 
 /// vLLM's V0 engine did its host work between steps (5 to 13 ms a decode step in which
 /// the GPU waits, vLLM RFC #6854): on a GPU without a profile, a V0 engine's steps pay 9 ms
-/// of overhead where V1's pay 1, in the replay and in `validate`; a profile's own overhead
-/// is kept under either.
+/// of overhead where V1's pay 1, in the replay and in `validate`. A profile's overhead is
+/// kept under the scheduler it was fitted under, which `--gpu-profile-out` writes; under
+/// the other, the step pays that one's.
 #[test]
 fn a_v0_engine_pays_its_host_loop_unless_a_profile_says() {
     let overhead =
@@ -159,6 +160,20 @@ fn a_v0_engine_pays_its_host_loop_unless_a_profile_says() {
           interconnect_gb_s: 300\nefficiency: {compute: 0.5, memory: 0.7, overhead_ms: 2.5, allreduce_us: 10}\n",
     );
     assert_eq!(overhead(&replay(profile.to_str().unwrap(), &v0).0), 2.5);
+    let fitted_under_v0 = support::scratch_file(
+        "profiled-a100-v0.yaml",
+        b"name: A100-80GB\nbf16_tflops: 312\nfp8_tflops: 312\nmemory_gb_s: 2039\nmemory_gib: 80\n\
+          interconnect_gb_s: 300\nefficiency: {compute: 0.5, memory: 0.7, overhead_ms: 35, allreduce_us: 10, scheduler: v0}\n",
+    );
+    let fitted_under_v0 = fitted_under_v0.to_str().unwrap();
+    assert_eq!(overhead(&replay(fitted_under_v0, &v0).0), 35.0);
+    let under_v1 = replay(fitted_under_v0, &["--tensor-parallel-size", "2"]).0;
+    assert_eq!(overhead(&under_v1), 1.0);
+    let step = &under_v1["run"]["timed"]["engines"][0]["step_time"];
+    assert_eq!(
+        (&step["compute_efficiency"], &step["memory_efficiency"]),
+        (&Value::from(0.5), &Value::from(0.7))
+    );
     // `validate`'s engine for DistServe's vLLM 0.2.3 (the V0 scheduler), zero-shot.
     let output = routerlab(&[
         "validate",
@@ -183,6 +198,31 @@ fn a_v0_engine_pays_its_host_loop_unless_a_profile_says() {
         document["engine"]["step_time"]["efficiency"]["overhead_ms"],
         9.0
     );
+    // A profile fitted on that run says so.
+    let written = support::fresh_path("distserve-a100.yaml");
+    let output = routerlab(&[
+        "validate",
+        "--gpu",
+        "A100-80GB",
+        "--model-config",
+        project_trace("models/OPT-13B.json").to_str().unwrap(),
+        "--scheduler",
+        "v0",
+        "--max-num-seqs",
+        "1024",
+        "--max-num-batched-tokens",
+        "16384",
+        "--budget",
+        "10",
+        "--fit",
+        project_trace("distserve/vllm-100-1.exp").to_str().unwrap(),
+        "--gpu-profile-out",
+        written.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", texts(&output).1);
+    let profile: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&written).unwrap()).unwrap();
+    assert_eq!(profile["efficiency"]["scheduler"], "v0", "{profile:?}");
 }
 
 /// Each flag that needs another says which; an unknown GPU lists the known ones; the

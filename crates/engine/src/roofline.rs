@@ -291,6 +291,11 @@ pub struct Efficiency {
     /// Fraction of the interconnect's bandwidth collectives achieve (0 to 1).
     #[serde(default = "half")]
     pub interconnect: f64,
+    /// A profile's: the scheduler of the engine it was fitted under. Its step overhead is
+    /// that engine's host loop; an engine of another scheduler pays its own typical one
+    /// ([`Efficiency::under`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<Scheduler>,
 }
 
 fn half() -> f64 {
@@ -313,6 +318,21 @@ impl Efficiency {
             },
         }
     }
+
+    /// These efficiencies for an engine of `scheduler`: a profile fitted under another
+    /// scheduler keeps what the GPU achieved (compute, memory, link) and takes the step
+    /// overhead typical of `scheduler`, since the overhead it fitted was its engine's host
+    /// loop, not the GPU's.
+    pub fn under(self, scheduler: Scheduler) -> Efficiency {
+        match self.scheduler {
+            Some(fitted) if fitted != scheduler => Efficiency {
+                overhead_ms: Efficiency::typical(scheduler).overhead_ms,
+                scheduler: Some(scheduler),
+                ..self
+            },
+            _ => self,
+        }
+    }
 }
 
 impl Default for Efficiency {
@@ -328,6 +348,7 @@ impl Default for Efficiency {
             overhead_ms: 1.0,
             allreduce_us: 10.0,
             interconnect: 0.5,
+            scheduler: None,
         }
     }
 }

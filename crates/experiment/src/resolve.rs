@@ -558,14 +558,17 @@ pub(crate) fn base_engine(
         preset: None,
         ..engine
     });
-    // The model's roofline, left as it is by `engine`, on a GPU without a profile: the
-    // efficiencies typical of the engine's scheduler.
+    // The model's roofline, left as it is by `engine`: the efficiencies typical of the
+    // engine's scheduler on a GPU without a profile, a profile's for that scheduler.
     if let (Some(roofline), routerlab_engine::StepTime::Roofline(step)) =
         (&model.roofline, &mut config.step_time)
-        && !model.profiled
         && **step == *roofline
     {
-        step.efficiency = routerlab_engine::Efficiency::typical(config.scheduler);
+        step.efficiency = if model.profiled {
+            step.efficiency.under(config.scheduler)
+        } else {
+            routerlab_engine::Efficiency::typical(config.scheduler)
+        };
     }
     if !blocks_given && let Some((blocks, _)) = model.kv_blocks(&config)? {
         config.num_gpu_blocks = blocks;

@@ -254,10 +254,15 @@ pub fn write_gpu_profile(
             "--gpu-profile-out needs --gpu and --model-config (a roofline to profile)",
         ));
     };
+    // The scheduler it was fitted under goes with it: the overhead is that engine's.
+    let mut profile = roofline.profile();
+    if let Some(efficiency) = &mut profile.efficiency {
+        efficiency.scheduler = Some(engine.scheduler);
+    }
     let yaml = format!(
         "# routerlab GPU profile, fitted on {fitted_on} (TP {}); give it to --gpu\n{}",
         roofline.tensor_parallel,
-        serde_yaml::to_string(&roofline.profile()).expect("a GPU serialises")
+        serde_yaml::to_string(&profile).expect("a GPU serialises")
     );
     crate::cmd::write_output(path, yaml.as_bytes(), "the GPU profile")
 }

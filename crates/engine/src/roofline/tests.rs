@@ -36,6 +36,7 @@ fn ideal(config: &str, tp: u32) -> Roofline {
             overhead_ms: 0.0,
             allreduce_us: 5.0,
             interconnect: 1.0,
+            scheduler: None,
         },
     }
 }
