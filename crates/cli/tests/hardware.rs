@@ -174,6 +174,36 @@ fn a_v0_engine_pays_its_host_loop_unless_a_profile_says() {
         (&step["compute_efficiency"], &step["memory_efficiency"]),
         (&Value::from(0.5), &Value::from(0.7))
     );
+    // Each endpoint's own scheduler, in an experiment file's `engines`.
+    let experiment = support::scratch_file(
+        "v0-and-v1.yaml",
+        format!(
+            "matcher: round-robin\ntrace: {}\ntiming: trace\nendpoints: 2\ngpu: A100-80GB\n\
+             model_config: {}\ntensor_parallel_size: 2\nengines: [{{scheduler: v0}}, {{}}]\n",
+            project_trace("mooncake-small.jsonl").display(),
+            project_trace("models/Qwen3-32B.json").display()
+        )
+        .as_bytes(),
+    );
+    let output = routerlab(&[
+        "replay",
+        "--config",
+        experiment.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let engines = &report["run"]["timed"]["engines"];
+    assert_eq!(
+        (
+            &engines[0]["step_time"]["overhead_ms"],
+            &engines[1]["step_time"]["overhead_ms"]
+        ),
+        (&Value::from(9.0), &Value::from(1.0)),
+        "{engines}"
+    );
     // `validate`'s engine for DistServe's vLLM 0.2.3 (the V0 scheduler), zero-shot.
     let output = routerlab(&[
         "validate",

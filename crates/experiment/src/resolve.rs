@@ -513,7 +513,7 @@ fn resolve_engines(
         }
         .unwrap_or_else(|| base.clone())
     };
-    let engines: Vec<EngineConfig> = match &opts.engines {
+    let mut engines: Vec<EngineConfig> = match &opts.engines {
         None => (0..endpoints.len()).map(pool_base).collect(),
         Some(list) if list.len() != endpoints.len() => {
             return Err(ExperimentError::invalid(format!(
@@ -528,12 +528,37 @@ fn resolve_engines(
             .map(|(pos, o)| pool_base(pos).with(o))
             .collect(),
     };
-    for (engine, name) in engines.iter().zip(endpoints) {
+    for (engine, name) in engines.iter_mut().zip(endpoints) {
+        // A pool's or an endpoint's own scheduler has its own host loop.
+        settle_efficiency(model, engine);
         engine
             .validate()
             .map_err(|e| ExperimentError::invalid(format!("endpoint `{name}`: {e}")))?;
     }
     Ok(engines)
+}
+
+/// An engine whose step time is the model's roofline (whatever its efficiencies so far)
+/// takes those for its own scheduler: the profile's under it when `gpu` is a profile, else
+/// the typical ones.
+fn settle_efficiency(model: &ModelEngine, config: &mut EngineConfig) {
+    let (Some(roofline), routerlab_engine::StepTime::Roofline(step)) =
+        (&model.roofline, &mut config.step_time)
+    else {
+        return;
+    };
+    let as_made = routerlab_engine::Roofline {
+        efficiency: roofline.efficiency,
+        ..(**step).clone()
+    };
+    if as_made != *roofline {
+        return;
+    }
+    step.efficiency = if model.profiled {
+        roofline.efficiency.under(config.scheduler)
+    } else {
+        routerlab_engine::Efficiency::typical(config.scheduler)
+    };
 }
 
 /// Every endpoint's engine before its pool's and its own settings: the preset (the
@@ -558,18 +583,7 @@ pub(crate) fn base_engine(
         preset: None,
         ..engine
     });
-    // The model's roofline, left as it is by `engine`: the efficiencies typical of the
-    // engine's scheduler on a GPU without a profile, a profile's for that scheduler.
-    if let (Some(roofline), routerlab_engine::StepTime::Roofline(step)) =
-        (&model.roofline, &mut config.step_time)
-        && **step == *roofline
-    {
-        step.efficiency = if model.profiled {
-            step.efficiency.under(config.scheduler)
-        } else {
-            routerlab_engine::Efficiency::typical(config.scheduler)
-        };
-    }
+    settle_efficiency(model, &mut config);
     if !blocks_given && let Some((blocks, _)) = model.kv_blocks(&config)? {
         config.num_gpu_blocks = blocks;
     }
