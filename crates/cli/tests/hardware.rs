@@ -38,6 +38,20 @@ fn replay(gpu: &str, extra: &[&str]) -> (Value, String) {
     (serde_json::from_str(&stdout).unwrap(), stderr)
 }
 
+/// A timed replay as the experiment file at `path` describes it; its report and stderr.
+fn replay_experiment(path: &std::path::Path) -> (Value, String) {
+    let output = routerlab(&[
+        "replay",
+        "--config",
+        path.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "{}: {stderr}", path.display());
+    (serde_json::from_str(&stdout).unwrap(), stderr)
+}
+
 fn ttft_p50(report: &Value) -> f64 {
     report["timed"]["ttft"]["p50"].as_f64().unwrap()
 }
@@ -113,20 +127,11 @@ fn a_gpu_file_beside_an_experiment_file_is_read() {
         ),
     )
     .unwrap();
-    let output = routerlab(&[
-        "replay",
-        "--config",
-        experiment.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
-    let (stdout, stderr) = texts(&output);
-    assert!(output.status.success(), "{stderr}");
+    let (report, stderr) = replay_experiment(&experiment);
     assert!(
         stderr.contains("KV cache: ") && stderr.contains("of mine 80.00 GiB"),
         "{stderr}"
     );
-    let report: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(
         report["run"]["timed"]["engines"][0]["step_time"]["gpu"],
         "mine"
@@ -154,20 +159,21 @@ fn a_v0_engine_pays_its_host_loop_unless_a_profile_says() {
         overhead(&replay("A100-80GB", &["--tensor-parallel-size", "2"]).0),
         1.0
     );
-    let profile = support::scratch_file(
-        "profiled-a100.yaml",
-        b"name: A100-80GB\nbf16_tflops: 312\nfp8_tflops: 312\nmemory_gb_s: 2039\nmemory_gib: 80\n\
-          interconnect_gb_s: 300\nefficiency: {compute: 0.5, memory: 0.7, overhead_ms: 2.5, allreduce_us: 10}\n",
-    );
-    assert_eq!(overhead(&replay(profile.to_str().unwrap(), &v0).0), 2.5);
-    let fitted_under_v0 = support::scratch_file(
-        "profiled-a100-v0.yaml",
-        b"name: A100-80GB\nbf16_tflops: 312\nfp8_tflops: 312\nmemory_gb_s: 2039\nmemory_gib: 80\n\
-          interconnect_gb_s: 300\nefficiency: {compute: 0.5, memory: 0.7, overhead_ms: 35, allreduce_us: 10, scheduler: v0}\n",
-    );
-    let fitted_under_v0 = fitted_under_v0.to_str().unwrap();
-    assert_eq!(overhead(&replay(fitted_under_v0, &v0).0), 35.0);
-    let under_v1 = replay(fitted_under_v0, &["--tensor-parallel-size", "2"]).0;
+    // An A100 profile: its efficiencies `{compute: 0.5, memory: 0.7, ...}`, `rest` added.
+    let profile = |name: &str, rest: &str| {
+        let text = format!(
+            "name: A100-80GB\nbf16_tflops: 312\nfp8_tflops: 312\nmemory_gb_s: 2039\n\
+             memory_gib: 80\ninterconnect_gb_s: 300\n\
+             efficiency: {{compute: 0.5, memory: 0.7, allreduce_us: 10, {rest}}}\n"
+        );
+        let path = support::scratch_file(name, text.as_bytes());
+        path.to_str().unwrap().to_owned()
+    };
+    let plain = profile("profiled-a100.yaml", "overhead_ms: 2.5");
+    assert_eq!(overhead(&replay(&plain, &v0).0), 2.5);
+    let fitted_under_v0 = profile("profiled-a100-v0.yaml", "overhead_ms: 35, scheduler: v0");
+    assert_eq!(overhead(&replay(&fitted_under_v0, &v0).0), 35.0);
+    let under_v1 = replay(&fitted_under_v0, &["--tensor-parallel-size", "2"]).0;
     assert_eq!(overhead(&under_v1), 1.0);
     let step = &under_v1["run"]["timed"]["engines"][0]["step_time"];
     assert_eq!(
@@ -185,16 +191,7 @@ fn a_v0_engine_pays_its_host_loop_unless_a_profile_says() {
         )
         .as_bytes(),
     );
-    let output = routerlab(&[
-        "replay",
-        "--config",
-        experiment.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
-    let (stdout, stderr) = texts(&output);
-    assert!(output.status.success(), "{stderr}");
-    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let report = replay_experiment(&experiment).0;
     let engines = &report["run"]["timed"]["engines"];
     assert_eq!(
         (
@@ -204,52 +201,46 @@ fn a_v0_engine_pays_its_host_loop_unless_a_profile_says() {
         (&Value::from(9.0), &Value::from(1.0)),
         "{engines}"
     );
-    // `validate`'s engine for DistServe's vLLM 0.2.3 (the V0 scheduler), zero-shot.
-    let output = routerlab(&[
-        "validate",
-        "--gpu",
-        "A100-80GB",
-        "--model-config",
-        project_trace("models/OPT-13B.json").to_str().unwrap(),
-        "--scheduler",
-        "v0",
-        "--max-num-seqs",
-        "1024",
-        "--max-num-batched-tokens",
-        "16384",
-        project_trace("distserve/vllm-100-1.exp").to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
-    let (stdout, stderr) = texts(&output);
-    assert!(output.status.success(), "{stderr}");
-    let document: Value = serde_json::from_str(&stdout).unwrap();
+    // `validate` on DistServe's run of vLLM 0.2.3 (the V0 scheduler), `extra` added.
+    let run = project_trace("distserve/vllm-100-1.exp");
+    let config = project_trace("models/OPT-13B.json");
+    let validate = |extra: &[&str]| {
+        let mut args = vec![
+            "validate",
+            "--gpu",
+            "A100-80GB",
+            "--model-config",
+            config.to_str().unwrap(),
+            "--scheduler",
+            "v0",
+            "--max-num-seqs",
+            "1024",
+            "--max-num-batched-tokens",
+            "16384",
+        ];
+        args.extend(extra);
+        let output = routerlab(&args);
+        let (stdout, stderr) = texts(&output);
+        assert!(output.status.success(), "{stderr}");
+        stdout
+    };
+    // Its engine, zero-shot.
+    let document: Value =
+        serde_json::from_str(&validate(&[run.to_str().unwrap(), "--format", "json"])).unwrap();
     assert_eq!(
         document["engine"]["step_time"]["efficiency"]["overhead_ms"],
         9.0
     );
-    // A profile fitted on that run says so.
+    // A profile fitted on it says so.
     let written = support::fresh_path("distserve-a100.yaml");
-    let output = routerlab(&[
-        "validate",
-        "--gpu",
-        "A100-80GB",
-        "--model-config",
-        project_trace("models/OPT-13B.json").to_str().unwrap(),
-        "--scheduler",
-        "v0",
-        "--max-num-seqs",
-        "1024",
-        "--max-num-batched-tokens",
-        "16384",
+    validate(&[
         "--budget",
         "10",
         "--fit",
-        project_trace("distserve/vllm-100-1.exp").to_str().unwrap(),
+        run.to_str().unwrap(),
         "--gpu-profile-out",
         written.to_str().unwrap(),
     ]);
-    assert!(output.status.success(), "{}", texts(&output).1);
     let profile: serde_yaml::Value =
         serde_yaml::from_str(&std::fs::read_to_string(&written).unwrap()).unwrap();
     assert_eq!(profile["efficiency"]["scheduler"], "v0", "{profile:?}");
