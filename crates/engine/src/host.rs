@@ -39,9 +39,11 @@ use crate::transfer::delay_ns_of_ms;
 pub struct HostTier {
     /// Blocks it holds (of the engine's block size).
     pub blocks: u32,
-    /// Device-to-host bandwidth, GB/s (10^9 bytes a second).
+    /// Device-to-host bandwidth, GB/s (10^9 bytes a second), the engine's: every
+    /// tensor-parallel GPU's link together, as a store moves the whole model's KV.
     pub d2h_gbps: f64,
-    /// Host-to-device bandwidth, GB/s: what a load takes its time from.
+    /// Host-to-device bandwidth, GB/s, the engine's as `d2h_gbps` is: what a load takes its
+    /// time from.
     pub h2d_gbps: f64,
     /// Time to the first byte of a load, milliseconds.
     #[serde(default)]
