@@ -153,10 +153,7 @@ impl RunSettings {
             expert_parallel,
             kv.dtype_bytes as u32,
         );
-        roofline.efficiency = match gpu.efficiency {
-            Some(profile) => profile.under(scheduler),
-            None => routerlab_engine::Efficiency::typical(scheduler),
-        };
+        roofline.efficiency = routerlab_engine::Efficiency::for_engine(gpu.efficiency, scheduler);
         roofline
             .validate()
             .map_err(|e| CalibrateError::input(format!("{}: {e}", path.display())))?;

@@ -319,6 +319,12 @@ impl Efficiency {
         }
     }
 
+    /// The efficiencies an engine of `scheduler` runs at on a GPU with `profile` (a fitted
+    /// one, under it) or without (the typical ones).
+    pub fn for_engine(profile: Option<Efficiency>, scheduler: Scheduler) -> Efficiency {
+        profile.map_or_else(|| Efficiency::typical(scheduler), |p| p.under(scheduler))
+    }
+
     /// These efficiencies for an engine of `scheduler`: a profile fitted under another
     /// scheduler keeps what the GPU achieved (compute, memory, link) and takes the step
     /// overhead typical of `scheduler`, since the overhead it fitted was its engine's host

@@ -350,8 +350,8 @@ pub(crate) struct ModelEngine {
     pub kv_bytes: Option<u64>,
     /// The roofline step time, with `gpu`.
     pub roofline: Option<routerlab_engine::Roofline>,
-    /// Whether `gpu` is a profile (its efficiencies fitted, not the typical ones).
-    profiled: bool,
+    /// `gpu`'s fitted efficiencies, when it is a profile.
+    profile: Option<routerlab_engine::Efficiency>,
     /// The config's text, with `gpu` (the KV blocks are sized from it).
     text: String,
     /// `gpu_memory_utilization`.
@@ -406,7 +406,7 @@ pub(crate) fn model_engine(opts: &Experiment) -> Result<ModelEngine, ExperimentE
     };
     let gpu = routerlab_engine::Gpu::resolve(gpu)
         .map_err(|e| ExperimentError::invalid(format!("--gpu: {e}")))?;
-    let profiled = gpu.efficiency.is_some();
+    let profile = gpu.efficiency;
     let utilization = opts.gpu_memory_utilization.unwrap_or(0.9);
     if !(utilization > 0.0 && utilization <= 1.0) {
         return Err(ExperimentError::invalid(
@@ -433,7 +433,7 @@ pub(crate) fn model_engine(opts: &Experiment) -> Result<ModelEngine, ExperimentE
     Ok(ModelEngine {
         kv_bytes: Some(kv.bytes_per_token),
         roofline: Some(roofline),
-        profiled,
+        profile,
         text,
         utilization,
     })
@@ -554,11 +554,7 @@ fn settle_efficiency(model: &ModelEngine, config: &mut EngineConfig) {
     if as_made != *roofline {
         return;
     }
-    step.efficiency = if model.profiled {
-        roofline.efficiency.under(config.scheduler)
-    } else {
-        routerlab_engine::Efficiency::typical(config.scheduler)
-    };
+    step.efficiency = routerlab_engine::Efficiency::for_engine(model.profile, config.scheduler);
 }
 
 /// Every endpoint's engine before its pool's and its own settings: the preset (the
