@@ -3,10 +3,11 @@
 //!
 //! The trace is Mooncake's form made in memory, in blocks of [`RUN_TRACE_BLOCK_TOKENS`]:
 //! each request arrives when it was sent, with its logged prompt and output lengths. A
-//! tool that records conversations (LMBench's `user_id`, `question_id`) gets prefix
-//! sharing under one token model: a round's prompt starts with the previous round's
-//! prompt (the history it was asked after), so it shares that prompt's whole blocks, up to
-//! its own length; the previous answer, the new question and everything of other users
+//! run whose conversations are known (LMBench's `user_id` and `question_id`; an LMBench
+//! ShareGPT CSV read with its workload file, `--lmbench-workload`) gets prefix sharing
+//! under one token model: a round's prompt starts with the previous round's prompt (the
+//! history it was asked after), so it shares that prompt's whole blocks, up to its own
+//! length; the previous answer, the new question and everything of other users
 //! are blocks of its own. Without conversations nothing is shared within a run, and a
 //! prompt's blocks are named by its length and its place among the prompts of that length:
 //! a benchmark that sends the same prompts at each load point of a sweep logs the same
@@ -77,11 +78,14 @@ fn run_path(path: &Path) -> Result<Option<std::path::PathBuf>, CalibrateError> {
 }
 
 /// The measured run at `path` as a trace, or `None` when `path` is not a measured run;
-/// `fmperf_requests` is fmperf's requests file, which its results need. A file of several
-/// load points (a GuideLLM report) needs one picked as `FILE#K`.
+/// `fmperf_requests` is fmperf's requests file, which its results need, and
+/// `lmbench_workload` LMBench's ShareGPT workload file, which gives an LMBench CSV its
+/// conversations. A file of several load points (a GuideLLM report) needs one picked as
+/// `FILE#K`.
 pub fn run_trace(
     path: &Path,
     fmperf_requests: Option<&Path>,
+    lmbench_workload: Option<&Path>,
 ) -> Result<Option<RunTrace>, CalibrateError> {
     let Some(run_path) = run_path(path)? else {
         return Ok(None);
@@ -89,6 +93,7 @@ pub fn run_trace(
     let settings = RunSettings {
         layout: Layout::Auto,
         fmperf_requests: fmperf_requests.map(Path::to_owned),
+        lmbench_workload: lmbench_workload.map(Path::to_owned),
         // Replaying a run needs no engine limits: the trace carries none.
         max_num_seqs: Some(0),
         max_num_batched_tokens: Some(0),

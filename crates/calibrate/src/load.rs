@@ -30,6 +30,8 @@ pub struct RunSettings {
     pub layout: Layout,
     /// fmperf's requests file the runs drew their prompts from.
     pub fmperf_requests: Option<PathBuf>,
+    /// LMBench's ShareGPT workload file the runs sent: their conversations.
+    pub lmbench_workload: Option<PathBuf>,
     /// The engine's `max_num_seqs` [default: the run's].
     pub max_num_seqs: Option<u32>,
     /// The engine's `max_num_batched_tokens` [default: the run's].
@@ -64,6 +66,7 @@ impl Default for RunSettings {
         RunSettings {
             layout: Layout::Auto,
             fmperf_requests: None,
+            lmbench_workload: None,
             max_num_seqs: None,
             max_num_batched_tokens: None,
             data_parallel_size: None,
@@ -338,6 +341,13 @@ pub fn load(path: &Path, args: &RunSettings) -> Result<Vec<LoadedRun>, Calibrate
     let directory = std::fs::metadata(&file)
         .map_err(|e| CalibrateError::input(format!("{}: cannot read: {e}", file.display())))?
         .is_dir();
+    if let Some(workload) = args.lmbench_workload.as_ref().filter(|_| directory) {
+        return Err(CalibrateError::input(format!(
+            "{}: --lmbench-workload {}: the workload of an LMBench CSV, not of a directory",
+            file.display(),
+            workload.display()
+        )));
+    }
     if args.layout == Layout::Llmservingsim || (args.layout == Layout::Auto && directory) {
         let part = |name| read(&file.join(name));
         let measured = MeasuredRun::parse(
@@ -385,6 +395,10 @@ pub fn load(path: &Path, args: &RunSettings) -> Result<Vec<LoadedRun>, Calibrate
     } else {
         formats::parse(format, &text)
             .map_err(|e| CalibrateError::input(formats::located(&name, &e)))?
+    };
+    let parts = match &args.lmbench_workload {
+        Some(workload) => follow_workload(parts, format, &name, workload)?,
+        None => parts,
     };
     let count = parts.len();
     let chosen: Vec<(usize, formats::Part)> = match pick {
@@ -434,6 +448,39 @@ pub fn load(path: &Path, args: &RunSettings) -> Result<Vec<LoadedRun>, Calibrate
             }
         })
         .collect())
+}
+
+/// `parts` of the run `name` (a file of `format`) with their conversations from LMBench's
+/// ShareGPT workload file at `workload`.
+fn follow_workload(
+    mut parts: Vec<formats::Part>,
+    format: RunFileFormat,
+    name: &str,
+    workload: &Path,
+) -> Result<Vec<formats::Part>, CalibrateError> {
+    let flag = format!("--lmbench-workload {}", workload.display());
+    if format != RunFileFormat::Lmbench {
+        return Err(CalibrateError::input(format!(
+            "{name}: {flag}: the workload of an LMBench CSV, not of {}",
+            format.looks_like()
+        )));
+    }
+    let recorded = parts
+        .iter()
+        .any(|p| p.requests.iter().any(|r| r.session.is_some()));
+    if recorded {
+        return Err(CalibrateError::input(format!(
+            "{name}: {flag}: the run records its conversations (`user_id`, `question_id`) itself"
+        )));
+    }
+    let entries = formats::lmbench_workload::read(&read(workload)?).map_err(|e| {
+        CalibrateError::input(formats::located(&workload.display().to_string(), &e))
+    })?;
+    for part in &mut parts {
+        formats::lmbench_workload::follow(&mut part.requests, &entries)
+            .map_err(|e| CalibrateError::input(format!("{name}: {flag}: {e}")))?;
+    }
+    Ok(parts)
 }
 
 /// The workload at `path` the measured engine was fed, checked to be the run's: as many

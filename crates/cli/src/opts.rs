@@ -96,6 +96,11 @@ pub struct TraceArgs {
     /// as a benchmark's load point follows the one before (timed replays).
     #[arg(long, value_name = "PATH", help_heading = TRACE)]
     pub warm_up: Option<PathBuf>,
+    /// LMBench's ShareGPT workload file (its `sharegpt/run.json`) that a measured LMBench
+    /// CSV given as the trace or the warm-up sent: each request's conversation, which the
+    /// CSV does not record, so a round shares its previous round's prompt.
+    #[arg(long, value_name = "FILE", help_heading = TRACE)]
+    pub lmbench_workload: Option<PathBuf>,
     /// Trace format: chat, mooncake, agentic-mooncake, weka, token-ids, azure-csv or
     /// burstgpt; detected from the first line (a directory: weka) by default.
     #[arg(long, value_name = "FORMAT", help_heading = TRACE)]

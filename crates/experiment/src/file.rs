@@ -178,6 +178,9 @@ pub struct Experiment {
     pub trace_format: Option<TraceFormat>,
     /// A trace replayed first, unmeasured, to warm the caches (timed).
     pub warm_up: Option<PathBuf>,
+    /// LMBench's ShareGPT workload file the measured runs given as the trace and the
+    /// warm-up sent: their conversations.
+    pub lmbench_workload: Option<PathBuf>,
     /// Endpoints: a count, a list of names, or their text (`4`, `a,b`).
     pub endpoints: Option<Value>,
     /// Disaggregated fleet: the prefill pool, a count or names (with `endpoints`, a count:
@@ -282,12 +285,13 @@ pub struct Experiment {
 }
 
 /// The keys whose values are paths, taken from the experiment file's directory.
-const PATH_KEYS: [&str; 5] = [
+const PATH_KEYS: [&str; 6] = [
     "trace",
     "requests_out",
     "model_config",
     "router_config",
     "warm_up",
+    "lmbench_workload",
 ];
 
 /// The keys whose mappings the next layer merges into key by key.
@@ -405,6 +409,7 @@ impl Experiment {
             &self.model_config,
             &self.router_config,
             &self.warm_up,
+            &self.lmbench_workload,
         ]
         .into_iter()
         .filter_map(|p| p.as_deref())

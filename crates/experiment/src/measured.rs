@@ -13,13 +13,14 @@ use crate::ExperimentError;
 use crate::file::Experiment;
 use crate::resolve::Run;
 
-/// `path` as a measured run's trace, unless a trace format was given (`forced`) or it is
-/// not one.
-fn measured(path: &Path, forced: bool) -> Result<Option<RunTrace>, ExperimentError> {
-    if forced {
+/// `path` as a measured run's trace (with its LMBench workload, when `opts` gives one),
+/// unless a trace format was given or it is not one.
+fn measured(path: &Path, opts: &Experiment) -> Result<Option<RunTrace>, ExperimentError> {
+    if opts.trace_format.is_some() {
         return Ok(None);
     }
-    run_trace(path, None).map_err(|e| ExperimentError::invalid(e.to_string()))
+    run_trace(path, None, opts.lmbench_workload.as_deref())
+        .map_err(|e| ExperimentError::invalid(e.to_string()))
 }
 
 /// How a measured run's trace is read: Mooncake's form in its own blocks.
@@ -43,9 +44,8 @@ impl Run {
     /// the measured run it names if it names one (a directory in LLMServingSim's layout,
     /// or a file a benchmark tool wrote), unless a trace format was given.
     pub(crate) fn read_traces(mut self, opts: &Experiment) -> Result<Run, ExperimentError> {
-        let forced = opts.trace_format.is_some();
         let mut notes = Vec::new();
-        if let Some(trace) = measured(&self.scenario.trace, forced)? {
+        if let Some(trace) = measured(&self.scenario.trace, opts)? {
             as_run(&mut self.scenario.trace_options);
             notes.extend(note(&trace));
             self.scenario.trace_text = Some(Arc::from(trace.text));
@@ -57,7 +57,7 @@ impl Run {
                 text: None,
             };
             warm.options.format = opts.trace_format;
-            if let Some(trace) = measured(path, forced)? {
+            if let Some(trace) = measured(path, opts)? {
                 as_run(&mut warm.options);
                 notes.extend(note(&trace).map(|n| format!("warm-up {n}")));
                 warm.text = Some(Arc::from(trace.text));

@@ -14,6 +14,7 @@ pub mod fmperf;
 pub mod guidellm;
 pub mod inference_perf;
 pub mod lmbench;
+pub mod lmbench_workload;
 pub mod vllm_bench;
 
 pub use common::Part;

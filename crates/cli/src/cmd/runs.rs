@@ -72,6 +72,11 @@ pub struct RunArgs {
     /// fmperf's results do not record the prompts' lengths.
     #[arg(long, value_name = "FILE")]
     pub fmperf_requests: Option<PathBuf>,
+    /// LMBench's ShareGPT workload file (its `sharegpt/run.json`) that the LMBench CSVs
+    /// sent: each request's conversation, which the CSV does not record, so a round shares
+    /// its previous round's prompt.
+    #[arg(long, value_name = "FILE")]
+    pub lmbench_workload: Option<PathBuf>,
     /// The engine's max_num_seqs [default: the first run's meta.json].
     #[arg(long, value_name = "N")]
     pub max_num_seqs: Option<u32>,
@@ -169,10 +174,14 @@ impl RunArgs {
     /// The files these flags name that a command reads: fmperf's requests, the model
     /// config, a GPU described in a file.
     pub fn inputs(&self) -> Vec<&Path> {
-        let mut inputs: Vec<&Path> = [&self.fmperf_requests, &self.model_config]
-            .into_iter()
-            .filter_map(|p| p.as_deref())
-            .collect();
+        let mut inputs: Vec<&Path> = [
+            &self.fmperf_requests,
+            &self.lmbench_workload,
+            &self.model_config,
+        ]
+        .into_iter()
+        .filter_map(|p| p.as_deref())
+        .collect();
         inputs.extend(self.gpu.as_deref().map(Path::new).filter(|p| p.is_file()));
         inputs
     }
@@ -188,6 +197,7 @@ impl RunArgs {
         Ok(RunSettings {
             layout: self.run_format.into(),
             fmperf_requests: self.fmperf_requests.clone(),
+            lmbench_workload: self.lmbench_workload.clone(),
             max_num_seqs: self.max_num_seqs,
             max_num_batched_tokens: self.max_num_batched_tokens,
             data_parallel_size: self.data_parallel_size,

@@ -87,8 +87,8 @@ fn stack(text: &str) -> Result<Stack, Failure> {
 
 /// The median TTFT of the run at `path` (measured), its offered rate and whether it is
 /// partial.
-fn point(path: &Path) -> Result<Point, Failure> {
-    let trace = run_trace(path, None)
+fn point(path: &Path, workload: Option<&Path>) -> Result<Point, Failure> {
+    let trace = run_trace(path, None, workload)
         .map_err(Failure::from)?
         .ok_or_else(|| Failure::input(format!("{}: not a measured run", path.display())))?;
     // The offered rate from the launches' median interval: a partial log's gaps (the
@@ -115,14 +115,22 @@ fn point(path: &Path) -> Result<Point, Failure> {
 }
 
 /// The simulated median TTFT of `point` as `stack`'s file describes the fleet, after
-/// `warm` when given.
-fn simulate(stack: &Stack, point: &Path, warm: Option<&Path>) -> Result<f64, Failure> {
+/// `warm` when given, with the conversations of LMBench's `workload` when given.
+fn simulate(
+    stack: &Stack,
+    point: &Path,
+    warm: Option<&Path>,
+    workload: Option<&Path>,
+) -> Result<f64, Failure> {
     let mut layer = Mapping::new();
     let text = |p: &Path| Value::from(p.to_string_lossy().into_owned());
     layer.insert("trace".into(), text(point));
     layer.insert("timing".into(), "trace".into());
     if let Some(warm) = warm {
         layer.insert("warm_up".into(), text(warm));
+    }
+    if let Some(workload) = workload {
+        layer.insert("lmbench_workload".into(), text(workload));
     }
     let experiment = crate::opts::experiment(Some(&stack.config), layer)?;
     let run = resolve(&experiment)?;
@@ -162,7 +170,11 @@ pub fn run(args: &ValidateArgs) -> Result<(), Failure> {
         )));
     }
     let load = |stack: &Stack| -> Result<Vec<Point>, Failure> {
-        names.iter().map(|n| point(&stack.dir.join(n))).collect()
+        let workload = args.run.lmbench_workload.as_deref();
+        names
+            .iter()
+            .map(|n| point(&stack.dir.join(n), workload))
+            .collect()
     };
     let (points_a, points_b) = (load(&a)?, load(&b)?);
     // Each stack's points of one sweep (names alike but for their numbers) by offered
@@ -199,8 +211,9 @@ pub fn run(args: &ValidateArgs) -> Result<(), Failure> {
             Some(_) => None,
             None => {
                 let warm = |w: &Option<PathBuf>| w.clone().filter(|_| args.warm_up_previous);
-                let sa = simulate(&a, &pa.path, warm(&warm_a[i]).as_deref())?;
-                let sb = simulate(&b, &pb.path, warm(&warm_b[i]).as_deref())?;
+                let workload = args.run.lmbench_workload.as_deref();
+                let sa = simulate(&a, &pa.path, warm(&warm_a[i]).as_deref(), workload)?;
+                let sb = simulate(&b, &pb.path, warm(&warm_b[i]).as_deref(), workload)?;
                 Some((sa, sb))
             }
         };
