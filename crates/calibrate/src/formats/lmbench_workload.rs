@@ -15,7 +15,7 @@
 //! leaves no request with more tokens generated than its entry asked for; the most that
 //! generated exactly as many, should several). Requests that stopped early generate fewer.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::Deserialize;
 
@@ -32,6 +32,9 @@ struct Entry {
 /// Each entry's previous round (its index), where it continues one.
 fn previous_rounds(entries: &[Entry]) -> Vec<Option<usize>> {
     let mut first_of: HashMap<&str, usize> = HashMap::new();
+    // The lengths of the inputs so far: only a break at one of them can end an earlier
+    // input, so only those prefixes are looked up.
+    let mut lengths: HashSet<usize> = HashSet::new();
     let mut continued = vec![false; entries.len()];
     let mut previous = vec![None; entries.len()];
     for (j, entry) in entries.iter().enumerate() {
@@ -47,7 +50,7 @@ fn previous_rounds(entries: &[Entry]) -> Vec<Option<usize>> {
                 while i < bytes.len() && bytes[i].is_ascii_whitespace() {
                     i += 1;
                 }
-                if start > 0 && bytes[start..i].contains(&b'\n') {
+                if start > 0 && lengths.contains(&start) && bytes[start..i].contains(&b'\n') {
                     ends.push(start);
                 }
             } else {
@@ -62,6 +65,7 @@ fn previous_rounds(entries: &[Entry]) -> Vec<Option<usize>> {
             continued[i] = true;
         }
         first_of.entry(text).or_insert(j);
+        lengths.insert(text.len());
     }
     previous
 }
