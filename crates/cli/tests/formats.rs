@@ -341,6 +341,23 @@ fn an_lmbench_sharegpt_run_replays_its_conversations_from_its_workload() {
         other.display()
     );
     assert!(stderr.contains(&expected), "{stderr}");
+    // A trace that is not a measured run has no requests to give conversations to.
+    let chat = project_trace("chat.jsonl");
+    let output = routerlab(&[
+        "replay",
+        "--matcher",
+        "lcp",
+        "--trace",
+        chat.to_str().unwrap(),
+        "--lmbench-workload",
+        workload.to_str().unwrap(),
+    ]);
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("chat.jsonl is not a measured run"),
+        "{stderr}"
+    );
     let short = scratch_file(
         "lmbench-short.json",
         workload_text_with_output(&std::fs::read_to_string(&workload).unwrap(), 50, 5).as_bytes(),

@@ -45,10 +45,21 @@ impl Run {
     /// or a file a benchmark tool wrote), unless a trace format was given.
     pub(crate) fn read_traces(mut self, opts: &Experiment) -> Result<Run, ExperimentError> {
         let mut notes = Vec::new();
-        if let Some(trace) = measured(&self.scenario.trace, opts)? {
-            as_run(&mut self.scenario.trace_options);
-            notes.extend(note(&trace));
-            self.scenario.trace_text = Some(Arc::from(trace.text));
+        match measured(&self.scenario.trace, opts)? {
+            Some(trace) => {
+                as_run(&mut self.scenario.trace_options);
+                notes.extend(note(&trace));
+                self.scenario.trace_text = Some(Arc::from(trace.text));
+            }
+            None => {
+                if let Some(workload) = &opts.lmbench_workload {
+                    return Err(ExperimentError::invalid(format!(
+                        "--lmbench-workload {}: {} is not a measured run read as one (an LMBench CSV)",
+                        workload.display(),
+                        self.scenario.trace.display()
+                    )));
+                }
+            }
         }
         if let Some(path) = &opts.warm_up {
             let mut warm = WarmUp {
