@@ -319,7 +319,7 @@ fn an_lmbench_sharegpt_run_replays_its_conversations_from_its_workload() {
         "{stderr}"
     );
 
-    // A workload asking fewer tokens than the run generated is not the run's.
+    // A workload with fewer entries than the run has requests is not the run's.
     let other = scratch_file(
         "lmbench-other.json",
         br#"[{"input": "x", "output_length": 40}, {"input": "y", "output_length": 10}]"#,
@@ -358,6 +358,7 @@ fn an_lmbench_sharegpt_run_replays_its_conversations_from_its_workload() {
         stderr.contains("chat.jsonl is not a measured run"),
         "{stderr}"
     );
+    // Nor is one whose entry asks for fewer tokens than its request generated.
     let short = scratch_file(
         "lmbench-short.json",
         workload_text_with_output(&std::fs::read_to_string(&workload).unwrap(), 50, 5).as_bytes(),
