@@ -1,7 +1,8 @@
 //! Two serving stacks measured at the same load points, compared through their experiment
 //! files (`validate --stack DIR=CONFIG`): llm-d-benchmark's exp-2, two A100 replicas of
 //! Llama-3.1-70B behind a plain Service and behind llm-d's gateway, on its multi-round
-//! point at 10 requests/s (`traces/llm-d-benchmark/`, the stacks in `examples/exp-2/`).
+//! point at 10 requests/s (`traces/llm-d-benchmark/`, the stacks in `examples/exp-2/`);
+//! and, on a small made-up run, the conversations an LMBench workload gives both stacks.
 
 mod support;
 
@@ -84,4 +85,85 @@ fn a_stack_comparison_needs_two_stacks_each_a_directory_and_a_config() {
         assert_eq!(output.status.code(), Some(2), "{args:?}");
         assert!(texts(&output).1.contains(expected), "{}", texts(&output).1);
     }
+}
+
+/// Given LMBench's ShareGPT workload (`--lmbench-workload`), both stacks' points are read
+/// with their conversations: the simulated rounds reuse their previous rounds' prompts, and
+/// a point whose run lost a round is partial, left out unless `--allow-partial`.
+#[test]
+fn a_stack_comparison_reads_each_points_conversations_from_the_workload() {
+    let root = support::fresh_path("stacks-lmbench");
+    let rounds = [
+        ("Tell me about tides.", 40),
+        ("Write a haiku.", 30),
+        ("What is 2 + 2?", 20),
+        ("Tell me about tides.\nThe moon.\nWhy two a day?", 50),
+        ("Write a haiku.\nAn old pond.\nAnother one?", 60),
+        (
+            "Tell me about tides.\nThe moon.\nWhy two a day?\nThe far side.\nAnd spring tides?",
+            70,
+        ),
+    ];
+    let workload: Vec<Value> = rounds
+        .iter()
+        .map(|(input, n)| serde_json::json!({"input": input, "output_length": n}))
+        .collect();
+    let logged = [400, 300, 200, 560, 420, 700];
+    let csv = |skip: Option<usize>| {
+        let mut text = String::from(
+            "prompt_tokens,generation_tokens,ttft,generation_time,launch_time,finish_time\n",
+        );
+        for (i, prompt) in logged.iter().enumerate().filter(|(i, _)| Some(*i) != skip) {
+            let launch = 1_700_000_000.0 + i as f64;
+            let generated = rounds[i].1;
+            text += &format!("{prompt},{generated},0.2,1.0,{launch},{}\n", launch + 1.2);
+        }
+        text
+    };
+    let engine = "timing: trace\nendpoints: 2\nengine:\n  max_num_seqs: 8\n  \
+                  max_num_batched_tokens: 4096\n  num_gpu_blocks: 1000\n  step_time: {model: \
+                  batched, overhead_ms: 1, prefill_ms_per_token: 1.0, decode_ms_per_seq: 0.1, \
+                  context_ms_per_ktoken: 0}\n";
+    for (dir, skip) in [("a", None), ("b", None), ("lost", Some(3))] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+        std::fs::write(root.join(dir).join("run.csv"), csv(skip)).unwrap();
+    }
+    std::fs::write(
+        root.join("wl.json"),
+        serde_json::to_string(&workload).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(root.join("a.yaml"), format!("{engine}matcher: random\n")).unwrap();
+    std::fs::write(root.join("b.yaml"), format!("{engine}matcher: lcp\n")).unwrap();
+    let path = |name: &str| root.join(name).display().to_string();
+    let compare = |b: &str, extra: &[&str]| -> Value {
+        let (a, b) = (
+            format!("{}={}", path("a"), path("a.yaml")),
+            format!("{}={}", path(b), path("b.yaml")),
+        );
+        let mut args = vec!["validate", "--stack", &a, "--stack", &b, "--format", "json"];
+        args.extend(extra);
+        let output = routerlab(&args);
+        let (stdout, stderr) = texts(&output);
+        assert!(output.status.success(), "{stderr}");
+        serde_json::from_str(&stdout).unwrap()
+    };
+    let workload = path("wl.json");
+    let flag = ["--lmbench-workload", workload.as_str()];
+    let simulated = |summary: &Value, key: &str| summary["rows"][0][key].as_f64().unwrap();
+    // Without the workload nothing is shared: both stacks prefill every prompt alike.
+    let alone = compare("b", &[]);
+    assert_eq!(alone["rows"][0]["simulated_ratio"], 1.0);
+    // With it the rounds reuse, and `lcp` brings each back to its previous round's engine.
+    let shared = compare("b", &flag);
+    assert!(simulated(&shared, "simulated_a_ms") < simulated(&alone, "simulated_a_ms"));
+    assert!(simulated(&shared, "simulated_b_ms") < simulated(&shared, "simulated_a_ms"));
+    // A lost round shows only through the conversations.
+    assert_eq!(compare("lost", &[])["compared"], 1);
+    let lost = compare("lost", &flag);
+    assert_eq!(lost["compared"], 0);
+    let skipped = lost["rows"][0]["skipped"].as_str().unwrap();
+    assert!(skipped.contains("rounds missing"), "{skipped}");
+    let allowed = ["--lmbench-workload", workload.as_str(), "--allow-partial"];
+    assert_eq!(compare("lost", &allowed)["compared"], 1);
 }
