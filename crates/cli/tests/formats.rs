@@ -241,50 +241,11 @@ fn measured_runs_replay_directly_and_a_partial_one_says_so() {
 /// not the run's is refused naming the request.
 #[test]
 fn an_lmbench_sharegpt_run_replays_its_conversations_from_its_workload() {
-    // Three conversations, one round of each in turn, one a second: a (three rounds),
-    // b (two), c (one); each input the previous round's, its answer and a new question.
-    let a1 = "Tell me about tides.";
-    let a2 = format!("{a1}\nTides come from the moon.\nWhy two a day?");
-    let a3 = format!("{a2}\nThe far side bulges too.\nAnd spring tides?");
-    let b1 = "Write a haiku.";
-    let b2 = format!("{b1}\nAn old silent pond.\nAnother one?");
-    let c1 = "What is 2 + 2?";
-    let entries = [
-        (a1, 40),
-        (b1, 30),
-        (c1, 20),
-        (a2.as_str(), 50),
-        (b2.as_str(), 60),
-        (a3.as_str(), 70),
-    ];
-    let workload = serde_json::to_string(
-        &entries
-            .iter()
-            .map(|(input, n)| serde_json::json!({"input": input, "output_length": n}))
-            .collect::<Vec<_>>(),
-    )
-    .unwrap();
-    let workload = scratch_file("lmbench-run.json", workload.as_bytes());
-    // Prompt and generated tokens per entry (one stopped early).
-    let logged = [
-        (400, 40),
-        (300, 30),
-        (200, 12),
-        (560, 50),
-        (420, 60),
-        (700, 70),
-    ];
-    let csv = |keep: &dyn Fn(usize) -> bool| {
-        let mut text = String::from(
-            "prompt_tokens,generation_tokens,ttft,generation_time,launch_time,finish_time\n",
-        );
-        for (i, (prompt, generated)) in logged.iter().enumerate().filter(|(i, _)| keep(*i)) {
-            let launch = 1_700_000_000.0 + i as f64;
-            text += &format!("{prompt},{generated},0.2,1.0,{launch},{}\n", launch + 1.2);
-        }
-        text
-    };
-    let run = scratch_file("lmbench-sharegpt.csv", csv(&|_| true).as_bytes());
+    let workload = scratch_file("lmbench-run.json", support::lmbench_workload().as_bytes());
+    let run = scratch_file(
+        "lmbench-sharegpt.csv",
+        support::lmbench_csv(None).as_bytes(),
+    );
     let with = ["--endpoints", "1", "--timing", "off", "-q"];
     let flag = ["--lmbench-workload", workload.to_str().unwrap()];
     let alone = Replay::new("lcp", &run).args(&with).report();
@@ -292,28 +253,32 @@ fn an_lmbench_sharegpt_run_replays_its_conversations_from_its_workload() {
     let (report, stderr) = Replay::new("lcp", &run).args(&with).args(&flag).json();
     // a2 shares a1's 25 whole blocks of 16 tokens, b2 b1's 18, a3 a2's 35.
     let shared = (25 + 18 + 35) * 16;
-    let total: u64 = logged.iter().map(|(p, _)| p).sum();
+    let total: u64 = support::LMBENCH_LOGGED.iter().map(|(p, _)| p).sum();
     let hit = report["hit_ratio"].as_f64().unwrap();
     assert!(
         (hit - shared as f64 / total as f64).abs() < 1e-6,
         "{hit} {stderr}"
     );
+    // `replay --trace TRACE --lmbench-workload WORKLOAD`: its exit code and stderr.
+    let replay = |trace: &Path, workload: &Path| {
+        let output = routerlab(&[
+            "replay",
+            "--matcher",
+            "lcp",
+            "--endpoints",
+            "1",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--lmbench-workload",
+            workload.to_str().unwrap(),
+        ]);
+        (output.status.code(), texts(&output).1)
+    };
 
     // a2 failed: a's rounds 1 and 3 are logged, and the run says it is partial.
-    let lost = scratch_file("lmbench-lost.csv", csv(&|i| i != 3).as_bytes());
-    let output = routerlab(&[
-        "replay",
-        "--matcher",
-        "lcp",
-        "--trace",
-        lost.to_str().unwrap(),
-        "--lmbench-workload",
-        workload.to_str().unwrap(),
-        "--endpoints",
-        "1",
-    ]);
-    let (_, stderr) = texts(&output);
-    assert!(output.status.success(), "{stderr}");
+    let lost = scratch_file("lmbench-lost.csv", support::lmbench_csv(Some(3)).as_bytes());
+    let (code, stderr) = replay(&lost, &workload);
+    assert_eq!(code, Some(0), "{stderr}");
     assert!(
         stderr.contains("partial: 5 requests logged, at least 1 more were offered (rounds missing from its conversations)"),
         "{stderr}"
@@ -324,17 +289,8 @@ fn an_lmbench_sharegpt_run_replays_its_conversations_from_its_workload() {
         "lmbench-other.json",
         br#"[{"input": "x", "output_length": 40}, {"input": "y", "output_length": 10}]"#,
     );
-    let output = routerlab(&[
-        "replay",
-        "--matcher",
-        "lcp",
-        "--trace",
-        run.to_str().unwrap(),
-        "--lmbench-workload",
-        other.to_str().unwrap(),
-    ]);
-    let (_, stderr) = texts(&output);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let (code, stderr) = replay(&run, &other);
+    assert_eq!(code, Some(2), "{stderr}");
     let expected = format!(
         "{}: --lmbench-workload {}: the run logged 6 requests, more than its 2 entries: not this run's workload",
         run.display(),
@@ -342,18 +298,8 @@ fn an_lmbench_sharegpt_run_replays_its_conversations_from_its_workload() {
     );
     assert!(stderr.contains(&expected), "{stderr}");
     // A trace that is not a measured run has no requests to give conversations to.
-    let chat = project_trace("chat.jsonl");
-    let output = routerlab(&[
-        "replay",
-        "--matcher",
-        "lcp",
-        "--trace",
-        chat.to_str().unwrap(),
-        "--lmbench-workload",
-        workload.to_str().unwrap(),
-    ]);
-    let (_, stderr) = texts(&output);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let (code, stderr) = replay(&project_trace("chat.jsonl"), &workload);
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("chat.jsonl is not a measured run"),
         "{stderr}"
@@ -361,7 +307,7 @@ fn an_lmbench_sharegpt_run_replays_its_conversations_from_its_workload() {
     // Nor is one whose entry asks for fewer tokens than its request generated.
     let short = scratch_file(
         "lmbench-short.json",
-        workload_text_with_output(&std::fs::read_to_string(&workload).unwrap(), 50, 5).as_bytes(),
+        workload_text_with_output(&support::lmbench_workload(), 50, 5).as_bytes(),
     );
     let output = routerlab(&[
         "validate",

@@ -93,46 +93,15 @@ fn a_stack_comparison_needs_two_stacks_each_a_directory_and_a_config() {
 #[test]
 fn a_stack_comparison_reads_each_points_conversations_from_the_workload() {
     let root = support::fresh_path("stacks-lmbench");
-    let rounds = [
-        ("Tell me about tides.", 40),
-        ("Write a haiku.", 30),
-        ("What is 2 + 2?", 20),
-        ("Tell me about tides.\nThe moon.\nWhy two a day?", 50),
-        ("Write a haiku.\nAn old pond.\nAnother one?", 60),
-        (
-            "Tell me about tides.\nThe moon.\nWhy two a day?\nThe far side.\nAnd spring tides?",
-            70,
-        ),
-    ];
-    let workload: Vec<Value> = rounds
-        .iter()
-        .map(|(input, n)| serde_json::json!({"input": input, "output_length": n}))
-        .collect();
-    let logged = [400, 300, 200, 560, 420, 700];
-    let csv = |skip: Option<usize>| {
-        let mut text = String::from(
-            "prompt_tokens,generation_tokens,ttft,generation_time,launch_time,finish_time\n",
-        );
-        for (i, prompt) in logged.iter().enumerate().filter(|(i, _)| Some(*i) != skip) {
-            let launch = 1_700_000_000.0 + i as f64;
-            let generated = rounds[i].1;
-            text += &format!("{prompt},{generated},0.2,1.0,{launch},{}\n", launch + 1.2);
-        }
-        text
-    };
     let engine = "timing: trace\nendpoints: 2\nengine:\n  max_num_seqs: 8\n  \
                   max_num_batched_tokens: 4096\n  num_gpu_blocks: 1000\n  step_time: {model: \
                   batched, overhead_ms: 1, prefill_ms_per_token: 1.0, decode_ms_per_seq: 0.1, \
                   context_ms_per_ktoken: 0}\n";
-    for (dir, skip) in [("a", None), ("b", None), ("lost", Some(3))] {
+    for (dir, lost) in [("a", None), ("b", None), ("lost", Some(3))] {
         std::fs::create_dir_all(root.join(dir)).unwrap();
-        std::fs::write(root.join(dir).join("run.csv"), csv(skip)).unwrap();
+        std::fs::write(root.join(dir).join("run.csv"), support::lmbench_csv(lost)).unwrap();
     }
-    std::fs::write(
-        root.join("wl.json"),
-        serde_json::to_string(&workload).unwrap(),
-    )
-    .unwrap();
+    std::fs::write(root.join("wl.json"), support::lmbench_workload()).unwrap();
     std::fs::write(root.join("a.yaml"), format!("{engine}matcher: random\n")).unwrap();
     std::fs::write(root.join("b.yaml"), format!("{engine}matcher: lcp\n")).unwrap();
     let path = |name: &str| root.join(name).display().to_string();

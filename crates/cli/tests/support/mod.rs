@@ -245,3 +245,54 @@ pub fn scratch_run(tag: &str, edit: impl Fn(&str) -> String) -> PathBuf {
     std::fs::write(run.join("requests.jsonl"), edit(&requests)).expect("requests written");
     run
 }
+
+/// A made-up LMBench ShareGPT workload: three conversations (a three rounds, b two, c
+/// one), one round of each in turn, each input the previous round's, its answer and a new
+/// question; `(input, output_length)` per entry.
+pub const LMBENCH_ROUNDS: [(&str, u64); 6] = [
+    ("Tell me about tides.", 40),
+    ("Write a haiku.", 30),
+    ("What is 2 + 2?", 20),
+    ("Tell me about tides.\nThe moon.\nWhy two a day?", 50),
+    ("Write a haiku.\nAn old pond.\nAnother one?", 60),
+    (
+        "Tell me about tides.\nThe moon.\nWhy two a day?\nThe far side.\nAnd spring tides?",
+        70,
+    ),
+];
+
+/// Prompt tokens and tokens generated of each request of the run [`LMBENCH_ROUNDS`] sent
+/// (the third stopped early).
+pub const LMBENCH_LOGGED: [(u64, u64); 6] = [
+    (400, 40),
+    (300, 30),
+    (200, 12),
+    (560, 50),
+    (420, 60),
+    (700, 70),
+];
+
+/// [`LMBENCH_ROUNDS`] as LMBench's workload file writes it.
+pub fn lmbench_workload() -> String {
+    let entries: Vec<serde_json::Value> = LMBENCH_ROUNDS
+        .iter()
+        .map(|(input, n)| serde_json::json!({"input": input, "output_length": n}))
+        .collect();
+    serde_json::to_string(&entries).expect("a workload")
+}
+
+/// The LMBench CSV of [`LMBENCH_LOGGED`], one launch a second, without request `lost`
+/// (0-based) when given.
+pub fn lmbench_csv(lost: Option<usize>) -> String {
+    let mut text = String::from(
+        "prompt_tokens,generation_tokens,ttft,generation_time,launch_time,finish_time\n",
+    );
+    for (i, (prompt, generated)) in LMBENCH_LOGGED.iter().enumerate() {
+        if Some(i) == lost {
+            continue;
+        }
+        let launch = 1_700_000_000.0 + i as f64;
+        text += &format!("{prompt},{generated},0.2,1.0,{launch},{}\n", launch + 1.2);
+    }
+    text
+}
