@@ -34,6 +34,9 @@ pub struct RunTrace {
     pub text: Vec<u8>,
     /// The run as loaded (its label, what it left out, whether it is partial).
     pub run: LoadedRun,
+    /// Its warm-up (requests sent before it and not logged) in the same form, its
+    /// conversations going on in the run; `None` when it had none.
+    pub warm_up: Option<Vec<u8>>,
 }
 
 /// Whether `path` holds a measured run rather than a trace: a directory in LLMServingSim's
@@ -80,12 +83,13 @@ fn run_path(path: &Path) -> Result<Option<std::path::PathBuf>, CalibrateError> {
 /// The measured run at `path` as a trace, or `None` when `path` is not a measured run;
 /// `fmperf_requests` is fmperf's requests file, which its results need, and
 /// `lmbench_workload` LMBench's ShareGPT workload file, which gives an LMBench CSV its
-/// conversations. A file of several load points (a GuideLLM report) needs one picked as
-/// `FILE#K`.
+/// conversations, and `lmbench_warm_up` its warm-up file, sent before the run. A file of
+/// several load points (a GuideLLM report) needs one picked as `FILE#K`.
 pub fn run_trace(
     path: &Path,
     fmperf_requests: Option<&Path>,
     lmbench_workload: Option<&Path>,
+    lmbench_warm_up: Option<&Path>,
 ) -> Result<Option<RunTrace>, CalibrateError> {
     let Some(run_path) = run_path(path)? else {
         return Ok(None);
@@ -94,6 +98,7 @@ pub fn run_trace(
         layout: Layout::Auto,
         fmperf_requests: fmperf_requests.map(Path::to_owned),
         lmbench_workload: lmbench_workload.map(Path::to_owned),
+        lmbench_warm_up: lmbench_warm_up.map(Path::to_owned),
         // Replaying a run needs no engine limits: the trace carries none.
         max_num_seqs: Some(0),
         max_num_batched_tokens: Some(0),
@@ -109,8 +114,10 @@ pub fn run_trace(
         )));
     }
     let run = runs.remove(0);
+    let (warm_up, text) = mooncake_texts(&run.warm_up, &run.measured.requests);
     Ok(Some(RunTrace {
-        text: mooncake_text(&run.measured.requests),
+        text,
+        warm_up: (!run.warm_up.is_empty()).then_some(warm_up),
         run,
     }))
 }
@@ -119,72 +126,95 @@ pub fn run_trace(
 /// [`RUN_TRACE_BLOCK_TOKENS`], arrivals from the first request's, conversations sharing
 /// their previous round's prompt blocks (the module's token model).
 pub fn mooncake_text(requests: &[MeasuredRequest]) -> Vec<u8> {
+    mooncake_texts(&[], requests).1
+}
+
+/// [`mooncake_text`] of `requests` after `warm_up` (sent before them): the two texts, each
+/// timed from its own first request, the run's conversations going on from the warm-up's
+/// (a round 0 of theirs).
+pub fn mooncake_texts(
+    warm_up: &[MeasuredRequest],
+    requests: &[MeasuredRequest],
+) -> (Vec<u8>, Vec<u8>) {
     let block = u64::from(RUN_TRACE_BLOCK_TOKENS);
-    let start = requests
-        .iter()
-        .map(|r| r.queued_ts)
-        .fold(f64::INFINITY, f64::min);
     // Each conversation's last prompt: its blocks, and how many of them are whole.
     let mut last_prompt: HashMap<u64, (Vec<u64>, u64)> = HashMap::new();
     let mut made_by: HashMap<u64, u64> = HashMap::new();
     let mut seen: HashMap<u64, u64> = HashMap::new();
-    let mut text = String::new();
-    for r in requests {
-        let blocks = r.input_toks.div_ceil(block);
-        let mut ids: Vec<u64> = Vec::with_capacity(blocks as usize);
-        if let Some((tokens, hashes)) = &r.blocks {
-            // A logged chain: each logged block is its tokens' worth of trace blocks, the
-            // same wherever the same prefix was logged; the rest of the prompt its own.
-            let per = u64::from(*tokens) / block;
-            for &hash in hashes {
-                ids.extend((0..per).map(|j| content_id(hash, u64::MAX - 1, j)));
+    let mut texts = [String::new(), String::new()];
+    for (text, part) in texts.iter_mut().zip([warm_up, requests]) {
+        let start = part
+            .iter()
+            .map(|r| r.queued_ts)
+            .fold(f64::INFINITY, f64::min);
+        for r in part {
+            let ids = block_ids(r, block, &last_prompt, &mut made_by, &mut seen);
+            let _ = write!(
+                text,
+                "{{\"timestamp\": {}, \"input_length\": {}, \"output_length\": {}, \"hash_ids\": [",
+                ((r.queued_ts - start) * 1e3).max(0.0),
+                r.input_toks,
+                r.output_toks,
+            );
+            for (i, id) in ids.iter().enumerate() {
+                let _ = write!(text, "{}{id}", if i == 0 { "" } else { ", " });
             }
-            ids.truncate(blocks as usize);
-            let k = seen.entry(r.input_toks).or_insert(0u64);
-            *k += 1;
-            let from = ids.len() as u64;
-            ids.extend((from..blocks).map(|b| content_id(r.input_toks, *k, b)));
-        } else if let Some((previous, whole)) = r.session.and_then(|s| last_prompt.get(&s.user)) {
-            // The previous prompt's whole blocks, as far as this prompt goes.
-            let shared = (*whole).min(r.input_toks / block);
-            ids.extend_from_slice(&previous[..shared as usize]);
-        }
-        match r.session {
-            // A logged chain is whole already.
-            _ if r.blocks.is_some() => {}
-            // A conversation's own blocks, numbered in it: no other's, in this run or
-            // another (a user id names one conversation of one run).
-            Some(session) => {
-                let made = made_by.entry(session.user).or_insert(0u64);
-                while (ids.len() as u64) < blocks {
-                    ids.push(content_id(session.user, u64::MAX, *made));
-                    *made += 1;
-                }
+            text.push_str("]}\n");
+            if let Some(session) = r.session {
+                last_prompt.insert(session.user, (ids, r.input_toks / block));
             }
-            // Named by what is known of its prompt, the k-th of its length, so the same
-            // prompts logged at another load point (a sweep's runs) are the same blocks.
-            None => {
-                let k = seen.entry(r.input_toks).or_insert(0u64);
-                *k += 1;
-                ids.extend((0..blocks).map(|b| content_id(r.input_toks, *k, b)));
-            }
-        }
-        let _ = write!(
-            text,
-            "{{\"timestamp\": {}, \"input_length\": {}, \"output_length\": {}, \"hash_ids\": [",
-            ((r.queued_ts - start) * 1e3).max(0.0),
-            r.input_toks,
-            r.output_toks,
-        );
-        for (i, id) in ids.iter().enumerate() {
-            let _ = write!(text, "{}{id}", if i == 0 { "" } else { ", " });
-        }
-        text.push_str("]}\n");
-        if let Some(session) = r.session {
-            last_prompt.insert(session.user, (ids, r.input_toks / block));
         }
     }
-    text.into_bytes()
+    let [warm, run] = texts;
+    (warm.into_bytes(), run.into_bytes())
+}
+
+/// The trace blocks of `r`'s prompt, given each conversation's last prompt so far, the
+/// blocks each conversation made, and how many prompts of each length were seen.
+fn block_ids(
+    r: &MeasuredRequest,
+    block: u64,
+    last_prompt: &HashMap<u64, (Vec<u64>, u64)>,
+    made_by: &mut HashMap<u64, u64>,
+    seen: &mut HashMap<u64, u64>,
+) -> Vec<u64> {
+    let blocks = r.input_toks.div_ceil(block);
+    let mut ids: Vec<u64> = Vec::with_capacity(blocks as usize);
+    if let Some((tokens, hashes)) = &r.blocks {
+        // A logged chain: each logged block is its tokens' worth of trace blocks, the
+        // same wherever the same prefix was logged; the rest of the prompt its own.
+        let per = u64::from(*tokens) / block;
+        for &hash in hashes {
+            ids.extend((0..per).map(|j| content_id(hash, u64::MAX - 1, j)));
+        }
+        ids.truncate(blocks as usize);
+        let k = seen.entry(r.input_toks).or_insert(0u64);
+        *k += 1;
+        let from = ids.len() as u64;
+        ids.extend((from..blocks).map(|b| content_id(r.input_toks, *k, b)));
+        return ids;
+    }
+    let Some(session) = r.session else {
+        // Named by what is known of its prompt, the k-th of its length, so the same
+        // prompts logged at another load point (a sweep's runs) are the same blocks.
+        let k = seen.entry(r.input_toks).or_insert(0u64);
+        *k += 1;
+        ids.extend((0..blocks).map(|b| content_id(r.input_toks, *k, b)));
+        return ids;
+    };
+    if let Some((previous, whole)) = last_prompt.get(&session.user) {
+        // The previous prompt's whole blocks, as far as this prompt goes.
+        let shared = (*whole).min(r.input_toks / block);
+        ids.extend_from_slice(&previous[..shared as usize]);
+    }
+    // A conversation's own blocks, numbered in it: no other's, in this run or another (a
+    // user id names one conversation of one run).
+    let made = made_by.entry(session.user).or_insert(0u64);
+    while (ids.len() as u64) < blocks {
+        ids.push(content_id(session.user, u64::MAX, *made));
+        *made += 1;
+    }
+    ids
 }
 
 /// A block id from the prompt's length, its place among the prompts of that length, and

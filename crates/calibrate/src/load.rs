@@ -32,6 +32,8 @@ pub struct RunSettings {
     pub fmperf_requests: Option<PathBuf>,
     /// LMBench's ShareGPT workload file the runs sent: their conversations.
     pub lmbench_workload: Option<PathBuf>,
+    /// LMBench's ShareGPT warm-up file, sent before each run: its warm-up requests.
+    pub lmbench_warm_up: Option<PathBuf>,
     /// The engine's `max_num_seqs` [default: the run's].
     pub max_num_seqs: Option<u32>,
     /// The engine's `max_num_batched_tokens` [default: the run's].
@@ -67,6 +69,7 @@ impl Default for RunSettings {
             layout: Layout::Auto,
             fmperf_requests: None,
             lmbench_workload: None,
+            lmbench_warm_up: None,
             max_num_seqs: None,
             max_num_batched_tokens: None,
             data_parallel_size: None,
@@ -313,6 +316,8 @@ pub struct LoadedRun {
     /// How its log falls short of what was offered, when it shows
     /// ([`crate::as_trace::shortfall`]): such a run is not fitted unless asked.
     pub partial: Option<String>,
+    /// Requests sent before it and not logged (LMBench's warm-up), times from the first.
+    pub warm_up: Vec<crate::MeasuredRequest>,
 }
 
 fn read(path: &Path) -> Result<String, CalibrateError> {
@@ -360,6 +365,7 @@ pub fn load(path: &Path, args: &RunSettings) -> Result<Vec<LoadedRun>, Calibrate
             label: file.display().to_string(),
             left_out: None,
             partial: crate::as_trace::shortfall(&measured.requests),
+            warm_up: Vec::new(),
             measured,
         }]);
     }
@@ -397,8 +403,22 @@ pub fn load(path: &Path, args: &RunSettings) -> Result<Vec<LoadedRun>, Calibrate
             .map_err(|e| CalibrateError::input(formats::located(&name, &e)))?
     };
     let parts = match &args.lmbench_workload {
-        Some(workload) => follow_workload(parts, format, &name, workload)?,
-        None => parts,
+        Some(workload) => follow_workload(
+            parts,
+            format,
+            &name,
+            workload,
+            args.lmbench_warm_up.as_deref(),
+        )?,
+        None => match &args.lmbench_warm_up {
+            Some(warm) => {
+                return Err(CalibrateError::input(format!(
+                    "{name}: --lmbench-warm-up {}: give the workload it warms up for too (--lmbench-workload)",
+                    warm.display()
+                )));
+            }
+            None => parts,
+        },
     };
     let count = parts.len();
     let chosen: Vec<(usize, formats::Part)> = match pick {
@@ -434,6 +454,7 @@ pub fn load(path: &Path, args: &RunSettings) -> Result<Vec<LoadedRun>, Calibrate
                 label,
                 left_out: part.left_out,
                 partial: crate::as_trace::shortfall(&part.requests),
+                warm_up: part.warm_up,
                 measured: MeasuredRun {
                     requests: part.requests,
                     samples: Vec::new(),
@@ -451,12 +472,13 @@ pub fn load(path: &Path, args: &RunSettings) -> Result<Vec<LoadedRun>, Calibrate
 }
 
 /// `parts` of the run `name` (a file of `format`) with their conversations from LMBench's
-/// ShareGPT workload file at `workload`.
+/// ShareGPT workload file at `workload`, and their warm-up from its file at `warm_up`.
 fn follow_workload(
     mut parts: Vec<formats::Part>,
     format: RunFileFormat,
     name: &str,
     workload: &Path,
+    warm_up: Option<&Path>,
 ) -> Result<Vec<formats::Part>, CalibrateError> {
     let flag = format!("--lmbench-workload {}", workload.display());
     if format != RunFileFormat::Lmbench {
@@ -476,9 +498,17 @@ fn follow_workload(
     let entries = formats::lmbench_workload::read(&read(workload)?).map_err(|e| {
         CalibrateError::input(formats::located(&workload.display().to_string(), &e))
     })?;
+    let warm = warm_up
+        .map(|path| {
+            formats::lmbench_workload::read(&read(path)?).map_err(|e| {
+                CalibrateError::input(formats::located(&path.display().to_string(), &e))
+            })
+        })
+        .transpose()?;
     for part in &mut parts {
-        formats::lmbench_workload::follow(&mut part.requests, &entries)
-            .map_err(|e| CalibrateError::input(format!("{name}: {flag}: {e}")))?;
+        part.warm_up =
+            formats::lmbench_workload::follow(&mut part.requests, &entries, warm.as_ref())
+                .map_err(|e| CalibrateError::input(format!("{name}: {flag}: {e}")))?;
     }
     Ok(parts)
 }

@@ -101,6 +101,12 @@ pub struct TraceArgs {
     /// CSV does not record, so a round shares its previous round's prompt.
     #[arg(long, value_name = "FILE", help_heading = TRACE)]
     pub lmbench_workload: Option<PathBuf>,
+    /// LMBench's ShareGPT warm-up file (its `sharegpt/warmup.json`), which its run script
+    /// sends at the point's rate before each point, unlogged: replayed before the measured
+    /// run given as the trace (after --warm-up), unmeasured, the run's rounds going on
+    /// from its prompts (with --lmbench-workload; timed replays).
+    #[arg(long, value_name = "FILE", help_heading = TRACE, requires = "lmbench_workload")]
+    pub lmbench_warm_up: Option<PathBuf>,
     /// Trace format: chat, mooncake, agentic-mooncake, weka, token-ids, azure-csv or
     /// burstgpt; detected from the first line (a directory: weka) by default.
     #[arg(long, value_name = "FORMAT", help_heading = TRACE)]

@@ -328,6 +328,121 @@ fn an_lmbench_sharegpt_run_replays_its_conversations_from_its_workload() {
     );
 }
 
+/// LMBench's run script sends its warm-up file before each point and logs none of it:
+/// replayed first (`--lmbench-warm-up`, timed), the run's rounds that continue its prompts
+/// find them cached; it needs the workload, and a timed replay.
+#[test]
+fn an_lmbench_sharegpt_runs_warm_up_is_replayed_before_it() {
+    let rounds = [
+        ("Tell me about tides.\nThe moon.\nWhy two a day?", 50),
+        ("Write a haiku.\nAn old pond.\nAnother one?", 60),
+        (
+            "Tell me about tides.\nThe moon.\nWhy two a day?\nThe far side.\nAnd spring tides?",
+            70,
+        ),
+    ];
+    let entries = |rounds: &[(&str, u64)]| -> Vec<u8> {
+        let list: Vec<serde_json::Value> = (rounds.iter())
+            .map(|(input, n)| serde_json::json!({"input": input, "output_length": n}))
+            .collect();
+        serde_json::to_vec(&list).unwrap()
+    };
+    let workload = scratch_file("lmbench-later.json", &entries(&rounds));
+    let warm_up = scratch_file(
+        "lmbench-warmup.json",
+        &entries(&[
+            ("Tell me about tides.", 40),
+            ("Write a haiku.", 30),
+            ("What is 2 + 2?", 20),
+        ]),
+    );
+    let logged = [(560u64, 50u64), (420, 60), (700, 70)];
+    let mut csv = String::from(
+        "prompt_tokens,generation_tokens,ttft,generation_time,launch_time,finish_time\n",
+    );
+    for (i, (prompt, generated)) in logged.iter().enumerate() {
+        let launch = 1_700_000_000.0 + i as f64;
+        csv += &format!("{prompt},{generated},0.2,1.0,{launch},{}\n", launch + 1.2);
+    }
+    let run = scratch_file("lmbench-later.csv", csv.as_bytes());
+    // vLLM's 16-token blocks, as the run's trace.
+    let timed = [
+        "--endpoints",
+        "1",
+        "--timing",
+        "trace",
+        "--engine-config",
+        "{engine_block_size: 16}",
+        "-q",
+    ];
+    let flag = ["--lmbench-workload", workload.to_str().unwrap()];
+    let warm = ["--lmbench-warm-up", warm_up.to_str().unwrap()];
+    let total: u64 = logged.iter().map(|(p, _)| p).sum();
+    let hit = |args: &[&str]| {
+        let (report, stderr) = Replay::new("lcp", &run).args(&timed).args(args).json();
+        report["hit_ratio"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{stderr}"))
+    };
+    // Without the warm-up, the third request shares the first's 35 whole blocks.
+    let alone = hit(&flag);
+    assert!(
+        (alone - (35 * 16) as f64 / total as f64).abs() < 1e-6,
+        "{alone}"
+    );
+    // With it, the first two also share their warm-up rounds' whole blocks: each round's
+    // tokens are its continuation's for each byte of input.
+    let tokens = |prompt: u64, warm: &str, run: &str| {
+        (prompt as f64 * warm.len() as f64 / run.len() as f64).round() as u64
+    };
+    let first = tokens(560, "Tell me about tides.", rounds[0].0) / 16;
+    let second = tokens(420, "Write a haiku.", rounds[1].0) / 16;
+    let both = [&flag[..], &warm[..]].concat();
+    let warmed = hit(&both);
+    let expected = ((first + second + 35) * 16) as f64 / total as f64;
+    assert!((warmed - expected).abs() < 1e-6, "{warmed} {expected}");
+
+    // The warm-up goes on in the run's conversations: it needs the workload.
+    let output = routerlab(
+        &[
+            &[
+                "replay",
+                "--matcher",
+                "lcp",
+                "--trace",
+                run.to_str().unwrap(),
+            ][..],
+            &timed[..],
+            &warm[..],
+        ]
+        .concat(),
+    );
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--lmbench-workload"), "{stderr}");
+    // Only a timed replay replays a warm-up.
+    let output = routerlab(
+        &[
+            &[
+                "replay",
+                "--matcher",
+                "lcp",
+                "--trace",
+                run.to_str().unwrap(),
+            ][..],
+            &["--timing", "off"][..],
+            &both[..],
+        ]
+        .concat(),
+    );
+    let (_, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--lmbench-warm-up") && stderr.contains("needs the timed replay"),
+        "{stderr}"
+    );
+}
+
 /// `workload` with the entry that asks for `from` tokens asking for `to`.
 fn workload_text_with_output(workload: &str, from: u64, to: u64) -> String {
     workload.replace(

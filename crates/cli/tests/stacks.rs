@@ -88,8 +88,9 @@ fn a_stack_comparison_needs_two_stacks_each_a_directory_and_a_config() {
 }
 
 /// Given LMBench's ShareGPT workload (`--lmbench-workload`), both stacks' points are read
-/// with their conversations: the simulated rounds reuse their previous rounds' prompts, and
-/// a point whose run lost a round is partial, left out unless `--allow-partial`.
+/// with their conversations: the simulated rounds reuse their previous rounds' prompts (and
+/// those of its warm-up, `--lmbench-warm-up`), and a point whose run lost a round is
+/// partial, left out unless `--allow-partial`.
 #[test]
 fn a_stack_comparison_reads_each_points_conversations_from_the_workload() {
     let root = support::fresh_path("stacks-lmbench");
@@ -127,6 +128,19 @@ fn a_stack_comparison_reads_each_points_conversations_from_the_workload() {
     let shared = compare("b", &flag);
     assert!(simulated(&shared, "simulated_a_ms") < simulated(&alone, "simulated_a_ms"));
     assert!(simulated(&shared, "simulated_b_ms") < simulated(&shared, "simulated_a_ms"));
+    // LMBench's warm-up before the point (`--lmbench-warm-up`): its round that the run's
+    // fourth request continues (and the first begins) is cached, and `lcp` finds it.
+    std::fs::write(
+        root.join("warm.json"),
+        r#"[{"input": "Tell me about tides.\nThe moon.", "output_length": 40}]"#,
+    )
+    .unwrap();
+    let warm = path("warm.json");
+    let warmed = compare(
+        "b",
+        &[&flag[..], &["--lmbench-warm-up", warm.as_str()][..]].concat(),
+    );
+    assert!(simulated(&warmed, "simulated_b_ms") < simulated(&shared, "simulated_b_ms"));
     // A lost round shows only through the conversations.
     assert_eq!(compare("lost", &[])["compared"], 1);
     let lost = compare("lost", &flag);
@@ -135,4 +149,59 @@ fn a_stack_comparison_reads_each_points_conversations_from_the_workload() {
     assert!(skipped.contains("rounds missing"), "{skipped}");
     let allowed = ["--lmbench-workload", workload.as_str(), "--allow-partial"];
     assert_eq!(compare("lost", &allowed)["compared"], 1);
+}
+
+/// `--warm-up-previous` warms each point with the one launched before it in its sweep,
+/// whatever their offered loads: here the faster point ran first.
+#[test]
+fn a_point_is_warmed_by_the_one_launched_before_it() {
+    let root = support::fresh_path("stacks-order");
+    let engine = "timing: trace\nendpoints: 1\nmatcher: lcp\nengine:\n  max_num_seqs: 8\n  \
+                  max_num_batched_tokens: 4096\n  num_gpu_blocks: 1000\n  step_time: {model: \
+                  batched, overhead_ms: 1, prefill_ms_per_token: 1.0, decode_ms_per_seq: 0.1, \
+                  context_ms_per_ktoken: 0}\n";
+    // The 2-a-second point launched an hour before the 1-a-second one.
+    let csv = |start: f64, every: f64| -> String {
+        let mut text = String::from(
+            "prompt_tokens,generation_tokens,ttft,generation_time,launch_time,finish_time\n",
+        );
+        for (i, (prompt, generated)) in support::LMBENCH_LOGGED.iter().enumerate() {
+            let launch = start + i as f64 * every;
+            text += &format!("{prompt},{generated},0.2,1.0,{launch},{}\n", launch + 1.2);
+        }
+        text
+    };
+    for dir in ["a", "b"] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+        std::fs::write(root.join(dir).join("qps_1.csv"), csv(1_700_003_600.0, 1.0)).unwrap();
+        std::fs::write(root.join(dir).join("qps_2.csv"), csv(1_700_000_000.0, 0.5)).unwrap();
+    }
+    std::fs::write(root.join("wl.json"), support::lmbench_workload()).unwrap();
+    std::fs::write(root.join("fleet.yaml"), engine).unwrap();
+    let path = |name: &str| root.join(name).display().to_string();
+    let (a, b, workload) = (
+        format!("{}={}", path("a"), path("fleet.yaml")),
+        format!("{}={}", path("b"), path("fleet.yaml")),
+        path("wl.json"),
+    );
+    let simulated = |extra: &[&str]| -> Vec<f64> {
+        let mut args = vec!["validate", "--stack", &a, "--stack", &b, "--format", "json"];
+        args.extend(["--lmbench-workload", workload.as_str()]);
+        args.extend(extra);
+        let output = routerlab(&args);
+        let (stdout, stderr) = texts(&output);
+        assert!(output.status.success(), "{stderr}");
+        let summary: Value = serde_json::from_str(&stdout).unwrap();
+        let rows = summary["rows"].as_array().unwrap();
+        assert_eq!(rows[0]["point"], "qps_1.csv");
+        rows.iter()
+            .map(|r| r["simulated_a_ms"].as_f64().unwrap())
+            .collect()
+    };
+    let cold = simulated(&[]);
+    let warm = simulated(&["--warm-up-previous"]);
+    // The later (1 a second) point starts with the earlier one's prompts cached; the
+    // earlier point has none before it.
+    assert!(warm[0] < cold[0], "{warm:?} {cold:?}");
+    assert_eq!(warm[1], cold[1]);
 }

@@ -181,6 +181,10 @@ pub struct Experiment {
     /// LMBench's ShareGPT workload file the measured runs given as the trace and the
     /// warm-up sent: their conversations.
     pub lmbench_workload: Option<PathBuf>,
+    /// LMBench's ShareGPT warm-up file, sent before the measured run given as the trace
+    /// (with `lmbench_workload`): replayed first, unmeasured, the run's rounds going on
+    /// from it (timed).
+    pub lmbench_warm_up: Option<PathBuf>,
     /// Endpoints: a count, a list of names, or their text (`4`, `a,b`).
     pub endpoints: Option<Value>,
     /// Disaggregated fleet: the prefill pool, a count or names (with `endpoints`, a count:
@@ -285,13 +289,14 @@ pub struct Experiment {
 }
 
 /// The keys whose values are paths, taken from the experiment file's directory.
-const PATH_KEYS: [&str; 6] = [
+const PATH_KEYS: [&str; 7] = [
     "trace",
     "requests_out",
     "model_config",
     "router_config",
     "warm_up",
     "lmbench_workload",
+    "lmbench_warm_up",
 ];
 
 /// The keys whose mappings the next layer merges into key by key.
@@ -410,6 +415,7 @@ impl Experiment {
             &self.router_config,
             &self.warm_up,
             &self.lmbench_workload,
+            &self.lmbench_warm_up,
         ]
         .into_iter()
         .filter_map(|p| p.as_deref())

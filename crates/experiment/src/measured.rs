@@ -19,8 +19,13 @@ fn measured(path: &Path, opts: &Experiment) -> Result<Option<RunTrace>, Experime
     if opts.trace_format.is_some() {
         return Ok(None);
     }
-    run_trace(path, None, opts.lmbench_workload.as_deref())
-        .map_err(|e| ExperimentError::invalid(e.to_string()))
+    run_trace(
+        path,
+        None,
+        opts.lmbench_workload.as_deref(),
+        opts.lmbench_warm_up.as_deref(),
+    )
+    .map_err(|e| ExperimentError::invalid(e.to_string()))
 }
 
 /// How a measured run's trace is read: Mooncake's form in its own blocks.
@@ -45,17 +50,32 @@ impl Run {
     /// or a file a benchmark tool wrote), unless a trace format was given.
     pub(crate) fn read_traces(mut self, opts: &Experiment) -> Result<Run, ExperimentError> {
         let mut notes = Vec::new();
+        // The run's own warm-up, replayed after the one given (`warm_up`).
+        let mut own_warm_up = None;
         match measured(&self.scenario.trace, opts)? {
             Some(trace) => {
                 as_run(&mut self.scenario.trace_options);
                 notes.extend(note(&trace));
                 self.scenario.trace_text = Some(Arc::from(trace.text));
+                own_warm_up = trace.warm_up.map(|text| {
+                    let mut options = self.scenario.trace_options.clone();
+                    as_run(&mut options);
+                    WarmUp {
+                        trace: self.scenario.trace.clone(),
+                        options,
+                        text: Some(Arc::from(text)),
+                    }
+                });
             }
             None => {
-                if let Some(workload) = &opts.lmbench_workload {
+                let lmbench = [
+                    ("--lmbench-workload", &opts.lmbench_workload),
+                    ("--lmbench-warm-up", &opts.lmbench_warm_up),
+                ];
+                if let Some((flag, Some(file))) = lmbench.iter().find(|(_, f)| f.is_some()) {
                     return Err(ExperimentError::invalid(format!(
-                        "--lmbench-workload {}: {} is not a measured run read as one (an LMBench CSV)",
-                        workload.display(),
+                        "{flag} {}: {} is not a measured run read as one (an LMBench CSV)",
+                        file.display(),
                         self.scenario.trace.display()
                     )));
                 }
@@ -68,13 +88,15 @@ impl Run {
                 text: None,
             };
             warm.options.format = opts.trace_format;
+            // A run given as the warm-up is replayed as logged, without its own warm-up.
             if let Some(trace) = measured(path, opts)? {
                 as_run(&mut warm.options);
                 notes.extend(note(&trace).map(|n| format!("warm-up {n}")));
                 warm.text = Some(Arc::from(trace.text));
             }
-            self.scenario.warm_up = Some(warm);
+            self.scenario.warm_up.push(warm);
         }
+        self.scenario.warm_up.extend(own_warm_up);
         self.trace_note = (!notes.is_empty()).then(|| notes.join("\n"));
         Ok(self)
     }

@@ -81,9 +81,9 @@ pub struct Scenario {
     /// The trace made in memory from the measured run at `trace` (Mooncake's form, read
     /// as `trace_options` say); `None` reads `trace` itself.
     pub trace_text: Option<std::sync::Arc<[u8]>>,
-    /// A trace replayed first, unmeasured, to warm the engines' caches and the routers
-    /// (timed replays; [`crate::timed::replay_timed_warm`]).
-    pub warm_up: Option<WarmUp>,
+    /// Traces replayed first, in turn, unmeasured, to warm the engines' caches and the
+    /// routers (timed replays; [`crate::timed::replay_timed_warm`]).
+    pub warm_up: Vec<WarmUp>,
     /// Endpoint names.
     pub endpoints: Vec<String>,
     /// Time-free prefix-cache capacity per endpoint; `None` = unbounded.
@@ -119,7 +119,7 @@ impl Default for Scenario {
             trace: PathBuf::new(),
             trace_options: TraceOptions::default(),
             trace_text: None,
-            warm_up: None,
+            warm_up: Vec::new(),
             endpoints: default_endpoints(DEFAULT_ENDPOINTS),
             cache_blocks: None,
             when_unavailable: WhenUnavailable::Reject,
@@ -358,20 +358,23 @@ impl Scenario {
         let Some(timed) = &self.timed else {
             return Err(SimError::Input("a loaded replay is a timed one".into()));
         };
-        let Some(warm) = &self.warm_up else {
+        if self.warm_up.is_empty() {
             return replay_timed(workload, replicas, timed, observer);
-        };
-        let reader = match &warm.text {
-            Some(text) => TraceReader::in_memory(
-                &warm.trace,
-                routerlab_trace::TraceFormat::Mooncake,
-                text.to_vec(),
-                warm.options.clone(),
-            ),
-            None => TraceReader::open(&warm.trace, warm.options.clone())?,
-        };
-        let warm_up = self.workload(reader)?;
-        replay_timed_warm(&warm_up, workload, replicas, timed, observer)
+        }
+        let mut warm_ups = Vec::with_capacity(self.warm_up.len());
+        for warm in &self.warm_up {
+            let reader = match &warm.text {
+                Some(text) => TraceReader::in_memory(
+                    &warm.trace,
+                    routerlab_trace::TraceFormat::Mooncake,
+                    text.to_vec(),
+                    warm.options.clone(),
+                ),
+                None => TraceReader::open(&warm.trace, warm.options.clone())?,
+            };
+            warm_ups.push(self.workload(reader)?);
+        }
+        replay_timed_warm(&warm_ups, workload, replicas, timed, observer)
     }
 
     /// Loads the whole trace for a timed replay, with the chains its engines need.
@@ -405,7 +408,7 @@ impl Scenario {
                 (report, reader.skipped().clone(), reader.source())
             }
             // Read as it goes, unless an agentic trace's requests may wait for later ones.
-            Some(timed) if streams(reader.format()) && self.warm_up.is_none() => {
+            Some(timed) if streams(reader.format()) && self.warm_up.is_empty() => {
                 let reopen = || self.reader();
                 let (report, read) =
                     replay_timed_streamed(reader, &reopen, replicas, timed, observer)?;

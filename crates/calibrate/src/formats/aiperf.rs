@@ -116,6 +116,7 @@ pub fn parse(text: &str) -> Result<Part, String> {
         left_out.push(format!("{warmup} warm-up"));
     }
     Ok(Part {
+        warm_up: Vec::new(),
         requests,
         left_out: (!left_out.is_empty())
             .then(|| format!("{} requests left out", left_out.join(" and "))),

@@ -11,6 +11,9 @@ pub struct Part {
     /// Requests the file records but the run is read without (failed, cancelled,
     /// warm-up), and why, for a note to the user; `None` when there were none.
     pub left_out: Option<String>,
+    /// Requests the tool sent before the run and did not log (LMBench's warm-up, from
+    /// its file), in the order sent, times from the first.
+    pub warm_up: Vec<MeasuredRequest>,
 }
 
 /// A completed request from what a client recorded, in seconds on its clock: sent at

@@ -216,6 +216,7 @@ pub fn parse(text: &str, prompts: &[u64]) -> Result<Vec<Part>, String> {
                 left_out.push(format!("{overran} past the run's duration"));
             }
             Ok(Part {
+                warm_up: Vec::new(),
                 requests,
                 left_out: (!left_out.is_empty())
                     .then(|| format!("{} requests left out", left_out.join(" and "))),

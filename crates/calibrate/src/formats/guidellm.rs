@@ -119,6 +119,7 @@ pub fn parse(text: &str) -> Result<Vec<Part>, String> {
         }
         in_arrival_order(&mut requests).map_err(|why| format!("field `{here}`: {why}"))?;
         parts.push(Part {
+            warm_up: Vec::new(),
             requests,
             left_out: (failed > 0)
                 .then(|| format!("{failed} errored or incomplete requests left out")),

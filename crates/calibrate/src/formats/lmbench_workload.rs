@@ -14,6 +14,14 @@
 //! is its entry, less those that failed before the first logged one (the offset that
 //! leaves no request with more tokens generated than its entry asked for; the most that
 //! generated exactly as many, should several). Requests that stopped early generate fewer.
+//!
+//! LMBench's run script sends a warm-up file (`sharegpt/warmup.json`, the second rounds of
+//! the same conversations) at the point's rate before each point and logs none of it.
+//! Read beside the workload (`--lmbench-warm-up FILE`), its entries become the run's
+//! warm-up requests ([`follow`]): each paced at the run's median interval, asking for its
+//! `output_length`, its prompt as many tokens as the round that continues it logged for
+//! each byte of input (the run's mean where that round was not logged), and the round
+//! 0 of that round's conversation, so the run's rounds share its prompt.
 
 use std::collections::{HashMap, HashSet};
 
@@ -30,7 +38,7 @@ struct Entry {
 }
 
 /// Each entry's previous round (its index), where it continues one.
-fn previous_rounds(entries: &[Entry]) -> Vec<Option<usize>> {
+fn previous_rounds(entries: &[&Entry]) -> Vec<Option<usize>> {
     let mut first_of: HashMap<&str, usize> = HashMap::new();
     // The lengths of the inputs so far: only a break at one of them can end an earlier
     // input, so only those prefixes are looked up.
@@ -88,9 +96,18 @@ pub fn read(text: &str) -> Result<Workload, String> {
     Ok(Workload { entries })
 }
 
-/// Gives each of `requests` (a run's, in arrival order) its conversation in `workload`;
+/// Conversations of warm-up requests that no round of the run continues: one each, apart
+/// from the run's (whose users are entry indices).
+const UNCONTINUED: u64 = 1 << 40;
+
+/// Gives each of `requests` (a run's, in arrival order) its conversation in `workload`,
+/// and returns the warm-up `warm_up` sent before the run as requests (none without one);
 /// an error says which request and why the run is not the workload's.
-pub fn follow(requests: &mut [MeasuredRequest], workload: &Workload) -> Result<(), String> {
+pub fn follow(
+    requests: &mut [MeasuredRequest],
+    workload: &Workload,
+    warm_up: Option<&Workload>,
+) -> Result<Vec<MeasuredRequest>, String> {
     let entries = &workload.entries;
     if requests.len() > entries.len() {
         return Err(format!(
@@ -99,7 +116,7 @@ pub fn follow(requests: &mut [MeasuredRequest], workload: &Workload) -> Result<(
             entries.len()
         ));
     }
-    let slots = launch_slots(requests);
+    let (slots, interval) = launch_slots(requests);
     let last = slots.last().copied().unwrap_or(0);
     if slots.windows(2).any(|w| w[1] <= w[0]) || last >= entries.len() {
         return Err(format!(
@@ -134,7 +151,7 @@ pub fn follow(requests: &mut [MeasuredRequest], workload: &Workload) -> Result<(
             entries[slot + offset].output_length
         ));
     }
-    let previous = previous_rounds(entries);
+    let previous = previous_rounds(&entries.iter().collect::<Vec<_>>());
     // Each entry's conversation (its first round's index) and round, from 1.
     let mut session: Vec<Session> = Vec::with_capacity(entries.len());
     for (j, before) in previous.iter().enumerate() {
@@ -150,15 +167,73 @@ pub fn follow(requests: &mut [MeasuredRequest], workload: &Workload) -> Result<(
         };
         session.push(next);
     }
+    let mut logged: Vec<Option<&MeasuredRequest>> = vec![None; entries.len()];
     for (r, &slot) in requests.iter_mut().zip(&slots) {
         r.session = Some(session[slot + offset]);
     }
-    Ok(())
+    for (r, &slot) in requests.iter().zip(&slots) {
+        logged[slot + offset] = Some(r);
+    }
+    let Some(warm_up) = warm_up else {
+        return Ok(Vec::new());
+    };
+    // The run's rounds that continue a warm-up entry (their previous rounds among the
+    // warm-up's and the run's entries together), the first of each.
+    let warm = &warm_up.entries;
+    let both: Vec<&Entry> = warm.iter().chain(entries).collect();
+    let mut continued_by: Vec<Option<usize>> = vec![None; warm.len()];
+    for (j, before) in previous_rounds(&both)
+        .into_iter()
+        .enumerate()
+        .skip(warm.len())
+    {
+        if let Some(w) = before.filter(|&w| w < warm.len()) {
+            continued_by[w].get_or_insert(j - warm.len());
+        }
+    }
+    let (tokens, bytes) = requests
+        .iter()
+        .zip(&slots)
+        .fold((0u64, 0u64), |(t, b), (r, &slot)| {
+            let len = entries[slot + offset].input.len() as u64;
+            (t.saturating_add(r.input_toks), b.saturating_add(len))
+        });
+    let mean = if bytes == 0 {
+        0.0
+    } else {
+        tokens as f64 / bytes as f64
+    };
+    let interval = if interval > 0.0 { interval } else { 0.0 };
+    Ok(warm
+        .iter()
+        .enumerate()
+        .map(|(w, entry)| {
+            let next = continued_by[w];
+            let per_byte = next
+                .and_then(|j| logged[j].map(|r| (r.input_toks, entries[j].input.len())))
+                .filter(|&(_, len)| len > 0)
+                .map_or(mean, |(t, len)| t as f64 / len as f64);
+            let at = w as f64 * interval;
+            MeasuredRequest {
+                input_toks: ((entry.input.len() as f64 * per_byte).round() as u64).max(1),
+                output_toks: entry.output_length,
+                queued_ts: at,
+                scheduled_ts: at,
+                first_token_ts: at,
+                last_token_ts: at,
+                session: Some(Session {
+                    user: next.map_or(UNCONTINUED + w as u64, |j| session[j].user),
+                    round: 0,
+                }),
+                blocks: None,
+            }
+        })
+        .collect())
 }
 
 /// Each request's launch slot from the first's: its offset over the median interval (the
-/// order, when the launches have no interval).
-fn launch_slots(requests: &[MeasuredRequest]) -> Vec<usize> {
+/// order, when the launches have no interval), and that interval in seconds.
+fn launch_slots(requests: &[MeasuredRequest]) -> (Vec<usize>, f64) {
     let mut gaps: Vec<f64> = requests
         .windows(2)
         .map(|w| w[1].queued_ts - w[0].queued_ts)
@@ -170,9 +245,9 @@ fn launch_slots(requests: &[MeasuredRequest]) -> Vec<usize> {
     };
     let first = requests.first().map_or(0.0, |r| r.queued_ts);
     if median <= 0.0 || !median.is_finite() {
-        return (0..requests.len()).collect();
+        return ((0..requests.len()).collect(), 0.0);
     }
-    requests
+    let slots = requests
         .iter()
         .map(|r| {
             let slot = ((r.queued_ts - first) / median).round();
@@ -182,7 +257,8 @@ fn launch_slots(requests: &[MeasuredRequest]) -> Vec<usize> {
                 usize::MAX
             }
         })
-        .collect()
+        .collect();
+    (slots, median)
 }
 
 #[cfg(test)]
@@ -215,7 +291,7 @@ mod tests {
     fn rounds_follow_the_inputs_they_continue_and_a_fork_starts_its_own() {
         let workload = read(WORKLOAD).unwrap();
         assert_eq!(
-            previous_rounds(&workload.entries),
+            previous_rounds(&workload.entries.iter().collect::<Vec<_>>()),
             [None, None, Some(0), Some(1), Some(2), None]
         );
     }
@@ -230,7 +306,7 @@ mod tests {
             request(104.0, 45),
         ];
         let workload = read(WORKLOAD).unwrap();
-        follow(&mut requests, &workload).unwrap();
+        follow(&mut requests, &workload, None).unwrap();
         let sessions: Vec<(u64, u64)> = requests
             .iter()
             .map(|r| r.session.map(|s| (s.user, s.round)).unwrap())
@@ -238,8 +314,52 @@ mod tests {
         assert_eq!(sessions, [(0, 1), (0, 2), (1, 2), (0, 3)]);
         // The first launches failed: the offset that fits the tokens generated.
         let mut later = vec![request(50.0, 30), request(51.0, 40)];
-        follow(&mut later, &workload).unwrap();
+        follow(&mut later, &workload, None).unwrap();
         assert_eq!(later[1].session, Some(Session { user: 1, round: 2 }));
+    }
+
+    #[test]
+    fn the_warm_up_is_paced_as_the_run_and_its_rounds_go_on_in_the_run() {
+        // Entry 2 (b's second round, the second launch) failed: the warm-up's "a1" is
+        // continued by entry 1, its "b1" by entry 2, its "c1" by nothing.
+        let mut requests = vec![
+            request(100.0, 10),
+            request(102.0, 30),
+            request(103.0, 40),
+            request(104.0, 45),
+        ];
+        let workload = read(WORKLOAD).unwrap();
+        let warm = read(
+            r#"[{"input": "a1", "output_length": 7}, {"input": "b1", "output_length": 8},
+                {"input": "c1", "output_length": 9}]"#,
+        )
+        .unwrap();
+        let warm_up = follow(&mut requests, &workload, Some(&warm)).unwrap();
+        let seen: Vec<(u64, u64, f64, Option<Session>)> = warm_up
+            .iter()
+            .map(|r| (r.input_toks, r.output_toks, r.queued_ts, r.session))
+            .collect();
+        // a1: 2 of entry 1's 8 bytes, 100 tokens logged; b1 and c1: entry 2 was not
+        // logged, so the logged requests' 400 tokens over their 8 + 14 + 14 + 23 bytes.
+        let mean = (400.0 / 59.0 * 2.0_f64).round() as u64;
+        assert_eq!(
+            seen,
+            [
+                (25, 7, 0.0, Some(Session { user: 0, round: 0 })),
+                (mean, 8, 1.0, Some(Session { user: 1, round: 0 })),
+                (
+                    mean,
+                    9,
+                    2.0,
+                    Some(Session {
+                        user: UNCONTINUED + 2,
+                        round: 0
+                    })
+                ),
+            ]
+        );
+        // Without a warm-up file, none.
+        assert!(follow(&mut requests, &workload, None).unwrap().is_empty());
     }
 
     #[test]
@@ -247,12 +367,12 @@ mod tests {
         let workload = read(WORKLOAD).unwrap();
         let mut requests = vec![request(0.0, 10), request(1.0, 99)];
         assert_eq!(
-            follow(&mut requests, &workload).unwrap_err(),
+            follow(&mut requests, &workload, None).unwrap_err(),
             "request 2 generated 99 tokens, more than entry 2 asks for (20): not this run's workload"
         );
         let many: Vec<MeasuredRequest> = (0..7).map(|i| request(f64::from(i), 1)).collect();
         assert!(
-            follow(&mut many.clone(), &workload)
+            follow(&mut many.clone(), &workload, None)
                 .unwrap_err()
                 .starts_with("the run logged 7 requests, more than its 6 entries")
         );

@@ -106,6 +106,7 @@ pub fn detect(text: &str) -> Option<RunFileFormat> {
 pub fn parse(format: RunFileFormat, text: &str) -> Result<Vec<Part>, String> {
     let one = |requests, failed: usize| {
         vec![Part {
+            warm_up: Vec::new(),
             requests,
             left_out: (failed > 0).then(|| format!("{failed} failed requests left out")),
         }]

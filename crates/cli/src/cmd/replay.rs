@@ -113,7 +113,7 @@ pub(crate) fn replay(flags: ReplayArgs) -> Result<Replayed, Failure> {
         }
         // A timed replay reads the trace as it goes, unless it is an agentic trace (its
         // requests may wait for others further down the file).
-        Some(timed) if streams(reader.format()) && spec.warm_up.is_none() => {
+        Some(timed) if streams(reader.format()) && spec.warm_up.is_empty() => {
             let reopen = || spec.reader();
             let mut bar = bars.bar(&spec.matcher, None);
             let mut watchers = Tee(&mut bar, keep);

@@ -198,6 +198,9 @@ impl RunArgs {
             layout: self.run_format.into(),
             fmperf_requests: self.fmperf_requests.clone(),
             lmbench_workload: self.lmbench_workload.clone(),
+            // Fits read each run as logged: its warm-up is replayed by `replay` and
+            // `validate --stack` (`--lmbench-warm-up`).
+            lmbench_warm_up: None,
             max_num_seqs: self.max_num_seqs,
             max_num_batched_tokens: self.max_num_batched_tokens,
             data_parallel_size: self.data_parallel_size,

@@ -5,8 +5,9 @@
 //! a latency, the simulated one, how far apart, and whether they agree in sign (both above
 //! 1, both below, or both within 1% of it). A partial run's point is left out unless
 //! `--allow-partial`; `--warm-up-previous` replays each point after the stack's previous
-//! one of its sweep (the runs whose names differ only in their numbers, by offered load),
-//! as a benchmark's sweep leaves the caches.
+//! one of its sweep (the runs whose names differ only in their numbers, in the order they
+//! were launched, by offered load where that does not tell), as a benchmark's sweep leaves
+//! the caches; `--lmbench-warm-up` then replays LMBench's warm-up before each point.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -35,6 +36,8 @@ struct Point {
     path: PathBuf,
     /// Requests a second it was offered (one over the launches' median interval).
     rate: f64,
+    /// Its first launch (the run's clock).
+    start: f64,
     measured: f64,
     partial: Option<String>,
 }
@@ -88,7 +91,7 @@ fn stack(text: &str) -> Result<Stack, Failure> {
 /// The median TTFT of the run at `path` (measured), its offered rate and whether it is
 /// partial.
 fn point(path: &Path, workload: Option<&Path>) -> Result<Point, Failure> {
-    let trace = run_trace(path, None, workload)
+    let trace = run_trace(path, None, workload, None)
         .map_err(Failure::from)?
         .ok_or_else(|| Failure::input(format!("{}: not a measured run", path.display())))?;
     // The offered rate from the launches' median interval: a partial log's gaps (the
@@ -101,6 +104,9 @@ fn point(path: &Path, workload: Option<&Path>) -> Result<Point, Failure> {
     } else {
         quantile(&mut gaps, 0.5)
     };
+    let start = (trace.run.measured.requests.iter())
+        .map(|r| r.queued_ts)
+        .fold(f64::INFINITY, f64::min);
     let mut ttft = trace.run.measured.samples().ttft_ms;
     Ok(Point {
         path: path.to_owned(),
@@ -109,18 +115,21 @@ fn point(path: &Path, workload: Option<&Path>) -> Result<Point, Failure> {
         } else {
             f64::INFINITY
         },
+        start,
         measured: quantile(&mut ttft, 0.5),
         partial: trace.run.partial,
     })
 }
 
 /// The simulated median TTFT of `point` as `stack`'s file describes the fleet, after
-/// `warm` when given, with the conversations of LMBench's `workload` when given.
+/// `warm` when given, with the conversations of LMBench's `workload` when given, after
+/// LMBench's warm-up `lmbench_warm_up` when given.
 fn simulate(
     stack: &Stack,
     point: &Path,
     warm: Option<&Path>,
     workload: Option<&Path>,
+    lmbench_warm_up: Option<&Path>,
 ) -> Result<f64, Failure> {
     let mut layer = Mapping::new();
     let text = |p: &Path| Value::from(p.to_string_lossy().into_owned());
@@ -131,6 +140,9 @@ fn simulate(
     }
     if let Some(workload) = workload {
         layer.insert("lmbench_workload".into(), text(workload));
+    }
+    if let Some(warm) = lmbench_warm_up {
+        layer.insert("lmbench_warm_up".into(), text(warm));
     }
     let experiment = crate::opts::experiment(Some(&stack.config), layer)?;
     let run = resolve(&experiment)?;
@@ -177,8 +189,9 @@ pub fn run(args: &ValidateArgs) -> Result<(), Failure> {
             .collect()
     };
     let (points_a, points_b) = (load(&a)?, load(&b)?);
-    // Each stack's points of one sweep (names alike but for their numbers) by offered
-    // load: the one before a point is its warm-up.
+    // Each stack's points of one sweep (names alike but for their numbers) in the order
+    // launched (by offered load where the runs' clocks do not tell): the one before a
+    // point is its warm-up.
     let sweep = |name: &str| -> String {
         name.chars()
             .filter(|c| !c.is_ascii_digit() && *c != '.')
@@ -188,6 +201,7 @@ pub fn run(args: &ValidateArgs) -> Result<(), Failure> {
         let mut order: Vec<usize> = (0..points.len()).collect();
         order.sort_by(|&i, &j| {
             (sweep(&names[i]).cmp(&sweep(&names[j])))
+                .then(points[i].start.total_cmp(&points[j].start))
                 .then(points[i].rate.total_cmp(&points[j].rate))
         });
         let mut before = vec![None; points.len()];
@@ -212,8 +226,21 @@ pub fn run(args: &ValidateArgs) -> Result<(), Failure> {
             None => {
                 let warm = |w: &Option<PathBuf>| w.clone().filter(|_| args.warm_up_previous);
                 let workload = args.run.lmbench_workload.as_deref();
-                let sa = simulate(&a, &pa.path, warm(&warm_a[i]).as_deref(), workload)?;
-                let sb = simulate(&b, &pb.path, warm(&warm_b[i]).as_deref(), workload)?;
+                let lmbench_warm = args.lmbench_warm_up.as_deref();
+                let sa = simulate(
+                    &a,
+                    &pa.path,
+                    warm(&warm_a[i]).as_deref(),
+                    workload,
+                    lmbench_warm,
+                )?;
+                let sb = simulate(
+                    &b,
+                    &pb.path,
+                    warm(&warm_b[i]).as_deref(),
+                    workload,
+                    lmbench_warm,
+                )?;
                 Some((sa, sb))
             }
         };

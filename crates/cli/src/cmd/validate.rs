@@ -56,10 +56,17 @@ pub struct ValidateArgs {
     /// per point the measured and simulated TTFT p50 ratio B/A, instead of a fit.
     #[arg(long = "stack", value_name = "DIR=CONFIG")]
     pub stacks: Vec<String>,
-    /// With --stack: replay each point after the stack's previous one (by offered load),
-    /// unmeasured, as a benchmark's sweep leaves the caches.
+    /// With --stack: replay each point after the stack's previous one (in the order
+    /// launched; by offered load where the runs' clocks do not tell), unmeasured, as a
+    /// benchmark's sweep leaves the caches.
     #[arg(long, requires = "stacks")]
     pub warm_up_previous: bool,
+    /// With --stack and --lmbench-workload: LMBench's ShareGPT warm-up file (its
+    /// `sharegpt/warmup.json`), which its run script sends at the point's rate before each
+    /// point, unlogged: replayed before each point (after the previous one with
+    /// --warm-up-previous), unmeasured, the point's rounds going on from its prompts.
+    #[arg(long, value_name = "FILE", requires_all = ["stacks", "lmbench_workload"])]
+    pub lmbench_warm_up: Option<PathBuf>,
 }
 
 /// A run as read: its requests, its own length-form workload, and the engine limits it
@@ -129,6 +136,7 @@ fn refuse_inputs_as_output(args: &ValidateArgs) -> Result<(), Failure> {
         .map(PathBuf::as_path)
         .collect();
     inputs.extend(args.run.inputs());
+    inputs.extend(args.lmbench_warm_up.as_deref());
     runs::refuse_outputs(
         &inputs,
         &[
