@@ -402,41 +402,26 @@ fn an_lmbench_sharegpt_runs_warm_up_is_replayed_before_it() {
     let expected = ((first + second + 35) * 16) as f64 / total as f64;
     assert!((warmed - expected).abs() < 1e-6, "{warmed} {expected}");
 
+    // `replay --trace RUN` with `args`: its exit code and stderr.
+    let refused = |args: &[&str]| {
+        let mut all = vec![
+            "replay",
+            "--matcher",
+            "lcp",
+            "--trace",
+            run.to_str().unwrap(),
+        ];
+        all.extend(args);
+        let output = routerlab(&all);
+        (output.status.code(), texts(&output).1)
+    };
     // The warm-up goes on in the run's conversations: it needs the workload.
-    let output = routerlab(
-        &[
-            &[
-                "replay",
-                "--matcher",
-                "lcp",
-                "--trace",
-                run.to_str().unwrap(),
-            ][..],
-            &timed[..],
-            &warm[..],
-        ]
-        .concat(),
-    );
-    let (_, stderr) = texts(&output);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let (code, stderr) = refused(&[&timed[..], &warm[..]].concat());
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--lmbench-workload"), "{stderr}");
     // Only a timed replay replays a warm-up.
-    let output = routerlab(
-        &[
-            &[
-                "replay",
-                "--matcher",
-                "lcp",
-                "--trace",
-                run.to_str().unwrap(),
-            ][..],
-            &["--timing", "off"][..],
-            &both[..],
-        ]
-        .concat(),
-    );
-    let (_, stderr) = texts(&output);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let (code, stderr) = refused(&[&["--timing", "off"][..], &both[..]].concat());
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("--lmbench-warm-up") && stderr.contains("needs the timed replay"),
         "{stderr}"

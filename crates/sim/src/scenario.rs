@@ -19,7 +19,7 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use routerlab_core::Role;
 use routerlab_engine::EngineConfig;
@@ -58,6 +58,19 @@ pub struct WarmUp {
     pub options: TraceOptions,
     /// Made in memory from a measured run, as [`Scenario::trace_text`].
     pub text: Option<std::sync::Arc<[u8]>>,
+}
+
+/// The trace at `path`, or the Mooncake-form `text` made from it in memory when given.
+fn open(path: &Path, text: Option<&[u8]>, options: &TraceOptions) -> Result<TraceReader, SimError> {
+    Ok(match text {
+        Some(text) => TraceReader::in_memory(
+            path,
+            routerlab_trace::TraceFormat::Mooncake,
+            text.to_vec(),
+            options.clone(),
+        ),
+        None => TraceReader::open(path, options.clone())?,
+    })
 }
 
 /// One run, fully resolved.
@@ -336,15 +349,7 @@ impl Scenario {
 
     /// Opens the trace: the file, or the trace made from it in memory.
     pub fn reader(&self) -> Result<TraceReader, SimError> {
-        Ok(match &self.trace_text {
-            Some(text) => TraceReader::in_memory(
-                &self.trace,
-                routerlab_trace::TraceFormat::Mooncake,
-                text.to_vec(),
-                self.trace_options.clone(),
-            ),
-            None => TraceReader::open(&self.trace, self.trace_options.clone())?,
-        })
+        open(&self.trace, self.trace_text.as_deref(), &self.trace_options)
     }
 
     /// The timed replay of the loaded `workload` (from [`Scenario::workload`]), after the
@@ -363,15 +368,7 @@ impl Scenario {
         }
         let mut warm_ups = Vec::with_capacity(self.warm_up.len());
         for warm in &self.warm_up {
-            let reader = match &warm.text {
-                Some(text) => TraceReader::in_memory(
-                    &warm.trace,
-                    routerlab_trace::TraceFormat::Mooncake,
-                    text.to_vec(),
-                    warm.options.clone(),
-                ),
-                None => TraceReader::open(&warm.trace, warm.options.clone())?,
-            };
+            let reader = open(&warm.trace, warm.text.as_deref(), &warm.options)?;
             warm_ups.push(self.workload(reader)?);
         }
         replay_timed_warm(&warm_ups, workload, replicas, timed, observer)

@@ -296,15 +296,20 @@ mod tests {
         );
     }
 
-    #[test]
-    fn requests_take_the_entries_of_their_launch_slots() {
-        // Entry 2 (the second launch) failed; entry 5 stopped early.
-        let mut requests = vec![
+    /// A run of [`WORKLOAD`] whose second launch (entry 2) failed and whose entry 5
+    /// stopped early.
+    fn lost_second() -> Vec<MeasuredRequest> {
+        vec![
             request(100.0, 10),
             request(102.0, 30),
             request(103.0, 40),
             request(104.0, 45),
-        ];
+        ]
+    }
+
+    #[test]
+    fn requests_take_the_entries_of_their_launch_slots() {
+        let mut requests = lost_second();
         let workload = read(WORKLOAD).unwrap();
         follow(&mut requests, &workload, None).unwrap();
         let sessions: Vec<(u64, u64)> = requests
@@ -320,14 +325,9 @@ mod tests {
 
     #[test]
     fn the_warm_up_is_paced_as_the_run_and_its_rounds_go_on_in_the_run() {
-        // Entry 2 (b's second round, the second launch) failed: the warm-up's "a1" is
-        // continued by entry 1, its "b1" by entry 2, its "c1" by nothing.
-        let mut requests = vec![
-            request(100.0, 10),
-            request(102.0, 30),
-            request(103.0, 40),
-            request(104.0, 45),
-        ];
+        // The warm-up's "a1" is continued by entry 1, its "b1" by entry 2 (b's second
+        // round, not logged), its "c1" by nothing.
+        let mut requests = lost_second();
         let workload = read(WORKLOAD).unwrap();
         let warm = read(
             r#"[{"input": "a1", "output_length": 7}, {"input": "b1", "output_length": 8},

@@ -224,24 +224,19 @@ pub fn run(args: &ValidateArgs) -> Result<(), Failure> {
         let simulated = match partial {
             Some(_) => None,
             None => {
-                let warm = |w: &Option<PathBuf>| w.clone().filter(|_| args.warm_up_previous);
-                let workload = args.run.lmbench_workload.as_deref();
-                let lmbench_warm = args.lmbench_warm_up.as_deref();
-                let sa = simulate(
-                    &a,
-                    &pa.path,
-                    warm(&warm_a[i]).as_deref(),
-                    workload,
-                    lmbench_warm,
-                )?;
-                let sb = simulate(
-                    &b,
-                    &pb.path,
-                    warm(&warm_b[i]).as_deref(),
-                    workload,
-                    lmbench_warm,
-                )?;
-                Some((sa, sb))
+                // A stack's point, after the point before it when asked.
+                let run = |stack: &Stack, point: &Point, before: &Option<PathBuf>| {
+                    let before = before.as_deref().filter(|_| args.warm_up_previous);
+                    let workload = args.run.lmbench_workload.as_deref();
+                    simulate(
+                        stack,
+                        &point.path,
+                        before,
+                        workload,
+                        args.lmbench_warm_up.as_deref(),
+                    )
+                };
+                Some((run(&a, pa, &warm_a[i])?, run(&b, pb, &warm_b[i])?))
             }
         };
         let measured_ratio = pb.measured / pa.measured;
