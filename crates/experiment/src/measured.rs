@@ -57,14 +57,10 @@ impl Run {
                 as_run(&mut self.scenario.trace_options);
                 notes.extend(note(&trace));
                 self.scenario.trace_text = Some(Arc::from(trace.text));
-                own_warm_up = trace.warm_up.map(|text| {
-                    let mut options = self.scenario.trace_options.clone();
-                    as_run(&mut options);
-                    WarmUp {
-                        trace: self.scenario.trace.clone(),
-                        options,
-                        text: Some(Arc::from(text)),
-                    }
+                own_warm_up = trace.warm_up.map(|text| WarmUp {
+                    trace: self.scenario.trace.clone(),
+                    options: self.scenario.trace_options.clone(),
+                    text: Some(Arc::from(text)),
                 });
             }
             None => {

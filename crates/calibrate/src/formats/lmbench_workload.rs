@@ -167,19 +167,29 @@ pub fn follow(
         };
         session.push(next);
     }
-    let mut logged: Vec<Option<&MeasuredRequest>> = vec![None; entries.len()];
+    // The prompt tokens each entry's request logged, where it was logged.
+    let mut logged: Vec<Option<u64>> = vec![None; entries.len()];
     for (r, &slot) in requests.iter_mut().zip(&slots) {
         r.session = Some(session[slot + offset]);
+        logged[slot + offset] = Some(r.input_toks);
     }
-    for (r, &slot) in requests.iter().zip(&slots) {
-        logged[slot + offset] = Some(r);
-    }
-    let Some(warm_up) = warm_up else {
-        return Ok(Vec::new());
-    };
+    Ok(warm_up.map_or_else(Vec::new, |warm| {
+        warm_up_requests(&warm.entries, entries, &logged, &session, interval)
+    }))
+}
+
+/// The warm-up entries `warm` as requests sent before the run of `entries` (whose
+/// requests logged `logged` prompt tokens and belong to `session`'s conversations), paced
+/// `interval` seconds apart.
+fn warm_up_requests(
+    warm: &[Entry],
+    entries: &[Entry],
+    logged: &[Option<u64>],
+    session: &[Session],
+    interval: f64,
+) -> Vec<MeasuredRequest> {
     // The run's rounds that continue a warm-up entry (their previous rounds among the
     // warm-up's and the run's entries together), the first of each.
-    let warm = &warm_up.entries;
     let both: Vec<&Entry> = warm.iter().chain(entries).collect();
     let mut continued_by: Vec<Option<usize>> = vec![None; warm.len()];
     for (j, before) in previous_rounds(&both)
@@ -191,26 +201,24 @@ pub fn follow(
             continued_by[w].get_or_insert(j - warm.len());
         }
     }
-    let (tokens, bytes) = requests
-        .iter()
-        .zip(&slots)
-        .fold((0u64, 0u64), |(t, b), (r, &slot)| {
-            let len = entries[slot + offset].input.len() as u64;
-            (t.saturating_add(r.input_toks), b.saturating_add(len))
+    // Tokens a byte of input: the continuing round's where it was logged, else the run's.
+    let (tokens, bytes) = (logged.iter().zip(entries))
+        .filter_map(|(t, e)| Some((t.as_ref()?, e.input.len() as u64)))
+        .fold((0u64, 0u64), |(t, b), (n, len)| {
+            (t.saturating_add(*n), b.saturating_add(len))
         });
     let mean = if bytes == 0 {
         0.0
     } else {
         tokens as f64 / bytes as f64
     };
-    let interval = if interval > 0.0 { interval } else { 0.0 };
-    Ok(warm
-        .iter()
+    let interval = interval.max(0.0);
+    warm.iter()
         .enumerate()
         .map(|(w, entry)| {
             let next = continued_by[w];
             let per_byte = next
-                .and_then(|j| logged[j].map(|r| (r.input_toks, entries[j].input.len())))
+                .and_then(|j| Some((logged[j]?, entries[j].input.len())))
                 .filter(|&(_, len)| len > 0)
                 .map_or(mean, |(t, len)| t as f64 / len as f64);
             let at = w as f64 * interval;
@@ -228,7 +236,7 @@ pub fn follow(
                 blocks: None,
             }
         })
-        .collect())
+        .collect()
 }
 
 /// Each request's launch slot from the first's: its offset over the median interval (the
