@@ -495,16 +495,13 @@ fn follow_workload(
             "{name}: {flag}: the run records its conversations (`user_id`, `question_id`) itself"
         )));
     }
-    let entries = formats::lmbench_workload::read(&read(workload)?).map_err(|e| {
-        CalibrateError::input(formats::located(&workload.display().to_string(), &e))
-    })?;
-    let warm = warm_up
-        .map(|path| {
-            formats::lmbench_workload::read(&read(path)?).map_err(|e| {
-                CalibrateError::input(formats::located(&path.display().to_string(), &e))
-            })
-        })
-        .transpose()?;
+    // An LMBench workload file (the run's or its warm-up's); an error names its line.
+    let read_workload = |path: &Path| {
+        formats::lmbench_workload::read(&read(path)?)
+            .map_err(|e| CalibrateError::input(formats::located(&path.display().to_string(), &e)))
+    };
+    let entries = read_workload(workload)?;
+    let warm = warm_up.map(read_workload).transpose()?;
     for part in &mut parts {
         part.warm_up =
             formats::lmbench_workload::follow(&mut part.requests, &entries, warm.as_ref())

@@ -261,17 +261,11 @@ fn an_lmbench_sharegpt_run_replays_its_conversations_from_its_workload() {
     );
     // `replay --trace TRACE --lmbench-workload WORKLOAD`: its exit code and stderr.
     let replay = |trace: &Path, workload: &Path| {
-        let output = routerlab(&[
-            "replay",
-            "--matcher",
-            "lcp",
-            "--endpoints",
-            "1",
-            "--trace",
-            trace.to_str().unwrap(),
-            "--lmbench-workload",
-            workload.to_str().unwrap(),
-        ]);
+        let workload = ["--lmbench-workload", workload.to_str().unwrap()];
+        let output = Replay::new("lcp", trace)
+            .args(&["--endpoints", "1"])
+            .args(&workload)
+            .run();
         (output.status.code(), texts(&output).1)
     };
 
@@ -404,15 +398,7 @@ fn an_lmbench_sharegpt_runs_warm_up_is_replayed_before_it() {
 
     // `replay --trace RUN` with `args`: its exit code and stderr.
     let refused = |args: &[&str]| {
-        let mut all = vec![
-            "replay",
-            "--matcher",
-            "lcp",
-            "--trace",
-            run.to_str().unwrap(),
-        ];
-        all.extend(args);
-        let output = routerlab(&all);
+        let output = Replay::new("lcp", &run).args(args).run();
         (output.status.code(), texts(&output).1)
     };
     // The warm-up goes on in the run's conversations: it needs the workload.
