@@ -159,7 +159,8 @@ impl RunSettings {
             expert_parallel,
             kv.dtype_bytes as u32,
         );
-        roofline.efficiency = routerlab_engine::Efficiency::for_engine(gpu.efficiency, scheduler);
+        roofline.efficiency =
+            routerlab_engine::Efficiency::for_engine(gpu.efficiency, scheduler, gpu.link);
         roofline
             .validate()
             .map_err(|e| CalibrateError::input(format!("{}: {e}", path.display())))?;

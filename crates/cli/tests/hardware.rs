@@ -164,7 +164,7 @@ fn a_v0_engine_pays_its_host_loop_unless_a_profile_says() {
         let text = format!(
             "name: A100-80GB\nbf16_tflops: 312\nfp8_tflops: 312\nmemory_gb_s: 2039\n\
              memory_gib: 80\ninterconnect_gb_s: 300\n\
-             efficiency: {{compute: 0.5, memory: 0.7, allreduce_us: 10, {rest}}}\n"
+             efficiency: {{compute: 0.5, memory: 0.7, collective_step_us: 5, {rest}}}\n"
         );
         let path = support::scratch_file(name, text.as_bytes());
         path.to_str().unwrap().to_owned()

@@ -1,6 +1,6 @@
 //! What a GPU can do, as the analytical step time ([`crate::roofline`]) reads it: dense
 //! matrix throughput in 16-bit and 8-bit floating point, memory bandwidth and size, and the
-//! bandwidth between GPUs of one engine.
+//! bandwidth between GPUs of one engine and what it runs over.
 //!
 //! The table holds the vendors' published figures for common GPUs, each with where it is
 //! published. Throughput is dense (the datasheets' "with sparsity" figures halved) and, for
@@ -28,6 +28,11 @@ pub struct Gpu {
     /// Bandwidth from one GPU to the others of its engine (NVLink, Infinity Fabric or
     /// PCIe), GB/s in each direction.
     pub interconnect_gb_s: f64,
+    /// What that bandwidth runs over [default: fabric]. A collective over PCIe costs more
+    /// a step and reaches less of the link than one over a GPU-to-GPU fabric
+    /// ([`crate::roofline::Efficiency::typical`]).
+    #[serde(default)]
+    pub link: Link,
     /// Where the figures come from.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub source: String,
@@ -38,12 +43,26 @@ pub struct Gpu {
     pub efficiency: Option<crate::roofline::Efficiency>,
 }
 
+/// What the GPUs of one engine reach each other over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Link {
+    /// A GPU-to-GPU fabric: NVLink, AMD's Infinity Fabric.
+    #[default]
+    Fabric,
+    /// PCIe, through a switch or the host.
+    Pcie,
+}
+
 /// The largest GPU description read, bytes.
 const MAX_GPU_FILE_BYTES: u64 = 64 << 10;
 
-/// The table: name, bf16 and fp8 TFLOP/s, memory GB/s, memory GiB, interconnect GB/s,
-/// source.
-const TABLE: &[(&str, f64, f64, f64, f64, f64, &str)] = &[
+/// A row of the table: name, bf16 and fp8 TFLOP/s, memory GB/s, memory GiB, interconnect
+/// GB/s, what it runs over, source.
+type Row = (&'static str, f64, f64, f64, f64, f64, Link, &'static str);
+
+/// The table.
+const TABLE: &[Row] = &[
     (
         "A100-40GB",
         312.0,
@@ -51,6 +70,7 @@ const TABLE: &[(&str, f64, f64, f64, f64, f64, &str)] = &[
         1555.0,
         39.39,
         300.0,
+        Link::Fabric,
         "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40 GB; no fp8 units; NVLink 600 GB/s both ways); memory as CUDA reports it (PyTorch's out-of-memory message: 39.39 GiB total capacity)",
     ),
     (
@@ -60,6 +80,7 @@ const TABLE: &[(&str, f64, f64, f64, f64, f64, &str)] = &[
         2039.0,
         79.25,
         300.0,
+        Link::Fabric,
         "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80 GB; no fp8 units; NVLink 600 GB/s both ways); memory as CUDA reports it (PyTorch's out-of-memory message: 79.25 GiB total capacity)",
     ),
     (
@@ -69,6 +90,7 @@ const TABLE: &[(&str, f64, f64, f64, f64, f64, &str)] = &[
         3350.0,
         79.6,
         450.0,
+        Link::Fabric,
         "NVIDIA H100 Tensor Core GPU datasheet (SXM5; NVLink 900 GB/s both ways)",
     ),
     (
@@ -78,6 +100,7 @@ const TABLE: &[(&str, f64, f64, f64, f64, f64, &str)] = &[
         2000.0,
         79.6,
         64.0,
+        Link::Pcie,
         "NVIDIA H100 Tensor Core GPU datasheet (PCIe; PCIe Gen5 128 GB/s both ways, no NVLink bridge)",
     ),
     (
@@ -87,6 +110,7 @@ const TABLE: &[(&str, f64, f64, f64, f64, f64, &str)] = &[
         4800.0,
         139.8,
         450.0,
+        Link::Fabric,
         "NVIDIA H200 Tensor Core GPU datasheet (SXM; NVLink 900 GB/s both ways)",
     ),
     (
@@ -96,6 +120,7 @@ const TABLE: &[(&str, f64, f64, f64, f64, f64, &str)] = &[
         8000.0,
         178.4,
         900.0,
+        Link::Fabric,
         "NVIDIA HGX B200 datasheet (per GPU; NVLink 1.8 TB/s both ways)",
     ),
     (
@@ -105,6 +130,7 @@ const TABLE: &[(&str, f64, f64, f64, f64, f64, &str)] = &[
         864.0,
         44.4,
         32.0,
+        Link::Pcie,
         "NVIDIA L40S datasheet (PCIe Gen4 64 GB/s both ways)",
     ),
     (
@@ -114,6 +140,7 @@ const TABLE: &[(&str, f64, f64, f64, f64, f64, &str)] = &[
         300.0,
         22.0,
         32.0,
+        Link::Pcie,
         "NVIDIA L4 Tensor Core GPU datasheet (PCIe Gen4 64 GB/s both ways)",
     ),
     (
@@ -123,6 +150,7 @@ const TABLE: &[(&str, f64, f64, f64, f64, f64, &str)] = &[
         1008.0,
         23.5,
         32.0,
+        Link::Pcie,
         "NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090 (FP32 accumulate; PCIe Gen4 64 GB/s both ways)",
     ),
     (
@@ -132,6 +160,7 @@ const TABLE: &[(&str, f64, f64, f64, f64, f64, &str)] = &[
         1792.0,
         95.59,
         64.0,
+        Link::Pcie,
         "NVIDIA RTX PRO 6000 Blackwell datasheet (4,000 AI TOPS = sparse FP4, halved per precision step and for density; PCIe Gen5 128 GB/s both ways)",
     ),
     (
@@ -141,6 +170,7 @@ const TABLE: &[(&str, f64, f64, f64, f64, f64, &str)] = &[
         5300.0,
         192.0,
         448.0,
+        Link::Fabric,
         "AMD Instinct MI300X datasheet (Infinity Fabric 896 GB/s peer bandwidth both ways)",
     ),
 ];
@@ -149,16 +179,19 @@ const TABLE: &[(&str, f64, f64, f64, f64, f64, &str)] = &[
 pub fn known_gpus() -> Vec<Gpu> {
     TABLE
         .iter()
-        .map(|&(name, bf16, fp8, bw, gib, link, source)| Gpu {
-            name: name.into(),
-            bf16_tflops: bf16,
-            fp8_tflops: fp8,
-            memory_gb_s: bw,
-            memory_gib: gib,
-            interconnect_gb_s: link,
-            source: source.into(),
-            efficiency: None,
-        })
+        .map(
+            |&(name, bf16, fp8, bw, gib, interconnect, link, source)| Gpu {
+                name: name.into(),
+                bf16_tflops: bf16,
+                fp8_tflops: fp8,
+                memory_gb_s: bw,
+                memory_gib: gib,
+                interconnect_gb_s: interconnect,
+                link,
+                source: source.into(),
+                efficiency: None,
+            },
+        )
         .collect()
 }
 
@@ -186,7 +219,7 @@ impl Gpu {
             .ok_or_else(|| {
                 let names: Vec<String> = known_gpus().into_iter().map(|g| g.name).collect();
                 format!(
-                    "unknown GPU `{spec}`: one of {}, or a YAML file with the keys name, bf16_tflops, fp8_tflops, memory_gb_s, memory_gib, interconnect_gb_s",
+                    "unknown GPU `{spec}`: one of {}, or a YAML file with the keys name, bf16_tflops, fp8_tflops, memory_gb_s, memory_gib, interconnect_gb_s and optionally link",
                     names.join(", ")
                 )
             })
@@ -249,6 +282,13 @@ mod tests {
             gpu.validate().unwrap();
             assert!(!gpu.source.is_empty(), "{}", gpu.name);
             assert!(gpu.fp8_tflops >= gpu.bf16_tflops, "{}", gpu.name);
+            // The link is what the source says the bandwidth runs over.
+            assert_eq!(
+                gpu.link == Link::Pcie,
+                gpu.source.contains("PCIe Gen"),
+                "{}",
+                gpu.name
+            );
             assert_eq!(Gpu::resolve(&gpu.name.to_lowercase()).unwrap(), *gpu);
         }
         assert_eq!(Gpu::resolve("h100 sxm").unwrap().name, "H100-SXM");

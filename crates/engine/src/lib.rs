@@ -43,7 +43,7 @@ mod tiers;
 pub mod transfer;
 
 pub use config::{EngineConfig, Overrides, Preset, Scheduler};
-pub use hardware::Gpu;
+pub use hardware::{Gpu, Link};
 pub use host::{HostCache, HostTier, SharedStore};
 pub use kv::{KvCache, KvEvent};
 pub use lora::{LoraConfig, LoraStatus};

@@ -22,21 +22,23 @@
 //! a token from the `V × H` output head.
 //!
 //! Tensor parallelism over `tp` GPUs splits all of it `tp` ways (KV heads at least one a
-//! GPU) and adds two all-reduces a layer of the step's activations (a ring moves
-//! `2 (tp − 1) / tp` of them through each GPU's link, plus a fixed latency each); expert
-//! parallelism splits the routed experts over `ep` GPUs instead and adds two all-to-alls a
-//! mixture layer (dispatching each token's activations to the GPUs of its experts and
-//! combining them back: `(ep − 1) / ep` of `k` copies leave the GPU, plus the latency). The step adds a fixed
-//! overhead (scheduling, sampling, kernel launches). What the GPU achieves of its published
-//! throughput, memory bandwidth and link, and the overhead, are the [`Efficiency`] a fit
-//! refines on a measured run of that GPU; the defaults are typical of vLLM on a data-centre
-//! GPU.
+//! GPU) and adds two all-reduces a layer of the step's activations (a ring of
+//! `2 (tp − 1)` steps, each paying a fixed latency, moves `2 (tp − 1) / tp` of them through
+//! each GPU's link); expert parallelism splits the routed experts over `ep` GPUs instead and
+//! adds two all-to-alls a mixture layer (dispatching each token's activations to the GPUs of
+//! its experts and combining them back: one copy to each other GPU holding one of its `k`
+//! experts, `(ep − 1) (1 − (1 − 1/ep)^k)` on average, in `ep − 1` steps). The step adds a
+//! fixed overhead (scheduling, sampling, kernel launches). What the GPU achieves of its
+//! published throughput, memory bandwidth and link, and the overhead, are the
+//! [`Efficiency`] a fit refines on a measured run of that GPU; the defaults are typical of
+//! vLLM on a data-centre GPU, with a PCIe link's own collectives
+//! ([`Efficiency::typical`]).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::Scheduler;
-use crate::hardware::Gpu;
+use crate::hardware::{Gpu, Link};
 use crate::model::{ModelConfigError, dtype_bytes, language_keys, object};
 
 /// The routed experts of a mixture-of-experts model.
@@ -286,8 +288,9 @@ pub struct Efficiency {
     pub memory: f64,
     /// Fixed cost of any step, ms.
     pub overhead_ms: f64,
-    /// Fixed cost of one all-reduce or all-to-all between GPUs of an engine, µs.
-    pub allreduce_us: f64,
+    /// Fixed cost of each step of a collective between GPUs of an engine, µs: a ring
+    /// all-reduce over `n` GPUs takes `2 (n − 1)` steps, an all-to-all `n − 1`.
+    pub collective_step_us: f64,
     /// Fraction of the interconnect's bandwidth collectives achieve (0 to 1).
     #[serde(default = "half")]
     pub interconnect: f64,
@@ -303,26 +306,43 @@ fn half() -> f64 {
 }
 
 impl Efficiency {
-    /// What a GPU without a profile typically achieves under an engine of `scheduler`:
-    /// [`Default`]'s under V1, whose host work overlaps the GPU's. vLLM's V0 engine did its
-    /// host work between steps (scheduling, input tensors, sampling's return to the CPU,
-    /// detokenizing, the server's output), and vLLM measured that as 5 to 13 ms a decode
-    /// step in which the GPU waits (vLLM RFC #6854, multi-step scheduling); a step under V0
-    /// pays the middle of that range, 9 ms, for its fixed overhead.
-    pub fn typical(scheduler: Scheduler) -> Efficiency {
-        match scheduler {
-            Scheduler::V1 => Efficiency::default(),
-            Scheduler::V0 => Efficiency {
-                overhead_ms: 9.0,
+    /// What a GPU without a profile typically achieves under an engine of `scheduler`, its
+    /// GPUs joined by `link`.
+    ///
+    /// The step's fixed overhead: [`Default`]'s under V1, whose host work overlaps the
+    /// GPU's. vLLM's V0 engine did its host work between steps (scheduling, input tensors,
+    /// sampling's return to the CPU, detokenizing, the server's output), and vLLM measured
+    /// that as 5 to 13 ms a decode step in which the GPU waits (vLLM RFC #6854, multi-step
+    /// scheduling); a step under V0 pays the middle of that range, 9 ms.
+    ///
+    /// The collectives: [`Default`]'s over a fabric. Over PCIe, 20 µs a ring step and a
+    /// quarter of the link (16 GB/s of PCIe 5.0's 64), the figures LLMServingSim's cluster
+    /// configurations give its two RTX PRO 6000s on PCIe 5.0 (`link_bw` 16, `link_latency`
+    /// 20,000 ns, for ASTRA-Sim's ring; its `serving/__main__.py` notes they match NCCL's
+    /// all-reduce there). A decode step's all-reduces are a megabyte or so, far from the
+    /// sizes that reach half the link.
+    pub fn typical(scheduler: Scheduler, link: Link) -> Efficiency {
+        let collectives = match link {
+            Link::Fabric => Efficiency::default(),
+            Link::Pcie => Efficiency {
+                collective_step_us: 20.0,
+                interconnect: 0.25,
                 ..Efficiency::default()
             },
+        };
+        Efficiency {
+            overhead_ms: host_loop_ms(scheduler),
+            ..collectives
         }
     }
 
-    /// The efficiencies an engine of `scheduler` runs at on a GPU with `profile` (a fitted
-    /// one, under it) or without (the typical ones).
-    pub fn for_engine(profile: Option<Efficiency>, scheduler: Scheduler) -> Efficiency {
-        profile.map_or_else(|| Efficiency::typical(scheduler), |p| p.under(scheduler))
+    /// The efficiencies an engine of `scheduler` runs at on a GPU joined by `link` with
+    /// `profile` (a fitted one, under it) or without (the typical ones).
+    pub fn for_engine(profile: Option<Efficiency>, scheduler: Scheduler, link: Link) -> Efficiency {
+        profile.map_or_else(
+            || Efficiency::typical(scheduler, link),
+            |p| p.under(scheduler),
+        )
     }
 
     /// These efficiencies for an engine of `scheduler`: a profile fitted under another
@@ -332,7 +352,7 @@ impl Efficiency {
     pub fn under(self, scheduler: Scheduler) -> Efficiency {
         match self.scheduler {
             Some(fitted) if fitted != scheduler => Efficiency {
-                overhead_ms: Efficiency::typical(scheduler).overhead_ms,
+                overhead_ms: host_loop_ms(scheduler),
                 scheduler: Some(scheduler),
                 ..self
             },
@@ -341,18 +361,28 @@ impl Efficiency {
     }
 }
 
+/// The typical fixed overhead of a step under `scheduler`, ms ([`Efficiency::typical`]).
+fn host_loop_ms(scheduler: Scheduler) -> f64 {
+    match scheduler {
+        Scheduler::V1 => Efficiency::default().overhead_ms,
+        Scheduler::V0 => 9.0,
+    }
+}
+
 impl Default for Efficiency {
-    /// Typical of vLLM with CUDA graphs: large matrix multiplies reach about 60% of the
-    /// dense peak, weight and KV reads about 80% of the bandwidth; about a millisecond a
-    /// step of scheduling, sampling and launches; NCCL's small all-reduces take ~10 µs and
+    /// Typical of vLLM with CUDA graphs on GPUs joined by a fabric: large matrix
+    /// multiplies reach about 60% of the dense peak, weight and KV reads about 80% of the
+    /// bandwidth; about a millisecond a step of scheduling, sampling and launches; NCCL's
+    /// small all-reduce between two GPUs takes ~10 µs (5 µs each of its two ring steps) and
     /// its large ones reach about half the nominal link (28 to 35 GB/s of PCIe 5.0's 64 on
-    /// eight or four GPUs, NVIDIA/nccl#1639; NVLink does better, where the time is small).
+    /// eight or four GPUs, NVIDIA/nccl#1639; over NVLink a step's bytes take little time
+    /// either way).
     fn default() -> Self {
         Efficiency {
             compute: 0.6,
             memory: 0.8,
             overhead_ms: 1.0,
-            allreduce_us: 10.0,
+            collective_step_us: 5.0,
             interconnect: 0.5,
             scheduler: None,
         }
@@ -425,7 +455,9 @@ impl Roofline {
         expert_parallel: u32,
         kv_bytes: u32,
     ) -> Roofline {
-        let efficiency = gpu.efficiency.unwrap_or_default();
+        let efficiency = gpu
+            .efficiency
+            .unwrap_or_else(|| Efficiency::typical(Scheduler::V1, gpu.link));
         Roofline {
             gpu: Gpu {
                 efficiency: None,
@@ -465,7 +497,7 @@ impl Roofline {
         }
         for (key, value) in [
             ("overhead_ms", e.overhead_ms),
-            ("allreduce_us", e.allreduce_us),
+            ("collective_step_us", e.collective_step_us),
         ] {
             if !value.is_finite() || value < 0.0 {
                 return Err(format!(
@@ -556,16 +588,20 @@ impl Roofline {
         let allreduce_ms = if self.tensor_parallel > 1 {
             let bytes = tokens * f64::from(s.hidden) * 2.0 * 2.0 * (tp - 1.0) / tp;
             let per_ms = self.gpu.interconnect_gb_s * 1e6 * e.interconnect;
-            2.0 * f64::from(s.layers) * (bytes / per_ms + e.allreduce_us / 1e3)
+            let steps = 2.0 * (tp - 1.0);
+            2.0 * f64::from(s.layers) * (bytes / per_ms + steps * e.collective_step_us / 1e3)
         } else {
             0.0
         };
         let all_to_all_ms = match s.experts {
             Some(x) if self.expert_parallel > 1 => {
-                let share = (ep - 1.0) / ep;
-                let bytes = tokens * f64::from(x.per_token) * f64::from(s.hidden) * 2.0 * share;
+                // A token goes once to each other GPU holding one of its experts.
+                let miss = (1.0 - 1.0 / ep).powf(f64::from(x.per_token));
+                let copies = (ep - 1.0) * (1.0 - miss);
+                let bytes = tokens * copies * f64::from(s.hidden) * 2.0;
                 let per_ms = self.gpu.interconnect_gb_s * 1e6 * e.interconnect;
-                2.0 * f64::from(x.layers) * (bytes / per_ms + e.allreduce_us / 1e3)
+                let steps = ep - 1.0;
+                2.0 * f64::from(x.layers) * (bytes / per_ms + steps * e.collective_step_us / 1e3)
             }
             _ => 0.0,
         };

@@ -555,7 +555,8 @@ fn settle_efficiency(model: &ModelEngine, config: &mut EngineConfig) {
     if as_made != *roofline {
         return;
     }
-    step.efficiency = routerlab_engine::Efficiency::for_engine(model.profile, config.scheduler);
+    step.efficiency =
+        routerlab_engine::Efficiency::for_engine(model.profile, config.scheduler, step.gpu.link);
 }
 
 /// Every endpoint's engine before its pool's and its own settings: the preset (the

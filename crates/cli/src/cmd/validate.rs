@@ -287,11 +287,13 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
     // Beside a fitted or profiled roofline, what the table's figures alone predict.
     let zero_shot = match &engine.step_time {
         routerlab_engine::StepTime::Roofline(r)
-            if r.efficiency != routerlab_engine::Efficiency::typical(engine.scheduler) =>
+            if r.efficiency
+                != routerlab_engine::Efficiency::typical(engine.scheduler, r.gpu.link) =>
         {
             let mut plain = engine.clone();
             let mut roofline = r.clone();
-            roofline.efficiency = routerlab_engine::Efficiency::typical(engine.scheduler);
+            roofline.efficiency =
+                routerlab_engine::Efficiency::typical(engine.scheduler, r.gpu.link);
             plain.step_time = routerlab_engine::StepTime::Roofline(roofline);
             Some(plain)
         }

@@ -17,6 +17,7 @@ fn gpu() -> Gpu {
         memory_gb_s: 1000.0,
         memory_gib: 80.0,
         interconnect_gb_s: 100.0,
+        link: Link::Fabric,
         source: String::new(),
         efficiency: None,
     }
@@ -34,7 +35,7 @@ fn ideal(config: &str, tp: u32) -> Roofline {
             compute: 1.0,
             memory: 1.0,
             overhead_ms: 0.0,
-            allreduce_us: 5.0,
+            collective_step_us: 5.0,
             interconnect: 1.0,
             scheduler: None,
         },
@@ -107,7 +108,8 @@ fn a_step_is_the_sum_of_its_parts_rooflines_as_computed_by_hand() {
 
 /// Two GPUs each read half the weights and hold half the KV heads, and pay two all-reduces
 /// a layer: one token's 1,024 bf16 activations, of which a ring moves 2 × (2 − 1) / 2 = 1
-/// share through each link (2,048 bytes at 10^8 a ms), plus 5 µs each.
+/// share through each link (2,048 bytes at 10^8 a ms), in 2 × (2 − 1) = 2 steps of 5 µs.
+/// Over four GPUs, 1.5 shares (3,072 bytes) in 6 steps.
 #[test]
 fn tensor_parallel_splits_the_work_and_adds_the_all_reduces() {
     let model = ideal(SMALL, 2);
@@ -122,8 +124,16 @@ fn tensor_parallel_splits_the_work_and_adds_the_all_reduces() {
     assert!(close(decode.attention_ms, 0.004_096), "{decode:?}");
     assert!(close(decode.head_ms, 0.001_024), "{decode:?}");
     assert!(
-        close(decode.allreduce_ms, 4.0 * (2.048e-5 + 0.005)),
+        close(decode.allreduce_ms, 4.0 * (2.048e-5 + 0.010)),
         "{decode:?}"
+    );
+    let four = ideal(SMALL, 4).parts(&Batch {
+        decode_seqs: 1,
+        ..Batch::default()
+    });
+    assert!(
+        close(four.allreduce_ms, 4.0 * (3.072e-5 + 0.030)),
+        "{four:?}"
     );
     // KV heads that do not split are refused; fewer heads than GPUs are replicated.
     let mut odd = ideal(SMALL, 3);
@@ -135,6 +145,47 @@ fn tensor_parallel_splits_the_work_and_adds_the_all_reduces() {
     odd.tensor_parallel = 16;
     odd.validate().unwrap();
     assert_eq!(odd.kv_bytes_per_token(), 2 * 2 * 128 * 2);
+}
+
+/// A table GPU on PCIe (the RTX PRO 6000: 64 GB/s each way) runs its collectives at the
+/// PCIe figures, a quarter of the link and 20 µs a ring step: two GPUs' all-reduce of one
+/// token's 2,048 bytes takes 2,048 / (1.6 × 10^7 a ms) + 2 × 0.020 ms, four a layer. A GPU
+/// on a fabric (the A100) keeps the defaults; a user's GPU says which with `link`.
+#[test]
+fn a_gpu_on_pcie_pays_its_collectives_a_pcie_ring_steps() {
+    let shape = ModelShape::from_config(SMALL).unwrap();
+    let pcie = Roofline::new(
+        Gpu::resolve("RTX-PRO-6000").unwrap(),
+        shape.clone(),
+        2,
+        1,
+        2,
+    );
+    assert_eq!(pcie.gpu.link, Link::Pcie);
+    assert_eq!(
+        (
+            pcie.efficiency.collective_step_us,
+            pcie.efficiency.interconnect
+        ),
+        (20.0, 0.25)
+    );
+    let decode = pcie.parts(&Batch {
+        decode_seqs: 1,
+        ..Batch::default()
+    });
+    assert!(
+        close(decode.allreduce_ms, 4.0 * (2048.0 / 1.6e7 + 0.040)),
+        "{decode:?}"
+    );
+    let fabric = Roofline::new(Gpu::resolve("A100-80GB").unwrap(), shape, 2, 1, 2);
+    assert_eq!(fabric.efficiency, Efficiency::default());
+    let v0 = Efficiency::typical(Scheduler::V0, Link::Pcie);
+    assert_eq!((v0.overhead_ms, v0.collective_step_us), (9.0, 20.0));
+    let mine: Gpu = serde_yaml::from_str(
+        "name: mine\nbf16_tflops: 1\nfp8_tflops: 1\nmemory_gb_s: 1\nmemory_gib: 1\ninterconnect_gb_s: 32\nlink: pcie\n",
+    )
+    .unwrap();
+    assert_eq!(mine.link, Link::Pcie);
 }
 
 /// 8 experts of 3 × 1024 × 512 = 1,572,864 parameters a layer, 2 routed a token, in 2
@@ -166,9 +217,10 @@ fn a_mixture_of_experts_reads_the_experts_its_tokens_touch() {
     });
     assert!(close(many.experts_ms, 0.125_829_12), "{many:?}");
     assert_eq!(many.all_to_all_ms, 0.0);
-    // Split over 4 expert-parallel GPUs: a quarter each, and two all-to-alls a layer, each
-    // sending 3/4 of 1,000 tokens × 2 experts × 1,024 bf16 values (3,072,000 bytes, at
-    // 10^8 a ms) plus 5 µs.
+    // Split over 4 expert-parallel GPUs: a quarter each, and two all-to-alls a layer. A
+    // token goes once to each other GPU holding one of its 2 experts: each of the 3 misses
+    // both with (3/4)² = 0.5625, so 3 × 0.4375 = 1.3125 copies of its 1,024 bf16 values;
+    // 1,000 tokens send 2,688,000 bytes (at 10^8 a ms) in 3 steps of 5 µs.
     let mut ep = model.clone();
     ep.expert_parallel = 4;
     let split = ep.parts(&Batch {
@@ -177,7 +229,7 @@ fn a_mixture_of_experts_reads_the_experts_its_tokens_touch() {
     });
     assert!(close(split.experts_ms, 0.125_829_12 / 4.0), "{split:?}");
     assert!(
-        close(split.all_to_all_ms, 4.0 * (0.030_72 + 0.005)),
+        close(split.all_to_all_ms, 4.0 * (0.026_88 + 0.015)),
         "{split:?}"
     );
 }
