@@ -46,6 +46,19 @@ pub fn die_with_parent_and_group() {
     }
 }
 
+/// Ends this process and every process still in its group, with SIGKILL: for a helper
+/// that leads its own group (its parent started it so) and is done, so that nothing it
+/// started outlives it. Unix; elsewhere nothing, and the caller goes on to return.
+pub fn end_own_group() {
+    #[cfg(unix)]
+    {
+        // SAFETY: kill(2) with pid 0 signals this process's own group; no memory.
+        unsafe {
+            libc::kill(0, libc::SIGKILL);
+        }
+    }
+}
+
 /// Kills the process group `leader` leads (a helper started in a group of its own), with
 /// SIGKILL: the helper and whatever it started that stayed in its group. Unix; elsewhere
 /// nothing.

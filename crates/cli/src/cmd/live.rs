@@ -661,5 +661,13 @@ pub fn plugin_host(args: PluginHostArgs) -> Result<(), Failure> {
         ))
     })?;
     let router = serving.scenario().router(&SearchPath::from_env())?;
-    routerlab_live::plugin_host::run(router, &args.connect).map_err(Failure::from)
+    let served = routerlab_live::plugin_host::run(router, &args.connect).map_err(Failure::from);
+    // The channel ended (serve went away, or a call could not be read), and the plugins
+    // are dropped: the host ends, and whatever they started ends with it. Serve's end
+    // reaches the host this way too, and may well before the parent-death signal does.
+    if let Err(failure) = &served {
+        eprintln!("error: {failure}");
+    }
+    routerlab_os::process::end_own_group();
+    served
 }
