@@ -107,34 +107,60 @@ fn faster_gpus_and_more_of_them_answer_sooner() {
     );
 }
 
-/// A GPU of one's own, from a YAML file, named in the experiment file beside it.
+/// A GPU of one's own, from a YAML file, named in the experiment file beside it. Said to
+/// be on PCIe, its collectives pay PCIe's figures (the report says which), and its
+/// tensor-parallel engines come out slower than the same GPU on a fabric.
 #[test]
 fn a_gpu_file_beside_an_experiment_file_is_read() {
     let dir = std::env::temp_dir().join(format!("routerlab-gpu-exp-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    let figures = "bf16_tflops: 400\nfp8_tflops: 800\nmemory_gb_s: 2000\nmemory_gib: 80\ninterconnect_gb_s: 100\n";
+    std::fs::write(dir.join("mine.yaml"), format!("name: mine\n{figures}")).unwrap();
     std::fs::write(
-        dir.join("mine.yaml"),
-        "name: mine\nbf16_tflops: 400\nfp8_tflops: 800\nmemory_gb_s: 2000\nmemory_gib: 80\ninterconnect_gb_s: 100\n",
+        dir.join("mine-pcie.yaml"),
+        format!("name: mine-pcie\n{figures}link: pcie\n"),
     )
     .unwrap();
-    let experiment = dir.join("exp.yaml");
-    std::fs::write(
-        &experiment,
-        format!(
-            "matcher: round-robin\ntrace: {}\ntiming: trace\nendpoints: 2\ngpu: mine.yaml\nmodel_config: {}\ntensor_parallel_size: 2\n",
-            project_trace("mooncake-small.jsonl").display(),
-            project_trace("models/Qwen3-32B.json").display()
-        ),
-    )
-    .unwrap();
-    let (report, stderr) = replay_experiment(&experiment);
+    // The experiment file for GPU file `gpu`, beside it.
+    let experiment = |gpu: &str| {
+        let path = dir.join(format!("exp-{gpu}"));
+        std::fs::write(
+            &path,
+            format!(
+                "matcher: round-robin\ntrace: {}\ntiming: trace\nendpoints: 2\ngpu: {gpu}\nmodel_config: {}\ntensor_parallel_size: 2\n",
+                project_trace("mooncake-small.jsonl").display(),
+                project_trace("models/Qwen3-32B.json").display()
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let (report, stderr) = replay_experiment(&experiment("mine.yaml"));
     assert!(
         stderr.contains("KV cache: ") && stderr.contains("of mine 80.00 GiB"),
         "{stderr}"
     );
+    let step = &report["run"]["timed"]["engines"][0]["step_time"];
     assert_eq!(
-        report["run"]["timed"]["engines"][0]["step_time"]["gpu"],
-        "mine"
+        (&step["gpu"], &step["link"], &step["collective_step_us"]),
+        (&"mine".into(), &"fabric".into(), &5.0.into())
+    );
+    let (pcie, _) = replay_experiment(&experiment("mine-pcie.yaml"));
+    let step = &pcie["run"]["timed"]["engines"][0]["step_time"];
+    assert_eq!(
+        (
+            &step["link"],
+            &step["collective_step_us"],
+            &step["interconnect_efficiency"]
+        ),
+        (&"pcie".into(), &20.0.into(), &0.25.into())
+    );
+    let ttft = |report: &Value| report["timed"]["ttft"]["p50"].as_f64().unwrap();
+    assert!(
+        ttft(&pcie) > ttft(&report),
+        "{} {}",
+        ttft(&pcie),
+        ttft(&report)
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -335,6 +335,12 @@ pub enum StepTimeRun {
         memory_efficiency: f64,
         /// Fixed cost of a step (ms).
         overhead_ms: f64,
+        /// What the GPUs of an engine reach each other over: `fabric` or `pcie`.
+        link: String,
+        /// Fixed cost of each step of a collective between them (µs).
+        collective_step_us: f64,
+        /// Fraction of the link's bandwidth collectives achieve.
+        interconnect_efficiency: f64,
     },
 }
 
