@@ -837,12 +837,12 @@ fn a_gpu_profile_fitted_on_one_model_predicts_another() {
     );
     let compute = gpu["efficiency"]["compute"].as_f64().unwrap();
     assert!(compute > 0.0 && compute <= 1.0, "{written}");
-    // validate MODEL RUN with the profile, as JSON.
-    let profiled = |model: &str, run: &str| -> Value {
+    // validate MODEL RUN on GPU (a name or a profile), as JSON.
+    let validate = |gpu: &str, model: &str, run: &str| -> Value {
         let output = routerlab(&[
             "validate",
             "--gpu",
-            profile.to_str().unwrap(),
+            gpu,
             "--model-config",
             project_trace(model).to_str().unwrap(),
             project_trace(run).to_str().unwrap(),
@@ -853,7 +853,9 @@ fn a_gpu_profile_fitted_on_one_model_predicts_another() {
         assert!(output.status.success(), "{stderr}");
         serde_json::from_str(&stdout).unwrap()
     };
-    let dense = profiled(
+    let profiled = profile.to_str().unwrap();
+    let dense = validate(
+        profiled,
         "models/Qwen3-32B.json",
         "llmservingsim/RTXPRO6000-Qwen3-32B-vllm",
     );
@@ -867,25 +869,14 @@ fn a_gpu_profile_fitted_on_one_model_predicts_another() {
         "profiled {error}%, zero-shot {zero_shot}%"
     );
     assert!(error <= 10.0, "profiled {error}%");
-    let moe = project_trace("models/Qwen3-30B-A3B-Instruct-2507.json");
-    let run = project_trace("llmservingsim/RTXPRO6000-Qwen3-30B-A3B-vllm");
-    let report = profiled(
+    let (moe, run) = (
         "models/Qwen3-30B-A3B-Instruct-2507.json",
         "llmservingsim/RTXPRO6000-Qwen3-30B-A3B-vllm",
     );
+    let report = validate(profiled, moe, run);
     // The zero-shot column is what a zero-shot run says: each replay starts from routers
     // as new (the two engines' balancer kept its state from one replay to the next).
-    let output = routerlab(&[
-        "validate",
-        "--gpu",
-        "RTX-PRO-6000",
-        "--model-config",
-        moe.to_str().unwrap(),
-        run.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
-    let alone: Value = serde_json::from_str(&texts(&output).0).unwrap();
+    let alone = validate("RTX-PRO-6000", moe, run);
     for metric in ["ttft_p50_ms", "e2e_mean_ms", "ttft_p99_ms"] {
         assert_eq!(
             alone["runs"][0]["metrics"][metric]["abs_error_pct"],

@@ -54,6 +54,16 @@ pub enum Link {
     Pcie,
 }
 
+impl Link {
+    /// Its name, as a GPU description spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Link::Fabric => "fabric",
+            Link::Pcie => "pcie",
+        }
+    }
+}
+
 /// The largest GPU description read, bytes.
 const MAX_GPU_FILE_BYTES: u64 = 64 << 10;
 

@@ -585,11 +585,13 @@ impl Roofline {
         let sampling = (decoding + u64::from(batch.prefill_tokens > 0)) as f64;
         let head = f64::from(s.vocab) * f64::from(s.hidden);
         let head_ms = roof(2.0 * sampling * head / tp, head * wb / tp);
+        // One collective: `bytes` through each GPU's link in `steps` ring steps, ms.
+        let link_per_ms = self.gpu.interconnect_gb_s * 1e6 * e.interconnect;
+        let collective =
+            |bytes: f64, steps: f64| bytes / link_per_ms + steps * e.collective_step_us / 1e3;
         let allreduce_ms = if self.tensor_parallel > 1 {
             let bytes = tokens * f64::from(s.hidden) * 2.0 * 2.0 * (tp - 1.0) / tp;
-            let per_ms = self.gpu.interconnect_gb_s * 1e6 * e.interconnect;
-            let steps = 2.0 * (tp - 1.0);
-            2.0 * f64::from(s.layers) * (bytes / per_ms + steps * e.collective_step_us / 1e3)
+            2.0 * f64::from(s.layers) * collective(bytes, 2.0 * (tp - 1.0))
         } else {
             0.0
         };
@@ -599,9 +601,7 @@ impl Roofline {
                 let miss = (1.0 - 1.0 / ep).powf(f64::from(x.per_token));
                 let copies = (ep - 1.0) * (1.0 - miss);
                 let bytes = tokens * copies * f64::from(s.hidden) * 2.0;
-                let per_ms = self.gpu.interconnect_gb_s * 1e6 * e.interconnect;
-                let steps = ep - 1.0;
-                2.0 * f64::from(x.layers) * (bytes / per_ms + steps * e.collective_step_us / 1e3)
+                2.0 * f64::from(x.layers) * collective(bytes, ep - 1.0)
             }
             _ => 0.0,
         };

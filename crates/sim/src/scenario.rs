@@ -639,11 +639,7 @@ pub mod recorded {
                     compute_efficiency: r.efficiency.compute,
                     memory_efficiency: r.efficiency.memory,
                     overhead_ms: r.efficiency.overhead_ms,
-                    link: match r.gpu.link {
-                        routerlab_engine::Link::Fabric => "fabric",
-                        routerlab_engine::Link::Pcie => "pcie",
-                    }
-                    .into(),
+                    link: r.gpu.link.name().into(),
                     collective_step_us: r.efficiency.collective_step_us,
                     interconnect_efficiency: r.efficiency.interconnect,
                 },

@@ -286,16 +286,15 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
     }
     // Beside a fitted or profiled roofline, what the table's figures alone predict.
     let zero_shot = match &engine.step_time {
-        routerlab_engine::StepTime::Roofline(r)
-            if r.efficiency
-                != routerlab_engine::Efficiency::typical(engine.scheduler, r.gpu.link) =>
-        {
-            let mut plain = engine.clone();
-            let mut roofline = r.clone();
-            roofline.efficiency =
-                routerlab_engine::Efficiency::typical(engine.scheduler, r.gpu.link);
-            plain.step_time = routerlab_engine::StepTime::Roofline(roofline);
-            Some(plain)
+        routerlab_engine::StepTime::Roofline(r) => {
+            let typical = routerlab_engine::Efficiency::typical(engine.scheduler, r.gpu.link);
+            (r.efficiency != typical).then(|| {
+                let mut plain = engine.clone();
+                let mut roofline = r.clone();
+                roofline.efficiency = typical;
+                plain.step_time = routerlab_engine::StepTime::Roofline(roofline);
+                plain
+            })
         }
         _ => None,
     };

@@ -186,6 +186,9 @@ fn a_gpu_on_pcie_pays_its_collectives_a_pcie_ring_steps() {
     )
     .unwrap();
     assert_eq!(mine.link, Link::Pcie);
+    for link in [Link::Fabric, Link::Pcie] {
+        assert_eq!(serde_yaml::to_string(&link).unwrap().trim(), link.name());
+    }
 }
 
 /// 8 experts of 3 × 1024 × 512 = 1,572,864 parameters a layer, 2 routed a token, in 2
