@@ -7,7 +7,7 @@
 mod support;
 
 use serde_json::Value;
-use support::{project_trace, routerlab, texts};
+use support::{fresh_path, project_trace, routerlab, scratch_file, texts};
 
 /// A timed replay of the 300-request Mooncake sample over two engines of Qwen3-32B on
 /// `gpu`, `extra` flags added; its report and stderr.
@@ -398,5 +398,97 @@ fn speculative_decoding_shows_its_yield_and_shortens_decoding() {
             .contains("`speculative.draft_cost` is needed with method `draft`"),
         "{}",
         texts(&output).1
+    );
+}
+
+/// The requests of a timed replay of `trace` over two engines of Qwen3-30B-A3B on RTX PRO
+/// 6000s, the experts over `ep` GPUs (2: two data-parallel ranks), from `--requests-out`.
+fn moe_requests(tag: &str, trace: &std::path::Path, ep: &str) -> Vec<Value> {
+    let config = project_trace("models/Qwen3-30B-A3B-Instruct-2507.json");
+    let out = fresh_path(&format!("{tag}-{ep}.jsonl"));
+    let output = routerlab(&[
+        "replay",
+        "--matcher",
+        "round-robin",
+        "--endpoints",
+        "2",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--timing",
+        "trace",
+        "--gpu",
+        "RTX-PRO-6000",
+        "--model-config",
+        config.to_str().unwrap(),
+        "--expert-parallel-size",
+        ep,
+        "--requests-out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", texts(&output).1);
+    let text = std::fs::read_to_string(&out).unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A mixture of experts split over two data-parallel ranks: the ranks step together. A
+/// short prompt on one rank waits for the 8,192-token prompt prefilling on the other and
+/// gets its first token at the same instant; its decoding, once the other rank is idle, takes
+/// as long as alone. With each rank holding every expert, the ranks step on their own. A
+/// fleet that cuts a group in two is refused by name.
+#[test]
+fn data_parallel_ranks_of_a_mixture_of_experts_step_together() {
+    let long = r#"{"timestamp": 0, "input_length": 8192, "output_length": 1, "hash_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]}"#;
+    let short = r#"{"timestamp": 0, "input_length": 16, "output_length": 64, "hash_ids": [100]}"#;
+    let both = scratch_file(
+        "lockstep-both.jsonl",
+        format!("{long}\n{short}\n").as_bytes(),
+    );
+    let alone = scratch_file("lockstep-alone.jsonl", format!("{short}\n").as_bytes());
+    let ms = |r: &Value, key: &str| r[key].as_f64().unwrap();
+    let decoding = |r: &Value| ms(r, "finish_s") * 1e3 - ms(r, "ttft_ms");
+
+    let together = moe_requests("lockstep-both", &both, "2");
+    let (a, b) = (&together[0], &together[1]);
+    assert_ne!(a["endpoint"], b["endpoint"], "{together:?}");
+    assert_eq!(ms(a, "ttft_ms"), ms(b, "ttft_ms"), "{together:?}");
+    let solo = &moe_requests("lockstep-alone", &alone, "2")[0];
+    assert!(
+        ms(b, "ttft_ms") > 10.0 * ms(solo, "ttft_ms"),
+        "{b} vs {solo}"
+    );
+    assert!((decoding(b) - decoding(solo)).abs() < 0.01, "{b} vs {solo}");
+
+    let apart = moe_requests("lockstep-both", &both, "1");
+    assert!(
+        ms(&apart[1], "ttft_ms") < 0.2 * ms(&apart[0], "ttft_ms"),
+        "{apart:?}"
+    );
+
+    let config = project_trace("models/Qwen3-30B-A3B-Instruct-2507.json");
+    let output = routerlab(&[
+        "replay",
+        "--matcher",
+        "round-robin",
+        "--endpoints",
+        "3",
+        "--trace",
+        both.to_str().unwrap(),
+        "--timing",
+        "trace",
+        "--gpu",
+        "RTX-PRO-6000",
+        "--model-config",
+        config.to_str().unwrap(),
+        "--expert-parallel-size",
+        "2",
+    ]);
+    let (stdout, stderr) = texts(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.contains("endpoint `localhost:8002`: its engine's experts span 2 data-parallel ranks, which step together"),
+        "{stderr}"
     );
 }

@@ -511,6 +511,15 @@ impl Roofline {
                 "engine `step_time`: tensor and expert parallel sizes must be at least 1".into(),
             );
         }
+        if self.shape.experts.is_some()
+            && self.expert_parallel > tp
+            && !self.expert_parallel.is_multiple_of(tp)
+        {
+            return Err(format!(
+                "engine `step_time`: {} expert-parallel GPUs are not whole data-parallel ranks of {tp} tensor-parallel GPUs",
+                self.expert_parallel
+            ));
+        }
         if self.shape.kv_heads > tp && !self.shape.kv_heads.is_multiple_of(tp) {
             return Err(format!(
                 "engine `step_time`: {} KV heads do not split over {tp} GPUs",

@@ -119,6 +119,19 @@ fn quadratic_range(c: [f64; 3], (lo, hi): (f64, f64)) -> (f64, f64) {
 const MAX_STEP_MS: f64 = 3_600_000.0;
 
 impl StepTime {
+    /// How many data-parallel ranks step together: a mixture-of-experts model whose
+    /// experts are split over more GPUs than one rank's tensor-parallel ones spans
+    /// `expert_parallel / tensor_parallel` ranks (vLLM's data-parallel ranks with expert
+    /// parallelism), which exchange tokens in every layer. 1 for anything else.
+    pub fn lockstep_ranks(&self) -> u32 {
+        match self {
+            StepTime::Roofline(r) if r.shape.experts.is_some() => {
+                (r.expert_parallel / r.tensor_parallel.max(1)).max(1)
+            }
+            _ => 1,
+        }
+    }
+
     /// Checks that every coefficient is a finite number, that every step that prefills
     /// 1 to `max_batched` tokens or decodes at any KV usage takes a positive time, and that
     /// no step takes more than an hour (with `max_seqs` sequences and `max_context`

@@ -69,6 +69,9 @@ pub struct Engine {
     compute_after_ns: u64,
     /// The LoRA adapters resident, when the config has slots for them.
     pub(crate) lora: Option<Residency>,
+    /// A data-parallel rank stepping with others ([`Engine::stretch_step`]): one step at a
+    /// time, never cut short.
+    lockstep: bool,
 }
 
 impl Engine {
@@ -77,6 +80,7 @@ impl Engine {
         let kv = KvCache::new(config.num_gpu_blocks);
         let tiers = Tiers::new(&config);
         let lora = config.lora.map(Residency::new);
+        let lockstep = config.step_time.lockstep_ranks() > 1;
         Engine {
             config,
             kv,
@@ -94,6 +98,7 @@ impl Engine {
             first_tokens: Vec::new(),
             compute_after_ns: 0,
             lora,
+            lockstep,
         }
     }
 
@@ -313,6 +318,8 @@ impl Engine {
         self.waiting.push_back(sequence);
         match &mut self.plan {
             None => self.start_step(now_ns),
+            // Its step ends with its peers'.
+            Some(_) if self.lockstep => None,
             // Only waiting for a host load: the arrival may be admitted now.
             Some(plan) if plan.prefill.is_empty() && plan.decode.is_empty() => {
                 plan.step_ns = now_ns.saturating_sub(plan.start_ns).max(1);
@@ -674,7 +681,7 @@ impl Engine {
         // (Speculating, each step yields what its sequences have earned: one at a time.)
         let pure_decode =
             prefill.is_empty() && !admitted && decode.len() == self.running.len() && !speculating;
-        let steps = if pure_decode {
+        let steps = if pure_decode && !self.lockstep {
             self.reserve_decode_run(now_ns)
         } else {
             1
@@ -771,6 +778,7 @@ impl Engine {
 
 mod blocks;
 use blocks::give;
+mod lockstep;
 mod predict;
 
 #[cfg(test)]

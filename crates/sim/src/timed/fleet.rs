@@ -1,7 +1,11 @@
 //! The engines of a timed replay, one per endpoint, and what each router replica knows of
-//! them (its own in-flight counts, its own metric snapshot).
+//! them (its own in-flight counts, its own metric snapshot). The data-parallel ranks of a
+//! mixture-of-experts engine step in lockstep: consecutive endpoints, one group, one step
+//! event for the group (its first rank's), every rank's step ending with the slowest's.
 
-use routerlab_engine::{Engine, EngineConfig, EngineStatus};
+use std::ops::Range;
+
+use routerlab_engine::{Engine, EngineConfig, EngineStatus, Sequence};
 use routerlab_host::EndpointLoad;
 
 use super::events::{Event, Events};
@@ -11,6 +15,10 @@ pub(super) struct Fleet {
     pub(super) engines: Vec<Engine>,
     /// Generation of each engine's pending step event; older events are stale.
     pub(super) generation: Vec<u64>,
+    /// Each engine's lockstep group: the first rank and how many (itself and 1 when alone).
+    group: Vec<(usize, usize)>,
+    /// What each engine's last step finished, until taken.
+    pub(super) finished: Vec<Vec<Sequence>>,
     /// Engines with a start pending at the current instant (an `Event::Start` queued).
     starting: Vec<bool>,
     /// Per replica: statuses as of its last refresh (with a metrics interval).
@@ -37,6 +45,7 @@ impl Fleet {
             }
         }
         Fleet {
+            group: groups(&engines),
             room_everywhere: engines
                 .iter()
                 .map(Engine::room_tokens)
@@ -44,6 +53,7 @@ impl Fleet {
                 .unwrap_or(u64::MAX),
             engines,
             generation: vec![0; n],
+            finished: (0..n).map(|_| Vec::new()).collect(),
             starting: vec![false; n],
             snapshots: vec![vec![EngineStatus::default(); n]; replicas],
             inflight_tokens: vec![vec![0; n]; replicas],
@@ -107,6 +117,18 @@ impl Fleet {
         now: u64,
         events: &mut Events,
     ) {
+        let group = self.ranks(pos);
+        if group.len() > 1 {
+            // A rank's arrival waits for its group's step in flight, if any.
+            let busy = group.clone().any(|p| !self.engines[p].is_idle());
+            let started = self.engines[pos].enqueue_batched(sequence, now);
+            debug_assert!(started.is_none(), "a lockstep rank starts with its group");
+            if !busy && !self.starting[group.start] {
+                self.starting[group.start] = true;
+                events.push(now, Event::Start(group.start));
+            }
+            return;
+        }
         let idle = self.engines[pos].is_idle();
         if let Some(end) = self.engines[pos].enqueue_batched(sequence, now) {
             self.next_step(pos, end, events);
@@ -119,6 +141,16 @@ impl Fleet {
     /// The start queued by [`Fleet::submit`] is due.
     pub(super) fn start(&mut self, pos: usize, now: u64, events: &mut Events) {
         self.starting[pos] = false;
+        let group = self.ranks(pos);
+        if group.len() > 1 {
+            if group.clone().all(|p| self.engines[p].is_idle()) {
+                for p in group.clone() {
+                    self.engines[p].start_if_idle(now);
+                }
+                self.align(group, events);
+            }
+            return;
+        }
         if let Some(end) = self.engines[pos].start_if_idle(now) {
             self.next_step(pos, end, events);
         }
@@ -129,4 +161,67 @@ impl Fleet {
         self.generation[pos] += 1;
         events.push(end, Event::Step(pos, self.generation[pos]));
     }
+
+    /// The engines stepping with `pos`, itself among them.
+    pub(super) fn ranks(&self, pos: usize) -> Range<usize> {
+        let (first, count) = self.group[pos];
+        first..first + count
+    }
+
+    /// The step of `pos` (and of its lockstep group) ending now: each engine that stepped
+    /// finishes (what it finished left in [`Fleet::finished`]) and starts its next step,
+    /// an idle rank of the group too; the engines that stepped.
+    pub(super) fn finish_steps(
+        &mut self,
+        pos: usize,
+        now: u64,
+        events: &mut Events,
+    ) -> Range<usize> {
+        let group = self.ranks(pos);
+        if group.len() == 1 {
+            self.finished[pos] = self.engines[pos].finish_step(now);
+            if let Some(end) = self.engines[pos].step_end() {
+                self.next_step(pos, end, events);
+            }
+            return group;
+        }
+        for p in group.clone() {
+            if self.engines[p].is_idle() {
+                self.engines[p].start_if_idle(now);
+            } else {
+                self.finished[p] = self.engines[p].finish_step(now);
+            }
+        }
+        self.align(group.clone(), events);
+        group
+    }
+
+    /// The group's steps just planned end together, with the longest: one step event.
+    fn align(&mut self, group: Range<usize>, events: &mut Events) {
+        let Some(end) = group
+            .clone()
+            .filter_map(|p| self.engines[p].step_end())
+            .max()
+        else {
+            return;
+        };
+        for p in group.clone() {
+            self.engines[p].stretch_step(end);
+        }
+        self.next_step(group.start, end, events);
+    }
+}
+
+/// Each engine's lockstep group, the first rank and how many: consecutive engines, as many
+/// as the first one's [`routerlab_engine::StepTime::lockstep_ranks`] (the settings were
+/// checked to make whole groups of alike ranks).
+fn groups(engines: &[Engine]) -> Vec<(usize, usize)> {
+    let mut group = Vec::with_capacity(engines.len());
+    while group.len() < engines.len() {
+        let first = group.len();
+        let ranks = engines[first].config().step_time.lockstep_ranks() as usize;
+        let count = ranks.clamp(1, engines.len() - first);
+        group.extend(std::iter::repeat_n((first, count), count));
+    }
+    group
 }

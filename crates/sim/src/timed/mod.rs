@@ -464,31 +464,8 @@ impl Sim<'_> {
                     if generation != self.fleet.generation[pos] {
                         continue;
                     }
-                    let finished = self.fleet.engines[pos].finish_step(now);
-                    if let Some(end) = self.fleet.engines[pos].step_end() {
-                        self.fleet.next_step(pos, end, &mut self.events);
-                    }
-                    let mut first_tokens = std::mem::take(&mut self.first_tokens);
-                    self.fleet.engines[pos].take_first_tokens(&mut first_tokens);
-                    let listed = self.pos_of[pos].expect("an engine at work is listed");
-                    for index in first_tokens.drain(..) {
-                        let r = self.requests[index].replica;
-                        replicas
-                            .router_for(r, listed)
-                            .first_token(&self.data(index, now, None), ListPos(listed))
-                            .map_err(self.plugin_error(index))?;
-                        self.synced(Change::FirstToken, index, r, pos, now);
-                    }
-                    self.first_tokens = first_tokens;
-                    for sequence in finished {
-                        if self.is_prefill_pos(pos) {
-                            self.prefill_done(sequence, pos, now, replicas)?;
-                        } else {
-                            self.complete(sequence, pos, now, replicas)?;
-                        }
-                    }
-                    if self.autoscale.as_ref().is_some_and(|a| a.is_draining(pos)) {
-                        self.stop_if_drained(pos, now, replicas)?;
+                    for pos in self.fleet.finish_steps(pos, now, &mut self.events) {
+                        self.stepped(pos, now, replicas)?;
                     }
                     for r in 0..replicas.len() {
                         self.drain_decode_queue(now, replicas, r)?;
@@ -509,6 +486,34 @@ impl Sim<'_> {
             while let Some(index) = self.router_queues[r].pop_front() {
                 self.reject(index, self.stats.latency.end_ns())?;
             }
+        }
+        Ok(())
+    }
+
+    /// What engine `pos`'s step just ended gave: first tokens, then finished requests.
+    fn stepped(&mut self, pos: usize, now: u64, replicas: &mut Replicas) -> Result<(), SimError> {
+        let finished = std::mem::take(&mut self.fleet.finished[pos]);
+        let mut first_tokens = std::mem::take(&mut self.first_tokens);
+        self.fleet.engines[pos].take_first_tokens(&mut first_tokens);
+        let listed = self.pos_of[pos].expect("an engine at work is listed");
+        for index in first_tokens.drain(..) {
+            let r = self.requests[index].replica;
+            replicas
+                .router_for(r, listed)
+                .first_token(&self.data(index, now, None), ListPos(listed))
+                .map_err(self.plugin_error(index))?;
+            self.synced(Change::FirstToken, index, r, pos, now);
+        }
+        self.first_tokens = first_tokens;
+        for sequence in finished {
+            if self.is_prefill_pos(pos) {
+                self.prefill_done(sequence, pos, now, replicas)?;
+            } else {
+                self.complete(sequence, pos, now, replicas)?;
+            }
+        }
+        if self.autoscale.as_ref().is_some_and(|a| a.is_draining(pos)) {
+            self.stop_if_drained(pos, now, replicas)?;
         }
         Ok(())
     }

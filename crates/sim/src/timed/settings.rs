@@ -97,6 +97,7 @@ pub(super) fn validate(replicas: &Replicas, settings: &TimedSettings) -> Result<
             SimError::Input(format!("endpoint `{}`: {e}", router.table().name(pos)))
         })?;
     }
+    lockstep_groups(replicas, settings)?;
     if let Some(scaling) = &settings.scaling {
         let slots = n as u64;
         let prefill_slots = replicas.pools().map(|p| p.prefill as u64);
@@ -157,6 +158,45 @@ pub(super) fn validate(replicas: &Replicas, settings: &TimedSettings) -> Result<
             name(first),
             name(other)
         )));
+    }
+    Ok(())
+}
+
+/// The data-parallel ranks of a mixture-of-experts engine step together (see [`super::fleet`]):
+/// consecutive endpoints in whole groups of alike ranks, in a fleet that neither scales nor
+/// splits prefill from decode.
+fn lockstep_groups(replicas: &Replicas, settings: &TimedSettings) -> Result<(), SimError> {
+    let table = replicas.router(0).table();
+    let engines = &settings.engines;
+    let mut first = 0;
+    while first < engines.len() {
+        let ranks = engines[first].step_time.lockstep_ranks() as usize;
+        if ranks > 1 {
+            let name = table.name(first);
+            let whole = engines.get(first..first + ranks).is_some_and(|group| {
+                group
+                    .iter()
+                    .all(|e| e.step_time.lockstep_ranks() as usize == ranks)
+            });
+            let problem = if !whole {
+                Some(format!(
+                    "its engine's experts span {ranks} data-parallel ranks, which step together: the fleet's endpoints come in whole groups of {ranks} consecutive endpoints with the same engine, and its group is not whole"
+                ))
+            } else if settings.scaling.is_some() {
+                Some(
+                    "a scaled fleet of data-parallel ranks stepping together is not modelled yet"
+                        .to_owned(),
+                )
+            } else if replicas.is_disaggregated() {
+                Some("a disaggregated fleet of data-parallel ranks stepping together is not modelled yet".to_owned())
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                return Err(SimError::Input(format!("endpoint `{name}`: {problem}")));
+            }
+        }
+        first += ranks.max(1);
     }
     Ok(())
 }
