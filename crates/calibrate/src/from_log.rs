@@ -81,6 +81,7 @@ pub fn fit_log(
         max_paddings: None,
         lora: None,
         speculative: None,
+        async_scheduling: false,
     };
     let measured = run.samples();
     let fitted = fit(&base, &measured, seed, budget, KvSearch::Fixed, |engine| {

@@ -466,6 +466,7 @@ pub fn load(path: &Path, args: &RunSettings) -> Result<Vec<LoadedRun>, Calibrate
                     tensor_parallel: None,
                     expert_parallel: false,
                     gpu_memory_bytes: None,
+                    async_scheduling: None,
                 },
             }
         })

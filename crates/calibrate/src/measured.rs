@@ -79,6 +79,23 @@ pub struct MeasuredRun {
     pub expert_parallel: bool,
     /// One GPU's memory, bytes, when recorded (`hardware.device_total_memory_bytes`).
     pub gpu_memory_bytes: Option<u64>,
+    /// Whether the engine scheduled each step while the last one ran (vLLM's async
+    /// scheduling), when the run says: `engine_kwargs.async_scheduling`, else its release
+    /// (`vllm_version`; on by default from 0.14).
+    pub async_scheduling: Option<bool>,
+}
+
+/// Whether vLLM `version` (`0.19.0`, `0.14.1rc1`) schedules ahead by default: from 0.14
+/// (the release notes; pull request 27614). `None` when it is not a version.
+fn schedules_ahead(version: &str) -> Option<bool> {
+    let mut parts = version.trim_start_matches('v').split('.');
+    let major: u32 = parts.next()?.parse().ok()?;
+    let minor = parts.next()?;
+    let digits = minor
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(minor.len());
+    let minor: u32 = minor[..digits].parse().ok()?;
+    Some((major, minor) >= (0, 14))
 }
 
 /// What a run's requests measured, one value each, in the workload's order: the fit
@@ -361,6 +378,17 @@ impl MeasuredRun {
                     )
                 })?,
         };
+        let async_scheduling = match &kwargs["async_scheduling"] {
+            serde_json::Value::Null => meta["vllm_version"].as_str().and_then(schedules_ahead),
+            serde_json::Value::Bool(on) => Some(*on),
+            _ => {
+                return Err(bad(
+                    META_FILE,
+                    None,
+                    "`engine_kwargs.async_scheduling` must be true, false or null".into(),
+                ));
+            }
+        };
         let kv_blocks = blocks
             .and_then(|b| u32::try_from(b).ok())
             .zip(u32::try_from(block_size).ok());
@@ -449,6 +477,7 @@ impl MeasuredRun {
                 .filter(|v| *v > 0),
             expert_parallel: kwargs["enable_expert_parallel"].as_bool() == Some(true),
             gpu_memory_bytes: meta["hardware"]["device_total_memory_bytes"].as_u64(),
+            async_scheduling,
         })
     }
 
@@ -655,5 +684,33 @@ mod tests {
             error.to_string(),
             "timeseries.csv:2: field `prompt_throughput` is not a non-negative number"
         );
+    }
+
+    /// vLLM schedules ahead by default from 0.14; the run's own setting wins; a setting
+    /// that is not a switch is refused by name.
+    #[test]
+    fn async_scheduling_is_read_from_the_engine_arguments_else_the_release() {
+        let series =
+            "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1,0,0,2,0,25\n";
+        let with = |meta: &str| MeasuredRun::parse(REQUESTS, meta, series);
+        let args = r#""engine_kwargs": {"max_num_seqs": 8, "max_num_batched_tokens": 512"#;
+        for (version, expected) in [
+            ("0.13.0", Some(false)),
+            ("0.14.0", Some(true)),
+            ("0.19.0", Some(true)),
+            ("0.14.1rc1", Some(true)),
+            ("v0.8.5", Some(false)),
+            ("1.0", Some(true)),
+            ("main", None),
+        ] {
+            let meta = format!(r#"{{"vllm_version": "{version}", {args}}}}}"#);
+            assert_eq!(with(&meta).unwrap().async_scheduling, expected, "{version}");
+        }
+        assert_eq!(with(META).unwrap().async_scheduling, None);
+        let off = format!(r#"{{"vllm_version": "0.19.0", {args}, "async_scheduling": false}}}}"#);
+        assert_eq!(with(&off).unwrap().async_scheduling, Some(false));
+        let bad = format!(r#"{{{args}, "async_scheduling": "yes"}}}}"#);
+        let error = with(&bad).unwrap_err().to_string();
+        assert!(error.contains("engine_kwargs.async_scheduling"), "{error}");
     }
 }

@@ -353,3 +353,65 @@ fn a_run_file_is_fitted_from_its_own_requests() {
         texts(&output).1
     );
 }
+
+/// LLMServingSim's run records vLLM 0.19, which plans each step while the last one runs:
+/// the fitted engine does too, and says so; `--async-scheduling false` turns it off, and a
+/// DistServe run (no release recorded) leaves it off. V0 refuses it by name.
+#[test]
+fn a_run_of_vllm_0_14_or_later_schedules_ahead() {
+    let run = support::project_trace("llmservingsim/RTX4090-Llama-3.1-8B-vllm");
+    let calibrate = |extra: &[&str]| {
+        let mut args = vec!["calibrate", run.to_str().unwrap(), "--budget", "10"];
+        args.extend(extra);
+        let output = routerlab(&args);
+        let (stdout, stderr) = texts(&output);
+        assert!(output.status.success(), "{extra:?}: {stderr}");
+        let engine: serde_json::Value = serde_yaml::from_str(&stdout).unwrap();
+        (engine, stderr)
+    };
+    let (engine, stderr) = calibrate(&[]);
+    assert_eq!(engine["async_scheduling"], true, "{engine}");
+    assert!(
+        stderr.contains("Async scheduling: each step planned while the last one runs (the run's vLLM release or engine arguments)"),
+        "{stderr}"
+    );
+    let (engine, stderr) = calibrate(&["--async-scheduling", "false"]);
+    assert!(engine.get("async_scheduling").is_none(), "{engine}");
+    assert!(!stderr.contains("Async scheduling"), "{stderr}");
+    let distserve = support::project_trace("distserve/vllm-100-1.exp");
+    let output = routerlab(&[
+        "calibrate",
+        distserve.to_str().unwrap(),
+        "--max-num-seqs",
+        "1024",
+        "--max-num-batched-tokens",
+        "16384",
+        "--num-gpu-blocks",
+        "3970",
+        "--budget",
+        "10",
+    ]);
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stdout.contains("async_scheduling"), "{stdout}");
+    let output = routerlab(&[
+        "calibrate",
+        distserve.to_str().unwrap(),
+        "--max-num-seqs",
+        "1024",
+        "--max-num-batched-tokens",
+        "16384",
+        "--scheduler",
+        "v0",
+        "--async-scheduling",
+        "true",
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", texts(&output).1);
+    assert!(
+        texts(&output)
+            .1
+            .contains("--async-scheduling true needs --scheduler v1"),
+        "{}",
+        texts(&output).1
+    );
+}

@@ -28,6 +28,7 @@ fn small_engine() -> EngineConfig {
         max_paddings: None,
         lora: None,
         speculative: None,
+        async_scheduling: false,
     }
 }
 

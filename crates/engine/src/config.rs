@@ -60,6 +60,11 @@ pub struct EngineConfig {
     /// decode step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speculative: Option<Speculative>,
+    /// vLLM's async scheduling (added in 0.6; on by default since vLLM 0.14, pull request
+    /// 27614): the scheduler plans the next step while the GPU runs this one, so a request
+    /// arriving during a step joins the step after the next. V1 only.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub async_scheduling: bool,
 }
 
 fn yes() -> bool {
@@ -68,6 +73,10 @@ fn yes() -> bool {
 
 fn is_true(value: &bool) -> bool {
     *value
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 /// How an engine forms its steps.
@@ -113,6 +122,7 @@ impl EngineConfig {
             max_paddings: None,
             lora: None,
             speculative: None,
+            async_scheduling: false,
         }
     }
 
@@ -154,6 +164,11 @@ impl EngineConfig {
         if self.max_paddings.is_some() && self.scheduler != Scheduler::V0 {
             return Err(
                 "engine `max_paddings` needs `scheduler: v0` (V1 never pads a batch)".into(),
+            );
+        }
+        if self.async_scheduling && self.scheduler != Scheduler::V1 {
+            return Err(
+                "engine `async_scheduling` needs `scheduler: v1` (vLLM V0 plans each step after the last)".into(),
             );
         }
         if self.kv_bytes_per_token.is_some_and(|b| b > 1 << 30) {
@@ -253,6 +268,8 @@ pub struct Overrides {
     pub lora: Option<LoraConfig>,
     /// Speculative decoding.
     pub speculative: Option<Speculative>,
+    /// vLLM's async scheduling.
+    pub async_scheduling: Option<bool>,
 }
 
 impl EngineConfig {
@@ -273,6 +290,7 @@ impl EngineConfig {
             max_paddings,
             lora,
             speculative,
+            async_scheduling,
         } = overrides;
         if let Some(preset) = preset {
             self = preset.config();
@@ -291,6 +309,7 @@ impl EngineConfig {
             max_paddings: paddings,
             lora: adapters,
             speculative: drafts,
+            async_scheduling: overlapped,
         } = &mut self;
         if let Some(v) = num_gpu_blocks {
             *blocks = *v;
@@ -331,6 +350,9 @@ impl EngineConfig {
         if let Some(v) = speculative {
             *drafts = Some(v.clone());
         }
+        if let Some(v) = async_scheduling {
+            *overlapped = *v;
+        }
         self
     }
 }
@@ -352,6 +374,7 @@ impl From<&EngineConfig> for Overrides {
             max_paddings,
             lora,
             speculative,
+            async_scheduling,
         } = config;
         Overrides {
             preset: None,
@@ -368,6 +391,7 @@ impl From<&EngineConfig> for Overrides {
             max_paddings: *max_paddings,
             lora: *lora,
             speculative: speculative.clone(),
+            async_scheduling: Some(*async_scheduling),
         }
     }
 }
@@ -415,6 +439,7 @@ mod tests {
                 acceptance: vec![0.6],
                 draft_cost: None,
             }),
+            async_scheduling: true,
         };
         assert_eq!(
             EngineConfig::dynamo().with(&Overrides::from(&wanted)),

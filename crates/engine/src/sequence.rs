@@ -58,6 +58,9 @@ pub struct Sequence {
     /// Speculating: the tokens its decode steps have yielded on average so far, of which
     /// it has had the whole ones (see [`crate::speculative`]).
     pub(crate) spec_credit: f64,
+    /// When it joined the waiting queue: with async scheduling, only a step planned after
+    /// then takes it in.
+    pub(crate) queued_ns: u64,
 }
 
 impl Sequence {
@@ -93,6 +96,7 @@ impl Sequence {
             ready_ns: 0,
             adapter: 0,
             spec_credit: 0.0,
+            queued_ns: 0,
         }
     }
 

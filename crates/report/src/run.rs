@@ -236,6 +236,10 @@ pub struct EngineRun {
     /// Speculative decoding, when on (added in 0.6).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speculative: Option<SpeculativeRun>,
+    /// `true` when the engine planned each step while the last one ran, as vLLM's async
+    /// scheduling does (added in 0.6; absent when it did not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub async_scheduling: Option<bool>,
 }
 
 /// An engine's speculative decoding, as run.

@@ -588,6 +588,7 @@ pub mod recorded {
             max_paddings,
             lora,
             speculative,
+            async_scheduling,
         } = config;
         let tier = |tier: HostTier| {
             let HostTier {
@@ -609,6 +610,7 @@ pub mod recorded {
             shared_tier: shared_tier.map(tier),
             scheduler: (!scheduler.is_v1()).then(|| "v0".to_owned()),
             prefix_caching: (!*prefix_caching).then_some(false),
+            async_scheduling: async_scheduling.then_some(true),
             max_paddings: *max_paddings,
             lora: lora.map(|l| LoraRun {
                 slots: l.slots,

@@ -135,6 +135,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
         max_paddings: args.run_args.max_paddings,
         lora: None,
         speculative: None,
+        async_scheduling: args.run_args.announce_async_scheduling(&run, scheduler)?,
     };
     let measured = run.samples();
     let fitted = fit(

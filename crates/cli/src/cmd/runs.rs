@@ -100,6 +100,12 @@ pub struct RunArgs {
     /// unpadded batches, as since vLLM 0.4].
     #[arg(long, value_name = "N")]
     pub max_paddings: Option<u32>,
+    /// Whether the engine planned each step while the last one ran (vLLM's async
+    /// scheduling: a request arriving during a step joins the step after the next), `true`
+    /// or `false` [default: the run's `engine_kwargs.async_scheduling`, else its
+    /// `vllm_version` (on from 0.14), else off; always off for V0].
+    #[arg(long, value_name = "BOOL")]
+    pub async_scheduling: Option<bool>,
     /// The engine kept no prefix cache (vLLM's `--no-enable-prefix-caching`, V0's default):
     /// a workload's repeated prefixes are computed again.
     #[arg(long)]
@@ -169,6 +175,40 @@ impl RunArgs {
             SchedulerArg::V1 => Ok(routerlab_engine::Scheduler::V1),
             SchedulerArg::V0 => Ok(routerlab_engine::Scheduler::V0),
         }
+    }
+
+    /// Whether the engine that ran `run` scheduled ahead: the flag, else what the run
+    /// says when the scheduler is V1.
+    pub fn async_scheduling(
+        &self,
+        run: &routerlab_calibrate::MeasuredRun,
+        scheduler: routerlab_engine::Scheduler,
+    ) -> bool {
+        self.async_scheduling
+            .or(run.async_scheduling.filter(|_| scheduler.is_v1()))
+            .unwrap_or(false)
+    }
+
+    /// [`RunArgs::async_scheduling`] for the first run, said on stderr when on.
+    pub fn announce_async_scheduling(
+        &self,
+        run: &routerlab_calibrate::MeasuredRun,
+        scheduler: routerlab_engine::Scheduler,
+    ) -> Result<bool, Failure> {
+        if self.async_scheduling == Some(true) && !scheduler.is_v1() {
+            return Err(Failure::input(
+                "--async-scheduling true needs --scheduler v1 (vLLM V0 plans each step after the last)",
+            ));
+        }
+        let on = self.async_scheduling(run, scheduler);
+        if on {
+            let why = match self.async_scheduling {
+                Some(_) => "--async-scheduling",
+                None => "the run's vLLM release or engine arguments",
+            };
+            eprintln!("Async scheduling: each step planned while the last one runs ({why})");
+        }
+        Ok(on)
     }
 
     /// The files these flags name that a command reads: fmperf's requests, the model

@@ -85,6 +85,8 @@ struct Limits {
     max_num_batched_tokens: u32,
     /// Its KV cache in blocks, when it is the run's own (not given by a flag or fitted).
     num_gpu_blocks: Option<u32>,
+    /// Whether its engine scheduled ahead.
+    async_scheduling: bool,
 }
 
 impl Limits {
@@ -96,6 +98,7 @@ impl Limits {
         if let Some(blocks) = self.num_gpu_blocks {
             engine.num_gpu_blocks = blocks;
         }
+        engine.async_scheduling = self.async_scheduling;
         engine
     }
 }
@@ -204,6 +207,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
                     max_paddings: args.run.max_paddings,
                     lora: None,
                     speculative: None,
+                    async_scheduling: args.run.announce_async_scheduling(&measured, scheduler)?,
                 });
             }
             // This run's own limits, said when they are not the first run's.
@@ -228,6 +232,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
                     .unwrap_or(measured.max_num_batched_tokens),
                 num_gpu_blocks: (args.run.num_gpu_blocks.is_none() && !args.run.fit_num_gpu_blocks)
                     .then_some(blocks),
+                async_scheduling: args.run.async_scheduling(&measured, scheduler),
             };
             let first = base.as_ref().expect("the first run made the base");
             if limits.max_num_seqs != first.max_num_seqs
@@ -235,10 +240,14 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
                 || limits
                     .num_gpu_blocks
                     .is_some_and(|b| b != first.num_gpu_blocks)
+                || limits.async_scheduling != first.async_scheduling
             {
                 eprintln!(
-                    "{}: replayed with its own limits: max_num_seqs {}, max_num_batched_tokens {}, KV cache {blocks} blocks ({how})",
-                    loaded.label, limits.max_num_seqs, limits.max_num_batched_tokens
+                    "{}: replayed with its own limits: max_num_seqs {}, max_num_batched_tokens {}, KV cache {blocks} blocks ({how}), async scheduling {}",
+                    loaded.label,
+                    limits.max_num_seqs,
+                    limits.max_num_batched_tokens,
+                    if limits.async_scheduling { "on" } else { "off" }
                 );
             }
             let workload =

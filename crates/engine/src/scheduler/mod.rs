@@ -72,6 +72,9 @@ pub struct Engine {
     /// A data-parallel rank stepping with others ([`Engine::stretch_step`]): one step at a
     /// time, never cut short.
     lockstep: bool,
+    /// With async scheduling, when the step being planned was planned in vLLM (as the last
+    /// one started): only requests queued by then join it (`u64::MAX`: any).
+    admit_until_ns: u64,
 }
 
 impl Engine {
@@ -99,6 +102,7 @@ impl Engine {
             compute_after_ns: 0,
             lora,
             lockstep,
+            admit_until_ns: u64::MAX,
         }
     }
 
@@ -152,55 +156,6 @@ impl Engine {
     /// KV events publish.
     pub fn take_kv_events(&mut self, into: &mut Vec<crate::KvEvent>) {
         self.kv.take_events(into);
-    }
-
-    /// Starts again as a new process would, its GPU cache and host tier empty (a shared
-    /// tier outlives it); what it counted so far stays. Only an idle engine restarts.
-    pub fn cold_start(&mut self) {
-        debug_assert!(self.is_idle(), "only an idle engine restarts");
-        let recording = self.kv.recording();
-        let evictions = self.kv.evictions;
-        self.kv = KvCache::new(self.config.num_gpu_blocks);
-        self.kv.evictions = evictions;
-        if recording {
-            self.kv.record_events();
-        }
-        if let Some(host) = &mut self.tiers.host {
-            let mut fresh = HostCache::new(host.capacity() as u32);
-            (fresh.peak, fresh.stores, fresh.evictions) = (host.peak, host.stores, host.evictions);
-            *host = fresh;
-        }
-        self.tiers.reset_fences();
-        self.lora = self.config.lora.map(Residency::new);
-    }
-
-    /// Cached blocks evicted so far.
-    pub fn evictions(&self) -> u64 {
-        self.kv.evictions
-    }
-
-    /// Counts again from `now` (a warm-up's end): what it holds stays, what it counted
-    /// (peak and mean KV usage, evictions, preemptions, speculated steps, its tiers'
-    /// stores, evictions and peaks) starts over.
-    pub fn restart_counters(&mut self, now_ns: u64) {
-        self.preemptions = 0;
-        self.speculated = (0, 0);
-        self.peak_usage = self.usage();
-        self.usage_integral = 0.0;
-        self.first_ns = None;
-        self.usage_since_ns = now_ns;
-        self.kv.evictions = 0;
-        let restart = |tier: &mut HostCache| {
-            tier.stores = 0;
-            tier.evictions = 0;
-            tier.peak = tier.len() as u64;
-        };
-        if let Some(host) = &mut self.tiers.host {
-            restart(host);
-        }
-        if let Some(shared) = &self.tiers.shared {
-            restart(&mut shared.lock());
-        }
     }
 
     /// The host tier, when configured.
@@ -313,11 +268,15 @@ impl Engine {
     /// Queues a request. Returns `Some(end)` when the engine was idle and a step (ending at
     /// `end`) was started; when busy with a macro step, the step is cut at the next
     /// boundary and the new end returned.
-    pub fn enqueue(&mut self, sequence: Sequence, now_ns: u64) -> Option<u64> {
+    pub fn enqueue(&mut self, mut sequence: Sequence, now_ns: u64) -> Option<u64> {
         self.account(now_ns);
+        sequence.queued_ns = now_ns;
         self.waiting.push_back(sequence);
         match &mut self.plan {
-            None => self.start_step(now_ns),
+            None => {
+                self.admit_until_ns = u64::MAX;
+                self.start_step(now_ns)
+            }
             // Its step ends with its peers'.
             Some(_) if self.lockstep => None,
             // Only waiting for a host load: the arrival may be admitted now.
@@ -327,7 +286,9 @@ impl Engine {
             }
             Some(plan) if plan.pure_decode && plan.steps > 1 => {
                 let elapsed = now_ns.saturating_sub(plan.start_ns);
-                let steps = elapsed.div_ceil(plan.step_ns).clamp(1, plan.steps);
+                // Scheduling ahead, the step after the next is the first planned after it came.
+                let ahead = u64::from(self.config.async_scheduling);
+                let steps = (elapsed.div_ceil(plan.step_ns) + ahead).clamp(1, plan.steps);
                 if steps < plan.steps {
                     plan.steps = steps;
                     return Some(plan.start_ns + plan.steps * plan.step_ns);
@@ -342,11 +303,12 @@ impl Engine {
     /// start a step: the caller starts it with [`Engine::start_if_idle`] once every request
     /// arriving at the same instant is queued, so they share the first step (NVIDIA
     /// Dynamo's mocker takes in everything that arrived before it steps).
-    pub fn enqueue_batched(&mut self, sequence: Sequence, now_ns: u64) -> Option<u64> {
+    pub fn enqueue_batched(&mut self, mut sequence: Sequence, now_ns: u64) -> Option<u64> {
         if self.plan.is_some() {
             return self.enqueue(sequence, now_ns);
         }
         self.account(now_ns);
+        sequence.queued_ns = now_ns;
         self.waiting.push_back(sequence);
         None
     }
@@ -356,6 +318,7 @@ impl Engine {
         if self.plan.is_some() {
             return None;
         }
+        self.admit_until_ns = u64::MAX;
         self.start_step(now_ns)
     }
 
@@ -374,6 +337,12 @@ impl Engine {
     pub fn finish_step(&mut self, now_ns: u64) -> Vec<Sequence> {
         let Some(plan) = self.plan.take() else {
             return Vec::new();
+        };
+        // Scheduling ahead, vLLM planned the next step as this one's last step started.
+        let worked = !(plan.prefill.is_empty() && plan.decode.is_empty());
+        self.admit_until_ns = match self.config.async_scheduling && worked {
+            true => plan.start_ns + (plan.steps - 1) * plan.step_ns,
+            false => u64::MAX,
         };
         for (pos, tokens) in &plan.prefill {
             let block_tokens = self.config.engine_block_size;
@@ -513,8 +482,15 @@ impl Engine {
             decode.push(pos);
             pos += 1;
         }
-        // Then admissions, FIFO, while they fit.
+        // Then admissions, FIFO, while they fit: scheduling ahead, those queued when the step
+        // was planned, unless it has nothing else to do (vLLM plans none ahead then).
+        let admit_until = match prefill.is_empty() && decode.is_empty() {
+            true => u64::MAX,
+            false => self.admit_until_ns,
+        };
         let mut admitted = false;
+        // Whether a request waits for a later step's planning.
+        let mut deferred = false;
         // A padded V0 batch's prompts so far: how many, their longest and their sum.
         let padding = self.config.max_paddings.filter(|_| prefills_only);
         let (mut prompts, mut longest, mut unpadded) = (0u64, 0u64, 0u64);
@@ -524,6 +500,10 @@ impl Engine {
             let Some(head) = self.waiting.get_mut(at) else {
                 break;
             };
+            if head.queued_ns > admit_until {
+                deferred = true;
+                break;
+            }
             // As vLLM V1: a request whose adapter cannot have a slot is passed over before
             // anything else is checked.
             if head.adapter != 0
@@ -681,7 +661,7 @@ impl Engine {
         // (Speculating, each step yields what its sequences have earned: one at a time.)
         let pure_decode =
             prefill.is_empty() && !admitted && decode.len() == self.running.len() && !speculating;
-        let steps = if pure_decode && !self.lockstep {
+        let steps = if pure_decode && !self.lockstep && !deferred {
             self.reserve_decode_run(now_ns)
         } else {
             1
@@ -780,8 +760,11 @@ mod blocks;
 use blocks::give;
 mod lockstep;
 mod predict;
+mod restart;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_async;
 #[cfg(test)]
 mod tests_speculative;

@@ -26,6 +26,11 @@ impl Engine {
                 }
             }
         };
+        // Scheduling ahead, the next step is planned already: it joins the one after.
+        let step_left_ns = match (&self.plan, self.config.async_scheduling) {
+            (Some(plan), true) => step_left_ns + plan.step_ns,
+            _ => step_left_ns,
+        };
         // As the scheduler: the last prompt token is always computed.
         let cached = if self.config.prefix_caching {
             let most = (prompt - 1) / block_tokens * block_tokens;

@@ -23,6 +23,7 @@ pub(super) fn linear(num_gpu_blocks: u32, max_num_seqs: u32, budget: u32) -> Eng
         max_paddings: None,
         lora: None,
         speculative: None,
+        async_scheduling: false,
     }
 }
 
