@@ -267,7 +267,7 @@ impl Engine {
 
     /// Queues a request. Returns `Some(end)` when the engine was idle and a step (ending at
     /// `end`) was started; when busy with a macro step, the step is cut at the next
-    /// boundary and the new end returned.
+    /// boundary (scheduling ahead, the one after) and the new end returned.
     pub fn enqueue(&mut self, mut sequence: Sequence, now_ns: u64) -> Option<u64> {
         self.account(now_ns);
         sequence.queued_ns = now_ns;
