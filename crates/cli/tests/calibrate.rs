@@ -379,33 +379,27 @@ fn a_run_of_vllm_0_14_or_later_schedules_ahead() {
     assert!(engine.get("async_scheduling").is_none(), "{engine}");
     assert!(!stderr.contains("Async scheduling"), "{stderr}");
     let distserve = support::project_trace("distserve/vllm-100-1.exp");
-    let output = routerlab(&[
-        "calibrate",
-        distserve.to_str().unwrap(),
-        "--max-num-seqs",
-        "1024",
-        "--max-num-batched-tokens",
-        "16384",
-        "--num-gpu-blocks",
-        "3970",
-        "--budget",
-        "10",
-    ]);
+    let distserve = |extra: &[&str]| {
+        let mut args = vec![
+            "calibrate",
+            distserve.to_str().unwrap(),
+            "--max-num-seqs",
+            "1024",
+            "--max-num-batched-tokens",
+            "16384",
+            "--num-gpu-blocks",
+            "3970",
+            "--budget",
+            "10",
+        ];
+        args.extend(extra);
+        routerlab(&args)
+    };
+    let output = distserve(&[]);
     let (stdout, stderr) = texts(&output);
     assert!(output.status.success(), "{stderr}");
     assert!(!stdout.contains("async_scheduling"), "{stdout}");
-    let output = routerlab(&[
-        "calibrate",
-        distserve.to_str().unwrap(),
-        "--max-num-seqs",
-        "1024",
-        "--max-num-batched-tokens",
-        "16384",
-        "--scheduler",
-        "v0",
-        "--async-scheduling",
-        "true",
-    ]);
+    let output = distserve(&["--scheduler", "v0", "--async-scheduling", "true"]);
     assert_eq!(output.status.code(), Some(2), "{}", texts(&output).1);
     assert!(
         texts(&output)

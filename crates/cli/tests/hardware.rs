@@ -6,6 +6,8 @@
 
 mod support;
 
+use std::process::Output;
+
 use serde_json::Value;
 use support::{fresh_path, project_trace, routerlab, scratch_file, texts};
 
@@ -401,17 +403,16 @@ fn speculative_decoding_shows_its_yield_and_shortens_decoding() {
     );
 }
 
-/// The requests of a timed replay of `trace` over two engines of Qwen3-30B-A3B on RTX PRO
-/// 6000s, the experts over `ep` GPUs (2: two data-parallel ranks), from `--requests-out`.
-fn moe_requests(tag: &str, trace: &std::path::Path, ep: &str) -> Vec<Value> {
+/// A timed replay of `trace` over `endpoints` engines of Qwen3-30B-A3B on RTX PRO 6000s,
+/// the experts over `ep` GPUs (2: two data-parallel ranks an engine group), `extra` added.
+fn moe_replay(trace: &std::path::Path, endpoints: &str, ep: &str, extra: &[&str]) -> Output {
     let config = project_trace("models/Qwen3-30B-A3B-Instruct-2507.json");
-    let out = fresh_path(&format!("{tag}-{ep}.jsonl"));
-    let output = routerlab(&[
+    let mut args = vec![
         "replay",
         "--matcher",
         "round-robin",
         "--endpoints",
-        "2",
+        endpoints,
         "--trace",
         trace.to_str().unwrap(),
         "--timing",
@@ -422,9 +423,15 @@ fn moe_requests(tag: &str, trace: &std::path::Path, ep: &str) -> Vec<Value> {
         config.to_str().unwrap(),
         "--expert-parallel-size",
         ep,
-        "--requests-out",
-        out.to_str().unwrap(),
-    ]);
+    ];
+    args.extend(extra);
+    routerlab(&args)
+}
+
+/// The requests of [`moe_replay`] over two engines, from `--requests-out`.
+fn moe_requests(tag: &str, trace: &std::path::Path, ep: &str) -> Vec<Value> {
+    let out = fresh_path(&format!("{tag}-{ep}.jsonl"));
+    let output = moe_replay(trace, "2", ep, &["--requests-out", out.to_str().unwrap()]);
     assert!(output.status.success(), "{}", texts(&output).1);
     let text = std::fs::read_to_string(&out).unwrap();
     text.lines()
@@ -466,24 +473,7 @@ fn data_parallel_ranks_of_a_mixture_of_experts_step_together() {
         "{apart:?}"
     );
 
-    let config = project_trace("models/Qwen3-30B-A3B-Instruct-2507.json");
-    let output = routerlab(&[
-        "replay",
-        "--matcher",
-        "round-robin",
-        "--endpoints",
-        "3",
-        "--trace",
-        both.to_str().unwrap(),
-        "--timing",
-        "trace",
-        "--gpu",
-        "RTX-PRO-6000",
-        "--model-config",
-        config.to_str().unwrap(),
-        "--expert-parallel-size",
-        "2",
-    ]);
+    let output = moe_replay(&both, "3", "2", &[]);
     let (stdout, stderr) = texts(&output);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stdout.is_empty(), "{stdout}");
