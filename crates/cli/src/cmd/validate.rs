@@ -268,6 +268,12 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
     let base = base.expect("a run was read");
     let engines = args.run.data_parallel_size.unwrap_or(data_parallel);
     let mut fleet = runs::fleet(engines, args.run.router.as_deref())?;
+    let ranks = base.step_time.lockstep_ranks();
+    if ranks > 1 {
+        eprintln!(
+            "The experts span {ranks} data-parallel engines: each group of {ranks} steps together"
+        );
+    }
     // Again now that the router's plugin is loaded: its library is an input too.
     refuse_inputs_as_output(&args)?;
     let fit_runs: Vec<&Run> = fitted.iter().collect();
@@ -426,7 +432,8 @@ fn human(checks: &[RunCheck], zero_shot: &[[f64; 8]], evaluations: usize, seed: 
     } else {
         "fitted (none predicted)"
     };
-    let _ = writeln!(out, "median absolute error over {judged} {over} runs:");
+    let runs = if judged == 1 { "run" } else { "runs" };
+    let _ = writeln!(out, "median absolute error over {judged} {over} {runs}:");
     for (i, (name, _)) in METRICS.iter().enumerate() {
         let _ = writeln!(out, "  {name:<16}{:>8.1}%", medians[i]);
     }
