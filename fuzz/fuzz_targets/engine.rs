@@ -85,6 +85,8 @@ fuzz_target!(|data: &[u8]| {
             acceptance: vec![f64::from(byte(head, 13)) / 255.0],
             draft_cost: None,
         }),
+        // Half the time async scheduling (V1's alone: a V0 engine with it is refused below).
+        async_scheduling: byte(head, 3) >= 128,
     };
     if engine.validate().is_err() {
         return;
