@@ -277,23 +277,27 @@ fn a_bad_run_or_workload_is_refused_by_name() {
     );
 }
 
+/// DistServe's engine limits and the KV blocks the calibration guide derives for it.
+const DISTSERVE_ENGINE: [&str; 6] = [
+    "--max-num-seqs",
+    "1024",
+    "--max-num-batched-tokens",
+    "16384",
+    "--num-gpu-blocks",
+    "3970",
+];
+
 /// A benchmark tool's file is a run too: without `--workload` it is replayed from its own
 /// requests.
 #[test]
 fn a_run_file_is_fitted_from_its_own_requests() {
     let run = support::project_trace("distserve/vllm-100-1.exp");
-    let limits = [
-        "--max-num-seqs",
-        "1024",
-        "--max-num-batched-tokens",
-        "16384",
-        "--num-gpu-blocks",
-        "3970",
-        "--budget",
-        "30",
-    ];
+    let limits: Vec<&str> = DISTSERVE_ENGINE
+        .into_iter()
+        .chain(["--budget", "30"])
+        .collect();
     let mut args = vec!["calibrate", run.to_str().unwrap()];
-    args.extend(limits);
+    args.extend(&limits);
     let output = routerlab(&args);
     let (stdout, stderr) = texts(&output);
     assert!(output.status.success(), "{stderr}");
@@ -308,7 +312,7 @@ fn a_run_file_is_fitted_from_its_own_requests() {
     // Prefix caching is on unless the engine ran without it.
     assert!(engine.get("prefix_caching").is_none(), "{stdout}");
     let mut args = vec!["calibrate", run.to_str().unwrap(), "--no-prefix-caching"];
-    args.extend(limits);
+    args.extend(&limits);
     let output = routerlab(&args);
     assert!(output.status.success(), "{}", texts(&output).1);
     let engine: serde_json::Value = serde_yaml::from_str(&texts(&output).0).unwrap();
@@ -317,7 +321,7 @@ fn a_run_file_is_fitted_from_its_own_requests() {
     // blocks: the scheduler settings reach the written engine, and the cache moves.
     let loaded = support::project_trace("distserve/vllm-400-4.exp");
     let mut args = vec!["calibrate", loaded.to_str().unwrap()];
-    args.extend(limits);
+    args.extend(&limits);
     args.extend([
         "--scheduler",
         "v0",
@@ -342,7 +346,7 @@ fn a_run_file_is_fitted_from_its_own_requests() {
     let sweep =
         support::workspace_root().join("crates/cli/tests/fixtures/guidellm-benchmarks.json");
     let mut args = vec!["calibrate", sweep.to_str().unwrap()];
-    args.extend(limits);
+    args.extend(&limits);
     let output = routerlab(&args);
     assert_eq!(output.status.code(), Some(2));
     assert!(
@@ -380,18 +384,8 @@ fn a_run_of_vllm_0_14_or_later_schedules_ahead() {
     assert!(!stderr.contains("Async scheduling"), "{stderr}");
     let distserve = support::project_trace("distserve/vllm-100-1.exp");
     let distserve = |extra: &[&str]| {
-        let mut args = vec![
-            "calibrate",
-            distserve.to_str().unwrap(),
-            "--max-num-seqs",
-            "1024",
-            "--max-num-batched-tokens",
-            "16384",
-            "--num-gpu-blocks",
-            "3970",
-            "--budget",
-            "10",
-        ];
+        let mut args = vec!["calibrate", distserve.to_str().unwrap(), "--budget", "10"];
+        args.extend(DISTSERVE_ENGINE);
         args.extend(extra);
         routerlab(&args)
     };
