@@ -46,12 +46,15 @@ for run in traces/distserve/vllm-*.exp; do
         --max-num-seqs 1024 --max-num-batched-tokens 16384 \
         --gpu-memory-utilization 0.95 "$run"
 done
-# llm-d-benchmark's exp-2 behind the plain Service: two engines, TP 2 each.
+# llm-d-benchmark's exp-2 behind the plain Service: two engines, TP 2 each. Its prompts are
+# conversations, each round the previous one's prompt with an answer and a new question: the
+# workload file LMBench sent says which request continues which.
 for rate in 0.5 1 2 8 10; do
     row v1 "Llama-3.1-70B, 2 x (2 x A100-80GB), $rate/s" --gpu A100-80GB \
         --model-config $M/Llama-3.1-70B.json --tensor-parallel-size 2 \
         --data-parallel-size 2 --router random --gpu-memory-utilization 0.95 \
         --max-num-seqs 256 --max-num-batched-tokens 8192 \
+        --lmbench-workload traces/lmbench/sharegpt/run.json \
         traces/llm-d-benchmark/vllm-70b-2replicas-sharegpt/LMBench_sharegpt_output_$rate.csv
 done
 # median FILE K: the median absolute value of column K (1: TTFT p50, 2: E2E mean) of FILE.
@@ -96,5 +99,6 @@ for rate in 0.5 1 2 8 10; do
         --model-config $M/Llama-3.1-70B.json --tensor-parallel-size 2 \
         --data-parallel-size 2 --router random --gpu-memory-utilization 0.95 \
         --max-num-seqs 256 --max-num-batched-tokens 8192 \
+        --lmbench-workload traces/lmbench/sharegpt/run.json \
         traces/llm-d-benchmark/vllm-70b-2replicas-sharegpt/LMBench_sharegpt_output_$rate.csv
 done

@@ -292,11 +292,10 @@ impl RunSettings {
             )
         } else {
             format!(
-                "--model-config: {:.2} GiB for KV of {:.2} GiB at {utilization}, less weights {:.2} GiB and an activation estimate {:.2} GiB; {} KV bytes a token per GPU",
+                "--model-config: {:.2} GiB for KV of {:.2} GiB at {utilization}, less {}; {} KV bytes a token per GPU",
                 gib(kv.available_bytes),
                 gib(budget.gpu_memory_bytes),
-                gib(kv.weight_bytes),
-                gib(kv.activation_bytes),
+                kv.deductions(),
                 kv.bytes_per_token
             )
         };

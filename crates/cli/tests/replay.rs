@@ -383,6 +383,14 @@ fn third_party_traces_are_the_published_bytes() {
             "2b9842bdbbe7208ad40f11479437fec6a64554ed49a16a68ccd70da86cfa3966",
         ),
         (
+            "llm-d-benchmark/vllm-70b-2replicas/LMBench_short_input_qps9.5.csv",
+            "96ce412c2c2ab5906391a558f9e6a877913fc63dadeb853a4541185398390631",
+        ),
+        (
+            "llm-d-benchmark/llm-d-70b-2replicas/LMBench_short_input_qps9.5.csv",
+            "9f70f7bb6abc611417377acdf434ef7f45f77844363961d8501528f9025e6c01",
+        ),
+        (
             "llm-d-benchmark/llm-d-70b-2replicas/LMBench_sharegpt_output_2.csv",
             "51428f0ce02b5c8da0fefd8caafaa429f70e5a021fc06d27cad91ce0d11aabd0",
         ),
@@ -409,6 +417,14 @@ fn third_party_traces_are_the_published_bytes() {
         (
             "llm-d-benchmark/vllm-70b-2replicas-sharegpt/LMBench_sharegpt_output_10.csv",
             "30be1e00b46f53e45b6914a25f831c88737a519321b02653b3c672cbee9270e5",
+        ),
+        (
+            "lmbench/sharegpt/run.json",
+            "ceb2357a2df06eda02875faca5191986bc9e98cf59f3d2608f06532bf0dbcc23",
+        ),
+        (
+            "lmbench/sharegpt/warmup.json",
+            "d4baf6c028544927bf61169f11a8ac4cf92d42abf0b6bdb751b747f895f874db",
         ),
         (
             "models/OPT-13B.json",

@@ -616,7 +616,7 @@ fn other_gpus_tensor_parallel_and_mixture_of_experts_runs_fit_within_five_percen
                 "--budget",
                 "600",
             ],
-            "KV cache: 37673 blocks of 16 tokens (--model-config",
+            "KV cache: 36452 blocks of 16 tokens (--model-config",
         ),
     ];
     for (name, extra, kv) in cases {

@@ -19,8 +19,9 @@
 //! of the model's dtype, plus `max_num_seqs` rows of float32 logits) and 0.8 GiB for CUDA
 //! graphs and allocations outside PyTorch. That constant is set from the one run here that
 //! records its GPU's memory and the blocks vLLM made (LLMServingSim's RTX 4090 run); no
-//! other run checks it. When the run's vLLM log is at hand, its `Total non KV cache memory`
-//! (or `# GPU blocks`) is the better number.
+//! other run checks it. An engine over more than one GPU also holds its communicators'
+//! buffers outside PyTorch: [`COMMUNICATION_BYTES`] more on each GPU. When the run's vLLM
+//! log is at hand, its `Total non KV cache memory` (or `# GPU blocks`) is the better number.
 //!
 //! Weights are counted as [`crate::roofline::ModelShape`] counts them (one count for both):
 //! embeddings (and an untied output head), attention projections (grouped-query or latent),
@@ -30,6 +31,13 @@
 
 use crate::model::{ModelConfigError, kv_from_model_config, language_keys, object};
 use crate::roofline::ModelShape;
+
+/// What an engine split over more than one GPU (tensor or expert parallel) holds on each
+/// GPU outside PyTorch beyond what one GPU alone does: the collective libraries' buffers.
+/// vLLM's memory profile of Llama-3-8B on an A100-80GB (its pull request 10511) logs
+/// `non_torch_memory` 1.79 GiB at tensor parallel 1 and 3.58 GiB at 2; the difference,
+/// taken as the same at any larger size (a ring or a tree talks to two neighbours).
+pub const COMMUNICATION_BYTES: u64 = 179 * (1 << 30) / 100;
 
 /// What a GPU and an engine's limits give the KV cache.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,12 +71,34 @@ pub struct KvBudget {
     /// The estimated activation peak and other non-KV memory on one GPU, bytes (zero when
     /// [`GpuBudget::non_kv_bytes`] was given).
     pub activation_bytes: u64,
+    /// The communicators' buffers on one GPU, bytes: [`COMMUNICATION_BYTES`] for an engine
+    /// over more than one GPU, else zero (and zero when [`GpuBudget::non_kv_bytes`] was
+    /// given).
+    pub communication_bytes: u64,
     /// Memory left for the KV cache on one GPU, bytes.
     pub available_bytes: u64,
     /// KV bytes of one token on one GPU.
     pub bytes_per_token: u64,
     /// Blocks of [`GpuBudget::block_size`] tokens.
     pub num_blocks: u64,
+}
+
+impl KvBudget {
+    /// What was taken from the GPU's share before the KV cache, term by term, in GiB:
+    /// "weights W GiB and an activation estimate A GiB", with "and communication buffers C
+    /// GiB" for an engine over more than one GPU.
+    pub fn deductions(&self) -> String {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let (weights, activations) = (gib(self.weight_bytes), gib(self.activation_bytes));
+        if self.communication_bytes == 0 {
+            format!("weights {weights:.2} GiB and an activation estimate {activations:.2} GiB")
+        } else {
+            format!(
+                "weights {weights:.2} GiB, an activation estimate {activations:.2} GiB and communication buffers {:.2} GiB",
+                gib(self.communication_bytes)
+            )
+        }
+    }
 }
 
 /// The blocks vLLM gives a KV cache of `available_bytes`, at `bytes_per_token` and
@@ -138,9 +168,14 @@ pub fn kv_budget(text: &str, budget: &GpuBudget) -> Result<KvBudget, ModelConfig
                 + (4 << 30) / 5
         }
     };
+    let communication_bytes = if budget.non_kv_bytes.is_none() && tp.max(ep) > 1 {
+        COMMUNICATION_BYTES
+    } else {
+        0
+    };
     let non_kv = budget
         .non_kv_bytes
-        .unwrap_or(weight_bytes + activation_bytes);
+        .unwrap_or(weight_bytes + activation_bytes + communication_bytes);
     let requested = (budget.gpu_memory_bytes as f64 * budget.utilization.clamp(0.0, 1.0)) as u64;
     let available_bytes = requested
         .checked_sub(non_kv)
@@ -151,6 +186,7 @@ pub fn kv_budget(text: &str, budget: &GpuBudget) -> Result<KvBudget, ModelConfig
     Ok(KvBudget {
         weight_bytes,
         activation_bytes,
+        communication_bytes,
         available_bytes,
         bytes_per_token,
         num_blocks: blocks_in(available_bytes, bytes_per_token, budget.block_size),
@@ -255,6 +291,13 @@ mod tests {
         assert_eq!(
             one.available_bytes,
             (72.0 * GIB) as u64 - one.weight_bytes - one.activation_bytes
+        );
+        // Two GPUs hold their communicators' buffers too; one does not.
+        assert_eq!(one.communication_bytes, 0);
+        assert_eq!(two.communication_bytes, COMMUNICATION_BYTES);
+        assert_eq!(
+            two.available_bytes,
+            (72.0 * GIB) as u64 - two.weight_bytes - two.activation_bytes - COMMUNICATION_BYTES
         );
         assert_eq!(one.num_blocks, one.available_bytes / (16 * 131_072));
         let given = GpuBudget {

@@ -481,13 +481,12 @@ impl ModelEngine {
         Ok(Some((
             blocks,
             format!(
-                "{:.2} GiB for KV of {} {:.2} GiB at {}, less weights {:.2} GiB and an activation estimate {:.2} GiB; {} KV bytes a token per GPU",
+                "{:.2} GiB for KV of {} {:.2} GiB at {}, less {}; {} KV bytes a token per GPU",
                 gib(kv.available_bytes),
                 roofline.gpu.name,
                 roofline.gpu.memory_gib,
                 self.utilization,
-                gib(kv.weight_bytes),
-                gib(kv.activation_bytes),
+                kv.deductions(),
                 bytes_per_token
             ),
         )))
