@@ -6,7 +6,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use support::{routerlab, scratch_file, texts};
+use support::{DISTSERVE_ENGINE, routerlab, scratch_file, texts};
 
 /// The truth the synthetic run is made with.
 const KNOWN: [(&str, f64); 4] = [
@@ -276,16 +276,6 @@ fn a_bad_run_or_workload_is_refused_by_name() {
         "{stderr}"
     );
 }
-
-/// DistServe's engine limits and the KV blocks the calibration guide derives for it.
-const DISTSERVE_ENGINE: [&str; 6] = [
-    "--max-num-seqs",
-    "1024",
-    "--max-num-batched-tokens",
-    "16384",
-    "--num-gpu-blocks",
-    "3970",
-];
 
 /// A benchmark tool's file is a run too: without `--workload` it is replayed from its own
 /// requests.

@@ -6,7 +6,7 @@
 mod support;
 
 use serde_json::Value;
-use support::{project_trace, routerlab, texts};
+use support::{DISTSERVE_ENGINE, project_trace, routerlab, texts};
 
 const DISTSERVE: [&str; 8] = [
     "vllm-100-1.exp",
@@ -17,17 +17,6 @@ const DISTSERVE: [&str; 8] = [
     "vllm-250-2.5.exp",
     "vllm-300-3.exp",
     "vllm-350-3.5.exp",
-];
-
-/// DistServe's engine: its flags, and the KV blocks vLLM's arithmetic gives OPT-13B in
-/// fp16 at 0.95 of an A100-80GB (docs/guide/calibration.md), where the search of the cache starts.
-const DISTSERVE_ENGINE: [&str; 6] = [
-    "--max-num-seqs",
-    "1024",
-    "--max-num-batched-tokens",
-    "16384",
-    "--num-gpu-blocks",
-    "3970",
 ];
 
 /// `validate` fitted on DistServe's 1 and 4 requests/s runs, predicting the other six.

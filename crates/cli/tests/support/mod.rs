@@ -296,3 +296,15 @@ pub fn lmbench_csv(lost: Option<usize>) -> String {
     }
     text
 }
+
+/// DistServe's engine (`traces/distserve/`): its flags, and the KV blocks vLLM's arithmetic
+/// gives OPT-13B in fp16 at 0.95 of an A100-80GB (docs/guide/calibration.md), where a
+/// search of the cache starts.
+pub const DISTSERVE_ENGINE: [&str; 6] = [
+    "--max-num-seqs",
+    "1024",
+    "--max-num-batched-tokens",
+    "16384",
+    "--num-gpu-blocks",
+    "3970",
+];

@@ -340,9 +340,10 @@ impl Engine {
         };
         // Scheduling ahead, vLLM planned the next step as this one's last step started.
         let worked = !(plan.prefill.is_empty() && plan.decode.is_empty());
-        self.admit_until_ns = match self.config.async_scheduling && worked {
-            true => plan.start_ns + (plan.steps - 1) * plan.step_ns,
-            false => u64::MAX,
+        self.admit_until_ns = if self.config.async_scheduling && worked {
+            plan.start_ns + (plan.steps - 1) * plan.step_ns
+        } else {
+            u64::MAX
         };
         for (pos, tokens) in &plan.prefill {
             let block_tokens = self.config.engine_block_size;
@@ -484,9 +485,10 @@ impl Engine {
         }
         // Then admissions, FIFO, while they fit: scheduling ahead, those queued when the step
         // was planned, unless it has nothing else to do (vLLM plans none ahead then).
-        let admit_until = match prefill.is_empty() && decode.is_empty() {
-            true => u64::MAX,
-            false => self.admit_until_ns,
+        let admit_until = if prefill.is_empty() && decode.is_empty() {
+            u64::MAX
+        } else {
+            self.admit_until_ns
         };
         let mut admitted = false;
         // Whether a request waits for a later step's planning.
