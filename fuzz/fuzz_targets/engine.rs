@@ -47,6 +47,7 @@ fuzz_target!(|data: &[u8]| {
             d2h_gbps: 10.0,
             h2d_gbps: 1.0 + f64::from(byte(head, 19)),
             latency_ms: 0.0,
+            blocking: byte(head, 3) & 64 != 0,
         }),
         // Sometimes a shared tier, from 1 to 256 blocks (the engines share one store).
         shared_tier: (byte(head, 17) > 0 && byte(head, 20) > 127).then(|| {
@@ -55,6 +56,7 @@ fuzz_target!(|data: &[u8]| {
                 d2h_gbps: 10.0,
                 h2d_gbps: 1.0 + f64::from(byte(head, 22)),
                 latency_ms: f64::from(byte(head, 23)) / 100.0,
+                blocking: byte(head, 3) & 64 != 0,
             }
         }),
         // Sometimes vLLM V0's scheduler.

@@ -419,6 +419,38 @@ fn third_party_traces_are_the_published_bytes() {
             "30be1e00b46f53e45b6914a25f831c88737a519321b02653b3c672cbee9270e5",
         ),
         (
+            "llm-d-benchmark/vllm-70b-2replicas-sharegpt/LMBench_sharegpt_output_0.67.csv",
+            "32b52a3952d98b39218f4e716e6ffba1817f19b90c888f871c443c692fe35e6c",
+        ),
+        (
+            "llm-d-benchmark/vllm-70b-2replicas-sharegpt/LMBench_sharegpt_output_0.84.csv",
+            "98c5fdfdd14fbf25ef80de5559cefc5ef2a82c052573f010f83db4d1db36ea9e",
+        ),
+        (
+            "llm-d-benchmark/vllm-70b-2replicas-sharegpt/LMBench_sharegpt_output_1.17.csv",
+            "58c6b19cc1e5728425fb0e132fa8e39c37ebe87b187494fa81c688b52e607068",
+        ),
+        (
+            "llm-d-benchmark/vllm-70b-2replicas-sharegpt/LMBench_sharegpt_output_1.34.csv",
+            "6dc00c2ae2a4fec5a4284b67f3d589d772f96176f1944a8e7dc189849c0b35c3",
+        ),
+        (
+            "llm-d-benchmark/vllm-70b-2replicas-sharegpt/LMBench_sharegpt_output_1.5.csv",
+            "cf4a956e8fa67cfb202405ab688d1f48089eebc3c185248ec892319810b22c41",
+        ),
+        (
+            "llm-d-benchmark/llm-d-70b-2replicas-sharegpt/LMBench_sharegpt_output_0.5.csv",
+            "ad4ffcec01c17177a9e0b3e4437151b11ae3f06f3bc2cacecc4744174f2ae10e",
+        ),
+        (
+            "llm-d-benchmark/llm-d-70b-2replicas-sharegpt/LMBench_sharegpt_output_1.csv",
+            "9fa85d8634a65c83b4998c0871c51e1cebda75fcccf8570f3f465a284a735398",
+        ),
+        (
+            "llm-d-benchmark/llm-d-70b-2replicas-sharegpt/LMBench_sharegpt_output_1.5.csv",
+            "80021259717447106b7f40cdf3ca11f819ae649c9fa06ee08e6e7cf5331f522a",
+        ),
+        (
             "lmbench/sharegpt/run.json",
             "ceb2357a2df06eda02875faca5191986bc9e98cf59f3d2608f06532bf0dbcc23",
         ),

@@ -11,11 +11,18 @@ use serde_json::Value;
 use support::{routerlab, texts, workspace_root};
 
 fn stacks(extra: &[&str]) -> std::process::Output {
+    stacks_of("", extra)
+}
+
+/// The two stacks' directories `traces/llm-d-benchmark/{vllm,llm-d}-70b-2replicas{suffix}`.
+fn stacks_of(suffix: &str, extra: &[&str]) -> std::process::Output {
     let root = workspace_root();
     let stack = |dir: &str, config: &str| {
         format!(
             "{}={}",
-            root.join("traces/llm-d-benchmark").join(dir).display(),
+            root.join("traces/llm-d-benchmark")
+                .join(format!("{dir}{suffix}"))
+                .display(),
             root.join("examples/exp-2").join(config).display()
         )
     };
@@ -68,6 +75,49 @@ fn the_gateways_cost_on_short_prompts_is_reproduced_point_by_point() {
         human.contains("2 of 2 points compared: ratio within ±0.10 at 2, sign agrees at 2"),
         "{human}"
     );
+}
+
+/// ShareGPT's conversations at 0.5, 1 and 1.5 requests/s, where the llm-d stack logged all
+/// but a few of its requests: llm-d answers sooner than the Service, by its picker's reuse,
+/// less LMCache's transfers, which its connector makes within the engine's steps.
+#[test]
+fn lmcaches_transfers_within_the_step_reproduce_the_sharegpt_points() {
+    let root = workspace_root();
+    let workload = root.join("traces/lmbench/sharegpt");
+    let (run, warm_up) = (
+        workload.join("run.json").display().to_string(),
+        workload.join("warmup.json").display().to_string(),
+    );
+    let args = [
+        "--allow-partial",
+        "--warm-up-previous",
+        "--lmbench-workload",
+        &run,
+        "--lmbench-warm-up",
+        &warm_up,
+        "--format",
+        "json",
+    ];
+    let output = stacks_of("-sharegpt", &args);
+    let (stdout, stderr) = texts(&output);
+    assert!(output.status.success(), "{stderr}");
+    let summary: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["compared"], 3, "{summary}");
+    // Measured llm-d over Service: 250.4 / 350.0, 272.3 / 300.8, 274.1 / 287.2 ms.
+    for (point, measured) in [("0.5", 0.715), ("1", 0.906), ("1.5", 0.954)] {
+        let name = format!("LMBench_sharegpt_output_{point}.csv");
+        let row = summary["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["point"] == name.as_str())
+            .unwrap_or_else(|| panic!("no row {name}: {summary}"));
+        assert!((row["measured_ratio"].as_f64().unwrap() - measured).abs() < 0.001);
+        let simulated = row["simulated_ratio"].as_f64().unwrap();
+        assert!((simulated - measured).abs() <= 0.10, "{name}: {simulated}");
+        assert!(simulated < 1.0, "{name}: llm-d the faster, as measured");
+    }
+    assert_eq!(summary["within"], 3);
 }
 
 #[test]

@@ -48,6 +48,18 @@ pub struct HostTier {
     /// Time to the first byte of a load, milliseconds.
     #[serde(default)]
     pub latency_ms: f64,
+    /// The engine's steps wait for this tier's transfers, as LMCache's vLLM connector made
+    /// them (its `start_load_kv` loads a step's blocks before the forward pass, its
+    /// `wait_for_save` stores them after it, neither layer by layer): a load holds back the
+    /// step its request joins, and a step that completes blocks the tier lacks ends once
+    /// they are stored. Without, the transfers run beside the steps (vLLM's
+    /// `OffloadingConnector`, as NVIDIA Dynamo's mocker has it).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub blocking: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 impl HostTier {
@@ -277,6 +289,7 @@ mod tests {
             d2h_gbps: 25.0,
             h2d_gbps: 25.0,
             latency_ms: 0.0,
+            blocking: false,
         };
         // One 64-token block of 131,072 bytes a token: 8,388,608 bytes at 25 GB/s.
         assert_eq!(tier.load_ns(64 * 131_072), 335_544);

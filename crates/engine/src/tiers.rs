@@ -40,6 +40,8 @@ pub(crate) struct Loaded {
     pub(crate) shared: usize,
     /// When the last of them is on the GPU.
     pub(crate) ready_ns: u64,
+    /// Whether a tier it came from is blocking: the step waits for it, not the request.
+    pub(crate) blocking: bool,
 }
 
 /// The tiers of one engine.
@@ -176,6 +178,12 @@ impl Tiers {
                 }
             }
         }
+        let blocking = self
+            .host_link
+            .is_some_and(|l| l.tier.blocking && host_blocks > 0)
+            || self
+                .shared_link
+                .is_some_and(|l| l.tier.blocking && shared_blocks > 0);
         let start = now_ns.max(not_before_ns);
         let mut ready = start;
         for (link, blocks, stored) in [
@@ -193,12 +201,43 @@ impl Tiers {
             host: host_blocks as usize,
             shared: shared_blocks as usize,
             ready_ns: ready,
+            blocking,
         }
+    }
+
+    /// How long a step takes to store, into the blocking tiers, those of `hashes` (the
+    /// blocks it completes) each lacks: the host tier's, then the shared tier's.
+    pub(crate) fn blocking_store_ns<'a>(&self, hashes: impl Iterator<Item = &'a u64>) -> u64 {
+        let host = self
+            .host
+            .as_ref()
+            .zip(self.host_link)
+            .filter(|(_, l)| l.tier.blocking);
+        let store = self
+            .shared
+            .as_ref()
+            .zip(self.shared_link)
+            .filter(|(_, l)| l.tier.blocking);
+        if host.is_none() && store.is_none() {
+            return 0;
+        }
+        let store = store.map(|(s, l)| (s.lock(), l));
+        let (mut to_host, mut to_shared) = (0u64, 0u64);
+        for hash in hashes {
+            to_host += u64::from(host.is_some_and(|(h, _)| !h.holds(*hash)));
+            to_shared += u64::from(store.as_ref().is_some_and(|(s, _)| !s.holds(*hash)));
+        }
+        let ns = |link: Option<Link>, blocks: u64| {
+            link.map_or(0, |l| l.tier.store_ns(blocks * self.block_bytes))
+        };
+        ns(host.map(|(_, l)| l), to_host) + ns(store.as_ref().map(|(_, l)| *l), to_shared)
     }
 }
 
 /// Stores into `tier` the blocks of `cohort` it lacks, as one transfer over `link`'s
-/// device-to-host lane from `now`; fences their GPU blocks until it ends.
+/// device-to-host lane from `now`; fences their GPU blocks until it ends. A blocking tier's
+/// store was part of the step that ends at `now` ([`Tiers::blocking_store_ns`]): its blocks
+/// are stored by then.
 fn store_into(
     tier: &mut HostCache,
     link: &mut Link,
@@ -209,6 +248,12 @@ fn store_into(
 ) {
     let missing = cohort.iter().filter(|(_, h)| !tier.holds(*h)).count() as u64;
     if missing == 0 {
+        return;
+    }
+    if link.tier.blocking {
+        for (_, hash) in cohort {
+            tier.store(*hash, now_ns);
+        }
         return;
     }
     let end = link

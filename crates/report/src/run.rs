@@ -279,6 +279,9 @@ pub struct HostTierRun {
     pub h2d_gbps: f64,
     /// Time to a load's first byte, ms.
     pub latency_ms: f64,
+    /// The engine's steps waited for its transfers (LMCache's connector).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub blocking: bool,
 }
 
 /// A step-time model and its coefficients.

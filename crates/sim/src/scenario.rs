@@ -596,12 +596,14 @@ pub mod recorded {
                 d2h_gbps,
                 h2d_gbps,
                 latency_ms,
+                blocking,
             } = tier;
             HostTierRun {
                 blocks,
                 d2h_gbps,
                 h2d_gbps,
                 latency_ms,
+                blocking,
             }
         };
         EngineRun {

@@ -35,6 +35,22 @@ impl Engine {
         u64::from(until_finish)
     }
 
+    /// How long the step of `prefill` (running positions, tokens) takes to store, into
+    /// the blocking tiers, the prompt blocks it completes: those `finish_step` publishes.
+    pub(super) fn blocking_stores_ns(&self, prefill: &[(usize, u32)]) -> u64 {
+        if !self.tiers.any() || !self.config.prefix_caching {
+            return 0;
+        }
+        let block_tokens = self.config.engine_block_size;
+        let completed = prefill.iter().flat_map(|(pos, tokens)| {
+            let seq = &self.running[*pos];
+            let full = ((seq.computed + tokens) / block_tokens) as usize;
+            let end = full.min(seq.hashes.len()).min(seq.blocks.len());
+            &seq.hashes[seq.published.min(end)..end]
+        });
+        self.tiers.blocking_store_ns(completed)
+    }
+
     /// Identical decode steps possible from here: until someone finishes or needs a block.
     pub(super) fn decode_run(&self) -> u64 {
         let block_tokens = self.config.engine_block_size;

@@ -596,7 +596,12 @@ impl Engine {
                     loaded.shared as u32 * block_tokens,
                 );
                 seq.computed += host + shared;
-                seq.ready_ns = loaded.ready_ns;
+                if loaded.blocking {
+                    // The step waits for the load and computes the rest after it.
+                    self.compute_after_ns = self.compute_after_ns.max(loaded.ready_ns);
+                } else {
+                    seq.ready_ns = loaded.ready_ns;
+                }
                 seq.load_ns += loaded.ready_ns - now_ns;
                 seq.host_hit_tokens.get_or_insert(host);
                 seq.shared_hit_tokens.get_or_insert(shared);
@@ -743,6 +748,7 @@ impl Engine {
         if let Some(lora) = &self.lora {
             step_ns = lora.step_ns(step_ns);
         }
+        step_ns += self.blocking_stores_ns(&prefill);
         // The step starts once the stores reading the blocks it writes end.
         let start_ns = now_ns.max(self.compute_after_ns);
         self.plan = Some(Plan {
@@ -768,5 +774,7 @@ mod restart;
 mod tests;
 #[cfg(test)]
 mod tests_async;
+#[cfg(test)]
+mod tests_blocking;
 #[cfg(test)]
 mod tests_speculative;

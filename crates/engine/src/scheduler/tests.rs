@@ -352,6 +352,7 @@ fn a_block_evicted_to_the_host_tier_costs_its_load_not_its_prefill() {
         d2h_gbps: 1e6,
         h2d_gbps: 1.0,
         latency_ms: 1.0,
+        blocking: false,
     });
     let mut engine = Engine::new(config);
     // Request 0: 8 tokens (two blocks), computed and stored to the host as they are.
@@ -402,6 +403,7 @@ fn a_store_takes_its_turn_on_the_lane_and_holds_the_engine_until_its_gpu_blocks_
         d2h_gbps: 1.0,
         h2d_gbps: 1.0,
         latency_ms: 0.0,
+        blocking: false,
     });
     let mut engine = Engine::new(config);
     // Request 0 (blocks 1, 2 in GPU blocks 0, 1) computes in 5 ms; its two blocks go to the
@@ -446,6 +448,7 @@ fn the_shared_tier_serves_another_engines_block_over_the_loading_engines_link() 
         d2h_gbps: 1.0,
         h2d_gbps,
         latency_ms,
+        blocking: false,
     };
     let mut a = linear(8, 4, 100);
     a.kv_bytes_per_token = Some(1_000);
@@ -455,6 +458,7 @@ fn the_shared_tier_serves_another_engines_block_over_the_loading_engines_link() 
     b.shared_tier = Some(link(2.0, 0.5));
     b.host_tier = Some(HostTier {
         latency_ms: 1.0,
+        blocking: false,
         ..link(1.0, 0.0)
     });
     let mut a = Engine::new(a);
