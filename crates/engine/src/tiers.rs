@@ -9,7 +9,9 @@
 //! cannot be written over: the engine's next step waits for it when it would write one
 //! (Dynamo's source-reuse fence, engine-wide as its vLLM adapter's `compute_not_before`).
 //! A load starts once its blocks are stored, its destination blocks are free of such
-//! stores, and the lane is free.
+//! stores, and the lane is free. A blocking tier (`HostTier::blocking`, LMCache's
+//! connector) moves its blocks within the steps instead: a step's stores are part of its
+//! time and fence nothing, and a load holds back the step its request joins.
 
 use crate::config::EngineConfig;
 use crate::host::{HostCache, HostTier, Lane, SharedStore};
