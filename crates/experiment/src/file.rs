@@ -361,8 +361,20 @@ impl Layers {
 
 /// Reads `mapping` as an experiment, its version checked.
 fn read(mapping: Mapping) -> Result<Experiment, String> {
-    let mut experiment: Experiment = serde_yaml::from_value(Value::Mapping(mapping.clone()))
-        .map_err(|e| one_line(&e.to_string()))?;
+    let mut experiment: Experiment =
+        serde_path_to_error::deserialize(Value::Mapping(mapping.clone())).map_err(|e| {
+            let inner = one_line(&e.inner().to_string());
+            let path = e.path().to_string();
+            // An unknown key's message names it: its path is the mapping it is in.
+            let path = match inner.starts_with("unknown field") {
+                true => path.rsplit_once('.').map_or("", |(parent, _)| parent),
+                false => path.as_str(),
+            };
+            match path {
+                "" | "." => inner,
+                path => format!("`{path}`: {inner}"),
+            }
+        })?;
     if let Some(version) = experiment.version.filter(|v| !(1..=VERSION).contains(v)) {
         return Err(format!(
             "`version` {version}: this routerlab reads experiment files of version 1 to {VERSION}"
@@ -480,6 +492,26 @@ mod tests {
         let engine = e.engine.unwrap();
         assert_eq!(engine.max_num_seqs, Some(8));
         assert_eq!(engine.num_gpu_blocks, Some(100));
+    }
+
+    #[test]
+    fn a_wrong_value_is_named_by_its_keys_path() {
+        let err = |text: &str| {
+            Layers::new()
+                .over(layer(text))
+                .experiment()
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err("engine: {host_tier: {blocks: 8, d2h_gbps: 1, h2d_gbps: 1, blocking: yes}}"),
+            "`engine.host_tier.blocking`: invalid type: string \"yes\", expected a boolean"
+        );
+        // An unknown key is named by the mapping it is in and its own name.
+        assert!(
+            err("engine: {host_tier: {blocks: 8, d2h_gbps: 1, h2d_gbps: 1, blockin: true}}")
+                .starts_with("`engine.host_tier`: unknown field `blockin`"),
+        );
     }
 
     #[test]
