@@ -54,12 +54,8 @@ pub struct HostTier {
     /// step its request joins, and a step that completes blocks the tier lacks ends once
     /// they are stored. Without, the transfers run beside the steps (vLLM's
     /// `OffloadingConnector`, as NVIDIA Dynamo's mocker has it).
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub blocking: bool,
-}
-
-fn is_false(value: &bool) -> bool {
-    !*value
 }
 
 impl HostTier {

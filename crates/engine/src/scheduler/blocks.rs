@@ -5,6 +5,21 @@
 
 use super::{Engine, KvCache, Sequence};
 
+/// How many of `seq`'s prompt blocks are published once `tokens` more are computed: each
+/// full block up to its last hash, with prefix caching; none more without.
+pub(super) fn published_after(
+    seq: &Sequence,
+    tokens: u32,
+    block_tokens: u32,
+    prefix_caching: bool,
+) -> usize {
+    let full = ((seq.computed + tokens) / block_tokens) as usize;
+    match prefix_caching {
+        true => full.min(seq.hashes.len()).max(seq.published),
+        false => seq.published,
+    }
+}
+
 impl Engine {
     /// Length of the decode run starting now: until the first sequence finishes, with the
     /// blocks every sequence fills during the run reserved up front (so KV usage leads by at
@@ -44,9 +59,9 @@ impl Engine {
         let block_tokens = self.config.engine_block_size;
         let completed = prefill.iter().flat_map(|(pos, tokens)| {
             let seq = &self.running[*pos];
-            let full = ((seq.computed + tokens) / block_tokens) as usize;
-            let end = full.min(seq.hashes.len()).min(seq.blocks.len());
-            &seq.hashes[seq.published.min(end)..end]
+            let end = published_after(seq, *tokens, block_tokens, self.config.prefix_caching);
+            // The named blocks among them (those with ids), as `finish_step` publishes.
+            &seq.hashes[seq.published.min(seq.blocks.len())..end.min(seq.blocks.len())]
         });
         self.tiers.blocking_store_ns(completed)
     }

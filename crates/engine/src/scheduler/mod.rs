@@ -348,14 +348,10 @@ impl Engine {
         for (pos, tokens) in &plan.prefill {
             let block_tokens = self.config.engine_block_size;
             let seq = &mut self.running[*pos];
-            seq.computed += tokens;
             // Publish the full prompt blocks now computed.
-            let full = (seq.computed / block_tokens) as usize;
+            let end = published_after(seq, *tokens, block_tokens, self.config.prefix_caching);
+            seq.computed += tokens;
             let start = seq.published;
-            let end = match self.config.prefix_caching {
-                true => full.min(seq.hashes.len()).max(start),
-                false => start,
-            };
             let parent = start.checked_sub(1).map(|p| seq.hashes[p]);
             // The blocks with ids, then the anonymous ones, which only count.
             let named = start.min(seq.blocks.len())..end.min(seq.blocks.len());
@@ -765,7 +761,7 @@ impl Engine {
 }
 
 mod blocks;
-use blocks::give;
+use blocks::{give, published_after};
 mod lockstep;
 mod predict;
 mod restart;
