@@ -48,11 +48,12 @@ for run in traces/distserve/vllm-*.exp; do
 done
 # llm-d-benchmark's exp-2 behind the plain Service: two engines, TP 2 each. Its prompts are
 # conversations, each round the previous one's prompt with an answer and a new question: the
-# workload file LMBench sent says which request continues which.
+# workload file LMBench sent says which request continues which. The Service spreads them at
+# random, so each latency is the median over nine seeds of that draw.
 for rate in 0.5 1 2 8 10; do
     row v1 "Llama-3.1-70B, 2 x (2 x A100-80GB), $rate/s" --gpu A100-80GB \
         --model-config $M/Llama-3.1-70B.json --tensor-parallel-size 2 \
-        --data-parallel-size 2 --router random --gpu-memory-utilization 0.95 \
+        --data-parallel-size 2 --router random --router-seeds 9 --gpu-memory-utilization 0.95 \
         --max-num-seqs 256 --max-num-batched-tokens 8192 \
         --lmbench-workload traces/lmbench/sharegpt/run.json \
         traces/llm-d-benchmark/vllm-70b-2replicas-sharegpt/LMBench_sharegpt_output_$rate.csv
@@ -97,7 +98,7 @@ profile "$OUT/a100.yaml" --gpu A100-80GB --model-config $M/OPT-13B.json --schedu
 for rate in 0.5 1 2 8 10; do
     row profiled "Llama-3.1-70B, $rate/s (DistServe's profile)" --gpu "$OUT/a100.yaml" \
         --model-config $M/Llama-3.1-70B.json --tensor-parallel-size 2 \
-        --data-parallel-size 2 --router random --gpu-memory-utilization 0.95 \
+        --data-parallel-size 2 --router random --router-seeds 9 --gpu-memory-utilization 0.95 \
         --max-num-seqs 256 --max-num-batched-tokens 8192 \
         --lmbench-workload traces/lmbench/sharegpt/run.json \
         traces/llm-d-benchmark/vllm-70b-2replicas-sharegpt/LMBench_sharegpt_output_$rate.csv

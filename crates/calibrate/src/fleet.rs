@@ -65,6 +65,13 @@ impl ServingFleet {
         &self.matcher
     }
 
+    /// Seeds the routers of the replays after this with `seed` (the matcher's `seed`
+    /// key): a random matcher spreads the same requests differently under each (0 until
+    /// set).
+    pub fn set_seed(&mut self, seed: u64) {
+        self.scenario.seed = seed;
+    }
+
     /// Replays `workload` on the fleet, every engine `engine`, and returns what its
     /// requests took. Each replay starts from routers as new (a policy's state, such as
     /// where its round robin stands, is not carried from one replay to the next), so the

@@ -60,8 +60,11 @@ pub struct RunCheck {
     pub requests: usize,
     /// [`METRICS`] measured.
     pub measured: [f64; 8],
-    /// [`METRICS`] simulated.
+    /// [`METRICS`] simulated: under several seeds of the routers, each one's median over
+    /// them.
     pub simulated: [f64; 8],
+    /// Under several seeds, each metric's lowest and highest over them ([`RunCheck::over_seeds`]).
+    pub range: Option<[[f64; 2]; 8]>,
 }
 
 impl RunCheck {
@@ -73,7 +76,33 @@ impl RunCheck {
             requests: measured.ttft_ms.len(),
             measured: metrics(measured),
             simulated: metrics(simulated),
+            range: None,
         }
+    }
+
+    /// Compares the runs `simulated`, one under each seed of the routers (a random or
+    /// otherwise seeded router spreads the requests differently under each), with
+    /// `measured`: each metric's median over the seeds as the simulated value, with its
+    /// lowest and highest. One seed is [`RunCheck::new`].
+    pub fn over_seeds(
+        run: String,
+        fitted: bool,
+        measured: &Samples,
+        simulated: &[Samples],
+    ) -> RunCheck {
+        let mut check = RunCheck::new(run, fitted, measured, &simulated[0]);
+        if simulated.len() > 1 {
+            let each: Vec<[f64; 8]> = simulated.iter().map(metrics).collect();
+            let mut range = [[0.0; 2]; 8];
+            for i in 0..8 {
+                let mut values: Vec<f64> = each.iter().map(|m| m[i]).collect();
+                values.sort_by(f64::total_cmp);
+                check.simulated[i] = median_sorted(&values);
+                range[i] = [values[0], values[values.len() - 1]];
+            }
+            check.range = Some(range);
+        }
+        check
     }
 
     /// The first metric measured as 0, if any: no request is served in no time, and an
@@ -104,13 +133,18 @@ pub fn median_errors(runs: &[RunCheck]) -> ([f64; 8], usize) {
     let medians = std::array::from_fn(|i| {
         let mut errors: Vec<f64> = judged.iter().map(|r| r.errors()[i]).collect();
         errors.sort_by(f64::total_cmp);
-        match errors.len() {
-            0 => 0.0,
-            n if n % 2 == 1 => errors[n / 2],
-            n => (errors[n / 2 - 1] + errors[n / 2]) / 2.0,
-        }
+        median_sorted(&errors)
     });
     (medians, judged.len())
+}
+
+/// The median of `sorted` (the middle two's mean when they are even; 0 when empty).
+pub fn median_sorted(sorted: &[f64]) -> f64 {
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
 }
 
 #[cfg(test)]
@@ -155,5 +189,27 @@ mod tests {
         let (medians, _) = median_errors(&runs[1..3]);
         assert!((medians[1] - 15.0).abs() < 1e-9, "{medians:?}");
         assert_eq!(abs_error_pct(0.0, 0.0), 0.0);
+    }
+
+    #[test]
+    fn over_seeds_each_metric_is_its_median_with_its_range() {
+        let measured = samples(&[100.0], &[1000.0]);
+        let seeds = [
+            samples(&[90.0], &[1200.0]),
+            samples(&[130.0], &[800.0]),
+            samples(&[100.0], &[1100.0]),
+        ];
+        let check = RunCheck::over_seeds("r".into(), false, &measured, &seeds);
+        // TTFT: 90, 130, 100 → 100 (not the first seed's 90); E2E: 1200, 800, 1100 → 1100.
+        assert_eq!(check.simulated[0], 100.0);
+        assert_eq!(check.simulated[4], 1100.0);
+        let range = check.range.expect("three seeds have a range");
+        assert_eq!(range[0], [90.0, 130.0]);
+        assert_eq!(range[4], [800.0, 1200.0]);
+        assert_eq!(check.errors()[0], 0.0);
+        // One seed is the plain comparison, with no range.
+        let one = RunCheck::over_seeds("r".into(), false, &measured, &seeds[..1]);
+        assert_eq!(one, RunCheck::new("r".into(), false, &measured, &seeds[0]));
+        assert_eq!(one.range, None);
     }
 }

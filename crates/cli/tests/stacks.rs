@@ -38,12 +38,20 @@ fn stacks_of(suffix: &str, extra: &[&str]) -> std::process::Output {
 #[test]
 fn the_gateways_cost_on_short_prompts_is_reproduced_point_by_point() {
     // The two points both directories hold (the llm-d ShareGPT run has no Service twin),
-    // the 10/s one starting from the caches the 9.5/s one left, as each stack ran them.
-    let output = stacks(&["--warm-up-previous", "--format", "json"]);
+    // the 10/s one starting from the caches the 9.5/s one left, as each stack ran them;
+    // each stack's TTFT p50 the median over nine seeds of its routers.
+    let output = stacks(&[
+        "--warm-up-previous",
+        "--router-seeds",
+        "9",
+        "--format",
+        "json",
+    ]);
     let (stdout, stderr) = texts(&output);
     assert!(output.status.success(), "{stderr}");
     let summary: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(summary["points"], 2);
+    assert_eq!(summary["seeds"], 9);
     let rows = summary["rows"].as_array().unwrap();
     let row = |name: &str| {
         rows.iter()
@@ -67,10 +75,12 @@ fn the_gateways_cost_on_short_prompts_is_reproduced_point_by_point() {
             "{name}: {simulated} vs {measured}"
         );
         assert_eq!(row["sign_agrees"], true);
+        // Every seed's own ratio has llm-d the slower.
+        assert!(row["simulated_ratio_range"][0].as_f64().unwrap() > 1.0, "{row}");
     }
     assert_eq!(summary["within"], 2);
     // The human table says the same.
-    let human = texts(&stacks(&["--warm-up-previous"])).0;
+    let human = texts(&stacks(&["--warm-up-previous", "--router-seeds", "9"])).0;
     assert!(
         human.contains("2 of 2 points compared: ratio within ±0.10 at 2, sign agrees at 2"),
         "{human}"
@@ -79,7 +89,9 @@ fn the_gateways_cost_on_short_prompts_is_reproduced_point_by_point() {
 
 /// ShareGPT's conversations at 0.5, 1 and 1.5 requests/s, where the llm-d stack logged all
 /// but a few of its requests: llm-d answers sooner than the Service, by its picker's reuse,
-/// less LMCache's transfers, which its connector makes within the engine's steps.
+/// less LMCache's transfers, which its connector makes within the engine's steps. The
+/// Service's random balancer makes one seed's ratio one draw (0.50 to 0.88 at 0.5/s over
+/// nine seeds): each stack's TTFT p50 is its median over nine.
 #[test]
 fn lmcaches_transfers_within_the_step_reproduce_the_sharegpt_points() {
     let root = workspace_root();
@@ -95,6 +107,8 @@ fn lmcaches_transfers_within_the_step_reproduce_the_sharegpt_points() {
         &run,
         "--lmbench-warm-up",
         &warm_up,
+        "--router-seeds",
+        "9",
         "--format",
         "json",
     ];
@@ -267,4 +281,90 @@ fn a_point_is_warmed_by_the_one_launched_before_it() {
     // earlier point has none before it.
     assert!(warm[0] < cold[0], "{warm:?} {cold:?}");
     assert_eq!(warm[1], cold[1]);
+}
+
+/// A Service spreads requests at random, so one seed's simulated latency is one draw:
+/// `--router-seeds N` replays each run under seeds 0 to N−1 and reports each metric's
+/// median over them with its lowest and highest. A router that draws nothing (round robin)
+/// gives every seed the same answer.
+#[test]
+fn a_random_routers_run_is_judged_over_its_seeds() {
+    let root = workspace_root();
+    let run = root
+        .join("traces/llm-d-benchmark/vllm-70b-2replicas-sharegpt/LMBench_sharegpt_output_0.5.csv")
+        .display()
+        .to_string();
+    let model = root
+        .join("traces/models/Llama-3.1-70B.json")
+        .display()
+        .to_string();
+    let workload = root
+        .join("traces/lmbench/sharegpt/run.json")
+        .display()
+        .to_string();
+    let validate = |router: &str, seeds: &str, format: &str| {
+        routerlab(&[
+            "validate",
+            "--gpu",
+            "A100-80GB",
+            "--model-config",
+            &model,
+            "--tensor-parallel-size",
+            "2",
+            "--data-parallel-size",
+            "2",
+            "--router",
+            router,
+            "--gpu-memory-utilization",
+            "0.95",
+            "--max-num-seqs",
+            "256",
+            "--max-num-batched-tokens",
+            "8192",
+            "--lmbench-workload",
+            &workload,
+            &run,
+            "--router-seeds",
+            seeds,
+            "--format",
+            format,
+        ])
+    };
+    let report = |router: &str, seeds: &str| -> Value {
+        let output = validate(router, seeds, "json");
+        let (stdout, stderr) = texts(&output);
+        assert!(output.status.success(), "{stderr}");
+        serde_json::from_str(&stdout).unwrap()
+    };
+    let random = report("random", "5");
+    let ttft = &random["runs"][0]["metrics"]["ttft_p50_ms"];
+    let simulated = ttft["simulated"].as_f64().unwrap();
+    let [low, high] = [0, 1].map(|i| ttft["simulated_range"][i].as_f64().unwrap());
+    assert!(low <= simulated && simulated <= high, "{ttft}");
+    // The Service's random draws differ: seed 0 alone is one of five values, not all.
+    assert!(high > low * 1.02, "{ttft}");
+    let seed_0 = report("random", "1");
+    let alone = &seed_0["runs"][0]["metrics"]["ttft_p50_ms"];
+    assert!(alone.get("simulated_range").is_none(), "{alone}");
+    let alone = alone["simulated"].as_f64().unwrap();
+    assert!(low <= alone && alone <= high, "seed 0 ({alone}) is one of the five");
+    // Round robin draws nothing: every seed gives the same latencies.
+    let fixed = report("round-robin", "3");
+    for metric in ["ttft_p50_ms", "e2e_mean_ms"] {
+        let m = &fixed["runs"][0]["metrics"][metric];
+        let range = [0, 1].map(|i| m["simulated_range"][i].as_f64().unwrap());
+        assert_eq!(range, [m["simulated"].as_f64().unwrap(); 2], "{metric}: {m}");
+    }
+    // The CSV gains the two columns; the human report says what the value is.
+    let csv = texts(&validate("random", "5", "csv")).0;
+    assert!(
+        csv.starts_with("run,role,metric,measured,simulated,abs_error_pct,simulated_low,simulated_high\n"),
+        "{csv}"
+    );
+    let human = texts(&validate("random", "5", "human")).0;
+    assert!(human.contains("seeds' range"), "{human}");
+    assert!(human.contains("the median over the routers' seeds 0 to 4"), "{human}");
+    let refused = validate("random", "0", "json");
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(texts(&refused).1.contains("--router-seeds"));
 }

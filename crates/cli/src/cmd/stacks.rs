@@ -51,7 +51,11 @@ struct Row {
     simulated_a_ms: Option<f64>,
     simulated_b_ms: Option<f64>,
     measured_ratio: f64,
+    /// Under several seeds: the ratio of the two stacks' medians over them.
     simulated_ratio: Option<f64>,
+    /// Under several seeds: the lowest and highest of each seed's own ratio.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    simulated_ratio_range: Option<[f64; 2]>,
     /// |simulated − measured| ratio.
     gap: Option<f64>,
     sign_agrees: Option<bool>,
@@ -63,11 +67,19 @@ struct Row {
 #[derive(Debug, Serialize)]
 struct Summary {
     metric: &'static str,
+    /// The seeds each point was simulated under (its stacks' files' seed and those after;
+    /// left out when one).
+    #[serde(skip_serializing_if = "is_one")]
+    seeds: u32,
     points: usize,
     compared: usize,
     within: usize,
     sign_agrees: usize,
     rows: Vec<Row>,
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 fn stack(text: &str) -> Result<Stack, Failure> {
@@ -123,14 +135,16 @@ fn point(path: &Path, workload: Option<&Path>) -> Result<Point, Failure> {
 
 /// The simulated median TTFT of `point` as `stack`'s file describes the fleet, after
 /// `warm` when given, with the conversations of LMBench's `workload` when given, after
-/// LMBench's warm-up `lmbench_warm_up` when given.
+/// LMBench's warm-up `lmbench_warm_up` when given: one under each of `seeds` seeds, the
+/// file's own (0 unless it sets one) and those after it.
 fn simulate(
     stack: &Stack,
     point: &Path,
     warm: Option<&Path>,
     workload: Option<&Path>,
     lmbench_warm_up: Option<&Path>,
-) -> Result<f64, Failure> {
+    seeds: u32,
+) -> Result<Vec<f64>, Failure> {
     let mut layer = Mapping::new();
     let text = |p: &Path| Value::from(p.to_string_lossy().into_owned());
     layer.insert("trace".into(), text(point));
@@ -145,14 +159,31 @@ fn simulate(
         layer.insert("lmbench_warm_up".into(), text(warm));
     }
     let experiment = crate::opts::experiment(Some(&stack.config), layer)?;
-    let run = resolve(&experiment)?;
-    let mut replicas = crate::cmd::build_replicas(&run)?;
-    let report = run.replay(&mut replicas, &mut NoObserver)?;
-    report
-        .timed
-        .and_then(|t| t.ttft)
-        .map(|l| l.p50)
-        .ok_or_else(|| Failure::input(format!("{}: no request finished", point.display())))
+    let mut run = resolve(&experiment)?;
+    let first = run.scenario.seed;
+    let mut each = Vec::with_capacity(seeds as usize);
+    for k in 0..seeds {
+        run.scenario.seed = first.wrapping_add(u64::from(k));
+        let mut replicas = crate::cmd::build_replicas(&run)?;
+        let report = run.replay(&mut replicas, &mut NoObserver)?;
+        each.push(
+            report
+                .timed
+                .and_then(|t| t.ttft)
+                .map(|l| l.p50)
+                .ok_or_else(|| {
+                    Failure::input(format!("{}: no request finished", point.display()))
+                })?,
+        );
+    }
+    Ok(each)
+}
+
+/// The median of `values` and their lowest and highest.
+fn spread(mut values: Vec<f64>) -> (f64, [f64; 2]) {
+    values.sort_by(f64::total_cmp);
+    let median = routerlab_calibrate::validate::median_sorted(&values);
+    (median, [values[0], values[values.len() - 1]])
 }
 
 /// The comparison of `args.stacks`.
@@ -234,11 +265,18 @@ pub fn run(args: &ValidateArgs) -> Result<(), Failure> {
                         before,
                         workload,
                         args.lmbench_warm_up.as_deref(),
+                        args.router_seeds,
                     )
                 };
                 Some((run(&a, pa, &warm_a[i])?, run(&b, pb, &warm_b[i])?))
             }
         };
+        // Each seed's own ratio, and each stack's median over the seeds.
+        let ratio_range = simulated
+            .as_ref()
+            .filter(|_| args.router_seeds > 1)
+            .map(|(sa, sb)| spread(sb.iter().zip(sa).map(|(b, a)| b / a).collect()).1);
+        let simulated = simulated.map(|(sa, sb)| (spread(sa).0, spread(sb).0));
         let measured_ratio = pb.measured / pa.measured;
         let simulated_ratio = simulated.map(|(sa, sb)| sb / sa);
         let side = |r: f64| {
@@ -258,6 +296,7 @@ pub fn run(args: &ValidateArgs) -> Result<(), Failure> {
             simulated_b_ms: simulated.map(|s| s.1),
             measured_ratio,
             simulated_ratio,
+            simulated_ratio_range: ratio_range,
             gap: simulated_ratio.map(|s| (s - measured_ratio).abs()),
             sign_agrees: simulated_ratio.map(|s| side(s) == side(measured_ratio)),
             skipped: partial.map(|p| format!("partial ({p})")),
@@ -269,6 +308,7 @@ pub fn run(args: &ValidateArgs) -> Result<(), Failure> {
         .collect();
     let summary = Summary {
         metric: "ttft_p50",
+        seeds: args.router_seeds,
         points: rows.len(),
         compared: compared.len(),
         within: compared
@@ -292,9 +332,10 @@ pub fn run(args: &ValidateArgs) -> Result<(), Failure> {
 
 fn human(summary: &Summary) -> String {
     let mut out = String::new();
+    let seeded = summary.seeds > 1;
     let _ = writeln!(
         out,
-        "{:<36} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>6}  sign",
+        "{:<36} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}{} {:>6}  sign",
         "point (TTFT p50, ms)",
         "meas. A",
         "meas. B",
@@ -302,14 +343,24 @@ fn human(summary: &Summary) -> String {
         "sim. B",
         "meas. ×",
         "sim. ×",
+        if seeded {
+            format!(" {:>14}", "seeds' ×")
+        } else {
+            String::new()
+        },
         "gap"
     );
     for r in &summary.rows {
         let cell =
             |v: Option<f64>, digits: usize| v.map_or("-".to_owned(), |v| format!("{v:.digits$}"));
+        let range = match (seeded, r.simulated_ratio_range) {
+            (false, _) => String::new(),
+            (true, Some([low, high])) => format!(" {:>14}", format!("{low:.2} to {high:.2}")),
+            (true, None) => format!(" {:>14}", "-"),
+        };
         let _ = writeln!(
             out,
-            "{:<36} {:>9.1} {:>9.1} {:>9} {:>9} {:>8.3} {:>8} {:>6}  {}",
+            "{:<36} {:>9.1} {:>9.1} {:>9} {:>9} {:>8.3} {:>8}{range} {:>6}  {}",
             r.point,
             r.measured_a_ms,
             r.measured_b_ms,
@@ -330,5 +381,12 @@ fn human(summary: &Summary) -> String {
         "\n{} of {} points compared: ratio within ±{WITHIN:.2} at {}, sign agrees at {}",
         summary.compared, summary.points, summary.within, summary.sign_agrees
     );
+    if seeded {
+        let _ = writeln!(
+            out,
+            "(simulated: each stack's median over {} seeds of its routers; seeds' ×: the lowest and highest of one seed's ratio)",
+            summary.seeds
+        );
+    }
     out
 }

@@ -40,6 +40,13 @@ pub struct ValidateArgs {
     /// Replays the search may run (each replays every fitted run once).
     #[arg(long, value_name = "N", default_value_t = 300)]
     pub budget: usize,
+    /// Judge each run (each point of --stack) under the routers' seeds 0 to N−1: a random
+    /// router spreads one run's requests differently under each seed, and one seed's
+    /// latency is one draw of that. Each simulated metric is then its median over the
+    /// seeds, printed with its lowest and highest (the fit itself replays seed 0).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub router_seeds: u32,
     /// Report format: human, json, yaml (the JSON document as YAML) or csv (one row per
     /// run and metric).
     #[arg(long, value_name = "FORMAT", default_value = "human")]
@@ -114,6 +121,24 @@ fn joined(parts: impl IntoIterator<Item = Samples>) -> Samples {
         all.makespan_s += part.makespan_s;
     }
     all
+}
+
+/// `workload` replayed on `fleet` of `engine`s under the routers' seeds 0 to `seeds` − 1,
+/// one result each (the fleet left at seed 0, as the fit replays it).
+fn under_seeds(
+    fleet: &mut ServingFleet,
+    seeds: u32,
+    workload: &Workload,
+    engine: &EngineConfig,
+) -> Option<Vec<Samples>> {
+    let mut each = Vec::with_capacity(seeds as usize);
+    for seed in 0..seeds {
+        fleet.set_seed(u64::from(seed));
+        let simulated = fleet.simulate(workload, engine);
+        fleet.set_seed(0);
+        each.push(simulated?);
+    }
+    Some(each)
 }
 
 fn simulate_all(runs: &[&Run], fleet: &mut ServingFleet, engine: &EngineConfig) -> Option<Samples> {
@@ -321,13 +346,14 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
         .chain(predicted.iter().map(|r| (r, false)))
     {
         let own = run.limits.on(&engine);
-        let simulated = fleet.simulate(&run.workload, &own).ok_or_else(|| {
-            Failure::input(format!(
-                "{}: the fitted engine could not replay every request of this run",
-                run.label
-            ))
-        })?;
-        let check = RunCheck::new(
+        let simulated = under_seeds(&mut fleet, args.router_seeds, &run.workload, &own)
+            .ok_or_else(|| {
+                Failure::input(format!(
+                    "{}: the fitted engine could not replay every request of this run",
+                    run.label
+                ))
+            })?;
+        let check = RunCheck::over_seeds(
             run.label.clone(),
             fit_on,
             &run.measured.samples(),
@@ -340,15 +366,19 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
             )));
         }
         if let Some(plain) = &zero_shot {
-            let simulated = fleet
-                .simulate(&run.workload, &run.limits.on(plain))
-                .ok_or_else(|| {
-                    Failure::input(format!(
-                        "{}: the zero-shot engine could not replay every request of this run",
-                        run.label
-                    ))
-                })?;
-            let plain = RunCheck::new(
+            let simulated = under_seeds(
+                &mut fleet,
+                args.router_seeds,
+                &run.workload,
+                &run.limits.on(plain),
+            )
+            .ok_or_else(|| {
+                Failure::input(format!(
+                    "{}: the zero-shot engine could not replay every request of this run",
+                    run.label
+                ))
+            })?;
+            let plain = RunCheck::over_seeds(
                 run.label.clone(),
                 fit_on,
                 &run.measured.samples(),
@@ -384,7 +414,13 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
         crate::cmd::write_output(out, yaml.as_bytes(), "the engine config")?;
     }
     let text = match args.format {
-        OutputFormat::Human => human(&checks, &zero_shot_errors, evaluations, args.seed),
+        OutputFormat::Human => human(
+            &checks,
+            &zero_shot_errors,
+            evaluations,
+            args.seed,
+            args.router_seeds,
+        ),
         OutputFormat::Json => {
             serde_json::to_string_pretty(&document(&checks, &zero_shot_errors, &engine))
                 .expect("a report serialises")
@@ -398,8 +434,15 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
 }
 
 /// The report for people; with `zero_shot` (one row of errors per check), a column of
-/// what the GPU's published figures alone gave beside the fitted or profiled ones.
-fn human(checks: &[RunCheck], zero_shot: &[[f64; 8]], evaluations: usize, seed: u64) -> String {
+/// what the GPU's published figures alone gave beside the fitted or profiled ones; under
+/// several of the routers' `seeds`, the simulated median's range over them.
+fn human(
+    checks: &[RunCheck],
+    zero_shot: &[[f64; 8]],
+    evaluations: usize,
+    seed: u64,
+    seeds: u32,
+) -> String {
     let mut out = String::new();
     for (k, check) in checks.iter().enumerate() {
         let role = if check.fitted { "fitted" } else { "predicted" };
@@ -410,6 +453,9 @@ fn human(checks: &[RunCheck], zero_shot: &[[f64; 8]], evaluations: usize, seed: 
             "  {:<16}{:>12}{:>12}{:>9}",
             "", "measured", "simulated", "error"
         );
+        if check.range.is_some() {
+            let _ = write!(out, "{:>22}", "seeds' range");
+        }
         let _ = writeln!(out, "{}", if plain.is_some() { "  zero-shot" } else { "" });
         let errors = check.errors();
         for (i, (name, _)) in METRICS.iter().enumerate() {
@@ -418,6 +464,10 @@ fn human(checks: &[RunCheck], zero_shot: &[[f64; 8]], evaluations: usize, seed: 
                 "  {name:<16}{:>12.1}{:>12.1}{:>8.1}%",
                 check.measured[i], check.simulated[i], errors[i]
             );
+            if let Some(range) = &check.range {
+                let [low, high] = range[i];
+                let _ = write!(out, "{:>22}", format!("{low:.1} to {high:.1}"));
+            }
             match plain {
                 Some(row) => {
                     let _ = writeln!(out, "{:>10.1}%", row[i]);
@@ -437,7 +487,15 @@ fn human(checks: &[RunCheck], zero_shot: &[[f64; 8]], evaluations: usize, seed: 
     for (i, (name, _)) in METRICS.iter().enumerate() {
         let _ = writeln!(out, "  {name:<16}{:>8.1}%", medians[i]);
     }
-    let _ = writeln!(out, "({evaluations} fit replays, seed {seed})");
+    if seeds > 1 {
+        let _ = writeln!(
+            out,
+            "({evaluations} fit replays, seed {seed}; simulated: the median over the routers' seeds 0 to {})",
+            seeds - 1
+        );
+    } else {
+        let _ = writeln!(out, "({evaluations} fit replays, seed {seed})");
+    }
     out
 }
 
@@ -462,6 +520,9 @@ fn document(
                 if let Some(row) = zero_shot.get(k) {
                     entry["zero_shot_abs_error_pct"] = serde_json::json!(row[i]);
                 }
+                if let Some(range) = &check.range {
+                    entry["simulated_range"] = serde_json::json!(range[i]);
+                }
                 ((*key).to_owned(), entry)
             })
             .collect::<serde_json::Map<_, _>>()
@@ -483,8 +544,16 @@ fn document(
     })
 }
 
+/// The report as CSV, a row per run and metric; under several seeds, with the simulated
+/// median's lowest and highest over them.
 fn csv(checks: &[RunCheck]) -> String {
-    let mut out = String::from("run,role,metric,measured,simulated,abs_error_pct\n");
+    let ranged = checks.iter().any(|c| c.range.is_some());
+    let mut out = String::from("run,role,metric,measured,simulated,abs_error_pct");
+    out.push_str(if ranged {
+        ",simulated_low,simulated_high\n"
+    } else {
+        "\n"
+    });
     for check in checks {
         let errors = check.errors();
         let role = if check.fitted { "fitted" } else { "predicted" };
@@ -494,11 +563,15 @@ fn csv(checks: &[RunCheck]) -> String {
             check.run.clone()
         };
         for (i, (_, key)) in METRICS.iter().enumerate() {
-            let _ = writeln!(
+            let _ = write!(
                 out,
                 "{run},{role},{key},{},{},{}",
                 check.measured[i], check.simulated[i], errors[i]
             );
+            let _ = match &check.range {
+                Some(range) => writeln!(out, ",{},{}", range[i][0], range[i][1]),
+                None => writeln!(out),
+            };
         }
     }
     out
