@@ -76,7 +76,10 @@ fn the_gateways_cost_on_short_prompts_is_reproduced_point_by_point() {
         );
         assert_eq!(row["sign_agrees"], true);
         // Every seed's own ratio has llm-d the slower.
-        assert!(row["simulated_ratio_range"][0].as_f64().unwrap() > 1.0, "{row}");
+        assert!(
+            row["simulated_ratio_range"][0].as_f64().unwrap() > 1.0,
+            "{row}"
+        );
     }
     assert_eq!(summary["within"], 2);
     // The human table says the same.
@@ -347,23 +350,35 @@ fn a_random_routers_run_is_judged_over_its_seeds() {
     let alone = &seed_0["runs"][0]["metrics"]["ttft_p50_ms"];
     assert!(alone.get("simulated_range").is_none(), "{alone}");
     let alone = alone["simulated"].as_f64().unwrap();
-    assert!(low <= alone && alone <= high, "seed 0 ({alone}) is one of the five");
+    assert!(
+        low <= alone && alone <= high,
+        "seed 0 ({alone}) is one of the five"
+    );
     // Round robin draws nothing: every seed gives the same latencies.
     let fixed = report("round-robin", "3");
     for metric in ["ttft_p50_ms", "e2e_mean_ms"] {
         let m = &fixed["runs"][0]["metrics"][metric];
         let range = [0, 1].map(|i| m["simulated_range"][i].as_f64().unwrap());
-        assert_eq!(range, [m["simulated"].as_f64().unwrap(); 2], "{metric}: {m}");
+        assert_eq!(
+            range,
+            [m["simulated"].as_f64().unwrap(); 2],
+            "{metric}: {m}"
+        );
     }
     // The CSV gains the two columns; the human report says what the value is.
     let csv = texts(&validate("random", "5", "csv")).0;
     assert!(
-        csv.starts_with("run,role,metric,measured,simulated,abs_error_pct,simulated_low,simulated_high\n"),
+        csv.starts_with(
+            "run,role,metric,measured,simulated,abs_error_pct,simulated_low,simulated_high\n"
+        ),
         "{csv}"
     );
     let human = texts(&validate("random", "5", "human")).0;
     assert!(human.contains("seeds' range"), "{human}");
-    assert!(human.contains("the median over the routers' seeds 0 to 4"), "{human}");
+    assert!(
+        human.contains("the median over the routers' seeds 0 to 4"),
+        "{human}"
+    );
     let refused = validate("random", "0", "json");
     assert_eq!(refused.status.code(), Some(2));
     assert!(texts(&refused).1.contains("--router-seeds"));
