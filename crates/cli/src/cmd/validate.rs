@@ -345,20 +345,24 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
         .map(|r| (r, true))
         .chain(predicted.iter().map(|r| (r, false)))
     {
-        let own = run.limits.on(&engine);
-        let simulated = under_seeds(&mut fleet, args.router_seeds, &run.workload, &own)
-            .ok_or_else(|| {
-                Failure::input(format!(
-                    "{}: the fitted engine could not replay every request of this run",
-                    run.label
-                ))
-            })?;
-        let check = RunCheck::over_seeds(
-            run.label.clone(),
-            fit_on,
-            &run.measured.samples(),
-            &simulated,
-        );
+        // The run on `engine` (the `which` one) under each of the routers' seeds.
+        let mut judge = |engine: &EngineConfig, which: &str| {
+            let simulated = under_seeds(&mut fleet, args.router_seeds, &run.workload, engine)
+                .ok_or_else(|| {
+                    Failure::input(format!(
+                        "{}: the {which} engine could not replay every request of this run",
+                        run.label
+                    ))
+                })?;
+            let measured = run.measured.samples();
+            Ok::<_, Failure>(RunCheck::over_seeds(
+                run.label.clone(),
+                fit_on,
+                &measured,
+                &simulated,
+            ))
+        };
+        let check = judge(&run.limits.on(&engine), "fitted")?;
         if let Some(metric) = check.measured_zero() {
             return Err(Failure::input(format!(
                 "{}: the measured {metric} is 0: no request is served in no time, and an error against 0 is no percentage",
@@ -366,25 +370,7 @@ pub fn run(args: ValidateArgs) -> Result<(), Failure> {
             )));
         }
         if let Some(plain) = &zero_shot {
-            let simulated = under_seeds(
-                &mut fleet,
-                args.router_seeds,
-                &run.workload,
-                &run.limits.on(plain),
-            )
-            .ok_or_else(|| {
-                Failure::input(format!(
-                    "{}: the zero-shot engine could not replay every request of this run",
-                    run.label
-                ))
-            })?;
-            let plain = RunCheck::over_seeds(
-                run.label.clone(),
-                fit_on,
-                &run.measured.samples(),
-                &simulated,
-            );
-            zero_shot_errors.push(plain.errors());
+            zero_shot_errors.push(judge(&run.limits.on(plain), "zero-shot")?.errors());
         }
         checks.push(check);
     }
