@@ -40,10 +40,11 @@ pub struct ValidateArgs {
     /// Replays the search may run (each replays every fitted run once).
     #[arg(long, value_name = "N", default_value_t = 300)]
     pub budget: usize,
-    /// Judge each run (each point of --stack) under the routers' seeds 0 to N−1: a random
-    /// router spreads one run's requests differently under each seed, and one seed's
-    /// latency is one draw of that. Each simulated metric is then its median over the
-    /// seeds, printed with its lowest and highest (the fit itself replays seed 0).
+    /// Judge each run (each point of --stack) under N seeds of its routers, 0 to N−1 (with
+    /// --stack, from each experiment file's `seed` on): a random router spreads one run's
+    /// requests differently under each seed, and one seed's latency is one draw of that.
+    /// Each simulated metric is then its median over the seeds, printed with its lowest
+    /// and highest (the fit itself replays seed 0).
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub router_seeds: u32,
