@@ -2,6 +2,8 @@
 //! they measured. Each run is judged by TTFT and end-to-end latency (arrival to last
 //! token), mean and 50th, 90th and 99th percentiles, each with its absolute percentage
 //! error; over the runs the model was not fitted on, the median of each metric's errors.
+//! A run replayed under several seeds of its routers is judged by each metric's median over
+//! them ([`RunCheck::over_seeds`]).
 
 use crate::measured::{Samples, quantile};
 

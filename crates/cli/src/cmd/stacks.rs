@@ -7,7 +7,9 @@
 //! `--allow-partial`; `--warm-up-previous` replays each point after the stack's previous
 //! one of its sweep (the runs whose names differ only in their numbers, in the order they
 //! were launched, by offered load where that does not tell), as a benchmark's sweep leaves
-//! the caches; `--lmbench-warm-up` then replays LMBench's warm-up before each point.
+//! the caches; `--lmbench-warm-up` then replays LMBench's warm-up before each point;
+//! `--router-seeds N` replays each point under N seeds of each stack's routers and takes
+//! each stack's median, a random balancer's one seed being one draw of where requests go.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -51,7 +53,7 @@ struct Row {
     simulated_a_ms: Option<f64>,
     simulated_b_ms: Option<f64>,
     measured_ratio: f64,
-    /// Under several seeds: the ratio of the two stacks' medians over them.
+    /// B over A simulated (under several seeds, of the two stacks' medians over them).
     simulated_ratio: Option<f64>,
     /// Under several seeds: the lowest and highest of each seed's own ratio.
     #[serde(skip_serializing_if = "Option::is_none")]
