@@ -65,7 +65,8 @@ pub struct RunCheck {
     /// [`METRICS`] simulated: under several seeds of the routers, each one's median over
     /// them.
     pub simulated: [f64; 8],
-    /// Under several seeds, each metric's lowest and highest over them ([`RunCheck::over_seeds`]).
+    /// Under several seeds, each metric's lowest and highest over them
+    /// ([`RunCheck::over_seeds`]).
     pub range: Option<[[f64; 2]; 8]>,
 }
 
@@ -85,7 +86,7 @@ impl RunCheck {
     /// Compares the runs `simulated`, one under each seed of the routers (a random or
     /// otherwise seeded router spreads the requests differently under each), with
     /// `measured`: each metric's median over the seeds as the simulated value, with its
-    /// lowest and highest. One seed is [`RunCheck::new`].
+    /// lowest and highest. One seed is [`RunCheck::new`]; `simulated` holds at least one.
     pub fn over_seeds(
         run: String,
         fitted: bool,
