@@ -132,14 +132,14 @@ fn under_seeds(
     workload: &Workload,
     engine: &EngineConfig,
 ) -> Option<Vec<Samples>> {
-    let mut each = Vec::with_capacity(seeds as usize);
-    for seed in 0..seeds {
-        fleet.set_seed(u64::from(seed));
-        let simulated = fleet.simulate(workload, engine);
-        fleet.set_seed(0);
-        each.push(simulated?);
-    }
-    Some(each)
+    let each = (0..seeds)
+        .map(|seed| {
+            fleet.set_seed(u64::from(seed));
+            fleet.simulate(workload, engine)
+        })
+        .collect();
+    fleet.set_seed(0);
+    each
 }
 
 fn simulate_all(runs: &[&Run], fleet: &mut ServingFleet, engine: &EngineConfig) -> Option<Samples> {

@@ -20,6 +20,12 @@ pub(super) fn published_after(
     }
 }
 
+/// The blocks with ids among `seq`'s next ones to publish, up to `end`: the anonymous ones
+/// after them only count.
+pub(super) fn named_until(seq: &Sequence, end: usize) -> std::ops::Range<usize> {
+    seq.published.min(seq.blocks.len())..end.min(seq.blocks.len())
+}
+
 impl Engine {
     /// Length of the decode run starting now: until the first sequence finishes, with the
     /// blocks every sequence fills during the run reserved up front (so KV usage leads by at
@@ -60,8 +66,7 @@ impl Engine {
         let completed = prefill.iter().flat_map(|(pos, tokens)| {
             let seq = &self.running[*pos];
             let end = published_after(seq, *tokens, block_tokens, self.config.prefix_caching);
-            // The named blocks among them (those with ids), as `finish_step` publishes.
-            &seq.hashes[seq.published.min(seq.blocks.len())..end.min(seq.blocks.len())]
+            &seq.hashes[named_until(seq, end)]
         });
         self.tiers.blocking_store_ns(completed)
     }

@@ -354,7 +354,7 @@ impl Engine {
             let start = seq.published;
             let parent = start.checked_sub(1).map(|p| seq.hashes[p]);
             // The blocks with ids, then the anonymous ones, which only count.
-            let named = start.min(seq.blocks.len())..end.min(seq.blocks.len());
+            let named = named_until(seq, end);
             let (ids, hashes) = (&seq.blocks[named.clone()], &seq.hashes[named.clone()]);
             let shared = seq.shared.saturating_sub(start);
             self.kv.publish_run(ids, hashes, parent, shared);
@@ -761,7 +761,7 @@ impl Engine {
 }
 
 mod blocks;
-use blocks::{give, published_after};
+use blocks::{give, named_until, published_after};
 mod lockstep;
 mod predict;
 mod restart;
