@@ -482,8 +482,15 @@ fn ci_steps(times: &mut Vec<(String, std::time::Duration)>) -> Result<(), String
         [&["build", "--workspace", "--features", EXTERNAL], q].concat(),
         // With the tests that need Python and Slurm, which the prerequisites set up.
         [&["test", "--workspace", "--features", EXTERNAL], q].concat(),
-        // The SDK's `unsafe` under Miri: undefined behaviour fails CI like any bug.
-        [&["+nightly", "miri", "test", "-p", "routerlab-core"], q].concat(),
+        // The SDK's `unsafe` under Miri: undefined behaviour fails CI like any bug. The id
+        // table's tests (`hash`, no `unsafe` in it) fill tables of 65,536 keys and more: 140
+        // of Miri's 157 seconds, and nothing for it to check.
+        [
+            &["+nightly", "miri", "test", "-p", "routerlab-core"],
+            q,
+            &["--", "--skip", "hash::"],
+        ]
+        .concat(),
         [&["doc", "--workspace", "--no-deps"], q].concat(),
     ];
     for step in steps {
